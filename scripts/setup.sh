@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 / Ubuntu machine, as root:
+# Debian packages, npm packages (npm ci), the native addon (cmake-js) and the TypeScript build.
+# Every step is skipped when its result is already current, so `npm test` and `npm run demo`
+# can both call it each time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------------------------
+# build: g++/cmake/make; libuv1-dev gives uv.h for the addon's uv_poll (the symbols come from
+# the node binary at load time, so nothing links against Debian's libuv); clang for the BPF
+# objects; iproute2 for the lab; nftables for the data plane; openssl for the lab CA;
+# keepalived as the interop peer.
+PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables openssl keepalived procps)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages: ${missing[*]} (run as root, or install them)"; exit 1
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # the keepalived package enables its own service; the lab starts keepalived by itself
+  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now keepalived >/dev/null 2>&1 || true; fi
+fi
+
+# --- npm packages ----------------------------------------------------------------------------
+stamp=node_modules/.ballast-lock
+if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
+  log "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json "$stamp"
+fi
+
+# --- native addon (and, later, BPF objects): one CMake graph ---------------------------------
+newest_native=$(find native bpf CMakeLists.txt -type f -newer build/Release/ballast.node 2>/dev/null | head -1 || true)
+if [ ! -f build/Release/ballast.node ] || [ -n "$newest_native" ]; then
+  log "building the native addon"
+  npx --no-install cmake-js compile --log-level error >/dev/null
+fi
+
+# --- TypeScript ------------------------------------------------------------------------------
+log "tsc"
+npx --no-install tsc -p tsconfig.build.json
