@@ -23,7 +23,7 @@ describe('address bytes', () => {
   it('RFC 5952 canonical text', () => {
     expect(bytesToAddress(Buffer.from('fd770000000000000000000000000100', 'hex'))).toBe('fd77::100');
     expect(bytesToAddress(Buffer.from('00010000000100000000000000000001', 'hex'))).toBe('1:0:1::1');
-    expect(bytesToAddress(Buffer.from('00010000000000010000000000000001', 'hex'))).toBe('1::1:0:0:1');
+    expect(bytesToAddress(Buffer.from('00010000000000010000000000010001', 'hex'))).toBe('1::1:0:0:1:1');
     expect(bytesToAddress(Buffer.from('00010002000300040005000600070008', 'hex'))).toBe('1:2:3:4:5:6:7:8');
     expect(bytesToAddress(Buffer.from('00010002000300040005000600070000', 'hex'))).toBe('1:2:3:4:5:6:7:0');
     expect(canonicalAddress('FD77:0000::0100')).toBe('fd77::100');
