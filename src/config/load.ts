@@ -1,0 +1,129 @@
+/**
+ * From YAML text (or a file) to a validated, frozen Config.
+ */
+import { readFileSync } from 'node:fs';
+import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
+import { validateConfig, type Config, type Locator } from './schema.js';
+
+/** Maps a setting's path to the line and column of its value (or of its key) in the text. */
+function locator(doc: Document, lines: LineCounter): Locator {
+  return (path, atKey) => {
+    // a problem with the whole document (empty, not a mapping) has no useful position
+    if (path.length === 0) return undefined;
+    let node: unknown = doc.contents;
+    let offset: number | undefined;
+    for (let i = 0; i < path.length; i++) {
+      const seg = path[i];
+      const last = i === path.length - 1;
+      if (isMap(node)) {
+        const pair = node.items.find(
+          (p) => isPair(p) && String(isScalar(p.key) ? p.key.value : p.key) === String(seg),
+        );
+        if (pair === undefined) return undefined;
+        // an empty value (`priority:`) has no node, or a node without a range: point at the key
+        const keyAt = isNode(pair.key) ? pair.key.range?.[0] : undefined;
+        const valueAt = isNode(pair.value) ? pair.value.range?.[0] : undefined;
+        if (last) offset = atKey ? keyAt : (valueAt ?? keyAt);
+        node = pair.value;
+      } else if (isSeq(node) && typeof seg === 'number') {
+        node = node.items[seg];
+        if (last) offset = isNode(node) ? node.range?.[0] : undefined;
+      } else {
+        return undefined;
+      }
+    }
+    if (offset === undefined) return undefined;
+    const pos = lines.linePos(offset);
+    return { line: pos.line, column: pos.col };
+  };
+}
+
+/**
+ * Parses and validates configuration text (YAML 1.2). Pure: touches nothing on the system.
+ *
+ * @param text the file's content.
+ * @param source where the text came from (a file path), for messages; optional.
+ * @returns the normalized, deep-frozen {@link Config}: durations in integer milliseconds
+ *   (`…Ms`), the advertisement interval also in centiseconds (`advertisementIntervalCs`),
+ *   `family` derived from the VIPs, IPv6 addresses in canonical form.
+ * @throws ConfigError (BALLAST_E_CONFIG) for YAML syntax errors (path `(document)`, message
+ *   naming the line and column), for an empty file or one that is not a mapping, and for every
+ *   invalid setting (path such as `vrrp.vrid`, with its line when known). All problems are
+ *   reported together.
+ */
+export function parseConfig(text: string, source?: string): Config {
+  const lines = new LineCounter();
+  // uniqueKeys: a repeated key is an error, not "the last one wins"
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    const issues = doc.errors.map((e) => {
+      const { line, col } = lines.linePos(e.pos[0]);
+      return {
+        path: DOCUMENT_PATH,
+        message: `YAML syntax error at line ${line}, column ${col}: ${e.message}`,
+        line,
+        column: col,
+      };
+    });
+    throw new ConfigError(issues, { source });
+  }
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    // only an alias bomb gets here
+    throw new ConfigError([{ path: DOCUMENT_PATH, message: `cannot be read as data: ${(err as Error).message}` }], {
+      source,
+      cause: err,
+    });
+  }
+  return validateConfig(value, { ...(source === undefined ? {} : { source }), locate: locator(doc, lines) });
+}
+
+function describeReadError(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  switch (code) {
+    case 'ENOENT':
+      return 'no such file (ENOENT)';
+    case 'EACCES':
+    case 'EPERM':
+      return `permission denied (${code})`;
+    case 'EISDIR':
+      return 'it is a directory, not a file (EISDIR)';
+    case 'ENOTDIR':
+      return 'a component of the path is not a directory (ENOTDIR)';
+    default:
+      return err instanceof Error ? err.message : String(err);
+  }
+}
+
+/**
+ * Reads a configuration file (UTF-8 YAML) and validates it with {@link parseConfig}.
+ * Synchronous: it runs once at startup, before anything else can proceed.
+ *
+ * @param path file path, as given by the operator (also used as the source in messages).
+ * @returns the normalized, deep-frozen {@link Config}.
+ * @throws BallastError BALLAST_E_CONFIG_READ when the file cannot be read (missing,
+ *   permission denied, a directory); the fs error is its `cause`.
+ * @throws ConfigError BALLAST_E_CONFIG when the file is not UTF-8, not valid YAML, or not a
+ *   valid configuration.
+ */
+export function loadConfig(path: string): Config {
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(path);
+  } catch (err) {
+    throw createError('BALLAST_E_CONFIG_READ', `cannot read the configuration file ${path}: ${describeReadError(err)}`, {
+      cause: err,
+    });
+  }
+  let text: string;
+  try {
+    // fatal: a Latin-1 file would otherwise decode to U+FFFD and fail later, less clearly
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch (err) {
+    throw new ConfigError([{ path: DOCUMENT_PATH, message: 'the file is not UTF-8 text' }], { source: path, cause: err });
+  }
+  return parseConfig(text, path);
+}

@@ -1,0 +1,544 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseDocument, stringify } from 'yaml';
+import {
+  CONFIG_FIELDS,
+  ConfigError,
+  formatDuration,
+  loadConfig,
+  parseConfig,
+  parseDuration,
+  validateConfig,
+  type Config,
+  type ConfigIssue,
+} from '../../src/config/index.js';
+import { BallastError } from '../../src/errors.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+const MINIMAL = 'vrrp:\n  vrid: 51\nvips: [10.0.0.100]\n';
+
+type Plain = Record<string, unknown>;
+const isPlain = (v: unknown): v is Plain => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The minimal config with `over` merged in (a key set to `undefined` is removed), as YAML text. */
+function yamlWith(over: Plain): string {
+  const merge = (base: Plain, o: Plain): Plain => {
+    const out: Plain = { ...base };
+    for (const [k, v] of Object.entries(o)) {
+      if (v === undefined) delete out[k];
+      else out[k] = isPlain(v) && isPlain(out[k]) ? merge(out[k] as Plain, v) : v;
+    }
+    return out;
+  };
+  return stringify(merge({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'] }, over));
+}
+
+/** The ConfigError that parsing `text` throws (fails the test if it does not throw one). */
+function configError(text: string): ConfigError {
+  try {
+    parseConfig(text, 'test.yaml');
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error(`expected a ConfigError for:\n${text}`);
+}
+
+const issuesOf = (text: string): readonly ConfigIssue[] => configError(text).issues;
+
+describe('parseConfig: valid files', () => {
+  it('gives every default for the minimal file', () => {
+    const expected: Config = {
+      family: 4,
+      vrrp: {
+        vrid: 51,
+        priority: 100,
+        advertisementIntervalMs: 1000,
+        advertisementIntervalCs: 100,
+        preempt: true,
+        preemptDelayMs: 0,
+        peers: [],
+        checksum: 'rfc5798',
+      },
+      vips: ['10.0.0.100'],
+      announce: { count: 5, spacingMs: 0, repeatAfterMs: 5000 },
+      admin: { listen: { host: '127.0.0.1', port: 9641 } },
+      log: { level: 'info' },
+    };
+    const config = parseConfig(MINIMAL);
+    expect(config).toStrictEqual(expected);
+    expect('interface' in config).toBe(false);
+  });
+
+  it('parses the example file, which sets every field', () => {
+    const path = join(root, 'examples', 'ballast.yaml');
+    const config = loadConfig(path);
+    expect(config).toMatchObject({
+      interface: 'eth0',
+      family: 4,
+      vrrp: { vrid: 51, advertisementIntervalMs: 100, advertisementIntervalCs: 10 },
+      vips: ['10.0.0.100'],
+    });
+    const doc = parseDocument(readFileSync(path, 'utf8'));
+    for (const field of CONFIG_FIELDS) expect(doc.hasIn(field.split('.')), field).toBe(true);
+  });
+
+  it('documents every field in docs/config.md', () => {
+    const doc = readFileSync(join(root, 'docs', 'config.md'), 'utf8');
+    for (const field of CONFIG_FIELDS) expect(doc, field).toContain(`\`${field}\``);
+  });
+
+  it('treats an empty section as all defaults', () => {
+    const config = parseConfig(`${MINIMAL}announce:\nadmin:\nlog:\n`);
+    expect(config.announce).toStrictEqual({ count: 5, spacingMs: 0, repeatAfterMs: 5000 });
+    expect(config.admin.listen).toStrictEqual({ host: '127.0.0.1', port: 9641 });
+  });
+
+  it('converts durations to milliseconds and the interval also to centiseconds', () => {
+    const cases: [string, number, number][] = [
+      ['10ms', 10, 1],
+      ['0.5s', 500, 50],
+      ['1s', 1000, 100],
+      ['40950ms', 40950, 4095],
+      ['40.95s', 40950, 4095],
+    ];
+    for (const [text, ms, cs] of cases) {
+      const { vrrp } = parseConfig(yamlWith({ vrrp: { advertisementInterval: text } }));
+      expect([vrrp.advertisementIntervalMs, vrrp.advertisementIntervalCs], text).toStrictEqual([ms, cs]);
+    }
+    const c = parseConfig(
+      yamlWith({ vrrp: { preemptDelay: '1m30s' }, announce: { spacing: '20ms', repeatAfter: 0, count: 3 } }),
+    );
+    expect(c.vrrp.preemptDelayMs).toBe(90_000);
+    expect(c.announce).toStrictEqual({ count: 3, spacingMs: 20, repeatAfterMs: 0 });
+  });
+
+  it('normalizes IPv6 addresses (RFC 5952) and derives family 6', () => {
+    const c = parseConfig(
+      yamlWith({
+        vips: ['FD00:0:0:0:0:0:0:0100', '2001:0db8:0:0:1:0:0:1', '2001:db8:0:1:1:1:1:1', '2001:db8::0:1'],
+        vrrp: { peers: ['fd00::0002', 'fe80::1'] },
+        admin: { listen: '[0:0:0:0:0:0:0:1]:9000' },
+      }),
+    );
+    expect(c.family).toBe(6);
+    expect(c.vips).toStrictEqual(['fd00::100', '2001:db8::1:0:0:1', '2001:db8:0:1:1:1:1:1', '2001:db8::1']);
+    expect(c.vrrp.peers).toStrictEqual(['fd00::2', 'fe80::1']);
+    expect(c.admin.listen).toStrictEqual({ host: '::1', port: 9000 });
+  });
+
+  it('writes IPv6 the way the WHATWG URL serializer does (an independent RFC 5952 implementation)', () => {
+    const spellings = [
+      'FD00:0000:0000:0000:0000:0000:0000:0001',
+      '2001:db8:0:0:0:0:2:1',
+      '2001:db8::0:1:0:0:1',
+      '2001:0:0:1:0:0:0:1',
+      '2001:db8:aaaa:bbbb:cccc:dddd:eeee:0',
+      '0:0:0:0:0:0:0:2',
+      '2001:db8::1:2:3:4:5',
+      '64:ff9b::10.0.0.1',
+    ];
+    const { vips } = validateConfig({ vrrp: { vrid: 1 }, vips: spellings });
+    expect(vips).toStrictEqual(spellings.map((s) => new URL(`http://[${s}]/`).hostname.slice(1, -1)));
+  });
+
+  it('refuses a YAML alias bomb', () => {
+    let text = 'a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n';
+    for (let i = 1; i < 8; i++) text += `a${i}: &a${i} [${Array<string>(10).fill(`*a${i - 1}`).join(', ')}]\n`;
+    expect(issuesOf(text)[0]?.message).toMatch(/^cannot be read as data: /);
+  });
+
+  it('accepts every field set explicitly', () => {
+    const c = parseConfig(
+      yamlWith({
+        interface: 'bond0.100',
+        vrrp: { priority: 255, preempt: false, checksum: 'rfc9568', peers: ['10.0.0.2', '10.0.0.3'] },
+        log: { level: 'debug' },
+        admin: { listen: '0.0.0.0:8080' },
+      }),
+    );
+    expect(c).toMatchObject({
+      interface: 'bond0.100',
+      vrrp: { priority: 255, preempt: false, checksum: 'rfc9568', peers: ['10.0.0.2', '10.0.0.3'] },
+      log: { level: 'debug' },
+      admin: { listen: { host: '0.0.0.0', port: 8080 } },
+    });
+  });
+
+  it('returns a deeply frozen object', () => {
+    const c = parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2'] } }));
+    const walk = (v: unknown, path: string): void => {
+      if (typeof v !== 'object' || v === null) return;
+      expect(Object.isFrozen(v), path).toBe(true);
+      for (const [k, x] of Object.entries(v)) walk(x, `${path}.${k}`);
+    };
+    walk(c, 'config');
+    expect(() => {
+      (c.vrrp as { priority: number }).priority = 1;
+    }).toThrow(TypeError);
+    expect(() => (c.vips as string[]).push('10.0.0.101')).toThrow(TypeError);
+    expect(() => {
+      (c.admin.listen as { port: number }).port = 1;
+    }).toThrow(TypeError);
+  });
+
+  it('validateConfig takes an object, and does not modify it', () => {
+    const input = { vrrp: { vrid: 7 }, vips: ['fd00::0100'], announce: null };
+    const snapshot = structuredClone(input);
+    expect(validateConfig(input).vips).toStrictEqual(['fd00::100']);
+    expect(input).toStrictEqual(snapshot);
+    expect(Object.isFrozen(input)).toBe(false);
+  });
+});
+
+describe('parseConfig: one message per invalid field', () => {
+  // [what, overrides merged into the minimal file, path, message (exact) or pattern]
+  const cases: [string, Plain, string, string | RegExp][] = [
+    ['vrid 0', { vrrp: { vrid: 0 } }, 'vrrp.vrid', 'must be an integer from 1 to 255, got 0'],
+    ['vrid 256', { vrrp: { vrid: 256 } }, 'vrrp.vrid', 'must be an integer from 1 to 255, got 256'],
+    ['vrid 1.5', { vrrp: { vrid: 1.5 } }, 'vrrp.vrid', 'must be an integer from 1 to 255, got 1.5'],
+    ['vrid "x"', { vrrp: { vrid: 'x' } }, 'vrrp.vrid', 'must be an integer from 1 to 255, got "x"'],
+    ['vrid quoted', { vrrp: { vrid: '51' } }, 'vrrp.vrid', /got "51" \(a string: write the number without quotes\)/],
+    ['vrid missing', { vrrp: { vrid: undefined } }, 'vrrp.vrid', /^required: the Virtual Router ID/],
+    ['vrrp section missing', { vrrp: undefined }, 'vrrp.vrid', /^required: /],
+    ['vrrp not a mapping', { vrrp: 51 }, 'vrrp', 'must be a mapping of settings (key: value), got 51'],
+    ['priority 0', { vrrp: { priority: 0 } }, 'vrrp.priority', /^must be an integer from 1 to 255, got 0 \(0 is reserved/],
+    ['priority 256', { vrrp: { priority: 256 } }, 'vrrp.priority', 'must be an integer from 1 to 255, got 256'],
+    ['priority empty', { vrrp: { priority: null } }, 'vrrp.priority', /^has no value: .*default, 100\)$/],
+    [
+      'interval 5ms',
+      { vrrp: { advertisementInterval: '5ms' } },
+      'vrrp.advertisementInterval',
+      'must be from 10ms to 40950ms (RFC 9568 Max Adver Int is 12 bits of centiseconds), got 5ms',
+    ],
+    [
+      'interval 105ms',
+      { vrrp: { advertisementInterval: '105ms' } },
+      'vrrp.advertisementInterval',
+      'must be a multiple of 10ms (RFC 9568 Max Adver Int is in centiseconds), got 105ms',
+    ],
+    [
+      'interval 40960ms',
+      { vrrp: { advertisementInterval: '40960ms' } },
+      'vrrp.advertisementInterval',
+      /^must be from 10ms to 40950ms .*, got 40960ms$/,
+    ],
+    ['interval 0', { vrrp: { advertisementInterval: 0 } }, 'vrrp.advertisementInterval', /^must be from 10ms to 40950ms .*, got 0ms$/],
+    [
+      'interval "fast"',
+      { vrrp: { advertisementInterval: 'fast' } },
+      'vrrp.advertisementInterval',
+      /^invalid duration "fast": expected a number followed by a unit \(ms, s, m or h\)/,
+    ],
+    [
+      'interval bare number',
+      { vrrp: { advertisementInterval: 100 } },
+      'vrrp.advertisementInterval',
+      'needs a unit: write "100ms" or "100s", not the bare number 100',
+    ],
+    ['interval a list', { vrrp: { advertisementInterval: [1] } }, 'vrrp.advertisementInterval', /^must be a duration .*, got a list$/],
+    ['preempt "yes"', { vrrp: { preempt: 'yes' } }, 'vrrp.preempt', 'must be true or false, got "yes" (YAML 1.2 reads yes/no/on/off as strings)'],
+    ['preemptDelay negative', { vrrp: { preemptDelay: '-1s' } }, 'vrrp.preemptDelay', 'negative duration "-1s": must be zero or more'],
+    ['preemptDelay unitless', { vrrp: { preemptDelay: 5 } }, 'vrrp.preemptDelay', 'needs a unit: write "5ms" or "5s", not the bare number 5'],
+    ['preemptDelay over 1h', { vrrp: { preemptDelay: '61m' } }, 'vrrp.preemptDelay', 'must be from 0s to 1h, got 1h1m'],
+    ['peers bad address', { vrrp: { peers: ['foo'] } }, 'vrrp.peers[0]', 'not an IP address: "foo"'],
+    ['peers not a list', { vrrp: { peers: '10.0.0.2' } }, 'vrrp.peers', /^must be a list of IP addresses .*, got "10.0.0.2"$/],
+    [
+      'peers wrong family',
+      { vrrp: { peers: ['10.0.0.2', 'fd00::2'] } },
+      'vrrp.peers[1]',
+      'fd00::2 is IPv6 but the VIPs are IPv4: peers must be the same family as the VIPs',
+    ],
+    ['peers duplicate', { vrrp: { peers: ['10.0.0.2', '10.0.0.3', '10.0.0.2'] } }, 'vrrp.peers[2]', '10.0.0.2 duplicates vrrp.peers[0]'],
+    ['peers a VIP', { vrrp: { peers: ['10.0.0.100'] } }, 'vrrp.peers[0]', "10.0.0.100 is a VIP (vips[0]); peers are the other nodes' own addresses"],
+    ['peers multicast', { vrrp: { peers: ['224.0.0.18'] } }, 'vrrp.peers[0]', /^224.0.0.18 is a multicast address; a peer must be/],
+    ['checksum "md5"', { vrrp: { checksum: 'md5' } }, 'vrrp.checksum', 'must be "rfc5798" or "rfc9568", got "md5"'],
+    ['vips empty', { vips: [] }, 'vips', 'must list at least 1 address, e.g. [10.0.0.100]'],
+    ['vips missing', { vips: undefined }, 'vips', /^required: a list of 1 to 16 IP addresses/],
+    ['vips a string', { vips: '10.0.0.100' }, 'vips', /^must be a list of 1 to 16 IP addresses.*, got "10.0.0.100"$/],
+    [
+      'vips mixed families',
+      { vips: ['fd00::100', '10.0.0.1'] },
+      'vips[1]',
+      '10.0.0.1 is IPv4 but vips[0] is IPv6: one VRRP group is one address family',
+    ],
+    ['vips duplicate', { vips: ['10.0.0.100', '10.0.0.101', '10.0.0.100'] }, 'vips[2]', '10.0.0.100 duplicates vips[0]'],
+    ['vips duplicate, other spelling', { vips: ['fd00::100', 'FD00:0::0100'] }, 'vips[1]', 'FD00:0::0100 duplicates vips[0] (both are fd00::100)'],
+    ['vips multicast', { vips: ['224.0.0.18'] }, 'vips[0]', '224.0.0.18 is a multicast address; a VIP must be a unicast address that clients can reach'],
+    ['vips IPv6 multicast', { vips: ['ff02::12'] }, 'vips[0]', /^ff02::12 is a multicast address/],
+    ['vips loopback', { vips: ['127.0.0.1'] }, 'vips[0]', /^127.0.0.1 is a loopback address/],
+    ['vips IPv6 loopback', { vips: ['::1'] }, 'vips[0]', /^::1 is a loopback address/],
+    ['vips unspecified', { vips: ['0.0.0.0'] }, 'vips[0]', /^0.0.0.0 is the unspecified address/],
+    ['vips IPv6 unspecified', { vips: ['::'] }, 'vips[0]', /^:: is the unspecified address/],
+    ['vips link-local', { vips: ['169.254.10.1'] }, 'vips[0]', /^169.254.10.1 is a link-local address/],
+    ['vips IPv6 link-local', { vips: ['fe80::1'] }, 'vips[0]', /^fe80::1 is a link-local address/],
+    ['vips broadcast', { vips: ['255.255.255.255'] }, 'vips[0]', /^255.255.255.255 is the broadcast address/],
+    ['vips IPv4-mapped', { vips: ['::ffff:10.0.0.1'] }, 'vips[0]', /IPv4-mapped IPv6 address; write it as IPv4: 10.0.0.1$/],
+    ['vips bad', { vips: ['10.0.0.300'] }, 'vips[0]', 'not an IP address: "10.0.0.300"'],
+    ['vips a number', { vips: [10] }, 'vips[0]', 'not an IP address: 10'],
+    ['vips with prefix length', { vips: ['10.0.0.100/24'] }, 'vips[0]', /^not an IP address: "10.0.0.100\/24": write the address without a prefix length/],
+    ['vips leading zeros', { vips: ['10.0.0.010'] }, 'vips[0]', /leading zeros are ambiguous .*; write 10.0.0.10$/],
+    ['vips 17', { vips: Array.from({ length: 17 }, (_, i) => `10.0.0.${i + 1}`) }, 'vips', 'must list at most 16 addresses, got 17'],
+    ['announce.count 0', { announce: { count: 0 } }, 'announce.count', 'must be an integer from 1 to 100, got 0'],
+    ['announce.count 101', { announce: { count: 101 } }, 'announce.count', 'must be an integer from 1 to 100, got 101'],
+    ['announce.spacing 2s', { announce: { spacing: '2s' } }, 'announce.spacing', 'must be from 0ms to 1s, got 2s'],
+    ['announce.repeatAfter 2h', { announce: { repeatAfter: '2h' } }, 'announce.repeatAfter', 'must be from 0s (no second burst) to 1h, got 2h'],
+    ['admin.listen without port', { admin: { listen: '127.0.0.1' } }, 'admin.listen', 'missing port: write "127.0.0.1:9641" (host:port)'],
+    ['admin.listen port 0', { admin: { listen: '127.0.0.1:0' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "0"'],
+    ['admin.listen port 65536', { admin: { listen: '127.0.0.1:65536' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "65536"'],
+    ['admin.listen port name', { admin: { listen: '127.0.0.1:http' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "http"'],
+    ['admin.listen host name', { admin: { listen: 'localhost:9641' } }, 'admin.listen', /^host must be an IP address, got "localhost" \(names are not resolved/],
+    ['admin.listen bad host', { admin: { listen: '300.1.1.1:9641' } }, 'admin.listen', /^host must be an IP address, got "300.1.1.1"/],
+    ['admin.listen IPv6 without brackets', { admin: { listen: '::1:9641' } }, 'admin.listen', /^an IPv6 host must be in brackets/],
+    ['admin.listen IPv4 in brackets', { admin: { listen: '[127.0.0.1]:9641' } }, 'admin.listen', 'brackets are for IPv6 hosts only: write "127.0.0.1:9641"'],
+    ['admin.listen no host', { admin: { listen: ':9641' } }, 'admin.listen', /^missing host: write "127.0.0.1:9641"/],
+    ['admin.listen a number', { admin: { listen: 9641 } }, 'admin.listen', /^must be host:port, .*; got 9641$/],
+    ['log.level', { log: { level: 'verbose' } }, 'log.level', 'must be trace, debug, info, warn or error, got "verbose"'],
+    ['interface with "/"', { interface: 'a/b' }, 'interface', /^"a\/b" is not a valid interface name/],
+    ['interface too long', { interface: 'averyveryverylong0' }, 'interface', /is not a valid interface name \(1 to 15 characters/],
+    ['interface a number', { interface: 0 }, 'interface', 'must be an interface name such as "eth0", got 0'],
+    ['unknown top-level key, near', { vip: ['10.0.0.1'] }, 'vip', "unknown key (did you mean 'vips'?)"],
+    ['unknown nested key, near', { vrrp: { priorty: 100 } }, 'vrrp.priorty', "unknown key (did you mean 'priority'?)"],
+    ['unknown nested key, other spelling', { vrrp: { preempt_delay: '1s' } }, 'vrrp.preempt_delay', "unknown key (did you mean 'preemptDelay'?)"],
+    ['unknown key, other section', { vrid: 51 }, 'vrid', "unknown key (did you mean 'vrrp.vrid'?)"],
+    ['unknown nested key, top-level', { vrrp: { vips: ['10.0.0.1'] } }, 'vrrp.vips', "unknown key (did you mean the top-level key 'vips'?)"],
+    ['unknown key, keepalived name', { vrrp: { advert_int: 1 } }, 'vrrp.advert_int', "unknown key (did you mean 'advertisementInterval'?)"],
+    ['unknown key, far', { zzz: 1 }, 'zzz', 'unknown key (expected one of: interface, vrrp, vips, announce, admin, log)'],
+    ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter)'],
+  ];
+
+  it.each(cases)('%s', (_what, over, path, message) => {
+    const issues = issuesOf(yamlWith(over));
+    expect(issues.map((i) => i.path)).toStrictEqual([path]);
+    const [issue] = issues;
+    if (typeof message === 'string') expect(issue?.message).toBe(message);
+    else expect(issue?.message).toMatch(message);
+  });
+
+  it('puts "<path>: <reason>" in the error message', () => {
+    const err = configError(yamlWith({ vrrp: { advertisementInterval: '105ms' } }));
+    expect(err.message).toBe(
+      'vrrp.advertisementInterval: must be a multiple of 10ms (RFC 9568 Max Adver Int is in centiseconds), got 105ms',
+    );
+    expect(err).toBeInstanceOf(BallastError);
+    expect(err.code).toBe('BALLAST_E_CONFIG');
+    expect(err.exitCode).toBe(2);
+  });
+});
+
+describe('parseConfig: the file as a whole', () => {
+  it('reports a YAML syntax error with its line and column', () => {
+    const issues = issuesOf('vrrp:\n  vrid: 51\nvips: [10.0.0.100\nlog:\n  level: info\n');
+    expect(issues[0]?.path).toBe('(document)');
+    expect(issues[0]?.message).toMatch(/^YAML syntax error at line \d+, column \d+: /);
+    expect(issues[0]?.line).toBeGreaterThanOrEqual(3);
+  });
+
+  it('reports bad indentation at its line', () => {
+    const [issue] = issuesOf('vrrp:\n  vrid: 51\n   priority: 5\nvips: [10.0.0.1]\n');
+    expect(issue?.message).toMatch(/^YAML syntax error at line 2, column 9: /);
+    expect(issue?.line).toBe(2);
+  });
+
+  it('refuses a repeated key', () => {
+    const [issue] = issuesOf('vrrp:\n  vrid: 51\n  vrid: 52\nvips: [10.0.0.1]\n');
+    expect(issue?.message).toBe('YAML syntax error at line 3, column 3: Map keys must be unique');
+  });
+
+  it('refuses an empty file', () => {
+    for (const text of ['', '\n', '# only a comment\n', '---\n']) {
+      expect(issuesOf(text)).toStrictEqual([
+        { path: '(document)', message: 'the file is empty; at least vrrp.vrid and vips are required' },
+      ]);
+    }
+  });
+
+  it('refuses a file that is a YAML list', () => {
+    const [issue] = issuesOf('- vrrp: {vrid: 51}\n- vips: [10.0.0.1]\n');
+    expect(issue?.path).toBe('(document)');
+    expect(issue?.message).toBe('the top level must be a mapping of settings (key: value), got a list');
+  });
+
+  it('refuses a file that is a scalar', () => {
+    expect(issuesOf('hello\n')[0]?.message).toBe(
+      'the top level must be a mapping of settings (key: value), got "hello"',
+    );
+  });
+});
+
+describe('parseConfig: several problems', () => {
+  const text = [
+    'log:',
+    '  level: loud', // 2
+    'vrrp:',
+    '  vrid: 0', // 4
+    '  priorty: 5', // 5
+    '  advertisementInterval: 105ms', // 6
+    '  peers: [fd00::2, bogus]', // 7
+    'vips: [10.0.0.100, 10.0.0.100]', // 8
+    'announce:',
+    '  count: 0', // 10
+    'admin:',
+    '  listen: 127.0.0.1', // 12
+    'extra: 1', // 13
+    '',
+  ].join('\n');
+
+  it('reports them all, in the order the settings are declared, with line numbers', () => {
+    const issues = issuesOf(text);
+    expect(issues.map((i) => [i.path, i.line])).toStrictEqual([
+      ['vrrp.vrid', 4],
+      ['vrrp.advertisementInterval', 6],
+      ['vrrp.peers[0]', 7],
+      ['vrrp.peers[1]', 7],
+      ['vrrp.priorty', 5],
+      ['vips[1]', 8],
+      ['announce.count', 10],
+      ['admin.listen', 12],
+      ['log.level', 2],
+      ['extra', 13],
+    ]);
+    expect(issues[2]?.message).toBe('fd00::2 is IPv6 but the VIPs are IPv4: peers must be the same family as the VIPs');
+  });
+
+  it('puts one issue per line in the message, and formats them for the CLI', () => {
+    const err = configError(text);
+    const lines = err.message.split('\n');
+    expect(lines).toHaveLength(err.issues.length);
+    expect(lines[0]).toBe('vrrp.vrid: must be an integer from 1 to 255, got 0');
+    const out = err.format();
+    expect(out.split('\n')[0]).toBe('ballast: invalid configuration in test.yaml (10 problems):');
+    expect(out).toContain('\n  line 4: vrrp.vrid: must be an integer from 1 to 255, got 0\n');
+    expect(out).toContain('BALLAST_E_CONFIG');
+    expect(out.endsWith('\n')).toBe(true);
+  });
+});
+
+describe('loadConfig', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-config-test-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('reads and validates a file', () => {
+    const path = join(dir, 'ok.yaml');
+    writeFileSync(path, MINIMAL);
+    expect(loadConfig(path).vrrp.vrid).toBe(51);
+  });
+
+  it('names the file in a ConfigError', () => {
+    const path = join(dir, 'bad.yaml');
+    writeFileSync(path, 'vrrp: {vrid: 0}\nvips: [10.0.0.1]\n');
+    const err = (() => {
+      try {
+        loadConfig(path);
+      } catch (e) {
+        return e;
+      }
+      return undefined;
+    })();
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).source).toBe(path);
+    expect((err as ConfigError).format()).toContain(`in ${path} (1 problem)`);
+  });
+
+  it('reports a missing file as BALLAST_E_CONFIG_READ with the fs error as cause', () => {
+    const path = join(dir, 'missing.yaml');
+    expect(() => loadConfig(path)).toThrow(
+      expect.objectContaining({
+        code: 'BALLAST_E_CONFIG_READ',
+        exitCode: 2,
+        message: `cannot read the configuration file ${path}: no such file (ENOENT)`,
+        cause: expect.objectContaining({ code: 'ENOENT' }),
+      }),
+    );
+  });
+
+  it('reports a directory as BALLAST_E_CONFIG_READ', () => {
+    expect(() => loadConfig(dir)).toThrow(expect.objectContaining({ code: 'BALLAST_E_CONFIG_READ', message: expect.stringContaining('EISDIR') }));
+  });
+
+  it('refuses a file that is not UTF-8', () => {
+    const path = join(dir, 'latin1.yaml');
+    writeFileSync(path, Buffer.from([0x69, 0x6e, 0x74, 0x65, 0x72, 0x66, 0x61, 0x63, 0x65, 0x3a, 0x20, 0xe9, 0x0a]));
+    expect(() => loadConfig(path)).toThrow(
+      expect.objectContaining({ code: 'BALLAST_E_CONFIG', issues: [{ path: '(document)', message: 'the file is not UTF-8 text' }] }),
+    );
+  });
+});
+
+describe('parseDuration', () => {
+  it.each([
+    ['0', 0],
+    ['0s', 0],
+    ['0ms', 0],
+    ['100ms', 100],
+    ['1s', 1000],
+    ['0.5s', 500],
+    ['0.29s', 290],
+    ['1.5m', 90_000],
+    ['2m', 120_000],
+    ['1h', 3_600_000],
+    ['1m30s', 90_000],
+    ['1h2m3s4ms', 3_723_004],
+    ['  1s ', 1000],
+    ['40.95s', 40_950],
+  ] as const)('%j → %i ms', (input, ms) => {
+    expect(parseDuration(input)).toBe(ms);
+  });
+
+  it.each([
+    ['', /empty/],
+    ['fast', /^invalid duration "fast": expected a number followed by a unit/],
+    ['100', /^invalid duration "100": expected/],
+    ['1 s', /expected/],
+    ['1sec', /expected/],
+    ['1S', /\(units are lowercase\)$/],
+    ['-1s', /^negative duration "-1s"/],
+    ['+1s', /expected/],
+    ['.5s', /expected/],
+    ['0.5ms', /not a whole number of milliseconds/],
+    ['1s1m', /units must go from largest to smallest/],
+    ['1s1s', /units must go from largest to smallest/],
+    ['99999999999999999h', /too large/],
+  ] as const)('%j is a RangeError', (input, message) => {
+    expect(() => parseDuration(input)).toThrow(RangeError);
+    expect(() => parseDuration(input)).toThrow(message);
+  });
+
+  it('takes a number as milliseconds, if it is a non-negative integer', () => {
+    expect(parseDuration(250)).toBe(250);
+    expect(parseDuration(0)).toBe(0);
+    for (const bad of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) expect(() => parseDuration(bad)).toThrow(RangeError);
+  });
+});
+
+describe('formatDuration', () => {
+  it.each([
+    [0, '0s'],
+    [5, '5ms'],
+    [100, '100ms'],
+    [1000, '1s'],
+    [1500, '1.5s'],
+    [1010, '1.01s'],
+    [90_000, '1m30s'],
+    [60_100, '1m0.1s'],
+    [3_600_000, '1h'],
+    [3_723_004, '1h2m3.004s'],
+    [-1500, '-1.5s'],
+  ] as const)('%i ms → %j', (ms, text) => {
+    expect(formatDuration(ms)).toBe(text);
+  });
+
+  it('round-trips through parseDuration', () => {
+    for (const ms of [1, 10, 999, 1000, 1001, 59_999, 60_000, 86_400_000, 3_599_999, 40_950]) {
+      expect(parseDuration(formatDuration(ms))).toBe(ms);
+    }
+  });
+
+  it('refuses a non-integer', () => {
+    expect(() => formatDuration(1.5)).toThrow(RangeError);
+  });
+});
