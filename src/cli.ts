@@ -1,0 +1,139 @@
+#!/usr/bin/env node
+/**
+ * The `ballast` command.
+ *
+ *   ballast run --config FILE          run the agent (foreground; SIGTERM/SIGINT stop it cleanly)
+ *   ballast validate --config FILE     check a configuration file and exit (0 ok, 2 invalid)
+ *   ballast status [--admin ADDR] [--json]
+ *
+ * Exit statuses come from the error registry (src/errors.ts, docs/errors.md).
+ */
+import { get } from 'node:http';
+import { Command, InvalidArgumentError } from 'commander';
+import { loadConfig } from './config/index.js';
+import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
+import { createLogger } from './observe/log.js';
+import { formatStatus, type StatusDocument } from './observe/status.js';
+import { startAgent } from './agent.js';
+
+const DEFAULT_ADMIN = '127.0.0.1:9641';
+
+/** Prints an error the way operators should see it and returns the exit status. */
+function report(err: unknown): number {
+  if (err instanceof ConfigError) {
+    process.stderr.write(err.format());
+  } else if (isBallastError(err)) {
+    process.stderr.write(`ballast: ${err.message} (${err.code})\n`);
+  } else {
+    process.stderr.write(`ballast: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  }
+  return exitCodeOf(err);
+}
+
+async function run(opts: { config: string; logLevel?: string }): Promise<number> {
+  const config = loadConfig(opts.config);
+  const log = createLogger((opts.logLevel ?? config.log.level) as 'info');
+  const agent = await startAgent(config, log);
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals): void => {
+    signals++;
+    if (signals > 1) {
+      log.warn({ signal: sig }, 'second signal: exiting without cleanup');
+      process.exit(1);
+    }
+    log.info({ signal: sig }, 'signal received');
+    void agent.stop();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  return agent.done;
+}
+
+/** Parses "host:port" or "[v6]:port". */
+function parseAdmin(s: string): { host: string; port: number } {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
+  const port = Number(m?.[2]);
+  if (!m || !(port >= 1 && port <= 65535)) throw new InvalidArgumentError('expected host:port, e.g. 127.0.0.1:9641 or [::1]:9641');
+  return { host: m[1]!, port };
+}
+
+function fetchStatus(addr: { host: string; port: number }, timeoutMs = 2000): Promise<StatusDocument> {
+  return new Promise((resolve, reject) => {
+    const req = get({ host: addr.host, port: addr.port, path: '/status', timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}: ${body.trim()}`));
+        try {
+          resolve(JSON.parse(body) as StatusDocument);
+        } catch (err) {
+          reject(err as Error);
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+  });
+}
+
+async function status(opts: { admin: { host: string; port: number }; json?: boolean }): Promise<number> {
+  let doc: StatusDocument;
+  try {
+    doc = await fetchStatus(opts.admin);
+  } catch (err) {
+    const where = `${opts.admin.host.includes(':') ? `[${opts.admin.host}]` : opts.admin.host}:${opts.admin.port}`;
+    throw createError('BALLAST_E_STATUS_UNREACHABLE', `no agent answers at ${where}: ${(err as Error).message}`, { cause: err });
+  }
+  process.stdout.write(opts.json ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);
+  return 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const program = new Command()
+    .name('ballast')
+    .description('One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP.')
+    .showHelpAfterError()
+    .exitOverride();
+  let result: Promise<number> = Promise.resolve(0);
+  program
+    .command('run')
+    .description('run the agent in the foreground')
+    .requiredOption('-c, --config <file>', 'YAML configuration file (see docs/config.md)')
+    .option('--log-level <level>', 'override log.level: trace, debug, info, warn, error')
+    .action((o: { config: string; logLevel?: string }) => {
+      result = run(o);
+    });
+  program
+    .command('validate')
+    .description('check a configuration file; exit 0 if valid, 2 if not')
+    .requiredOption('-c, --config <file>', 'YAML configuration file')
+    .action((o: { config: string }) => {
+      result = Promise.resolve().then(() => {
+        loadConfig(o.config);
+        process.stdout.write(`${o.config}: ok\n`);
+        return 0;
+      });
+    });
+  program
+    .command('status')
+    .description("print the agent's election state")
+    .option('-a, --admin <host:port>', 'the admin endpoint of the agent', parseAdmin, parseAdmin(DEFAULT_ADMIN))
+    .option('--json', 'print the /status JSON as is')
+    .action((o: { admin: { host: string; port: number }; json?: boolean }) => {
+      result = status(o);
+    });
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    // commander has printed its own message (unknown option, --help, --version)
+    const code = (err as { exitCode?: number }).exitCode;
+    return code === 0 ? 0 : 2;
+  }
+  return result;
+}
+
+main(process.argv).then(
+  (code) => process.exit(code),
+  (err: unknown) => process.exit(report(err)),
+);

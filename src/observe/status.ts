@@ -1,0 +1,85 @@
+/**
+ * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
+ */
+import type { EngineStatus } from '../vrrp/engine.js';
+import type { VrrpState } from '../vrrp/state.js';
+
+/** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
+export type StatusState = 'init' | 'backup' | 'master' | 'fault';
+
+/** The RFC 9568 state as operators name it. */
+export function statusState(s: VrrpState): StatusState {
+  return s === 'initialize' ? 'init' : s === 'active' ? 'master' : s;
+}
+
+/** JSON served at GET /status and printed by `ballast status --json`. Times: ISO 8601; intervals: ms. */
+export interface StatusDocument {
+  state: StatusState;
+  vrid: number;
+  priority: number;
+  effectivePriority: number;
+  masterAddress: string | null;
+  masterPriority: number | null;
+  vips: string[];
+  vipsHeld: boolean;
+  since: string;
+  interface: string;
+  family: 4 | 6;
+  primaryAddress: string;
+  mode: 'multicast' | 'unicast';
+  advertisementIntervalMs: number;
+  masterAdverIntervalMs: number;
+  masterDownIntervalMs: number;
+  skewTimeMs: number;
+  counters: EngineStatus['counters'];
+}
+
+/** Builds the document from the engine's status and the static facts of this instance. */
+export function statusDocument(
+  s: EngineStatus,
+  fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; peers: readonly string[]; advertisementIntervalMs: number },
+): StatusDocument {
+  return {
+    state: statusState(s.state),
+    vrid: s.vrid,
+    priority: s.priority,
+    effectivePriority: s.effectivePriority,
+    masterAddress: s.masterAddress,
+    masterPriority: s.masterPriority,
+    vips: [...fixed.vips],
+    vipsHeld: s.vipsHeld,
+    since: s.since,
+    interface: fixed.interface,
+    family: fixed.family,
+    primaryAddress: fixed.primaryAddress,
+    mode: fixed.peers.length > 0 ? 'unicast' : 'multicast',
+    advertisementIntervalMs: fixed.advertisementIntervalMs,
+    masterAdverIntervalMs: s.masterAdverIntervalMs,
+    masterDownIntervalMs: round(s.masterDownIntervalMs),
+    skewTimeMs: round(s.skewTimeMs),
+    counters: s.counters,
+  };
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}
+
+/** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
+export function formatStatus(d: StatusDocument, now = Date.now()): string {
+  const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
+  const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
+  const rows: [string, string][] = [
+    ['state', `${d.state} (since ${d.since}, ${age}s ago)`],
+    ['vrid', String(d.vrid)],
+    ['priority', d.effectivePriority === d.priority ? String(d.priority) : `${d.priority} (advertising ${d.effectivePriority})`],
+    ['master', d.masterAddress === null ? 'unknown' : `${d.masterAddress}${d.masterPriority === null ? '' : ` (priority ${d.masterPriority})`}`],
+    ['vips', `${d.vips.join(', ')} (${d.vipsHeld ? 'held here' : 'not held here'})`],
+    ['interface', `${d.interface}, IPv${d.family}, ${d.mode}, source ${d.primaryAddress}`],
+    ['timers', `advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`],
+    ['adverts', `sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}`],
+    ['dropped', dropped],
+  ];
+  const w = Math.max(...rows.map(([k]) => k.length)) + 1;
+  return rows.map(([k, v]) => `${`${k}:`.padEnd(w)} ${v}`).join('\n');
+}

@@ -1,0 +1,355 @@
+/**
+ * The election engine: one VRRP virtual router with its effects. It runs inside a
+ * `worker_threads` worker (see worker.ts) so that a stalled main thread (TLS handshakes, GC, a
+ * Kubernetes list) never delays an advert or fires a Master_Down_Timer late.
+ *
+ *   raw socket ──► codec (§7.1 checks) ──► VrrpMachine ──► actions
+ *                                             ▲   │  send ──► codec ──► raw socket
+ *   timers (monotonic) ───── tick ────────────┘   │  transition ──► VIPs (rtnetlink), announce (packet socket)
+ *   rtnetlink link events ── linkUp/linkDown ─────┘
+ *
+ * Time is `performance.now()` (monotonic ms); the wall clock is used only to print `since`.
+ */
+import { performance } from 'node:perf_hooks';
+import { encodeAdvertisement, decodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6, type DropReason } from './packet.js';
+import { VrrpMachine, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
+import { PacketSocket, VrrpSocket, type ReceivedPacket } from '../native.js';
+import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
+import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
+import type { AddressFamily } from '../net/address.js';
+
+/** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
+export interface EngineOptions {
+  vrid: number;
+  /** 1..255. */
+  priority: number;
+  /** Advertisement_Interval, centiseconds. */
+  advertisementIntervalCs: number;
+  preempt: boolean;
+  /** ms. */
+  preemptDelayMs: number;
+  checksum: 'rfc5798' | 'rfc9568';
+  /** Unicast peers; empty = multicast to 224.0.0.18 / ff02::12. */
+  peers: string[];
+  vips: string[];
+  family: AddressFamily;
+  ifname: string;
+  ifindex: number;
+  /** "aa:bb:cc:dd:ee:ff" */
+  mac: string;
+  /** The source of our adverts: IPv4 primary address or IPv6 link-local address. */
+  primaryAddress: string;
+  /** Gratuitous ARP / unsolicited NA on becoming Active: frames per VIP, ms between them, ms to a second burst (0 = none). */
+  announce: { count: number; spacingMs: number; repeatAfterMs: number };
+  /** Whether the link was up (IFF_UP and IFF_RUNNING) when the main thread looked. */
+  linkRunning: boolean;
+}
+
+/** What the engine reports about itself. */
+export interface EngineStatus {
+  state: VrrpState;
+  vrid: number;
+  priority: number;
+  effectivePriority: number;
+  masterAddress: string | null;
+  masterPriority: number | null;
+  /** ISO 8601 wall-clock time when the current state was entered. */
+  since: string;
+  /** Master_Adver_Interval in ms (what the Active router advertises). */
+  masterAdverIntervalMs: number;
+  masterDownIntervalMs: number;
+  skewTimeMs: number;
+  vipsHeld: boolean;
+  counters: EngineCounters;
+}
+
+export interface EngineCounters {
+  advertsSent: number;
+  advertsReceived: number;
+  sendErrors: number;
+  /** Received packets dropped, by reason (the codec's §7.1 checks, plus `notPeer`, `own`, `malformedIpHeader`). */
+  dropped: Record<string, number>;
+  transitions: number;
+  announcementsSent: number;
+}
+
+/** Events the engine emits (to the main thread, for logs, /status and metrics). */
+export type EngineEvent =
+  | { type: 'transition'; from: VrrpState; to: VrrpState; reason: string; detail?: string; at: string }
+  | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
+
+/**
+ * One VRRP virtual router bound to one interface. Create with {@link VrrpEngine.start}, stop
+ * with {@link VrrpEngine.stop}.
+ */
+export class VrrpEngine {
+  private readonly machine: VrrpMachine;
+  private socket: VrrpSocket | null = null;
+  private packets: PacketSocket | null = null;
+  private rtnl: RtnlSocket | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private repeatTimer: NodeJS.Timeout | null = null;
+  /** Address changes run one after another, in the order the machine asked for them. */
+  private vipQueue: Promise<void> = Promise.resolve();
+  private vipsHeld = false;
+  private stopped = false;
+  private readonly counters: EngineCounters = {
+    advertsSent: 0,
+    advertsReceived: 0,
+    sendErrors: 0,
+    dropped: {},
+    transitions: 0,
+    announcementsSent: 0,
+  };
+
+  private constructor(
+    private readonly opts: EngineOptions,
+    private readonly emit: (ev: EngineEvent) => void,
+  ) {
+    this.machine = new VrrpMachine({
+      vrid: opts.vrid,
+      priority: opts.priority,
+      advertisementIntervalCs: opts.advertisementIntervalCs,
+      preempt: opts.preempt,
+      preemptDelayMs: opts.preemptDelayMs,
+      primaryAddress: opts.primaryAddress,
+    });
+  }
+
+  /**
+   * Removes VIPs left on the interface by an earlier run, opens the sockets, joins the group
+   * and starts the machine (RFC 9568 §6.4.1 Startup).
+   * @throws Error with `code` (errno name) and `syscall` when a socket cannot be opened.
+   */
+  static async start(opts: EngineOptions, emit: (ev: EngineEvent) => void): Promise<VrrpEngine> {
+    const e = new VrrpEngine(opts, emit);
+    try {
+      await e.open();
+    } catch (err) {
+      e.closeSockets();
+      throw err;
+    }
+    return e;
+  }
+
+  private async open(): Promise<void> {
+    const o = this.opts;
+    this.rtnl = openRtnl();
+    // a VIP still on the interface from an earlier run (killed agent) would make two holders
+    for (const vip of o.vips) await delVip(this.rtnl, o.ifindex, vip);
+    this.packets = PacketSocket.open(o.ifname);
+    this.socket = VrrpSocket.open(
+      { family: o.family, ifname: o.ifname, sourceAddress: o.primaryAddress },
+      (p) => this.onPacket(p),
+      (err) => this.log('error', 'VRRP socket error', { code: err.code, syscall: err.syscall, error: err.message }),
+    );
+    if (o.peers.length === 0) this.socket.joinGroup();
+    this.watchLink();
+    if (!o.linkRunning) this.feed({ type: 'linkDown', now: performance.now() });
+    this.feed({ type: 'startup', now: performance.now() });
+  }
+
+  /** Lowers or restores the priority we advertise (policy). 1..254; a no-op for the owner (255). */
+  setPriority(priority: number): void {
+    if (this.opts.priority === 255) return;
+    this.feed({ type: 'priority', now: performance.now(), priority });
+  }
+
+  /** A snapshot for `/status`. */
+  status(): EngineStatus {
+    const s = this.machine.snapshot();
+    const stats = this.socket?.stats();
+    const dropped = { ...this.counters.dropped };
+    if (stats && stats.malformedIpHeader > 0) dropped.malformedIpHeader = stats.malformedIpHeader;
+    return {
+      state: s.state,
+      vrid: this.opts.vrid,
+      priority: s.priority,
+      effectivePriority: s.effectivePriority,
+      masterAddress: s.masterAddress,
+      masterPriority: s.masterPriority,
+      since: new Date(performance.timeOrigin + s.since).toISOString(),
+      masterAdverIntervalMs: s.masterAdverIntervalCs * 10,
+      masterDownIntervalMs: s.masterDownIntervalMs,
+      skewTimeMs: s.skewTimeMs,
+      vipsHeld: this.vipsHeld,
+      counters: { ...this.counters, dropped },
+    };
+  }
+
+  /**
+   * RFC 9568 §6.4.3 Shutdown: an Active router sends priority 0 (so a Backup takes over after
+   * Skew_Time), then the VIPs are removed and every socket closed. Idempotent.
+   */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.feed({ type: 'shutdown', now: performance.now() });
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.repeatTimer) clearTimeout(this.repeatTimer);
+    await this.vipQueue;
+    this.closeSockets();
+  }
+
+  private closeSockets(): void {
+    this.socket?.close();
+    this.packets?.close();
+    this.rtnl?.close();
+    this.socket = null;
+    this.packets = null;
+    this.rtnl = null;
+  }
+
+  private feed(ev: MachineEvent): void {
+    if (this.stopped) return;
+    this.apply(this.machine.handle(ev));
+    this.schedule();
+  }
+
+  /** Sleeps until the machine's next deadline, then ticks. */
+  private schedule(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const due = this.machine.nextDeadline();
+    if (due === null || this.stopped) return;
+    this.timer = setTimeout(() => this.feed({ type: 'tick', now: performance.now() }), Math.max(0, Math.ceil(due - performance.now())));
+  }
+
+  private apply(actions: MachineAction[]): void {
+    for (const a of actions) {
+      if (a.type === 'send') this.sendAdvert(a.priority);
+      else this.onTransition(a);
+    }
+  }
+
+  private sendAdvert(priority: number): void {
+    const o = this.opts;
+    const dests = o.peers.length > 0 ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+    for (const destination of dests) {
+      try {
+        const pkt = encodeAdvertisement(
+          { vrid: o.vrid, priority, maxAdvertIntervalCs: o.advertisementIntervalCs, addresses: o.vips },
+          { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination },
+        );
+        this.socket?.send(pkt, destination);
+        this.counters.advertsSent++;
+      } catch (err) {
+        this.counters.sendErrors++;
+        // one line per error kind would be better under a storm; the counter carries the rate
+        if (this.counters.sendErrors <= 10 || this.counters.sendErrors % 100 === 0) {
+          this.log('warn', 'cannot send advertisement', { destination, error: (err as Error).message, sendErrors: this.counters.sendErrors });
+        }
+      }
+    }
+  }
+
+  private onTransition(t: Extract<MachineAction, { type: 'transition' }>): void {
+    this.counters.transitions++;
+    const at = new Date().toISOString();
+    this.emit(t.detail === undefined ? { type: 'transition', from: t.from, to: t.to, reason: t.reason, at } : { ...t, at });
+    if (t.to === 'active') {
+      this.enqueue(() => this.acquire());
+    } else if (t.from === 'active') {
+      if (this.repeatTimer) clearTimeout(this.repeatTimer);
+      this.repeatTimer = null;
+      this.enqueue(() => this.release());
+    }
+  }
+
+  private enqueue(job: () => Promise<void>): void {
+    this.vipQueue = this.vipQueue.then(job).catch((err: unknown) => {
+      this.log('error', 'address change failed', { error: (err as Error).message, code: netlinkErrno(err) });
+    });
+  }
+
+  /** Adds the VIPs, then announces them (RFC 9568 §6.4.1: gratuitous ARP / unsolicited NA). */
+  private async acquire(): Promise<void> {
+    if (!this.rtnl || this.machine.state !== 'active') return;
+    for (const vip of this.opts.vips) await addVip(this.rtnl, this.opts.ifindex, vip);
+    this.vipsHeld = true;
+    await this.announce();
+    const { repeatAfterMs } = this.opts.announce;
+    if (repeatAfterMs > 0) {
+      this.repeatTimer = setTimeout(() => {
+        this.repeatTimer = null;
+        if (this.machine.state === 'active') this.enqueue(() => this.announce());
+      }, repeatAfterMs);
+    }
+  }
+
+  private async release(): Promise<void> {
+    if (!this.rtnl) return;
+    for (const vip of this.opts.vips) await delVip(this.rtnl, this.opts.ifindex, vip);
+    this.vipsHeld = false;
+  }
+
+  private async announce(): Promise<void> {
+    const { count, spacingMs } = this.opts.announce;
+    const mac = parseMac(this.opts.mac);
+    const frames = this.opts.vips.map((v) => (this.opts.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
+    for (let i = 0; i < count; i++) {
+      if (i > 0 && spacingMs > 0) await new Promise((r) => setTimeout(r, spacingMs));
+      if (this.machine.state !== 'active' || !this.packets) return;
+      for (const f of frames) {
+        try {
+          this.packets.send(f);
+          this.counters.announcementsSent++;
+        } catch (err) {
+          this.log('warn', 'cannot send announcement', { error: (err as Error).message });
+        }
+      }
+    }
+  }
+
+  private onPacket(p: ReceivedPacket): void {
+    const o = this.opts;
+    if (p.source === o.primaryAddress) return this.drop('own');
+    if (o.peers.length > 0 && !o.peers.includes(p.source)) return this.drop('notPeer');
+    const multicast = p.destination === VRRP_MULTICAST_V4 || p.destination === VRRP_MULTICAST_V6;
+    const r = decodeAdvertisement(
+      p.payload,
+      { family: o.family, source: p.source, destination: p.destination, ttl: p.ttl, checkTtl: multicast },
+      o.vrid,
+    );
+    if (!r.ok) {
+      this.drop(r.reason);
+      if (r.reason === 'vrrpv2') this.warnOnce('vrrpv2', 'a VRRPv2 router is advertising; ballast speaks VRRPv3 only', { source: p.source, detail: r.detail });
+      return;
+    }
+    this.counters.advertsReceived++;
+    this.feed({ type: 'advert', now: performance.now(), priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
+  }
+
+  private drop(reason: DropReason | 'own' | 'notPeer'): void {
+    this.counters.dropped[reason] = (this.counters.dropped[reason] ?? 0) + 1;
+  }
+
+  private readonly warned = new Set<string>();
+  private warnOnce(key: string, msg: string, fields: Record<string, unknown>): void {
+    if (this.warned.has(key)) return;
+    this.warned.add(key);
+    this.log('warn', msg, fields);
+  }
+
+  /** Follows IFF_RUNNING on our interface through RTNLGRP_LINK notifications (rtnetlink(7)). */
+  private watchLink(): void {
+    const raw = this.rtnl?.raw;
+    if (!raw) return;
+    raw.addMembership('LINK');
+    let running = this.opts.linkRunning;
+    raw.on('message', (msgs) => {
+      for (const m of msgs) {
+        if (m.kind !== 'link' || m.data.index !== this.opts.ifindex) continue;
+        const now = Boolean(m.data.flags?.up && m.data.flags?.running);
+        if (now === running) continue;
+        running = now;
+        this.log('info', now ? 'link up' : 'link down', { interface: this.opts.ifname });
+        this.feed({ type: now ? 'linkUp' : 'linkDown', now: performance.now() });
+      }
+    });
+  }
+
+  private log(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>): void {
+    this.emit(fields ? { type: 'log', level, msg, fields } : { type: 'log', level, msg });
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * The main thread's handle on the election worker (worker.ts): starts it, asks it for status,
+ * passes priority changes, and stops it.
+ */
+import { Worker } from 'node:worker_threads';
+import type { EngineEvent, EngineOptions, EngineStatus } from './engine.js';
+import type { FromWorker, ToWorker } from './worker.js';
+
+/** The engine could not start; `code`/`syscall` come from the failing call (errno name). */
+export class EngineStartError extends Error {
+  constructor(message: string, readonly code?: string, readonly syscall?: string) {
+    super(message);
+    this.name = 'EngineStartError';
+  }
+}
+
+/** A running election worker. */
+export class VrrpHost {
+  private nextId = 1;
+  private readonly pending = new Map<number, (s: EngineStatus) => void>();
+  private stopping: Promise<void> | null = null;
+  private exited = false;
+
+  private constructor(
+    private readonly worker: Worker,
+    /** Called for transitions and log events, and with `crash` if the worker dies unasked. */
+    private readonly onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void,
+  ) {}
+
+  /**
+   * Starts the worker and waits until the engine has joined the group.
+   * @throws EngineStartError when the engine cannot open its sockets or the worker dies first.
+   */
+  static start(opts: EngineOptions, onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void): Promise<VrrpHost> {
+    const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: opts });
+    const host = new VrrpHost(worker, onEvent);
+    return new Promise((resolve, reject) => {
+      let started = false;
+      worker.on('message', (m: FromWorker) => {
+        switch (m.type) {
+          case 'started':
+            started = true;
+            resolve(host);
+            break;
+          case 'failed':
+            reject(new EngineStartError(m.error.message, m.error.code, m.error.syscall));
+            break;
+          case 'status':
+            host.pending.get(m.id)?.(m.status);
+            host.pending.delete(m.id);
+            break;
+          case 'stopped':
+            break;
+          default:
+            onEvent(m);
+        }
+      });
+      worker.on('error', (err) => {
+        if (!started) reject(new EngineStartError(`election worker failed: ${err.message}`));
+        else onEvent({ type: 'crash', error: err });
+      });
+      worker.on('exit', (code) => {
+        host.exited = true;
+        if (!started) reject(new EngineStartError(`election worker exited with code ${code} before starting`));
+        else if (!host.stopping) onEvent({ type: 'crash', error: new Error(`election worker exited with code ${code}`) });
+      });
+    });
+  }
+
+  /** The engine's status; rejects after `timeoutMs` (ms) if the worker does not answer. */
+  status(timeoutMs = 1000): Promise<EngineStatus> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error('the election worker did not answer'));
+      }, timeoutMs);
+      this.pending.set(id, (s) => {
+        clearTimeout(t);
+        resolve(s);
+      });
+      this.send({ type: 'status', id });
+    });
+  }
+
+  /** Sets the advertised priority (1..254). */
+  setPriority(priority: number): void {
+    this.send({ type: 'priority', priority });
+  }
+
+  /**
+   * Asks the engine to shut down (priority 0 if Active, VIPs removed) and waits for the worker
+   * to exit; after `timeoutMs` (ms) the worker is terminated.
+   */
+  stop(timeoutMs = 3000): Promise<void> {
+    if (this.stopping) return this.stopping;
+    this.stopping = new Promise<void>((resolve) => {
+      if (this.exited) return resolve();
+      const t = setTimeout(() => void this.worker.terminate(), timeoutMs);
+      this.worker.once('exit', () => {
+        clearTimeout(t);
+        resolve();
+      });
+      this.send({ type: 'shutdown' });
+    });
+    return this.stopping;
+  }
+
+  private send(m: ToWorker): void {
+    if (!this.exited) this.worker.postMessage(m);
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * The worker_threads entry point of the election engine. The main thread sends
+ * {@link ToWorker} messages and receives {@link FromWorker} ones; see host.ts for the other side.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineStatus } from './engine.js';
+
+/** Main thread → worker. */
+export type ToWorker =
+  | { type: 'status'; id: number }
+  | { type: 'priority'; priority: number }
+  | { type: 'shutdown' };
+
+/** Worker → main thread. */
+export type FromWorker =
+  | EngineEvent
+  | { type: 'started'; status: EngineStatus }
+  | { type: 'status'; id: number; status: EngineStatus }
+  | { type: 'failed'; error: { message: string; code?: string; syscall?: string } }
+  | { type: 'stopped' };
+
+const port = parentPort;
+if (!port) throw new Error('vrrp/worker.ts must run in a worker thread');
+const post = (m: FromWorker): void => port.postMessage(m);
+
+let engine: VrrpEngine | null = null;
+try {
+  engine = await VrrpEngine.start(workerData as EngineOptions, post);
+  post({ type: 'started', status: engine.status() });
+} catch (err) {
+  const e = err as Error & { code?: string; syscall?: string };
+  post({ type: 'failed', error: { message: e.message, ...(e.code ? { code: e.code } : {}), ...(e.syscall ? { syscall: e.syscall } : {}) } });
+  port.close();
+}
+
+port.on('message', (m: ToWorker) => {
+  if (!engine) return;
+  if (m.type === 'status') post({ type: 'status', id: m.id, status: engine.status() });
+  else if (m.type === 'priority') engine.setPriority(m.priority);
+  else if (m.type === 'shutdown') {
+    void engine.stop().then(() => {
+      post({ type: 'stopped' });
+      port.close();
+    });
+  }
+});
