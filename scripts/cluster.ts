@@ -1,0 +1,157 @@
+/**
+ * ballast agents on a lab (scripts/lab.ts): writes each node's config, starts
+ * `node dist/src/cli.js run` inside the node's network namespace, and reads its state through
+ * `ballast status --json` run in the same namespace. Used by the demo and the integration tests.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import type { Lab, LabNode, LabProcess } from './lab.js';
+import { packageRoot } from './lab.js';
+import type { StatusDocument } from '../src/observe/status.js';
+
+/** What varies between agents in a test; everything else has the lab's defaults. */
+export interface AgentSettings {
+  priority: number;
+  vrid?: number;
+  /** e.g. "100ms" (default). */
+  advertisementInterval?: string;
+  preempt?: boolean;
+  preemptDelay?: string;
+  checksum?: 'rfc5798' | 'rfc9568';
+  peers?: string[];
+  /** IPv4 (default) or IPv6 VIP. */
+  family?: 4 | 6;
+  /** Extra top-level keys merged into the YAML. */
+  extra?: Record<string, unknown>;
+}
+
+/** The YAML config for `node` (pure). */
+export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
+  const doc: Record<string, unknown> = {
+    interface: node.ifname,
+    vrrp: {
+      vrid: s.vrid ?? 51,
+      priority: s.priority,
+      advertisementInterval: s.advertisementInterval ?? '100ms',
+      preempt: s.preempt ?? true,
+      preemptDelay: s.preemptDelay ?? '0s',
+      peers: s.peers ?? [],
+      checksum: s.checksum ?? 'rfc5798',
+    },
+    vips: [s.family === 6 ? lab.vip6 : lab.vip4],
+    admin: { listen: '127.0.0.1:9641' },
+    log: { level: 'info' },
+    ...s.extra,
+  };
+  return stringify(doc);
+}
+
+/** A running agent in a lab node. */
+export class LabAgent {
+  constructor(
+    readonly lab: Lab,
+    readonly node: LabNode,
+    readonly proc: LabProcess,
+    readonly configPath: string,
+  ) {}
+
+  /** `ballast status --json` inside the node's namespace. @throws when the agent does not answer. */
+  async status(): Promise<StatusDocument> {
+    const r = await this.lab.exec(this.node.netns, [process.execPath, cliPath(), 'status', '--json'], { timeoutMs: 5000, allowFail: true });
+    if (r.code !== 0) throw new Error(`ballast status on ${this.node.name} exited ${r.code}: ${r.stderr.trim()}`);
+    return JSON.parse(r.stdout) as StatusDocument;
+  }
+
+  /** The agent's JSON log lines so far, parsed (non-JSON lines skipped). */
+  logLines(): Record<string, unknown>[] {
+    return this.proc
+      .output()
+      .split('\n')
+      .flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      });
+  }
+
+  /** Stops the agent with `signal` and returns its exit status (null if killed by a signal). */
+  stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    return this.proc.stop(signal, 5000);
+  }
+}
+
+/** The compiled CLI. */
+export function cliPath(): string {
+  return join(packageRoot(), 'dist', 'src', 'cli.js');
+}
+
+/** Writes the config and starts `ballast run` in `node`; resolves once its admin endpoint answers. */
+export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Promise<LabAgent> {
+  const configPath = join(lab.dir, `${node.name}-ballast.yaml`);
+  writeFileSync(configPath, agentConfig(lab, node, s));
+  const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
+    logFile: join(lab.dir, `${node.name}-ballast.log`),
+  });
+  const agent = new LabAgent(lab, node, proc, configPath);
+  let exited: number | null | undefined;
+  void proc.exited.then((c) => (exited = c));
+  await waitFor(
+    async () => {
+      if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
+      return agent.status().then(() => true, () => false);
+    },
+    (ok) => ok,
+    { timeoutMs: 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
+  );
+  return agent;
+}
+
+/**
+ * Polls `probe` until `done(value)` holds; returns that value.
+ * @throws Error naming `what` after `timeoutMs` (ms).
+ */
+export async function waitFor<T>(
+  probe: () => Promise<T>,
+  done: (v: T) => boolean,
+  o: { timeoutMs: number; intervalMs?: number; what: string },
+): Promise<T> {
+  const until = Date.now() + o.timeoutMs;
+  let last: T | undefined;
+  for (;;) {
+    last = await probe();
+    if (done(last)) return last;
+    if (Date.now() > until) throw new Error(`timed out after ${o.timeoutMs} ms waiting for ${o.what}; last: ${JSON.stringify(last)}`);
+    await new Promise((r) => setTimeout(r, o.intervalMs ?? 50));
+  }
+}
+
+/** Waits until exactly one node holds `vip` and returns it. */
+export async function waitForSingleHolder(lab: Lab, vip: string, timeoutMs = 10_000): Promise<LabNode> {
+  const h = await waitFor(() => lab.holders(vip), (hs) => hs.length === 1, { timeoutMs, what: `exactly one holder of ${vip}` });
+  return h[0]!;
+}
+
+/**
+ * Partitions the lab for VRRP only: a bridge-family nftables table in the LAN namespace drops
+ * IP protocol 112 between the nodes (everything else still flows), or removes that table.
+ */
+export async function blockVrrp(lab: Lab, block: boolean): Promise<void> {
+  const lan = lab.lan;
+  await lab.exec(lan, ['nft', 'delete', 'table', 'bridge', 'ballast_lab'], { allowFail: true });
+  if (!block) return;
+  const rules = [
+    'add table bridge ballast_lab',
+    'add chain bridge ballast_lab forward { type filter hook forward priority 0; policy accept; }',
+    'add rule bridge ballast_lab forward ether type ip ip protocol 112 drop',
+    'add rule bridge ballast_lab forward ether type ip6 meta l4proto 112 drop',
+  ];
+  await lab.exec(lan, ['sh', '-c', `printf '%s\\n' ${rules.map((r) => `'${r}'`).join(' ')} | nft -f -`]);
+}
+
+/** A compiled helper script under dist/scripts. */
+export function scriptPath(name: string): string {
+  return join(packageRoot(), 'dist', 'scripts', name);
+}
