@@ -152,8 +152,10 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     stopping ??= (async () => {
       log.info('stopping: resigning (priority 0) if master, removing the VIPs');
       await host?.stop();
-      await new Promise<void>((r) => admin.close(() => r()));
+      // close() waits for open connections; a status client must not hold up the exit
+      const closed = new Promise<void>((r) => admin.close(() => r()));
       admin.closeAllConnections();
+      await closed;
       log.info('stopped');
       finish(0);
     })();

@@ -1,0 +1,104 @@
+/**
+ * The `ballast` command as an operator runs it (the compiled CLI, a child process each time).
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliPath } from '../../scripts/cluster.js';
+
+interface Run { code: number; stdout: string; stderr: string }
+
+function ballast(args: string[], netns?: string): Promise<Run> {
+  const argv = netns ? ['ip', 'netns', 'exec', netns, process.execPath, cliPath(), ...args] : [process.execPath, cliPath(), ...args];
+  return new Promise((resolve) => {
+    execFile(argv[0]!, argv.slice(1), { timeout: 15_000 }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+const root = process.getuid?.() === 0;
+let dir: string;
+const good = `vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 100ms\nvips: [10.79.0.100]\n`;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'ballast-cli-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('ballast validate', () => {
+  it('accepts a valid file', async () => {
+    writeFileSync(join(dir, 'good.yaml'), good);
+    const r = await ballast(['validate', '--config', join(dir, 'good.yaml')]);
+    expect(r).toMatchObject({ code: 0, stdout: `${join(dir, 'good.yaml')}: ok\n` });
+  });
+  it('lists every bad field with its reason and exits 2', async () => {
+    const f = join(dir, 'bad.yaml');
+    writeFileSync(f, `vrrp:\n  vrid: 0\n  priority: 300\n  advertisementInterval: 105ms\n  checksum: md5\nvips: [10.79.0.100, fd00::1]\n`);
+    const r = await ballast(['validate', '--config', f]);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    for (const field of ['vrrp.vrid', 'vrrp.priority', 'vrrp.advertisementInterval', 'vrrp.checksum', 'vips[1]']) {
+      expect(r.stderr).toContain(field);
+    }
+    expect(r.stderr).toContain('BALLAST_E_CONFIG');
+  });
+  it('a missing file is a read error, exit 2', async () => {
+    const r = await ballast(['validate', '--config', join(dir, 'nope.yaml')]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('BALLAST_E_CONFIG_READ');
+  });
+});
+
+describe('ballast status', () => {
+  it('exits 3 with a clear message when no agent answers', async () => {
+    const r = await ballast(['status', '--admin', '127.0.0.1:1']);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toMatch(/no agent answers at 127\.0\.0\.1:1: .*BALLAST_E_STATUS_UNREACHABLE/);
+  });
+  it('rejects a malformed --admin', async () => {
+    const r = await ballast(['status', '--admin', 'localhost']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('expected host:port');
+  });
+});
+
+describe('ballast (commander)', () => {
+  it('--help exits 0 and lists the commands', async () => {
+    const r = await ballast(['--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/run \[options\]/);
+    expect(r.stdout).toMatch(/status \[options\]/);
+  });
+  it('an unknown command exits 2', async () => {
+    expect((await ballast(['frobnicate'])).code).toBe(2);
+  });
+});
+
+describe.skipIf(!root)('ballast run: the host does not fit (root; in an empty namespace)', () => {
+  const ns = 'bcli-x';
+  beforeAll(async () => {
+    await new Promise((r) => execFile('ip', ['netns', 'del', ns], () => r(null)));
+    await new Promise((r, j) => execFile('ip', ['netns', 'add', ns], (e) => (e ? j(e) : r(null))));
+  });
+  afterAll(async () => {
+    await new Promise((r) => execFile('ip', ['netns', 'del', ns], () => r(null)));
+  });
+  it('no interface holds the VIP subnet: exit 2, BALLAST_E_NO_INTERFACE', async () => {
+    writeFileSync(join(dir, 'noif.yaml'), good);
+    const r = await ballast(['run', '--config', join(dir, 'noif.yaml')], ns);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('no interface has a subnet that holds 10.79.0.100');
+    expect(r.stderr).toContain('BALLAST_E_NO_INTERFACE');
+  });
+  it('a named interface that does not exist: exit 2, BALLAST_E_INTERFACE_NOT_FOUND', async () => {
+    writeFileSync(join(dir, 'badif.yaml'), `interface: eth9\n${good}`);
+    const r = await ballast(['run', '--config', join(dir, 'badif.yaml')], ns);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('interface eth9 does not exist');
+    expect(r.stderr).toContain('BALLAST_E_INTERFACE_NOT_FOUND');
+  });
+});

@@ -1,0 +1,73 @@
+import { describe, expect, it } from 'vitest';
+import { formatStatus, statusDocument, statusState } from '../../src/observe/status.js';
+import type { EngineStatus } from '../../src/vrrp/engine.js';
+
+const engine: EngineStatus = {
+  state: 'active',
+  vrid: 51,
+  priority: 150,
+  effectivePriority: 150,
+  masterAddress: '10.0.0.11',
+  masterPriority: 150,
+  since: '2026-11-29T20:00:00.000Z',
+  masterAdverIntervalMs: 100,
+  masterDownIntervalMs: 341.40625,
+  skewTimeMs: 41.40625,
+  vipsHeld: true,
+  counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 0, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5 },
+};
+const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', peers: [], advertisementIntervalMs: 100 };
+
+describe('status document', () => {
+  it('maps RFC states to operator names', () => {
+    expect(statusState('initialize')).toBe('init');
+    expect(statusState('active')).toBe('master');
+    expect(statusState('backup')).toBe('backup');
+    expect(statusState('fault')).toBe('fault');
+  });
+  it('has the fields operators and tools rely on', () => {
+    const d = statusDocument(engine, fixed);
+    expect(d).toEqual({
+      state: 'master',
+      vrid: 51,
+      priority: 150,
+      effectivePriority: 150,
+      masterAddress: '10.0.0.11',
+      masterPriority: 150,
+      vips: ['10.0.0.100'],
+      vipsHeld: true,
+      since: '2026-11-29T20:00:00.000Z',
+      interface: 'eth0',
+      family: 4,
+      primaryAddress: '10.0.0.11',
+      mode: 'multicast',
+      advertisementIntervalMs: 100,
+      masterAdverIntervalMs: 100,
+      masterDownIntervalMs: 341.406,
+      skewTimeMs: 41.406,
+      counters: engine.counters,
+    });
+    expect(statusDocument(engine, { ...fixed, peers: ['10.0.0.12'] }).mode).toBe('unicast');
+  });
+  it('prints for a person', () => {
+    const text = formatStatus(statusDocument(engine, fixed), Date.parse('2026-11-29T20:00:42.000Z'));
+    expect(text.split('\n')).toEqual([
+      'state:     master (since 2026-11-29T20:00:00.000Z, 42s ago)',
+      'vrid:      51',
+      'priority:  150',
+      'master:    10.0.0.11 (priority 150)',
+      'vips:      10.0.0.100 (held here)',
+      'interface: eth0, IPv4, multicast, source 10.0.0.11',
+      'timers:    advert 100 ms, master advert 100 ms, master down 341.406 ms',
+      'adverts:   sent 12, received 3, send errors 0',
+      'dropped:   checksum=2 vrid=7',
+    ]);
+  });
+  it('shows a lowered priority and an unknown master', () => {
+    const d = statusDocument({ ...engine, state: 'backup', effectivePriority: 90, masterAddress: null, masterPriority: null, vipsHeld: false }, fixed);
+    const text = formatStatus(d, Date.parse('2026-11-29T20:00:00.000Z'));
+    expect(text).toContain('priority:  150 (advertising 90)');
+    expect(text).toContain('master:    unknown');
+    expect(text).toContain('(not held here)');
+  });
+});
