@@ -1,0 +1,399 @@
+/**
+ * The one typed door to the native addon (build/Release/ballast.node, sources in native/).
+ *
+ * The addon's shape is declared once here ({@link Addon}); nothing else loads it. Wrappers
+ * check their arguments before crossing (TypeError naming the argument), and the C++ side checks
+ * again. Every failure of a system call arrives as a {@link NativeError}: `code` is the errno name
+ * ("ENODEV"), `errno` the positive errno(3) value, `syscall` the call that failed
+ * ("setsockopt(IP_ADD_MEMBERSHIP)"), and the message reads
+ * "setsockopt(IP_ADD_MEMBERSHIP) failed on eth0: EADDRINUSE (Address already in use)".
+ *
+ * The addon is context-aware: it may be loaded in the main thread and in any number of
+ * worker_threads Workers; sockets belong to the thread that opened them and are closed when that
+ * thread's environment is torn down (worker.terminate(), process.exit() in a worker).
+ *
+ * The addon is loaded on first use, not on import, so modules that import this one can be
+ * unit-tested on a machine where it is not built.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { isIPv4, isIPv6 } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createError } from './errors.js';
+
+// ---------------------------------------------------------------------------------------------
+// Public shapes
+
+/** An error from a failed system call in the addon. Branch on `code`, never on `message`. */
+export interface NativeError extends Error {
+  /** errno name, e.g. "EPERM", "ENODEV", "EADDRINUSE" ("E<n>" if the C library has no name). */
+  code: string;
+  /** errno(3) value, positive (unlike node's libuv errors, which are negative). */
+  errno: number;
+  /** The call that failed, e.g. "socket(AF_INET, SOCK_RAW, 112)", "setsockopt(SO_BINDTODEVICE)", "sendmsg". */
+  syscall: string;
+}
+
+/** True when `e` is an Error carrying the `code`, `errno` and `syscall` of a {@link NativeError}. */
+export function isNativeError(e: unknown): e is NativeError {
+  if (!(e instanceof Error)) return false;
+  const fields = e as Error & { code?: unknown; errno?: unknown; syscall?: unknown };
+  return typeof fields.code === 'string' && typeof fields.errno === 'number' && typeof fields.syscall === 'string';
+}
+
+/** One VRRP datagram as received (the IP header is not included). */
+export interface ReceivedPacket {
+  /** The VRRP packet: header and addresses, exactly the IP payload (no link-layer padding). */
+  payload: Buffer;
+  /** IP source address, e.g. "10.0.0.2" or "fe80::1" (no zone: the zone is `ifindex`). */
+  source: string;
+  /** IP destination address: "224.0.0.18", "ff02::12", or a unicast address of this host. */
+  destination: string;
+  /** IPv4 TTL or IPv6 hop limit as received, 0..255 (RFC 9568 §5.1.1.3, §5.1.2.3: must be 255). */
+  ttl: number;
+  /** Index of the interface the datagram arrived on. */
+  ifindex: number;
+}
+
+/** Options of {@link VrrpSocket.open}. */
+export interface VrrpSocketOptions {
+  /** 4: IPv4 raw socket (man 7 raw, man 7 ip); 6: IPv6 raw socket (man 7 ipv6). */
+  family: 4 | 6;
+  /** Interface name, 1..15 bytes (IFNAMSIZ - 1), e.g. "eth0". */
+  ifname: string;
+  /**
+   * Source address of every datagram sent. IPv4: normally the interface's primary address;
+   * IPv6: a link-local address of the interface (RFC 9568 §5.1.2.1), without a zone.
+   * Must be assigned to the host (IPv6: and not tentative). Omitted: the kernel chooses.
+   */
+  sourceAddress?: string;
+}
+
+/** Counters of a {@link VrrpSocket} since it was opened. */
+export interface VrrpSocketStats {
+  /** Datagrams delivered to `onPacket`. */
+  received: number;
+  /** Datagrams dropped because their IPv4 header could not be parsed (IHL < 5, wrong version, total length beyond what was received). */
+  malformedIpHeader: number;
+  /** Datagrams handed to the kernel by {@link VrrpSocket.send}. */
+  sent: number;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The addon's shape (native/addon.cc, native/vrrp_socket.cc, native/packet_socket.cc)
+
+/** The raw VrrpSocket object of the addon. Methods throw as documented on {@link VrrpSocket}. */
+interface RawVrrpSocket {
+  readonly ifindex: number;
+  joinGroup(): void;
+  leaveGroup(): void;
+  send(payload: Buffer, destination: string): void;
+  stats(): VrrpSocketStats;
+  ref(): void;
+  unref(): void;
+  close(): void;
+}
+
+/** The raw PacketSocket object of the addon. */
+interface RawPacketSocket {
+  readonly ifindex: number;
+  /** A fresh 6-byte copy on each read. */
+  readonly hardwareAddress: Buffer;
+  send(frame: Buffer): void;
+  close(): void;
+}
+
+/** What build/Release/ballast.node exports. */
+interface Addon {
+  VrrpSocket: new (
+    family: 4 | 6,
+    ifname: string,
+    sourceAddress: string | undefined,
+    onPacket: (packet: ReceivedPacket) => void,
+    onError: (error: NativeError) => void,
+  ) => RawVrrpSocket;
+  PacketSocket: new (ifname: string) => RawPacketSocket;
+}
+
+function isAddon(value: unknown): value is Addon {
+  if (typeof value !== 'object' || value === null) return false;
+  const exports = value as { VrrpSocket?: unknown; PacketSocket?: unknown };
+  return typeof exports.VrrpSocket === 'function' && typeof exports.PacketSocket === 'function';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+/**
+ * The package root: the nearest directory above this file whose package.json is ballast's.
+ * This file runs as src/native.ts (vitest) and as dist/src/native.js (after tsc).
+ */
+function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const manifest = join(dir, 'package.json');
+    if (existsSync(manifest)) {
+      try {
+        const parsed: unknown = JSON.parse(readFileSync(manifest, 'utf8'));
+        if (typeof parsed === 'object' && parsed !== null && (parsed as { name?: unknown }).name === 'ballast') return dir;
+      } catch {
+        // not ours (or unreadable): keep walking up
+      }
+    }
+    const parent = dirname(dir);
+    if (parent === dir) throw new Error(`ballast: no package.json of "ballast" above ${fileURLToPath(import.meta.url)}`);
+    dir = parent;
+  }
+}
+
+/** Absolute path of the addon: <package root>/build/Release/ballast.node. */
+export function addonPath(): string {
+  return join(packageRoot(), 'build', 'Release', 'ballast.node');
+}
+
+let addon: Addon | undefined;
+
+/**
+ * Loads the addon once per thread (each Worker gets its own instance).
+ * @throws BallastError BALLAST_E_ADDON_MISSING when the file is absent, fails to load, or does
+ *   not export the expected classes; the loader's error is the `cause`.
+ */
+function native(): Addon {
+  if (addon !== undefined) return addon;
+  const path = addonPath();
+  if (!existsSync(path)) {
+    throw createError('BALLAST_E_ADDON_MISSING', `the native addon is not built (no ${path}): run \`npm run build:native\``);
+  }
+  let loaded: unknown;
+  try {
+    loaded = createRequire(import.meta.url)(path);
+  } catch (err) {
+    throw createError(
+      'BALLAST_E_ADDON_MISSING',
+      `the native addon ${path} failed to load (${(err as Error).message}): rebuild it with \`npm run build:native\``,
+      { cause: err },
+    );
+  }
+  if (!isAddon(loaded)) {
+    throw createError('BALLAST_E_ADDON_MISSING', `${path} is not ballast's addon (no VrrpSocket / PacketSocket): rebuild it with \`npm run build:native\``);
+  }
+  addon = loaded;
+  return addon;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks (the C++ side checks again)
+
+const MAX_PAYLOAD = 1500;
+const MIN_FRAME = 14; // destination, source, EtherType
+const MAX_FRAME = 1518; // 1500-byte MTU + Ethernet header + one 802.1Q tag, no FCS
+
+function checkIfname(ifname: unknown): asserts ifname is string {
+  // man 7 netdevice: IFNAMSIZ - 1 bytes; the kernel also refuses "/", ":" and whitespace
+  if (typeof ifname !== 'string' || ifname.length === 0 || Buffer.byteLength(ifname) > 15 || /[\s/:\0]/.test(ifname)) {
+    throw new TypeError(`ifname must be an interface name of 1 to 15 bytes, got ${JSON.stringify(ifname)}`);
+  }
+}
+
+/** fe80::/10, for an address that passed isIPv6: the first group is exactly fe80..febf. */
+function isLinkLocal6(address: string): boolean {
+  return /^fe[89ab][0-9a-f]:/i.test(address);
+}
+
+function checkAddress(name: string, value: unknown, family: 4 | 6): asserts value is string {
+  // zones ("%eth0") are refused: the socket's interface is the zone
+  const ok = typeof value === 'string' && !value.includes('%') && (family === 4 ? isIPv4(value) : isIPv6(value));
+  if (!ok) throw new TypeError(`${name} must be an IPv${family} address, got ${JSON.stringify(value)}`);
+}
+
+function checkBuffer(name: string, value: unknown, min: number, max: number): asserts value is Buffer {
+  if (!Buffer.isBuffer(value)) throw new TypeError(`${name} must be a Buffer`);
+  if (value.length < min || value.length > max) {
+    throw new TypeError(`${name} must be ${min} to ${max} bytes long, got ${value.length}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// VRRP raw socket
+
+/**
+ * A raw IP socket for VRRP (IP protocol 112) on one interface, IPv4 or IPv6.
+ *
+ * Sends with TTL / hop limit 255 (RFC 9568 §5.1.1.3, §5.1.2.3), DSCP CS6 (IP_TOS /
+ * IPV6_TCLASS 0xc0), multicast loopback off, multicast out of this interface; the kernel writes
+ * the IP header (man 7 raw), and for IPv6 does not touch the VRRP checksum (no IPV6_CHECKSUM:
+ * the codec computes it over the pseudo-header). Receives through libuv on the event loop of the
+ * thread that opened it; it never blocks. An open socket keeps that event loop alive unless
+ * {@link VrrpSocket.unref} is called.
+ */
+export class VrrpSocket {
+  /** 4 or 6, as opened. */
+  readonly family: 4 | 6;
+  /** The interface name, as opened. */
+  readonly ifname: string;
+  /** The interface's index (SIOCGIFINDEX, man 7 netdevice), as of opening. */
+  readonly ifindex: number;
+  readonly #raw: RawVrrpSocket;
+
+  private constructor(raw: RawVrrpSocket, family: 4 | 6, ifname: string) {
+    this.#raw = raw;
+    this.family = family;
+    this.ifname = ifname;
+    this.ifindex = raw.ifindex;
+  }
+
+  /**
+   * Opens the socket, bound to `opts.ifname` (SO_BINDTODEVICE), and starts receiving at once.
+   * It does not join the multicast group: call {@link VrrpSocket.joinGroup} (unicast mode does not).
+   *
+   * @param opts family, interface and optional source address ({@link VrrpSocketOptions}).
+   * @param onPacket called for every datagram of protocol 112 arriving on the interface and
+   *   addressed to this host (a joined group, or one of its unicast addresses), with the IP
+   *   header stripped; `this` is not meaningful. An exception it throws is an uncaught exception.
+   * @param onError called when receiving fails (recvmsg or the poll reports an error); the
+   *   socket stays open.
+   * @returns the open socket; close it with {@link VrrpSocket.close}.
+   * @throws TypeError when an argument is invalid (family not 4 or 6, bad ifname, sourceAddress
+   *   not an address of the family (IPv6: not link-local), a callback not a function).
+   * @throws NativeError e.g. EPERM from socket() without CAP_NET_RAW, ENODEV from
+   *   setsockopt(SO_BINDTODEVICE) for a missing interface, EADDRNOTAVAIL from bind when
+   *   sourceAddress is not assigned (or, IPv6, still tentative).
+   * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
+   */
+  static open(opts: VrrpSocketOptions, onPacket: (p: ReceivedPacket) => void, onError: (e: NativeError) => void): VrrpSocket {
+    if (typeof opts !== 'object' || opts === null) throw new TypeError('opts must be an object');
+    const { family, ifname, sourceAddress } = opts;
+    if (family !== 4 && family !== 6) throw new TypeError(`family must be 4 or 6, got ${JSON.stringify(family)}`);
+    checkIfname(ifname);
+    if (sourceAddress !== undefined) {
+      checkAddress('sourceAddress', sourceAddress, family);
+      if (family === 6 && !isLinkLocal6(sourceAddress)) {
+        throw new TypeError(`sourceAddress must be an IPv6 link-local address (RFC 9568 §5.1.2.1), got ${JSON.stringify(sourceAddress)}`);
+      }
+    }
+    if (typeof onPacket !== 'function') throw new TypeError('onPacket must be a function');
+    if (typeof onError !== 'function') throw new TypeError('onError must be a function');
+    const { VrrpSocket: Raw } = native();
+    return new VrrpSocket(new Raw(family, ifname, sourceAddress, onPacket, onError), family, ifname);
+  }
+
+  /**
+   * Joins the VRRP group on this interface: 224.0.0.18 (IP_ADD_MEMBERSHIP with ip_mreqn, man 7 ip)
+   * or ff02::12 (IPV6_JOIN_GROUP, man 7 ipv6); RFC 9568 §5.1.1.2, §5.1.2.2.
+   * @throws NativeError EADDRINUSE when already joined; EBADF when closed.
+   */
+  joinGroup(): void {
+    this.#raw.joinGroup();
+  }
+
+  /**
+   * Leaves the VRRP group (IP_DROP_MEMBERSHIP / IPV6_LEAVE_GROUP).
+   * @throws NativeError EADDRNOTAVAIL when not joined; EBADF when closed.
+   */
+  leaveGroup(): void {
+    this.#raw.leaveGroup();
+  }
+
+  /**
+   * Sends one VRRP packet (sendmsg(2); the kernel adds the IP header, TTL / hop limit 255).
+   * Source address and interface travel with it as IP_PKTINFO / IPV6_PKTINFO.
+   * @param payload the whole VRRP packet (header, addresses; IPv6: checksum already filled in),
+   *   1..1500 bytes.
+   * @param destination an address of the socket's family, without zone: "224.0.0.18" /
+   *   "ff02::12" for multicast, a peer's address for unicast (link-local IPv6 peers are reached
+   *   through this interface).
+   * @throws TypeError when payload or destination is invalid.
+   * @throws NativeError e.g. EAGAIN / ENOBUFS (socket or queue full), ENETDOWN, ENETUNREACH,
+   *   EINVAL (sourceAddress no longer assigned), EBADF when closed.
+   */
+  send(payload: Buffer, destination: string): void {
+    checkBuffer('payload', payload, 1, MAX_PAYLOAD);
+    checkAddress('destination', destination, this.family);
+    this.#raw.send(payload, destination);
+  }
+
+  /** Counters since opening ({@link VrrpSocketStats}); still readable after close. */
+  stats(): VrrpSocketStats {
+    return this.#raw.stats();
+  }
+
+  /** Makes the open socket keep the event loop alive again (the default). No-op when closed. */
+  ref(): void {
+    this.#raw.ref();
+  }
+
+  /** Lets the event loop exit while the socket is open (uv_unref). No-op when closed. */
+  unref(): void {
+    this.#raw.unref();
+  }
+
+  /** Stops receiving and closes the socket. Idempotent; never throws. */
+  close(): void {
+    this.#raw.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packet socket
+
+/**
+ * An AF_PACKET SOCK_RAW socket bound to one interface, protocol 0 so that it receives nothing
+ * (man 7 packet): sends whole link-layer frames built by the caller (gratuitous ARP, unsolicited
+ * neighbour advertisements). Sending never blocks; it is synchronous.
+ */
+export class PacketSocket {
+  /** The interface name, as opened. */
+  readonly ifname: string;
+  /** The interface's index (SIOCGIFINDEX), as of opening. */
+  readonly ifindex: number;
+  readonly #raw: RawPacketSocket;
+  readonly #hardwareAddress: Buffer;
+
+  private constructor(raw: RawPacketSocket, ifname: string) {
+    this.#raw = raw;
+    this.ifname = ifname;
+    this.ifindex = raw.ifindex;
+    this.#hardwareAddress = raw.hardwareAddress;
+  }
+
+  /**
+   * Opens the socket on `ifname` and reads the interface's index and hardware address.
+   * @param ifname interface name, 1..15 bytes.
+   * @throws TypeError when ifname is invalid.
+   * @throws NativeError EPERM from socket() without CAP_NET_RAW; ENODEV from ioctl(SIOCGIFINDEX)
+   *   for a missing interface.
+   * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
+   */
+  static open(ifname: string): PacketSocket {
+    checkIfname(ifname);
+    const { PacketSocket: Raw } = native();
+    return new PacketSocket(new Raw(ifname), ifname);
+  }
+
+  /**
+   * The interface's hardware address as of opening (SIOCGIFHWADDR, man 7 netdevice): 6 bytes,
+   * a fresh copy on each read. All zeros on interfaces without one (loopback).
+   */
+  get hardwareAddress(): Buffer {
+    return Buffer.from(this.#hardwareAddress);
+  }
+
+  /**
+   * Sends one frame exactly as given: destination MAC, source MAC, EtherType, payload
+   * (no FCS; the kernel pads nothing on virtual links, the NIC pads short frames on real ones).
+   * @param frame 14..1518 bytes.
+   * @throws TypeError when frame is not a Buffer of that size.
+   * @throws NativeError e.g. ENETDOWN (interface down), EMSGSIZE (beyond the MTU), EAGAIN /
+   *   ENOBUFS (queue full), EBADF when closed.
+   */
+  send(frame: Buffer): void {
+    checkBuffer('frame', frame, MIN_FRAME, MAX_FRAME);
+    this.#raw.send(frame);
+  }
+
+  /** Closes the socket. Idempotent; never throws. */
+  close(): void {
+    this.#raw.close();
+  }
+}
