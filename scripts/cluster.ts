@@ -155,3 +155,8 @@ export async function blockVrrp(lab: Lab, block: boolean): Promise<void> {
 export function scriptPath(name: string): string {
   return join(packageRoot(), 'dist', 'scripts', name);
 }
+
+/** Waits until `name` is the one and only holder of `vip`. @throws after `timeoutMs` (ms). */
+export async function waitForHolder(lab: Lab, vip: string, name: string, timeoutMs = 10_000): Promise<void> {
+  await waitFor(() => lab.holders(vip), (hs) => hs.length === 1 && hs[0]!.name === name, { timeoutMs, what: `${name} to be the only holder of ${vip}` });
+}
