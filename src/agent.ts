@@ -12,6 +12,7 @@ import type { Config } from './config/index.js';
 import { createError, isBallastError, type BallastError } from './errors.js';
 import type { Logger } from './observe/log.js';
 import { startAdmin } from './observe/admin.js';
+import { createMetrics } from './observe/metrics.js';
 import { statusDocument, statusState, type StatusDocument } from './observe/status.js';
 import { chooseInterface, delVip, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from './vip/netlink.js';
 import type { EngineEvent, EngineOptions } from './vrrp/engine.js';
@@ -91,7 +92,14 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
 
   let admin: Server;
   try {
-    admin = await startAdmin(config.admin.listen.host, config.admin.listen.port, { status });
+    const metrics = createMetrics();
+    admin = await startAdmin(config.admin.listen.host, config.admin.listen.port, {
+      status,
+      metrics: async () => {
+        metrics.update(await status());
+        return { contentType: metrics.registry.contentType, body: await metrics.registry.metrics() };
+      },
+    });
   } catch (err) {
     throw createError(
       'BALLAST_E_ADMIN_LISTEN',

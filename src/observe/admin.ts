@@ -1,5 +1,6 @@
 /**
- * The admin HTTP endpoint (node:http), meant for localhost: GET /status (JSON), GET /healthz.
+ * The admin HTTP endpoint (node:http), meant for localhost: GET /status (JSON), GET /healthz,
+ * GET /metrics (Prometheus text format).
  */
 import { createServer, type Server } from 'node:http';
 import type { StatusDocument } from './status.js';
@@ -8,6 +9,8 @@ import type { StatusDocument } from './status.js';
 export interface AdminHandlers {
   /** The current status; rejects when the election worker does not answer. */
   status(): Promise<StatusDocument>;
+  /** The Prometheus exposition: content type and body. */
+  metrics(): Promise<{ contentType: string; body: string }>;
 }
 
 /**
@@ -36,7 +39,14 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       );
       return;
     }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /status or /healthz\n');
+    if (url === '/metrics') {
+      h.metrics().then(
+        (m) => res.writeHead(200, { 'content-type': m.contentType }).end(m.body),
+        (err: Error) => res.writeHead(503, { 'content-type': 'text/plain' }).end(`metrics unavailable: ${err.message}\n`),
+      );
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /status, /healthz or /metrics\n');
   });
   server.keepAliveTimeout = 5000;
   await new Promise<void>((resolve, reject) => {

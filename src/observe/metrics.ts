@@ -1,0 +1,60 @@
+/**
+ * Prometheus metrics (prom-client), served at GET /metrics on the admin listener.
+ *
+ * The election's counters live in the worker; they are read from the latest status document
+ * at scrape time, so a scrape costs one message round trip to the worker and nothing on the
+ * advert path.
+ */
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { StatusDocument } from './status.js';
+
+const STATES = ['init', 'backup', 'master', 'fault'] as const;
+
+/** The registry and the hook that refreshes it from a status document before each scrape. */
+export interface Metrics {
+  registry: Registry;
+  /** Sets every election metric from `doc` (call right before serializing). */
+  update(doc: StatusDocument): void;
+}
+
+/**
+ * Creates ballast's metrics in a fresh registry (plus Node's process metrics, prefixed
+ * `ballast_`). Counters mirror the worker's cumulative counters, so they only ever grow while
+ * the agent runs.
+ */
+export function createMetrics(): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'ballast_' });
+  const labels = ['vrid'] as const;
+  const state = new Gauge({ name: 'ballast_vrrp_state', help: 'VRRP state of this node: 1 for the current state, 0 for the others', labelNames: ['vrid', 'state'], registers: [registry] });
+  const priority = new Gauge({ name: 'ballast_vrrp_priority', help: 'Configured VRRP priority', labelNames: labels, registers: [registry] });
+  const effective = new Gauge({ name: 'ballast_vrrp_effective_priority', help: 'Priority this node advertises now (policy may lower it)', labelNames: labels, registers: [registry] });
+  const held = new Gauge({ name: 'ballast_vip_held', help: '1 when this node holds the VIPs', labelNames: labels, registers: [registry] });
+  const masterDown = new Gauge({ name: 'ballast_vrrp_master_down_interval_seconds', help: 'Master_Down_Interval (RFC 9568 §6.1)', labelNames: labels, registers: [registry] });
+  const counters = {
+    transitions: new Counter({ name: 'ballast_vrrp_transitions_total', help: 'State changes since start', labelNames: labels, registers: [registry] }),
+    advertsSent: new Counter({ name: 'ballast_vrrp_adverts_sent_total', help: 'VRRP advertisements sent', labelNames: labels, registers: [registry] }),
+    advertsReceived: new Counter({ name: 'ballast_vrrp_adverts_received_total', help: 'Valid VRRP advertisements received for our VRID', labelNames: labels, registers: [registry] }),
+    sendErrors: new Counter({ name: 'ballast_vrrp_send_errors_total', help: 'Advertisements the kernel refused to send', labelNames: labels, registers: [registry] }),
+    announcementsSent: new Counter({ name: 'ballast_announcements_sent_total', help: 'Gratuitous ARP / unsolicited NA frames sent', labelNames: labels, registers: [registry] }),
+  };
+  const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers)', labelNames: ['vrid', 'reason'], registers: [registry] });
+
+  return {
+    registry,
+    update(doc) {
+      const vrid = String(doc.vrid);
+      for (const s of STATES) state.set({ vrid, state: s }, doc.state === s ? 1 : 0);
+      priority.set({ vrid }, doc.priority);
+      effective.set({ vrid }, doc.effectivePriority);
+      held.set({ vrid }, doc.vipsHeld ? 1 : 0);
+      masterDown.set({ vrid }, doc.masterDownIntervalMs / 1000);
+      for (const [key, counter] of Object.entries(counters)) {
+        counter.reset();
+        counter.inc({ vrid }, doc.counters[key as keyof typeof counters]);
+      }
+      dropped.reset();
+      for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
+    },
+  };
+}

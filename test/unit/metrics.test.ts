@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { createMetrics } from '../../src/observe/metrics.js';
+import type { StatusDocument } from '../../src/observe/status.js';
+
+const doc: StatusDocument = {
+  state: 'master', vrid: 51, priority: 150, effectivePriority: 100, masterAddress: '10.0.0.11', masterPriority: 100,
+  vips: ['10.0.0.100'], vipsHeld: true, since: '2026-11-29T20:00:00.000Z', interface: 'eth0', family: 4,
+  primaryAddress: '10.0.0.11', mode: 'multicast', advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
+  masterDownIntervalMs: 341.406, skewTimeMs: 41.406,
+  counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 1, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5 },
+};
+
+describe('metrics', () => {
+  it('exposes the election state and counters from the status document', async () => {
+    const m = createMetrics();
+    m.update(doc);
+    const text = await m.registry.metrics();
+    for (const line of [
+      'ballast_vrrp_state{vrid="51",state="master"} 1',
+      'ballast_vrrp_state{vrid="51",state="backup"} 0',
+      'ballast_vrrp_priority{vrid="51"} 150',
+      'ballast_vrrp_effective_priority{vrid="51"} 100',
+      'ballast_vip_held{vrid="51"} 1',
+      'ballast_vrrp_master_down_interval_seconds{vrid="51"} 0.341406',
+      'ballast_vrrp_transitions_total{vrid="51"} 2',
+      'ballast_vrrp_adverts_sent_total{vrid="51"} 12',
+      'ballast_vrrp_adverts_received_total{vrid="51"} 3',
+      'ballast_vrrp_send_errors_total{vrid="51"} 1',
+      'ballast_announcements_sent_total{vrid="51"} 5',
+      'ballast_vrrp_packets_dropped_total{vrid="51",reason="checksum"} 2',
+      'ballast_vrrp_packets_dropped_total{vrid="51",reason="vrid"} 7',
+    ]) {
+      expect(text.split('\n')).toContain(line);
+    }
+    expect(text).toContain('# TYPE ballast_vrrp_adverts_sent_total counter');
+    expect(text).toContain('ballast_process_cpu_user_seconds_total');
+  });
+  it('counters follow the worker across scrapes instead of adding up', async () => {
+    const m = createMetrics();
+    m.update(doc);
+    m.update({ ...doc, state: 'backup', counters: { ...doc.counters, advertsSent: 20, dropped: { checksum: 3 } } });
+    const lines = (await m.registry.metrics()).split('\n');
+    expect(lines).toContain('ballast_vrrp_adverts_sent_total{vrid="51"} 20');
+    expect(lines).toContain('ballast_vrrp_packets_dropped_total{vrid="51",reason="checksum"} 3');
+    expect(lines).toContain('ballast_vrrp_state{vrid="51",state="master"} 0');
+    expect(lines).toContain('ballast_vrrp_state{vrid="51",state="backup"} 1');
+  });
+});
