@@ -63,6 +63,14 @@ export class LabAgent {
     return JSON.parse(r.stdout) as StatusDocument;
   }
 
+  /** GET `path` from the agent's admin endpoint inside the node's namespace; returns the body. */
+  async admin(path: string): Promise<string> {
+    const js = `require('http').get('http://127.0.0.1:9641${path}', (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => { process.stdout.write(b); process.exit(r.statusCode === 200 ? 0 : 1); }); }).on('error', (e) => { console.error(e.message); process.exit(2); });`;
+    const r = await this.lab.exec(this.node.netns, [process.execPath, '-e', js], { timeoutMs: 5000, allowFail: true });
+    if (r.code !== 0) throw new Error(`GET ${path} on ${this.node.name} failed (${r.code}): ${r.stderr.trim()}${r.stdout.trim()}`);
+    return r.stdout;
+  }
+
   /** The agent's JSON log lines so far, parsed (non-JSON lines skipped). */
   logLines(): Record<string, unknown>[] {
     return this.proc

@@ -31,6 +31,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     for (const n of lab.nodes) {
       await lab.linkUp(n);
       await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
+      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', 'eth0'], { allowFail: true });
     }
   });
   afterAll(async () => {
@@ -55,6 +56,11 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     expect(s2).toMatchObject({ state: 'backup', masterAddress: lab.nodes[0]!.ipv4, masterPriority: 150, vipsHeld: false });
     expect(s3).toMatchObject({ state: 'backup', masterAddress: lab.nodes[0]!.ipv4 });
     expect(Number.isNaN(Date.parse(s1.since))).toBe(false);
+    const metrics = (await a1!.admin('/metrics')).split('\n');
+    expect(metrics).toContain('ballast_vrrp_state{vrid="51",state="master"} 1');
+    expect(metrics).toContain('ballast_vip_held{vrid="51"} 1');
+    expect((await a2!.admin('/metrics')).split('\n')).toContain('ballast_vrrp_state{vrid="51",state="backup"} 1');
+    expect(await a1!.admin('/healthz')).toBe('ok\n');
     // the client reaches n1's apiserver through the VIP
     const p = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 20, durationMs: 600, timeoutMs: 250 });
     const sum = await p.done;
@@ -195,6 +201,24 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
       expect(dropped.vrrpv2).toBeGreaterThan(0);
     }
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
+  });
+
+  it('IPv6: adverts from link-local to ff02::12, the VIP is a /128 that is not tentative, SIGTERM hands over', async () => {
+    const [a1, a2] = await start([{ priority: 150, family: 6 }, { priority: 100, family: 6 }]);
+    await waitForHolder(lab, lab.vip6, 'n1');
+    const s1 = await a1!.status();
+    expect(s1).toMatchObject({ state: 'master', family: 6, primaryAddress: await lab.nodes[0]!.linkLocal(), vips: [lab.vip6] });
+    expect((await a2!.status()).masterAddress).toBe(await lab.nodes[0]!.linkLocal());
+    const vip = (await lab.addresses(lab.nodes[0]!)).find((a) => a.address === lab.vip6);
+    expect(vip).toMatchObject({ prefixLen: 128, tentative: false, dadfailed: false });
+    const p = runProber(lab, { url: `https://[${lab.vip6}]:6443/version`, intervalMs: 10, durationMs: 8000, timeoutMs: 250 });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await a1!.stop('SIGTERM')).toBe(0);
+    await waitForHolder(lab, lab.vip6, 'n2', 2000);
+    await new Promise((r) => setTimeout(r, 500));
+    const sum = await p.stop();
+    expect(sum.nodes.n2).toBeGreaterThan(0);
+    expect(sum.maxOutageMs).toBeLessThanOrEqual(skewTimeMs(100, INTERVAL_CS) + MARGIN_MS);
   });
 
   it('an invalid config exits 2, names the field, and changes nothing on the node', async () => {
