@@ -132,7 +132,8 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
 
   const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
     if (ev.type === 'transition') {
-      log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), vrid: v.vrid, at: ev.at }, 'state change');
+      const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
+      log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
     } else if (ev.type === 'log') {
       log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
     } else {

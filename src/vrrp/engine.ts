@@ -75,7 +75,7 @@ export interface EngineCounters {
 
 /** Events the engine emits (to the main thread, for logs, /status and metrics). */
 export type EngineEvent =
-  | { type: 'transition'; from: VrrpState; to: VrrpState; reason: string; detail?: string; at: string }
+  | { type: 'transition'; from: VrrpState; to: VrrpState; reason: string; detail?: string; previousMaster?: string; at: string }
   | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
 
 /**
@@ -153,6 +153,11 @@ export class VrrpEngine {
   setPriority(priority: number): void {
     if (this.opts.priority === 255) return;
     this.feed({ type: 'priority', now: performance.now(), priority });
+  }
+
+  /** Holds (true) or releases preemption of a lower-priority Active router; see MachineEvent `preemptHold`. */
+  setPreemptHold(hold: boolean): void {
+    this.feed({ type: 'preemptHold', now: performance.now(), hold });
   }
 
   /** A snapshot for `/status`. */
@@ -245,8 +250,7 @@ export class VrrpEngine {
 
   private onTransition(t: Extract<MachineAction, { type: 'transition' }>): void {
     this.counters.transitions++;
-    const at = new Date().toISOString();
-    this.emit(t.detail === undefined ? { type: 'transition', from: t.from, to: t.to, reason: t.reason, at } : { ...t, at });
+    this.emit({ ...t, at: new Date().toISOString() });
     if (t.to === 'active') {
       this.enqueue(() => this.acquire());
     } else if (t.from === 'active') {

@@ -88,6 +88,11 @@ export class VrrpHost {
     this.send({ type: 'priority', priority });
   }
 
+  /** Holds or releases preemption (policy: not before this node can serve). */
+  setPreemptHold(hold: boolean): void {
+    this.send({ type: 'preemptHold', hold });
+  }
+
   /**
    * Asks the engine to shut down (priority 0 if Active, VIPs removed) and waits for the worker
    * to exit; after `timeoutMs` (ms) the worker is terminated.

@@ -54,7 +54,13 @@ export type MachineEvent =
   /** The effective priority changed (1..254; policy, e.g. no healthy backend). */
   | { type: 'priority'; now: number; priority: number }
   | { type: 'linkDown'; now: number }
-  | { type: 'linkUp'; now: number };
+  | { type: 'linkUp'; now: number }
+  /**
+   * Not in the RFC: while held, a Backup does not preempt a lower-priority Active router (it
+   * behaves as if Preempt_Mode were false). Policy holds it until this node is ready to serve
+   * (health checks done, data plane programmed). Taking over a silent group is not affected.
+   */
+  | { type: 'preemptHold'; now: number; hold: boolean };
 
 /** Why the machine left a state: one short machine-readable word, logged as `reason`. */
 export type TransitionReason =
@@ -76,7 +82,15 @@ export type MachineAction =
    * A state change. Entering `active` means: add the VIPs and announce them (gratuitous ARP /
    * unsolicited NA, RFC 9568 §6.4.1); leaving it means: remove them.
    */
-  | { type: 'transition'; from: VrrpState; to: VrrpState; reason: TransitionReason; detail?: string };
+  | {
+      type: 'transition';
+      from: VrrpState;
+      to: VrrpState;
+      reason: TransitionReason;
+      detail?: string;
+      /** On Backup → Active: the Active router we last heard, now silent or resigned (its node is likely gone). */
+      previousMaster?: string;
+    };
 
 /** What `/status` reports. Times are the machine's monotonic ms. */
 export interface MachineSnapshot {
@@ -125,6 +139,8 @@ export class VrrpMachine {
   private adverTimer: number | null = null;
   /** Master_Down_Timer deadline, ms, or null when not running. */
   private masterDownTimer: number | null = null;
+  /** Set by the `preemptHold` event. */
+  private preemptHeld = false;
   /** What set the running Master_Down_Timer: silence, or a priority-0 advert. */
   private downReason: 'masterDown' | 'resigned' = 'masterDown';
 
@@ -190,6 +206,9 @@ export class VrrpMachine {
         break;
       case 'priority':
         this.onPriority(event.priority);
+        break;
+      case 'preemptHold':
+        this.preemptHeld = event.hold;
         break;
       case 'linkDown':
         if (this.current !== 'fault') {
@@ -303,16 +322,19 @@ export class VrrpMachine {
 
   /** §6.4.2 Preempt_Mode, with the optional delay after startup. */
   private preempting(now: number): boolean {
-    return this.cfg.preempt && now - this.startedAt >= this.cfg.preemptDelayMs;
+    return this.cfg.preempt && !this.preemptHeld && now - this.startedAt >= this.cfg.preemptDelayMs;
   }
 
   /** §6.4.1 / §6.4.2: send an ADVERTISEMENT, announce, start the Adver_Timer, go Active. */
   private becomeActive(now: number, out: MachineAction[], reason: TransitionReason): void {
     out.push({ type: 'send', priority: this.effective });
+    const previous = this.current === 'backup' ? this.masterAddress : null;
     this.masterDownTimer = null;
     this.adverTimer = now + this.cfg.advertisementIntervalCs * 10;
     this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;
     this.enter('active', now, reason, out);
+    const t = out[out.length - 1];
+    if (previous !== null && t?.type === 'transition') t.previousMaster = previous;
   }
 
   private enter(to: VrrpState, now: number, reason: TransitionReason, out: MachineAction[], detail?: string): void {

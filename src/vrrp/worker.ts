@@ -9,6 +9,7 @@ import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineStatus } f
 export type ToWorker =
   | { type: 'status'; id: number }
   | { type: 'priority'; priority: number }
+  | { type: 'preemptHold'; hold: boolean }
   | { type: 'shutdown' };
 
 /** Worker → main thread. */
@@ -37,6 +38,7 @@ port.on('message', (m: ToWorker) => {
   if (!engine) return;
   if (m.type === 'status') post({ type: 'status', id: m.id, status: engine.status() });
   else if (m.type === 'priority') engine.setPriority(m.priority);
+  else if (m.type === 'preemptHold') engine.setPreemptHold(m.hold);
   else if (m.type === 'shutdown') {
     void engine.stop().then(() => {
       post({ type: 'stopped' });

@@ -156,6 +156,32 @@ describe('Backup (§6.4.2)', () => {
     expect(m.handle({ type: 'tick', now: due })[1]).toMatchObject({ to: 'active', reason: 'masterDown' });
   });
 
+  it('Master_Down after hearing an Active router names it as previousMaster', () => {
+    const m = inState('backup');
+    const out = m.handle({ type: 'tick', now: m.nextDeadline()! });
+    expect(out[1]).toEqual({ type: 'transition', from: 'backup', to: 'active', reason: 'masterDown', previousMaster: '10.0.0.11' });
+  });
+
+  it('preemptHold: lower adverts are accepted while held; released, we preempt at Master_Down', () => {
+    const m = machine();
+    m.handle({ type: 'startup', now: 0 });
+    m.handle({ type: 'preemptHold', now: 0, hold: true });
+    m.handle({ type: 'advert', now: 100, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' });
+    expect(m.nextDeadline()).toBeCloseTo(100 + masterDownIntervalMs(100, 10), 9);
+    m.handle({ type: 'preemptHold', now: 150, hold: false });
+    m.handle({ type: 'advert', now: 200, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' });
+    const due = m.nextDeadline()!;
+    expect(due).toBeCloseTo(100 + masterDownIntervalMs(100, 10), 9);
+    expect(m.handle({ type: 'tick', now: due })[1]).toMatchObject({ to: 'active', previousMaster: '10.0.0.13' });
+  });
+
+  it('preemptHold does not stop taking over a silent group', () => {
+    const m = machine();
+    m.handle({ type: 'startup', now: 0 });
+    m.handle({ type: 'preemptHold', now: 0, hold: true });
+    expect(m.handle({ type: 'tick', now: m.nextDeadline()! })[1]).toMatchObject({ to: 'active', reason: 'masterDown' });
+  });
+
   it('without Preempt_Mode, a lower-priority advert is accepted', () => {
     const m = machine({ preempt: false });
     m.handle({ type: 'startup', now: 0 });
@@ -186,7 +212,7 @@ describe('Backup (§6.4.2)', () => {
     const takeover = m.handle({ type: 'tick', now: m.nextDeadline()! });
     expect(takeover).toEqual([
       { type: 'send', priority: 100 },
-      { type: 'transition', from: 'backup', to: 'active', reason: 'resigned' },
+      { type: 'transition', from: 'backup', to: 'active', reason: 'resigned', previousMaster: '10.0.0.11' },
     ]);
   });
 
