@@ -7,9 +7,11 @@
  * Nothing on the system changes before the configuration, the interface and the admin port
  * have all been checked.
  */
+import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
+import { createServer, type Server as NetServer } from 'node:net';
 import type { Config } from './config/index.js';
-import { createError, isBallastError, type BallastError } from './errors.js';
+import { createError, ERRORS, isBallastError, type BallastError } from './errors.js';
 import type { Logger } from './observe/log.js';
 import { startAdmin } from './observe/admin.js';
 import { createMetrics } from './observe/metrics.js';
@@ -47,12 +49,74 @@ export async function resolveInterface(config: Config): Promise<{ iface: Interfa
   if (typeof chosen === 'string') {
     throw createError(config.interface === undefined ? 'BALLAST_E_NO_INTERFACE' : 'BALLAST_E_INTERFACE_NOT_FOUND', chosen);
   }
-  const primary = primaryAddress(chosen, config.family, config.vips);
+  const owner = config.vrrp.priority === 255;
+  if (owner) {
+    const missing = config.vips.filter((vip) => !chosen.addresses.some((a) => a.address === vip));
+    if (missing.length > 0) {
+      throw createError(
+        'BALLAST_E_NOT_OWNER',
+        `vrrp.priority 255 means this node owns the VIPs as its own addresses (RFC 9568 §1.6), but ${chosen.ifname} does not have ${missing.join(', ')}; use a priority of 254 or less`,
+      );
+    }
+  }
+  // the owner sends from its own address, which is the VIP; everyone else never sends from a VIP
+  const primary = primaryAddress(chosen, config.family, owner ? [] : config.vips);
   if (primary === null) {
-    const what = config.family === 4 ? 'a primary IPv4 address' : 'an IPv6 link-local address';
+    const what = config.family === 4 ? 'primary IPv4 address' : 'IPv6 link-local address';
     throw createError('BALLAST_E_NO_PRIMARY_ADDRESS', `interface ${chosen.ifname} has no ${what} to send VRRP advertisements from`);
   }
   return { iface: chosen, primary };
+}
+
+/** Linux capability numbers (capabilities(7)). */
+const CAP_NET_ADMIN = 12;
+const CAP_NET_RAW = 13;
+
+/**
+ * The capabilities ballast needs that this process lacks, read from CapEff in
+ * /proc/self/status (proc(5)): CAP_NET_RAW for raw and packet sockets, CAP_NET_ADMIN for
+ * addresses and multicast membership.
+ * @returns e.g. ['CAP_NET_RAW']; empty when everything is there (or /proc cannot be read).
+ */
+export function missingCapabilities(status = '/proc/self/status'): string[] {
+  let text: string;
+  try {
+    text = readFileSync(status, 'utf8');
+  } catch {
+    return [];
+  }
+  const hex = /^CapEff:\s*([0-9a-f]+)$/m.exec(text)?.[1];
+  if (!hex) return [];
+  const eff = BigInt(`0x${hex}`);
+  const out: string[] = [];
+  if (!(eff & (1n << BigInt(CAP_NET_ADMIN)))) out.push('CAP_NET_ADMIN');
+  if (!(eff & (1n << BigInt(CAP_NET_RAW)))) out.push('CAP_NET_RAW');
+  return out;
+}
+
+/**
+ * One agent per VRID, interface and family in a network namespace: two would delete each
+ * other's VIP. The lock is an abstract UNIX socket (unix(7)), which belongs to the network
+ * namespace and vanishes with the process, so a crash never leaves a stale lock.
+ * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
+ */
+export async function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: number): Promise<NetServer> {
+  const name = `ballast:${ifname}:ipv${family}:vrid${vrid}`;
+  const server = createServer((c) => c.destroy());
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ path: `\0${name}` }, () => resolve());
+    });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') {
+      throw createError('BALLAST_E_ALREADY_RUNNING', `another ballast agent already runs VRID ${vrid} (IPv${family}) on ${ifname} in this network namespace (lock @${name})`);
+    }
+    throw createError('BALLAST_E_SOCKET', `cannot take the instance lock @${name}: ${(err as Error).message}`, { cause: err });
+  }
+  server.unref();
+  return server;
 }
 
 /** Turns an engine start failure (errno from the addon or netlink) into an operator-facing error. */
@@ -74,7 +138,12 @@ function engineError(err: unknown): BallastError {
  *   that VIPs left by an earlier run may have been removed.
  */
 export async function startAgent(config: Config, log: Logger): Promise<Agent> {
+  const missing = missingCapabilities();
+  if (missing.length > 0) {
+    throw createError('BALLAST_E_PERMISSION', `this process lacks ${missing.join(' and ')}: run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN`);
+  }
   const { iface, primary } = await resolveInterface(config);
+  const lock = await acquireInstanceLock(iface.ifname, config.family, config.vrrp.vrid);
   const v = config.vrrp;
   const fixed = {
     vips: [...config.vips],
@@ -101,6 +170,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       },
     });
   } catch (err) {
+    lock.close();
     throw createError(
       'BALLAST_E_ADMIN_LISTEN',
       `cannot listen on ${config.admin.listen.host}:${config.admin.listen.port} for the admin endpoint: ${(err as Error).message}`,
@@ -124,6 +194,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     primaryAddress: primary,
     announce: { ...config.announce },
     linkRunning: iface.running,
+    owner: v.priority === 255,
   };
 
   let finish!: (code: number) => void;
@@ -136,11 +207,20 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
     } else if (ev.type === 'log') {
       log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
+    } else if (ev.type === 'interfaceGone') {
+      log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
+      void (async () => {
+        await host?.stop();
+        admin.close();
+        lock.close();
+        finish(ERRORS.BALLAST_E_INTERFACE_GONE.exitCode);
+      })();
     } else {
       log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
       void (async () => {
-        await removeVips(iface.ifindex, config.vips, log);
+        if (!opts.owner) await removeVips(iface.ifindex, config.vips, log);
         admin.close();
+        lock.close();
         finish(1);
       })();
     }
@@ -154,6 +234,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     host = await VrrpHost.start(opts, onEvent);
   } catch (err) {
     admin.close();
+    lock.close();
     throw engineError(err);
   }
 
@@ -165,6 +246,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       const closed = new Promise<void>((r) => admin.close(() => r()));
       admin.closeAllConnections();
       await closed;
+      lock.close();
       log.info('stopped');
       finish(0);
     })();

@@ -9,14 +9,22 @@
  * Exit statuses come from the error registry (src/errors.ts, docs/errors.md).
  */
 import { get } from 'node:http';
-import { Command, InvalidArgumentError } from 'commander';
+import { readFileSync } from 'node:fs';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from './config/index.js';
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
 import { createLogger } from './observe/log.js';
+import { LOG_LEVELS, type LogLevel } from './config/index.js';
 import { formatStatus, type StatusDocument } from './observe/status.js';
 import { startAgent } from './agent.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
+
+/** The version in package.json. */
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
 
 /** Prints an error the way operators should see it and returns the exit status. */
 function report(err: unknown): number {
@@ -30,22 +38,40 @@ function report(err: unknown): number {
   return exitCodeOf(err);
 }
 
-async function run(opts: { config: string; logLevel?: string }): Promise<number> {
+/** Longest a clean stop may take before the agent gives up on it and exits 1, ms. */
+const STOP_DEADLINE_MS = 10_000;
+
+async function run(opts: { config: string; logLevel?: LogLevel }): Promise<number> {
   const config = loadConfig(opts.config);
-  const log = createLogger((opts.logLevel ?? config.log.level) as 'info');
+  const log = createLogger(opts.logLevel ?? config.log.level);
   const agent = await startAgent(config, log);
-  let signals = 0;
-  const onSignal = (sig: NodeJS.Signals): void => {
-    signals++;
-    if (signals > 1) {
-      log.warn({ signal: sig }, 'second signal: exiting without cleanup');
-      process.exit(1);
+  const onStop = (sig: NodeJS.Signals): void => {
+    if (stopping) {
+      // double delivery is common (timeout(1), a signal to the process group): never skip the cleanup
+      log.info({ signal: sig }, 'already stopping');
+      return;
     }
+    stopping = true;
     log.info({ signal: sig }, 'signal received');
+    setTimeout(() => {
+      log.error({ deadlineMs: STOP_DEADLINE_MS }, 'clean stop did not finish in time; exiting');
+      process.exit(1);
+    }, STOP_DEADLINE_MS).unref();
     void agent.stop();
   };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+  let stopping = false;
+  process.on('SIGTERM', onStop);
+  process.on('SIGINT', onStop);
+  // keepalived's reload signal: a reload is not implemented yet, and dying on it would leave the VIP behind
+  process.on('SIGHUP', () => log.warn('SIGHUP: configuration reload is not supported yet; restart the agent to apply a new configuration'));
+  // SIGUSR1 would otherwise open Node's inspector on 127.0.0.1:9229 in a root process; like
+  // keepalived, answer it with a dump of the state instead
+  process.on('SIGUSR1', () => {
+    agent.status().then(
+      (doc) => log.info({ status: doc }, 'status (SIGUSR1)'),
+      (err: Error) => log.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
+    );
+  });
   return agent.done;
 }
 
@@ -93,6 +119,7 @@ async function main(argv: string[]): Promise<number> {
   const program = new Command()
     .name('ballast')
     .description('One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP.')
+    .version(packageVersion(), '-V, --version')
     .showHelpAfterError()
     .exitOverride();
   let result: Promise<number> = Promise.resolve(0);
@@ -100,8 +127,8 @@ async function main(argv: string[]): Promise<number> {
     .command('run')
     .description('run the agent in the foreground')
     .requiredOption('-c, --config <file>', 'YAML configuration file (see docs/config.md)')
-    .option('--log-level <level>', 'override log.level: trace, debug, info, warn, error')
-    .action((o: { config: string; logLevel?: string }) => {
+    .addOption(new Option('--log-level <level>', 'override log.level').choices(LOG_LEVELS))
+    .action((o: { config: string; logLevel?: LogLevel }) => {
       result = run(o);
     });
   program
@@ -118,10 +145,10 @@ async function main(argv: string[]): Promise<number> {
   program
     .command('status')
     .description("print the agent's election state")
-    .option('-a, --admin <host:port>', 'the admin endpoint of the agent', parseAdmin, parseAdmin(DEFAULT_ADMIN))
+    .option('-a, --admin <host:port>', `the admin endpoint of the agent (default: ${DEFAULT_ADMIN})`, parseAdmin)
     .option('--json', 'print the /status JSON as is')
-    .action((o: { admin: { host: string; port: number }; json?: boolean }) => {
-      result = status(o);
+    .action((o: { admin?: { host: string; port: number }; json?: boolean }) => {
+      result = status({ admin: o.admin ?? parseAdmin(DEFAULT_ADMIN), ...(o.json ? { json: true } : {}) });
     });
   try {
     await program.parseAsync(argv);

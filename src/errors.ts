@@ -64,6 +64,18 @@ export const ERRORS = {
     exitCode: 1,
     description: 'The admin endpoint (admin.listen) could not listen: the port is in use or the address is not local.',
   },
+  BALLAST_E_ALREADY_RUNNING: {
+    exitCode: 2,
+    description: 'Another ballast agent already runs the same VRID on the same interface in this network namespace.',
+  },
+  BALLAST_E_NOT_OWNER: {
+    exitCode: 2,
+    description: 'Priority 255 (address owner) is configured, but the VIPs are not addresses of the interface.',
+  },
+  BALLAST_E_INTERFACE_GONE: {
+    exitCode: 1,
+    description: 'The interface VRRP runs on was deleted while the agent ran.',
+  },
   BALLAST_E_STATUS_UNREACHABLE: {
     exitCode: 3,
     description: '`ballast status` could not reach the agent at admin.listen.',

@@ -16,7 +16,7 @@ import { VrrpMachine, type MachineAction, type MachineEvent, type VrrpState } fr
 import { PacketSocket, VrrpSocket, type ReceivedPacket } from '../native.js';
 import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
-import type { AddressFamily } from '../net/address.js';
+import { bytesToAddress, type AddressFamily } from '../net/address.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -43,6 +43,8 @@ export interface EngineOptions {
   announce: { count: number; spacingMs: number; repeatAfterMs: number };
   /** Whether the link was up (IFF_UP and IFF_RUNNING) when the main thread looked. */
   linkRunning: boolean;
+  /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
+  owner: boolean;
 }
 
 /** What the engine reports about itself. */
@@ -76,7 +78,9 @@ export interface EngineCounters {
 /** Events the engine emits (to the main thread, for logs, /status and metrics). */
 export type EngineEvent =
   | { type: 'transition'; from: VrrpState; to: VrrpState; reason: string; detail?: string; previousMaster?: string; at: string }
-  | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> };
+  | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> }
+  /** The interface was deleted: the engine cannot go on (the agent exits so its supervisor restarts it). */
+  | { type: 'interfaceGone'; ifname: string };
 
 /**
  * One VRRP virtual router bound to one interface. Create with {@link VrrpEngine.start}, stop
@@ -135,8 +139,14 @@ export class VrrpEngine {
   private async open(): Promise<void> {
     const o = this.opts;
     this.rtnl = openRtnl();
-    // a VIP still on the interface from an earlier run (killed agent) would make two holders
-    for (const vip of o.vips) await delVip(this.rtnl, o.ifindex, vip);
+    if (!o.owner) {
+      // a VIP still on the interface from an earlier run (killed agent) would make two holders
+      const present = new Set((await this.vipsOnInterface()).filter((v) => o.vips.includes(v)));
+      for (const vip of present) {
+        await delVip(this.rtnl, o.ifindex, vip);
+        this.log('warn', 'removed a VIP left on the interface by an earlier run', { vip, interface: o.ifname });
+      }
+    }
     this.packets = PacketSocket.open(o.ifname);
     this.socket = VrrpSocket.open(
       { family: o.family, ifname: o.ifname, sourceAddress: o.primaryAddress },
@@ -144,7 +154,7 @@ export class VrrpEngine {
       (err) => this.log('error', 'VRRP socket error', { code: err.code, syscall: err.syscall, error: err.message }),
     );
     if (o.peers.length === 0) this.socket.joinGroup();
-    this.watchLink();
+    this.watchNetlink();
     if (!o.linkRunning) this.feed({ type: 'linkDown', now: performance.now() });
     this.feed({ type: 'startup', now: performance.now() });
   }
@@ -269,7 +279,10 @@ export class VrrpEngine {
   /** Adds the VIPs, then announces them (RFC 9568 §6.4.1: gratuitous ARP / unsolicited NA). */
   private async acquire(): Promise<void> {
     if (!this.rtnl || this.machine.state !== 'active') return;
-    for (const vip of this.opts.vips) await addVip(this.rtnl, this.opts.ifindex, vip);
+    if (!this.opts.owner) {
+      for (const vip of this.opts.vips) await addVip(this.rtnl, this.opts.ifindex, vip);
+      this.log('info', 'VIPs added', { vips: this.opts.vips, interface: this.opts.ifname });
+    }
     this.vipsHeld = true;
     await this.announce();
     const { repeatAfterMs } = this.opts.announce;
@@ -283,26 +296,67 @@ export class VrrpEngine {
 
   private async release(): Promise<void> {
     if (!this.rtnl) return;
-    for (const vip of this.opts.vips) await delVip(this.rtnl, this.opts.ifindex, vip);
+    // false even if removal fails below: a vanished interface took the addresses with it
     this.vipsHeld = false;
+    if (this.opts.owner) return;
+    for (const vip of this.opts.vips) await delVip(this.rtnl, this.opts.ifindex, vip);
+    this.log('info', 'VIPs removed', { vips: this.opts.vips, interface: this.opts.ifname });
+  }
+
+  /** The addresses on our interface now (RTM_GETADDR). */
+  private async vipsOnInterface(): Promise<string[]> {
+    if (!this.rtnl) return [];
+    const all = await this.rtnl.getAddresses();
+    const out: string[] = [];
+    for (const a of all) {
+      const bytes = a.attrs.local ?? a.attrs.address;
+      if (a.data.index === this.opts.ifindex && bytes) out.push(bytesToAddress(bytes));
+    }
+    return out;
+  }
+
+  /**
+   * Makes the interface match the state after someone else changed its addresses: an Active
+   * router whose VIP was removed puts it back (and announces it); a non-Active one removes a
+   * VIP it finds (two holders are worse than none).
+   */
+  private async reconcile(): Promise<void> {
+    if (!this.rtnl || this.opts.owner || this.stopped) return;
+    const present = new Set(await this.vipsOnInterface());
+    if (this.machine.state === 'active' && this.vipsHeld) {
+      const missing = this.opts.vips.filter((v) => !present.has(v));
+      if (missing.length === 0) return;
+      this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: missing, interface: this.opts.ifname });
+      for (const vip of missing) await addVip(this.rtnl, this.opts.ifindex, vip);
+      await this.announce();
+    } else if (this.machine.state !== 'active') {
+      const extra = this.opts.vips.filter((v) => present.has(v));
+      if (extra.length === 0) return;
+      this.log('warn', 'a VIP was added to the interface while this node is not master; removing it', { vips: extra, interface: this.opts.ifname });
+      for (const vip of extra) await delVip(this.rtnl, this.opts.ifindex, vip);
+    }
   }
 
   private async announce(): Promise<void> {
     const { count, spacingMs } = this.opts.announce;
     const mac = parseMac(this.opts.mac);
     const frames = this.opts.vips.map((v) => (this.opts.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
+    let sent = 0;
     for (let i = 0; i < count; i++) {
       if (i > 0 && spacingMs > 0) await new Promise((r) => setTimeout(r, spacingMs));
-      if (this.machine.state !== 'active' || !this.packets) return;
+      if (this.machine.state !== 'active' || !this.packets) break;
       for (const f of frames) {
         try {
           this.packets.send(f);
           this.counters.announcementsSent++;
+          sent++;
         } catch (err) {
           this.log('warn', 'cannot send announcement', { error: (err as Error).message });
         }
       }
     }
+    const kind = this.opts.family === 4 ? 'gratuitous ARP' : 'unsolicited neighbour advertisement';
+    this.log('debug', `sent ${kind}`, { frames: sent, vips: this.opts.vips });
   }
 
   private onPacket(p: ReceivedPacket): void {
@@ -335,15 +389,29 @@ export class VrrpEngine {
     this.log('warn', msg, fields);
   }
 
-  /** Follows IFF_RUNNING on our interface through RTNLGRP_LINK notifications (rtnetlink(7)). */
-  private watchLink(): void {
+  /**
+   * Follows our interface and its addresses through rtnetlink notifications (rtnetlink(7):
+   * RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR / RTNLGRP_IPV6_IFADDR): link up/down feeds the machine,
+   * a deleted interface stops the engine, and address changes by others are reconciled.
+   */
+  private watchNetlink(): void {
     const raw = this.rtnl?.raw;
     if (!raw) return;
     raw.addMembership('LINK');
+    raw.addMembership(this.opts.family === 4 ? 'IPV4_IFADDR' : 'IPV6_IFADDR');
     let running = this.opts.linkRunning;
+    let reconcileTimer: NodeJS.Timeout | null = null;
     raw.on('message', (msgs) => {
       for (const m of msgs) {
+        if (m.kind === 'address' && m.data.index === this.opts.ifindex) {
+          // events come in bursts (our own changes too): look once things settle
+          if (reconcileTimer) clearTimeout(reconcileTimer);
+          reconcileTimer = setTimeout(() => this.enqueue(() => this.reconcile()), 20);
+          continue;
+        }
         if (m.kind !== 'link' || m.data.index !== this.opts.ifindex) continue;
+        // serialized with the address changes: the netlink package cannot interleave two dumps
+        this.enqueue(() => this.checkInterfaceExists());
         const now = Boolean(m.data.flags?.up && m.data.flags?.running);
         if (now === running) continue;
         running = now;
@@ -351,6 +419,16 @@ export class VrrpEngine {
         this.feed({ type: now ? 'linkUp' : 'linkDown', now: performance.now() });
       }
     });
+  }
+
+  /** RTM_DELLINK looks like any link message here: ask whether the ifindex still exists. */
+  private async checkInterfaceExists(): Promise<void> {
+    if (!this.rtnl || this.stopped) return;
+    const links = await this.rtnl.getLinks().catch(() => null);
+    if (!links || links.some((l) => l.data.index === this.opts.ifindex)) return;
+    this.log('error', 'the interface was deleted', { interface: this.opts.ifname, ifindex: this.opts.ifindex });
+    this.vipsHeld = false;
+    this.emit({ type: 'interfaceGone', ifname: this.opts.ifname });
   }
 
   private log(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>): void {

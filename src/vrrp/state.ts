@@ -68,6 +68,7 @@ export type TransitionReason =
   | 'owner'
   | 'masterDown'
   | 'resigned'
+  | 'preempt'
   | 'higherPriority'
   | 'addressTieBreak'
   | 'shutdown'
@@ -142,7 +143,7 @@ export class VrrpMachine {
   /** Set by the `preemptHold` event. */
   private preemptHeld = false;
   /** What set the running Master_Down_Timer: silence, or a priority-0 advert. */
-  private downReason: 'masterDown' | 'resigned' = 'masterDown';
+  private downReason: 'masterDown' | 'resigned' | 'preempt' = 'masterDown';
 
   /** @throws RangeError when a parameter is outside its RFC 9568 §6.1 range. */
   constructor(cfg: MachineConfig) {
@@ -279,7 +280,12 @@ export class VrrpMachine {
         this.masterDownTimer = ev.now + this.masterDownMs();
         this.downReason = 'masterDown';
       }
-      // else: §6.4.2 discard; our Master_Down_Timer will fire and we preempt
+      else {
+        // §6.4.2 discard: our Master_Down_Timer will fire and we preempt the lower priority
+        this.downReason = 'preempt';
+        this.masterAddress = ev.source;
+        this.masterPriority = ev.priority;
+      }
       return;
     }
     if (this.current === 'active') {

@@ -23,6 +23,11 @@ export type FromWorker =
 const port = parentPort;
 if (!port) throw new Error('vrrp/worker.ts must run in a worker thread');
 const post = (m: FromWorker): void => port.postMessage(m);
+/**
+ * Ends the worker a few loop turns after its sockets closed: the netlink package's poll handler
+ * aborts the process if it fires while the worker's environment is being torn down.
+ */
+const finish = (): void => void setTimeout(() => port.close(), 20);
 
 let engine: VrrpEngine | null = null;
 try {
@@ -31,7 +36,7 @@ try {
 } catch (err) {
   const e = err as Error & { code?: string; syscall?: string };
   post({ type: 'failed', error: { message: e.message, ...(e.code ? { code: e.code } : {}), ...(e.syscall ? { syscall: e.syscall } : {}) } });
-  port.close();
+  finish();
 }
 
 port.on('message', (m: ToWorker) => {
@@ -42,7 +47,7 @@ port.on('message', (m: ToWorker) => {
   else if (m.type === 'shutdown') {
     void engine.stop().then(() => {
       post({ type: 'stopped' });
-      port.close();
+      finish();
     });
   }
 });

@@ -112,11 +112,13 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     expect((await lab.addresses(lab.nodes[0]!)).map((a) => a.address)).not.toContain(lab.vip4);
     // one log line per state change, with from/to/reason
     const changes = a1!.logLines().filter((l) => l.msg === 'state change');
-    expect(changes.map((l) => [l.from, l.to, l.reason])).toEqual([
-      ['init', 'backup', 'startup'],
-      ['backup', 'master', 'masterDown'],
-      ['master', 'init', 'shutdown'],
+    // started together, n1 either found the group silent or preempted a lower priority
+    expect(changes.map((l) => [l.from, l.to])).toEqual([
+      ['init', 'backup'],
+      ['backup', 'master'],
+      ['master', 'init'],
     ]);
+    expect(changes.map((l) => l.reason)).toEqual(['startup', changes[1]!.reason === 'preempt' ? 'preempt' : 'masterDown', 'shutdown']);
     const taker = agents[1]!.logLines().filter((l) => l.msg === 'state change').pop();
     expect(taker).toMatchObject({ from: 'backup', to: 'master', reason: 'resigned' });
     console.log(`SIGTERM outage: ${sum.maxOutageMs} ms (bound ${bound.toFixed(1)} ms)`);

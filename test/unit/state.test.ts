@@ -153,7 +153,7 @@ describe('Backup (§6.4.2)', () => {
       expect(m.handle({ type: 'advert', now: t, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' })).toEqual([]);
     }
     expect(m.nextDeadline()).toBe(due);
-    expect(m.handle({ type: 'tick', now: due })[1]).toMatchObject({ to: 'active', reason: 'masterDown' });
+    expect(m.handle({ type: 'tick', now: due })[1]).toMatchObject({ to: 'active', reason: 'preempt', previousMaster: '10.0.0.13' });
   });
 
   it('Master_Down after hearing an Active router names it as previousMaster', () => {
