@@ -1,0 +1,89 @@
+/**
+ * What operators do to a running agent, on the lab: start a second one, remove or add the VIP
+ * by hand, send the signals keepalived users send out of habit, delete the interface.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Lab } from '../../scripts/lab.js';
+import { cliPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
+
+const root = process.getuid?.() === 0;
+const PREFIX = 'brob';
+const SUBNET = 212;
+
+describe.skipIf(!root)('robustness on the lab (root; skipped otherwise)', () => {
+  let lab: Lab;
+  let agents: LabAgent[] = [];
+
+  beforeAll(async () => {
+    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false });
+  });
+  afterEach(async () => {
+    await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
+    agents = [];
+    for (const n of lab.nodes) await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
+  });
+  afterAll(async () => {
+    await lab?.teardown();
+  });
+
+  async function pair(): Promise<[LabAgent, LabAgent]> {
+    const a1 = await startAgent(lab, lab.nodes[0]!, { priority: 150 });
+    const a2 = await startAgent(lab, lab.nodes[1]!, { priority: 100 });
+    agents.push(a1, a2);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    return [a1, a2];
+  }
+
+  it('a second agent for the same VRID and interface refuses to start and changes nothing', async () => {
+    const [a1] = await pair();
+    const other = `${lab.dir}/second.yaml`;
+    writeFileSync(other, readFileSync(a1.configPath, 'utf8').replace('127.0.0.1:9641', '127.0.0.1:9650'));
+    const r = await lab.exec(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'run', '--config', other], { allowFail: true, timeoutMs: 10_000 });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('BALLAST_E_ALREADY_RUNNING');
+    // the master kept its VIP the whole time
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
+    expect((await a1.status()).vipsHeld).toBe(true);
+  });
+
+  it('a master whose VIP is removed by hand puts it back; a backup removes a VIP added by hand', async () => {
+    const [a1, a2] = await pair();
+    await lab.exec(lab.nodes[0]!.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0']);
+    await waitForHolder(lab, lab.vip4, 'n1', 2000);
+    expect(a1.logLines().some((l) => l.msg === 'a VIP was removed from the interface by something else; restoring it')).toBe(true);
+    await lab.exec(lab.nodes[1]!.netns, ['ip', 'addr', 'add', `${lab.vip4}/32`, 'dev', 'eth0']);
+    await waitForHolder(lab, lab.vip4, 'n1', 2000);
+    expect(a2.logLines().some((l) => l.msg === 'a VIP was added to the interface while this node is not master; removing it')).toBe(true);
+  });
+
+  it('SIGUSR1 logs the status and opens no inspector; SIGHUP does not stop the agent', async () => {
+    const [a1] = await pair();
+    a1.proc.kill('SIGUSR1');
+    await waitFor(async () => a1.logLines().some((l) => l.msg === 'status (SIGUSR1)'), (x) => x, { timeoutMs: 3000, what: 'the SIGUSR1 status line' });
+    const ss = await lab.exec(lab.nodes[0]!.netns, ['ss', '-ltnH', 'sport = :9229']);
+    expect(ss.stdout.trim()).toBe('');
+    a1.proc.kill('SIGHUP');
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await a1.status()).state).toBe('master');
+    expect(a1.logLines().some((l) => typeof l.msg === 'string' && l.msg.startsWith('SIGHUP'))).toBe(true);
+  });
+
+  it('two signals in a row still resign and clean up, exit 0', async () => {
+    const [a1] = await pair();
+    a1.proc.kill('SIGTERM');
+    a1.proc.kill('SIGINT');
+    expect(await a1.proc.exited).toBe(0);
+    await waitForHolder(lab, lab.vip4, 'n2', 2000);
+    expect(a1.logLines().some((l) => l.msg === 'already stopping')).toBe(true);
+  });
+
+  it('the interface is deleted: the agent exits 1 with BALLAST_E_INTERFACE_GONE', async () => {
+    const [, a2] = await pair();
+    // n2's eth0 is one end of a veth pair; deleting it is what a NIC vanishing looks like
+    await lab.exec(lab.nodes[1]!.netns, ['ip', 'link', 'del', 'eth0']);
+    expect(await a2.proc.exited).toBe(1);
+    expect(a2.logLines().some((l) => l.code === 'BALLAST_E_INTERFACE_GONE')).toBe(true);
+    agents.pop();
+  });
+});
