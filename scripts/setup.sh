@@ -8,6 +8,13 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+# --- Node.js ---------------------------------------------------------------------------------
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  log "Node.js >= 20 is required (found: $(node --version 2>/dev/null || echo none)); install Node.js 20 or 24 LTS first"
+  exit 1
+fi
+
 # --- Debian packages -------------------------------------------------------------------------
 # build: g++/cmake/make; libuv1-dev gives uv.h for the addon's uv_poll (the symbols come from
 # the node binary at load time, so nothing links against Debian's libuv); clang for the BPF

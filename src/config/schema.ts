@@ -2,17 +2,21 @@
  * The configuration schema: what a ballast config file may say, its defaults, and the
  * normalized, frozen {@link Config} every other module receives.
  *
- * Validation is pure (no interface lookups, no DNS, no files) and reports every problem at
- * once, each with the path of its setting and a reason written for an operator. Steps:
+ * Validation is pure (no interface lookups, no DNS; files only through an injected reader,
+ * which loadConfig passes) and reports every problem at once, each with the path of its
+ * setting and a reason written for an operator. Steps:
  *   1. zod checks each setting (strict objects: unknown keys are errors, with a suggestion);
- *   2. checks that span sections (peers against VIPs) run on the raw input, so that they
- *      are reported even when an unrelated setting is also wrong;
- *   3. issues are sorted in the order the settings are declared, then thrown as one
+ *   2. checks that span settings (peers and backends against VIPs, the health timeout against
+ *      its interval, caFile required by backends) run on the raw input, so that they are
+ *      reported even when an unrelated setting is also wrong;
+ *   3. with a file reader, the files the settings name are read and checked (files.ts);
+ *   4. issues are sorted in the order the settings are declared, then thrown as one
  *      ConfigError; or the normalized object is deep-frozen and returned.
  */
 import { z } from 'zod';
 import { ConfigError, DOCUMENT_PATH, type ConfigIssue } from '../errors.js';
 import { formatDuration, parseDuration } from './duration.js';
+import { fileIssues, type ConfigFiles } from './files.js';
 
 // ---------------------------------------------------------------------------------------------
 // The normalized shape
@@ -77,6 +81,76 @@ export interface LogConfig {
   readonly level: LogLevel;
 }
 
+/** An apiserver endpoint: an IP literal and a TCP port. */
+export interface BackendAddress {
+  /** IP address literal, canonical text (IPv6 per RFC 5952, without brackets). */
+  readonly host: string;
+  /** 1..65535. */
+  readonly port: number;
+  /** Address family of `host`. */
+  readonly family: AddressFamily;
+}
+
+/** The `apiserver.health` section, normalized: how a backend's readiness is checked. */
+export interface HealthConfig {
+  /** Request path of the check, starting with "/" (may carry a query): "/readyz". */
+  readonly path: string;
+  /** PEM file of the CA(s) that verify the apiservers' serving certificates; absent when not set. */
+  readonly caFile?: string;
+  /** Name (or IP) to send as SNI and to verify in the certificate instead of the backend's IP; absent when not set. */
+  readonly serverName?: string;
+  /** Skip certificate verification (never for production). */
+  readonly insecureSkipVerify: boolean;
+  /** PEM client certificate presented to the apiservers; set together with `clientKeyFile`. */
+  readonly clientCertFile?: string;
+  /** PEM private key of `clientCertFile`. */
+  readonly clientKeyFile?: string;
+  /** File holding a bearer token sent as `Authorization: Bearer …`; re-read when it changes. */
+  readonly tokenFile?: string;
+  /** Time between two checks of one backend, in milliseconds: 100..60000. */
+  readonly intervalMs: number;
+  /** Deadline of one check (connect + TLS + response), in milliseconds: 50..60000, at most `intervalMs`. */
+  readonly timeoutMs: number;
+  /** Consecutive passes that make a backend up: 1..10. */
+  readonly rise: number;
+  /** Consecutive failures that take an up backend down: 1..10. */
+  readonly fall: number;
+}
+
+/** The `apiserver` section, normalized. */
+export interface ApiserverConfig {
+  /** The port clients use on the VIP: 1..65535. */
+  readonly port: number;
+  /** Seed list of apiservers, 0..64, same family as the VIPs, no duplicates; empty = no load balancing. */
+  readonly backends: readonly BackendAddress[];
+  readonly health: HealthConfig;
+}
+
+/** How traffic to the VIP is handled: `nftables` load-balances VIP:port to healthy backends; `none` holds the VIP only. */
+export type DataplaneVipMode = 'nftables' | 'none';
+
+/** The `dataplane` section, normalized. */
+export interface DataplaneConfig {
+  readonly vip: DataplaneVipMode;
+  /** Keep the nftables table when the agent stops cleanly (clients keep being balanced while it restarts). */
+  readonly keepOnStop: boolean;
+}
+
+/** The `policy` section, normalized: how health feeds the election. */
+export interface PolicyConfig {
+  /**
+   * Subtracted from `vrrp.priority` while no backend is healthy (`dataplane.vip: nftables`) or
+   * while the local apiserver is unhealthy (`dataplane.vip: none`): 0..254. The effective
+   * priority never goes below 1.
+   */
+  readonly unhealthyPriorityWeight: number;
+  /**
+   * This node's own apiserver. Absent when not configured: the agent then uses the backend
+   * whose address is on this node, resolved at run time.
+   */
+  readonly localBackend?: BackendAddress;
+}
+
 /** The validated, normalized, deep-frozen configuration. */
 export interface Config {
   /**
@@ -90,6 +164,10 @@ export interface Config {
   /** Virtual IP addresses, 1..16, one family, canonical text (IPv6 per RFC 5952), no duplicates. */
   readonly vips: readonly string[];
   readonly announce: AnnounceConfig;
+  /** Always present: without the section, no backends and the defaults. */
+  readonly apiserver: ApiserverConfig;
+  readonly dataplane: DataplaneConfig;
+  readonly policy: PolicyConfig;
   readonly admin: AdminConfig;
   readonly log: LogConfig;
 }
@@ -101,7 +179,10 @@ export interface Config {
 export const ADVERTISEMENT_INTERVAL_MIN_MS = 10;
 export const ADVERTISEMENT_INTERVAL_MAX_MS = 40_950;
 export const MAX_VIPS = 16;
+/** At most this many entries in apiserver.backends. */
+export const MAX_BACKENDS = 64;
 const HOUR_MS = 3_600_000;
+const MINUTE_MS = 60_000;
 
 /** Defaults, as they would be written in the file. */
 export const DEFAULTS = Object.freeze({
@@ -113,6 +194,17 @@ export const DEFAULTS = Object.freeze({
   announceCount: 5,
   announceSpacing: '0ms',
   announceRepeatAfter: '5s',
+  apiserverPort: 6443,
+  healthPath: '/readyz',
+  healthInsecureSkipVerify: false,
+  healthInterval: '1s',
+  /** the timeout's default is this or the interval, whichever is shorter */
+  healthTimeout: '1s',
+  healthRise: 2,
+  healthFall: 2,
+  dataplaneVip: 'nftables',
+  dataplaneKeepOnStop: false,
+  unhealthyPriorityWeight: 50,
   adminListen: '127.0.0.1:9641',
   logLevel: 'info',
 } as const);
@@ -293,7 +385,7 @@ function notAnAddress(s: string): string {
   const base = `not an IP address: ${show(s)}`;
   const slash = s.indexOf('/');
   if (slash > 0 && parseIp(s.slice(0, slash)) !== null) {
-    return `${base}: write the address without a prefix length (the prefix comes from the interface's subnet)`;
+    return `${base}: write the address without a prefix length (a VIP is always added as a /32 or /128 of its own)`;
   }
   const pct = s.indexOf('%');
   if (pct > 0 && parseIp(s.slice(0, pct)) !== null) {
@@ -312,7 +404,7 @@ function notAnAddress(s: string): string {
   return base;
 }
 
-type AddressRole = 'vip' | 'peer' | 'listen';
+type AddressRole = 'vip' | 'peer' | 'listen' | 'backend' | 'local';
 
 /** Parses one address in a given role; returns the address or the reason it is refused. */
 function checkAddress(input: unknown, role: AddressRole): Ip | string {
@@ -331,6 +423,11 @@ function checkAddress(input: unknown, role: AddressRole): Ip | string {
     peer: ['unspecified', 'loopback', 'multicast', 'broadcast', 'reserved'],
     // the unspecified address means "every address", which is a legitimate listen address
     listen: ['multicast', 'broadcast', 'reserved'],
+    // every node DNATs to a backend, so it must be routable from all of them: no loopback, and
+    // no link-local (a DNAT target has no zone)
+    backend: ['unspecified', 'loopback', 'multicast', 'link-local', 'broadcast', 'reserved'],
+    // only this node probes its own apiserver, so loopback is fine
+    local: ['unspecified', 'multicast', 'link-local', 'broadcast', 'reserved'],
   };
   if (!refused[role].includes(scope)) return ip;
   const what = SCOPE_TEXT[scope];
@@ -338,6 +435,8 @@ function checkAddress(input: unknown, role: AddressRole): Ip | string {
     vip: 'a VIP must be a unicast address that clients can reach',
     peer: "a peer must be another node's unicast address (leave peers empty for multicast)",
     listen: 'the admin endpoint needs a local unicast address, or 0.0.0.0 / [::] for every address',
+    backend: "a backend must be an apiserver's node address that every node can reach",
+    local: "the local backend must be this node's own address or a loopback address",
   }[role];
   return `${input} is ${what}; ${need}`;
 }
@@ -365,6 +464,28 @@ interface DurationRule {
   step?: { ms: number; message: (ms: number) => string };
 }
 
+/** Parses a duration setting's value to ms, or says why it is refused (undefined input is not handled here). */
+function durationMs(input: unknown, rule: DurationRule): number | string {
+  let ms: number;
+  if (input === null) {
+    return `has no value: expected a duration such as "1s" or "100ms" (or delete the key to get the default, ${rule.default})`;
+  } else if (typeof input === 'number') {
+    if (input !== 0) return `needs a unit: write "${input}ms" or "${input}s", not the bare number ${input}`;
+    ms = 0;
+  } else if (typeof input === 'string') {
+    try {
+      ms = parseDuration(input);
+    } catch (err) {
+      return (err as Error).message;
+    }
+  } else {
+    return `must be a duration such as "1s" or "100ms", got ${show(input)}`;
+  }
+  if (ms < rule.min || ms > rule.max) return rule.range(ms);
+  if (rule.step !== undefined && ms % rule.step.ms !== 0) return rule.step.message(ms);
+  return ms;
+}
+
 /**
  * A duration setting: a string such as "100ms" or "1s" (or 0), parsed to integer ms.
  * A bare YAML number other than 0 is refused: "interval: 1" means 1 s to keepalived users
@@ -374,34 +495,29 @@ function durationField(rule: DurationRule) {
   return z
     .unknown()
     .transform((input, ctx) => {
-      const fail = (message: string): never => {
-        ctx.addIssue({ code: 'custom', message, input });
+      const r = durationMs(input, rule);
+      if (typeof r === 'string') {
+        ctx.addIssue({ code: 'custom', message: r, input });
         return z.NEVER;
-      };
-      let ms: number;
-      if (input === null) {
-        return fail(
-          `has no value: expected a duration such as "1s" or "100ms" (or delete the key to get the default, ${rule.default})`,
-        );
-      } else if (typeof input === 'number') {
-        if (input !== 0) {
-          return fail(`needs a unit: write "${input}ms" or "${input}s", not the bare number ${input}`);
-        }
-        ms = 0;
-      } else if (typeof input === 'string') {
-        try {
-          ms = parseDuration(input);
-        } catch (err) {
-          return fail((err as Error).message);
-        }
-      } else {
-        return fail(`must be a duration such as "1s" or "100ms", got ${show(input)}`);
       }
-      if (ms < rule.min || ms > rule.max) return fail(rule.range(ms));
-      if (rule.step !== undefined && ms % rule.step.ms !== 0) return fail(rule.step.message(ms));
-      return ms;
+      return r;
     })
     .prefault(rule.default);
+}
+
+/** A duration setting whose default depends on another setting: undefined when absent. */
+function optionalDurationField(rule: DurationRule) {
+  return z
+    .unknown()
+    .transform((input, ctx): number => {
+      const r = durationMs(input, rule);
+      if (typeof r === 'string') {
+        ctx.addIssue({ code: 'custom', message: r, input });
+        return z.NEVER;
+      }
+      return r;
+    })
+    .optional();
 }
 
 const rangeMessage = (lo: string, hi: string) => (ms: number) => `must be from ${lo} to ${hi}, got ${formatDuration(ms)}`;
@@ -478,59 +594,221 @@ function addressList(opts: {
     });
 }
 
+interface HostPortRule {
+  role: 'listen' | 'backend' | 'local';
+  /** `e.g. "…" or "…"`, for messages. */
+  example: string;
+  /** Port used in the "write …" suggestion when the port is missing. */
+  port: number;
+  /** The message for ":port" with no host. */
+  missingHost: (input: string) => string;
+  /** What to write instead of a host name, e.g. `write 127.0.0.1 or [::1]`. */
+  instead: string;
+}
+
+/** Parses `host:port` (IPv6 host in brackets; IP literals only) or says why it is refused. */
+function parseHostPort(input: unknown, rule: HostPortRule): { ip: Ip; port: number } | string {
+  const example = rule.example;
+  if (typeof input !== 'string') return `must be host:port, ${example}; got ${show(input)}`;
+  let host: string;
+  let port: string;
+  if (input.startsWith('[')) {
+    const close = input.indexOf(']');
+    if (close < 0) return `missing "]" after the IPv6 host, ${example}; got ${show(input)}`;
+    host = input.slice(1, close);
+    const rest = input.slice(close + 1);
+    if (rest === '') return `missing port: write ${show(`${input}:${rule.port}`)}`;
+    if (!rest.startsWith(':')) return `must be host:port, ${example}; got ${show(input)}`;
+    port = rest.slice(1);
+    if (parseIPv6(host) === null && parseIPv4(host) !== null) {
+      return `brackets are for IPv6 hosts only: write ${show(`${host}:${port}`)}`;
+    }
+  } else {
+    const colons = input.split(':').length - 1;
+    if (colons === 0) return `missing port: write ${show(`${input}:${rule.port}`)} (host:port)`;
+    if (colons > 1) return `an IPv6 host must be in brackets, ${example}; got ${show(input)}`;
+    const cut = input.indexOf(':');
+    host = input.slice(0, cut);
+    port = input.slice(cut + 1);
+    if (host === '') return rule.missingHost(input);
+  }
+  const ip = checkAddress(host, rule.role);
+  if (typeof ip === 'string') {
+    const named = parseIp(host) === null && /^[A-Za-z0-9.-]+$/.test(host);
+    return named ? `host must be an IP address, got ${show(host)} (names are not resolved: ${rule.instead})` : `host: ${ip}`;
+  }
+  if (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
+    return `port must be an integer from 1 to 65535, got ${show(port)}`;
+  }
+  return { ip, port: Number(port) };
+}
+
+/** `host:port` text of an address, IPv6 in brackets. */
+const hostPort = (host: string, port: number): string => (host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`);
+
+const LISTEN_RULE: HostPortRule = {
+  role: 'listen',
+  example: 'e.g. "127.0.0.1:9641" or "[::1]:9641"',
+  port: 9641,
+  missingHost: (input) => `missing host: write "127.0.0.1${input}" (this node only) or "0.0.0.0${input}" (every address)`,
+  instead: 'write 127.0.0.1 or [::1]',
+};
+
+const BACKEND_RULE: HostPortRule = {
+  role: 'backend',
+  example: 'e.g. "10.0.0.11:6443" or "[fd00::11]:6443"',
+  port: 6443,
+  missingHost: (input) => `missing host: write the apiserver's node address, e.g. "10.0.0.11${input}"`,
+  instead: `write the node's address, e.g. "10.0.0.11:6443"`,
+};
+
+const LOCAL_RULE: HostPortRule = {
+  ...BACKEND_RULE,
+  role: 'local',
+  missingHost: (input) => `missing host: write this node's address or a loopback address, e.g. "127.0.0.1${input}"`,
+  instead: `write this node's address or a loopback address, e.g. "127.0.0.1:6443"`,
+};
+
 function listenField() {
   return z
     .unknown()
     .transform((input, ctx): ListenAddress => {
-      const example = 'e.g. "127.0.0.1:9641" or "[::1]:9641"';
       const fail = (message: string): never => {
         ctx.addIssue({ code: 'custom', message, input });
         return z.NEVER;
       };
       if (input === null) {
-        return fail(`has no value: expected host:port, ${example} (or delete the key to get the default, ${DEFAULTS.adminListen})`);
-      }
-      if (typeof input !== 'string') return fail(`must be host:port, ${example}; got ${show(input)}`);
-      let host: string;
-      let port: string;
-      if (input.startsWith('[')) {
-        const close = input.indexOf(']');
-        if (close < 0) return fail(`missing "]" after the IPv6 host, ${example}; got ${show(input)}`);
-        host = input.slice(1, close);
-        const rest = input.slice(close + 1);
-        if (rest === '') return fail(`missing port: write ${show(`${input}:9641`)}`);
-        if (!rest.startsWith(':')) return fail(`must be host:port, ${example}; got ${show(input)}`);
-        port = rest.slice(1);
-        if (parseIPv6(host) === null && parseIPv4(host) !== null) {
-          return fail(`brackets are for IPv6 hosts only: write ${show(`${host}:${port}`)}`);
-        }
-      } else {
-        const colons = input.split(':').length - 1;
-        if (colons === 0) return fail(`missing port: write ${show(`${input}:9641`)} (host:port)`);
-        if (colons > 1) return fail(`an IPv6 host must be in brackets, ${example}; got ${show(input)}`);
-        const cut = input.indexOf(':');
-        host = input.slice(0, cut);
-        port = input.slice(cut + 1);
-        if (host === '') {
-          return fail(`missing host: write "127.0.0.1${input}" (this node only) or "0.0.0.0${input}" (every address)`);
-        }
-      }
-      const ip = checkAddress(host, 'listen');
-      if (typeof ip === 'string') {
-        const named = parseIp(host) === null && /^[A-Za-z0-9.-]+$/.test(host);
         return fail(
-          named
-            ? `host must be an IP address, got ${show(host)} (names are not resolved: write 127.0.0.1 or [::1])`
-            : `host: ${ip}`,
+          `has no value: expected host:port, ${LISTEN_RULE.example} (or delete the key to get the default, ${DEFAULTS.adminListen})`,
         );
       }
-      if (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
-        return fail(`port must be an integer from 1 to 65535, got ${show(port)}`);
-      }
-      return { host: ip.text, port: Number(port) };
+      const r = parseHostPort(input, LISTEN_RULE);
+      if (typeof r === 'string') return fail(r);
+      return { host: r.ip.text, port: r.port };
     })
     .prefault(DEFAULTS.adminListen);
 }
+
+/**
+ * apiserver.backends: a list of host:port, checked as a whole so that every element's problem
+ * is reported (the family against the VIPs is a cross-section check).
+ */
+function backendList() {
+  const what = `a list of up to ${MAX_BACKENDS} host:port entries, ${BACKEND_RULE.example}`;
+  return z
+    .array(z.unknown(), { error: expect(what, { default: '[] (no backends)' }) })
+    .transform((list, ctx): BackendAddress[] => {
+      const before = ctx.issues.length;
+      const fail = (path: number[], message: string, input: unknown): void => {
+        ctx.addIssue({ code: 'custom', message, path, input });
+      };
+      if (list.length > MAX_BACKENDS) fail([], `must list at most ${MAX_BACKENDS} backends, got ${list.length}`, list);
+      const out: BackendAddress[] = [];
+      const seen = new Map<string, number>();
+      list.forEach((item, i) => {
+        if (item === null) return fail([i], `has no value: expected host:port, ${BACKEND_RULE.example}`, item);
+        const r = parseHostPort(item, BACKEND_RULE);
+        if (typeof r === 'string') return fail([i], r, item);
+        const key = hostPort(r.ip.text, r.port);
+        const prev = seen.get(key);
+        if (prev !== undefined) {
+          const same = list[prev] === item ? '' : ` (both are ${key})`;
+          return fail([i], `${String(item)} duplicates apiserver.backends[${prev}]${same}`, item);
+        }
+        seen.set(key, i);
+        out.push({ host: r.ip.text, port: r.port, family: r.ip.family });
+      });
+      if (ctx.issues.length > before) return z.NEVER;
+      return out;
+    })
+    .prefault([]);
+}
+
+/** policy.localBackend: host:port, or "" (the default) for "the backend whose address is on this node". */
+const localBackendField = z
+  .unknown()
+  .transform((input, ctx): BackendAddress | undefined => {
+    if (input === undefined || input === '') return undefined;
+    const fail = (message: string): never => {
+      ctx.addIssue({ code: 'custom', message, input });
+      return z.NEVER;
+    };
+    if (input === null) {
+      return fail(`has no value: expected host:port, e.g. "127.0.0.1:6443" (or delete the key: the backend whose address is on this node)`);
+    }
+    const r = parseHostPort(input, LOCAL_RULE);
+    if (typeof r === 'string') return fail(r);
+    return { host: r.ip.text, port: r.port, family: r.ip.family };
+  })
+  .optional();
+
+/**
+ * An optional absolute file path; "" means not set. Whether the file exists is checked by
+ * loadConfig (see files.ts), not here: validation is pure.
+ */
+function fileField(example: string) {
+  return z
+    .unknown()
+    .transform((input, ctx): string | undefined => {
+      if (input === undefined || input === '') return undefined;
+      const fail = (message: string): never => {
+        ctx.addIssue({ code: 'custom', message, input });
+        return z.NEVER;
+      };
+      if (input === null) return fail(`has no value: expected a file path such as ${show(example)} (or delete the key)`);
+      if (typeof input !== 'string') return fail(`must be a file path such as ${show(example)}, got ${show(input)}`);
+      if (input.includes('\0')) return fail('must not contain a NUL character');
+      if (!input.startsWith('/')) {
+        return fail(
+          `must be an absolute path, got ${show(input)} (a relative path would depend on the agent's working directory)`,
+        );
+      }
+      return input;
+    })
+    .optional();
+}
+
+const DNS_NAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
+/** apiserver.health.serverName: a DNS name or an IP literal; "" = verify the backend's own IP. */
+const serverNameField = z
+  .unknown()
+  .transform((input, ctx): string | undefined => {
+    if (input === undefined || input === '') return undefined;
+    const fail = (message: string): never => {
+      ctx.addIssue({ code: 'custom', message, input });
+      return z.NEVER;
+    };
+    const what = 'a DNS name or IP address that the apiservers\' certificates carry, e.g. "kubernetes"';
+    if (input === null) return fail(`has no value: expected ${what} (or delete the key to verify each backend's IP address)`);
+    if (typeof input !== 'string') return fail(`must be ${what}, got ${show(input)}`);
+    const ip = parseIp(input);
+    if (ip !== null) return ip.text;
+    if (input.startsWith('*')) return fail(`must be one name, not a wildcard, got ${show(input)}`);
+    if (!DNS_NAME.test(input)) return fail(`must be ${what}, got ${show(input)}`);
+    return input;
+  })
+  .optional();
+
+/** apiserver.health.path: an absolute request path (a query is allowed). */
+const healthPathField = z
+  .unknown()
+  .transform((input, ctx): string => {
+    const fail = (message: string): never => {
+      ctx.addIssue({ code: 'custom', message, input });
+      return z.NEVER;
+    };
+    if (input === null) {
+      return fail(`has no value: expected a request path such as "/readyz" (or delete the key to get the default, ${DEFAULTS.healthPath})`);
+    }
+    if (typeof input !== 'string') return fail(`must be a request path such as "/readyz", got ${show(input)}`);
+    if (!input.startsWith('/')) return fail(`must start with "/", e.g. "/readyz", got ${show(input)}`);
+    if (/[\s\x00-\x1f\x7f]/.test(input)) return fail(`must not contain spaces or control characters (percent-encode them), got ${show(input)}`);
+    if (input.includes('#')) return fail(`must not contain a fragment ("#…"): it is never sent to the server, got ${show(input)}`);
+    if (input.length > 1024) return fail(`must be at most 1024 characters, got ${input.length}`);
+    return input;
+  })
+  .prefault(DEFAULTS.healthPath);
 
 // ---------------------------------------------------------------------------------------------
 // Sections
@@ -594,6 +872,60 @@ const announceShape = {
   }),
 };
 
+const HEALTH_INTERVAL: DurationRule = {
+  min: 100,
+  max: MINUTE_MS,
+  default: DEFAULTS.healthInterval,
+  range: rangeMessage('100ms', '1m'),
+};
+const HEALTH_TIMEOUT: DurationRule = {
+  min: 50,
+  max: MINUTE_MS,
+  default: `${DEFAULTS.healthTimeout}, or the interval if that is shorter`,
+  range: rangeMessage('50ms', '1m'),
+};
+
+const healthShape = {
+  path: healthPathField,
+  caFile: fileField('/etc/kubernetes/pki/ca.crt'),
+  serverName: serverNameField,
+  insecureSkipVerify: z
+    .boolean({ error: expect('true or false', { default: String(DEFAULTS.healthInsecureSkipVerify), hint: yesNoHint }) })
+    .default(DEFAULTS.healthInsecureSkipVerify),
+  clientCertFile: fileField('/etc/ballast/health.crt'),
+  clientKeyFile: fileField('/etc/ballast/health.key'),
+  tokenFile: fileField('/etc/ballast/health.token'),
+  interval: durationField(HEALTH_INTERVAL),
+  timeout: optionalDurationField(HEALTH_TIMEOUT),
+  rise: intField(1, 10, { default: String(DEFAULTS.healthRise) }).default(DEFAULTS.healthRise),
+  fall: intField(1, 10, { default: String(DEFAULTS.healthFall) }).default(DEFAULTS.healthFall),
+};
+
+const apiserverShape = {
+  port: intField(1, 65535, { default: String(DEFAULTS.apiserverPort) }).default(DEFAULTS.apiserverPort),
+  backends: backendList(),
+  health: section(z.strictObject(healthShape, { error: mappingError })),
+};
+
+const dataplaneShape = {
+  vip: z
+    .enum(['nftables', 'none'], {
+      error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }),
+    })
+    .default(DEFAULTS.dataplaneVip),
+  keepOnStop: z
+    .boolean({ error: expect('true or false', { default: String(DEFAULTS.dataplaneKeepOnStop), hint: yesNoHint }) })
+    .default(DEFAULTS.dataplaneKeepOnStop),
+};
+
+const policyShape = {
+  unhealthyPriorityWeight: intField(0, 254, {
+    default: String(DEFAULTS.unhealthyPriorityWeight),
+    hint: (v) => (v === 255 ? ' (the effective priority never goes below 1, so 254 already takes any priority to 1)' : ''),
+  }).default(DEFAULTS.unhealthyPriorityWeight),
+  localBackend: localBackendField,
+};
+
 const adminShape = { listen: listenField() };
 
 const logShape = {
@@ -615,23 +947,67 @@ const rootShape = {
     what: `a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100]`,
   }),
   announce: section(z.strictObject(announceShape, { error: mappingError })),
+  apiserver: section(z.strictObject(apiserverShape, { error: mappingError })),
+  dataplane: section(z.strictObject(dataplaneShape, { error: mappingError })),
+  policy: section(z.strictObject(policyShape, { error: mappingError })),
   admin: section(z.strictObject(adminShape, { error: mappingError })),
   log: section(z.strictObject(logShape, { error: mappingError })),
 };
 
-/** The known keys of each section ('' = top level), in declaration order. */
+/** The known keys of each section, by the section's dotted path ('' = top level), in declaration order. */
 const SECTION_KEYS: Readonly<Record<string, readonly string[]>> = {
   '': Object.keys(rootShape),
   vrrp: Object.keys(vrrpShape),
   announce: Object.keys(announceShape),
+  apiserver: Object.keys(apiserverShape),
+  'apiserver.health': Object.keys(healthShape),
+  dataplane: Object.keys(dataplaneShape),
+  policy: Object.keys(policyShape),
   admin: Object.keys(adminShape),
   log: Object.keys(logShape),
 };
 
-/** Every setting's path, in declaration order: "interface", "vrrp.vrid", …, "log.level". */
-export const CONFIG_FIELDS: readonly string[] = Object.freeze(
-  (SECTION_KEYS[''] ?? []).flatMap((k) => (SECTION_KEYS[k] ?? [null]).map((sub) => (sub === null ? k : `${k}.${sub}`))),
-);
+/** The leaf settings under the section at `prefix` ('' = top level), depth first. */
+function leaves(prefix: string): string[] {
+  return (SECTION_KEYS[prefix] ?? []).flatMap((k) => {
+    const path = prefix === '' ? k : `${prefix}.${k}`;
+    return SECTION_KEYS[path] === undefined ? [path] : leaves(path);
+  });
+}
+
+/** Every setting's path, in declaration order: "interface", "vrrp.vrid", …, "apiserver.health.path", …, "log.level". */
+export const CONFIG_FIELDS: readonly string[] = Object.freeze(leaves(''));
+
+/** The health section as the schema parsed it, normalized: unset files absent, durations in ms. */
+function normalizeHealth(h: {
+  path: string;
+  caFile?: string | undefined;
+  serverName?: string | undefined;
+  insecureSkipVerify: boolean;
+  clientCertFile?: string | undefined;
+  clientKeyFile?: string | undefined;
+  tokenFile?: string | undefined;
+  interval: number;
+  timeout?: number | undefined;
+  rise: number;
+  fall: number;
+}): HealthConfig {
+  const optional = <K extends string>(key: K, v: string | undefined) => (v === undefined ? {} : { [key]: v });
+  return {
+    path: h.path,
+    ...optional('caFile', h.caFile),
+    ...optional('serverName', h.serverName),
+    insecureSkipVerify: h.insecureSkipVerify,
+    ...optional('clientCertFile', h.clientCertFile),
+    ...optional('clientKeyFile', h.clientKeyFile),
+    ...optional('tokenFile', h.tokenFile),
+    intervalMs: h.interval,
+    // a probe must end before the next one is due: an unset timeout never exceeds the interval
+    timeoutMs: h.timeout ?? Math.min(parseDuration(DEFAULTS.healthTimeout), h.interval),
+    rise: h.rise,
+    fall: h.fall,
+  };
+}
 
 const rootError = (iss: { readonly input?: unknown }): string =>
   iss.input === null || iss.input === undefined
@@ -659,6 +1035,16 @@ export const configSchema = z.strictObject(rootShape, { error: rootError }).tran
       spacingMs: c.announce.spacing,
       repeatAfterMs: c.announce.repeatAfter,
     },
+    apiserver: {
+      port: c.apiserver.port,
+      backends: c.apiserver.backends,
+      health: normalizeHealth(c.apiserver.health),
+    },
+    dataplane: { vip: c.dataplane.vip, keepOnStop: c.dataplane.keepOnStop },
+    policy: {
+      unhealthyPriorityWeight: c.policy.unhealthyPriorityWeight,
+      ...(c.policy.localBackend === undefined ? {} : { localBackend: c.policy.localBackend }),
+    },
     admin: { listen: c.admin.listen },
     log: { level: c.log.level },
   }),
@@ -678,22 +1064,24 @@ interface RawIssue {
 const isRecord = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/**
- * Peers against VIPs. Runs on the raw input rather than inside zod, so it reports even when
- * another setting is wrong (zod skips refinements once a field has failed).
- */
-function crossSectionIssues(raw: unknown): RawIssue[] {
-  if (!isRecord(raw) || !Array.isArray(raw.vips) || !isRecord(raw.vrrp) || !Array.isArray(raw.vrrp.peers)) return [];
-  const vips = new Map<string, number>();
-  let family: { index: number; family: AddressFamily } | undefined;
+/** The VIPs of the raw input that parse: their family (of the first) and index by canonical text. */
+function rawVips(raw: Record<string, unknown>): { family: AddressFamily; index: Map<string, number> } | undefined {
+  if (!Array.isArray(raw.vips)) return undefined;
+  const index = new Map<string, number>();
+  let family: AddressFamily | undefined;
   raw.vips.forEach((v, i) => {
     const ip = checkAddress(v, 'vip');
     if (typeof ip === 'string') return;
-    family ??= { index: i, family: ip.family };
-    if (!vips.has(ip.text)) vips.set(ip.text, i);
+    family ??= ip.family;
+    if (!index.has(ip.text)) index.set(ip.text, i);
   });
-  if (family === undefined) return [];
-  const fam = family.family;
+  return family === undefined ? undefined : { family, index };
+}
+
+/** Peers against VIPs: same family, not a VIP. */
+function peerIssues(raw: Record<string, unknown>, vips: { family: AddressFamily; index: Map<string, number> }): RawIssue[] {
+  if (!isRecord(raw.vrrp) || !Array.isArray(raw.vrrp.peers)) return [];
+  const fam = vips.family;
   const out: RawIssue[] = [];
   const seen = new Set<string>();
   raw.vrrp.peers.forEach((p, i) => {
@@ -707,14 +1095,93 @@ function crossSectionIssues(raw: unknown): RawIssue[] {
         path,
         message: `${String(p)} is IPv${ip.family} but the VIPs are IPv${fam}: peers must be the same family as the VIPs`,
       });
-    } else if (vips.has(ip.text)) {
+    } else if (vips.index.has(ip.text)) {
       out.push({
         path,
-        message: `${String(p)} is a VIP (vips[${vips.get(ip.text)}]); peers are the other nodes' own addresses`,
+        message: `${String(p)} is a VIP (vips[${vips.index.get(ip.text)}]); peers are the other nodes' own addresses`,
       });
     }
   });
   return out;
+}
+
+/** Backends against VIPs: same family (DNAT does not translate families), not a VIP. */
+function backendIssues(raw: Record<string, unknown>, vips: { family: AddressFamily; index: Map<string, number> }): RawIssue[] {
+  if (!isRecord(raw.apiserver) || !Array.isArray(raw.apiserver.backends)) return [];
+  const out: RawIssue[] = [];
+  const seen = new Set<string>();
+  raw.apiserver.backends.forEach((b, i) => {
+    const r = parseHostPort(b, BACKEND_RULE);
+    // bad entries and repeats already have their own issue from the list itself
+    if (typeof r === 'string') return;
+    const key = hostPort(r.ip.text, r.port);
+    if (seen.has(key)) return;
+    seen.add(key);
+    const path = ['apiserver', 'backends', i];
+    if (r.ip.family !== vips.family) {
+      out.push({
+        path,
+        message: `${String(b)} is IPv${r.ip.family} but the VIPs are IPv${vips.family}: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families)`,
+      });
+    } else if (vips.index.has(r.ip.text)) {
+      out.push({
+        path,
+        message: `${r.ip.text} is a VIP (vips[${vips.index.get(r.ip.text)}]); backends are the apiservers' own node addresses`,
+      });
+    }
+  });
+  return out;
+}
+
+/** A setting that is set to a non-empty value ("" and absence both mean "not set"). */
+const isSet = (v: unknown): boolean => v !== undefined && v !== '';
+
+/** Settings of apiserver.health that depend on each other or on the backends. */
+function healthIssues(raw: Record<string, unknown>): RawIssue[] {
+  const apiserver = isRecord(raw.apiserver) ? raw.apiserver : {};
+  const health = isRecord(apiserver.health) ? apiserver.health : {};
+  const at = (key: string): Segment[] => ['apiserver', 'health', key];
+  const out: RawIssue[] = [];
+
+  if (health.timeout !== undefined) {
+    const timeout = durationMs(health.timeout, HEALTH_TIMEOUT);
+    const interval = health.interval === undefined ? parseDuration(DEFAULTS.healthInterval) : durationMs(health.interval, HEALTH_INTERVAL);
+    // a bad value of either has its own issue
+    if (typeof timeout === 'number' && typeof interval === 'number' && timeout > interval) {
+      out.push({
+        path: at('timeout'),
+        message: `must be at most apiserver.health.interval (${formatDuration(interval)}), got ${formatDuration(timeout)}: a check must end before the next one is due`,
+      });
+    }
+  }
+
+  const backends = Array.isArray(apiserver.backends) ? apiserver.backends.length : 0;
+  if (backends > 0 && health.insecureSkipVerify !== true && !isSet(health.caFile)) {
+    out.push({
+      path: at('caFile'),
+      message:
+        "required when apiserver.backends is not empty: the CA that signed the apiservers' serving certificates, e.g. /etc/kubernetes/pki/ca.crt (or set insecureSkipVerify: true, for tests only)",
+    });
+  }
+
+  const cert = isSet(health.clientCertFile);
+  const key = isSet(health.clientKeyFile);
+  if (cert && !key) {
+    out.push({ path: at('clientKeyFile'), message: 'required when apiserver.health.clientCertFile is set: the private key of that certificate' });
+  } else if (key && !cert) {
+    out.push({ path: at('clientCertFile'), message: 'required when apiserver.health.clientKeyFile is set: the certificate of that key' });
+  }
+  return out;
+}
+
+/**
+ * Checks that span settings. They run on the raw input rather than inside zod, so they report
+ * even when another setting is wrong (zod skips refinements once a field has failed).
+ */
+function crossSectionIssues(raw: unknown): RawIssue[] {
+  if (!isRecord(raw)) return [];
+  const vips = rawVips(raw);
+  return [...(vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips)]), ...healthIssues(raw)];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -730,10 +1197,29 @@ const ALIASES: Readonly<Record<string, string>> = {
   virtualipaddress: 'vips',
   virtualipaddresses: 'vips',
   addresses: 'vips',
+  // a VIP list, not dataplane.vip, when written at the top level
+  vip: 'vips',
   garpmasterrepeat: 'announce.count',
   garpmasterdelay: 'announce.repeatAfter',
   garpinterval: 'announce.spacing',
   loglevel: 'log.level',
+  // haproxy, keepalived (real_server, delay_loop, track_script weight) and kubeconfig spellings
+  inter: 'apiserver.health.interval',
+  delayloop: 'apiserver.health.interval',
+  realserver: 'apiserver.backends',
+  servers: 'apiserver.backends',
+  endpoints: 'apiserver.backends',
+  weight: 'policy.unhealthyPriorityWeight',
+  ca: 'apiserver.health.caFile',
+  cacert: 'apiserver.health.caFile',
+  certificateauthority: 'apiserver.health.caFile',
+  clientcertificate: 'apiserver.health.clientCertFile',
+  clientkey: 'apiserver.health.clientKeyFile',
+  token: 'apiserver.health.tokenFile',
+  tlsservername: 'apiserver.health.serverName',
+  sni: 'apiserver.health.serverName',
+  insecure: 'apiserver.health.insecureSkipVerify',
+  insecureskiptlsverify: 'apiserver.health.insecureSkipVerify',
 };
 
 const normalizeKey = (k: string): string => k.toLowerCase().replace(/[-_\s]/g, '');
@@ -791,7 +1277,7 @@ function unknownKeyMessage(section: string, key: string): string {
     alias === undefined
       ? undefined
       : alias.includes('.')
-        ? { section: alias.slice(0, alias.indexOf('.')), key: alias.slice(alias.indexOf('.') + 1) }
+        ? { section: alias.slice(0, alias.lastIndexOf('.')), key: alias.slice(alias.lastIndexOf('.') + 1) }
         : { section: '', key: alias };
   const guess = byName(local) ?? aliasTarget ?? byName(elsewhere) ?? byDistance(local) ?? byDistance(elsewhere);
   if (guess !== undefined) return `unknown key (did you mean ${display(guess)}?)`;
@@ -827,7 +1313,7 @@ function compareIssues(a: RawIssue, b: RawIssue): number {
     const y = b.path[i];
     if (x === y) continue;
     if (typeof x === 'number' && typeof y === 'number') return x - y;
-    const keys = SECTION_KEYS[i === 0 ? '' : String(a.path[0])] ?? [];
+    const keys = SECTION_KEYS[a.path.slice(0, i).join('.')] ?? [];
     const rank = (s: Segment | undefined): number => {
       const r = keys.indexOf(String(s));
       return r < 0 ? keys.length : r;
@@ -848,25 +1334,32 @@ function deepFreeze<T>(value: T): T {
 /**
  * Validates an already-parsed configuration value (what YAML parsing of the file gives, or
  * an object the CLI assembled) and returns the normalized, deep-frozen {@link Config}.
- * Pure: touches nothing on the system.
+ * Pure: touches nothing on the system, unless `options.files` is given.
  *
  * Durations become integer milliseconds (`…Ms` fields) and the advertisement interval also
- * centiseconds (`advertisementIntervalCs`); IPv6 addresses become canonical (RFC 5952).
+ * centiseconds (`advertisementIntervalCs`); IPv6 addresses become canonical (RFC 5952);
+ * backends become `{ host, port, family }`; unset optional strings ("" or absent) are absent.
  *
  * @param value the configuration; never modified.
  * @param options.source file path or other origin, for messages.
  * @param options.locate maps a path to a line and column in the source text (parseConfig
  *   passes one; without it issues carry no line numbers).
+ * @param options.files when given, the files named by apiserver.health (caFile,
+ *   clientCertFile, clientKeyFile, tokenFile) are read through it and checked; a missing or
+ *   malformed file is an issue on its setting. Without it, files are not looked at.
  * @throws ConfigError (code BALLAST_E_CONFIG) listing every problem found, in declaration order.
  */
-export function validateConfig(value: unknown, options: { source?: string; locate?: Locator } = {}): Config {
+export function validateConfig(
+  value: unknown,
+  options: { source?: string; locate?: Locator; files?: ConfigFiles } = {},
+): Config {
   const result = configSchema.safeParse(value);
   const raw: RawIssue[] = [];
   if (!result.success) {
     for (const iss of result.error.issues) {
       const path = iss.path.map((s) => (typeof s === 'number' ? s : String(s)));
       if (iss.code === 'unrecognized_keys') {
-        const section = path.length === 0 ? '' : String(path[0]);
+        const section = path.join('.');
         for (const key of iss.keys) {
           raw.push({ path: [...path, key], message: unknownKeyMessage(section, key), atKey: true });
         }
@@ -876,6 +1369,7 @@ export function validateConfig(value: unknown, options: { source?: string; locat
     }
   }
   raw.push(...crossSectionIssues(value));
+  if (options.files !== undefined) raw.push(...fileIssues(value, options.files));
   if (!result.success || raw.length > 0) {
     raw.sort(compareIssues);
     const issues = raw.map((r): ConfigIssue => {

@@ -9,7 +9,7 @@
  *   per record, 16 bytes:    ts_sec(4) ts_usec(4; nanoseconds for the 0xa1b23c4d magic)
  *                            incl_len(4) orig_len(4), then incl_len bytes of frame
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -84,7 +84,13 @@ export function readPcap(path: string): PcapRecord[] {
  */
 export function fixturePath(name: string): string {
   const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-  return resolve(process.env.BALLAST_FIXTURES ?? resolve(root, '..', 'shared', 'fixtures'), name);
+  const dir = process.env.BALLAST_FIXTURES ?? resolve(root, '..', 'shared', 'fixtures');
+  if (!existsSync(dir)) {
+    throw new Error(
+      `the keepalived captures are not at ${dir}: they live in the shared folder beside the repository (../shared/fixtures); set BALLAST_FIXTURES to their directory`,
+    );
+  }
+  return resolve(dir, name);
 }
 
 export const ETHERTYPE_IPV4 = 0x0800;
