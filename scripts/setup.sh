@@ -18,9 +18,9 @@ fi
 # --- Debian packages -------------------------------------------------------------------------
 # build: g++/cmake/make; libuv1-dev gives uv.h for the addon's uv_poll (the symbols come from
 # the node binary at load time, so nothing links against Debian's libuv); clang for the BPF
-# objects; iproute2 for the lab; nftables for the data plane; openssl for the lab CA;
+# objects; iproute2 for the lab; nftables and conntrack for the data plane; openssl for the lab CA;
 # keepalived as the interop peer and the benchmark baseline; tcpdump for wire timings in the bench.
-PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables openssl keepalived procps tcpdump)
+PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables conntrack openssl keepalived procps tcpdump)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -76,6 +76,10 @@ export const ERRORS = {
     exitCode: 1,
     description: 'The interface VRRP runs on was deleted while the agent ran.',
   },
+  BALLAST_E_DATAPLANE: {
+    exitCode: 1,
+    description: 'An nft or conntrack command failed; the kernel kept the previous ballast table.',
+  },
   BALLAST_E_STATUS_UNREACHABLE: {
     exitCode: 3,
     description: '`ballast status` could not reach the agent at admin.listen.',

@@ -1,0 +1,258 @@
+/**
+ * The nftables applier: puts the ruleset that src/dataplane/nftables.ts renders into the kernel
+ * with `nft -f -` (one transaction per apply), removes it, and reads its counters. The `nft`
+ * process is injected ({@link Executor}), so the same code runs against a fake in unit tests and
+ * against the real kernel (inside a network namespace) in integration tests.
+ *
+ * Counters and table replacement: every apply deletes and recreates the table, which would reset
+ * the per-backend counter objects to zero. So before a replacement the applier reads the live
+ * values and renders the new counters starting from them (`counter be_… { packets N bytes M }`):
+ * the counters stay monotonic across applies and across agent restarts (the kernel holds them).
+ * Connections counted between that read and the commit (a few milliseconds) are lost.
+ */
+import { BallastError, type ErrorCode } from '../errors.js';
+import { spawn } from 'node:child_process';
+import { performance } from 'node:perf_hooks';
+import { backendKey, nftFamily, parseCounterName, renderRemoval, renderRuleset, TABLE_NAME, type DesiredDataplane } from './nftables.js';
+
+/** What a finished command returned. `code` is its exit status (-1: killed or could not run). */
+export interface ExecResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs one command with `args` and `stdin` and resolves with its exit status and output; it
+ * rejects only when the command cannot be started at all (e.g. ENOENT). The applier's executor
+ * runs `nft` (nft(8)); conntrack.ts's runs `conntrack` (conntrack(8)).
+ */
+export type Executor = (args: string[], stdin: string) => Promise<ExecResult>;
+
+/**
+ * An {@link Executor} that spawns `argv[0]` with `argv.slice(1)` followed by the call's args,
+ * writes stdin and closes it. `['ip', 'netns', 'exec', 'ns1', 'nft']` runs nft inside a
+ * namespace. A command still running after `timeoutMs` (default 30000 ms) is SIGKILLed and
+ * resolves with code -1 and a note in stderr.
+ * @throws TypeError when `argv` is empty.
+ */
+export function commandExecutor(argv: readonly string[], opts: { timeoutMs?: number } = {}): Executor {
+  const [file, ...pre] = argv;
+  if (file === undefined) throw new TypeError('commandExecutor: argv must name a command');
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  return (args, stdin) =>
+    new Promise((resolve, reject) => {
+      const child = spawn(file, [...pre, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      let timedOut = false;
+      child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
+      child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
+      const timer = setTimeout(() => {
+        timedOut = true;
+        child.kill('SIGKILL');
+      }, timeoutMs);
+      child.once('error', (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      child.once('close', (code) => {
+        clearTimeout(timer);
+        if (timedOut) stderr += `(${file} killed after ${timeoutMs} ms)\n`;
+        resolve({ code: timedOut ? -1 : (code ?? -1), stdout, stderr });
+      });
+      // a command that exits without reading stdin makes the write fail with EPIPE: its exit
+      // status and stderr say why, so the write error itself is not interesting
+      child.stdin.on('error', () => undefined);
+      child.stdin.end(stdin);
+    });
+}
+
+/** The default executor: `nft` from $PATH. */
+export const nftExecutor: Executor = commandExecutor(['nft']);
+
+/** The error code of a failed nft command (to be added to src/errors.ts). */
+export const DATAPLANE_ERROR_CODE = 'BALLAST_E_DATAPLANE' satisfies ErrorCode;
+
+/**
+ * An nft (or conntrack) command failed. `code` is `BALLAST_E_DATAPLANE`; `stderr` is the
+ * command's own message (nft names the line and column of the rendered text); `args` its
+ * arguments; `status` its exit status. When thrown by
+ * {@link NftablesApplier.apply} the kernel still holds the previous table: the transaction was
+ * rejected as a whole.
+ */
+export class DataplaneError extends BallastError {
+  override name = 'DataplaneError';
+  readonly args: readonly string[];
+  /** the command's exit status (-1: killed, or could not run) */
+  readonly status: number;
+  readonly stderr: string;
+
+  /**
+   * @param message operator-facing text, including the command's stderr.
+   * @param args the command's arguments.
+   * @param result its exit status (`code`) and stderr.
+   * @param options.cause the underlying error (e.g. a spawn ENOENT), kept as `this.cause`.
+   */
+  constructor(message: string, args: readonly string[], result: { code: number; stderr: string }, options?: { cause?: unknown }) {
+    super(DATAPLANE_ERROR_CODE, message, options);
+    this.args = args;
+    this.status = result.code;
+    this.stderr = result.stderr;
+  }
+}
+
+/** Per-backend counter values, keyed `host:port` (`[v6]:port`). */
+export type BackendCounters = Record<string, { packets: number; bytes: number }>;
+
+/** Options of {@link NftablesApplier}. */
+export interface NftablesApplierOptions {
+  /** Runs nft; default {@link nftExecutor}. */
+  exec?: Executor;
+}
+
+const MAX_MESSAGE_STDERR = 4000;
+const NO_TABLE = /No such file or directory|Address family not supported/;
+
+/**
+ * Reconciles ballast's nftables tables (`table ip ballast`, `table ip6 ballast`) with a desired
+ * state. Calls are serialized (one nft transaction at a time, in call order). Holds the text it
+ * last applied per family, to skip an apply that would change nothing.
+ */
+export class NftablesApplier {
+  readonly #exec: Executor;
+  readonly #last = new Map<4 | 6, string>();
+  /** last values seen per backend key, also for backends no longer in a table */
+  readonly #known = new Map<string, { packets: number; bytes: number }>();
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(opts: NftablesApplierOptions = {}) {
+    this.#exec = opts.exec ?? nftExecutor;
+  }
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#queue.then(fn, fn);
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async #run(args: string[], stdin: string, what: string): Promise<ExecResult> {
+    let r: ExecResult;
+    try {
+      r = await this.#exec(args, stdin);
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      throw new DataplaneError(`${what}: could not run nft: ${why}`, args, { code: -1, stderr: '' }, { cause: err });
+    }
+    return r;
+  }
+
+  #fail(what: string, args: string[], r: ExecResult): never {
+    const text = r.stderr.trim();
+    const shown = text.length > MAX_MESSAGE_STDERR ? `${text.slice(0, MAX_MESSAGE_STDERR)}…` : text;
+    throw new DataplaneError(`${what}: nft ${args.join(' ')} exited with ${r.code}: ${shown || '(no message)'}`, args, r);
+  }
+
+  /**
+   * Makes ballast's table of `d.family` equal to `renderRuleset(d)`, in one `nft -f -`
+   * transaction (nft(8): the whole file is committed atomically, or nothing is). When the
+   * rendered text equals the one this applier last applied for that family, nothing runs
+   * (`changed: false`) unless `opts.force` (use it periodically to repair a table someone
+   * else flushed, e.g. `nft flush ruleset`). Before a replacement it reads the live counters
+   * (`nft -j list counters table …`) so the new ones start from them.
+   *
+   * @returns `changed`: whether nft ran; `durationMs`: wall time of this call (monotonic clock, ms).
+   * @throws TypeError when `d` is malformed (from renderRuleset; nothing ran).
+   * @throws DataplaneError (code BALLAST_E_DATAPLANE) carrying nft's stderr when nft fails;
+   *   the kernel keeps the previous table unchanged.
+   */
+  async apply(d: DesiredDataplane, opts: { force?: boolean } = {}): Promise<{ changed: boolean; durationMs: number }> {
+    const t0 = performance.now();
+    // render before queueing: a malformed desired state rejects at once, and nothing runs
+    const text = renderRuleset(d);
+    return this.#serial(async () => {
+      if (!opts.force && this.#last.get(d.family) === text) return { changed: false, durationMs: performance.now() - t0 };
+      await this.#readCounters(d.family);
+      const seeded = renderRuleset(d, { counters: Object.fromEntries(this.#known) });
+      const args = ['-f', '-'];
+      const r = await this.#run(args, seeded, `applying the ${nftFamily(d.family)} ${TABLE_NAME} table`);
+      if (r.code !== 0) this.#fail(`applying the ${nftFamily(d.family)} ${TABLE_NAME} table`, args, r);
+      this.#last.set(d.family, text);
+      return { changed: true, durationMs: performance.now() - t0 };
+    });
+  }
+
+  /**
+   * Deletes ballast's tables of both families (`table ip ballast`, `table ip6 ballast`), one
+   * transaction per family; a table that does not exist is not an error (idempotent), nor is
+   * an IPv6 table on a kernel without IPv6. Touches no other table. Counter values already
+   * read stay in {@link counters}.
+   * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails otherwise.
+   */
+  remove(): Promise<void> {
+    return this.#serial(async () => {
+      for (const family of [4, 6] as const) {
+        const args = ['-f', '-'];
+        const what = `removing the ${nftFamily(family)} ${TABLE_NAME} table`;
+        const r = await this.#run(args, renderRemoval(family), what);
+        if (r.code !== 0 && !(family === 6 && /Address family not supported/.test(r.stderr))) this.#fail(what, args, r);
+        this.#last.delete(family);
+      }
+    });
+  }
+
+  /**
+   * The per-backend counters of ballast's tables (`nft -j list counters table ip ballast`, and
+   * the same for ip6), keyed `host:port` / `[v6]:port`: `packets` is the number of connections
+   * DNATed to that backend (each connection's first packet), `bytes` the size of those first
+   * packets. Monotonic while this applier lives (values survive table replacements); backends
+   * no longer in a table keep their last value. A missing table contributes nothing.
+   * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails, or prints unparsable JSON.
+   */
+  counters(): Promise<BackendCounters> {
+    return this.#serial(async () => {
+      await this.#readCounters(4);
+      await this.#readCounters(6);
+      return Object.fromEntries([...this.#known].map(([k, v]) => [k, { ...v }]));
+    });
+  }
+
+  async #readCounters(family: 4 | 6): Promise<void> {
+    const args = ['-j', 'list', 'counters', 'table', nftFamily(family), TABLE_NAME];
+    const what = `reading the ${nftFamily(family)} ${TABLE_NAME} counters`;
+    const r = await this.#run(args, '', what);
+    if (r.code !== 0) {
+      if (NO_TABLE.test(r.stderr)) return;
+      this.#fail(what, args, r);
+    }
+    let doc: unknown;
+    try {
+      doc = JSON.parse(r.stdout);
+    } catch (err) {
+      throw new DataplaneError(`${what}: nft printed no JSON: ${r.stdout.slice(0, 200)}`, args, r, { cause: err });
+    }
+    for (const [key, value] of parseCountersJson(doc, family)) this.#known.set(key, value);
+  }
+}
+
+/**
+ * The backend counters in the output of `nft -j list counters …` (libnftables-json(5)):
+ * `{"nftables": [{"metainfo": …}, {"counter": {"family", "name", "table", "packets", "bytes", …}}]}`.
+ * Only counters of ballast's table of `family` whose name is a backend counter name count.
+ * @returns [backend key, values] pairs.
+ */
+export function parseCountersJson(doc: unknown, family: 4 | 6): [string, { packets: number; bytes: number }][] {
+  const list = (doc as { nftables?: unknown } | null)?.nftables;
+  if (!Array.isArray(list)) return [];
+  const out: [string, { packets: number; bytes: number }][] = [];
+  for (const entry of list as unknown[]) {
+    const c = (entry as { counter?: Record<string, unknown> } | null)?.counter;
+    if (!c || c.table !== TABLE_NAME || c.family !== nftFamily(family) || typeof c.name !== 'string') continue;
+    const be = parseCounterName(c.name);
+    if (!be) continue;
+    const packets = typeof c.packets === 'number' ? c.packets : 0;
+    const bytes = typeof c.bytes === 'number' ? c.bytes : 0;
+    out.push([backendKey(be), { packets, bytes }]);
+  }
+  return out;
+}

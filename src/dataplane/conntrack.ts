@@ -1,0 +1,73 @@
+/**
+ * Deleting the conntrack entries of flows ballast DNATed to a backend that died, so that their
+ * clients learn it at once instead of retransmitting into a void for minutes.
+ *
+ * Why deleting the entry resets the client: the client's next segment arrives at the node as a
+ * mid-stream packet with no conntrack entry. conntrack picks it up as a new flow
+ * (net.netfilter.nf_conntrack_tcp_loose=1, the default), the nat chains run again and either
+ * DNAT it to another, live backend — which has no such connection and answers with a RST — or,
+ * with no backend left, deliver it to the node itself, which answers with a RST as well. Either
+ * way the RST goes back through the node's NAT to the client, which reconnects. So call this
+ * AFTER the ruleset without the dead backend was applied: otherwise the pickup may pick the dead
+ * backend again.
+ *
+ * The flows are found by their tuples (conntrack(8)): original destination = VIP:port (so only
+ * ballast's flows: kube-proxy's flows to the same apiserver have the ClusterIP there), reply
+ * source = backend address:port (the DNAT target; masquerade changes the reply destination only).
+ * The `conntrack` CLI (Debian package `conntrack`, conntrack-tools) talks ctnetlink for us.
+ */
+import { addressFamily, canonicalAddress } from '../net/address.js';
+import { commandExecutor, DataplaneError, type Executor } from './apply.js';
+import type { Backend } from './nftables.js';
+
+/** The default executor: `conntrack` from $PATH. */
+export const conntrackExecutor: Executor = commandExecutor(['conntrack']);
+
+/** Options of {@link flushBackend}. */
+export interface FlushOptions {
+  /** Runs conntrack(8); default {@link conntrackExecutor}. */
+  exec?: Executor;
+}
+
+/**
+ * Deletes the conntrack entries of TCP flows that were sent to `vip`:`port` and DNATed to
+ * `backend` (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT
+ * --reply-src ADDR --reply-port-src BPORT`), so that each such client gets a RST on its next
+ * segment (see the file comment). Other flows, also other flows to the same backend, are kept.
+ *
+ * @param vip a VIP (IPv4 or IPv6), of the same family as `backend.address`.
+ * @param port the VIP's TCP port, 1..65535.
+ * @param backend the dead backend: its address and port.
+ * @returns the number of entries deleted (0 when there were none; that is not an error).
+ * @throws TypeError for a malformed argument (nothing ran).
+ * @throws DataplaneError (code BALLAST_E_DATAPLANE) when conntrack cannot run (not installed:
+ *   `apt-get install conntrack`) or fails (e.g. no CAP_NET_ADMIN).
+ */
+export async function flushBackend(vip: string, port: number, backend: Pick<Backend, 'address' | 'port'>, opts: FlushOptions = {}): Promise<number> {
+  const family = addressFamily(vip);
+  if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
+  if (addressFamily(backend.address) !== family) {
+    throw new TypeError(`backend.address: ${JSON.stringify(backend.address)} is not an IPv${family} address like the VIP ${vip}`);
+  }
+  for (const [what, p] of [['port', port], ['backend.port', backend.port]] as const) {
+    if (!Number.isInteger(p) || p < 1 || p > 65535) throw new TypeError(`${what} must be an integer from 1 to 65535, got ${String(p)}`);
+  }
+  const exec = opts.exec ?? conntrackExecutor;
+  const args = [
+    '-D', '-f', family === 4 ? 'ipv4' : 'ipv6', '-p', 'tcp',
+    '--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port),
+    '--reply-src', canonicalAddress(backend.address), '--reply-port-src', String(backend.port),
+  ];
+  let r;
+  try {
+    r = await exec(args, '');
+  } catch (err) {
+    const why = err instanceof Error ? err.message : String(err);
+    throw new DataplaneError(`flushing conntrack entries: could not run conntrack (Debian package "conntrack"): ${why}`, args, { code: -1, stderr: '' }, { cause: err });
+  }
+  // conntrack-tools 1.4.x: "conntrack v1.4.7 (conntrack-tools): N flow entries have been deleted."
+  // on stderr; exit status 1 when N is 0
+  const m = /(\d+) flow entr(?:y has|ies have) been deleted/.exec(r.stderr);
+  if (m) return Number(m[1]);
+  throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} exited with ${r.code}: ${r.stderr.trim() || '(no message)'}`, args, r);
+}

@@ -1,0 +1,301 @@
+/**
+ * The nftables ruleset of ballast's data plane, rendered as text for `nft -f` (nft(8)). Pure: no
+ * I/O, no clock; src/dataplane/apply.ts runs `nft`. Golden files in test/unit/golden/ pin the text.
+ *
+ * One table per address family (`table ip ballast`, `table ip6 ballast`), replaced whole by every
+ * apply in ONE `nft -f` transaction (the kernel commits a batch atomically or not at all):
+ *
+ *   table ip ballast {}        create it when missing, so that the delete below cannot fail
+ *   delete table ip ballast    drop every chain, set, counter of ours (and nothing of anyone else)
+ *   table ip ballast { … }     the new contents
+ *
+ * Packet path (hook / priority; the nat chains see only the FIRST packet of each connection:
+ * conntrack applies the recorded binding to every later packet, in both directions):
+ *
+ *   from outside   prerouting  nat  -100 (dstnat)  ┐ daddr ∈ @vips, tcp dport = port
+ *   from the node  output      nat  -100           ┘   → goto spread
+ *   spread:  numgen random mod N vmap { i : goto be_<addr>_<port> }
+ *   be_…:    counter name "be_…"  dnat to <addr>:<port>
+ *   leaving        postrouting nat  100 (srcnat)   ct status dnat, original daddr ∈ @vips,
+ *                                                  original dport = port, (daddr . dport) ∈
+ *                                                  @remote_backends → masquerade
+ *
+ * Why this shape:
+ * - Spread: `numgen random` picks uniformly per connection; conntrack then pins the flow, so a
+ *   hash of the tuple (`jhash`) would buy nothing for TCP and would skew with few clients.
+ *   The pick dispatches through a verdict map to one chain per backend (the shape of kube-proxy's
+ *   nftables mode) rather than `dnat to numgen … map { i : addr . port }`, so that each backend's
+ *   chain can count its connections in the same place it NATs them.
+ * - Counters count in the nat path, not in a filter chain: a nat chain runs exactly once per
+ *   connection (per conntrack entry), on every path (forwarded to a remote backend, delivered to
+ *   this node's own apiserver via input, opened locally via output), and costs nothing for
+ *   established packets or for unrelated traffic. A postrouting filter chain would miss flows
+ *   DNATed to the local apiserver (they go prerouting → input) and, matching `ct state new`,
+ *   would count every retransmitted SYN (a flow stays "new" until a reply is seen).
+ * - Masquerade matches on conntrack (`ct status dnat` + the ORIGINAL destination being a VIP and
+ *   port), not on a packet mark: no fwmark bits are claimed (kube-proxy, Calico, Cilium own some),
+ *   and flows DNATed to the same apiserver by someone else (kube-proxy's `kubernetes` Service)
+ *   are left alone. Only remote backends are masqueraded: a client on the same L2 as the backend
+ *   would otherwise get the reply straight from the backend's address and reset it; the local
+ *   apiserver keeps seeing the real client address.
+ * - No healthy backend: no DNAT rule at all. The VIP then behaves as a plain local address: the
+ *   connection reaches a local socket or gets a RST, never a silent drop. The chains stay.
+ * - Weights (`Backend.weight`) are ignored for now: every backend gets one slot of the vmap.
+ *   (They could become interval keys: `numgen random mod W vmap { 0-2 : goto a, 3 : goto b }`.)
+ */
+import { addressFamily, canonicalAddress, compareAddresses } from '../net/address.js';
+
+/** One apiserver to balance to. */
+export interface Backend {
+  /** IPv4 or IPv6 address of the apiserver (of the ruleset's family). */
+  address: string;
+  /** TCP port it listens on, 1..65535. */
+  port: number;
+  /** True for this node's own apiserver: flows to it are DNATed but never masqueraded. */
+  local: boolean;
+  /** Relative weight; accepted but IGNORED for now (every backend gets an equal share). */
+  weight?: number;
+}
+
+/** What the data plane of one address family should be. */
+export interface DesiredDataplane {
+  /** One table per family: `table ip ballast` (4) or `table ip6 ballast` (6). */
+  family: 4 | 6;
+  /** Destination addresses to balance (the VIPs of this family); at least one. */
+  vips: string[];
+  /** The VIP's TCP port (6443). */
+  port: number;
+  /** The healthy set; may be empty (then there is no DNAT rule). The renderer sorts it. */
+  backends: Backend[];
+  /**
+   * Unready-but-alive backends: they get no new connections (they are not in the spread) and
+   * their established flows keep their conntrack NAT binding. Rendered as counters only.
+   */
+  draining?: Backend[];
+  /** Masquerade flows DNATed to a backend on another node, so that replies come back through us. */
+  masqueradeRemote: boolean;
+}
+
+/** Options of {@link renderRuleset}. */
+export interface RenderOptions {
+  /**
+   * Starting values of the per-backend counter objects, keyed by {@link backendKey} (`host:port`,
+   * `[v6]:port`). A table replacement creates the counters anew, so the applier seeds them with
+   * the values it read just before, to keep them monotonic. Keys of no rendered backend are ignored.
+   */
+  counters?: Readonly<Record<string, { packets: number; bytes: number }>>;
+}
+
+/** Format marker written in the header and the table comment; bump it when the shape changes. */
+export const RULESET_FORMAT = 'ballast-nft/1';
+
+/** The table name in both families. */
+export const TABLE_NAME = 'ballast';
+
+/** The nft(8) family keyword of an address family: `ip` or `ip6`. */
+export function nftFamily(family: 4 | 6): 'ip' | 'ip6' {
+  return family === 4 ? 'ip' : 'ip6';
+}
+
+/**
+ * The key of a backend in counter maps: `10.0.0.11:6443`, `[fd00::11]:6443` (canonical text, RFC 5952).
+ * @throws TypeError when `address` is not an IP address.
+ */
+export function backendKey(b: Pick<Backend, 'address' | 'port'>): string {
+  const a = canonicalAddress(b.address);
+  return addressFamily(a) === 6 ? `[${a}]:${b.port}` : `${a}:${b.port}`;
+}
+
+/**
+ * The name of a backend's counter object and of its chain: `be_10_0_0_11_6443`,
+ * `be_fd00__11_6443` (canonical address, `.` and `:` turned into `_`, then `_<port>`).
+ * The map is one-to-one: {@link parseCounterName} inverts it.
+ * @throws TypeError when `address` is not an IP address.
+ */
+export function counterName(b: Pick<Backend, 'address' | 'port'>): string {
+  return `be_${canonicalAddress(b.address).replace(/[.:]/g, '_')}_${b.port}`;
+}
+
+/**
+ * Inverse of {@link counterName}: `be_10_0_0_11_6443` → `{ address: '10.0.0.11', port: 6443 }`.
+ * @returns null for a name that is not a backend counter name.
+ */
+export function parseCounterName(name: string): { address: string; port: number } | null {
+  const m = /^be_([0-9a-f_]+)_(\d{1,5})$/.exec(name);
+  if (!m) return null;
+  const body = m[1]!;
+  const port = Number(m[2]);
+  // IPv4 is exactly four non-empty decimal groups; an IPv6 name has 8 groups or an empty one (::)
+  const parts = body.split('_');
+  const address = parts.length === 4 && parts.every((p) => /^\d{1,3}$/.test(p)) ? parts.join('.') : parts.join(':');
+  if (addressFamily(address) === null || port < 1 || port > 65535) return null;
+  return { address: canonicalAddress(address), port };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface Item {
+  address: string;
+  port: number;
+  local: boolean;
+  key: string;
+  name: string;
+}
+
+function checkPort(what: string, port: number): void {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new TypeError(`${what}: port must be an integer from 1 to 65535, got ${String(port)}`);
+  }
+}
+
+function checkAddress(what: string, address: string, family: 4 | 6): string {
+  const f = typeof address === 'string' ? addressFamily(address) : null;
+  if (f === null) throw new TypeError(`${what}: not an IP address: ${JSON.stringify(address)}`);
+  if (f !== family) throw new TypeError(`${what}: ${address} is IPv${f}, the ruleset is IPv${family}`);
+  return canonicalAddress(address);
+}
+
+function items(what: string, list: readonly Backend[], family: 4 | 6): Item[] {
+  return list
+    .map((b, i) => {
+      const address = checkAddress(`${what}[${i}]`, b.address, family);
+      checkPort(`${what}[${i}]`, b.port);
+      return { address, port: b.port, local: b.local === true, key: backendKey({ address, port: b.port }), name: counterName({ address, port: b.port }) };
+    })
+    .sort((x, y) => compareAddresses(x.address, y.address) || x.port - y.port);
+}
+
+/** `10.0.0.11:6443` / `[fd00::11]:6443`: the `dnat to` operand nft(8) wants per family. */
+const dnatTarget = (it: Item, family: 4 | 6): string => (family === 6 ? `[${it.address}]:${it.port}` : `${it.address}:${it.port}`);
+
+/** A set's `elements = { … }` line, wrapped so 500 backends do not make one huge line. */
+function elementsLine(values: readonly string[], indent: string): string[] {
+  if (values.length === 0) return [];
+  const perLine = 8;
+  if (values.length <= perLine) return [`${indent}elements = { ${values.join(', ')} }`];
+  const out = [`${indent}elements = {`];
+  for (let i = 0; i < values.length; i += perLine) {
+    const last = i + perLine >= values.length;
+    out.push(`${indent}\t${values.slice(i, i + perLine).join(', ')}${last ? '' : ','}`);
+  }
+  out.push(`${indent}}`);
+  return out;
+}
+
+/**
+ * The complete `nft -f` input that replaces ballast's table of family `d.family` in one
+ * transaction and touches nothing else (nft(8): "table", "delete table", "CHAINS", "SETS",
+ * "STATEFUL OBJECTS" → counter, "NAT STATEMENTS", "NUMGEN EXPRESSION", "CONNTRACK EXPRESSIONS").
+ * Deterministic: the same desired state gives the same text byte for byte (backends are sorted
+ * by address then port; VIPs keep their order, de-duplicated), so a caller can skip an apply when
+ * the text did not change. Ends with a newline.
+ *
+ * @param d the desired state; see {@link DesiredDataplane}.
+ * @param opts.counters starting counter values (see {@link RenderOptions}); omit for zeros.
+ * @throws TypeError when `d` is malformed: no VIP, an address that is not of `d.family`, a port
+ *   outside 1..65535, or a backend listed twice (in `backends` and/or `draining`).
+ */
+export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): string {
+  const family = d.family;
+  if (family !== 4 && family !== 6) throw new TypeError(`family must be 4 or 6, got ${String(family)}`);
+  const fam = nftFamily(family);
+  const addrType = family === 4 ? 'ipv4_addr' : 'ipv6_addr';
+  const l3 = family === 4 ? 'ip' : 'ip6';
+  checkPort('port', d.port);
+  if (!Array.isArray(d.vips) || d.vips.length === 0) throw new TypeError('vips: at least one VIP is needed');
+  const vips = [...new Set(d.vips.map((v, i) => checkAddress(`vips[${i}]`, v, family)))];
+  const backends = items('backends', d.backends, family);
+  const draining = items('draining', d.draining ?? [], family);
+  const seen = new Set<string>();
+  for (const it of [...backends, ...draining]) {
+    if (seen.has(it.key)) throw new TypeError(`backend ${it.key} is listed twice (backends and draining must not overlap)`);
+    seen.add(it.key);
+  }
+  const remote = backends.filter((b) => !b.local);
+  const seed = (key: string): string => {
+    const c = opts.counters?.[key];
+    if (!c) return '';
+    const n = (v: number): number => (Number.isSafeInteger(v) && v >= 0 ? v : 0);
+    return `\t\tpackets ${n(c.packets)} bytes ${n(c.bytes)}\n`;
+  };
+  const match = `${l3} daddr @vips tcp dport ${d.port}`;
+
+  let s = '';
+  s += `# ${RULESET_FORMAT}: ballast's data plane for IPv${family}, rendered by src/dataplane/nftables.ts; do not edit.\n`;
+  s += `# vips ${vips.join(' ')} port ${d.port}; backends ${backends.length} (${backends.length - remote.length} local); `;
+  s += `draining ${draining.length}; masquerade remote ${d.masqueradeRemote ? 'on' : 'off'}\n`;
+  s += `# one transaction (nft -f): create the table if missing, delete it, recreate it whole.\n`;
+  s += `table ${fam} ${TABLE_NAME} {}\n`;
+  s += `delete table ${fam} ${TABLE_NAME}\n`;
+  s += `table ${fam} ${TABLE_NAME} {\n`;
+  s += `\tcomment "${RULESET_FORMAT}: Kubernetes API VIP load balancing, replaced whole on each apply"\n`;
+
+  s += `\n\tset vips {\n\t\ttype ${addrType}\n\t\tcomment "VIPs: rules match these destinations, inert where no VIP is held"\n`;
+  s += elementsLine(vips, '\t\t').map((l) => `${l}\n`).join('');
+  s += `\t}\n`;
+
+  s += `\n\tset remote_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "backends on other nodes: flows DNATed to them are masqueraded"\n`;
+  s += elementsLine(remote.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
+  s += `\t}\n`;
+
+  // one counter object per backend: packets = connections DNATed to it (see the file comment)
+  for (const b of backends) {
+    s += `\n\tcounter ${b.name} {\n\t\tcomment "${b.key}${b.local ? ' (this node)' : ''}: new connections DNATed here"\n${seed(b.key)}\t}\n`;
+  }
+  for (const b of draining) {
+    s += `\n\tcounter ${b.name} {\n\t\tcomment "${b.key}${b.local ? ' (this node)' : ''}: draining, no new connections"\n${seed(b.key)}\t}\n`;
+  }
+
+  const none = backends.length === 0;
+  // nft 1.0.6 accepts the name `dstnat` only at the prerouting hook: -100 is its value
+  s += `\n\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n`;
+  s += `\t\tcomment "${none ? 'no healthy backend: no DNAT, the VIP port gets a local socket or a RST' : 'connections arriving from outside for a VIP'}"\n`;
+  if (!none) s += `\t\t${match} goto spread comment "VIP:${d.port} from outside"\n`;
+  s += `\t}\n`;
+
+  s += `\n\tchain output {\n\t\ttype nat hook output priority -100; policy accept;\n`;
+  s += `\t\tcomment "${none ? 'no healthy backend: no DNAT' : 'connections this node opens to a VIP'}"\n`;
+  if (!none) s += `\t\t${match} goto spread comment "VIP:${d.port} from this node"\n`;
+  s += `\t}\n`;
+
+  s += `\n\tchain spread {\n`;
+  s += `\t\tcomment "one backend per new connection, uniformly at random"\n`;
+  if (!none) {
+    const arms = backends.map((b, i) => `${i} : goto ${b.name}`);
+    if (arms.length <= 4) {
+      s += `\t\tnumgen random mod ${arms.length} vmap { ${arms.join(', ')} } comment "spread over ${arms.length}"\n`;
+    } else {
+      s += `\t\tnumgen random mod ${arms.length} vmap {\n`;
+      arms.forEach((a, i) => (s += `\t\t\t${a}${i === arms.length - 1 ? '' : ','}\n`));
+      s += `\t\t} comment "spread over ${arms.length}"\n`;
+    }
+  }
+  s += `\t}\n`;
+
+  for (const b of backends) {
+    // `meta l4proto tcp` gives `dnat to addr:port` its transport protocol (nft requires one)
+    s += `\n\tchain ${b.name} {\n`;
+    s += `\t\tmeta l4proto tcp counter name "${b.name}" dnat to ${dnatTarget(b, family)} comment "${b.local ? 'this node' : 'remote'}"\n`;
+    s += `\t}\n`;
+  }
+
+  s += `\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n`;
+  s += `\t\tcomment "${d.masqueradeRemote ? 'SNAT flows DNATed to another node, so replies come back through us' : 'masquerade is off'}"\n`;
+  if (d.masqueradeRemote) {
+    // `meta l4proto tcp` gives `ct original proto-dst` its type (nft cannot parse the port otherwise)
+    s += `\t\tmeta l4proto tcp ct status dnat ct original ${l3} daddr @vips ct original proto-dst ${d.port} `;
+    s += `${l3} daddr . tcp dport @remote_backends masquerade comment "DNATed by us to a remote backend"\n`;
+  }
+  s += `\t}\n`;
+  s += `}\n`;
+  return s;
+}
+
+/**
+ * The `nft -f` input that deletes ballast's table of `family`, whether or not it exists
+ * (one transaction: create-if-missing, delete). Touches no other table.
+ */
+export function renderRemoval(family: 4 | 6): string {
+  const fam = nftFamily(family);
+  return `table ${fam} ${TABLE_NAME} {}\ndelete table ${fam} ${TABLE_NAME}\n`;
+}

@@ -1,0 +1,453 @@
+/**
+ * The nftables renderer against golden files, every golden file against the real `nft -c`
+ * (check mode, in a throwaway network namespace `bnft-chk`, root only), and the applier and the
+ * conntrack flush against a fake executor. The real-kernel behaviour is in
+ * test/integration/nftables.test.ts.
+ *
+ * Regenerate the golden files after an intended change of the ruleset:
+ *   UPDATE_GOLDEN=1 npx vitest run test/unit/nftables.test.ts
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DataplaneError, NftablesApplier, parseCountersJson, type ExecResult, type Executor } from '../../src/dataplane/apply.js';
+import { flushBackend } from '../../src/dataplane/conntrack.js';
+import {
+  backendKey,
+  counterName,
+  parseCounterName,
+  renderRemoval,
+  renderRuleset,
+  RULESET_FORMAT,
+  type Backend,
+  type DesiredDataplane,
+} from '../../src/dataplane/nftables.js';
+
+const GOLDEN_DIR = join(dirname(fileURLToPath(import.meta.url)), 'golden');
+const UPDATE = process.env.UPDATE_GOLDEN === '1';
+
+// ---------------------------------------------------------------------------------------------
+// fixtures: 0, 1, 3 and 500 backends, IPv4 and IPv6 (addresses of the test ranges only)
+
+function v4(n: number): string {
+  // 500 distinct addresses 10.241.1.1 … 10.241.2.250
+  return `10.241.${1 + Math.floor(n / 250)}.${1 + (n % 250)}`;
+}
+function v6(n: number): string {
+  return `fd41::1:${(n + 1).toString(16)}`;
+}
+
+function fixture(family: 4 | 6, count: 0 | 1 | 3 | 500): DesiredDataplane {
+  const vip = family === 4 ? '10.241.0.100' : 'fd41::100';
+  const node = (k: number): string => (family === 4 ? `10.241.0.${k}` : `fd41::${k}`);
+  let backends: Backend[];
+  let draining: Backend[] = [];
+  if (count === 500) {
+    backends = Array.from({ length: 500 }, (_, i) => ({ address: family === 4 ? v4(i) : v6(i), port: 6443, local: i === 0 }));
+  } else {
+    backends = [
+      { address: node(11), port: 6443, local: true },
+      { address: node(12), port: 6443, local: false },
+      { address: node(13), port: 6443, local: false },
+    ].slice(0, count);
+    if (count === 3) draining = [{ address: node(14), port: 6443, local: false }];
+  }
+  return { family, vips: [vip], port: 6443, backends, draining, masqueradeRemote: true };
+}
+
+const CASES = ([4, 6] as const).flatMap((family) => ([0, 1, 3, 500] as const).map((count) => ({ family, count, file: `${family === 4 ? 'ip' : 'ip6'}-${count}.nft` })));
+
+describe('renderRuleset: golden files', () => {
+  for (const c of CASES) {
+    it(`${c.file}: IPv${c.family}, ${c.count} backends`, () => {
+      const text = renderRuleset(fixture(c.family, c.count));
+      const path = join(GOLDEN_DIR, c.file);
+      if (UPDATE) writeFileSync(path, text);
+      expect(text).toBe(readFileSync(path, 'utf8'));
+    });
+  }
+
+  it('has exactly the golden files the cases name (no stale ones)', () => {
+    const files = readdirSync(GOLDEN_DIR).filter((f) => f.endsWith('.nft')).sort();
+    expect(files).toEqual(CASES.map((c) => c.file).sort());
+  });
+});
+
+describe('renderRuleset: shape', () => {
+  const three = renderRuleset(fixture(4, 3));
+
+  it('replaces the whole table in one file: create-if-missing, delete, recreate, in that order', () => {
+    const lines = three.split('\n').filter((l) => /^(table|delete)/.test(l));
+    expect(lines).toEqual(['table ip ballast {}', 'delete table ip ballast', 'table ip ballast {']);
+    expect(three.startsWith(`# ${RULESET_FORMAT}:`)).toBe(true);
+    expect(three.endsWith('}\n')).toBe(true);
+  });
+
+  it('names no other table, and never flushes the ruleset', () => {
+    expect(three).not.toMatch(/flush ruleset|table inet|table ip6|delete table ip (?!ballast)/);
+  });
+
+  it('hooks prerouting and output at dstnat and postrouting at srcnat', () => {
+    expect(three).toContain('type nat hook prerouting priority dstnat; policy accept;');
+    expect(three).toContain('type nat hook output priority -100; policy accept;');
+    expect(three).toContain('type nat hook postrouting priority srcnat; policy accept;');
+  });
+
+  it('spreads with numgen random over one chain per backend, each counting and DNATing', () => {
+    expect(three).toContain(
+      'numgen random mod 3 vmap { 0 : goto be_10_241_0_11_6443, 1 : goto be_10_241_0_12_6443, 2 : goto be_10_241_0_13_6443 }',
+    );
+    for (const a of ['10.241.0.11', '10.241.0.12', '10.241.0.13']) {
+      const n = `be_${a.replace(/\./g, '_')}_6443`;
+      expect(three).toContain(`counter ${n} {`);
+      expect(three).toContain(`meta l4proto tcp counter name "${n}" dnat to ${a}:6443`);
+    }
+  });
+
+  it('masquerades only remote backends, and only flows it DNATed from a VIP', () => {
+    expect(three).toMatch(/elements = \{ 10\.241\.0\.12 \. 6443, 10\.241\.0\.13 \. 6443 \}/);
+    expect(three).toContain('ct status dnat ct original ip daddr @vips ct original proto-dst 6443 ip daddr . tcp dport @remote_backends masquerade');
+    const off = renderRuleset({ ...fixture(4, 3), masqueradeRemote: false });
+    expect(off).not.toMatch(/\bmasquerade comment/);
+    expect(off).toContain('chain postrouting {');
+  });
+
+  it('renders a draining backend as a counter only: not in the spread, no chain', () => {
+    expect(three).toContain('counter be_10_241_0_14_6443 {');
+    expect(three).toContain('draining, no new connections');
+    expect(three).not.toContain('goto be_10_241_0_14_6443');
+    expect(three).not.toContain('chain be_10_241_0_14_6443');
+    expect(three).not.toContain('dnat to 10.241.0.14');
+  });
+
+  it('with zero backends: no dnat and no spread rule, but every chain and set still exists', () => {
+    const zero = renderRuleset(fixture(4, 0));
+    expect(zero).not.toMatch(/dnat to|numgen|goto/);
+    for (const chain of ['prerouting', 'output', 'spread', 'postrouting']) expect(zero).toContain(`chain ${chain} {`);
+    expect(zero).toContain('set vips {');
+    expect(zero).toContain('set remote_backends {');
+  });
+
+  it('writes IPv6 DNAT targets as [addr]:port and matches ip6 daddr', () => {
+    const text = renderRuleset(fixture(6, 3));
+    expect(text).toContain('table ip6 ballast {}\ndelete table ip6 ballast\ntable ip6 ballast {');
+    expect(text).toContain('dnat to [fd41::12]:6443');
+    expect(text).toContain('ip6 daddr @vips tcp dport 6443 goto spread');
+    expect(text).toContain('ct original ip6 daddr @vips');
+    expect(text).toContain('counter be_fd41__12_6443 {');
+  });
+
+  it('is deterministic: backend order, address spelling and duplicate VIPs do not change the text', () => {
+    const d = fixture(6, 3);
+    const shuffled: DesiredDataplane = {
+      ...d,
+      vips: ['FD41:0::100', 'fd41::100'],
+      backends: [...d.backends].reverse().map((b) => ({ ...b, address: b.address.replace('fd41::', 'fd41:0:0::') })),
+    };
+    expect(renderRuleset(shuffled)).toBe(renderRuleset(d));
+  });
+
+  it('ignores weights for now', () => {
+    const d = fixture(4, 3);
+    expect(renderRuleset({ ...d, backends: d.backends.map((b, i) => ({ ...b, weight: i + 5 })) })).toBe(renderRuleset(d));
+  });
+
+  it('seeds counters with given values, only for rendered backends', () => {
+    const text = renderRuleset(fixture(4, 3), {
+      counters: { '10.241.0.12:6443': { packets: 7, bytes: 420 }, '10.241.0.14:6443': { packets: 1, bytes: 60 }, '10.9.9.9:1': { packets: 3, bytes: 3 } },
+    });
+    expect(text).toMatch(/counter be_10_241_0_12_6443 \{\n\t\tcomment "[^"]*"\n\t\tpackets 7 bytes 420\n\t\}/);
+    expect(text).toMatch(/counter be_10_241_0_14_6443 \{\n\t\tcomment "[^"]*"\n\t\tpackets 1 bytes 60\n\t\}/);
+    expect(text).not.toContain('packets 3');
+  });
+
+  it('keeps every comment within nft’s 128-byte limit', () => {
+    for (const c of CASES) {
+      for (const m of renderRuleset(fixture(c.family, c.count)).matchAll(/comment "([^"]*)"/g)) {
+        expect(Buffer.byteLength(m[1]!)).toBeLessThanOrEqual(128);
+      }
+    }
+  });
+
+  it('rejects malformed input with a TypeError naming the field', () => {
+    const d = fixture(4, 3);
+    expect(() => renderRuleset({ ...d, vips: [] })).toThrow(/vips/);
+    expect(() => renderRuleset({ ...d, vips: ['fd41::100'] })).toThrow(/vips\[0\].*IPv6/);
+    expect(() => renderRuleset({ ...d, port: 0 })).toThrow(/port/);
+    expect(() => renderRuleset({ ...d, port: 65536 })).toThrow(/port/);
+    expect(() => renderRuleset({ ...d, backends: [{ address: '10.0.0.1', port: 1.5, local: false }] })).toThrow(/backends\[0\].*port/);
+    expect(() => renderRuleset({ ...d, backends: [{ address: 'x; flush ruleset', port: 1, local: false }] })).toThrow(TypeError);
+    expect(() => renderRuleset({ ...d, draining: [d.backends[1]!] })).toThrow(/listed twice/);
+    expect(() => renderRuleset({ ...d, family: 5 as 4 })).toThrow(/family/);
+  });
+});
+
+describe('counter names', () => {
+  it('round-trip for IPv4 and IPv6', () => {
+    for (const b of [
+      { address: '10.241.0.11', port: 6443 },
+      { address: 'fd41::11', port: 6443 },
+      { address: '::1', port: 1 },
+      { address: 'fd41:1:2:3:4:5:6:7', port: 65535 },
+      { address: '::ffff:10.0.0.1', port: 443 },
+    ]) {
+      const name = counterName(b);
+      expect(name).toMatch(/^be_[0-9a-f_]+_\d+$/);
+      const back = parseCounterName(name);
+      expect(back && backendKey(back)).toBe(backendKey(b));
+    }
+    expect(counterName({ address: '10.241.0.11', port: 6443 })).toBe('be_10_241_0_11_6443');
+    expect(counterName({ address: 'FD41:0::11', port: 6443 })).toBe('be_fd41__11_6443');
+    expect(parseCounterName('other')).toBeNull();
+    expect(parseCounterName('be_10_241_0_11_0')).toBeNull();
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// the real nft, in check mode, on every golden file
+
+const isRoot = process.getuid?.() === 0;
+const hasNft = spawnSync('sh', ['-c', 'command -v nft'], { stdio: 'ignore' }).status === 0;
+const canCheck = isRoot && hasNft;
+const why = !isRoot ? 'not root' : 'nft is not installed';
+if (!canCheck) console.warn(`[nftables.test] nft -c validation of the golden files is SKIPPED: ${why}`);
+
+const CHK_NS = 'bnft-chk';
+const ipCmd = (args: string[], input?: string): ReturnType<typeof spawnSync> =>
+  spawnSync('ip', args, { encoding: 'utf8', timeout: 30_000, ...(input === undefined ? {} : { input }) });
+
+describe.skipIf(!canCheck)(`golden files pass the real nft -c in netns ${CHK_NS}${canCheck ? '' : ` (SKIPPED: ${why})`}`, () => {
+  beforeAll(() => {
+    ipCmd(['netns', 'del', CHK_NS]);
+    const r = ipCmd(['netns', 'add', CHK_NS]);
+    if (r.status !== 0) throw new Error(`ip netns add ${CHK_NS}: ${String(r.stderr)}`);
+  });
+  afterAll(() => {
+    ipCmd(['netns', 'del', CHK_NS]);
+  });
+
+  const check = (text: string): { status: number | null; stderr: string } => {
+    const r = ipCmd(['netns', 'exec', CHK_NS, 'nft', '-c', '-f', '-'], text);
+    return { status: r.status, stderr: String(r.stderr) };
+  };
+
+  for (const c of CASES) {
+    it(`nft -c accepts ${c.file}`, () => {
+      expect(check(readFileSync(join(GOLDEN_DIR, c.file), 'utf8'))).toEqual({ status: 0, stderr: '' });
+    });
+  }
+
+  it('nft -c accepts seeded counters, masquerade off, and the removal text', () => {
+    expect(check(renderRuleset(fixture(4, 3), { counters: { '10.241.0.11:6443': { packets: 12, bytes: 720 } } })).status).toBe(0);
+    expect(check(renderRuleset({ ...fixture(6, 3), masqueradeRemote: false })).status).toBe(0);
+    expect(check(renderRemoval(4) + renderRemoval(6)).status).toBe(0);
+  });
+
+  it('nft -c rejects a broken ruleset (the check is real)', () => {
+    const r = check(renderRuleset(fixture(4, 3)).replace('dnat to 10.241.0.12:6443', 'dnat to 10.241.0.12:99999'));
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/Error/);
+  });
+
+  it('check mode changed nothing: the namespace has no table', () => {
+    const r = ipCmd(['netns', 'exec', CHK_NS, 'nft', 'list', 'ruleset']);
+    expect(String(r.stdout).trim()).toBe('');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// the applier and conntrack against a fake executor
+
+interface Call {
+  args: string[];
+  stdin: string;
+}
+
+/** A fake nft: records calls; answers `list counters` from `counters`, everything else with `result`. */
+function fakeNft(opts: { result?: (c: Call) => ExecResult; counters?: () => ExecResult } = {}): { exec: Executor; calls: Call[] } {
+  const calls: Call[] = [];
+  const exec: Executor = async (args, stdin) => {
+    const c = { args, stdin };
+    calls.push(c);
+    if (args.includes('counters')) return opts.counters?.() ?? { code: 1, stdout: '', stderr: 'Error: No such file or directory\nlist counters table ip ballast\n' };
+    return opts.result?.(c) ?? { code: 0, stdout: '', stderr: '' };
+  };
+  return { exec, calls };
+}
+
+const countersJson = (entries: { family?: string; table?: string; name: string; packets: number; bytes: number }[]): string =>
+  JSON.stringify({
+    nftables: [
+      { metainfo: { version: '1.0.6', release_name: 'Lester Gooch #5', json_schema_version: 1 } },
+      ...entries.map((e) => ({ counter: { family: e.family ?? 'ip', table: e.table ?? 'ballast', handle: 1, name: e.name, packets: e.packets, bytes: e.bytes } })),
+    ],
+  });
+
+describe('NftablesApplier (fake nft)', () => {
+  it('applies the rendered text with nft -f - and skips an unchanged state', async () => {
+    const { exec, calls } = fakeNft();
+    const a = new NftablesApplier({ exec });
+    const d = fixture(4, 3);
+    const first = await a.apply(d);
+    expect(first.changed).toBe(true);
+    expect(first.durationMs).toBeGreaterThanOrEqual(0);
+    const applies = calls.filter((c) => c.args.join(' ') === '-f -');
+    expect(applies).toHaveLength(1);
+    expect(applies[0]!.stdin).toBe(renderRuleset(d));
+    // the live counters are read first, so the new table can start from them
+    expect(calls[0]!.args).toEqual(['-j', 'list', 'counters', 'table', 'ip', 'ballast']);
+
+    const n = calls.length;
+    expect((await a.apply({ ...d, backends: [...d.backends].reverse() })).changed).toBe(false);
+    expect(calls).toHaveLength(n);
+    expect((await a.apply(d, { force: true })).changed).toBe(true);
+    expect((await a.apply({ ...d, backends: d.backends.slice(1) })).changed).toBe(true);
+  });
+
+  it('keeps one last-applied text per family', async () => {
+    const { exec, calls } = fakeNft();
+    const a = new NftablesApplier({ exec });
+    await a.apply(fixture(4, 3));
+    await a.apply(fixture(6, 3));
+    expect((await a.apply(fixture(4, 3))).changed).toBe(false);
+    expect((await a.apply(fixture(6, 3))).changed).toBe(false);
+    expect(calls.filter((c) => c.args.join(' ') === '-f -')).toHaveLength(2);
+  });
+
+  it('throws a BALLAST_E_DATAPLANE error with nft’s stderr, and retries the same state next time', async () => {
+    let fail = true;
+    const stderr = '/dev/stdin:40:3-9: Error: Could not process rule: No such file or directory\n';
+    const { exec } = fakeNft({ result: () => (fail ? { code: 1, stdout: '', stderr } : { code: 0, stdout: '', stderr: '' }) });
+    const a = new NftablesApplier({ exec });
+    const err = await a.apply(fixture(4, 1)).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DataplaneError);
+    expect(err).toMatchObject({ code: 'BALLAST_E_DATAPLANE', stderr, status: 1, args: ['-f', '-'] });
+    expect((err as Error).message).toContain('Could not process rule');
+    fail = false;
+    expect((await a.apply(fixture(4, 1))).changed).toBe(true);
+  });
+
+  it('wraps an executor that cannot start nft', async () => {
+    const a = new NftablesApplier({
+      exec: () => Promise.reject(Object.assign(new Error('spawn nft ENOENT'), { code: 'ENOENT' })),
+    });
+    await expect(a.apply(fixture(4, 1))).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE', message: expect.stringContaining('ENOENT') });
+  });
+
+  it('rejects a malformed desired state before running anything', async () => {
+    const { exec, calls } = fakeNft();
+    await expect(new NftablesApplier({ exec }).apply({ ...fixture(4, 1), vips: [] })).rejects.toThrow(TypeError);
+    expect(calls).toHaveLength(0);
+  });
+
+  it('seeds the new table with the counters it read, keeping them monotonic', async () => {
+    let live = [{ name: 'be_10_241_0_12_6443', packets: 9, bytes: 540 }];
+    const { exec, calls } = fakeNft({ counters: () => ({ code: 0, stdout: countersJson(live), stderr: '' }) });
+    const a = new NftablesApplier({ exec });
+    await a.apply(fixture(4, 3));
+    const applied = calls.filter((c) => c.args.join(' ') === '-f -').at(-1)!.stdin;
+    expect(applied).toMatch(/counter be_10_241_0_12_6443 \{\n\t\tcomment "[^"]*"\n\t\tpackets 9 bytes 540\n/);
+    // a backend that left the table keeps its last value in counters()
+    live = [{ name: 'be_10_241_0_11_6443', packets: 2, bytes: 120 }];
+    expect(await a.counters()).toEqual({
+      '10.241.0.11:6443': { packets: 2, bytes: 120 },
+      '10.241.0.12:6443': { packets: 9, bytes: 540 },
+    });
+  });
+
+  it('remove() deletes both families’ tables with the idempotent idiom and forgets the last text', async () => {
+    const { exec, calls } = fakeNft();
+    const a = new NftablesApplier({ exec });
+    await a.apply(fixture(4, 1));
+    calls.length = 0;
+    await a.remove();
+    expect(calls.map((c) => c.stdin)).toEqual([renderRemoval(4), renderRemoval(6)]);
+    expect(renderRemoval(4)).toBe('table ip ballast {}\ndelete table ip ballast\n');
+    expect((await a.apply(fixture(4, 1))).changed).toBe(true);
+  });
+
+  it('remove() tolerates a kernel without IPv6 but not other failures', async () => {
+    const noV6 = fakeNft({ result: (c) => (c.stdin.includes('ip6') ? { code: 1, stdout: '', stderr: 'Error: Address family not supported by protocol\n' } : { code: 0, stdout: '', stderr: '' }) });
+    await new NftablesApplier({ exec: noV6.exec }).remove();
+    const denied = fakeNft({ result: () => ({ code: 1, stdout: '', stderr: 'Error: Operation not permitted\n' }) });
+    await expect(new NftablesApplier({ exec: denied.exec }).remove()).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
+  });
+
+  it('counters() reads both families, ignores missing tables and foreign counters', async () => {
+    const { exec, calls } = fakeNft({
+      counters: () => ({
+        code: 0,
+        stdout: countersJson([
+          { name: 'be_10_241_0_11_6443', packets: 3, bytes: 180 },
+          { name: 'be_fd41__11_6443', family: 'ip6', packets: 4, bytes: 320 },
+          { name: 'be_10_241_0_12_6443', table: 'other', packets: 99, bytes: 99 },
+          { name: 'something_else', packets: 99, bytes: 99 },
+        ]),
+        stderr: '',
+      }),
+    });
+    expect(await new NftablesApplier({ exec }).counters()).toEqual({
+      '10.241.0.11:6443': { packets: 3, bytes: 180 },
+      '[fd41::11]:6443': { packets: 4, bytes: 320 },
+    });
+    expect(calls.map((c) => c.args.join(' '))).toEqual(['-j list counters table ip ballast', '-j list counters table ip6 ballast']);
+    expect(await new NftablesApplier({ exec: fakeNft().exec }).counters()).toEqual({});
+    const broken = fakeNft({ counters: () => ({ code: 0, stdout: 'not json', stderr: '' }) });
+    await expect(new NftablesApplier({ exec: broken.exec }).counters()).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
+  });
+
+  it('serializes concurrent calls', async () => {
+    let running = 0;
+    let overlap = false;
+    const exec: Executor = async () => {
+      running++;
+      if (running > 1) overlap = true;
+      await new Promise((r) => setTimeout(r, 5));
+      running--;
+      return { code: 0, stdout: '{"nftables":[]}', stderr: '' };
+    };
+    const a = new NftablesApplier({ exec });
+    await Promise.all([a.apply(fixture(4, 1)), a.apply(fixture(4, 3)), a.counters(), a.remove(), a.apply(fixture(6, 3))]);
+    expect(overlap).toBe(false);
+  });
+
+  it('parseCountersJson tolerates odd documents', () => {
+    expect(parseCountersJson(null, 4)).toEqual([]);
+    expect(parseCountersJson({ nftables: 'x' }, 4)).toEqual([]);
+    expect(parseCountersJson({ nftables: [null, 1, { counter: null }] }, 4)).toEqual([]);
+  });
+});
+
+describe('flushBackend (fake conntrack)', () => {
+  it('runs conntrack -D with the original destination and the reply source, and returns the count', async () => {
+    const calls: string[][] = [];
+    const exec: Executor = async (args) => {
+      calls.push(args);
+      return { code: 0, stdout: 'tcp 6 431999 ESTABLISHED src=…\n', stderr: 'conntrack v1.4.7 (conntrack-tools): 2 flow entries have been deleted.\n' };
+    };
+    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toBe(2);
+    expect(calls[0]).toEqual(['-D', '-f', 'ipv4', '-p', 'tcp', '--orig-dst', '10.241.0.100', '--orig-port-dst', '6443', '--reply-src', '10.241.0.12', '--reply-port-src', '6443']);
+    await flushBackend('FD41::100', 6443, { address: 'fd41:0::12', port: 6444 }, { exec });
+    expect(calls[1]).toEqual(['-D', '-f', 'ipv6', '-p', 'tcp', '--orig-dst', 'fd41::100', '--orig-port-dst', '6443', '--reply-src', 'fd41::12', '--reply-port-src', '6444']);
+  });
+
+  it('returns 0 when nothing matched (conntrack exits 1 then)', async () => {
+    const exec: Executor = async () => ({ code: 1, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n' });
+    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toBe(0);
+  });
+
+  it('throws BALLAST_E_DATAPLANE on a real failure, TypeError on bad arguments', async () => {
+    const exec: Executor = async () => ({ code: 1, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): Operation failed: Operation not permitted\n' });
+    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).rejects.toMatchObject({
+      code: 'BALLAST_E_DATAPLANE',
+      message: expect.stringContaining('not permitted'),
+    });
+    const missing: Executor = () => Promise.reject(new Error('spawn conntrack ENOENT'));
+    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: missing })).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
+    await expect(flushBackend('10.241.0.100', 6443, { address: 'fd41::12', port: 6443 }, { exec })).rejects.toThrow(TypeError);
+    await expect(flushBackend('nope', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).rejects.toThrow(TypeError);
+    await expect(flushBackend('10.241.0.100', 0, { address: '10.241.0.12', port: 6443 }, { exec })).rejects.toThrow(/port/);
+  });
+});
