@@ -160,16 +160,23 @@ function vipMessage(ifindex: number, vip: string) {
 /**
  * Adds `vip` to the interface as a /32 (IPv4) or /128 (IPv6) of its own, so it can never be
  * promoted to the subnet's primary address and is never the source the kernel picks for the
- * subnet; IPv6 without duplicate-address detection (IFA_F_NODAD) and without a prefix route.
+ * subnet (IPv4: the subnet route's preferred source stays the primary; IPv6: the VIP is added
+ * with preferred lifetime 0); IPv6 without duplicate-address detection (IFA_F_NODAD) and
+ * without a prefix route.
  * Adding an address that is already there is not an error (NLM_F_REPLACE).
  * @throws Error with `code` = errno name (EPERM, ENODEV, …) when the kernel refuses.
  */
 export async function addVip(rt: Rtnl, ifindex: number, vip: string): Promise<void> {
   const bytes = addressToBytes(vip);
   const v6 = bytes.length === 16;
-  const flags = v6 ? { nodad: true as const, noprefixroute: true as const } : undefined;
+  // IPv6: preferred lifetime 0 ("deprecated"): the address accepts traffic, but source address
+  // selection (RFC 6724 rule 3) never picks it, whereas a /128 would otherwise win the longest
+  // match against the node's own /64 address for every neighbour on the link
+  const v6attrs = v6
+    ? { flags: { nodad: true as const, noprefixroute: true as const }, cacheInfo: { ifaPrefered: 0, ifaValid: 0xffffffff, cstamp: 0, tstamp: 0 } }
+    : {};
   await rt
-    .newAddress(vipMessage(ifindex, vip), { local: bytes, address: bytes, ...(flags ? { flags } : {}) }, { flags: NLM_F_CREATE | NLM_F_REPLACE, timeout: NETLINK_TIMEOUT_MS })
+    .newAddress(vipMessage(ifindex, vip), { local: bytes, address: bytes, ...v6attrs }, { flags: NLM_F_CREATE | NLM_F_REPLACE, timeout: NETLINK_TIMEOUT_MS })
     .catch((err: unknown) => { throw withErrno(err, `add ${vip}`); });
 }
 
