@@ -604,6 +604,11 @@ export class Lab {
       await ip(['-n', ep.netns, 'link', 'set', 'eth0', 'up']);
       await ip(['-n', ep.netns, 'addr', 'add', `${ep.ipv4}/24`, 'dev', 'eth0']);
       if (this.ipv6) await ip(['-n', ep.netns, 'addr', 'add', `${ep.ipv6}/64`, 'dev', 'eth0', 'nodad']);
+      // control-plane nodes forward, as kubeadm's preflight requires: a VIP DNATed to another
+      // node's apiserver is forwarded traffic
+      if (ep.netns !== this.client.netns) {
+        await sysctl(ep.netns, 'net.ipv4.ip_forward=1', ...(this.ipv6 ? ['net.ipv6.conf.all.forwarding=1'] : []));
+      }
     }
 
     for (const ep of this.#endpoints) await this.#waitCarrier(ep, true);

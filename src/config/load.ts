@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
+import { describeReadError, hostFiles, type ConfigFiles } from './files.js';
 import { validateConfig, type Config, type Locator } from './schema.js';
 
 /** Maps a setting's path to the line and column of its value (or of its key) in the text. */
@@ -44,6 +45,8 @@ function locator(doc: Document, lines: LineCounter): Locator {
  *
  * @param text the file's content.
  * @param source where the text came from (a file path), for messages; optional.
+ * @param options.files when given, the files the configuration names (apiserver.health.caFile
+ *   and the others) are read through it and checked (see validateConfig); without it, pure.
  * @returns the normalized, deep-frozen {@link Config}: durations in integer milliseconds
  *   (`…Ms`), the advertisement interval also in centiseconds (`advertisementIntervalCs`),
  *   `family` derived from the VIPs, IPv6 addresses in canonical form.
@@ -52,7 +55,7 @@ function locator(doc: Document, lines: LineCounter): Locator {
  *   invalid setting (path such as `vrrp.vrid`, with its line when known). All problems are
  *   reported together.
  */
-export function parseConfig(text: string, source?: string): Config {
+export function parseConfig(text: string, source?: string, options: { files?: ConfigFiles } = {}): Config {
   const lines = new LineCounter();
   // uniqueKeys: a repeated key is an error, not "the last one wins"
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
@@ -78,38 +81,29 @@ export function parseConfig(text: string, source?: string): Config {
       cause: err,
     });
   }
-  return validateConfig(value, { ...(source === undefined ? {} : { source }), locate: locator(doc, lines) });
-}
-
-function describeReadError(err: unknown): string {
-  const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  switch (code) {
-    case 'ENOENT':
-      return 'no such file (ENOENT)';
-    case 'EACCES':
-    case 'EPERM':
-      return `permission denied (${code})`;
-    case 'EISDIR':
-      return 'it is a directory, not a file (EISDIR)';
-    case 'ENOTDIR':
-      return 'a component of the path is not a directory (ENOTDIR)';
-    default:
-      return err instanceof Error ? err.message : String(err);
-  }
+  return validateConfig(value, {
+    ...(source === undefined ? {} : { source }),
+    locate: locator(doc, lines),
+    ...(options.files === undefined ? {} : { files: options.files }),
+  });
 }
 
 /**
- * Reads a configuration file (UTF-8 YAML) and validates it with {@link parseConfig}.
+ * Reads a configuration file (UTF-8 YAML) and validates it with {@link parseConfig}, including
+ * the files it names (apiserver.health.caFile must exist and hold PEM certificates, and so on).
  * Synchronous: it runs once at startup, before anything else can proceed.
  *
  * @param path file path, as given by the operator (also used as the source in messages).
+ * @param options.files how the named files are read; default the host's file system (tests
+ *   pass a fake).
  * @returns the normalized, deep-frozen {@link Config}.
  * @throws BallastError BALLAST_E_CONFIG_READ when the file cannot be read (missing,
  *   permission denied, a directory); the fs error is its `cause`.
  * @throws ConfigError BALLAST_E_CONFIG when the file is not UTF-8, not valid YAML, or not a
- *   valid configuration.
+ *   valid configuration, or a file it names is missing or malformed (path such as
+ *   `apiserver.health.caFile`).
  */
-export function loadConfig(path: string): Config {
+export function loadConfig(path: string, options: { files?: ConfigFiles } = {}): Config {
   let bytes: Buffer;
   try {
     bytes = readFileSync(path);
@@ -125,5 +119,5 @@ export function loadConfig(path: string): Config {
   } catch (err) {
     throw new ConfigError([{ path: DOCUMENT_PATH, message: 'the file is not UTF-8 text' }], { source: path, cause: err });
   }
-  return parseConfig(text, path);
+  return parseConfig(text, path, { files: options.files ?? hostFiles });
 }

@@ -1,3 +1,4 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -13,6 +14,7 @@ import {
   parseDuration,
   validateConfig,
   type Config,
+  type ConfigFiles,
   type ConfigIssue,
 } from '../../src/config/index.js';
 import { BallastError } from '../../src/errors.js';
@@ -50,6 +52,45 @@ function configError(text: string): ConfigError {
 
 const issuesOf = (text: string): readonly ConfigIssue[] => configError(text).issues;
 
+/** A self-signed EC P-256 certificate and its key, made for these tests (never used for anything else). */
+const TEST_CERT = `-----BEGIN CERTIFICATE-----
+MIIBlDCCATmgAwIBAgIUYwN3cJpm/5MK4Lvqf817TzW8uVQwCgYIKoZIzj0EAwIw
+HjEcMBoGA1UEAwwTYmFsbGFzdCBjb25maWcgdGVzdDAgFw0yNjExMjkyMTA5NDRa
+GA8yMTI2MTEwNTIxMDk0NFowHjEcMBoGA1UEAwwTYmFsbGFzdCBjb25maWcgdGVz
+dDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABAFB8gGAX84279iBmbQwHhKG07GM
+yDpd00Kt9iJ6F56NBnhXm1vDGkTHeQaes6n8nNG+a7lSkWQqkjq54dWnuiajUzBR
+MB0GA1UdDgQWBBT/p7syfUGMGi2RQ1d2QFFueMztzjAfBgNVHSMEGDAWgBT/p7sy
+fUGMGi2RQ1d2QFFueMztzjAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kA
+MEYCIQCbougAgnrTaK30HhC1dxQTYsUbGMNHiT/e7WS4/fG9vQIhANTkqi59dC3R
+Uv+3gXDIBiY6tI+S5x2vADYvMyMCOdvd
+-----END CERTIFICATE-----
+`;
+const TEST_KEY = `-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgTiDWYJY/sgHZqsmS
+A6tT0lSHQEePKB8zIpJOLqRD7TmhRANCAAQBQfIBgF/ONu/YgZm0MB4ShtOxjMg6
+XdNCrfYieheejQZ4V5tbwxpEx3kGnrOp/JzRvmu5UpFkKpI6ueHVp7om
+-----END PRIVATE KEY-----
+`;
+
+/** A file reader over a fixed map (missing paths fail with ENOENT); records what was read. */
+function fakeFiles(content: Record<string, string>): ConfigFiles & { read: string[] } {
+  const read: string[] = [];
+  return {
+    read,
+    readFile(path: string): Buffer {
+      read.push(path);
+      const text = content[path];
+      if (text === undefined) throw Object.assign(new Error(`ENOENT: no such file or directory, open '${path}'`), { code: 'ENOENT' });
+      return Buffer.from(text);
+    },
+  };
+}
+
+/** apiserver settings with one backend and a CA file, so that only the setting under test is wrong. */
+const withBackend = (over: Plain = {}, health: Plain = {}): Plain => ({
+  apiserver: { backends: ['10.0.0.11:6443'], ...over, health: { caFile: '/etc/ca.crt', ...health } },
+});
+
 describe('parseConfig: valid files', () => {
   it('gives every default for the minimal file', () => {
     const expected: Config = {
@@ -66,23 +107,48 @@ describe('parseConfig: valid files', () => {
       },
       vips: ['10.0.0.100'],
       announce: { count: 5, spacingMs: 0, repeatAfterMs: 5000 },
+      apiserver: {
+        port: 6443,
+        backends: [],
+        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
+      },
+      dataplane: { vip: 'nftables', keepOnStop: false },
+      policy: { unhealthyPriorityWeight: 50 },
       admin: { listen: { host: '127.0.0.1', port: 9641 } },
       log: { level: 'info' },
     };
     const config = parseConfig(MINIMAL);
     expect(config).toStrictEqual(expected);
     expect('interface' in config).toBe(false);
+    for (const key of ['caFile', 'serverName', 'clientCertFile', 'clientKeyFile', 'tokenFile']) {
+      expect(key in config.apiserver.health, key).toBe(false);
+    }
+    expect('localBackend' in config.policy).toBe(false);
   });
 
   it('parses the example file, which sets every field', () => {
     const path = join(root, 'examples', 'ballast.yaml');
-    const config = loadConfig(path);
+    // the example names /etc/kubernetes/pki/ca.crt, which this machine need not have
+    const files = fakeFiles({ '/etc/kubernetes/pki/ca.crt': TEST_CERT });
+    const config = loadConfig(path, { files });
     expect(config).toMatchObject({
       interface: 'eth0',
       family: 4,
       vrrp: { vrid: 51, advertisementIntervalMs: 100, advertisementIntervalCs: 10 },
       vips: ['10.0.0.100'],
+      apiserver: {
+        port: 6443,
+        backends: [
+          { host: '10.0.0.11', port: 6443, family: 4 },
+          { host: '10.0.0.12', port: 6443, family: 4 },
+          { host: '10.0.0.13', port: 6443, family: 4 },
+        ],
+        health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
+      },
+      dataplane: { vip: 'nftables', keepOnStop: false },
+      policy: { unhealthyPriorityWeight: 50 },
     });
+    expect(files.read).toStrictEqual(['/etc/kubernetes/pki/ca.crt']);
     const doc = parseDocument(readFileSync(path, 'utf8'));
     for (const field of CONFIG_FIELDS) expect(doc.hasIn(field.split('.')), field).toBe(true);
   });
@@ -307,8 +373,147 @@ describe('parseConfig: one message per invalid field', () => {
     ['unknown key, other section', { vrid: 51 }, 'vrid', "unknown key (did you mean 'vrrp.vrid'?)"],
     ['unknown nested key, top-level', { vrrp: { vips: ['10.0.0.1'] } }, 'vrrp.vips', "unknown key (did you mean the top-level key 'vips'?)"],
     ['unknown key, keepalived name', { vrrp: { advert_int: 1 } }, 'vrrp.advert_int', "unknown key (did you mean 'advertisementInterval'?)"],
-    ['unknown key, far', { zzz: 1 }, 'zzz', 'unknown key (expected one of: interface, vrrp, vips, announce, admin, log)'],
+    [
+      'unknown key, far',
+      { zzz: 1 },
+      'zzz',
+      'unknown key (expected one of: interface, vrrp, vips, announce, apiserver, dataplane, policy, admin, log)',
+    ],
     ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter)'],
+
+    // apiserver
+    ['apiserver not a mapping', { apiserver: 'yes' }, 'apiserver', 'must be a mapping of settings (key: value), got "yes"'],
+    ['apiserver.port 0', { apiserver: { port: 0 } }, 'apiserver.port', 'must be an integer from 1 to 65535, got 0'],
+    ['apiserver.port 65536', { apiserver: { port: 65536 } }, 'apiserver.port', 'must be an integer from 1 to 65535, got 65536'],
+    ['apiserver.port quoted', { apiserver: { port: '6443' } }, 'apiserver.port', /got "6443" \(a string: write the number without quotes\)$/],
+    ['apiserver.port empty', { apiserver: { port: null } }, 'apiserver.port', /^has no value: .*default, 6443\)$/],
+    [
+      'backends not a list',
+      { apiserver: { backends: '10.0.0.11:6443' } },
+      'apiserver.backends',
+      /^must be a list of up to 64 host:port entries, .*, got "10.0.0.11:6443"$/,
+    ],
+    ['backends empty value', { apiserver: { backends: null } }, 'apiserver.backends', /^has no value: .*\(or delete the key to get the default, \[\] \(no backends\)\)$/],
+    ['backends without port', withBackend({ backends: ['10.0.0.11'] }), 'apiserver.backends[0]', 'missing port: write "10.0.0.11:6443" (host:port)'],
+    [
+      'backends a name',
+      withBackend({ backends: ['cp1.example:6443'] }),
+      'apiserver.backends[0]',
+      `host must be an IP address, got "cp1.example" (names are not resolved: write the node's address, e.g. "10.0.0.11:6443")`,
+    ],
+    ['backends IPv6 without brackets', withBackend({ backends: ['fd00::11:6443'] }), 'apiserver.backends[0]', /^an IPv6 host must be in brackets, e.g. "10.0.0.11:6443" or "\[fd00::11\]:6443"; got "fd00::11:6443"$/],
+    ['backends IPv6 without port', { vips: ['fd00::100'], ...withBackend({ backends: ['[fd00::11]'] }) }, 'apiserver.backends[0]', 'missing port: write "[fd00::11]:6443"'],
+    ['backends "]" missing', withBackend({ backends: ['[fd00::11:6443'] }), 'apiserver.backends[0]', /^missing "\]" after the IPv6 host/],
+    ['backends IPv4 in brackets', withBackend({ backends: ['[10.0.0.11]:6443'] }), 'apiserver.backends[0]', 'brackets are for IPv6 hosts only: write "10.0.0.11:6443"'],
+    ['backends no host', withBackend({ backends: [':6443'] }), 'apiserver.backends[0]', `missing host: write the apiserver's node address, e.g. "10.0.0.11:6443"`],
+    ['backends port 0', withBackend({ backends: ['10.0.0.11:0'] }), 'apiserver.backends[0]', 'port must be an integer from 1 to 65535, got "0"'],
+    [
+      'backends loopback',
+      withBackend({ backends: ['127.0.0.1:6443'] }),
+      'apiserver.backends[0]',
+      "host: 127.0.0.1 is a loopback address; a backend must be an apiserver's node address that every node can reach",
+    ],
+    ['backends link-local', { vips: ['fd00::100'], ...withBackend({ backends: ['[fe80::11]:6443'] }) }, 'apiserver.backends[0]', /^host: fe80::11 is a link-local address; a backend must be/],
+    ['backends multicast', withBackend({ backends: ['224.0.0.1:6443'] }), 'apiserver.backends[0]', /^host: 224.0.0.1 is a multicast address/],
+    ['backends a number', withBackend({ backends: [6443] }), 'apiserver.backends[0]', /^must be host:port, .*; got 6443$/],
+    ['backends empty entry', withBackend({ backends: [null] }), 'apiserver.backends[0]', /^has no value: expected host:port/],
+    ['backends duplicate', withBackend({ backends: ['10.0.0.11:6443', '10.0.0.11:6443'] }), 'apiserver.backends[1]', '10.0.0.11:6443 duplicates apiserver.backends[0]'],
+    [
+      'backends duplicate, other spelling',
+      { vips: ['fd00::100'], ...withBackend({ backends: ['[fd00::11]:6443', '[FD00:0::11]:6443'] }) },
+      'apiserver.backends[1]',
+      '[FD00:0::11]:6443 duplicates apiserver.backends[0] (both are [fd00::11]:6443)',
+    ],
+    [
+      'backends 65',
+      withBackend({ backends: Array.from({ length: 65 }, (_, i) => `10.0.1.${i + 1}:6443`) }),
+      'apiserver.backends',
+      'must list at most 64 backends, got 65',
+    ],
+    [
+      'backends wrong family',
+      withBackend({ backends: ['[fd00::11]:6443'] }),
+      'apiserver.backends[0]',
+      "[fd00::11]:6443 is IPv6 but the VIPs are IPv4: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families)",
+    ],
+    ['backends a VIP', withBackend({ backends: ['10.0.0.100:6443'] }), 'apiserver.backends[0]', "10.0.0.100 is a VIP (vips[0]); backends are the apiservers' own node addresses"],
+    ['health not a mapping', { apiserver: { health: [] } }, 'apiserver.health', 'must be a mapping of settings (key: value), got a list'],
+    ['health.path without "/"', { apiserver: { health: { path: 'readyz' } } }, 'apiserver.health.path', 'must start with "/", e.g. "/readyz", got "readyz"'],
+    ['health.path with a space', { apiserver: { health: { path: '/ready z' } } }, 'apiserver.health.path', 'must not contain spaces or control characters (percent-encode them), got "/ready z"'],
+    ['health.path with a fragment', { apiserver: { health: { path: '/readyz#x' } } }, 'apiserver.health.path', /^must not contain a fragment/],
+    ['health.path a number', { apiserver: { health: { path: 1 } } }, 'apiserver.health.path', 'must be a request path such as "/readyz", got 1'],
+    ['health.path empty', { apiserver: { health: { path: null } } }, 'apiserver.health.path', /^has no value: .*default, \/readyz\)$/],
+    [
+      'health.caFile required by backends',
+      { apiserver: { backends: ['10.0.0.11:6443'] } },
+      'apiserver.health.caFile',
+      /^required when apiserver.backends is not empty: the CA that signed .* \(or set insecureSkipVerify: true, for tests only\)$/,
+    ],
+    ['health.caFile relative', { apiserver: { health: { caFile: 'pki/ca.crt' } } }, 'apiserver.health.caFile', /^must be an absolute path, got "pki\/ca.crt" \(a relative path would depend/],
+    ['health.caFile a number', { apiserver: { health: { caFile: 1 } } }, 'apiserver.health.caFile', 'must be a file path such as "/etc/kubernetes/pki/ca.crt", got 1'],
+    ['health.caFile empty value', { apiserver: { health: { caFile: null } } }, 'apiserver.health.caFile', /^has no value: expected a file path/],
+    ['health.serverName wildcard', { apiserver: { health: { serverName: '*.example.com' } } }, 'apiserver.health.serverName', 'must be one name, not a wildcard, got "*.example.com"'],
+    ['health.serverName not a name', { apiserver: { health: { serverName: 'kube rnetes' } } }, 'apiserver.health.serverName', /^must be a DNS name or IP address that the apiservers' certificates carry, .*, got "kube rnetes"$/],
+    ['health.serverName a number', { apiserver: { health: { serverName: 5 } } }, 'apiserver.health.serverName', /^must be a DNS name or IP address .*, got 5$/],
+    ['health.insecureSkipVerify "yes"', { apiserver: { health: { insecureSkipVerify: 'yes' } } }, 'apiserver.health.insecureSkipVerify', 'must be true or false, got "yes" (YAML 1.2 reads yes/no/on/off as strings)'],
+    ['health.clientCertFile without key', { apiserver: { health: { clientCertFile: '/c.crt' } } }, 'apiserver.health.clientKeyFile', 'required when apiserver.health.clientCertFile is set: the private key of that certificate'],
+    ['health.clientKeyFile without cert', { apiserver: { health: { clientKeyFile: '/c.key' } } }, 'apiserver.health.clientCertFile', 'required when apiserver.health.clientKeyFile is set: the certificate of that key'],
+    ['health.clientKeyFile relative', { apiserver: { health: { clientCertFile: '/c.crt', clientKeyFile: 'c.key' } } }, 'apiserver.health.clientKeyFile', /^must be an absolute path, got "c.key"/],
+    ['health.tokenFile relative', { apiserver: { health: { tokenFile: 'token' } } }, 'apiserver.health.tokenFile', /^must be an absolute path, got "token"/],
+    ['health.interval 50ms', { apiserver: { health: { interval: '50ms' } } }, 'apiserver.health.interval', 'must be from 100ms to 1m, got 50ms'],
+    ['health.interval 2m', { apiserver: { health: { interval: '2m' } } }, 'apiserver.health.interval', 'must be from 100ms to 1m, got 2m'],
+    ['health.interval bare number', { apiserver: { health: { interval: 1 } } }, 'apiserver.health.interval', 'needs a unit: write "1ms" or "1s", not the bare number 1'],
+    ['health.interval empty', { apiserver: { health: { interval: null } } }, 'apiserver.health.interval', /^has no value: .*default, 1s\)$/],
+    ['health.timeout 10ms', { apiserver: { health: { timeout: '10ms' } } }, 'apiserver.health.timeout', 'must be from 50ms to 1m, got 10ms'],
+    ['health.timeout bare number', { apiserver: { health: { timeout: 500 } } }, 'apiserver.health.timeout', 'needs a unit: write "500ms" or "500s", not the bare number 500'],
+    ['health.timeout empty', { apiserver: { health: { timeout: null } } }, 'apiserver.health.timeout', /^has no value: .*default, 1s, or the interval if that is shorter\)$/],
+    [
+      'health.timeout longer than interval',
+      { apiserver: { health: { interval: '200ms', timeout: '300ms' } } },
+      'apiserver.health.timeout',
+      'must be at most apiserver.health.interval (200ms), got 300ms: a check must end before the next one is due',
+    ],
+    [
+      'health.timeout longer than the default interval',
+      { apiserver: { health: { timeout: '2s' } } },
+      'apiserver.health.timeout',
+      'must be at most apiserver.health.interval (1s), got 2s: a check must end before the next one is due',
+    ],
+    ['health.rise 0', { apiserver: { health: { rise: 0 } } }, 'apiserver.health.rise', 'must be an integer from 1 to 10, got 0'],
+    ['health.rise 11', { apiserver: { health: { rise: 11 } } }, 'apiserver.health.rise', 'must be an integer from 1 to 10, got 11'],
+    ['health.fall 0', { apiserver: { health: { fall: 0 } } }, 'apiserver.health.fall', 'must be an integer from 1 to 10, got 0'],
+    ['health.fall 1.5', { apiserver: { health: { fall: 1.5 } } }, 'apiserver.health.fall', 'must be an integer from 1 to 10, got 1.5'],
+
+    // dataplane, policy
+    ['dataplane.vip "ipvs"', { dataplane: { vip: 'ipvs' } }, 'dataplane.vip', 'must be "nftables" or "none" (VIP only, no load balancing), got "ipvs"'],
+    ['dataplane.keepOnStop "no"', { dataplane: { keepOnStop: 'no' } }, 'dataplane.keepOnStop', 'must be true or false, got "no" (YAML 1.2 reads yes/no/on/off as strings)'],
+    ['dataplane not a mapping', { dataplane: 'nftables' }, 'dataplane', 'must be a mapping of settings (key: value), got "nftables"'],
+    ['policy.unhealthyPriorityWeight -1', { policy: { unhealthyPriorityWeight: -1 } }, 'policy.unhealthyPriorityWeight', 'must be an integer from 0 to 254, got -1'],
+    ['policy.unhealthyPriorityWeight 255', { policy: { unhealthyPriorityWeight: 255 } }, 'policy.unhealthyPriorityWeight', /^must be an integer from 0 to 254, got 255 \(the effective priority never goes below 1/],
+    ['policy.localBackend without port', { policy: { localBackend: '127.0.0.1' } }, 'policy.localBackend', 'missing port: write "127.0.0.1:6443" (host:port)'],
+    ['policy.localBackend a name', { policy: { localBackend: 'localhost:6443' } }, 'policy.localBackend', /^host must be an IP address, got "localhost" \(names are not resolved: write this node's address or a loopback address/],
+    ['policy.localBackend multicast', { policy: { localBackend: '224.0.0.1:6443' } }, 'policy.localBackend', "host: 224.0.0.1 is a multicast address; the local backend must be this node's own address or a loopback address"],
+    ['policy.localBackend empty value', { policy: { localBackend: null } }, 'policy.localBackend', /^has no value: expected host:port/],
+    ['policy.localBackend a number', { policy: { localBackend: 6443 } }, 'policy.localBackend', /^must be host:port, .*; got 6443$/],
+
+    // unknown keys in the new sections
+    ['unknown health key, near', { apiserver: { health: { intervall: '1s' } } }, 'apiserver.health.intervall', "unknown key (did you mean 'interval'?)"],
+    ['unknown health key, haproxy name', { apiserver: { health: { inter: '1s' } } }, 'apiserver.health.inter', "unknown key (did you mean 'interval'?)"],
+    [
+      'unknown health key, kubeconfig name',
+      { apiserver: { health: { 'insecure-skip-tls-verify': true } } },
+      'apiserver.health.insecure-skip-tls-verify',
+      "unknown key (did you mean 'insecureSkipVerify'?)",
+    ],
+    ['unknown key, health setting one level up', { apiserver: { caFile: '/ca.crt' } }, 'apiserver.caFile', "unknown key (did you mean 'apiserver.health.caFile'?)"],
+    ['unknown top-level key, a nested section', { backends: [] }, 'backends', "unknown key (did you mean 'apiserver.backends'?)"],
+    ['unknown policy key, keepalived name', { policy: { weight: 20 } }, 'policy.weight', "unknown key (did you mean 'unhealthyPriorityWeight'?)"],
+    [
+      'unknown health key, far',
+      { apiserver: { health: { zzz: 1 } } },
+      'apiserver.health.zzz',
+      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall)',
+    ],
   ];
 
   it.each(cases)('%s', (_what, over, path, message) => {
@@ -329,6 +534,278 @@ describe('parseConfig: one message per invalid field', () => {
     expect(err.exitCode).toBe(2);
   });
 });
+
+describe('parseConfig: apiserver, dataplane and policy', () => {
+  it('normalizes backends to { host, port, family } with canonical addresses', () => {
+    const c = parseConfig(
+      yamlWith({
+        vips: ['FD00::100'],
+        apiserver: {
+          port: 443,
+          backends: ['[FD00:0::11]:6443', '[fd00::12]:6443', '[fd00::12]:7443'],
+          health: { caFile: '/etc/kubernetes/pki/ca.crt' },
+        },
+      }),
+    );
+    expect(c.apiserver.port).toBe(443);
+    expect(c.apiserver.backends).toStrictEqual([
+      { host: 'fd00::11', port: 6443, family: 6 },
+      { host: 'fd00::12', port: 6443, family: 6 },
+      { host: 'fd00::12', port: 7443, family: 6 },
+    ]);
+  });
+
+  it('treats an absent section, an empty one and an empty health section alike', () => {
+    const base = parseConfig(MINIMAL).apiserver;
+    expect(parseConfig(`${MINIMAL}apiserver:\n`).apiserver).toStrictEqual(base);
+    expect(parseConfig(`${MINIMAL}apiserver:\n  health:\n`).apiserver).toStrictEqual(base);
+    expect(parseConfig(`${MINIMAL}dataplane:\npolicy:\n`)).toStrictEqual(parseConfig(MINIMAL));
+  });
+
+  it('converts health durations to milliseconds and sets every health field', () => {
+    const { health } = parseConfig(
+      yamlWith({
+        apiserver: {
+          health: {
+            path: '/readyz?exclude=etcd',
+            caFile: '/pki/ca.crt',
+            serverName: 'kubernetes',
+            insecureSkipVerify: true,
+            clientCertFile: '/pki/health.crt',
+            clientKeyFile: '/pki/health.key',
+            tokenFile: '/run/secrets/token',
+            interval: '1.5s',
+            timeout: '500ms',
+            rise: 3,
+            fall: 1,
+          },
+        },
+      }),
+    ).apiserver;
+    expect(health).toStrictEqual({
+      path: '/readyz?exclude=etcd',
+      caFile: '/pki/ca.crt',
+      serverName: 'kubernetes',
+      insecureSkipVerify: true,
+      clientCertFile: '/pki/health.crt',
+      clientKeyFile: '/pki/health.key',
+      tokenFile: '/run/secrets/token',
+      intervalMs: 1500,
+      timeoutMs: 500,
+      rise: 3,
+      fall: 1,
+    });
+  });
+
+  it('defaults the timeout to 1s, or to the interval when that is shorter', () => {
+    const timeout = (health: Plain): number => parseConfig(yamlWith({ apiserver: { health } })).apiserver.health.timeoutMs;
+    expect(timeout({})).toBe(1000);
+    expect(timeout({ interval: '200ms' })).toBe(200);
+    expect(timeout({ interval: '5s' })).toBe(1000);
+    expect(timeout({ interval: '5s', timeout: '5s' })).toBe(5000);
+    expect(timeout({ interval: '100ms', timeout: '50ms' })).toBe(50);
+  });
+
+  it('takes "" as "not set" for optional strings', () => {
+    const c = parseConfig(
+      yamlWith({
+        apiserver: { health: { caFile: '', serverName: '', clientCertFile: '', clientKeyFile: '', tokenFile: '' } },
+        policy: { localBackend: '' },
+      }),
+    );
+    expect(c.apiserver.health).toStrictEqual(parseConfig(MINIMAL).apiserver.health);
+    expect('localBackend' in c.policy).toBe(false);
+  });
+
+  it('normalizes an IP serverName and accepts DNS names', () => {
+    const name = (serverName: string): string | undefined =>
+      parseConfig(yamlWith({ apiserver: { health: { serverName } } })).apiserver.health.serverName;
+    expect(name('FD00:0::1')).toBe('fd00::1');
+    expect(name('kubernetes.default.svc')).toBe('kubernetes.default.svc');
+    expect(name('api-1.cluster.local')).toBe('api-1.cluster.local');
+  });
+
+  it('does not require caFile without backends, nor with insecureSkipVerify', () => {
+    expect(parseConfig(MINIMAL).apiserver.backends).toStrictEqual([]);
+    const c = parseConfig(yamlWith({ apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } } }));
+    expect(c.apiserver.health.insecureSkipVerify).toBe(true);
+    expect('caFile' in c.apiserver.health).toBe(false);
+  });
+
+  it('accepts 64 backends', () => {
+    const backends = Array.from({ length: 64 }, (_, i) => `10.0.1.${i + 1}:6443`);
+    expect(parseConfig(yamlWith(withBackend({ backends }))).apiserver.backends).toHaveLength(64);
+  });
+
+  it('parses dataplane and policy, including a loopback or IPv6 localBackend', () => {
+    const c = parseConfig(
+      yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
+    );
+    expect(c.dataplane).toStrictEqual({ vip: 'none', keepOnStop: true });
+    expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
+    const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
+    expect(v6).toStrictEqual({ unhealthyPriorityWeight: 254, localBackend: { host: '::1', port: 6443, family: 6 } });
+  });
+
+  it('freezes the new sections too', () => {
+    const c = parseConfig(yamlWith({ ...withBackend(), policy: { localBackend: '127.0.0.1:6443' } }));
+    expect(Object.isFrozen(c.apiserver.backends[0])).toBe(true);
+    expect(Object.isFrozen(c.apiserver.health)).toBe(true);
+    expect(Object.isFrozen(c.policy.localBackend)).toBe(true);
+    expect(() => (c.apiserver.backends as unknown[]).push({})).toThrow(TypeError);
+  });
+
+  it('reports problems in several new settings together, in declaration order', () => {
+    const issues = issuesOf(
+      yamlWith({
+        apiserver: { port: 0, backends: ['10.0.0.11:6443', 'x'], health: { rise: 0, interval: '200ms', timeout: '1s' } },
+        dataplane: { vip: 'ipvs' },
+        policy: { unhealthyPriorityWeight: 300 },
+      }),
+    );
+    expect(issues.map((i) => i.path)).toStrictEqual([
+      'apiserver.port',
+      'apiserver.backends[1]',
+      'apiserver.health.caFile',
+      'apiserver.health.timeout',
+      'apiserver.health.rise',
+      'dataplane.vip',
+      'policy.unhealthyPriorityWeight',
+    ]);
+  });
+});
+
+describe('files named by the configuration', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-config-files-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, content: string): string => {
+    const path = join(dir, name);
+    writeFileSync(path, content);
+    return path;
+  };
+  const health = (h: Plain): string => yamlWith({ apiserver: { backends: ['10.0.0.11:6443'], health: h } });
+  /** The issues of loading `text` from a file, with the real file system. */
+  const loadIssues = (text: string): readonly ConfigIssue[] => {
+    try {
+      loadConfig(file('config.yaml', text));
+    } catch (err) {
+      if (err instanceof ConfigError) return err.issues;
+      throw err;
+    }
+    return [];
+  };
+
+  it('loads a configuration whose files are all there and well formed', () => {
+    const c = loadConfig(
+      file(
+        'good.yaml',
+        health({
+          caFile: file('ca.crt', TEST_CERT + TEST_CERT),
+          clientCertFile: file('client.crt', TEST_CERT),
+          clientKeyFile: file('client.key', TEST_KEY),
+          tokenFile: file('token', 'abc.def-ghi_jkl\n'),
+        }),
+      ),
+    );
+    expect(c.apiserver.health.caFile).toBe(join(dir, 'ca.crt'));
+  });
+
+  it('reports a missing CA file as a config error naming apiserver.health.caFile', () => {
+    const missing = join(dir, 'nope', 'ca.crt');
+    expect(loadIssues(health({ caFile: missing }))).toStrictEqual([
+      { path: 'apiserver.health.caFile', message: `cannot read ${missing}: no such file (ENOENT)`, line: 9, column: 13 },
+    ]);
+  });
+
+  it('reports a CA path that is a directory', () => {
+    expect(loadIssues(health({ caFile: dir }))[0]?.message).toBe(`cannot read ${dir}: it is a directory, not a file (EISDIR)`);
+  });
+
+  it.each([
+    ['not PEM', 'hello\n', /holds no PEM certificate \(expected a "-----BEGIN CERTIFICATE-----" block\)$/],
+    ['a key, not a certificate', TEST_KEY, /holds no PEM certificate/],
+    ['a broken certificate', '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n', /its certificate cannot be parsed: /],
+    ['a bundle with one broken certificate', `${TEST_CERT}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n`, /certificate 2 of 2 cannot be parsed: /],
+  ])('refuses a CA file that is %s', (_what, content, message) => {
+    const issues = validateIssues({ apiserver: { health: { caFile: '/ca.crt' } } }, { '/ca.crt': content });
+    expect(issues.map((i) => i.path)).toStrictEqual(['apiserver.health.caFile']);
+    expect(issues[0]?.message).toMatch(new RegExp(`^/ca.crt ${message.source.replace(/^\^/, '')}`));
+  });
+
+  it('checks the client certificate, its key, and that they match', () => {
+    const other = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const encrypted = generateKeyPairSync('ec', {
+      namedCurve: 'P-256',
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem', cipher: 'aes-256-cbc', passphrase: 'secret' },
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+    }).privateKey;
+    const h = { clientCertFile: '/c.crt', clientKeyFile: '/c.key' };
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.crt': TEST_CERT, '/c.key': TEST_KEY })).toStrictEqual([]);
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.crt': TEST_CERT, '/c.key': other })).toStrictEqual([
+      {
+        path: 'apiserver.health.clientKeyFile',
+        message: '/c.key is not the private key of the certificate in apiserver.health.clientCertFile',
+      },
+    ]);
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.crt': TEST_CERT, '/c.key': 'junk' })[0]?.message).toMatch(
+      /^\/c.key holds no usable PEM private key: /,
+    );
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.crt': TEST_CERT, '/c.key': encrypted })[0]?.message).toBe(
+      '/c.key holds no usable PEM private key: an encrypted key (it needs a passphrase, which ballast cannot supply)',
+    );
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.crt': 'x', '/c.key': TEST_KEY })).toStrictEqual([
+      { path: 'apiserver.health.clientCertFile', message: '/c.crt holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)' },
+    ]);
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.key': TEST_KEY })).toStrictEqual([
+      { path: 'apiserver.health.clientCertFile', message: 'cannot read /c.crt: no such file (ENOENT)' },
+    ]);
+  });
+
+  it.each([
+    ['empty', '', '/t is empty: it must hold the bearer token'],
+    ['only whitespace', ' \n\n', '/t is empty: it must hold the bearer token'],
+    ['two lines', 'abc\ndef\n', '/t must hold one token on one line, got 2 lines'],
+    ['a space inside', 'abc def\n', '/t holds characters a bearer token cannot have (spaces, control or non-ASCII characters)'],
+  ])('refuses a token file that is %s', (_what, content, message) => {
+    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, { '/t': content })).toStrictEqual([
+      { path: 'apiserver.health.tokenFile', message },
+    ]);
+  });
+
+  it('reports a missing token file', () => {
+    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, {})).toStrictEqual([
+      { path: 'apiserver.health.tokenFile', message: 'cannot read /t: no such file (ENOENT)' },
+    ]);
+  });
+
+  it('reports file problems together with every other problem', () => {
+    const issues = validateIssues(
+      { vrrp: { vrid: 0 }, apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/ca.crt', tokenFile: '/t' } } },
+      {},
+    );
+    expect(issues.map((i) => i.path)).toStrictEqual(['vrrp.vrid', 'apiserver.health.caFile', 'apiserver.health.tokenFile']);
+  });
+
+  it('reads no file without a reader (parseConfig stays pure), and none whose setting is malformed', () => {
+    expect(parseConfig(health({ caFile: '/does/not/exist.crt' })).apiserver.health.caFile).toBe('/does/not/exist.crt');
+    const files = fakeFiles({});
+    validateIssues({ apiserver: { health: { caFile: 'relative.crt', tokenFile: '' } } }, files);
+    expect(files.read).toStrictEqual([]);
+  });
+});
+
+/** The issues validateConfig reports for the minimal config merged with `over`, reading files from `files`. */
+function validateIssues(over: Plain, files: Record<string, string> | ConfigFiles): readonly ConfigIssue[] {
+  const reader = typeof (files as ConfigFiles).readFile === 'function' ? (files as ConfigFiles) : fakeFiles(files as Record<string, string>);
+  const value = { vips: ['10.0.0.100'], ...over, vrrp: { vrid: 51, ...(over.vrrp as Plain | undefined) } };
+  try {
+    validateConfig(value, { files: reader });
+  } catch (err) {
+    if (err instanceof ConfigError) return err.issues;
+    throw err;
+  }
+  return [];
+}
 
 describe('parseConfig: the file as a whole', () => {
   it('reports a YAML syntax error with its line and column', () => {

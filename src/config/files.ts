@@ -1,0 +1,146 @@
+/**
+ * The files a configuration names (apiserver.health.caFile, clientCertFile, clientKeyFile,
+ * tokenFile): do they exist, and do they hold what they should? Checked by loadConfig and
+ * `ballast validate` through an injected reader, so validateConfig itself stays pure and tests
+ * can hand it a fake file system.
+ *
+ * Only files whose setting is well formed (a non-empty absolute path) are read; a malformed
+ * setting already has its own issue from the schema.
+ */
+import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+
+/** Reads files for the checks: the host's file system, or a fake in tests. */
+export interface ConfigFiles {
+  /**
+   * The whole file.
+   * @throws an fs-style error with `code` (ENOENT, EACCES, EISDIR, …) when it cannot be read.
+   */
+  readFile(path: string): Buffer;
+}
+
+/** The host's file system (synchronous: the configuration is read once, at start). */
+export const hostFiles: ConfigFiles = { readFile: (path) => readFileSync(path) };
+
+/** One problem with a named file: the setting's path (`['apiserver', 'health', 'caFile']`) and why. */
+export interface FileIssue {
+  path: (string | number)[];
+  message: string;
+}
+
+/** Why a file could not be read, for an operator: `no such file (ENOENT)`. */
+export function describeReadError(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  switch (code) {
+    case 'ENOENT':
+      return 'no such file (ENOENT)';
+    case 'EACCES':
+    case 'EPERM':
+      return `permission denied (${code})`;
+    case 'EISDIR':
+      return 'it is a directory, not a file (EISDIR)';
+    case 'ENOTDIR':
+      return 'a component of the path is not a directory (ENOTDIR)';
+    default:
+      return err instanceof Error ? err.message : String(err);
+  }
+}
+
+const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;
+
+/**
+ * The certificates of a PEM bundle, in order.
+ * @returns the parsed certificates, or a reason (no certificate in the text, one does not parse).
+ */
+export function parsePemCertificates(text: string): X509Certificate[] | string {
+  const blocks = text.match(PEM_CERT) ?? [];
+  if (blocks.length === 0) return 'holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)';
+  const out: X509Certificate[] = [];
+  for (const [i, block] of blocks.entries()) {
+    try {
+      out.push(new X509Certificate(block));
+    } catch (err) {
+      const which = blocks.length === 1 ? 'its certificate' : `certificate ${i + 1} of ${blocks.length}`;
+      return `${which} cannot be parsed: ${(err as Error).message}`;
+    }
+  }
+  return out;
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** A setting that names a file, when it is well formed. */
+const filePath = (v: unknown): string | undefined =>
+  typeof v === 'string' && v.startsWith('/') && !v.includes('\0') ? v : undefined;
+
+/**
+ * Checks the files the raw configuration value names (what YAML parsing gave, before the
+ * schema): caFile and clientCertFile must hold PEM certificates, clientKeyFile a PEM private
+ * key matching clientCertFile, tokenFile one non-empty line.
+ *
+ * @param raw the configuration value; only `apiserver.health` is looked at.
+ * @param files how to read (see {@link hostFiles}).
+ * @returns one issue per bad file, each naming its setting; empty when all is well.
+ */
+export function fileIssues(raw: unknown, files: ConfigFiles): FileIssue[] {
+  if (!isRecord(raw) || !isRecord(raw.apiserver) || !isRecord(raw.apiserver.health)) return [];
+  const health = raw.apiserver.health;
+  const out: FileIssue[] = [];
+  const at = (key: string): (string | number)[] => ['apiserver', 'health', key];
+  const read = (key: string): { path: string; bytes: Buffer } | undefined => {
+    const path = filePath(health[key]);
+    if (path === undefined) return undefined;
+    try {
+      return { path, bytes: files.readFile(path) };
+    } catch (err) {
+      out.push({ path: at(key), message: `cannot read ${path}: ${describeReadError(err)}` });
+      return undefined;
+    }
+  };
+
+  const ca = read('caFile');
+  if (ca !== undefined) {
+    const certs = parsePemCertificates(ca.bytes.toString('utf8'));
+    if (typeof certs === 'string') out.push({ path: at('caFile'), message: `${ca.path} ${certs}` });
+  }
+
+  let clientCert: X509Certificate | undefined;
+  const cert = read('clientCertFile');
+  if (cert !== undefined) {
+    const certs = parsePemCertificates(cert.bytes.toString('utf8'));
+    if (typeof certs === 'string') out.push({ path: at('clientCertFile'), message: `${cert.path} ${certs}` });
+    else clientCert = certs[0];
+  }
+
+  const key = read('clientKeyFile');
+  if (key !== undefined) {
+    let parsed: KeyObject | undefined;
+    try {
+      parsed = createPrivateKey(key.bytes);
+    } catch (err) {
+      // OpenSSL asks for a passphrase and, given none, fails with a generic "interrupted or cancelled"
+      const text = key.bytes.toString('utf8');
+      const encrypted = /-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type:\s*4,ENCRYPTED/.test(text);
+      const why = encrypted ? 'an encrypted key (it needs a passphrase, which ballast cannot supply)' : (err as Error).message;
+      out.push({ path: at('clientKeyFile'), message: `${key.path} holds no usable PEM private key: ${why}` });
+    }
+    if (parsed !== undefined && clientCert !== undefined && !clientCert.checkPrivateKey(parsed)) {
+      out.push({
+        path: at('clientKeyFile'),
+        message: `${key.path} is not the private key of the certificate in apiserver.health.clientCertFile`,
+      });
+    }
+  }
+
+  const token = read('tokenFile');
+  if (token !== undefined) {
+    const text = token.bytes.toString('utf8').trim();
+    if (text === '') out.push({ path: at('tokenFile'), message: `${token.path} is empty: it must hold the bearer token` });
+    else if (/[\r\n]/.test(text)) {
+      out.push({ path: at('tokenFile'), message: `${token.path} must hold one token on one line, got ${text.split(/\r?\n/).length} lines` });
+    } else if (/[^\x21-\x7e]/.test(text)) {
+      out.push({ path: at('tokenFile'), message: `${token.path} holds characters a bearer token cannot have (spaces, control or non-ASCII characters)` });
+    }
+  }
+  return out;
+}

@@ -1,0 +1,388 @@
+/**
+ * HealthChecker: checks every backend on its own schedule, feeds the results through rise/fall
+ * hysteresis and reports changes. The clock, the timers, the randomness and the probe are
+ * injected, so unit tests drive it with fakes and no network.
+ *
+ * Scheduling, per backend:
+ *
+ *   start ── random offset in [0, interval) ── check ── interval ±10% ── check ── …
+ *
+ * The next check is timed from the start of the previous one. If it falls due while the
+ * previous check still runs (a slow backend, timeout close to the interval), it starts as soon
+ * as that one ends: never two checks of one backend at once, and no burst of catch-up checks.
+ * The random offset and jitter keep the nodes of a cluster (which all check all backends) from
+ * checking in lockstep.
+ */
+import { EventEmitter } from 'node:events';
+import { isIP } from 'node:net';
+import { canonicalAddress } from '../net/address.js';
+import {
+  checkHysteresisOptions,
+  initialHealth,
+  stepHealth,
+  type BackendState,
+  type HealthInput,
+  type HealthState,
+  type Transition,
+} from './hysteresis.js';
+import { createProbe, type Probe, type ProbeResult, type ProbeSettings, type ProbeTarget } from './probe.js';
+
+/** Timers and time, injectable. `now` stamps results and transitions; delays are relative. */
+export interface Clock {
+  /** Wall-clock time in ms since the epoch (Date.now). */
+  now(): number;
+  /** Runs `fn` once after `ms` milliseconds; returns a handle for clearTimeout. */
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+/** The real clock: Date.now and the event loop's (monotonic) timers. */
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+};
+
+/** The part of a pino logger the checker uses. */
+export interface HealthLogger {
+  warn(obj: object, msg: string): void;
+}
+
+/** A backend to check: an IP literal (IPv6 without brackets) and a port. `family` is ignored. */
+export type CheckerBackend = ProbeTarget;
+
+/** What the checker needs from the config's `apiserver.health` (HealthConfig satisfies it). */
+export interface CheckerSettings extends ProbeSettings {
+  /** Time between two checks of one backend, in ms (> 0); jittered by ±10%. */
+  readonly intervalMs: number;
+  /** Consecutive passes to become up (integer >= 1). */
+  readonly rise: number;
+  /** Consecutive failures to become down (integer >= 1). */
+  readonly fall: number;
+}
+
+/** Options of {@link HealthChecker}. */
+export interface HealthCheckerOptions {
+  readonly health: CheckerSettings;
+  /** Initial backends (default none); see {@link HealthChecker.setBackends}. */
+  readonly backends?: readonly CheckerBackend[];
+  /** One check of one backend (default: {@link createProbe} over `health`). Must not reject; a rejection counts as a failed check. */
+  readonly probe?: Probe;
+  /** Default {@link systemClock}. */
+  readonly clock?: Clock;
+  /** Uniform in [0, 1); default Math.random. Drives the first offset and the jitter. */
+  readonly random?: () => number;
+  /** Receives the insecureSkipVerify warning. */
+  readonly logger?: HealthLogger;
+}
+
+/** One backend in {@link HealthChecker.snapshot}. */
+export interface BackendHealth {
+  /** `host:port`, IPv6 in brackets: `10.0.0.11:6443`, `[fd00::11]:6443`. */
+  address: string;
+  state: BackendState;
+  /** state === 'up': the backend may receive traffic. */
+  healthy: boolean;
+  /** When the last check ended (ISO 8601), null before the first. */
+  lastCheck: string | null;
+  /** Latency of the last check in ms, null before the first. */
+  lastLatencyMs: number | null;
+  /** The latest failure's reason while it matters (see HealthState.reason), else null. */
+  reason: string | null;
+  /** Consecutive results of the latest kind: passes when the last check passed, else failures. */
+  consecutive: number;
+}
+
+/** A `change` event: a {@link Transition} (backend = address, at = ms since the epoch) plus `healthy`. */
+export interface HealthChange extends Transition {
+  /** to === 'up'. */
+  readonly healthy: boolean;
+}
+
+/** A `check` event: one finished check (not emitted for checks made stale by markDead or removal). */
+export interface HealthCheck {
+  readonly address: string;
+  readonly result: ProbeResult;
+  /** When it ended, ms since the epoch. */
+  readonly at: number;
+}
+
+/** The checker's events. */
+export interface HealthCheckerEvents {
+  change: [HealthChange];
+  check: [HealthCheck];
+}
+
+/** `host:port` of a backend, IPv6 in brackets. */
+export function formatAddress(backend: CheckerBackend): string {
+  return backend.host.includes(':') ? `[${backend.host}]:${backend.port}` : `${backend.host}:${backend.port}`;
+}
+
+/**
+ * Parses `host:port` (IPv6 as `[addr]:port`; IP literals only) into a backend with a canonical host.
+ * @throws TypeError naming the text when it is not an IP literal with a port 1..65535.
+ */
+export function parseAddress(text: string): CheckerBackend & { family: 4 | 6 } {
+  const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(text) ?? /^([^:[\]]+):(\d{1,5})$/.exec(text);
+  const host = m?.[1];
+  const port = Number(m?.[2]);
+  const family = host === undefined ? 0 : isIP(host);
+  const bracketed = text.startsWith('[');
+  if (host === undefined || family === 0 || (family === 6) !== bracketed || !(port >= 1 && port <= 65535)) {
+    throw new TypeError(`not host:port with an IP address (IPv6 as [addr]:port): ${JSON.stringify(text)}`);
+  }
+  return { host: canonicalAddress(host), port, family: family as 4 | 6 };
+}
+
+interface Entry {
+  readonly address: string;
+  readonly target: CheckerBackend;
+  health: HealthState;
+  timer: unknown;
+  /** the running check, if any */
+  inFlight: { abort: AbortController; done: Promise<void> } | undefined;
+  /** the next check fell due while one was running: start it when that one ends */
+  due: boolean;
+  /** bumped by markDead and removal: results of checks started before are stale */
+  epoch: number;
+  removed: boolean;
+  lastCheck: number | null;
+  lastLatencyMs: number | null;
+  /** kind of the latest input, for `consecutive` */
+  last: 'pass' | 'fail' | null;
+}
+
+/** Part of the interval by which each gap is jittered, either way. */
+const JITTER = 0.1;
+
+/**
+ * Checks a set of backends and keeps each one's health (see hysteresis.ts).
+ *
+ * Events: `change` ({@link HealthChange}) when a backend's state changes; `check`
+ * ({@link HealthCheck}) after every check. Listeners run synchronously; one that throws
+ * is a bug and surfaces as an unhandled rejection.
+ *
+ * @example
+ *   const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger });
+ *   checker.on('change', (c) => log.info(c, 'backend health'));
+ *   checker.start();
+ */
+export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
+  readonly #settings: CheckerSettings;
+  readonly #probe: Probe;
+  readonly #clock: Clock;
+  readonly #random: () => number;
+  readonly #logger: HealthLogger | undefined;
+  #entries = new Map<string, Entry>();
+  #started = false;
+  #stopped = false;
+
+  /**
+   * @param options see {@link HealthCheckerOptions}. Nothing runs until {@link start}.
+   * @throws RangeError when intervalMs is not a positive number, or rise / fall not integers >= 1.
+   * @throws TypeError when a backend's host is not an IP address.
+   */
+  constructor(options: HealthCheckerOptions) {
+    super();
+    const h = options.health;
+    if (!(h.intervalMs > 0) || !Number.isFinite(h.intervalMs)) {
+      throw new RangeError(`intervalMs must be a positive number of milliseconds, got ${h.intervalMs}`);
+    }
+    checkHysteresisOptions(h);
+    this.#settings = h;
+    this.#probe = options.probe ?? createProbe(h);
+    this.#clock = options.clock ?? systemClock;
+    this.#random = options.random ?? Math.random;
+    this.#logger = options.logger;
+    this.setBackends(options.backends ?? []);
+  }
+
+  /**
+   * Starts checking: each backend's first check at a random offset within the first interval.
+   * Logs a warning (once) when insecureSkipVerify is on. Idempotent; no-op after stop().
+   */
+  start(): void {
+    if (this.#started || this.#stopped) return;
+    this.#started = true;
+    if (this.#settings.insecureSkipVerify) {
+      this.#logger?.warn(
+        { setting: 'apiserver.health.insecureSkipVerify', backends: this.#entries.size },
+        'apiserver health checks do not verify certificates (insecureSkipVerify): any TLS server on a backend address passes; for tests only',
+      );
+    }
+    for (const e of this.#entries.values()) this.#schedule(e, this.#random() * this.#settings.intervalMs);
+  }
+
+  /**
+   * The health of every backend, in the order of the last setBackends (or the constructor's
+   * list). A new array of new objects; see {@link BackendHealth} for the fields.
+   */
+  snapshot(): BackendHealth[] {
+    return [...this.#entries.values()].map((e) => ({
+      address: e.address,
+      state: e.health.state,
+      healthy: e.health.state === 'up',
+      lastCheck: e.lastCheck === null ? null : new Date(e.lastCheck).toISOString(),
+      lastLatencyMs: e.lastLatencyMs,
+      reason: e.health.reason,
+      consecutive: e.last === 'pass' ? e.health.passes : e.health.failures,
+    }));
+  }
+
+  /**
+   * Takes a backend down at once (passive detection: connections refused or reset; or the
+   * election saw its node fall silent). It needs `rise` passing checks to come back; the result
+   * of a check already running is dropped, since it may predate the death. Emits `change`
+   * unless the backend was already down.
+   *
+   * @param address `host:port` as in the snapshot (other spellings of the same IP are accepted).
+   * @param reason why, for the transition and the snapshot, e.g. `conntrack: connection refused`.
+   * @returns false when no such backend is checked or the checker is stopped (nothing happens), else true.
+   */
+  markDead(address: string, reason: string): boolean {
+    if (this.#stopped) return false;
+    const e = this.#entries.get(normalizeAddress(address));
+    if (e === undefined) return false;
+    e.epoch++;
+    this.#feed(e, { kind: 'dead', at: this.#clock.now(), reason });
+    return true;
+  }
+
+  /**
+   * Replaces the set of backends. Backends already checked keep their state and schedule; new
+   * ones start `unknown` with their first check at a random offset; removed ones stop at once
+   * (a running check is aborted, its result dropped; no event). Duplicates are ignored.
+   *
+   * @param list backends as `{ host, port }` (IP literal host, e.g. the config's backends).
+   * @throws TypeError when a host is not an IP address (the set is then left unchanged).
+   */
+  setBackends(list: readonly CheckerBackend[]): void {
+    const wanted = new Map<string, CheckerBackend>();
+    for (const b of list) {
+      if (isIP(b.host) === 0) throw new TypeError(`backend host must be an IP address, got ${JSON.stringify(b.host)}`);
+      const target = { host: canonicalAddress(b.host), port: b.port };
+      const address = formatAddress(target);
+      if (!wanted.has(address)) wanted.set(address, target);
+    }
+    const next = new Map<string, Entry>();
+    for (const [address, target] of wanted) {
+      const old = this.#entries.get(address);
+      if (old !== undefined) {
+        next.set(address, old);
+        continue;
+      }
+      const e: Entry = {
+        address,
+        target,
+        health: initialHealth(),
+        timer: undefined,
+        inFlight: undefined,
+        due: false,
+        epoch: 0,
+        removed: false,
+        lastCheck: null,
+        lastLatencyMs: null,
+        last: null,
+      };
+      next.set(address, e);
+      if (this.#started && !this.#stopped) this.#schedule(e, this.#random() * this.#settings.intervalMs);
+    }
+    for (const [address, e] of this.#entries) if (!next.has(address)) this.#retire(e);
+    this.#entries = next;
+  }
+
+  /**
+   * Stops every schedule and aborts running checks; no event is emitted afterwards.
+   * Idempotent. @returns a promise that resolves once the aborted checks have ended (the
+   * default probe ends at once on abort; an injected one must honour the signal too).
+   */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    const running = [...this.#entries.values()].map((e) => this.#retire(e));
+    await Promise.all(running);
+  }
+
+  /** Cancels an entry's timer and running check. @returns when the check has ended. */
+  #retire(e: Entry): Promise<void> {
+    e.removed = true;
+    e.epoch++;
+    if (e.timer !== undefined) this.#clock.clearTimeout(e.timer);
+    e.timer = undefined;
+    e.due = false;
+    const running = e.inFlight;
+    running?.abort.abort();
+    return running?.done ?? Promise.resolve();
+  }
+
+  #schedule(e: Entry, delayMs: number): void {
+    e.timer = this.#clock.setTimeout(() => {
+      e.timer = undefined;
+      if (e.removed || this.#stopped) return;
+      if (e.inFlight !== undefined) e.due = true;
+      else this.#run(e);
+    }, delayMs);
+  }
+
+  #run(e: Entry): void {
+    const epoch = e.epoch;
+    const abort = new AbortController();
+    // timed from the start of this check, so a slow check does not stretch the cadence
+    const jitter = 1 + (this.#random() * 2 - 1) * JITTER;
+    this.#schedule(e, this.#settings.intervalMs * jitter);
+    let probing: Promise<ProbeResult>;
+    try {
+      probing = this.#probe(e.target, abort.signal);
+    } catch (err) {
+      probing = Promise.reject(err as Error);
+    }
+    const done = probing
+      .catch((err: unknown): ProbeResult => ({ ok: false, latencyMs: 0, error: `probe failed: ${err instanceof Error ? err.message : String(err)}` }))
+      .then((result) => {
+        e.inFlight = undefined;
+        if (e.removed || this.#stopped) return;
+        if (epoch === e.epoch) this.#record(e, result);
+        if (e.due && !e.removed && !this.#stopped) {
+          e.due = false;
+          this.#run(e);
+        }
+      });
+    e.inFlight = { abort, done };
+  }
+
+  #record(e: Entry, result: ProbeResult): void {
+    const at = this.#clock.now();
+    e.lastCheck = at;
+    e.lastLatencyMs = result.latencyMs;
+    const input: HealthInput = result.ok
+      ? { kind: 'pass', at, reason: result.status === undefined ? 'pass' : `http ${result.status}` }
+      : { kind: 'fail', at, reason: result.error ?? (result.status === undefined ? 'failed' : `http ${result.status}`) };
+    const transition = this.#step(e, input);
+    // the check first, then the change it caused; both see the new state in snapshot()
+    this.emit('check', { address: e.address, result, at });
+    this.#announce(transition);
+  }
+
+  #feed(e: Entry, input: HealthInput): void {
+    this.#announce(this.#step(e, input));
+  }
+
+  #step(e: Entry, input: HealthInput): Transition | null {
+    const { state, transition } = stepHealth(e.address, e.health, input, this.#settings);
+    e.health = state;
+    e.last = input.kind === 'pass' ? 'pass' : 'fail';
+    return transition;
+  }
+
+  #announce(transition: Transition | null): void {
+    if (transition !== null) this.emit('change', { ...transition, healthy: transition.to === 'up' });
+  }
+}
+
+/** The canonical `host:port` of an address text; unparsable text is returned as is (it then matches nothing). */
+function normalizeAddress(address: string): string {
+  try {
+    return formatAddress(parseAddress(address));
+  } catch {
+    return address;
+  }
+}

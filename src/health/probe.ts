@@ -1,0 +1,297 @@
+/**
+ * One readiness check of one apiserver: an HTTPS GET of the health path on a new connection.
+ *
+ *   t=0 ─ read changed files (CA, client cert/key, token) ─ TCP connect ─ TLS handshake
+ *         (verify chain against the CA, then the name: serverName or the backend's IP)
+ *       ─ GET path ─ status line ─ body (at most 64 KiB) ─ result
+ *   one deadline (timeoutMs) covers all of it; when it fires the socket is destroyed.
+ *
+ * Every check opens its own connection (agent: false, no keep-alive, no TLS session reuse):
+ * a pooled connection would keep passing after the backend stopped accepting new ones, which is
+ * exactly what a kernel load balancer sends new clients to.
+ */
+import { stat, readFile } from 'node:fs/promises';
+import https from 'node:https';
+import type { IncomingMessage } from 'node:http';
+import { isIP } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import tls, { type PeerCertificate, type SecureContext } from 'node:tls';
+
+/** At most this much of a response body is read; the rest is discarded with the connection. */
+export const MAX_BODY_BYTES = 64 * 1024;
+
+/** Where to send a check: an IP literal (IPv6 without brackets) and a TCP port. */
+export interface ProbeTarget {
+  readonly host: string;
+  readonly port: number;
+}
+
+/**
+ * How to check: the fields of the config's `apiserver.health` (HealthConfig satisfies this).
+ * File paths are read when they change (size, mtime or inode), so rotated files need no restart.
+ */
+export interface ProbeSettings {
+  /** Request path, starting with "/". */
+  readonly path: string;
+  /** Deadline of the whole check in ms (connect + TLS + response), > 0. */
+  readonly timeoutMs: number;
+  /** PEM CA bundle verifying the server; absent = the system's root CAs. */
+  readonly caFile?: string | undefined;
+  /** Name (or IP) to verify instead of the target's IP; a DNS name is also sent as SNI. */
+  readonly serverName?: string | undefined;
+  /** Skip certificate verification (chain and name). */
+  readonly insecureSkipVerify: boolean;
+  /** PEM client certificate (with clientKeyFile). */
+  readonly clientCertFile?: string | undefined;
+  /** PEM private key of clientCertFile. */
+  readonly clientKeyFile?: string | undefined;
+  /** File holding a bearer token for `Authorization: Bearer …` (surrounding whitespace ignored). */
+  readonly tokenFile?: string | undefined;
+}
+
+/**
+ * The outcome of one check.
+ * - `ok`: true exactly when the response status is 2xx (and its body, up to 64 KiB, arrived).
+ * - `status`: the HTTP status, when a response arrived.
+ * - `latencyMs`: from the start of the check to its result, in ms (monotonic clock).
+ * - `error`, when not ok: an errno name for network failures (`ECONNREFUSED`, `ECONNRESET`,
+ *   `EHOSTUNREACH`, `ETIMEDOUT`…), `timeout` (our deadline), `tls: <code>: <message>` (verification or
+ *   handshake failure), `http <status>` (a non-2xx answer), `aborted` (the caller's signal),
+ *   or `cannot read <setting> <path>: <code>` / `tokenFile <path> is empty` (a local file).
+ */
+export interface ProbeResult {
+  ok: boolean;
+  status?: number;
+  latencyMs: number;
+  error?: string;
+}
+
+/** Runs one check of `target`; never rejects (every failure is a result). `signal` aborts it. */
+export type Probe = (target: ProbeTarget, signal?: AbortSignal) => Promise<ProbeResult>;
+
+/** What the probe needs from the file system (injectable for tests). */
+export interface ProbeFiles {
+  /** Identity of the file's current content: changes when it is rewritten or replaced. */
+  version(path: string): Promise<string>;
+  readFile(path: string): Promise<Buffer>;
+}
+
+/** The host's file system: the version is inode, size and mtime (ns). */
+export const hostProbeFiles: ProbeFiles = {
+  version: async (path) => {
+    const s = await stat(path, { bigint: true });
+    return `${s.ino}:${s.size}:${s.mtimeNs}`;
+  },
+  readFile: (path) => readFile(path),
+};
+
+/** Error codes of TLS failures that do not start with ERR_SSL_ / ERR_TLS_: OpenSSL's X509 verify results. */
+const X509_CODE = /^(UNABLE_TO_|CERT_|DEPTH_ZERO_|SELF_SIGNED_|INVALID_|PATH_LENGTH_|HOSTNAME_MISMATCH|ERR_OSSL_)/;
+
+const REASON_MAX = 240;
+const clip = (s: string): string => (s.length > REASON_MAX ? `${s.slice(0, REASON_MAX - 3)}...` : s);
+
+/**
+ * The `error` text of a failed check.
+ * @param handshaking true when TCP was connected and TLS not yet established.
+ */
+function describeFailure(err: unknown, handshaking: boolean): string {
+  const e = err as NodeJS.ErrnoException;
+  const code = typeof e?.code === 'string' ? e.code : undefined;
+  if (e?.name === 'AbortError' || code === 'ABORT_ERR') return 'aborted';
+  const tlsCode = code !== undefined && (/^ERR_(SSL|TLS)_/.test(code) || X509_CODE.test(code));
+  // an errno during the handshake (a reset) is a network failure, not a TLS one
+  if (tlsCode || (handshaking && e?.syscall === undefined && code !== undefined && !/^E[A-Z]+$/.test(code))) {
+    // the code first: the message can be long (it lists the certificate's names) and is clipped
+    return clip(`tls: ${code === undefined ? '' : `${code}: `}${e.message}`);
+  }
+  if (code !== undefined) return code;
+  return clip(e instanceof Error ? e.message : String(err));
+}
+
+/** A file's content, re-read only when its version changes. */
+class FileCache {
+  readonly #files: ProbeFiles;
+  readonly #entries = new Map<string, { version: string; data: Buffer }>();
+
+  constructor(files: ProbeFiles) {
+    this.#files = files;
+  }
+
+  /** @returns the content and its version. @throws the fs error (with `code`) when it cannot be read. */
+  async get(path: string): Promise<{ version: string; data: Buffer }> {
+    const version = await this.#files.version(path);
+    const cached = this.#entries.get(path);
+    if (cached?.version === version) return cached;
+    const entry = { version, data: await this.#files.readFile(path) };
+    this.#entries.set(path, entry);
+    return entry;
+  }
+}
+
+/** What a check sends and verifies with, from the current files. */
+interface Credentials {
+  secureContext: SecureContext;
+  token: string | undefined;
+}
+
+/**
+ * Makes a {@link Probe} for these settings. The files they name are read on the first check and
+ * again whenever they change (inode, size or mtime), so rotated CAs, client certificates and
+ * tokens are picked up without a restart; the TLS context is rebuilt only then.
+ *
+ * @param settings see {@link ProbeSettings}; `timeoutMs` must be > 0.
+ * @param deps.files the file system (default: the host's).
+ * @returns the probe function; it never rejects.
+ * @throws RangeError when `timeoutMs` is not a positive number or `path` does not start with "/".
+ */
+export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles } = {}): Probe {
+  if (!(settings.timeoutMs > 0) || !Number.isFinite(settings.timeoutMs)) {
+    throw new RangeError(`timeoutMs must be a positive number of milliseconds, got ${settings.timeoutMs}`);
+  }
+  if (!settings.path.startsWith('/')) throw new RangeError(`path must start with "/", got ${JSON.stringify(settings.path)}`);
+  const cache = new FileCache(deps.files ?? hostProbeFiles);
+  let context: { key: string; value: SecureContext } | undefined;
+
+  const credentials = async (): Promise<Credentials | string> => {
+    const load = async (setting: string, path: string | undefined): Promise<{ version: string; data: Buffer } | string | undefined> => {
+      if (path === undefined || path === '') return undefined;
+      try {
+        return await cache.get(path);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        return `cannot read ${setting} ${path}: ${code ?? (err as Error).message}`;
+      }
+    };
+    const [ca, cert, key, token] = await Promise.all([
+      load('caFile', settings.caFile),
+      load('clientCertFile', settings.clientCertFile),
+      load('clientKeyFile', settings.clientKeyFile),
+      load('tokenFile', settings.tokenFile),
+    ]);
+    for (const f of [ca, cert, key, token]) if (typeof f === 'string') return f;
+    const file = (f: typeof ca): { version: string; data: Buffer } | undefined => (typeof f === 'string' ? undefined : f);
+    const [caF, certF, keyF, tokenF] = [file(ca), file(cert), file(key), file(token)];
+    const ctxKey = `${caF?.version}|${certF?.version}|${keyF?.version}`;
+    if (context?.key !== ctxKey) {
+      try {
+        context = {
+          key: ctxKey,
+          value: tls.createSecureContext({
+            ...(caF === undefined ? {} : { ca: caF.data }),
+            ...(certF === undefined ? {} : { cert: certF.data }),
+            ...(keyF === undefined ? {} : { key: keyF.data }),
+          }),
+        };
+      } catch (err) {
+        return clip(`tls: cannot use the CA or client certificate files: ${(err as Error).message}`);
+      }
+    }
+    let bearer: string | undefined;
+    if (tokenF !== undefined) {
+      bearer = tokenF.data.toString('utf8').trim();
+      if (bearer === '') return `tokenFile ${settings.tokenFile} is empty`;
+      if (/[^\x21-\x7e]/.test(bearer)) return `tokenFile ${settings.tokenFile} holds characters a bearer token cannot have`;
+    }
+    return { secureContext: context.value, token: bearer };
+  };
+
+  return (target, signal) => probeWith(target, settings, credentials, signal);
+}
+
+/**
+ * One check with the credentials of the moment. Never rejects.
+ */
+function probeWith(
+  target: ProbeTarget,
+  settings: ProbeSettings,
+  credentials: () => Promise<Credentials | string>,
+  signal: AbortSignal | undefined,
+): Promise<ProbeResult> {
+  const start = performance.now();
+  const elapsed = (): number => Math.round((performance.now() - start) * 100) / 100;
+  return new Promise<ProbeResult>((resolve) => {
+    let done = false;
+    let req: ReturnType<typeof https.request> | undefined;
+    let handshaking = false;
+    const finish = (r: Omit<ProbeResult, 'latencyMs'>): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(deadline);
+      signal?.removeEventListener('abort', onAbort);
+      // the connection is never reused: destroying it also ends a body we stopped reading
+      req?.destroy();
+      resolve({ ...r, latencyMs: elapsed() });
+    };
+    const deadline = setTimeout(() => finish({ ok: false, error: 'timeout' }), settings.timeoutMs);
+    const onAbort = (): void => finish({ ok: false, error: 'aborted' });
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+
+    credentials().then(
+      (creds) => {
+        if (done) return;
+        if (typeof creds === 'string') return finish({ ok: false, error: creds });
+        const name = settings.serverName === undefined || settings.serverName === '' ? undefined : settings.serverName;
+        // SNI carries host names only (RFC 6066 §3): an IP serverName is verified, not sent
+        const sni = name !== undefined && isIP(name) === 0 ? name : undefined;
+        // the name verified: serverName when set, else the backend's own IP (an IP SubjectAltName)
+        const verifyName = name ?? target.host;
+        const headers: Record<string, string> = { 'user-agent': 'ballast-health', accept: '*/*', connection: 'close' };
+        if (creds.token !== undefined) headers.authorization = `Bearer ${creds.token}`;
+        // secureContext is passed through to tls.connect(); @types/node lists it for tls only
+        const options: https.RequestOptions & Pick<tls.ConnectionOptions, 'secureContext'> = {
+          host: target.host,
+          port: target.port,
+          method: 'GET',
+          path: settings.path,
+          headers,
+          agent: false,
+          secureContext: creds.secureContext,
+          rejectUnauthorized: !settings.insecureSkipVerify,
+          ...(sni === undefined ? {} : { servername: sni }),
+          checkServerIdentity: (_host: string, cert: PeerCertificate) => tls.checkServerIdentity(verifyName, cert),
+        };
+        const r = https.request(options);
+        req = r;
+        r.on('socket', (socket) => {
+          socket.once('connect', () => {
+            handshaking = true;
+          });
+          socket.once('secureConnect', () => {
+            handshaking = false;
+          });
+        });
+        r.on('error', (err) => finish({ ok: false, error: describeFailure(err, handshaking) }));
+        r.on('response', (res: IncomingMessage) => {
+          const status = res.statusCode ?? 0;
+          const ok = status >= 200 && status <= 299;
+          const result = ok ? { ok, status } : { ok, status, error: `http ${status}` };
+          let read = 0;
+          res.on('data', (chunk: Buffer) => {
+            read += chunk.length;
+            if (read >= MAX_BODY_BYTES) finish(result);
+          });
+          res.on('end', () => finish(result));
+          res.on('error', (err) => finish({ ok: false, status, error: describeFailure(err, false) }));
+          // the connection closed before the body was complete
+          res.on('close', () => {
+            if (!res.complete) finish({ ok: false, status, error: 'ECONNRESET' });
+          });
+        });
+        r.end();
+      },
+      (err: unknown) => finish({ ok: false, error: describeFailure(err, false) }),
+    );
+  });
+}
+
+/**
+ * One check with a fresh {@link createProbe}: reads the files now. For one-off use (the CLI, a
+ * script); a checker keeps one probe so that files are read only when they change.
+ * @returns the result; never rejects.
+ * @throws RangeError for invalid settings (see createProbe).
+ */
+export function probeOnce(target: ProbeTarget, settings: ProbeSettings, signal?: AbortSignal): Promise<ProbeResult> {
+  return createProbe(settings)(target, signal);
+}

@@ -1,0 +1,492 @@
+import { describe, expect, it } from 'vitest';
+import {
+  formatAddress,
+  HealthChecker,
+  parseAddress,
+  type CheckerBackend,
+  type CheckerSettings,
+  type Clock,
+  type HealthChange,
+  type HealthCheckerOptions,
+} from '../../src/health/checker.js';
+import type { ProbeResult, ProbeTarget } from '../../src/health/probe.js';
+
+const T0 = Date.UTC(2025, 0, 1);
+
+/** A clock whose time moves only when the test says; timers run in time order, ties in creation order. */
+class FakeClock implements Clock {
+  t = T0;
+  #seq = 0;
+  #timers = new Map<number, { at: number; seq: number; fn: () => void }>();
+  now(): number {
+    return this.t;
+  }
+  setTimeout(fn: () => void, ms: number): unknown {
+    const id = ++this.#seq;
+    this.#timers.set(id, { at: this.t + Math.max(0, ms), seq: id, fn });
+    return id;
+  }
+  clearTimeout(handle: unknown): void {
+    this.#timers.delete(handle as number);
+  }
+  get pending(): number {
+    return this.#timers.size;
+  }
+  /** Moves time forward by `ms`, running every timer that falls due, and the promise callbacks they cause. */
+  async advance(ms: number): Promise<void> {
+    const end = this.t + ms;
+    await flush();
+    for (;;) {
+      let next: [number, { at: number; seq: number; fn: () => void }] | undefined;
+      for (const entry of this.#timers) {
+        if (entry[1].at > end) continue;
+        if (next === undefined || entry[1].at < next[1].at || (entry[1].at === next[1].at && entry[1].seq < next[1].seq)) next = entry;
+      }
+      if (next === undefined) break;
+      this.#timers.delete(next[0]);
+      this.t = next[1].at;
+      next[1].fn();
+      await flush();
+    }
+    this.t = end;
+  }
+}
+
+/** Lets every pending promise callback run. */
+const flush = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+/** A deterministic PRNG (mulberry32) for jitter that is random-looking but repeatable. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Call {
+  address: string;
+  start: number;
+  end?: number;
+  signal: AbortSignal | undefined;
+}
+
+/**
+ * A fake probe: each backend answers what `behavior` says (changeable during the test), after
+ * `latencyMs` of fake time. Records every call and the highest concurrency per backend.
+ */
+class FakeProbe {
+  behavior = new Map<string, ProbeResult>();
+  latencyMs = 5;
+  calls: Call[] = [];
+  running = new Map<string, number>();
+  maxRunning = new Map<string, number>();
+  constructor(private readonly clock: FakeClock) {}
+  set(address: string, r: 'pass' | 'fail' | ProbeResult): void {
+    this.behavior.set(
+      address,
+      r === 'pass' ? { ok: true, status: 200, latencyMs: this.latencyMs } : r === 'fail' ? { ok: false, status: 500, error: 'http 500', latencyMs: this.latencyMs } : r,
+    );
+  }
+  probe = (target: ProbeTarget, signal?: AbortSignal): Promise<ProbeResult> => {
+    const address = formatAddress(target);
+    const call: Call = { address, start: this.clock.now(), signal };
+    this.calls.push(call);
+    const n = (this.running.get(address) ?? 0) + 1;
+    this.running.set(address, n);
+    this.maxRunning.set(address, Math.max(n, this.maxRunning.get(address) ?? 0));
+    return new Promise((resolve) => {
+      const done = (r: ProbeResult): void => {
+        this.running.set(address, (this.running.get(address) ?? 1) - 1);
+        call.end = this.clock.now();
+        resolve(r);
+      };
+      const timer = this.clock.setTimeout(() => done(this.behavior.get(address) ?? { ok: true, status: 200, latencyMs: this.latencyMs }), this.latencyMs);
+      signal?.addEventListener('abort', () => {
+        this.clock.clearTimeout(timer);
+        done({ ok: false, error: 'aborted', latencyMs: 0 });
+      });
+    });
+  };
+  startsOf(address: string): number[] {
+    return this.calls.filter((c) => c.address === address).map((c) => c.start - T0);
+  }
+}
+
+const HEALTH: CheckerSettings = { path: '/readyz', timeoutMs: 1000, insecureSkipVerify: false, intervalMs: 1000, rise: 2, fall: 2 };
+const B1: CheckerBackend = { host: '10.0.0.11', port: 6443 };
+const B2: CheckerBackend = { host: '10.0.0.12', port: 6443 };
+const B3: CheckerBackend = { host: 'fd00::13', port: 6443 };
+
+function setup(over: Partial<Omit<HealthCheckerOptions, 'health'>> & { health?: Partial<CheckerSettings> } = {}) {
+  const clock = new FakeClock();
+  const fake = new FakeProbe(clock);
+  const warnings: [object, string][] = [];
+  const checker = new HealthChecker({
+    backends: [B1, B2, B3],
+    probe: fake.probe,
+    clock,
+    random: prng(42),
+    logger: { warn: (obj, msg) => warnings.push([obj, msg]) },
+    ...over,
+    health: { ...HEALTH, ...over.health },
+  });
+  const changes: HealthChange[] = [];
+  checker.on('change', (c) => changes.push(c));
+  return { clock, fake, checker, changes, warnings };
+}
+
+describe('HealthChecker: scheduling', () => {
+  it('starts each backend at its own random offset within the first interval, in parallel', async () => {
+    const r = [0.1, 0.5, 0.9];
+    const { clock, fake, checker } = setup({ random: () => r.shift() ?? 0.5 });
+    await clock.advance(5_000);
+    expect(fake.calls).toHaveLength(0); // nothing before start()
+    checker.start();
+    await clock.advance(999);
+    expect(fake.calls.map((c) => [c.address, c.start - clock.t + 999])).toStrictEqual([
+      ['10.0.0.11:6443', 100],
+      ['10.0.0.12:6443', 500],
+      ['[fd00::13]:6443', 900],
+    ]);
+  });
+
+  it('checks every interval ±10%, timed from the start of the previous check', async () => {
+    const { clock, fake, checker } = setup({ random: prng(7) });
+    fake.latencyMs = 300;
+    checker.start();
+    await clock.advance(200_000);
+    for (const b of [B1, B2, B3]) {
+      const starts = fake.startsOf(formatAddress(b));
+      const first = starts[0] ?? -1;
+      expect(first).toBeGreaterThanOrEqual(0);
+      expect(first).toBeLessThan(1000);
+      const gaps = starts.slice(1).map((s, i) => s - (starts[i] ?? 0));
+      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(900);
+      expect(Math.max(...gaps)).toBeLessThanOrEqual(1100);
+      // the jitter is spread, not constant
+      expect(Math.max(...gaps) - Math.min(...gaps)).toBeGreaterThan(100);
+      expect(starts.length).toBeGreaterThan(180);
+    }
+  });
+
+  it('spreads the first checks of many checkers (nodes) over the interval', async () => {
+    const firsts: number[] = [];
+    for (let seed = 1; seed <= 50; seed++) {
+      const { clock, fake, checker } = setup({ random: prng(seed), backends: [B1] });
+      checker.start();
+      await clock.advance(1000);
+      firsts.push(fake.startsOf('10.0.0.11:6443')[0] ?? -1);
+    }
+    expect(Math.min(...firsts)).toBeGreaterThanOrEqual(0);
+    expect(Math.max(...firsts)).toBeLessThan(1000);
+    expect(new Set(firsts.map((f) => Math.floor(f / 100))).size).toBeGreaterThanOrEqual(8);
+  });
+
+  it('never runs two checks of one backend at once, and starts a late one as soon as the previous ends', async () => {
+    const { clock, fake, checker } = setup({ random: () => 0 });
+    fake.latencyMs = 2_500; // longer than the interval (the probe's own timeout would prevent it; the fake does not)
+    checker.start();
+    await clock.advance(20_000);
+    for (const address of ['10.0.0.11:6443', '10.0.0.12:6443', '[fd00::13]:6443']) {
+      expect(fake.maxRunning.get(address)).toBe(1);
+      const calls = fake.calls.filter((c) => c.address === address);
+      // each check starts exactly when the previous one ended: no overlap, no idle gap, no burst
+      for (let i = 1; i < calls.length; i++) expect(calls[i]?.start).toBe(calls[i - 1]?.end);
+      expect(calls.map((c) => c.start - T0)).toStrictEqual([0, 2_500, 5_000, 7_500, 10_000, 12_500, 15_000, 17_500, 20_000]);
+    }
+  });
+
+  it('checks backends in parallel: one that never answers does not delay the others', async () => {
+    const clock = new FakeClock();
+    const fake = new FakeProbe(clock);
+    // B1 hangs until aborted
+    const probe = (t: ProbeTarget, signal?: AbortSignal): Promise<ProbeResult> =>
+      formatAddress(t) === '10.0.0.11:6443'
+        ? new Promise((resolve) => signal?.addEventListener('abort', () => resolve({ ok: false, error: 'aborted', latencyMs: 0 })))
+        : fake.probe(t, signal);
+    const checker = new HealthChecker({ health: HEALTH, backends: [B1, B2], probe, clock, random: () => 0.5 });
+    checker.start();
+    await clock.advance(10_000);
+    expect(fake.startsOf('10.0.0.12:6443')).toStrictEqual([500, 1_500, 2_500, 3_500, 4_500, 5_500, 6_500, 7_500, 8_500, 9_500]);
+    expect(checker.snapshot().map((b) => b.state)).toStrictEqual(['unknown', 'up']);
+    await checker.stop();
+  });
+});
+
+describe('HealthChecker: health', () => {
+  it('brings every backend up after rise passing checks and reports the snapshot', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0.5 });
+    expect(checker.snapshot()).toStrictEqual(
+      ['10.0.0.11:6443', '10.0.0.12:6443', '[fd00::13]:6443'].map((address) => ({
+        address,
+        state: 'unknown',
+        healthy: false,
+        lastCheck: null,
+        lastLatencyMs: null,
+        reason: null,
+        consecutive: 0,
+      })),
+    );
+    checker.start();
+    // first check at 500 ms, the second 1000 ms later (random 0.5 = no jitter), each taking 5 ms
+    await clock.advance(1_504);
+    expect(changes).toStrictEqual([]);
+    await clock.advance(1);
+    expect(changes).toStrictEqual(
+      ['10.0.0.11:6443', '10.0.0.12:6443', '[fd00::13]:6443'].map((backend) => ({
+        backend,
+        from: 'unknown',
+        to: 'up',
+        reason: 'http 200',
+        at: T0 + 1_505,
+        healthy: true,
+      })),
+    );
+    expect(checker.snapshot()[0]).toStrictEqual({
+      address: '10.0.0.11:6443',
+      state: 'up',
+      healthy: true,
+      lastCheck: new Date(T0 + 1_505).toISOString(),
+      lastLatencyMs: fake.latencyMs,
+      reason: null,
+      consecutive: 2,
+    });
+  });
+
+  it('takes a backend down after fall failures, with the failure as the reason, and back up after rise passes', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0.5 });
+    checker.start();
+    await clock.advance(2_000); // all up
+    changes.length = 0;
+    fake.set('10.0.0.12:6443', 'fail');
+    await clock.advance(1_000);
+    expect(changes).toStrictEqual([]);
+    expect(checker.snapshot()[1]).toMatchObject({ state: 'up', healthy: true, reason: 'http 500', consecutive: 1 });
+    await clock.advance(1_000);
+    expect(changes).toStrictEqual([{ backend: '10.0.0.12:6443', from: 'up', to: 'down', reason: 'http 500', at: T0 + 3_505, healthy: false }]);
+    fake.set('10.0.0.12:6443', { ok: false, error: 'ECONNREFUSED', latencyMs: 1 });
+    await clock.advance(1_000);
+    expect(checker.snapshot()[1]).toMatchObject({ state: 'down', reason: 'ECONNREFUSED', consecutive: 3, lastLatencyMs: 1 });
+    fake.set('10.0.0.12:6443', 'pass');
+    await clock.advance(1_000);
+    expect(checker.snapshot()[1]).toMatchObject({ state: 'down', reason: 'ECONNREFUSED', consecutive: 1 });
+    await clock.advance(1_000);
+    expect(changes.slice(1)).toStrictEqual([{ backend: '10.0.0.12:6443', from: 'down', to: 'up', reason: 'http 200', at: T0 + 6_505, healthy: true }]);
+    expect(checker.snapshot()[1]).toMatchObject({ state: 'up', reason: null, consecutive: 2 });
+  });
+
+  it('does not change state while a backend flaps (pass/fail alternating, rise = fall = 2)', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0.5, backends: [B1] });
+    checker.start();
+    await clock.advance(2_000);
+    expect(changes.map((c) => c.to)).toStrictEqual(['up']);
+    for (let i = 0; i < 20; i++) {
+      fake.set('10.0.0.11:6443', i % 2 === 0 ? 'fail' : 'pass');
+      await clock.advance(1_000);
+    }
+    expect(changes.map((c) => c.to)).toStrictEqual(['up']);
+  });
+
+  it('counts a probe that rejects as a failed check', async () => {
+    const clock = new FakeClock();
+    const checker = new HealthChecker({
+      health: { ...HEALTH, fall: 1 },
+      backends: [B1],
+      probe: () => Promise.reject(new Error('boom')),
+      clock,
+      random: () => 0,
+    });
+    const changes: HealthChange[] = [];
+    checker.on('change', (c) => changes.push(c));
+    checker.start();
+    await clock.advance(10);
+    expect(changes.map((c) => [c.to, c.reason])).toStrictEqual([['down', 'probe failed: boom']]);
+    await checker.stop();
+  });
+
+  it('emits a check event for every check, before the change it causes', async () => {
+    const { clock, checker } = setup({ random: () => 0, backends: [B1], health: { rise: 1 } });
+    const events: string[] = [];
+    checker.on('check', (c) => events.push(`check ${c.address} ${c.result.ok} ${c.at - T0}`));
+    checker.on('change', (c) => events.push(`change ${c.backend} ${c.to}`));
+    checker.start();
+    // random 0: the first check at 0, the next 900 ms later (the -10% end of the jitter)
+    await clock.advance(1_000);
+    expect(events).toStrictEqual(['check 10.0.0.11:6443 true 5', 'change 10.0.0.11:6443 up', 'check 10.0.0.11:6443 true 905']);
+  });
+});
+
+describe('HealthChecker: markDead', () => {
+  it('takes an up backend down at once; rise passes bring it back', async () => {
+    const { clock, checker, changes } = setup({ random: () => 0.5 });
+    checker.start();
+    await clock.advance(2_000);
+    changes.length = 0;
+    await clock.advance(100);
+    expect(checker.markDead('10.0.0.11:6443', 'connection refused (conntrack)')).toBe(true);
+    expect(changes).toStrictEqual([
+      { backend: '10.0.0.11:6443', from: 'up', to: 'down', reason: 'connection refused (conntrack)', at: T0 + 2_100, healthy: false },
+    ]);
+    expect(checker.snapshot()[0]).toMatchObject({ state: 'down', healthy: false, reason: 'connection refused (conntrack)' });
+    await clock.advance(1_000); // one pass (at 2505)
+    expect(checker.snapshot()[0]?.state).toBe('down');
+    await clock.advance(1_000); // the second
+    expect(changes.slice(1).map((c) => [c.backend, c.to, c.at - T0])).toStrictEqual([['10.0.0.11:6443', 'up', 3_505]]);
+  });
+
+  it('from unknown and from down', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0.5 });
+    fake.set('10.0.0.12:6443', 'fail');
+    checker.start();
+    expect(checker.markDead('10.0.0.11:6443', 'node n1 fell silent')).toBe(true);
+    await clock.advance(2_000);
+    expect(changes.map((c) => [c.backend, c.from, c.to, c.reason])).toStrictEqual([
+      ['10.0.0.11:6443', 'unknown', 'down', 'node n1 fell silent'],
+      ['10.0.0.11:6443', 'down', 'up', 'http 200'],
+      ['10.0.0.12:6443', 'unknown', 'down', 'http 500'],
+      ['[fd00::13]:6443', 'unknown', 'up', 'http 200'],
+    ]);
+    changes.length = 0;
+    expect(checker.markDead('10.0.0.12:6443', 'again')).toBe(true);
+    expect(changes).toStrictEqual([]); // already down: no event, but the reason is updated
+    expect(checker.snapshot()[1]?.reason).toBe('again');
+  });
+
+  it('drops the result of a check that was running when the backend was marked dead', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0.5, backends: [B1], health: { rise: 1 } });
+    fake.latencyMs = 200;
+    checker.start();
+    await clock.advance(700); // checks start at 500, 1500, 2500 and take 200 ms: up at 700
+    await clock.advance(900); // the check started at 1500 runs until 1700
+    expect(fake.running.get('10.0.0.11:6443')).toBe(1);
+    checker.markDead('10.0.0.11:6443', 'reset');
+    await clock.advance(100); // the stale pass arrives at 1700 and must not bring it back
+    expect(checker.snapshot()[0]).toMatchObject({ state: 'down', reason: 'reset' });
+    await clock.advance(1_000); // the next check (2500..2700) does
+    expect(changes.map((c) => [c.to, c.at - T0])).toStrictEqual([
+      ['up', 700],
+      ['down', 1_600],
+      ['up', 2_700],
+    ]);
+  });
+
+  it('accepts other spellings of an address and refuses unknown ones', () => {
+    const { checker, changes } = setup();
+    expect(checker.markDead('[FD00:0::13]:6443', 'x')).toBe(true);
+    expect(changes.map((c) => c.backend)).toStrictEqual(['[fd00::13]:6443']);
+    expect(checker.markDead('10.0.0.99:6443', 'x')).toBe(false);
+    expect(checker.markDead('garbage', 'x')).toBe(false);
+  });
+});
+
+describe('HealthChecker: setBackends and stop', () => {
+  it('adds and removes backends without resetting the others', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0.5 });
+    checker.start();
+    await clock.advance(2_000);
+    const before = checker.snapshot();
+    const B4 = { host: '10.0.0.14', port: 6443 };
+    checker.setBackends([B4, B1, B3, B1]); // B2 removed, B4 added, B1 repeated
+    expect(checker.snapshot().map((b) => [b.address, b.state])).toStrictEqual([
+      ['10.0.0.14:6443', 'unknown'],
+      ['10.0.0.11:6443', 'up'],
+      ['[fd00::13]:6443', 'up'],
+    ]);
+    expect(checker.snapshot()[1]).toStrictEqual(before[0]);
+    changes.length = 0;
+    const callsBefore = fake.calls.length;
+    await clock.advance(2_000);
+    const after = fake.calls.slice(callsBefore);
+    expect(after.filter((c) => c.address === '10.0.0.12:6443')).toStrictEqual([]);
+    // the kept ones keep their schedule (500 + k × 1000); the new one starts at its own offset
+    expect(after.filter((c) => c.address === '10.0.0.11:6443').map((c) => c.start - T0)).toStrictEqual([2_500, 3_500]);
+    expect(after.filter((c) => c.address === '10.0.0.14:6443').map((c) => c.start - T0)).toStrictEqual([2_500, 3_500]);
+    expect(changes).toStrictEqual([{ backend: '10.0.0.14:6443', from: 'unknown', to: 'up', reason: 'http 200', at: T0 + 3_505, healthy: true }]);
+  });
+
+  it('aborts the running check of a removed backend and reports nothing for it', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0, backends: [B1], health: { rise: 1 } });
+    fake.latencyMs = 500;
+    checker.start();
+    await clock.advance(100);
+    const call = fake.calls[0];
+    expect(call?.signal?.aborted).toBe(false);
+    checker.setBackends([]);
+    expect(call?.signal?.aborted).toBe(true);
+    await clock.advance(5_000);
+    expect(changes).toStrictEqual([]);
+    expect(fake.calls).toHaveLength(1);
+    expect(clock.pending).toBe(0);
+  });
+
+  it('refuses a host that is not an IP address and leaves the set unchanged', () => {
+    const { checker } = setup();
+    expect(() => checker.setBackends([B1, { host: 'cp1.example', port: 6443 }])).toThrow(
+      new TypeError('backend host must be an IP address, got "cp1.example"'),
+    );
+    expect(checker.snapshot()).toHaveLength(3);
+  });
+
+  it('stop() cancels every timer, aborts running checks and emits nothing more', async () => {
+    const { clock, fake, checker, changes } = setup({ random: () => 0 });
+    fake.latencyMs = 300;
+    checker.start();
+    await clock.advance(100);
+    expect([...fake.running.values()]).toStrictEqual([1, 1, 1]);
+    const stopped = checker.stop();
+    await clock.advance(0);
+    await stopped;
+    expect(fake.calls.every((c) => c.signal?.aborted === true)).toBe(true);
+    expect(clock.pending).toBe(0);
+    await clock.advance(10_000);
+    expect(fake.calls).toHaveLength(3);
+    expect(changes).toStrictEqual([]);
+    expect(checker.markDead('10.0.0.11:6443', 'x')).toBe(false);
+    checker.start(); // no-op after stop
+    await clock.advance(10_000);
+    expect(fake.calls).toHaveLength(3);
+    await checker.stop(); // idempotent
+  });
+});
+
+describe('HealthChecker: options', () => {
+  it('warns once when insecureSkipVerify is on, and not otherwise', () => {
+    const on = setup({ health: { insecureSkipVerify: true } });
+    on.checker.start();
+    on.checker.start();
+    expect(on.warnings).toHaveLength(1);
+    expect(on.warnings[0]?.[0]).toMatchObject({ setting: 'apiserver.health.insecureSkipVerify' });
+    expect(on.warnings[0]?.[1]).toMatch(/do not verify certificates/);
+    const off = setup();
+    off.checker.start();
+    expect(off.warnings).toHaveLength(0);
+    void on.checker.stop();
+    void off.checker.stop();
+  });
+
+  it('refuses invalid settings', () => {
+    const make = (health: Partial<CheckerSettings>) => () => new HealthChecker({ health: { ...HEALTH, ...health }, probe: async () => ({ ok: true, latencyMs: 0 }) });
+    expect(make({ intervalMs: 0 })).toThrow(new RangeError('intervalMs must be a positive number of milliseconds, got 0'));
+    expect(make({ rise: 0 })).toThrow(new RangeError('rise must be an integer >= 1, got 0'));
+    expect(make({ fall: 2.5 })).toThrow(new RangeError('fall must be an integer >= 1, got 2.5'));
+  });
+});
+
+describe('addresses', () => {
+  it('formats host:port with IPv6 in brackets', () => {
+    expect(formatAddress({ host: '10.0.0.11', port: 6443 })).toBe('10.0.0.11:6443');
+    expect(formatAddress({ host: 'fd00::11', port: 443 })).toBe('[fd00::11]:443');
+  });
+
+  it('parses host:port into a canonical backend', () => {
+    expect(parseAddress('10.0.0.11:6443')).toStrictEqual({ host: '10.0.0.11', port: 6443, family: 4 });
+    expect(parseAddress('[FD00:0::11]:443')).toStrictEqual({ host: 'fd00::11', port: 443, family: 6 });
+    for (const bad of ['10.0.0.11', 'fd00::11:6443', '[10.0.0.11]:6443', 'cp1:6443', '10.0.0.11:0', '10.0.0.11:70000', '[fd00::11]']) {
+      expect(() => parseAddress(bad), bad).toThrow(TypeError);
+    }
+  });
+});
