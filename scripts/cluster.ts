@@ -22,6 +22,12 @@ export interface AgentSettings {
   peers?: string[];
   /** IPv4 (default) or IPv6 VIP. */
   family?: 4 | 6;
+  /**
+   * Load balancing: every lab node's stand-in apiserver (port 6443) as a backend, checked
+   * against the lab CA every `healthInterval` (default 200ms), rise/fall 2.
+   */
+  balance?: boolean;
+  healthInterval?: string;
   /** Extra top-level keys merged into the YAML. */
   extra?: Record<string, unknown>;
 }
@@ -42,6 +48,15 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
     vips: [s.family === 6 ? lab.vip6 : lab.vip4],
     admin: { listen: '127.0.0.1:9641' },
     log: { level: 'info' },
+    ...(s.balance
+      ? {
+          apiserver: {
+            port: 6443,
+            backends: lab.nodes.map((n) => (s.family === 6 ? `[${n.ipv6}]:6443` : `${n.ipv4}:6443`)),
+            health: { caFile: lab.ca.certFile, interval: s.healthInterval ?? '200ms', timeout: s.healthInterval ?? '200ms', rise: 2, fall: 2 },
+          },
+        }
+      : {}),
     ...s.extra,
   };
   return stringify(doc);

@@ -19,6 +19,12 @@ import { statusDocument, statusState, type StatusDocument } from './observe/stat
 import { chooseInterface, delVip, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from './vip/netlink.js';
 import type { EngineEvent, EngineOptions } from './vrrp/engine.js';
 import { EngineStartError, VrrpHost } from './vrrp/host.js';
+import { formatAddress, HealthChecker, type BackendHealth } from './health/checker.js';
+import { FlowTracker, watchConntrack, type ConntrackWatch } from './health/passive.js';
+import { LoadBalancer, type DataplaneStatus } from './dataplane/controller.js';
+import { NftablesApplier } from './dataplane/apply.js';
+import { flushBackend } from './dataplane/conntrack.js';
+import { Policy } from './policy.js';
 
 /** A running agent. */
 export interface Agent {
@@ -154,9 +160,14 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     advertisementIntervalMs: v.advertisementIntervalMs,
   };
   let host: VrrpHost | null = null;
+  let lb: LoadBalancer | null = null;
+  let checker: HealthChecker | null = null;
   const status = async (): Promise<StatusDocument> => {
     if (!host) throw new Error('the election engine is not running');
-    return statusDocument(await host.status(), fixed);
+    return statusDocument(await host.status(), fixed, {
+      backends: checker?.snapshot() ?? [],
+      dataplane: dataplaneStatus(config, lb?.status() ?? null),
+    });
   };
 
   let admin: Server;
@@ -205,6 +216,13 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     if (ev.type === 'transition') {
       const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
       log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
+      if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
+        // the old master went silent: its node, and so its apiserver, is most likely gone
+        // (a resign is a clean agent stop: its apiserver may well still serve)
+        for (const b of backendsOfNode(checker.snapshot(), ev.previousMaster)) {
+          if (checker.markDead(b, 'node down (VRRP Master_Down)')) log.warn({ backend: b }, 'backend of the silent master taken out');
+        }
+      }
     } else if (ev.type === 'log') {
       log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
     } else if (ev.type === 'interfaceGone') {
@@ -238,10 +256,15 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     throw engineError(err);
   }
 
+  const balancing = await startBalancing(config, iface, log, host);
+  lb = balancing?.lb ?? null;
+  checker = balancing?.checker ?? null;
+
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       log.info('stopping: resigning (priority 0) if master, removing the VIPs');
       await host?.stop();
+      await balancing?.stop();
       // close() waits for open connections; a status client must not hold up the exit
       const closed = new Promise<void>((r) => admin.close(() => r()));
       admin.closeAllConnections();
@@ -265,4 +288,127 @@ async function removeVips(ifindex: number, vips: readonly string[], log: Logger)
   } finally {
     rt.close();
   }
+}
+
+/** Everything load balancing runs: health checks, passive detection, the data plane, the policy. */
+interface Balancing {
+  lb: LoadBalancer | null;
+  checker: HealthChecker;
+  stop(): Promise<void>;
+}
+
+/** The data-plane part of /status. */
+function dataplaneStatus(config: Config, lb: DataplaneStatus | null): StatusDocument['dataplane'] {
+  if (config.dataplane.vip === 'none') return { mode: 'none' };
+  if (lb === null) return { mode: 'off', reason: 'no apiserver.backends configured' };
+  return lb;
+}
+
+/**
+ * Starts health checks of `apiserver.backends`, the nftables data plane fed by them (unless
+ * `dataplane.vip: none`), passive detection from conntrack events, and the election policy.
+ * Returns null when no backends are configured (VIP only).
+ * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails (nothing else changed).
+ */
+async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger, host: VrrpHost): Promise<Balancing | null> {
+  const api = config.apiserver;
+  if (api.backends.length === 0) return null;
+  const local = new Set(iface.addresses.map((a) => a.address));
+  const checker = new HealthChecker({ health: api.health, backends: api.backends, logger: log });
+  const started = performance.now();
+  const localBackend = config.policy.localBackend
+    ? formatAddress(config.policy.localBackend)
+    : (api.backends.filter((b) => local.has(b.host)).map(formatAddress)[0] ?? null);
+  const policy = new Policy(
+    {
+      priority: config.vrrp.priority,
+      weight: config.policy.unhealthyPriorityWeight,
+      mode: config.dataplane.vip,
+      localBackend,
+      // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
+      settleMs: (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs,
+    },
+    host,
+    started,
+  );
+
+  let lb: LoadBalancer | null = null;
+  let applier: NftablesApplier | null = null;
+  let watch: ConntrackWatch | null = null;
+  let dataplaneReady = config.dataplane.vip === 'none';
+  const evaluate = (): void => {
+    const r = policy.update(checker.snapshot(), dataplaneReady, performance.now());
+    log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
+  };
+
+  if (config.dataplane.vip === 'nftables') {
+    applier = new NftablesApplier();
+    const a = applier;
+    lb = new LoadBalancer(
+      {
+        apply: (d) => a.apply(d),
+        flush: (vip, port, backend) => flushBackend(vip, port, backend),
+        snapshot: () => checker.snapshot(),
+        log,
+      },
+      { family: config.family, vips: config.vips, port: api.port, local },
+    );
+    // the table exists (with no DNAT rule while nothing is healthy) before the first check
+    await lb.sync();
+    if (lb.status().failures > 0) {
+      throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
+    }
+    dataplaneReady = true;
+    if (readForwarding(config.family) === false) {
+      log.warn({ family: config.family }, 'IP forwarding is off: connections DNATed to apiservers on other nodes will fail (kubeadm requires net.ipv4.ip_forward=1)');
+    }
+    const tracker = new FlowTracker(config.vips, api.port, Math.max(200, Math.min(1000, api.health.timeoutMs)));
+    watch = watchConntrack(
+      tracker,
+      (v) => {
+        if (v.alive) return;
+        if (checker.markDead(v.backend, v.reason)) log.warn({ backend: v.backend, reason: v.reason }, 'backend judged dead from its connections');
+      },
+      { onExit: (code, stderr) => log.warn({ code, stderr }, 'conntrack event watcher ended: passive detection is off (is the conntrack package installed?)') },
+    );
+  }
+
+  checker.on('change', (c) => {
+    log.info({ backend: c.backend, from: c.from, to: c.to, reason: c.reason }, 'backend health');
+    lb?.onChange(c);
+    evaluate();
+  });
+  checker.start();
+  evaluate();
+  // the settle deadline passes without an event: look again then
+  const settleTimer = setTimeout(evaluate, (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs + 10);
+  settleTimer.unref();
+
+  return {
+    lb,
+    checker,
+    async stop() {
+      clearTimeout(settleTimer);
+      watch?.stop();
+      await checker.stop();
+      if (applier && !config.dataplane.keepOnStop) {
+        await applier.remove().catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the nftables table'));
+      }
+    },
+  };
+}
+
+/** net.ipv4.ip_forward / net.ipv6.conf.all.forwarding, or null when unreadable. */
+function readForwarding(family: 4 | 6): boolean | null {
+  try {
+    const p = family === 4 ? '/proc/sys/net/ipv4/ip_forward' : '/proc/sys/net/ipv6/conf/all/forwarding';
+    return readFileSync(p, 'utf8').trim() === '1';
+  } catch {
+    return null;
+  }
+}
+
+/** The election knows when the Active router went silent: its node's apiserver is gone too. */
+export function backendsOfNode(snapshot: readonly BackendHealth[], nodeAddress: string): string[] {
+  return snapshot.filter((b) => b.address.startsWith(`${nodeAddress}:`) || b.address.startsWith(`[${nodeAddress}]:`)).map((b) => b.address);
 }

@@ -38,6 +38,12 @@ export function createMetrics(): Metrics {
     sendErrors: new Counter({ name: 'ballast_vrrp_send_errors_total', help: 'Advertisements the kernel refused to send', labelNames: labels, registers: [registry] }),
     announcementsSent: new Counter({ name: 'ballast_announcements_sent_total', help: 'Gratuitous ARP / unsolicited NA frames sent', labelNames: labels, registers: [registry] }),
   };
+  const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend', 'state'], registers: [registry] });
+  const backendLatency = new Gauge({ name: 'ballast_backend_check_latency_seconds', help: 'Latency of the last /readyz check of the backend', labelNames: ['backend'], registers: [registry] });
+  const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
+  const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
+  const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_seconds', help: 'Duration of the last nftables apply', registers: [registry] });
+  const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
   const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers)', labelNames: ['vrid', 'reason'], registers: [registry] });
 
   return {
@@ -55,6 +61,21 @@ export function createMetrics(): Metrics {
       }
       dropped.reset();
       for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
+      backendUp.reset();
+      backendLatency.reset();
+      for (const b of doc.backends) {
+        backendUp.set({ backend: b.address, state: b.state }, b.healthy ? 1 : 0);
+        if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
+      }
+      if (doc.dataplane.mode === 'nftables') {
+        dpApplies.reset();
+        dpApplies.inc(doc.dataplane.applies);
+        dpFailures.reset();
+        dpFailures.inc(doc.dataplane.failures);
+        dpFlushed.reset();
+        dpFlushed.inc(doc.dataplane.flushedEntries);
+        if (doc.dataplane.lastApplyMs !== null) dpDuration.set(doc.dataplane.lastApplyMs / 1000);
+      }
     },
   };
 }

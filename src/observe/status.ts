@@ -2,6 +2,8 @@
  * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
  */
 import type { EngineStatus } from '../vrrp/engine.js';
+import type { BackendHealth } from '../health/checker.js';
+import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
@@ -32,12 +34,17 @@ export interface StatusDocument {
   masterDownIntervalMs: number;
   skewTimeMs: number;
   counters: EngineStatus['counters'];
+  /** The apiservers and their health (empty when no backends are configured). */
+  backends: BackendHealth[];
+  /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends). */
+  dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
 }
 
 /** Builds the document from the engine's status and the static facts of this instance. */
 export function statusDocument(
   s: EngineStatus,
   fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; peers: readonly string[]; advertisementIntervalMs: number },
+  balancing: Pick<StatusDocument, 'backends' | 'dataplane'> = { backends: [], dataplane: { mode: 'off', reason: 'no apiserver.backends configured' } },
 ): StatusDocument {
   return {
     state: statusState(s.state),
@@ -58,7 +65,16 @@ export function statusDocument(
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
+    backends: balancing.backends,
+    dataplane: balancing.dataplane,
   };
+}
+
+function formatDataplane(d: StatusDocument['dataplane']): string {
+  if (d.mode === 'none') return 'none (VIP only)';
+  if (d.mode === 'off') return `off: ${d.reason}`;
+  const err = d.lastError ? `, last error: ${d.lastError}` : '';
+  return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${err}`;
 }
 
 function round(ms: number): number {
@@ -79,6 +95,8 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['timers', `advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`],
     ['adverts', `sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}`],
     ['dropped', dropped],
+    ['dataplane', formatDataplane(d.dataplane)],
+    ...d.backends.map((b): [string, string] => ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`]),
   ];
   const w = Math.max(...rows.map(([k]) => k.length)) + 1;
   return rows.map(([k, v]) => `${`${k}:`.padEnd(w)} ${v}`).join('\n');

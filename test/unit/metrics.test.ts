@@ -8,6 +8,11 @@ const doc: StatusDocument = {
   primaryAddress: '10.0.0.11', mode: 'multicast', advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
   masterDownIntervalMs: 341.406, skewTimeMs: 41.406,
   counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 1, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5 },
+  backends: [
+    { address: '10.0.0.11:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 12, reason: null, consecutive: 4 },
+    { address: '10.0.0.12:6443', state: 'down', healthy: false, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 3, reason: 'ECONNREFUSED', consecutive: 2 },
+  ],
+  dataplane: { mode: 'nftables', backends: ['10.0.0.11:6443'], applies: 3, failures: 1, lastApplyMs: 4.5, lastError: null, flushedEntries: 7 },
 };
 
 describe('metrics', () => {
@@ -29,6 +34,17 @@ describe('metrics', () => {
       'ballast_announcements_sent_total{vrid="51"} 5',
       'ballast_vrrp_packets_dropped_total{vrid="51",reason="checksum"} 2',
       'ballast_vrrp_packets_dropped_total{vrid="51",reason="vrid"} 7',
+    ]) {
+      expect(text.split('\n')).toContain(line);
+    }
+    for (const line of [
+      'ballast_backend_up{backend="10.0.0.11:6443",state="up"} 1',
+      'ballast_backend_up{backend="10.0.0.12:6443",state="down"} 0',
+      'ballast_backend_check_latency_seconds{backend="10.0.0.11:6443"} 0.012',
+      'ballast_dataplane_applies_total 3',
+      'ballast_dataplane_apply_failures_total 1',
+      'ballast_dataplane_last_apply_seconds 0.0045',
+      'ballast_dataplane_flushed_connections_total 7',
     ]) {
       expect(text.split('\n')).toContain(line);
     }

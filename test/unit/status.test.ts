@@ -46,6 +46,8 @@ describe('status document', () => {
       masterDownIntervalMs: 341.406,
       skewTimeMs: 41.406,
       counters: engine.counters,
+      backends: [],
+      dataplane: { mode: 'off', reason: 'no apiserver.backends configured' },
     });
     expect(statusDocument(engine, { ...fixed, peers: ['10.0.0.12'] }).mode).toBe('unicast');
   });
@@ -61,6 +63,7 @@ describe('status document', () => {
       'timers:    advert 100 ms, master advert 100 ms, master down 341.406 ms',
       'adverts:   sent 12, received 3, send errors 0',
       'dropped:   checksum=2 vrid=7',
+      'dataplane: off: no apiserver.backends configured',
     ]);
   });
   it('shows a lowered priority and an unknown master', () => {
