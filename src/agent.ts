@@ -162,6 +162,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
   let host: VrrpHost | null = null;
   let lb: LoadBalancer | null = null;
   let checker: HealthChecker | null = null;
+  let balancing: Balancing | null = null;
   const status = async (): Promise<StatusDocument> => {
     if (!host) throw new Error('the election engine is not running');
     return statusDocument(await host.status(), fixed, {
@@ -229,6 +230,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
       void (async () => {
         await host?.stop();
+        await balancing?.stop();
         admin.close();
         lock.close();
         finish(ERRORS.BALLAST_E_INTERFACE_GONE.exitCode);
@@ -237,6 +239,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
       void (async () => {
         if (!opts.owner) await removeVips(iface.ifindex, config.vips, log);
+        await balancing?.stop();
         admin.close();
         lock.close();
         finish(1);
@@ -256,7 +259,15 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     throw engineError(err);
   }
 
-  const balancing = await startBalancing(config, iface, log, host);
+  try {
+    balancing = await startBalancing(config, iface, log, host);
+  } catch (err) {
+    // nothing may stay behind: resign and remove the VIPs, close what is open
+    await host.stop();
+    admin.close();
+    lock.close();
+    throw err;
+  }
   lb = balancing?.lb ?? null;
   checker = balancing?.checker ?? null;
 

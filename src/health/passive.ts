@@ -152,6 +152,9 @@ export function watchConntrack(
   const child = spawn('stdbuf', ['-oL', 'conntrack', '-E', '-p', 'tcp', '-o', 'id'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stopped = false;
   let stderr = '';
+  // never outlive the agent, whatever path it exits by
+  const reap = (): void => void child.kill('SIGTERM');
+  process.once('exit', reap);
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (c: string) => (stderr = (stderr + c).slice(-4096)));
   createInterface({ input: child.stdout }).on('line', (line) => {
@@ -164,6 +167,7 @@ export function watchConntrack(
   timer.unref();
   child.on('exit', (code) => {
     clearInterval(timer);
+    process.off('exit', reap);
     if (!stopped) o.onExit?.(code, stderr.trim());
   });
   child.on('error', (err) => {
