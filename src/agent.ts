@@ -205,6 +205,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     mac: iface.mac,
     primaryAddress: primary,
     announce: { ...config.announce },
+    vipLifetimeMs: config.vipLifetimeMs,
     linkRunning: iface.running,
     owner: v.priority === 255,
   };

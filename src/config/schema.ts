@@ -60,6 +60,8 @@ export interface AnnounceConfig {
   readonly spacingMs: number;
   /** Delay from the first burst to a second one, in milliseconds: 0..3600000; 0 = no second burst. */
   readonly repeatAfterMs: number;
+  /** While Active, a burst this often (ms) so switches that age their tables keep the right port; 0 = off. */
+  readonly refreshMs: number;
 }
 
 /** A TCP listen address. */
@@ -163,6 +165,11 @@ export interface Config {
   readonly vrrp: VrrpConfig;
   /** Virtual IP addresses, 1..16, one family, canonical text (IPv6 per RFC 5952), no duplicates. */
   readonly vips: readonly string[];
+  /**
+   * Valid lifetime of the VIPs on the interface, ms (0 = permanent). The Active agent keeps
+   * renewing it, so a VIP left by an agent killed with SIGKILL disappears by itself.
+   */
+  readonly vipLifetimeMs: number;
   readonly announce: AnnounceConfig;
   /** Always present: without the section, no backends and the defaults. */
   readonly apiserver: ApiserverConfig;
@@ -194,6 +201,8 @@ export const DEFAULTS = Object.freeze({
   announceCount: 5,
   announceSpacing: '0ms',
   announceRepeatAfter: '5s',
+  announceRefresh: '60s',
+  vipLifetime: '5s',
   apiserverPort: 6443,
   healthPath: '/readyz',
   healthInsecureSkipVerify: false,
@@ -870,7 +879,22 @@ const announceShape = {
     default: DEFAULTS.announceRepeatAfter,
     range: rangeMessage('0s (no second burst)', '1h'),
   }),
+  refresh: durationField({
+    min: 0,
+    max: HOUR_MS,
+    default: DEFAULTS.announceRefresh,
+    range: rangeMessage('0s (off)', '1h'),
+  }),
 };
+
+/** vipLifetime: 0 (permanent) or 2s..1h; the kernel ages addresses in whole seconds. */
+const vipLifetimeField = durationField({
+  min: 0,
+  max: HOUR_MS,
+  default: DEFAULTS.vipLifetime,
+  range: rangeMessage('0s (permanent)', '1h'),
+  step: { ms: 1000, message: (ms) => `must be whole seconds (the kernel ages addresses in seconds), got ${formatDuration(ms)}` },
+}).refine((ms) => ms === 0 || ms >= 2000, { message: 'must be 0s (permanent) or at least 2s: the agent renews it every third of it' });
 
 const HEALTH_INTERVAL: DurationRule = {
   min: 100,
@@ -946,6 +970,7 @@ const rootShape = {
     max: MAX_VIPS,
     what: `a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100]`,
   }),
+  vipLifetime: vipLifetimeField,
   announce: section(z.strictObject(announceShape, { error: mappingError })),
   apiserver: section(z.strictObject(apiserverShape, { error: mappingError })),
   dataplane: section(z.strictObject(dataplaneShape, { error: mappingError })),
@@ -1030,10 +1055,12 @@ export const configSchema = z.strictObject(rootShape, { error: rootError }).tran
       checksum: c.vrrp.checksum,
     },
     vips: c.vips.addresses,
+    vipLifetimeMs: c.vipLifetime,
     announce: {
       count: c.announce.count,
       spacingMs: c.announce.spacing,
       repeatAfterMs: c.announce.repeatAfter,
+      refreshMs: c.announce.refresh,
     },
     apiserver: {
       port: c.apiserver.port,

@@ -73,6 +73,8 @@ const NLM_F_REPLACE = 0x100;
 const NLM_F_CREATE = 0x400;
 /** A kernel that does not answer an address change within this long (ms) is treated as an error. */
 const NETLINK_TIMEOUT_MS = 2000;
+/** IFA_CACHEINFO lifetime meaning "forever" (rtnetlink(7), ip-address(8) `forever`). */
+const INFINITY_LIFETIME = 0xffffffff;
 
 /** Lists every interface with its addresses (RTM_GETLINK + RTM_GETADDR). */
 export async function listInterfaces(rt: Rtnl): Promise<InterfaceInfo[]> {
@@ -163,20 +165,21 @@ function vipMessage(ifindex: number, vip: string) {
  * subnet (IPv4: the subnet route's preferred source stays the primary; IPv6: the VIP is added
  * with preferred lifetime 0); IPv6 without duplicate-address detection (IFA_F_NODAD) and
  * without a prefix route.
+ * `lifetimeS`: valid lifetime in seconds (0 = permanent); adding the address again renews it.
  * Adding an address that is already there is not an error (NLM_F_REPLACE).
  * @throws Error with `code` = errno name (EPERM, ENODEV, …) when the kernel refuses.
  */
-export async function addVip(rt: Rtnl, ifindex: number, vip: string): Promise<void> {
+export async function addVip(rt: Rtnl, ifindex: number, vip: string, lifetimeS = 0): Promise<void> {
   const bytes = addressToBytes(vip);
   const v6 = bytes.length === 16;
+  const valid = lifetimeS > 0 ? lifetimeS : INFINITY_LIFETIME;
   // IPv6: preferred lifetime 0 ("deprecated"): the address accepts traffic, but source address
   // selection (RFC 6724 rule 3) never picks it, whereas a /128 would otherwise win the longest
   // match against the node's own /64 address for every neighbour on the link
-  const v6attrs = v6
-    ? { flags: { nodad: true as const, noprefixroute: true as const }, cacheInfo: { ifaPrefered: 0, ifaValid: 0xffffffff, cstamp: 0, tstamp: 0 } }
-    : {};
+  const cacheInfo = { ifaPrefered: v6 ? 0 : valid, ifaValid: valid, cstamp: 0, tstamp: 0 };
+  const flags = v6 ? { nodad: true as const, noprefixroute: true as const } : undefined;
   await rt
-    .newAddress(vipMessage(ifindex, vip), { local: bytes, address: bytes, ...v6attrs }, { flags: NLM_F_CREATE | NLM_F_REPLACE, timeout: NETLINK_TIMEOUT_MS })
+    .newAddress(vipMessage(ifindex, vip), { local: bytes, address: bytes, cacheInfo, ...(flags ? { flags } : {}) }, { flags: NLM_F_CREATE | NLM_F_REPLACE, timeout: NETLINK_TIMEOUT_MS })
     .catch((err: unknown) => { throw withErrno(err, `add ${vip}`); });
 }
 

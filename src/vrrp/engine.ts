@@ -39,8 +39,13 @@ export interface EngineOptions {
   mac: string;
   /** The source of our adverts: IPv4 primary address or IPv6 link-local address. */
   primaryAddress: string;
-  /** Gratuitous ARP / unsolicited NA on becoming Active: frames per VIP, ms between them, ms to a second burst (0 = none). */
-  announce: { count: number; spacingMs: number; repeatAfterMs: number };
+  /**
+   * Gratuitous ARP / unsolicited NA on becoming Active: frames per VIP, ms between them, ms to a
+   * second burst (0 = none), and ms between refresh bursts while Active (0 = none).
+   */
+  announce: { count: number; spacingMs: number; repeatAfterMs: number; refreshMs: number };
+  /** Valid lifetime of the VIPs, ms (0 = permanent); renewed every third of it while Active. */
+  vipLifetimeMs: number;
   /** Whether the link was up (IFF_UP and IFF_RUNNING) when the main thread looked. */
   linkRunning: boolean;
   /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
@@ -93,6 +98,10 @@ export class VrrpEngine {
   private rtnl: RtnlSocket | null = null;
   private timer: NodeJS.Timeout | null = null;
   private repeatTimer: NodeJS.Timeout | null = null;
+  /** While Active: lifetime renewals and refresh bursts. */
+  private renewTimer: NodeJS.Timeout | null = null;
+  private refreshTimer: NodeJS.Timeout | null = null;
+  private lastHealAnnounce = -Infinity;
   /** Address changes run one after another, in the order the machine asked for them. */
   private vipQueue: Promise<void> = Promise.resolve();
   private vipsHeld = false;
@@ -201,7 +210,7 @@ export class VrrpEngine {
     this.feed({ type: 'shutdown', now: performance.now() });
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    if (this.repeatTimer) clearTimeout(this.repeatTimer);
+    this.clearActiveTimers();
     await this.vipQueue;
     this.closeSockets();
   }
@@ -264,10 +273,14 @@ export class VrrpEngine {
     if (t.to === 'active') {
       this.enqueue(() => this.acquire());
     } else if (t.from === 'active') {
-      if (this.repeatTimer) clearTimeout(this.repeatTimer);
-      this.repeatTimer = null;
+      this.clearActiveTimers();
       this.enqueue(() => this.release());
     }
+  }
+
+  private clearActiveTimers(): void {
+    for (const t of [this.repeatTimer, this.renewTimer, this.refreshTimer]) if (t) clearInterval(t);
+    this.repeatTimer = this.renewTimer = this.refreshTimer = null;
   }
 
   private enqueue(job: () => Promise<void>): void {
@@ -280,18 +293,27 @@ export class VrrpEngine {
   private async acquire(): Promise<void> {
     if (!this.rtnl || this.machine.state !== 'active') return;
     if (!this.opts.owner) {
-      for (const vip of this.opts.vips) await addVip(this.rtnl, this.opts.ifindex, vip);
-      this.log('info', 'VIPs added', { vips: this.opts.vips, interface: this.opts.ifname });
+      await this.addVips();
+      this.log('info', 'VIPs added', { vips: this.opts.vips, interface: this.opts.ifname, lifetimeMs: this.opts.vipLifetimeMs });
     }
     this.vipsHeld = true;
     await this.announce();
-    const { repeatAfterMs } = this.opts.announce;
-    if (repeatAfterMs > 0) {
-      this.repeatTimer = setTimeout(() => {
-        this.repeatTimer = null;
-        if (this.machine.state === 'active') this.enqueue(() => this.announce());
-      }, repeatAfterMs);
+    const { repeatAfterMs, refreshMs } = this.opts.announce;
+    const whileActive = (job: () => Promise<void>) => () => {
+      if (this.machine.state === 'active') this.enqueue(job);
+    };
+    if (repeatAfterMs > 0) this.repeatTimer = setTimeout(whileActive(() => this.announce()), repeatAfterMs);
+    if (refreshMs > 0) this.refreshTimer = setInterval(whileActive(() => this.announce()), refreshMs);
+    if (this.opts.vipLifetimeMs > 0 && !this.opts.owner) {
+      // renewing every third of the lifetime survives two lost renewals
+      this.renewTimer = setInterval(whileActive(() => this.addVips()), this.opts.vipLifetimeMs / 3);
     }
+  }
+
+  /** Adds (or renews) every VIP with the configured lifetime. */
+  private async addVips(): Promise<void> {
+    if (!this.rtnl) return;
+    for (const vip of this.opts.vips) await addVip(this.rtnl, this.opts.ifindex, vip, this.opts.vipLifetimeMs / 1000);
   }
 
   private async release(): Promise<void> {
@@ -327,7 +349,7 @@ export class VrrpEngine {
       const missing = this.opts.vips.filter((v) => !present.has(v));
       if (missing.length === 0) return;
       this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: missing, interface: this.opts.ifname });
-      for (const vip of missing) await addVip(this.rtnl, this.opts.ifindex, vip);
+      await this.addVips();
       await this.announce();
     } else if (this.machine.state !== 'active') {
       const extra = this.opts.vips.filter((v) => present.has(v));
@@ -375,7 +397,16 @@ export class VrrpEngine {
       return;
     }
     this.counters.advertsReceived++;
-    this.feed({ type: 'advert', now: performance.now(), priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
+    const now = performance.now();
+    this.feed({ type: 'advert', now, priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
+    // a master hearing a lower priority: a partition healed and the other side may have
+    // announced itself; claim the VIP's MAC again (at most once a second)
+    const s = this.machine.snapshot();
+    if (s.state === 'active' && this.vipsHeld && r.advert.priority > 0 && r.advert.priority < s.effectivePriority && now - this.lastHealAnnounce >= 1000) {
+      this.lastHealAnnounce = now;
+      this.log('info', 'heard a lower-priority master: announcing the VIPs again', { source: p.source, priority: r.advert.priority });
+      this.enqueue(() => this.announce());
+    }
   }
 
   private drop(reason: DropReason | 'own' | 'notPeer'): void {

@@ -6,6 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab } from '../../scripts/lab.js';
 import { cliPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
+import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 
 const root = process.getuid?.() === 0;
 const PREFIX = 'brob';
@@ -76,6 +77,27 @@ describe.skipIf(!root)('robustness on the lab (root; skipped otherwise)', () => 
     expect(await a1.proc.exited).toBe(0);
     await waitForHolder(lab, lab.vip4, 'n2', 2000);
     expect(a1.logLines().some((l) => l.msg === 'already stopping')).toBe(true);
+  });
+
+  it('SIGKILL of the master: the backup takes over within Master_Down_Interval + 250 ms, and the VIP leaves the killed node by itself within vipLifetime', async () => {
+    const [a1] = await pair();
+    a1.proc.kill('SIGKILL');
+    const t0 = Date.now();
+    // both hold it for a while: the killed node's copy only ages out
+    await waitFor(() => lab.holders(lab.vip4), (h) => h.some((n) => n.name === 'n2'), { timeoutMs: 2000, intervalMs: 10, what: 'n2 to take the VIP' });
+    const takeover = Date.now() - t0;
+    expect(takeover).toBeLessThanOrEqual(masterDownIntervalMs(100, 10) + 250);
+    await waitForHolder(lab, lab.vip4, 'n2', 5000 + 1000 + 1000);
+    const gone = Date.now() - t0;
+    // vipLifetime 5s (default), renewed every 5/3 s: the last renewal was at most ~1.7 s before the kill
+    expect(gone).toBeLessThanOrEqual(5000 + 1000);
+    console.log(`SIGKILL: takeover ${takeover} ms, VIP gone from the killed node after ${gone} ms`);
+    agents.shift();
+    // a restarted agent comes back as backup, without a second copy of the address
+    const back = await startAgent(lab, lab.nodes[0]!, { priority: 150, preempt: false });
+    agents.push(back);
+    expect((await back.status()).state).toBe('backup');
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n2']);
   });
 
   it('the interface is deleted: the agent exits 1 with BALLAST_E_INTERFACE_GONE', async () => {

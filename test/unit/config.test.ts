@@ -106,7 +106,8 @@ describe('parseConfig: valid files', () => {
         checksum: 'rfc5798',
       },
       vips: ['10.0.0.100'],
-      announce: { count: 5, spacingMs: 0, repeatAfterMs: 5000 },
+      vipLifetimeMs: 5000,
+      announce: { count: 5, spacingMs: 0, repeatAfterMs: 5000, refreshMs: 60000 },
       apiserver: {
         port: 6443,
         backends: [],
@@ -160,7 +161,7 @@ describe('parseConfig: valid files', () => {
 
   it('treats an empty section as all defaults', () => {
     const config = parseConfig(`${MINIMAL}announce:\nadmin:\nlog:\n`);
-    expect(config.announce).toStrictEqual({ count: 5, spacingMs: 0, repeatAfterMs: 5000 });
+    expect(config.announce).toStrictEqual({ count: 5, spacingMs: 0, repeatAfterMs: 5000, refreshMs: 60000 });
     expect(config.admin.listen).toStrictEqual({ host: '127.0.0.1', port: 9641 });
   });
 
@@ -180,7 +181,7 @@ describe('parseConfig: valid files', () => {
       yamlWith({ vrrp: { preemptDelay: '1m30s' }, announce: { spacing: '20ms', repeatAfter: 0, count: 3 } }),
     );
     expect(c.vrrp.preemptDelayMs).toBe(90_000);
-    expect(c.announce).toStrictEqual({ count: 3, spacingMs: 20, repeatAfterMs: 0 });
+    expect(c.announce).toStrictEqual({ count: 3, spacingMs: 20, repeatAfterMs: 0, refreshMs: 60000 });
   });
 
   it('normalizes IPv6 addresses (RFC 5952) and derives family 6', () => {
@@ -353,6 +354,9 @@ describe('parseConfig: one message per invalid field', () => {
     ['announce.count 101', { announce: { count: 101 } }, 'announce.count', 'must be an integer from 1 to 100, got 101'],
     ['announce.spacing 2s', { announce: { spacing: '2s' } }, 'announce.spacing', 'must be from 0ms to 1s, got 2s'],
     ['announce.repeatAfter 2h', { announce: { repeatAfter: '2h' } }, 'announce.repeatAfter', 'must be from 0s (no second burst) to 1h, got 2h'],
+    ['announce.refresh 2h', { announce: { refresh: '2h' } }, 'announce.refresh', 'must be from 0s (off) to 1h, got 2h'],
+    ['vipLifetime 1s', { vipLifetime: '1s' }, 'vipLifetime', 'must be 0s (permanent) or at least 2s: the agent renews it every third of it'],
+    ['vipLifetime 2500ms', { vipLifetime: '2500ms' }, 'vipLifetime', 'must be whole seconds (the kernel ages addresses in seconds), got 2.5s'],
     ['admin.listen without port', { admin: { listen: '127.0.0.1' } }, 'admin.listen', 'missing port: write "127.0.0.1:9641" (host:port)'],
     ['admin.listen port 0', { admin: { listen: '127.0.0.1:0' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "0"'],
     ['admin.listen port 65536', { admin: { listen: '127.0.0.1:65536' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "65536"'],
@@ -377,9 +381,9 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown key, far',
       { zzz: 1 },
       'zzz',
-      'unknown key (expected one of: interface, vrrp, vips, announce, apiserver, dataplane, policy, admin, log)',
+      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, policy, admin, log)',
     ],
-    ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter)'],
+    ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter, refresh)'],
 
     // apiserver
     ['apiserver not a mapping', { apiserver: 'yes' }, 'apiserver', 'must be a mapping of settings (key: value), got "yes"'],
