@@ -16,12 +16,13 @@ import type { Backend, DesiredDataplane } from './nftables.js';
 
 /**
  * Whether a failure reason means the backend is gone (as opposed to answering "not ready").
- * HTTP statuses and TLS failures come from a process that is still there; everything else
- * (refused, reset, timeouts, passive verdicts, the node's VRRP silence) does not.
+ * HTTP statuses and TLS failures come from a process that is still there, and a local problem
+ * (this node cannot read its CA or token file) says nothing about the backend; everything else
+ * (refused, reset, timeouts, passive verdicts, the node's VRRP silence) means it is gone.
  */
 export function isDeadReason(reason: string | null): boolean {
   if (reason === null) return false;
-  return !/^(http \d+|tls)/.test(reason);
+  return !/^(http \d+|tls|cannot read |tokenFile |aborted)/.test(reason);
 }
 
 /**
