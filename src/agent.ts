@@ -206,6 +206,8 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     primaryAddress: primary,
     announce: { ...config.announce },
     vipLifetimeMs: config.vipLifetimeMs,
+    // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
+    preemptHoldAtStart: config.apiserver.backends.length > 0,
     linkRunning: iface.running,
     owner: v.priority === 255,
   };
@@ -224,6 +226,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
         for (const b of backendsOfNode(checker.snapshot(), ev.previousMaster)) {
           if (checker.markDead(b, 'node down (VRRP Master_Down)')) log.warn({ backend: b }, 'backend of the silent master taken out');
         }
+        lb?.noteHealth();
       }
     } else if (ev.type === 'log') {
       log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
@@ -327,23 +330,9 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
   if (api.backends.length === 0) return null;
   const local = new Set(iface.addresses.map((a) => a.address));
   const checker = new HealthChecker({ health: api.health, backends: api.backends, logger: log });
-  const started = performance.now();
   const localBackend = config.policy.localBackend
     ? formatAddress(config.policy.localBackend)
     : (api.backends.filter((b) => local.has(b.host)).map(formatAddress)[0] ?? null);
-  const policy = new Policy(
-    {
-      priority: config.vrrp.priority,
-      weight: config.policy.unhealthyPriorityWeight,
-      mode: config.dataplane.vip,
-      localBackend,
-      // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
-      settleMs: (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs,
-    },
-    host,
-    started,
-  );
-
   let lb: LoadBalancer | null = null;
   let applier: NftablesApplier | null = null;
   let watch: ConntrackWatch | null = null;
@@ -380,16 +369,31 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
       (v) => {
         if (v.alive) return;
         if (checker.markDead(v.backend, v.reason)) log.warn({ backend: v.backend, reason: v.reason }, 'backend judged dead from its connections');
+        lb?.noteHealth();
       },
       { onExit: (code, stderr) => log.warn({ code, stderr }, 'conntrack event watcher ended: passive detection is off (is the conntrack package installed?)') },
     );
   }
 
+  // the settle time starts now: the first checks start now, after the first apply
+  const policy = new Policy(
+    {
+      priority: config.vrrp.priority,
+      weight: config.policy.unhealthyPriorityWeight,
+      mode: config.dataplane.vip,
+      localBackend,
+      // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
+      settleMs: (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs,
+    },
+    host,
+    performance.now(),
+  );
   checker.on('change', (c) => {
     log.info({ backend: c.backend, from: c.from, to: c.to, reason: c.reason }, 'backend health');
     lb?.onChange(c);
     evaluate();
   });
+  checker.on('check', () => lb?.noteHealth());
   checker.start();
   evaluate();
   // the settle deadline passes without an event: look again then

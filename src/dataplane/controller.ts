@@ -75,6 +75,8 @@ export class LoadBalancer {
   private queue: Promise<void> = Promise.resolve();
   private scheduled = false;
   private readonly toFlush = new Map<string, string>();
+  /** Backends whose flows were reset since they last left the set (reset once per death). */
+  private readonly flushed = new Set<string>();
   private readonly st: DataplaneStatus = { mode: 'nftables', backends: [], applies: 0, failures: 0, lastApplyMs: null, lastError: null, flushedEntries: 0 };
 
   constructor(
@@ -91,6 +93,24 @@ export class LoadBalancer {
   onChange(c: HealthChange): void {
     if (c.to === 'down' && isDeadReason(c.reason)) this.toFlush.set(c.backend, c.reason ?? 'down');
     this.sync();
+  }
+
+  /**
+   * Looks for backends that are already out of the set but became dead since (a draining
+   * backend whose node then died: no state change, only its reason changed). Call it after
+   * every check and every passive verdict; it applies only when there is something to reset.
+   */
+  noteHealth(): void {
+    let found = false;
+    for (const b of this.deps.snapshot()) {
+      if (b.healthy) {
+        this.flushed.delete(b.address);
+      } else if (b.state === 'down' && isDeadReason(b.reason) && !this.flushed.has(b.address) && !this.toFlush.has(b.address)) {
+        this.toFlush.set(b.address, b.reason ?? 'down');
+        found = true;
+      }
+    }
+    if (found) void this.sync();
   }
 
   /**
@@ -138,6 +158,7 @@ export class LoadBalancer {
         }
       }
       this.st.flushedEntries += n;
+      this.flushed.add(address);
       this.deps.log.info({ backend: address, reason, entries: n }, 'dead backend: its connections were reset');
     }
   }

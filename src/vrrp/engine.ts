@@ -46,6 +46,8 @@ export interface EngineOptions {
   announce: { count: number; spacingMs: number; repeatAfterMs: number; refreshMs: number };
   /** Valid lifetime of the VIPs, ms (0 = permanent); renewed every third of it while Active. */
   vipLifetimeMs: number;
+  /** Start with preemption held (see MachineEvent `preemptHold`) until the policy releases it. */
+  preemptHoldAtStart: boolean;
   /** Whether the link was up (IFF_UP and IFF_RUNNING) when the main thread looked. */
   linkRunning: boolean;
   /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
@@ -164,6 +166,7 @@ export class VrrpEngine {
     );
     if (o.peers.length === 0) this.socket.joinGroup();
     this.watchNetlink();
+    if (o.preemptHoldAtStart) this.feed({ type: 'preemptHold', now: performance.now(), hold: true });
     if (!o.linkRunning) this.feed({ type: 'linkDown', now: performance.now() });
     this.feed({ type: 'startup', now: performance.now() });
   }
