@@ -85,6 +85,23 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
   });
 
+  it("a non-holder's apiserver stops: errors for at most 150 ms, the others serve", async () => {
+    const [a1] = await cluster();
+    const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 6000, timeoutMs: 500 });
+    await new Promise((r) => setTimeout(r, 800));
+    const faultT = proberNow(prober);
+    await lab.stopApiserver(lab.nodes[1]!);
+    await new Promise((r) => setTimeout(r, 2000));
+    const sum = await prober.stop();
+    console.log(`non-holder apiserver stop: maxOutage ${sum.maxOutageMs} ms, failed ${sum.failed}`);
+    expect(sum.maxOutageMs).toBeLessThanOrEqual(150);
+    expect(sum.results.filter((x) => x.t > faultT + 150 && x.ok && x.node === 'n2')).toHaveLength(0);
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
+    // out of the ruleset, and its counter stopped growing while the others' grew
+    expect(await ruleset(0)).not.toContain(`dnat to ${lab.nodes[1]!.ipv4}:6443`);
+    expect((await a1!.status()).backends.find((b) => b.address === `${lab.nodes[1]!.ipv4}:6443`)?.healthy).toBe(false);
+  });
+
   it('an unready apiserver (/readyz 500) leaves the ruleset within fall x interval and returns within rise x interval', async () => {
     const [a1] = await cluster();
     const t0 = Date.now();
