@@ -121,14 +121,20 @@ export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Pro
   const agent = new LabAgent(lab, node, proc, configPath);
   let exited: number | null | undefined;
   void proc.exited.then((c) => (exited = c));
-  await waitFor(
-    async () => {
-      if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
-      return agent.status().then(() => true, () => false);
-    },
-    (ok) => ok,
-    { timeoutMs: 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
-  );
+  try {
+    await waitFor(
+      async () => {
+        if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
+        return agent.status().then(() => true, () => false);
+      },
+      (ok) => ok,
+      { timeoutMs: 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
+    );
+  } catch (err) {
+    // a half-started agent would hold the instance lock and break whatever runs next
+    await proc.stop('SIGKILL', 1000).catch(() => undefined);
+    throw err;
+  }
   return agent;
 }
 

@@ -19,8 +19,8 @@ fi
 # build: g++/cmake/make; libuv1-dev gives uv.h for the addon's uv_poll (the symbols come from
 # the node binary at load time, so nothing links against Debian's libuv); clang for the BPF
 # objects; iproute2 for the lab; nftables and conntrack for the data plane; openssl for the lab CA;
-# keepalived as the interop peer and the benchmark baseline; tcpdump for wire timings in the bench.
-PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables conntrack openssl keepalived procps tcpdump)
+# keepalived and haproxy as the interop peer and the benchmark baseline; tcpdump for wire timings in the bench.
+PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,8 +33,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # the keepalived package enables its own service; the lab starts keepalived by itself
-  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now keepalived >/dev/null 2>&1 || true; fi
+  # the keepalived and haproxy packages enable their own services; the lab starts its own
+  if command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now keepalived >/dev/null 2>&1 || true
+    systemctl disable --now haproxy >/dev/null 2>&1 || true
+  fi
 fi
 
 # --- npm packages ----------------------------------------------------------------------------
