@@ -44,6 +44,7 @@ import { Lab, runProber, type LabNode, type LabProcess, type ProberReport } from
 import { cliPath, startAgent, waitFor, type LabAgent } from './cluster.js';
 import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from './keepalived.js';
 import { masterDownIntervalMs, skewTimeMs } from '../src/vrrp/state.js';
+import { stats, type Stats } from './stats.js';
 
 // "bbench" would be one character over the lab's prefix limit (≤ 5: interface names are ≤ 15)
 const PREFIX = 'bbnch';
@@ -107,13 +108,6 @@ export interface RunResult {
 }
 
 /** Median, minimum and maximum of the runs that succeeded (ms); null when none did. */
-export interface Stats {
-  n: number;
-  median: number | null;
-  min: number | null;
-  max: number | null;
-}
-
 /** The whole result, as `--json` prints it. Times in ms. */
 export interface BenchReport {
   lab: { prefix: string; subnet: number; nodes: number; priorities: number[]; vip: string; advertisementIntervalMs: number };
@@ -137,15 +131,6 @@ const SCENARIOS: Scenario[] = [
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const say = (line = ''): void => void process.stdout.write(`${line}\n`);
 const round1 = (ms: number): number => Math.round(ms * 10) / 10;
-
-/** Median (mean of the middle two for an even count), min and max of `xs` (pure). */
-export function stats(xs: readonly number[]): Stats {
-  if (xs.length === 0) return { n: 0, median: null, min: null, max: null };
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  const median = s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-  return { n: s.length, median: round1(median), min: s[0]!, max: s[s.length - 1]! };
-}
 
 // ---------------------------------------------------------------------------------------------
 // the wire: tcpdump -e -tt in the client namespace

@@ -80,6 +80,10 @@ import { LabAgent, cliPath, startAgent, waitFor } from './cluster.js';
 import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from './keepalived.js';
 import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyOptions, type HaproxyPeer } from './haproxy.js';
 import { requestOnce, summarize } from './prober.js';
+import { quantile, stats, type Stats } from './stats.js';
+
+/** Rates and throughputs print with two decimals. */
+const stats2 = (xs: readonly number[]): Stats => stats(xs, 2);
 
 const PREFIX = 'bbn2';
 const SUBNET = 96;
@@ -137,13 +141,6 @@ const errText = (e: unknown): string => (e instanceof Error ? e.message.split('\
 export type Setup = 'direct' | 'directAll' | 'ballast' | 'haproxy';
 
 /** Median, minimum and maximum (same unit as the input); null when there were no values. */
-export interface Stats {
-  n: number;
-  median: number | null;
-  min: number | null;
-  max: number | null;
-}
-
 /** One rate worker's outcome, as the worker prints it (times in ms). */
 export interface RateWorkerResult {
   role: 'rate-worker';
@@ -264,22 +261,6 @@ export interface BenchReport {
   /** ballast median / keepalived+haproxy median; null when either is missing or the latter is 0 */
   ratios: { apiserverStopOutage: number | null; nodeDeathLastFailure: number | null };
   seconds: number;
-}
-
-/** Median (mean of the middle two for an even count), min and max of `xs` (pure). */
-export function stats(xs: readonly number[]): Stats {
-  if (xs.length === 0) return { n: 0, median: null, min: null, max: null };
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  const median = s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-  return { n: s.length, median: round2(median), min: s[0]!, max: s[s.length - 1]! };
-}
-
-/** The q-quantile (0..1) of `xs` by nearest rank (pure); null for no values. */
-export function quantile(xs: readonly number[], q: number): number | null {
-  if (xs.length === 0) return null;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
 }
 
 const ratioOf = (a: number | null | undefined, b: number | null | undefined): number | null =>
@@ -763,7 +744,7 @@ async function partRate(lab: Lab, workers: number, durationMs: number): Promise<
   }
   for (const [setup, r] of results) {
     const lat = latencies.get(setup)!;
-    r.reqPerS = stats(r.rounds).median;
+    r.reqPerS = stats2(r.rounds).median;
     r.p50Ms = quantile(lat, 0.5);
     r.p99Ms = quantile(lat, 0.99);
   }
@@ -818,7 +799,7 @@ async function partBulk(lab: Lab, workers: number, durationMs: number): Promise<
     await lab.startApiserver(n2);
     await resetLab(lab, []);
   }
-  for (const r of results.values()) r.gbitPerS = stats(r.rounds).median;
+  for (const r of results.values()) r.gbitPerS = stats2(r.rounds).median;
   const d = results.get('direct')!;
   for (const r of results.values()) r.ratio = ratioOf(r.gbitPerS, d.gbitPerS);
   return [...results.values()];
@@ -986,7 +967,7 @@ function printRuns<R extends { run: number; error?: string }>(title: string, row
 /** "median [min..max] ms" of the runs' backendOutMs, with how many runs did not see it (pure). */
 function outRange(runs: readonly { backendOutMs: number | null; error?: string }[], within: number): string {
   const ok = runs.filter((r) => r.error === undefined);
-  const st = stats(ok.flatMap((r) => (r.backendOutMs === null ? [] : [r.backendOutMs])));
+  const st = stats2(ok.flatMap((r) => (r.backendOutMs === null ? [] : [r.backendOutMs])));
   const missing = ok.length - st.n;
   if (st.median === null) return `> ${within} ms (not logged within the window)`;
   return `${st.median.toFixed(0)} ms [${st.min!.toFixed(0)}..${st.max!.toFixed(0)}]${missing > 0 ? `; > ${within} ms in ${missing} run(s)` : ''}`;
@@ -1179,12 +1160,12 @@ async function main(): Promise<number> {
     const apiserverStop = setups.map((s) => {
       const rs = stopRuns.get(s)!;
       const ok = rs.filter((r) => r.outageMs !== null);
-      return { setup: s, label: LABELS[s], runs: rs, outage: stats(ok.map((r) => r.outageMs!)), failed: stats(ok.map((r) => r.failed)) };
+      return { setup: s, label: LABELS[s], runs: rs, outage: stats2(ok.map((r) => r.outageMs!)), failed: stats2(ok.map((r) => r.failed)) };
     });
     const nodeDeath = setups.map((s) => {
       const rs = deathRuns.get(s)!;
       const ok = rs.filter((r) => r.lastFailureMs !== null);
-      return { setup: s, label: LABELS[s], runs: rs, lastFailure: stats(ok.map((r) => r.lastFailureMs!)), failed: stats(ok.map((r) => r.failed)) };
+      return { setup: s, label: LABELS[s], runs: rs, lastFailure: stats2(ok.map((r) => r.lastFailureMs!)), failed: stats2(ok.map((r) => r.failed)) };
     });
     const report: BenchReport = {
       lab: { prefix: PREFIX, subnet: SUBNET, nodes: 3, priorities: [...PRIORITIES], vip: `${lab.vip4}/32`, advertisementIntervalMs: ADVERT_MS },
