@@ -37,6 +37,7 @@ export function createMetrics(): Metrics {
     advertsReceived: new Counter({ name: 'ballast_vrrp_adverts_received_total', help: 'Valid VRRP advertisements received for our VRID', labelNames: labels, registers: [registry] }),
     sendErrors: new Counter({ name: 'ballast_vrrp_send_errors_total', help: 'Advertisements the kernel refused to send', labelNames: labels, registers: [registry] }),
     announcementsSent: new Counter({ name: 'ballast_announcements_sent_total', help: 'Gratuitous ARP / unsolicited NA frames sent', labelNames: labels, registers: [registry] }),
+    foreign: new Counter({ name: 'ballast_vrrp_foreign_adverts_total', help: 'Adverts for our VRID listing other addresses than our VIPs (another group or a misconfigured peer)', labelNames: labels, registers: [registry] }),
   };
   const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend', 'state'], registers: [registry] });
   const backendLatency = new Gauge({ name: 'ballast_backend_check_latency_seconds', help: 'Latency of the last /readyz check of the backend', labelNames: ['backend'], registers: [registry] });

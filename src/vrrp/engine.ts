@@ -16,7 +16,7 @@ import { VrrpMachine, type MachineAction, type MachineEvent, type VrrpState } fr
 import { PacketSocket, VrrpSocket, type ReceivedPacket } from '../native.js';
 import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
-import { bytesToAddress, type AddressFamily } from '../net/address.js';
+import { bytesToAddress, canonicalAddress, type AddressFamily } from '../net/address.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -80,6 +80,8 @@ export interface EngineCounters {
   dropped: Record<string, number>;
   transitions: number;
   announcementsSent: number;
+  /** Valid adverts for our VRID whose address list differs from our VIPs (RFC 9568 §7.1: log it). */
+  foreign: number;
 }
 
 /** Events the engine emits (to the main thread, for logs, /status and metrics). */
@@ -115,6 +117,7 @@ export class VrrpEngine {
     dropped: {},
     transitions: 0,
     announcementsSent: 0,
+    foreign: 0,
   };
 
   private constructor(
@@ -400,6 +403,16 @@ export class VrrpEngine {
       return;
     }
     this.counters.advertsReceived++;
+    if (!sameAddresses(r.advert.addresses, o.vips)) {
+      // RFC 9568 §7.1: the addresses may be checked against ours, and a mismatch logged; the
+      // advert still counts (the peer may be mid-migration), but an operator must see it
+      this.counters.foreign++;
+      this.warnOnce(`foreign:${p.source}`, 'an advert for our VRID lists other addresses than our VIPs: another group or a misconfigured peer shares this VRID', {
+        source: p.source,
+        theirs: r.advert.addresses,
+        ours: o.vips,
+      });
+    }
     const now = performance.now();
     this.feed({ type: 'advert', now, priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
     // a master hearing a lower priority: a partition healed and the other side may have
@@ -468,4 +481,11 @@ export class VrrpEngine {
   private log(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>): void {
     this.emit(fields ? { type: 'log', level, msg, fields } : { type: 'log', level, msg });
   }
+}
+
+/** Same set of addresses (order and text form aside). */
+function sameAddresses(a: readonly string[], b: readonly string[]): boolean {
+  const x = new Set(a.map(canonicalAddress));
+  const y = new Set(b.map(canonicalAddress));
+  return x.size === y.size && [...x].every((v) => y.has(v));
 }

@@ -223,6 +223,20 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     expect(sum.maxOutageMs).toBeLessThanOrEqual(skewTimeMs(100, INTERVAL_CS) + MARGIN_MS);
   });
 
+  it('an advert for our VRID with other addresses is counted as foreign and logged once; the election still works', async () => {
+    const other = lab.vip4.replace(/\.100$/, '.101');
+    await start([{ priority: 150 }, { priority: 100, extra: { vips: [other] } }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await new Promise((r) => setTimeout(r, 500));
+    const s2 = await agents[1]!.status();
+    expect(s2.state).toBe('backup');
+    expect(s2.counters.foreign).toBeGreaterThanOrEqual(3);
+    const lines = agents[1]!.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('an advert for our VRID lists other addresses'));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ source: lab.nodes[0]!.ipv4, theirs: [lab.vip4], ours: [other] });
+    expect((await agents[1]!.admin('/metrics')).split('\n').some((l) => /^ballast_vrrp_foreign_adverts_total\{vrid="51"\} [1-9]/.test(l))).toBe(true);
+  });
+
   it('an invalid config exits 2, names the field, and changes nothing on the node', async () => {
     const n = lab.nodes[1]!;
     const before = await lab.addresses(n);

@@ -7,7 +7,7 @@ const doc: StatusDocument = {
   vips: ['10.0.0.100'], vipsHeld: true, since: '2026-11-29T20:00:00.000Z', interface: 'eth0', family: 4,
   primaryAddress: '10.0.0.11', mode: 'multicast', advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
   masterDownIntervalMs: 341.406, skewTimeMs: 41.406,
-  counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 1, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5 },
+  counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 1, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 4 },
   backends: [
     { address: '10.0.0.11:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 12, reason: null, consecutive: 4 },
     { address: '10.0.0.12:6443', state: 'down', healthy: false, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 3, reason: 'ECONNREFUSED', consecutive: 2 },
@@ -32,6 +32,7 @@ describe('metrics', () => {
       'ballast_vrrp_adverts_received_total{vrid="51"} 3',
       'ballast_vrrp_send_errors_total{vrid="51"} 1',
       'ballast_announcements_sent_total{vrid="51"} 5',
+      'ballast_vrrp_foreign_adverts_total{vrid="51"} 4',
       'ballast_vrrp_packets_dropped_total{vrid="51",reason="checksum"} 2',
       'ballast_vrrp_packets_dropped_total{vrid="51",reason="vrid"} 7',
     ]) {

@@ -14,7 +14,7 @@ const engine: EngineStatus = {
   masterDownIntervalMs: 341.40625,
   skewTimeMs: 41.40625,
   vipsHeld: true,
-  counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 0, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5 },
+  counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 0, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 4 },
 };
 const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', peers: [], advertisementIntervalMs: 100 };
 
