@@ -189,3 +189,15 @@ export function scriptPath(name: string): string {
 export async function waitForHolder(lab: Lab, vip: string, name: string, timeoutMs = 10_000): Promise<void> {
   await waitFor(() => lab.holders(vip), (hs) => hs.length === 1 && hs[0]!.name === name, { timeoutMs, what: `${name} to be the only holder of ${vip}` });
 }
+
+/**
+ * Undoes what a test did to the lab's nodes: every link up, every stand-in apiserver running
+ * and ready. (Agents, VIPs and nftables tables are the test's own to clean.)
+ */
+export async function restoreNodes(lab: Lab): Promise<void> {
+  for (const n of lab.nodes) {
+    await lab.linkUp(n);
+    if (!lab.apiserver(n)) await lab.startApiserver(n);
+    await lab.setReady(n, true);
+  }
+}

@@ -5,7 +5,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../scripts/lab.js';
-import { startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
+import { restoreNodes, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
 
 const root = process.getuid?.() === 0;
 const PREFIX = 'bbal';
@@ -25,11 +25,7 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
   afterEach(async () => {
     await Promise.all(agents.map((a) => a.stop('SIGTERM').catch(() => undefined)));
     agents = [];
-    for (const n of lab.nodes) {
-      await lab.linkUp(n);
-      if (!lab.apiserver(n)) await lab.startApiserver(n);
-      await lab.setReady(n, true);
-    }
+    await restoreNodes(lab);
   });
   afterAll(async () => {
     await lab?.teardown();

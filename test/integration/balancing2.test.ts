@@ -14,7 +14,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, 
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, packageRoot, probeOnce, runProber, type LabNode, type LabProcess } from '../../scripts/lab.js';
-import { agentConfig, cliPath, scriptPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
+import { agentConfig, cliPath, restoreNodes, scriptPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
 import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../scripts/longconn.js';
 import type { StatusDocument } from '../../src/observe/status.js';
 
@@ -76,11 +76,7 @@ describe.skipIf(!root)('load balancing on the lab, established connections and p
       }
       await waitFor(async () => agentPids(n).length, (k) => k === 0, { timeoutMs: 10_000, intervalMs: 100, what: `no agent left in ${n.netns}` });
     }
-    for (const n of lab.nodes) {
-      await lab.linkUp(n);
-      if (!lab.apiserver(n)) await lab.startApiserver(n);
-      await lab.setReady(n, true);
-    }
+    await restoreNodes(lab);
   });
   afterAll(async () => {
     await lab?.teardown();

@@ -10,6 +10,7 @@ import {
   type HealthCheckerOptions,
 } from '../../src/health/checker.js';
 import type { ProbeResult, ProbeTarget } from '../../src/health/probe.js';
+import { prng } from '../helpers/prng.js';
 
 const T0 = Date.UTC(2025, 0, 1);
 
@@ -55,17 +56,6 @@ class FakeClock implements Clock {
 /** Lets every pending promise callback run. */
 const flush = (): Promise<void> => new Promise((r) => setImmediate(r));
 
-/** A deterministic PRNG (mulberry32) for jitter that is random-looking but repeatable. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Call {
   address: string;

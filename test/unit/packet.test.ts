@@ -16,6 +16,7 @@ import {
   type ReceiveContext,
 } from '../../src/vrrp/packet.js';
 import { fixturePath, ipOfFrame, readPcap, type IpPacket } from '../helpers/pcap.js';
+import { prng } from '../helpers/prng.js';
 
 // ---------------------------------------------------------------------------------------------
 // an independent checksum, to check the codec's against: it sums the words with BigInt and reduces
@@ -515,17 +516,6 @@ describe('encodeAdvertisement input checks', () => {
 // ---------------------------------------------------------------------------------------------
 // fuzz
 
-/** mulberry32: a small seeded PRNG, so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const REASONS: readonly DropReason[] = ['ttl', 'length', 'version', 'vrrpv2', 'type', 'checksum', 'addressCount', 'interval', 'vrid'];
 
