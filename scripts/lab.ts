@@ -1031,6 +1031,29 @@ export async function probeOnce(lab: Lab, url: string, opts: { timeoutMs?: numbe
 }
 
 /**
+ * Calls `onObject` for every line of a lab process's stdout that is a JSON object (the
+ * prober's and the test clients' protocol); other lines and unparsable ones are skipped.
+ */
+export function onJsonLines<T>(proc: LabProcess, onObject: (o: T) => void): void {
+  let partial = '';
+  proc.child.stdout?.on('data', (buf: Buffer) => {
+    partial += buf.toString('utf8');
+    const lines = partial.split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      if (!line.startsWith('{')) continue;
+      let o: T;
+      try {
+        o = JSON.parse(line) as T;
+      } catch {
+        continue; // not ours
+      }
+      onObject(o);
+    }
+  });
+}
+
+/**
  * Starts the prober (scripts/prober.ts) in the client namespace against `opts.url` with the
  * lab CA. `done` resolves with the prober's summary plus every result when it ends on its own
  * bounds; `stop()` ends it early (SIGTERM) and resolves the same way. A prober that ends
@@ -1052,21 +1075,9 @@ export function runProber(lab: Lab, opts: RunProberOptions): ProberRun {
   );
   const results: ProbeResult[] = [];
   let summary: Summary | undefined;
-  let partial = '';
-  proc.child.stdout?.on('data', (buf: Buffer) => {
-    partial += buf.toString('utf8');
-    const lines = partial.split('\n');
-    partial = lines.pop() ?? '';
-    for (const line of lines) {
-      if (!line.startsWith('{')) continue;
-      try {
-        const o = JSON.parse(line) as ProbeResult | Summary;
-        if ('summary' in o) summary = o;
-        else results.push(o);
-      } catch {
-        // not ours
-      }
-    }
+  onJsonLines<ProbeResult | Summary>(proc, (o) => {
+    if ('summary' in o) summary = o;
+    else results.push(o);
   });
   const watchdog = setTimeout(() => proc.kill('SIGKILL'), durationMs + timeoutMs + 15_000);
   const done = proc.exited.then((code) => {

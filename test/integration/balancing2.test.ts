@@ -13,7 +13,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, packageRoot, probeOnce, runProber, type LabNode, type LabProcess } from '../../scripts/lab.js';
+import { Lab, onJsonLines, packageRoot, probeOnce, runProber, type LabNode, type LabProcess } from '../../scripts/lab.js';
 import { agentConfig, cliPath, restoreNodes, scriptPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
 import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../scripts/longconn.js';
 import type { StatusDocument } from '../../src/observe/status.js';
@@ -153,18 +153,10 @@ describe.skipIf(!root)('load balancing on the lab, established connections and p
     const results: LongconnResult[] = [];
     const events: LongconnEvent[] = [];
     let summary: LongconnSummary | null = null;
-    let partial = '';
-    proc.child.stdout?.on('data', (buf: Buffer) => {
-      partial += buf.toString('utf8');
-      const lines = partial.split('\n');
-      partial = lines.pop() ?? '';
-      for (const line of lines) {
-        if (!line.startsWith('{')) continue;
-        const x = JSON.parse(line) as LongconnResult | LongconnEvent | LongconnSummary;
-        if ('summary' in x) summary = x;
-        else if ('event' in x) events.push(x);
-        else results.push(x);
-      }
+    onJsonLines<LongconnResult | LongconnEvent | LongconnSummary>(proc, (x) => {
+      if ('summary' in x) summary = x;
+      else if ('event' in x) events.push(x);
+      else results.push(x);
     });
     return {
       process: proc,
