@@ -496,6 +496,17 @@ function durationMs(input: unknown, rule: DurationRule): number | string {
 }
 
 /**
+ * `fail(message)` for a transform: records a custom issue on `input` and returns z.NEVER, so a
+ * field's checks read `return fail("must be …")`.
+ */
+function rejecter(ctx: z.RefinementCtx, input: unknown): (message: string) => never {
+  return (message) => {
+    ctx.addIssue({ code: 'custom', message, input });
+    return z.NEVER as never;
+  };
+}
+
+/**
  * A duration setting: a string such as "100ms" or "1s" (or 0), parsed to integer ms.
  * A bare YAML number other than 0 is refused: "interval: 1" means 1 s to keepalived users
  * and 1 ms to others, and guessing wrong changes failover timing by a factor of 1000.
@@ -682,10 +693,7 @@ function listenField() {
   return z
     .unknown()
     .transform((input, ctx): ListenAddress => {
-      const fail = (message: string): never => {
-        ctx.addIssue({ code: 'custom', message, input });
-        return z.NEVER;
-      };
+      const fail = rejecter(ctx, input);
       if (input === null) {
         return fail(
           `has no value: expected host:port, ${LISTEN_RULE.example} (or delete the key to get the default, ${DEFAULTS.adminListen})`,
@@ -738,10 +746,7 @@ const localBackendField = z
   .unknown()
   .transform((input, ctx): BackendAddress | undefined => {
     if (input === undefined || input === '') return undefined;
-    const fail = (message: string): never => {
-      ctx.addIssue({ code: 'custom', message, input });
-      return z.NEVER;
-    };
+    const fail = rejecter(ctx, input);
     if (input === null) {
       return fail(`has no value: expected host:port, e.g. "127.0.0.1:6443" (or delete the key: the backend whose address is on this node)`);
     }
@@ -760,10 +765,7 @@ function fileField(example: string) {
     .unknown()
     .transform((input, ctx): string | undefined => {
       if (input === undefined || input === '') return undefined;
-      const fail = (message: string): never => {
-        ctx.addIssue({ code: 'custom', message, input });
-        return z.NEVER;
-      };
+      const fail = rejecter(ctx, input);
       if (input === null) return fail(`has no value: expected a file path such as ${show(example)} (or delete the key)`);
       if (typeof input !== 'string') return fail(`must be a file path such as ${show(example)}, got ${show(input)}`);
       if (input.includes('\0')) return fail('must not contain a NUL character');
@@ -784,10 +786,7 @@ const serverNameField = z
   .unknown()
   .transform((input, ctx): string | undefined => {
     if (input === undefined || input === '') return undefined;
-    const fail = (message: string): never => {
-      ctx.addIssue({ code: 'custom', message, input });
-      return z.NEVER;
-    };
+    const fail = rejecter(ctx, input);
     const what = 'a DNS name or IP address that the apiservers\' certificates carry, e.g. "kubernetes"';
     if (input === null) return fail(`has no value: expected ${what} (or delete the key to verify each backend's IP address)`);
     if (typeof input !== 'string') return fail(`must be ${what}, got ${show(input)}`);
@@ -803,10 +802,7 @@ const serverNameField = z
 const healthPathField = z
   .unknown()
   .transform((input, ctx): string => {
-    const fail = (message: string): never => {
-      ctx.addIssue({ code: 'custom', message, input });
-      return z.NEVER;
-    };
+    const fail = rejecter(ctx, input);
     if (input === null) {
       return fail(`has no value: expected a request path such as "/readyz" (or delete the key to get the default, ${DEFAULTS.healthPath})`);
     }
