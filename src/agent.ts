@@ -129,7 +129,7 @@ export async function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: n
 function engineError(err: unknown): BallastError {
   if (isBallastError(err)) return err;
   const e = err as EngineStartError;
-  const detail = e.syscall ? `${e.message}` : e.message;
+  const detail = e.message;
   if (e.code === 'EPERM' || e.code === 'EACCES') {
     return createError('BALLAST_E_PERMISSION', `${detail}: run as root, or with CAP_NET_RAW and CAP_NET_ADMIN`, { cause: err });
   }

@@ -13,6 +13,7 @@
 import type { BackendHealth, HealthChange } from '../health/checker.js';
 import { parseAddress } from '../health/checker.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
+import { hostPort } from '../net/address.js';
 
 /**
  * Whether a failure reason means the backend is gone (as opposed to answering "not ready").
@@ -135,7 +136,7 @@ export class LoadBalancer {
       this.st.applies++;
       this.st.lastApplyMs = r.durationMs;
       this.st.lastError = null;
-      const now = d.backends.map((b) => (b.address.includes(':') ? `[${b.address}]:${b.port}` : `${b.address}:${b.port}`));
+      const now = d.backends.map((b) => hostPort(b.address, b.port));
       if (r.changed) this.deps.log.info({ backends: now, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
       this.st.backends = now;
     } catch (err) {
@@ -147,7 +148,7 @@ export class LoadBalancer {
     // only after the ruleset without them is in place: a reset client's next packet must not be DNATed back
     for (const [address, reason] of this.toFlush) {
       this.toFlush.delete(address);
-      if (d.backends.some((b) => address === (b.address.includes(':') ? `[${b.address}]:${b.port}` : `${b.address}:${b.port}`))) continue;
+      if (d.backends.some((b) => address === hostPort(b.address, b.port))) continue;
       const t = parseAddress(address);
       let n = 0;
       for (const vip of this.o.vips) {

@@ -43,7 +43,7 @@
  * - Weights (`Backend.weight`) are ignored for now: every backend gets one slot of the vmap.
  *   (They could become interval keys: `numgen random mod W vmap { 0-2 : goto a, 3 : goto b }`.)
  */
-import { addressFamily, canonicalAddress, compareAddresses } from '../net/address.js';
+import { addressFamily, canonicalAddress, compareAddresses, hostPort } from '../net/address.js';
 
 /** One apiserver to balance to. */
 export interface Backend {
@@ -102,8 +102,7 @@ export function nftFamily(family: 4 | 6): 'ip' | 'ip6' {
  * @throws TypeError when `address` is not an IP address.
  */
 export function backendKey(b: Pick<Backend, 'address' | 'port'>): string {
-  const a = canonicalAddress(b.address);
-  return addressFamily(a) === 6 ? `[${a}]:${b.port}` : `${a}:${b.port}`;
+  return hostPort(b.address, b.port);
 }
 
 /**

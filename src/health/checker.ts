@@ -15,7 +15,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
-import { canonicalAddress } from '../net/address.js';
+import { canonicalAddress, hostPort } from '../net/address.js';
 import {
   checkHysteresisOptions,
   initialHealth,
@@ -115,7 +115,7 @@ export interface HealthCheckerEvents {
 
 /** `host:port` of a backend, IPv6 in brackets. */
 export function formatAddress(backend: CheckerBackend): string {
-  return backend.host.includes(':') ? `[${backend.host}]:${backend.port}` : `${backend.host}:${backend.port}`;
+  return hostPort(backend.host, backend.port);
 }
 
 /**

@@ -16,7 +16,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { canonicalAddress } from '../net/address.js';
+import { canonicalAddress, hostPort } from '../net/address.js';
 
 /** One conntrack event line, parsed (only what passive detection needs). */
 export interface FlowEvent {
@@ -68,12 +68,6 @@ export interface PassiveVerdict {
   reason: string;
 }
 
-/** host:port text with IPv6 in brackets. */
-export function backendKey(address: string, port: number): string {
-  const a = canonicalAddress(address);
-  return a.includes(':') ? `[${a}]:${port}` : `${a}:${port}`;
-}
-
 /**
  * Follows connections to the VIPs' port and judges backends (pure: times are monotonic ms
  * passed in). Flows that were not DNATed (reply source = original destination: a local socket)
@@ -96,7 +90,7 @@ export class FlowTracker {
   onEvent(e: FlowEvent, now: number): PassiveVerdict[] {
     if (e.origDport !== this.port || !this.vips.has(canonicalAddress(e.origDst))) return [];
     if (canonicalAddress(e.replySrc) === canonicalAddress(e.origDst)) return [];
-    const backend = backendKey(e.replySrc, e.replySport);
+    const backend = hostPort(e.replySrc, e.replySport);
     if (e.type === 'NEW') {
       if (e.state === 'SYN_SENT') this.pending.set(e.id, { backend, since: now });
       return [];

@@ -85,3 +85,13 @@ export function compareAddresses(a: string, b: string): number {
   if (x.length !== y.length) throw new RangeError(`cannot compare ${a} with ${b}: different address families`);
   return Buffer.compare(x, y);
 }
+
+/**
+ * `host:port` text of an endpoint, the host in canonical form and IPv6 in brackets
+ * (`10.0.0.11:6443`, `[fd00::11]:6443`): how backends are named in config, status and metrics.
+ * @throws TypeError when `address` is not an IP address.
+ */
+export function hostPort(address: string, port: number): string {
+  const a = canonicalAddress(address);
+  return a.includes(':') ? `[${a}]:${port}` : `${a}:${port}`;
+}

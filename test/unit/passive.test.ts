@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { FlowTracker, backendKey, parseConntrackLine, type FlowEvent } from '../../src/health/passive.js';
+import { FlowTracker, parseConntrackLine, type FlowEvent } from '../../src/health/passive.js';
+import { hostPort } from '../../src/net/address.js';
 
 // real lines from `conntrack -E -p tcp -o timestamp,id` (conntrack-tools 1.4.7), a DNAT to a closed and an open port
 const refusedNew = '[1795986894.449245]\t    [NEW] tcp      6 120 SYN_SENT src=10.9.9.1 dst=10.9.9.9 sport=42394 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=42394 id=2624420075';
@@ -64,7 +65,7 @@ describe('FlowTracker', () => {
     expect(t().onEvent(ev(okEst), 0)).toEqual([]);
   });
   it('names IPv6 backends in brackets', () => {
-    expect(backendKey('FD00::12', 6443)).toBe('[fd00::12]:6443');
-    expect(backendKey('10.0.0.1', 6443)).toBe('10.0.0.1:6443');
+    expect(hostPort('FD00::12', 6443)).toBe('[fd00::12]:6443');
+    expect(hostPort('10.0.0.1', 6443)).toBe('10.0.0.1:6443');
   });
 });
