@@ -25,6 +25,24 @@ import { LoadBalancer, type DataplaneStatus } from './dataplane/controller.js';
 import { NftablesApplier } from './dataplane/apply.js';
 import { flushBackend } from './dataplane/conntrack.js';
 import { Policy } from './policy.js';
+import { describeReadError, parseAuthKey } from './config/files.js';
+
+/**
+ * The shared key of vrrp.auth.keyFile, read at start (loadConfig checked it already; this is the
+ * read that counts, in case the file changed since).
+ * @throws BallastError BALLAST_E_CONFIG_READ when it cannot be read or is no key.
+ */
+function readAuthKey(path: string): Buffer {
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(path);
+  } catch (err) {
+    throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: cannot read ${path}: ${describeReadError(err)}`, { cause: err });
+  }
+  const key = parseAuthKey(bytes);
+  if (typeof key === 'string') throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: ${path} ${key}`);
+  return key;
+}
 
 /** A running agent. */
 export interface Agent {
@@ -148,6 +166,8 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
   if (missing.length > 0) {
     throw createError('BALLAST_E_PERMISSION', `this process lacks ${missing.join(' and ')}: run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN`);
   }
+  // before anything is opened: a key that went missing since validation changes nothing
+  const authKey = config.vrrp.auth ? readAuthKey(config.vrrp.auth.keyFile) : null;
   const { iface, primary } = await resolveInterface(config);
   const lock = await acquireInstanceLock(iface.ifname, config.family, config.vrrp.vrid);
   const v = config.vrrp;
@@ -197,7 +217,9 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     preempt: v.preempt,
     preemptDelayMs: v.preemptDelayMs,
     checksum: v.checksum,
+    unicast: v.unicast,
     peers: [...v.peers],
+    authKey,
     vips: [...config.vips],
     family: config.family,
     ifname: iface.ifname,
@@ -252,7 +274,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
   };
 
   log.info(
-    { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.peers.length ? 'unicast' : 'multicast', admin: `${config.admin.listen.host}:${config.admin.listen.port}` },
+    { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, admin: `${config.admin.listen.host}:${config.admin.listen.port}` },
     'starting',
   );
   try {

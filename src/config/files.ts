@@ -1,6 +1,6 @@
 /**
- * The files a configuration names (apiserver.health.caFile, clientCertFile, clientKeyFile,
- * tokenFile): do they exist, and do they hold what they should? Checked by loadConfig and
+ * The files a configuration names (vrrp.auth.keyFile, apiserver.health.caFile, clientCertFile,
+ * clientKeyFile, tokenFile): do they exist, and do they hold what they should? Checked by loadConfig and
  * `ballast validate` through an injected reader, so validateConfig itself stays pure and tests
  * can hand it a fake file system.
  *
@@ -9,6 +9,7 @@
  */
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { AUTH_KEY_MIN_LENGTH } from '../vrrp/auth.js';
 
 /** Reads files for the checks: the host's file system, or a fake in tests. */
 export interface ConfigFiles {
@@ -69,6 +70,19 @@ export function parsePemCertificates(text: string): X509Certificate[] | string {
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * The shared key of `vrrp.auth.keyFile`: the file's bytes with trailing whitespace (the newline
+ * an editor or `echo` adds) removed, at least {@link AUTH_KEY_MIN_LENGTH} bytes.
+ * @returns the key, or why the file cannot be one (text after the path in a message).
+ */
+export function parseAuthKey(bytes: Buffer): Buffer | string {
+  let end = bytes.length;
+  while (end > 0 && (bytes[end - 1] === 0x0a || bytes[end - 1] === 0x0d || bytes[end - 1] === 0x20 || bytes[end - 1] === 0x09)) end--;
+  if (end === 0) return 'is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)';
+  if (end < AUTH_KEY_MIN_LENGTH) return `holds a ${end}-byte key; at least ${AUTH_KEY_MIN_LENGTH} bytes are needed (e.g. \`openssl rand -base64 32\`)`;
+  return Buffer.from(bytes.subarray(0, end));
+}
+
 /** A setting that names a file, when it is well formed. */
 const filePath = (v: unknown): string | undefined =>
   typeof v === 'string' && v.startsWith('/') && !v.includes('\0') ? v : undefined;
@@ -83,20 +97,30 @@ const filePath = (v: unknown): string | undefined =>
  * @returns one issue per bad file, each naming its setting; empty when all is well.
  */
 export function fileIssues(raw: unknown, files: ConfigFiles): FileIssue[] {
-  if (!isRecord(raw) || !isRecord(raw.apiserver) || !isRecord(raw.apiserver.health)) return [];
-  const health = raw.apiserver.health;
+  if (!isRecord(raw)) return [];
   const out: FileIssue[] = [];
-  const at = (key: string): (string | number)[] => ['apiserver', 'health', key];
-  const read = (key: string): { path: string; bytes: Buffer } | undefined => {
-    const path = filePath(health[key]);
+  const readAt = (section: unknown, where: string[], key: string): { path: string; bytes: Buffer } | undefined => {
+    const path = isRecord(section) ? filePath(section[key]) : undefined;
     if (path === undefined) return undefined;
     try {
       return { path, bytes: files.readFile(path) };
     } catch (err) {
-      out.push({ path: at(key), message: `cannot read ${path}: ${describeReadError(err)}` });
+      out.push({ path: [...where, key], message: `cannot read ${path}: ${describeReadError(err)}` });
       return undefined;
     }
   };
+
+  const auth = isRecord(raw.vrrp) ? raw.vrrp.auth : undefined;
+  const keyFile = readAt(auth, ['vrrp', 'auth'], 'keyFile');
+  if (keyFile !== undefined) {
+    const key = parseAuthKey(keyFile.bytes);
+    if (typeof key === 'string') out.push({ path: ['vrrp', 'auth', 'keyFile'], message: `${keyFile.path} ${key}` });
+  }
+
+  if (!isRecord(raw.apiserver) || !isRecord(raw.apiserver.health)) return out;
+  const health = raw.apiserver.health;
+  const at = (key: string): (string | number)[] => ['apiserver', 'health', key];
+  const read = (key: string) => readAt(health, ['apiserver', 'health'], key);
 
   const ca = read('caFile');
   if (ca !== undefined) {

@@ -46,10 +46,17 @@ export interface VrrpConfig {
   readonly preempt: boolean;
   /** How long a higher-priority Backup waits before preempting, in milliseconds: 0..3600000. */
   readonly preemptDelayMs: number;
-  /** Unicast peers (canonical text, same family as the VIPs); empty = multicast. */
+  /**
+   * Unicast mode: `vrrp.peers` was given (or `singleNode`). Adverts go to the peers only and
+   * adverts from anyone else are dropped. False = multicast (224.0.0.18 / ff02::12).
+   */
+  readonly unicast: boolean;
+  /** Unicast peers (canonical text, same family as the VIPs); empty in multicast mode and for a single node. */
   readonly peers: readonly string[];
   /** Checksum rule for adverts. */
   readonly checksum: ChecksumMode;
+  /** Authenticated adverts (docs/auth.md): the shared key's file, or null (off, the default). */
+  readonly auth: { readonly keyFile: string } | null;
 }
 
 /** The `announce` section (gratuitous ARP / unsolicited NA on becoming Active), normalized. */
@@ -825,6 +832,11 @@ function section<T extends z.ZodType>(schema: T) {
   return z.preprocess((v) => v ?? {}, schema);
 }
 
+/** `vrrp.auth`; an absent or empty keyFile is reported by {@link authIssues}. */
+const authShape = {
+  keyFile: fileField('/etc/ballast/vrrp.key'),
+};
+
 const vrrpShape = {
   vrid: intField(1, 255, {
     required: 'the Virtual Router ID, an integer from 1 to 255, the same on every node of the group',
@@ -858,12 +870,16 @@ const vrrpShape = {
     label: 'vrrp.peers',
     min: 0,
     max: Number.MAX_SAFE_INTEGER,
-    what: 'a list of IP addresses (empty for multicast)',
-    default: '[] (multicast)',
-  }).prefault([]),
+    what: 'a list of IP addresses (leave it out for multicast)',
+    default: 'absent (multicast)',
+  }).optional(),
+  singleNode: z
+    .boolean({ error: expect('true or false', { default: 'false', hint: yesNoHint }) })
+    .default(false),
   checksum: z
     .enum(['rfc5798', 'rfc9568'], { error: expect('"rfc5798" or "rfc9568"', { default: DEFAULTS.checksum }) })
     .default(DEFAULTS.checksum),
+  auth: z.strictObject(authShape, { error: mappingError }).optional(),
 };
 
 const announceShape = {
@@ -979,6 +995,7 @@ const rootShape = {
 const SECTION_KEYS: Readonly<Record<string, readonly string[]>> = {
   '': Object.keys(rootShape),
   vrrp: Object.keys(vrrpShape),
+  'vrrp.auth': Object.keys(authShape),
   announce: Object.keys(announceShape),
   apiserver: Object.keys(apiserverShape),
   'apiserver.health': Object.keys(healthShape),
@@ -1047,8 +1064,10 @@ export const configSchema = z.strictObject(rootShape, { error: rootError }).tran
       advertisementIntervalCs: c.vrrp.advertisementInterval / 10,
       preempt: c.vrrp.preempt,
       preemptDelayMs: c.vrrp.preemptDelay,
-      peers: c.vrrp.peers.addresses,
+      unicast: c.vrrp.peers !== undefined || c.vrrp.singleNode,
+      peers: c.vrrp.peers?.addresses ?? [],
       checksum: c.vrrp.checksum,
+      auth: c.vrrp.auth?.keyFile === undefined ? null : { keyFile: c.vrrp.auth.keyFile },
     },
     vips: c.vips.addresses,
     vipLifetimeMs: c.vipLifetime,
@@ -1204,7 +1223,37 @@ function healthIssues(raw: Record<string, unknown>): RawIssue[] {
 function crossSectionIssues(raw: unknown): RawIssue[] {
   if (!isRecord(raw)) return [];
   const vips = rawVips(raw);
-  return [...(vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips)]), ...healthIssues(raw)];
+  return [...unicastIssues(raw), ...authIssues(raw), ...(vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips)]), ...healthIssues(raw)];
+}
+
+/** `vrrp.auth` without a key file (a required setting inside an optional section). */
+function authIssues(raw: Record<string, unknown>): RawIssue[] {
+  if (!isRecord(raw.vrrp) || !isRecord(raw.vrrp.auth)) return [];
+  const k = raw.vrrp.auth.keyFile;
+  if (k !== undefined && k !== '') return [];
+  return [{ path: ['vrrp', 'auth', 'keyFile'], message: 'is required: the file holding the shared key (or remove vrrp.auth to turn authentication off)' }];
+}
+
+/**
+ * Unicast with nobody to send to: `peers: []` would hold the VIP alone without saying so, so it
+ * must be asked for with `singleNode: true`; and a single node has no peers.
+ */
+function unicastIssues(raw: Record<string, unknown>): RawIssue[] {
+  if (!isRecord(raw.vrrp)) return [];
+  const { peers, singleNode } = raw.vrrp;
+  if (Array.isArray(peers) && peers.length === 0 && singleNode !== true) {
+    return [
+      {
+        path: ['vrrp', 'peers'],
+        message:
+          'is empty: unicast with no peers sends adverts to nobody and this node holds the VIP alone; list the other nodes, remove vrrp.peers for multicast, or set vrrp.singleNode: true if this group really has one node',
+      },
+    ];
+  }
+  if (singleNode === true && Array.isArray(peers) && peers.length > 0) {
+    return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers lists ${peers.length} address${peers.length === 1 ? '' : 'es'}: a single node has no peers; remove one of the two` }];
+  }
+  return [];
 }
 
 // ---------------------------------------------------------------------------------------------

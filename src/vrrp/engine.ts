@@ -17,6 +17,13 @@ import { PacketSocket, VrrpSocket, type ReceivedPacket } from '../native.js';
 import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
 import { bytesToAddress, canonicalAddress, type AddressFamily } from '../net/address.js';
+import { AdvertAuth, type AuthDropReason } from './auth.js';
+
+const AUTH_DROP_TEXT: Record<AuthDropReason, string> = {
+  authMissing: 'an advert without an authentication trailer was dropped (auth is on here: is the sender a keepalived, or a ballast without vrrp.auth?)',
+  authFailed: 'an advert with a wrong HMAC was dropped (a different vrrp.auth key, or a forged packet)',
+  replayed: 'an advert with an old sequence number was dropped as a replay (if that node restarted with its clock set back, restart this agent too)',
+};
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -29,8 +36,18 @@ export interface EngineOptions {
   /** ms. */
   preemptDelayMs: number;
   checksum: 'rfc5798' | 'rfc9568';
-  /** Unicast peers; empty = multicast to 224.0.0.18 / ff02::12. */
+  /**
+   * Unicast: adverts go to `peers` only, and adverts from any other source are dropped
+   * (`notPeer`); an empty list is a single node that sends to nobody. Otherwise multicast to
+   * 224.0.0.18 / ff02::12 and `peers` is empty.
+   */
+  unicast: boolean;
   peers: string[];
+  /**
+   * Shared key of authenticated adverts (docs/auth.md), or null for plain RFC 9568 adverts.
+   * With a key, adverts without a valid trailer are dropped (`authMissing`, `authFailed`, `replayed`).
+   */
+  authKey: Uint8Array | null;
   vips: string[];
   family: AddressFamily;
   ifname: string;
@@ -110,6 +127,7 @@ export class VrrpEngine {
   private vipQueue: Promise<void> = Promise.resolve();
   private vipsHeld = false;
   private stopped = false;
+  private readonly auth: AdvertAuth | null;
   private readonly counters: EngineCounters = {
     advertsSent: 0,
     advertsReceived: 0,
@@ -132,6 +150,7 @@ export class VrrpEngine {
       preemptDelayMs: opts.preemptDelayMs,
       primaryAddress: opts.primaryAddress,
     });
+    this.auth = opts.authKey ? new AdvertAuth(opts.authKey, opts.family) : null;
   }
 
   /**
@@ -167,7 +186,7 @@ export class VrrpEngine {
       (p) => this.onPacket(p),
       (err) => this.log('error', 'VRRP socket error', { code: err.code, syscall: err.syscall, error: err.message }),
     );
-    if (o.peers.length === 0) this.socket.joinGroup();
+    if (!o.unicast) this.socket.joinGroup();
     this.watchNetlink();
     if (o.preemptHoldAtStart) this.feed({ type: 'preemptHold', now: performance.now(), hold: true });
     if (!o.linkRunning) this.feed({ type: 'linkDown', now: performance.now() });
@@ -254,14 +273,14 @@ export class VrrpEngine {
 
   private sendAdvert(priority: number): void {
     const o = this.opts;
-    const dests = o.peers.length > 0 ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+    const dests = o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
     for (const destination of dests) {
       try {
         const pkt = encodeAdvertisement(
           { vrid: o.vrid, priority, maxAdvertIntervalCs: o.advertisementIntervalCs, addresses: o.vips },
           { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination },
         );
-        this.socket?.send(pkt, destination);
+        this.socket?.send(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
         this.counters.advertsSent++;
       } catch (err) {
         this.counters.sendErrors++;
@@ -390,10 +409,20 @@ export class VrrpEngine {
   private onPacket(p: ReceivedPacket): void {
     const o = this.opts;
     if (p.source === o.primaryAddress) return this.drop('own');
-    if (o.peers.length > 0 && !o.peers.includes(p.source)) return this.drop('notPeer');
+    if (o.unicast && !o.peers.includes(p.source)) return this.drop('notPeer');
+    let payload = p.payload;
+    if (this.auth) {
+      const a = this.auth.verify(payload, p.source, p.destination);
+      if (!a.ok) {
+        this.drop(a.reason);
+        this.warnOnce(`${a.reason}:${p.source}`, AUTH_DROP_TEXT[a.reason], { source: p.source });
+        return;
+      }
+      payload = a.message;
+    }
     const multicast = p.destination === VRRP_MULTICAST_V4 || p.destination === VRRP_MULTICAST_V6;
     const r = decodeAdvertisement(
-      p.payload,
+      payload,
       { family: o.family, source: p.source, destination: p.destination, ttl: p.ttl, checkTtl: multicast },
       o.vrid,
     );
@@ -425,7 +454,7 @@ export class VrrpEngine {
     }
   }
 
-  private drop(reason: DropReason | 'own' | 'notPeer'): void {
+  private drop(reason: DropReason | AuthDropReason | 'own' | 'notPeer'): void {
     this.counters.dropped[reason] = (this.counters.dropped[reason] ?? 0) + 1;
   }
 

@@ -10,6 +10,7 @@ import {
   ConfigError,
   formatDuration,
   loadConfig,
+  parseAuthKey,
   parseConfig,
   parseDuration,
   validateConfig,
@@ -102,8 +103,10 @@ describe('parseConfig: valid files', () => {
         advertisementIntervalCs: 100,
         preempt: true,
         preemptDelayMs: 0,
+        unicast: false,
         peers: [],
         checksum: 'rfc5798',
+        auth: null,
       },
       vips: ['10.0.0.100'],
       vipLifetimeMs: 5000,
@@ -150,8 +153,14 @@ describe('parseConfig: valid files', () => {
       policy: { unhealthyPriorityWeight: 50 },
     });
     expect(files.read).toStrictEqual(['/etc/kubernetes/pki/ca.crt']);
-    const doc = parseDocument(readFileSync(path, 'utf8'));
-    for (const field of CONFIG_FIELDS) expect(doc.hasIn(field.split('.')), field).toBe(true);
+    const text = readFileSync(path, 'utf8');
+    const doc = parseDocument(text);
+    // settings that switch a mode on are shown commented out, with an example value
+    const commented = ['vrrp.peers', 'vrrp.singleNode', 'vrrp.auth.keyFile'];
+    for (const field of CONFIG_FIELDS) {
+      if (commented.includes(field)) expect(text, field).toMatch(new RegExp(`^\\s*#\\s*${field.split('.').pop()!}: \\S`, 'm'));
+      else expect(doc.hasIn(field.split('.')), field).toBe(true);
+    }
   });
 
   it('documents every field in docs/config.md', () => {
@@ -251,6 +260,36 @@ describe('parseConfig: valid files', () => {
     expect(() => {
       (c.admin.listen as { port: number }).port = 1;
     }).toThrow(TypeError);
+  });
+
+  it('unicast: peers given → unicast with them; peers absent → multicast; singleNode → unicast to nobody', () => {
+    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2'] } })).vrrp).toMatchObject({ unicast: true, peers: ['10.0.0.2'] });
+    expect(parseConfig(MINIMAL).vrrp).toMatchObject({ unicast: false, peers: [] });
+    expect(parseConfig(yamlWith({ vrrp: { singleNode: true } })).vrrp).toMatchObject({ unicast: true, peers: [] });
+    expect(parseConfig(yamlWith({ vrrp: { singleNode: true, peers: [] } })).vrrp).toMatchObject({ unicast: true, peers: [] });
+  });
+
+  it('unicast: an empty peer list is an error unless singleNode; singleNode with peers is an error', () => {
+    expect(issuesOf(yamlWith({ vrrp: { peers: [] } })).map((i) => [i.path, i.message])).toStrictEqual([
+      [
+        'vrrp.peers',
+        'is empty: unicast with no peers sends adverts to nobody and this node holds the VIP alone; list the other nodes, remove vrrp.peers for multicast, or set vrrp.singleNode: true if this group really has one node',
+      ],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { singleNode: true, peers: ['10.0.0.2', '10.0.0.3'] } })).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.singleNode', 'is true but vrrp.peers lists 2 addresses: a single node has no peers; remove one of the two'],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { singleNode: 'yes' } }))[0]?.path).toBe('vrrp.singleNode');
+  });
+
+  it('auth: keyFile is required in vrrp.auth, absolute, and gives { keyFile }; absent = null', () => {
+    expect(parseConfig(yamlWith({ vrrp: { auth: { keyFile: '/etc/ballast/vrrp.key' } } })).vrrp.auth).toStrictEqual({ keyFile: '/etc/ballast/vrrp.key' });
+    expect(parseConfig(MINIMAL).vrrp.auth).toBeNull();
+    expect(issuesOf(yamlWith({ vrrp: { auth: {} } })).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.auth.keyFile', 'is required: the file holding the shared key (or remove vrrp.auth to turn authentication off)'],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { auth: { keyFile: 'vrrp.key' } } }))[0]?.path).toBe('vrrp.auth.keyFile');
+    expect(issuesOf(yamlWith({ vrrp: { auth: { key: 'x' } } }))[0]?.path).toMatch(/^vrrp\.auth/);
   });
 
   it('validateConfig takes an object, and does not modify it', () => {
@@ -676,6 +715,21 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       'dataplane.vip',
       'policy.unhealthyPriorityWeight',
     ]);
+  });
+});
+
+describe('vrrp.auth.keyFile contents', () => {
+  const auth = (keyFile: string): Plain => ({ vrrp: { auth: { keyFile } } });
+  it('accepts 16 bytes or more, with the trailing newline removed', () => {
+    expect(validateIssues(auth('/k'), { '/k': '0123456789abcdef\n' })).toStrictEqual([]);
+    expect(parseAuthKey(Buffer.from('0123456789abcdef \r\n\t'))).toStrictEqual(Buffer.from('0123456789abcdef'));
+  });
+  it('refuses a short, empty or unreadable file, naming the setting and the path', () => {
+    expect(validateIssues(auth('/k'), { '/k': '0123456789abcde\n' }).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.auth.keyFile', '/k holds a 15-byte key; at least 16 bytes are needed (e.g. `openssl rand -base64 32`)'],
+    ]);
+    expect(validateIssues(auth('/k'), { '/k': '\n\n' })[0]?.message).toBe('/k is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)');
+    expect(validateIssues(auth('/missing'), {})[0]?.message).toBe('cannot read /missing: no such file (ENOENT)');
   });
 });
 
