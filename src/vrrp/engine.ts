@@ -16,7 +16,7 @@ import { VrrpMachine, type MachineAction, type MachineEvent, type VrrpState } fr
 import { PacketSocket, VrrpSocket, type ReceivedPacket } from '../native.js';
 import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
-import { bytesToAddress, canonicalAddress, type AddressFamily } from '../net/address.js';
+import { bytesToAddress, canonicalAddress, compareAddresses, type AddressFamily } from '../net/address.js';
 import { AdvertAuth, type AuthDropReason } from './auth.js';
 
 const AUTH_DROP_TEXT: Record<AuthDropReason, string> = {
@@ -444,10 +444,12 @@ export class VrrpEngine {
     }
     const now = performance.now();
     this.feed({ type: 'advert', now, priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
-    // a master hearing a lower priority: a partition healed and the other side may have
-    // announced itself; claim the VIP's MAC again (at most once a second)
+    // a master hearing a router it beats (lower priority, or equal with a lower address): a
+    // partition healed and the other side may have announced itself; claim the VIP's MAC again
+    // (at most once a second). The loser's last advert as Active makes sure we hear it.
     const s = this.machine.snapshot();
-    if (s.state === 'active' && this.vipsHeld && r.advert.priority > 0 && r.advert.priority < s.effectivePriority && now - this.lastHealAnnounce >= 1000) {
+    const beaten = r.advert.priority < s.effectivePriority || (r.advert.priority === s.effectivePriority && compareAddresses(p.source, o.primaryAddress) < 0);
+    if (s.state === 'active' && this.vipsHeld && r.advert.priority > 0 && beaten && now - this.lastHealAnnounce >= 1000) {
       this.lastHealAnnounce = now;
       this.log('info', 'heard a lower-priority master: announcing the VIPs again', { source: p.source, priority: r.advert.priority });
       this.enqueue(() => this.announce());

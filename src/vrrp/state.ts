@@ -298,7 +298,13 @@ export class VrrpMachine {
       const higher = ev.priority > this.effective;
       const tie = ev.priority === this.effective && compareAddresses(ev.source, this.cfg.primaryAddress) > 0;
       if (higher || tie) {
-        // §6.4.3: yield to the sender
+        // §6.4.3: yield to the sender. Not in the RFC: our last act as Active is one advert at our
+        // own priority. Two Active routers after a healed partition: if the winner's advert
+        // reached us first, the winner has never heard us and does not know that clients may
+        // still hold our MAC for the VIP; this advert tells it (it answers a lower priority with
+        // an advert and, in the engine, a fresh gratuitous ARP / NA burst — keepalived's
+        // garp_lower_prio_repeat does the same). Backups treat it as any advert from an Active.
+        out.push({ type: 'send', priority: this.effective });
         this.adverTimer = null;
         this.masterAdverIntervalCs = ev.maxAdvertIntervalCs;
         this.masterAddress = ev.source;

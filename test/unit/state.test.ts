@@ -253,10 +253,11 @@ describe('Active (§6.4.3)', () => {
     expect(m.nextDeadline()).toBe(due + 100);
   });
 
-  it('a higher-priority advert: stop advertising, adopt its interval, go Backup', () => {
+  it('a higher-priority advert: one last advert at our priority (the winner learns of us), adopt its interval, go Backup', () => {
     const m = inState('active');
     const out = m.handle({ type: 'advert', now: 1050, priority: 150, maxAdvertIntervalCs: 30, source: '10.0.0.11' });
     expect(out).toEqual([
+      { type: 'send', priority: 100 },
       { type: 'transition', from: 'active', to: 'backup', reason: 'higherPriority', detail: '10.0.0.11 priority 150' },
     ]);
     expect(m.snapshot().masterAdverIntervalCs).toBe(30);
@@ -266,6 +267,7 @@ describe('Active (§6.4.3)', () => {
   it('equal priority: the greater primary address wins (tie-break)', () => {
     const loses = inState('active', { primaryAddress: '10.0.0.12' });
     expect(loses.handle({ type: 'advert', now: 1050, priority: 100, maxAdvertIntervalCs: 10, source: '10.0.0.13' })).toEqual([
+      { type: 'send', priority: 100 },
       { type: 'transition', from: 'active', to: 'backup', reason: 'addressTieBreak', detail: '10.0.0.13 priority 100' },
     ]);
     const wins = inState('active', { primaryAddress: '10.0.0.12' });
