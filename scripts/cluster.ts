@@ -19,6 +19,7 @@ export interface AgentSettings {
   preempt?: boolean;
   preemptDelay?: string;
   checksum?: 'rfc5798' | 'rfc9568';
+  /** Unicast peers; absent = multicast. */
   peers?: string[];
   /** IPv4 (default) or IPv6 VIP. */
   family?: 4 | 6;
@@ -28,22 +29,29 @@ export interface AgentSettings {
    */
   balance?: boolean;
   healthInterval?: string;
+  /** Authenticated adverts: vrrp.auth.keyFile. */
+  authKeyFile?: string;
+  /** Omit `interface` (the agent picks the interface whose subnet holds the VIP). */
+  noInterface?: boolean;
   /** Extra top-level keys merged into the YAML. */
   extra?: Record<string, unknown>;
+  /** Environment of the agent process, merged over the test's (e.g. LD_PRELOAD, NODE_OPTIONS). */
+  env?: Record<string, string>;
 }
 
 /** The YAML config for `node` (pure). */
 export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
   const doc: Record<string, unknown> = {
-    interface: node.ifname,
+    ...(s.noInterface ? {} : { interface: node.ifname }),
     vrrp: {
       vrid: s.vrid ?? 51,
       priority: s.priority,
       advertisementInterval: s.advertisementInterval ?? '100ms',
       preempt: s.preempt ?? true,
       preemptDelay: s.preemptDelay ?? '0s',
-      peers: s.peers ?? [],
+      ...(s.peers === undefined ? {} : { peers: s.peers }),
       checksum: s.checksum ?? 'rfc5798',
+      ...(s.authKeyFile === undefined ? {} : { auth: { keyFile: s.authKeyFile } }),
     },
     vips: [s.family === 6 ? lab.vip6 : lab.vip4],
     admin: { listen: '127.0.0.1:9641' },
@@ -117,6 +125,7 @@ export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Pro
   writeFileSync(configPath, agentConfig(lab, node, s));
   const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
     logFile: join(lab.dir, `${node.name}-ballast.log`),
+    ...(s.env ? { env: s.env } : {}),
   });
   const agent = new LabAgent(lab, node, proc, configPath);
   let exited: number | null | undefined;

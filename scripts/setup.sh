@@ -19,8 +19,9 @@ fi
 # build: g++/cmake/make; libuv1-dev gives uv.h for the addon's uv_poll (the symbols come from
 # the node binary at load time, so nothing links against Debian's libuv); clang for the BPF
 # objects; iproute2 for the lab; nftables and conntrack for the data plane; openssl for the lab CA;
-# keepalived and haproxy as the interop peer and the benchmark baseline; tcpdump for wire timings in the bench.
-PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump)
+# keepalived and haproxy as the interop peer and the benchmark baseline; tcpdump for wire timings in the bench;
+# nginx with its stream module (a dynamic module in Debian) as kubespray's node-local proxy for the bench.
+PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,11 +33,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # the keepalived and haproxy packages enable their own services; the lab starts its own
+  # keep the packages' daemons from starting at all while they install (policy-rc.d(8) exit 101:
+  # "action forbidden"), unless the machine already has its own policy
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+  fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || { [ $own_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
+  if [ $own_policy = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  # the keepalived, haproxy and nginx packages enable their own services (nginx would listen on
+  # port 80 of the machine); the lab starts its own
   if command -v systemctl >/dev/null 2>&1; then
     systemctl disable --now keepalived >/dev/null 2>&1 || true
     systemctl disable --now haproxy >/dev/null 2>&1 || true
+    systemctl disable --now nginx >/dev/null 2>&1 || true
   fi
 fi
 

@@ -1,0 +1,18 @@
+/**
+ * A test hook, preloaded into an agent with NODE_OPTIONS="--import <this file, compiled>":
+ * on SIGUSR2 the main thread busy-waits for BALLAST_TEST_BLOCK_MS milliseconds (default 500),
+ * the way a long synchronous task or a GC pause would block it, then prints
+ * `{"hook":"blocked","ms":<measured>}` on stderr. The VRRP engine runs in a worker thread, so its
+ * adverts must keep their rhythm meanwhile. Never loaded by the product itself.
+ */
+import { performance } from 'node:perf_hooks';
+
+const ms = Number(process.env.BALLAST_TEST_BLOCK_MS ?? '500');
+process.on('SIGUSR2', () => {
+  const t0 = performance.now();
+  // bounded: ends after `ms`, whatever happens
+  while (performance.now() - t0 < ms) {
+    /* busy */
+  }
+  process.stderr.write(`${JSON.stringify({ hook: 'blocked', ms: Math.round(performance.now() - t0) })}\n`);
+});

@@ -1,0 +1,234 @@
+/**
+ * The networks operators really have (issue 4): partitions that heal, strangers on the VRID,
+ * wall clocks that jump, a blocked main thread, multi-homed nodes, IPv6 handover. Real agents
+ * on the lab, real packets; adverts every 100 ms, so Master_Down_Interval (RFC 9568 §6.1) is
+ * 3 × 100 ms + Skew_Time.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Lab } from '../../scripts/lab.js';
+import { blockVrrp, scriptPath, startAgent, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import { masterDownIntervalMs } from '../../src/vrrp/state.js';
+
+const root = process.getuid?.() === 0;
+const PREFIX = 'bflt';
+const SUBNET = 216;
+const INTERVAL_CS = 10;
+/** Slack for the observer: polling period, `ip` invocations, scheduling on 2 cores. */
+const MARGIN_MS = 250;
+const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
+
+describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
+  let lab: Lab;
+  let agents: LabAgent[] = [];
+
+  beforeAll(async () => {
+    await Lab.cleanupStale(PREFIX);
+    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
+  });
+  afterEach(async () => {
+    await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
+    agents = [];
+    await blockVrrp(lab, false);
+    for (const n of lab.nodes) {
+      await lab.linkUp(n);
+      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
+      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', 'eth0'], { allowFail: true });
+    }
+  });
+  afterAll(async () => {
+    await lab?.teardown();
+  });
+
+  async function start(settings: AgentSettings[]): Promise<LabAgent[]> {
+    const started = await Promise.all(settings.map((s, i) => startAgent(lab, lab.nodes[i]!, s)));
+    agents.push(...started);
+    return started;
+  }
+  const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+  const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
+  const dropped = async (a: LabAgent, reason: string): Promise<number> => (await a.status()).counters.dropped[reason] ?? 0;
+
+  /** Distinct MACs that answer ARP for `address` from the client namespace (arping: 2 requests, 1 s apart). */
+  async function arpAnswers(address: string): Promise<string[]> {
+    const r = await lab.exec(lab.client.netns, ['arping', '-c', '2', '-w', '2', '-I', 'eth0', address], { allowFail: true, timeoutMs: 4000 });
+    return [...new Set([...r.stdout.matchAll(/reply from \S+ \[([0-9A-Fa-f:]+)\]/g)].map((m) => m[1]!.toLowerCase()))];
+  }
+
+  it('a healed partition: within 1 s exactly one node answers ARP, and the client\'s neighbour entry is the final holder\'s MAC', async () => {
+    const [a1, a2] = await start([{ priority: 150 }, { priority: 100 }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    expect(await arpAnswers(lab.vip4)).toStrictEqual([lab.nodes[0]!.mac]);
+    // the client talks to the VIP, so it has a neighbour entry that announcements must move
+    expect((await lab.ping(lab.client.netns, lab.vip4)).ok).toBe(true);
+    expect(await lab.neighbor(lab.client.netns, lab.vip4)).toBe(lab.nodes[0]!.mac);
+    await blockVrrp(lab, true);
+    // the backup no longer hears the master: it takes over (two holders while the partition lasts)
+    await waitFor(() => a2!.status(), (s) => s.state === 'master', { timeoutMs: masterDownIntervalMs(100, INTERVAL_CS) + 1000, what: 'n2 to become master' });
+    await waitFor(() => lab.neighbor(lab.client.netns, lab.vip4), (m) => m === lab.nodes[1]!.mac, { timeoutMs: 2000, what: "the client's entry to follow n2's gratuitous ARP" });
+    await sleep(5000 - 500);
+    await blockVrrp(lab, false);
+    const healed = Date.now();
+    await waitForHolder(lab, lab.vip4, 'n1', 1000);
+    // the first ARP request goes out now, within 1 s of the heal
+    const asked = Date.now() - healed;
+    expect(asked).toBeLessThanOrEqual(1000);
+    const answers = await arpAnswers(lab.vip4);
+    expect(answers).toStrictEqual([lab.nodes[0]!.mac]);
+    expect(await lab.neighbor(lab.client.netns, lab.vip4)).toBe(lab.nodes[0]!.mac);
+    expect((await a2!.status()).state).toBe('backup');
+    expect(a1!.logLines().some((l) => l.msg === 'heard a lower-priority master: announcing the VIPs again')).toBe(true);
+    console.log(`partition healed: n1 alone holds the VIP and answers ARP ${asked} ms after the heal`);
+  });
+
+  it('unicast: a non-peer injecting priority-254 adverts changes nothing and is counted as notPeer', async () => {
+    const [n1, n2, n3] = lab.nodes;
+    const [a1, a2] = await start([
+      { priority: 150, peers: [n2!.ipv4] },
+      { priority: 100, peers: [n1!.ipv4] },
+    ]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    const before = [await transitions(a1!), await transitions(a2!)];
+    const r = await lab.exec(n3!.netns, [process.execPath, scriptPath('inject-vrrp.js'), '--source', n3!.ipv4, '--dest', n1!.ipv4, '--dest', n2!.ipv4, '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50']);
+    expect(JSON.parse(r.stdout)).toStrictEqual({ sent: 20 });
+    await sleep(masterDownIntervalMs(100, INTERVAL_CS));
+    expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
+    expect(await dropped(a1!, 'notPeer')).toBeGreaterThanOrEqual(20);
+    expect(await dropped(a2!, 'notPeer')).toBeGreaterThanOrEqual(20);
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
+  });
+
+  it('auth: the group elects with signed adverts; a wrong key or no trailer changes nothing (counted); the right key would', async () => {
+    const [, , n3] = lab.nodes;
+    const key = join(lab.dir, 'vrrp.key');
+    const wrong = join(lab.dir, 'wrong.key');
+    writeFileSync(key, 'a shared key for the faults lab, 32+ bytes long\n', { mode: 0o600 });
+    writeFileSync(wrong, 'another key, also long enough to be accepted\n', { mode: 0o600 });
+    const [a1, a2] = await start([{ priority: 150, authKeyFile: key }, { priority: 100, authKeyFile: key }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    expect((await a2!.status()).masterAddress).toBe(lab.nodes[0]!.ipv4);
+    const inject = (extra: string[]) =>
+      lab.exec(n3!.netns, [process.execPath, scriptPath('inject-vrrp.js'), '--source', n3!.ipv4, '--dest', '224.0.0.18', '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50', ...extra]);
+    const before = [await transitions(a1!), await transitions(a2!)];
+    await inject(['--key-file', wrong]);
+    await inject([]);
+    await sleep(masterDownIntervalMs(100, INTERVAL_CS));
+    expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
+    for (const a of [a1!, a2!]) {
+      expect(await dropped(a, 'authFailed')).toBeGreaterThanOrEqual(20);
+      expect(await dropped(a, 'authMissing')).toBeGreaterThanOrEqual(20);
+    }
+    expect(a1!.logLines().some((l) => l.source === n3!.ipv4 && /wrong HMAC/.test(String(l.msg)))).toBe(true);
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
+    // control: the same injection with the group's key is obeyed (n1 steps down to a higher priority)
+    const signed = inject(['--key-file', key, '--count', '30']);
+    await waitFor(() => a1!.status(), (s) => s.state === 'backup', { timeoutMs: 2000, what: 'n1 to yield to the signed priority-254 adverts' });
+    await signed;
+    // and after the injector falls silent, n1 is master again
+    await waitForHolder(lab, lab.vip4, 'n1', 3000);
+  });
+
+  it('the wall clock the agents see jumps +1 h and -1 h on the holder and on a backup: zero transitions', async () => {
+    const clock = [join(lab.dir, 'clock-n1'), join(lab.dir, 'clock-n2')];
+    for (const f of clock) writeFileSync(f, '+0\n');
+    const faked = (file: string): Record<string, string> => ({
+      LD_PRELOAD: LIBFAKETIME,
+      FAKETIME_TIMESTAMP_FILE: file,
+      FAKETIME_NO_CACHE: '1',
+      // a real clock step moves CLOCK_REALTIME only; CLOCK_MONOTONIC never jumps
+      FAKETIME_DONT_FAKE_MONOTONIC: '1',
+    });
+    const [a1, a2] = await start([{ priority: 150, env: faked(clock[0]!) }, { priority: 100, env: faked(clock[1]!) }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await sleep(500);
+    const before = [await transitions(a1!), await transitions(a2!)];
+    for (const step of ['+1h', '-1h']) {
+      for (const f of clock) writeFileSync(f, `${step}\n`);
+      await sleep(1500);
+      // the agents really see the step: their log timestamps moved by about an hour
+      for (const a of [a1!, a2!]) {
+        const n = a.logLines().length;
+        a.proc.kill('SIGUSR1');
+        const line = await waitFor(async () => a.logLines().slice(n).find((l) => l.msg === 'status (SIGUSR1)'), (l) => l !== undefined, { timeoutMs: 2000, what: 'the status log line' });
+        const skew = Date.parse(String(line!.time)) - Date.now();
+        expect(Math.abs(skew - (step === '+1h' ? 3_600_000 : -3_600_000))).toBeLessThan(60_000);
+      }
+    }
+    for (const f of clock) writeFileSync(f, '+0\n');
+    await sleep(1000);
+    expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
+  });
+
+  it('the holder\'s main thread blocked for 500 ms: adverts keep their rhythm (worker thread), zero transitions', async () => {
+    const hook = pathToFileURL(scriptPath('block-main-thread.js')).href;
+    const [a1, a2] = await start([{ priority: 150, env: { NODE_OPTIONS: `--import ${hook}`, BALLAST_TEST_BLOCK_MS: '500' } }, { priority: 100 }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await sleep(300);
+    const before = [await transitions(a1!), await transitions(a2!)];
+    // capture n1's adverts where the backup receives them
+    const cap = lab.spawn(lab.nodes[1]!.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', 'ip proto 112 and src host', lab.nodes[0]!.ipv4]);
+    await cap.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
+    await sleep(300);
+    const blocked = a1!.proc.waitForOutput(/"hook":"blocked","ms":(\d+)/, { timeoutMs: 5000 });
+    a1!.proc.kill('SIGUSR2');
+    const ms = Number((await blocked)[1]);
+    await sleep(500);
+    await cap.stop('SIGINT', 3000);
+    expect(ms).toBeGreaterThanOrEqual(500);
+    const times = [...cap.output().matchAll(/^(\d+\.\d+) IP /gm)].map((m) => Number(m[1]) * 1000);
+    expect(times.length).toBeGreaterThanOrEqual(10);
+    const gaps = times.slice(1).map((t, i) => t - times[i]!);
+    const maxGap = Math.max(...gaps);
+    // 100 ms adverts: a gap near 500 ms would mean the engine waited for the main thread;
+    // the backup's Master_Down_Interval (360 ms) is what must never be reached
+    expect(maxGap).toBeLessThan(100 + 60);
+    expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
+    console.log(`main thread blocked ${ms} ms: ${times.length} adverts captured, largest gap ${maxGap.toFixed(1)} ms`);
+  });
+
+  it('multi-homed node, default route on the other interface: the VIP lands on the interface of its subnet', async () => {
+    const n1 = lab.nodes[0]!;
+    const other = `10.79.${SUBNET}`;
+    await lab.exec(n1.netns, ['ip', 'link', 'add', 'eth1', 'type', 'veth', 'peer', 'name', 'eth1p']);
+    try {
+      await lab.exec(n1.netns, ['ip', 'addr', 'add', `${other}.1/24`, 'dev', 'eth1']);
+      await lab.exec(n1.netns, ['ip', 'link', 'set', 'eth1', 'up']);
+      await lab.exec(n1.netns, ['ip', 'link', 'set', 'eth1p', 'up']);
+      await lab.exec(n1.netns, ['ip', 'route', 'replace', 'default', 'via', `${other}.254`, 'dev', 'eth1', 'onlink']);
+      const route = await lab.exec(n1.netns, ['ip', 'route', 'show', 'default']);
+      expect(route.stdout).toMatch(/dev eth1/);
+      const [a1] = await start([{ priority: 150, noInterface: true }]);
+      await waitForHolder(lab, lab.vip4, 'n1');
+      expect((await a1!.status()).interface).toBe('eth0');
+      const on = async (dev: string): Promise<string> => (await lab.exec(n1.netns, ['ip', '-4', '-o', 'addr', 'show', 'dev', dev])).stdout;
+      expect(await on('eth0')).toContain(`${lab.vip4}/32`);
+      expect(await on('eth1')).not.toContain(lab.vip4);
+    } finally {
+      await lab.exec(n1.netns, ['ip', 'link', 'del', 'eth1'], { allowFail: true });
+    }
+  });
+
+  it('IPv6 handover on link loss: the new holder\'s VIP is usable within Master_Down_Interval + 250 ms and the client\'s neighbour entry follows', async () => {
+    const [, a2] = await start([{ priority: 150, family: 6 }, { priority: 100, family: 6 }]);
+    await waitForHolder(lab, lab.vip6, 'n1');
+    expect((await lab.ping(lab.client.netns, lab.vip6)).ok).toBe(true);
+    expect(await lab.neighbor(lab.client.netns, lab.vip6)).toBe(lab.nodes[0]!.mac);
+    const t0 = Date.now();
+    await lab.linkDown(lab.nodes[0]!);
+    const usable = await waitFor(
+      async () => (await lab.addresses(lab.nodes[1]!)).find((a) => a.address === lab.vip6),
+      (a) => a !== undefined && !a.tentative && !a.dadfailed,
+      { timeoutMs: 3000, intervalMs: 10, what: "n2's VIP to be usable" },
+    );
+    const took = Date.now() - t0;
+    expect(usable).toMatchObject({ prefixLen: 128, tentative: false, dadfailed: false });
+    expect(took).toBeLessThanOrEqual(masterDownIntervalMs(100, INTERVAL_CS) + MARGIN_MS);
+    // the unsolicited NA (Override) moved the client's existing entry without a new solicitation
+    await waitFor(() => lab.neighbor(lab.client.netns, lab.vip6), (m) => m === lab.nodes[1]!.mac, { timeoutMs: 1000, what: "the client's entry to follow n2's NA" });
+    expect((await a2!.status()).state).toBe('master');
+    console.log(`IPv6 handover: n2's VIP usable ${took} ms after n1's link went down`);
+  });
+});
