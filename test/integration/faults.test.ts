@@ -189,6 +189,27 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     console.log(`main thread blocked ${ms} ms: ${times.length} adverts captured, largest gap ${maxGap.toFixed(1)} ms`);
   });
 
+  it('link down → fault (VIP dropped, priority 0 would not reach anyone); link up → rejoins and preempts; the VIP never becomes the source address', async () => {
+    const [n1, n2] = lab.nodes;
+    const [a1] = await start([{ priority: 150 }, { priority: 100 }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await lab.linkDown(n1!);
+    await waitFor(() => a1!.status(), (s) => s.state === 'fault', { timeoutMs: 2000, what: 'n1 to enter fault' });
+    await waitForHolder(lab, lab.vip4, 'n2', masterDownIntervalMs(100, INTERVAL_CS) + 1000);
+    expect((await a1!.status()).vipsHeld).toBe(false);
+    await lab.linkUp(n1!);
+    await waitForHolder(lab, lab.vip4, 'n1', 3000);
+    expect((await a1!.status()).state).toBe('master');
+    expect(a1!.logLines().filter((l) => l.msg === 'state change').map((l) => `${String(l.from)}>${String(l.to)}`)).toStrictEqual([
+      'init>backup', 'backup>master', 'master>fault', 'fault>init', 'init>backup', 'backup>master',
+    ]);
+    // after the flap the node's own address is still what it speaks from, not the VIP
+    const route = await lab.exec(n1!.netns, ['ip', '-4', '-o', 'route', 'get', n2!.ipv4]);
+    expect(route.stdout).toMatch(new RegExp(`src ${n1!.ipv4.replace(/\./g, '\\.')} `));
+    const addrs = (await lab.addresses(n1!)).filter((a) => a.family === 'inet' && a.scope === 'global').map((a) => a.address);
+    expect(addrs[0]).toBe(n1!.ipv4);
+  });
+
   it('multi-homed node, default route on the other interface: the VIP lands on the interface of its subnet', async () => {
     const n1 = lab.nodes[0]!;
     const other = `10.79.${SUBNET}`;
