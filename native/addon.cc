@@ -1,9 +1,12 @@
-// ballast.node: the raw VRRP socket and the packet socket (see src/native.ts, the only
+// ballast.node: the raw VRRP socket, the packet socket, the BPF socket load balancer and
+// sock_diag (see src/native.ts, the only
 // module that loads this). Context-aware: every environment (main thread, each worker) gets
 // its own class constructors as instance data, and nothing global holds a napi value.
 #include <napi.h>
 
+#include "bpf_loader.h"
 #include "packet_socket.h"
+#include "sock_diag.h"
 #include "vrrp_socket.h"
 
 namespace ballast {
@@ -13,15 +16,24 @@ class Addon : public Napi::Addon<Addon> {
   Addon(Napi::Env env, Napi::Object exports) {
     vrrpSocket_ = Napi::Persistent(VrrpSocket::Define(env));
     packetSocket_ = Napi::Persistent(PacketSocket::Define(env));
+    sockLb_ = Napi::Persistent(SockLb::Define(env));
     DefineAddon(exports, {
                              InstanceValue("VrrpSocket", vrrpSocket_.Value(), napi_enumerable),
                              InstanceValue("PacketSocket", packetSocket_.Value(), napi_enumerable),
+                             InstanceValue("SockLb", sockLb_.Value(), napi_enumerable),
                          });
+    // plain functions: no per-environment state
+    exports.Set("bpfDetach", Napi::Function::New<BpfDetach>(env, "bpfDetach"));
+    exports.Set("netnsCookie", Napi::Function::New<NetnsCookie>(env, "netnsCookie"));
+    exports.Set("cgroupPrograms", Napi::Function::New<CgroupPrograms>(env, "cgroupPrograms"));
+    exports.Set("listSockets", Napi::Function::New<ListSockets>(env, "listSockets"));
+    exports.Set("destroySockets", Napi::Function::New<DestroySockets>(env, "destroySockets"));
   }
 
  private:
   Napi::FunctionReference vrrpSocket_;
   Napi::FunctionReference packetSocket_;
+  Napi::FunctionReference sockLb_;
 };
 
 }  // namespace ballast

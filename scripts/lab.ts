@@ -25,15 +25,24 @@
  *   because a namespace with a live process survives `ip netns del`, invisible but holding
  *   its addresses (a VIP) and its sockets.
  *
+ * Cgroups (for the cgroup BPF programs, which attach to cgroups, not namespaces): each node can
+ * get its own cgroup-v2 child `<cgroup2 root>/${prefix}-${node}` (Lab.cgroup, made on first
+ * use); exec/spawn with `{ cgroup }` run the command inside it (and inside the node's
+ * namespace). The wrapper joins the cgroup first, in the machine's mount namespace, and then
+ * execs `ip netns exec`, because `ip netns exec` remounts /sys (the cgroup2 mount disappears
+ * inside). Teardown kills what is left in those cgroups and removes them. The lab never hands
+ * out, and exec/spawn refuse, any cgroup but its own children: nothing attaches to the root.
+ *
  * Child processes run the compiled scripts (dist/scripts/*.js): `npm run build:ts` first.
  */
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, readdirSync, rmSync, statSync, type WriteStream } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createWriteStream, existsSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, type WriteStream } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, rmdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { findCgroup2Root } from '../src/dataplane/ebpf.js';
 import type { ProbeResult, ReachResult, Summary } from './prober.js';
 
 export type { Outage, ProbeResult, ReachResult, Summary } from './prober.js';
@@ -88,6 +97,19 @@ export interface ExecResult {
   code: number;
 }
 
+/** How exec / spawn enter a lab namespace (both optional; the default is plain `ip netns exec`). */
+export interface LabRunOptions {
+  /** run inside this cgroup too: a directory returned by Lab.cgroup (any other is refused) */
+  cgroup?: string;
+  /**
+   * enter only the network namespace (`nsenter --net`), keeping the machine's mount namespace
+   * (its /sys/fs/bpf and cgroup2 mount), instead of `ip netns exec`, which remounts /sys
+   */
+  hostMounts?: boolean;
+  /** spawn only: give the process a stdin pipe (`child.stdin`) instead of /dev/null */
+  stdin?: boolean;
+}
+
 /** A process the lab started (inside a lab namespace, in its own process group). */
 export interface LabProcess {
   pid: number;
@@ -126,6 +148,9 @@ export interface RunProberOptions {
   logFile?: string;
   /** the prober stops scheduling once this file exists (prober `--until-file`) */
   untilFile?: string;
+  /** run in this namespace (default: the client's), and in this lab cgroup (see Lab.cgroup) */
+  netns?: string;
+  cgroup?: string;
 }
 
 /** The prober's own summary line plus every per-request result (ordered by start time). */
@@ -165,7 +190,7 @@ export function packageRoot(): string {
  * Absolute path of a compiled script (dist/scripts/<name>.js). Throws when it is missing or
  * older than scripts/<name>.ts, telling to run `npm run build:ts`.
  */
-export function compiledScript(name: 'apiserver-standin' | 'prober'): string {
+export function compiledScript(name: 'apiserver-standin' | 'prober' | 'ebpf-endpoint' | 'longconn'): string {
   const root = packageRoot();
   const js = join(root, 'dist', 'scripts', `${name}.js`);
   const ts = join(root, 'scripts', `${name}.ts`);
@@ -254,6 +279,86 @@ async function listNetns(): Promise<string[]> {
     .split('\n')
     .map((l) => l.trim().split(/\s+/)[0] ?? '')
     .filter(Boolean);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cgroups
+
+/** The cgroup-v2 mount point of this machine (/sys/fs/cgroup or, hybrid, /sys/fs/cgroup/unified). */
+function cgroupRoot(): string {
+  const root = findCgroup2Root(readFileSync('/proc/self/mountinfo', 'utf8'));
+  if (root === undefined) throw new Error('ballast lab: no cgroup v2 hierarchy is mounted');
+  return root;
+}
+
+function cgroupPids(dir: string): number[] {
+  try {
+    return readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number).filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
+  } catch (e) {
+    if (isErrno(e, 'ENOENT')) return [];
+    throw e;
+  }
+}
+
+/** SIGKILLs every process in a lab cgroup, waits (bounded) until it is empty, removes it. */
+async function removeCgroup(dir: string): Promise<void> {
+  for (let i = 0; i < 40; i++) {
+    const pids = cgroupPids(dir);
+    if (pids.length === 0) break;
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch (e) {
+        if (!isErrno(e, 'ESRCH')) throw e;
+      }
+    }
+    await sleep(25);
+  }
+  for (let i = 0; i < 40; i++) {
+    try {
+      await rmdir(dir);
+      return;
+    } catch (e) {
+      if (isErrno(e, 'ENOENT')) return;
+      // EBUSY while the last killed process is still being reaped
+      if (!isErrno(e, 'EBUSY')) throw e;
+    }
+    await sleep(25);
+  }
+  throw new Error(`ballast lab: cgroup ${dir} could not be removed (still busy)`);
+}
+
+function removeCgroupSync(dir: string): void {
+  for (const pid of cgroupPids(dir)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone already
+    }
+  }
+  // the killed processes may still be exiting: a few bounded tries
+  for (let i = 0; i < 20; i++) {
+    try {
+      rmdirSync(dir);
+      return;
+    } catch (e) {
+      if (isErrno(e, 'ENOENT')) return;
+      spawnSync('sleep', ['0.05']);
+    }
+  }
+}
+
+/**
+ * argv prefix that runs a command in `netns` (and, with `cgroup`, in that cgroup): the cgroup is
+ * joined by a shell that then execs the rest, so the PID is the command's own. `hostMounts`
+ * enters only the network namespace (nsenter --net) instead of `ip netns exec`, which also
+ * makes a mount namespace with a fresh /sys: a process that needs the machine's /sys/fs/bpf and
+ * cgroup2 mount (a BPF loader) must keep the machine's mounts.
+ */
+function netnsArgv(netns: string, argv: string[], opts: { cgroup?: string; hostMounts?: boolean }): [string, string[]] {
+  const enter = opts.hostMounts ? ['nsenter', `--net=/run/netns/${netns}`, '--'] : ['ip', 'netns', 'exec', netns];
+  if (opts.cgroup === undefined) return [enter[0]!, [...enter.slice(1), ...argv]];
+  return ['sh', ['-c', 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', 'lab-cgroup', opts.cgroup, ...enter, ...argv]];
 }
 
 const PREFIX_RE = /^[a-z][a-z0-9]{0,4}$/;
@@ -447,6 +552,8 @@ interface Endpoint {
 /** What Lab.cleanupStale removed. */
 export interface StaleReport {
   netns: string[];
+  /** lab cgroups removed (`<cgroup2 root>/${prefix}-n<k>`) */
+  cgroups: string[];
   links: string[];
   dirs: string[];
   pids: number[];
@@ -476,6 +583,8 @@ export class Lab {
   readonly #namespaces: string[];
   readonly #procs = new Set<LabProcessImpl>();
   readonly #apiservers = new Map<string, LabProcessImpl>();
+  /** node name → cgroup dir, for the cgroups made so far */
+  readonly #cgroups = new Map<string, string>();
   #apiserverPort = 6443;
   #down: Promise<void> | undefined;
   #gone = false;
@@ -716,9 +825,11 @@ export class Lab {
    * Rejects on a non-zero exit or after `timeoutMs` (default 10000 ms; the command is
    * SIGKILLed) unless `allowFail`, which resolves with the code instead (124: timed out).
    */
-  exec(netns: string, argv: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<ExecResult> {
+  exec(netns: string, argv: string[], opts: { timeoutMs?: number; allowFail?: boolean } & LabRunOptions = {}): Promise<ExecResult> {
     this.#checkNetns(netns);
-    return run('ip', ['netns', 'exec', netns, ...argv], opts);
+    this.#checkCgroup(opts.cgroup);
+    const [file, args] = netnsArgv(netns, argv, opts);
+    return run(file, args, opts);
   }
 
   /**
@@ -726,16 +837,19 @@ export class Lab {
    * stdout+stderr are captured (see LabProcess.output) and, with `logFile`, appended to that
    * file (relative paths are under `dir`). `env` is merged over this process's environment.
    */
-  spawn(netns: string, argv: string[], opts: { logFile?: string; env?: Record<string, string> } = {}): LabProcess {
+  spawn(netns: string, argv: string[], opts: { logFile?: string; env?: Record<string, string> } & LabRunOptions = {}): LabProcess {
     return this.#spawn(netns, argv, opts);
   }
 
-  #spawn(netns: string, argv: string[], opts: { logFile?: string; env?: Record<string, string> } = {}): LabProcessImpl {
+  #spawn(netns: string, argv: string[], opts: { logFile?: string; env?: Record<string, string> } & LabRunOptions = {}): LabProcessImpl {
     this.#checkNetns(netns);
-    // `ip netns exec` execs the command in place, so the PID we get is the command's own
-    const child = spawn('ip', ['netns', 'exec', netns, ...argv], {
+    this.#checkCgroup(opts.cgroup);
+    // `ip netns exec` (and nsenter, and the cgroup wrapper) exec the command in place, so the
+    // PID we get is the command's own
+    const [file, args] = netnsArgv(netns, argv, opts);
+    const child = spawn(file, args, {
       detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       env: { ...process.env, ...opts.env },
     });
     const log = opts.logFile === undefined ? undefined : createWriteStream(isAbsolute(opts.logFile) ? opts.logFile : join(this.dir, opts.logFile), { flags: 'a' });
@@ -743,6 +857,37 @@ export class Lab {
     this.#procs.add(p);
     void p.exited.then(() => this.#procs.delete(p));
     return p;
+  }
+
+  /**
+   * The cgroup-v2 child of `node`: `<cgroup2 root>/${prefix}-${node.name}` (e.g.
+   * /sys/fs/cgroup/unified/bebp-n1 on a hybrid host), created on first use and removed by
+   * teardown (its processes are killed first). Pass it as `{ cgroup }` to exec / spawn.
+   */
+  async cgroup(node: LabNode): Promise<string> {
+    this.#endpointOf(node);
+    if (this.#gone || this.#down) throw new Error('ballast lab: the lab was torn down');
+    const known = this.#cgroups.get(node.name);
+    if (known !== undefined) return known;
+    const dir = join(cgroupRoot(), `${this.prefix}-${node.name}`);
+    await mkdir(dir, { recursive: true });
+    this.#cgroups.set(node.name, dir);
+    return dir;
+  }
+
+  /** The PIDs in `node`'s cgroup now (empty when it was never made). */
+  async cgroupPids(node: LabNode): Promise<number[]> {
+    this.#endpointOf(node);
+    const dir = this.#cgroups.get(node.name);
+    if (dir === undefined) return [];
+    return (await readFile(join(dir, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number);
+  }
+
+  #checkCgroup(cgroup: string | undefined): void {
+    if (cgroup === undefined) return;
+    if (![...this.#cgroups.values()].includes(cgroup)) {
+      throw new Error(`ballast lab: ${cgroup} is not a cgroup of this lab (make one with lab.cgroup(node))`);
+    }
   }
 
   async #waitCarrier(ep: Endpoint, up: boolean): Promise<void> {
@@ -939,6 +1084,8 @@ export class Lab {
     if (!this.#gone) {
       await Promise.all([...this.#procs].map((p) => p.stop('SIGTERM', 2000)));
       this.#apiservers.clear();
+      for (const dir of this.#cgroups.values()) await removeCgroup(dir);
+      this.#cgroups.clear();
       for (const ns of this.#namespaces) await removeNetns(ns);
       const left = (await listNetns()).filter((n) => this.#namespaces.includes(n));
       if (left.length > 0) throw new Error(`ballast lab: namespaces left after teardown: ${left.join(', ')}`);
@@ -953,6 +1100,7 @@ export class Lab {
   #teardownSync(): void {
     if (this.#gone) return;
     for (const p of this.#procs) p.killSync();
+    for (const dir of this.#cgroups.values()) removeCgroupSync(dir);
     for (const ns of this.#namespaces) {
       killNetnsPidsSync(ns);
       spawnSync('ip', ['netns', 'del', ns], { timeout: 5000, stdio: 'ignore' });
@@ -974,12 +1122,23 @@ export class Lab {
     for (const lab of live.keys()) {
       if (lab.prefix === prefix) throw new Error(`ballast lab: prefix ${prefix} belongs to a live lab in this process`);
     }
-    const report: StaleReport = { netns: [], links: [], dirs: [], pids: [] };
+    const report: StaleReport = { netns: [], cgroups: [], links: [], dirs: [], pids: [] };
     const nsRe = netnsPattern(prefix);
     for (const ns of (await listNetns()).filter((n) => nsRe.test(n))) {
       report.pids.push(...killNetnsPidsSync(ns));
       await removeNetns(ns);
       report.netns.push(ns);
+    }
+    const root = findCgroup2Root(readFileSync('/proc/self/mountinfo', 'utf8'));
+    if (root !== undefined) {
+      const cgRe = new RegExp(`^${esc(prefix)}-n\\d+$`);
+      for (const d of readdirSync(root)) {
+        if (!cgRe.test(d)) continue;
+        const dir = join(root, d);
+        report.pids.push(...cgroupPids(dir));
+        await removeCgroup(dir);
+        report.cgroups.push(dir);
+      }
     }
     const linkRe = linkPattern(prefix);
     const links = JSON.parse((await ip(['-j', 'link', 'show'])).stdout) as { ifname?: string }[];
@@ -1064,14 +1223,14 @@ export function runProber(lab: Lab, opts: RunProberOptions): ProberRun {
   const durationMs = opts.durationMs ?? 10_000;
   const timeoutMs = opts.timeoutMs ?? 250;
   const proc = lab.spawn(
-    lab.client.netns,
+    opts.netns ?? lab.client.netns,
     [
       process.execPath, compiledScript('prober'),
       '--url', opts.url, '--ca', lab.ca.certFile,
       '--interval', String(intervalMs), '--duration', String(durationMs), '--timeout', String(timeoutMs),
       ...(opts.untilFile === undefined ? [] : ['--until-file', opts.untilFile]),
     ],
-    opts.logFile === undefined ? {} : { logFile: opts.logFile },
+    { ...(opts.logFile === undefined ? {} : { logFile: opts.logFile }), ...(opts.cgroup === undefined ? {} : { cgroup: opts.cgroup }) },
   );
   const results: ProbeResult[] = [];
   let summary: Summary | undefined;

@@ -20,8 +20,12 @@ fi
 # the node binary at load time, so nothing links against Debian's libuv); clang for the BPF
 # objects; iproute2 for the lab; nftables and conntrack for the data plane; openssl for the lab CA;
 # keepalived and haproxy as the interop peer and the benchmark baseline; tcpdump for wire timings in the bench;
+# libbpf-dev (libbpf for the addon's BPF loader, <bpf/bpf_helpers.h> for the BPF objects),
+# linux-libc-dev (<linux/bpf.h>, <linux/inet_diag.h>) and pkg-config (CMake finds libbpf with it);
+# util-linux for nsenter (the lab's BPF loader keeps the machine's mounts); bpftool to inspect
+# attached programs by hand;
 # nginx with its stream module (a dynamic module in Debian) as kubespray's node-local proxy for the bench.
-PKGS=(build-essential cmake libuv1-dev clang iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream)
+PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,7 +64,7 @@ fi
 
 # --- native addon (and, later, BPF objects): one CMake graph ---------------------------------
 newest_native=$(find native bpf CMakeLists.txt -type f -newer build/Release/ballast.node 2>/dev/null | head -1 || true)
-if [ ! -f build/Release/ballast.node ] || [ -n "$newest_native" ]; then
+if [ ! -f build/Release/ballast.node ] || [ ! -f build/Release/ballast_sock_lb.bpf.o ] || [ -n "$newest_native" ]; then
   log "building the native addon"
   npx --no-install cmake-js compile --log-level error >/dev/null
 fi

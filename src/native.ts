@@ -1,5 +1,6 @@
 /**
- * The one typed door to the native addon (build/Release/ballast.node, sources in native/).
+ * The one typed door to the native addon (build/Release/ballast.node, sources in native/) and to
+ * the BPF object it loads (build/Release/ballast_sock_lb.bpf.o, sources in bpf/).
  *
  * The addon's shape is declared once here ({@link Addon}); nothing else loads it. Wrappers
  * check their arguments before crossing (TypeError naming the argument), and the C++ side checks
@@ -80,8 +81,72 @@ export interface VrrpSocketStats {
   sent: number;
 }
 
+/** A TCP address: IPv4 or IPv6 text without zone, and a port 1..65535 (host order). */
+export interface SockAddress {
+  address: string;
+  port: number;
+}
+
+/** One entry of the socket load balancer's endpoints map. */
+export interface SockLbEntry {
+  /** what clients connect() to */
+  endpoint: SockAddress;
+  /** the ready backends, in map order (empty: connect() left untouched) */
+  backends: SockAddress[];
+}
+
+/** What the getpeername() map remembers of one balanced socket. */
+export interface SockLbReverse {
+  /** the address:port the client connect()ed to */
+  endpoint: SockAddress;
+  /** the backend it was given instead */
+  backend: SockAddress;
+}
+
+/** Options of {@link SockLb.attach}. */
+export interface SockLbOptions {
+  /** absolute path of the BPF object; default {@link sockLbObjectPath} */
+  object?: string;
+  /** absolute path of a cgroup v2 directory; the programs run for every process in its subtree */
+  cgroup: string;
+  /** absolute directory on a bpf filesystem, e.g. /sys/fs/bpf/ballast/local; created (0700) */
+  pinDir: string;
+}
+
+/** Programs attached directly (not inherited) to one cgroup hook, by kernel program id. */
+export interface CgroupHookPrograms {
+  attachType: 'connect4' | 'connect6' | 'getpeername4' | 'getpeername6';
+  ids: number[];
+}
+
+/** Which TCP sockets {@link listTcpSockets} / {@link destroySockets} act on (all given parts must match). */
+export interface TcpSocketFilter {
+  /** 4: AF_INET sockets, 6: AF_INET6 sockets (IPv4-mapped peers included) */
+  family: 4 | 6;
+  /** the remote end: address, and port (any when omitted) */
+  dst?: { address: string; port?: number };
+  /** the local end: address, and port (any when omitted) */
+  src?: { address: string; port?: number };
+  /** only sockets whose cookie (SO_COOKIE, bpf_get_socket_cookie) is listed */
+  cookies?: readonly bigint[];
+}
+
+/** One TCP socket as sock_diag reports it. */
+export interface TcpSocketInfo {
+  /** the socket cookie, as bpf_get_socket_cookie() returns it */
+  cookie: bigint;
+  /** TCP state number (include/net/tcp_states.h): 1 ESTABLISHED, 2 SYN_SENT, 8 CLOSE_WAIT, … */
+  state: number;
+  src: SockAddress;
+  dst: SockAddress;
+  /** the interface the socket is bound to, 0 when none */
+  ifindex: number;
+  inode: number;
+}
+
 // ---------------------------------------------------------------------------------------------
-// The addon's shape (native/addon.cc, native/vrrp_socket.cc, native/packet_socket.cc)
+// The addon's shape (native/addon.cc, native/vrrp_socket.cc, native/packet_socket.cc,
+// native/bpf_loader.cc, native/sock_diag.cc)
 
 /** The raw VrrpSocket object of the addon. Methods throw as documented on {@link VrrpSocket}. */
 interface RawVrrpSocket {
@@ -104,6 +169,18 @@ interface RawPacketSocket {
   close(): void;
 }
 
+/** The raw SockLb object of the addon (native/bpf_loader.cc). */
+interface RawSockLb {
+  readonly reused: { maps: string[]; links: string[] };
+  setEndpoint(endpoint: SockAddress, backends: readonly SockAddress[]): void;
+  deleteEndpoint(endpoint: SockAddress): boolean;
+  readEndpoints(): SockLbEntry[];
+  setNetnsCookie(cookie: bigint): void;
+  getNetnsCookie(): bigint;
+  reverse(cookie: bigint): SockLbReverse | null;
+  close(): void;
+}
+
 /** What build/Release/ballast.node exports. */
 interface Addon {
   VrrpSocket: new (
@@ -114,12 +191,20 @@ interface Addon {
     onError: (error: NativeError) => void,
   ) => RawVrrpSocket;
   PacketSocket: new (ifname: string) => RawPacketSocket;
+  SockLb: new (object: string, cgroup: string, pinDir: string) => RawSockLb;
+  bpfDetach(pinDir: string): number;
+  netnsCookie(): bigint;
+  cgroupPrograms(cgroup: string): CgroupHookPrograms[];
+  listSockets(filter: TcpSocketFilter): TcpSocketInfo[];
+  destroySockets(filter: TcpSocketFilter): number;
 }
 
 function isAddon(value: unknown): value is Addon {
   if (typeof value !== 'object' || value === null) return false;
-  const exports = value as { VrrpSocket?: unknown; PacketSocket?: unknown };
-  return typeof exports.VrrpSocket === 'function' && typeof exports.PacketSocket === 'function';
+  const exports = value as Record<string, unknown>;
+  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets'].every(
+    (name) => typeof exports[name] === 'function',
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,7 +261,7 @@ function native(): Addon {
     );
   }
   if (!isAddon(loaded)) {
-    throw createError('BALLAST_E_ADDON_MISSING', `${path} is not ballast's addon (no VrrpSocket / PacketSocket): rebuild it with \`npm run build:native\``);
+    throw createError('BALLAST_E_ADDON_MISSING', `${path} is not ballast's addon (no VrrpSocket / PacketSocket / SockLb): rebuild it with \`npm run build:native\``);
   }
   addon = loaded;
   return addon;
@@ -396,4 +481,242 @@ export class PacketSocket {
   close(): void {
     this.#raw.close();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// BPF socket load balancer (bpf/sock_lb.bpf.c, native/bpf_loader.cc)
+
+const MAX_BACKENDS = 64; // BALLAST_LB_MAX_BACKENDS in bpf/sock_lb.h
+
+function checkPath(name: string, value: unknown): asserts value is string {
+  if (typeof value !== 'string' || !value.startsWith('/') || value.includes('\0')) {
+    throw new TypeError(`${name} must be an absolute path, got ${JSON.stringify(value)}`);
+  }
+}
+
+function checkSockAddress(name: string, value: unknown, family?: 4 | 6): asserts value is SockAddress {
+  if (typeof value !== 'object' || value === null) throw new TypeError(`${name} must be an object { address, port }`);
+  const { address, port } = value as { address?: unknown; port?: unknown };
+  const ok = typeof address === 'string' && !address.includes('%') && (family === 4 ? isIPv4(address) : family === 6 ? isIPv6(address) : isIPv4(address) || isIPv6(address));
+  if (!ok) throw new TypeError(`${name}.address must be an IP${family === undefined ? '' : `v${family}`} address, got ${JSON.stringify(address)}`);
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new TypeError(`${name}.port must be an integer 1..65535, got ${JSON.stringify(port)}`);
+  }
+}
+
+function checkCookie(name: string, value: unknown): asserts value is bigint {
+  if (typeof value !== 'bigint' || value < 0n || value >= 1n << 64n) throw new TypeError(`${name} must be a bigint in 0..2^64-1`);
+}
+
+/** Absolute path of the socket load balancer's BPF object: <package root>/build/Release/ballast_sock_lb.bpf.o. */
+export function sockLbObjectPath(): string {
+  return join(packageRoot(), 'build', 'Release', 'ballast_sock_lb.bpf.o');
+}
+
+/**
+ * The cgroup socket load balancer: bpf/sock_lb.bpf.c loaded, its maps pinned and its four
+ * programs (connect4, connect6, getpeername4, getpeername6) attached to a cgroup v2 through
+ * bpf_links pinned in `pinDir`. A handle holds only the three map descriptors; the programs stay
+ * attached through their pinned links whether or not any handle is open, until
+ * {@link SockLb.detach}. Every call is synchronous (a few bpf(2) syscalls, microseconds).
+ *
+ * Sources: libbpf API (bpf_object__load, bpf_program__attach_cgroup, bpf_link__pin,
+ * bpf_link__update_program), bpf(2), Documentation/bpf/prog_cgroup_sockaddr.rst (the hooks).
+ */
+export class SockLb {
+  /** The pin directory, as attached. */
+  readonly pinDir: string;
+  /** The cgroup, as attached. */
+  readonly cgroup: string;
+  /**
+   * What this attach found already pinned: `maps` reused with their contents (names, e.g.
+   * "ballast_lb_ep"), `links` whose program was replaced in place (program names, e.g.
+   * "ballast_conn4"). Both empty on a first attach.
+   */
+  readonly reused: { readonly maps: readonly string[]; readonly links: readonly string[] };
+  readonly #raw: RawSockLb;
+
+  private constructor(raw: RawSockLb, cgroup: string, pinDir: string) {
+    this.#raw = raw;
+    this.cgroup = cgroup;
+    this.pinDir = pinDir;
+    const r = raw.reused;
+    this.reused = { maps: [...r.maps], links: [...r.links] };
+  }
+
+  /**
+   * Loads the object and attaches it, without a gap when it was attached before:
+   * 1. mounts bpffs on /sys/fs/bpf when `pinDir` is below it and nothing is mounted there;
+   *    creates `pinDir` (mode 0700);
+   * 2. maps pinned in `pinDir` (ballast_lb_ep, ballast_lb_rev, ballast_lb_cfg) are reused with
+   *    their contents; missing ones are created and pinned;
+   * 3. for each program, a link pinned as `pinDir`/link_<program> that is attached to `cgroup`
+   *    gets the new program atomically (BPF_LINK_UPDATE); otherwise the program is attached
+   *    (BPF_LINK_CREATE) and its link pinned. Links pinned by this call are unpinned again when
+   *    a later step fails.
+   * The netns cookie is not touched: a first attach leaves it 0 (nothing is rewritten) until
+   * {@link SockLb.setNetnsCookie}.
+   * @throws TypeError when a path is not absolute.
+   * @throws NativeError with `syscall` naming the step: ENOENT "bpf_object__open_file" (object
+   *   not built), EINVAL "fstatfs" (not a cgroup v2 directory), EINVAL "statfs" (pinDir not on
+   *   bpffs), EPERM "bpf_object__load" (no CAP_BPF / CAP_NET_ADMIN / CAP_SYS_ADMIN: the message
+   *   says which), EINVAL "bpf_object__load" (the verifier refused, or a pinned map has an
+   *   incompatible layout; the message carries libbpf's log), EEXIST "bpf_link__open" (pinDir
+   *   holds links attached to another cgroup).
+   * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
+   */
+  static attach(opts: SockLbOptions): SockLb {
+    if (typeof opts !== 'object' || opts === null) throw new TypeError('opts must be an object');
+    const object = opts.object ?? sockLbObjectPath();
+    checkPath('object', object);
+    checkPath('cgroup', opts.cgroup);
+    checkPath('pinDir', opts.pinDir);
+    const { SockLb: Raw } = native();
+    return new SockLb(new Raw(object, opts.cgroup, opts.pinDir), opts.cgroup, opts.pinDir);
+  }
+
+  /**
+   * Replaces the endpoint's backends as one value (a connect() sees the old set or the new one,
+   * never a mix). An empty list leaves connect()s to the endpoint untouched.
+   * @param endpoint the address:port clients connect() to.
+   * @param backends 0..64 addresses of the endpoint's own family; one is picked per connect()
+   *   uniformly at random (bpf_get_prandom_u32() % count). Duplicates weigh more.
+   * @throws TypeError on a bad address, a family mismatch, or more than 64 backends.
+   * @throws NativeError E2BIG (the endpoints map holds 64 endpoints), EBADF when closed.
+   */
+  setEndpoint(endpoint: SockAddress, backends: readonly SockAddress[]): void {
+    checkSockAddress('endpoint', endpoint);
+    const family = isIPv4(endpoint.address) ? 4 : 6;
+    if (!Array.isArray(backends)) throw new TypeError('backends must be an array');
+    if (backends.length > MAX_BACKENDS) throw new TypeError(`backends must hold at most ${MAX_BACKENDS} entries, got ${backends.length}`);
+    backends.forEach((b, i) => checkSockAddress(`backends[${i}]`, b, family));
+    this.#raw.setEndpoint(endpoint, backends);
+  }
+
+  /**
+   * Removes the endpoint (connect()s to it are left untouched from now on).
+   * @returns false when it was not in the map.
+   * @throws NativeError EBADF when closed.
+   */
+  deleteEndpoint(endpoint: SockAddress): boolean {
+    checkSockAddress('endpoint', endpoint);
+    return this.#raw.deleteEndpoint(endpoint);
+  }
+
+  /** Every endpoint in the map with its backends (map order). @throws NativeError EBADF when closed. */
+  readEndpoints(): SockLbEntry[] {
+    return this.#raw.readEndpoints();
+  }
+
+  /**
+   * Names the network namespace whose sockets are rewritten, by its cookie ({@link netnsCookie}
+   * run in that namespace); 0n rewrites nothing. The programs compare it with
+   * bpf_get_netns_cookie() of the connecting socket.
+   * @throws TypeError when `cookie` is not a bigint in 0..2^64-1. @throws NativeError EBADF when closed.
+   */
+  setNetnsCookie(cookie: bigint): void {
+    checkCookie('cookie', cookie);
+    this.#raw.setNetnsCookie(cookie);
+  }
+
+  /** The netns cookie in the config map (0n: unset). @throws NativeError EBADF when closed. */
+  netnsCookie(): bigint {
+    return this.#raw.getNetnsCookie();
+  }
+
+  /**
+   * What the getpeername() map holds for a socket cookie: the endpoint it connect()ed to and the
+   * backend it got, or null when the socket was not balanced (or its entry was evicted: the map
+   * is an LRU of 65536 sockets).
+   * @throws TypeError when `cookie` is not a bigint. @throws NativeError EBADF when closed.
+   */
+  reverse(cookie: bigint): SockLbReverse | null {
+    checkCookie('cookie', cookie);
+    return this.#raw.reverse(cookie);
+  }
+
+  /** Closes the map descriptors; the programs stay attached and the pins stay. Idempotent. */
+  close(): void {
+    this.#raw.close();
+  }
+
+  /**
+   * Detaches for good: each pinned link in `pinDir` is detached (BPF_LINK_DETACH, so the
+   * programs have stopped when this returns) and unpinned, then the maps are unpinned (freed
+   * once no handle holds them) and `pinDir` is removed.
+   * @returns how many pins were removed (7 for a full attachment; 0 when `pinDir` is absent).
+   * @throws TypeError when `pinDir` is not absolute.
+   * @throws NativeError EINVAL "statfs" when `pinDir` is not on bpffs (nothing is removed),
+   *   ENOTEMPTY "rmdir" when it holds a subdirectory.
+   */
+  static detach(pinDir: string): number {
+    checkPath('pinDir', pinDir);
+    return native().bpfDetach(pinDir);
+  }
+}
+
+/**
+ * The cookie of the calling thread's network namespace (getsockopt SO_NETNS_COOKIE on a fresh
+ * AF_UNIX socket; socket(7), Linux 5.14): the value bpf_get_netns_cookie() returns for sockets
+ * of this namespace.
+ * @throws NativeError ENOPROTOOPT before Linux 5.14.
+ */
+export function netnsCookie(): bigint {
+  return native().netnsCookie();
+}
+
+/**
+ * The programs attached directly to `cgroup` at the four hooks the load balancer uses
+ * (BPF_PROG_QUERY, bpf(2)); inherited ones are not listed.
+ * @throws NativeError EINVAL "fstatfs" when `cgroup` is not a cgroup v2 directory; EPERM
+ *   without CAP_BPF / CAP_NET_ADMIN.
+ */
+export function cgroupPrograms(cgroup: string): CgroupHookPrograms[] {
+  checkPath('cgroup', cgroup);
+  return native().cgroupPrograms(cgroup);
+}
+
+function checkFilter(filter: TcpSocketFilter): void {
+  if (typeof filter !== 'object' || filter === null) throw new TypeError('filter must be an object');
+  const { family, dst, src, cookies } = filter;
+  if (family !== 4 && family !== 6) throw new TypeError(`filter.family must be 4 or 6, got ${JSON.stringify(family)}`);
+  for (const [name, end] of [['dst', dst], ['src', src]] as const) {
+    if (end === undefined) continue;
+    checkAddress(`filter.${name}.address`, end.address, family);
+    if (end.port !== undefined && (!Number.isInteger(end.port) || end.port < 1 || end.port > 65535)) {
+      throw new TypeError(`filter.${name}.port must be an integer 1..65535, got ${JSON.stringify(end.port)}`);
+    }
+  }
+  if (cookies !== undefined) {
+    if (!Array.isArray(cookies)) throw new TypeError('filter.cookies must be an array of bigint');
+    cookies.forEach((c, i) => checkCookie(`filter.cookies[${i}]`, c));
+  }
+}
+
+/**
+ * The TCP sockets of the caller's network namespace that match `filter`, in every state that
+ * has a peer except TIME_WAIT and SYN_RECV (listeners are never listed). One sock_diag dump
+ * (sock_diag(7), SOCK_DIAG_BY_FAMILY with inet_diag_req_v2), synchronous, bounded by a 2 s
+ * receive timeout.
+ * @throws TypeError on a bad filter. @throws NativeError ETIMEDOUT "recv" when the kernel does not answer.
+ */
+export function listTcpSockets(filter: TcpSocketFilter): TcpSocketInfo[] {
+  checkFilter(filter);
+  return native().listSockets(filter);
+}
+
+/**
+ * Destroys the TCP sockets {@link listTcpSockets} would list for `filter` (SOCK_DESTROY, one
+ * request per socket, each naming the socket by 4-tuple and cookie): the owner's next read or
+ * write fails with ECONNABORTED and the peer gets a RST. Acts in the caller's network namespace.
+ * Used for sockets connected to a dead backend, and for sockets whose local address is a VIP
+ * this node released.
+ * @returns how many sockets were destroyed (a socket that closed meanwhile is not counted).
+ * @throws TypeError on a bad filter.
+ * @throws NativeError EPERM "SOCK_DESTROY" without CAP_NET_ADMIN, EOPNOTSUPP without
+ *   CONFIG_INET_DIAG_DESTROY, ETIMEDOUT "recv" when the kernel does not answer within 2 s.
+ */
+export function destroySockets(filter: TcpSocketFilter): number {
+  checkFilter(filter);
+  return native().destroySockets(filter);
 }
