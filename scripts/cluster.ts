@@ -7,8 +7,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { Lab, LabNode, LabProcess } from './lab.js';
-import { packageRoot } from './lab.js';
-import type { StatusDocument } from '../src/observe/status.js';
+import { compiledScript, onJsonLines, packageRoot } from './lab.js';
+import type { LongconnEvent, LongconnResult, LongconnSummary } from './longconn.js';
+import type { ElectionStatusDocument, StatusDocument } from '../src/observe/status.js';
 
 /** What varies between agents in a test; everything else has the lab's defaults. */
 export interface AgentSettings {
@@ -33,16 +34,23 @@ export interface AgentSettings {
   authKeyFile?: string;
   /** Omit `interface` (the agent picks the interface whose subnet holds the VIP). */
   noInterface?: boolean;
+  /** No election: no interface, vrrp or vips (a node that only serves the local endpoint). */
+  noElection?: boolean;
   /** Extra top-level keys merged into the YAML. */
   extra?: Record<string, unknown>;
   /** Environment of the agent process, merged over the test's (e.g. LD_PRELOAD, NODE_OPTIONS). */
   env?: Record<string, string>;
+  /**
+   * Enter only the node's network namespace (nsenter --net), keeping the machine's /sys (bpffs,
+   * cgroup2): what an agent with `dataplane.local: ebpf` needs. `ip netns exec` remounts /sys.
+   */
+  hostMounts?: boolean;
 }
 
 /** The YAML config for `node` (pure). */
 export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
   const doc: Record<string, unknown> = {
-    ...(s.noInterface ? {} : { interface: node.ifname }),
+    ...(s.noInterface || s.noElection ? {} : { interface: node.ifname }),
     vrrp: {
       vrid: s.vrid ?? 51,
       priority: s.priority,
@@ -67,6 +75,10 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
       : {}),
     ...s.extra,
   };
+  if (s.noElection) {
+    delete doc.vrrp;
+    delete doc.vips;
+  }
   return stringify(doc);
 }
 
@@ -80,7 +92,14 @@ export class LabAgent {
   ) {}
 
   /** `ballast status --json` inside the node's namespace. @throws when the agent does not answer. */
-  async status(): Promise<StatusDocument> {
+  async status(): Promise<ElectionStatusDocument> {
+    const doc = await this.anyStatus();
+    if (doc.state === 'none') throw new Error(`the agent on ${this.node.name} runs no election`);
+    return doc;
+  }
+
+  /** `ballast status --json`, whatever the agent runs (state 'none' without an election). */
+  async anyStatus(): Promise<StatusDocument> {
     const r = await this.lab.exec(this.node.netns, [process.execPath, cliPath(), 'status', '--json'], { timeoutMs: 5000, allowFail: true });
     if (r.code !== 0) throw new Error(`ballast status on ${this.node.name} exited ${r.code}: ${r.stderr.trim()}`);
     return JSON.parse(r.stdout) as StatusDocument;
@@ -126,6 +145,7 @@ export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Pro
   const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
     logFile: join(lab.dir, `${node.name}-ballast.log`),
     ...(s.env ? { env: s.env } : {}),
+    ...(s.hostMounts ? { hostMounts: true } : {}),
   });
   const agent = new LabAgent(lab, node, proc, configPath);
   let exited: number | null | undefined;
@@ -134,7 +154,7 @@ export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Pro
     await waitFor(
       async () => {
         if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
-        return agent.status().then(() => true, () => false);
+        return agent.anyStatus().then(() => true, () => false);
       },
       (ok) => ok,
       { timeoutMs: 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
@@ -209,4 +229,64 @@ export async function restoreNodes(lab: Lab): Promise<void> {
     if (!lab.apiserver(n)) await lab.startApiserver(n);
     await lab.setReady(n, true);
   }
+}
+
+/** What `ebpf-endpoint.js connect` reports after its connections. */
+export interface ConnectSummary {
+  summary: true;
+  count: number;
+  ok: number;
+  /** served connections by node name (TLS: from /version; "self": a listener of the caller's own) */
+  nodes: Record<string, number>;
+  /** getpeername() of each connection, host:port */
+  peers: Record<string, number>;
+  /** failures by error code (ECONNREFUSED, …) */
+  errors: Record<string, number>;
+}
+
+/**
+ * Opens `count` connections (one after another) from `node`'s namespace, inside `cgroup` when
+ * given, with scripts/ebpf-endpoint.ts `connect`: TLS with the lab CA when `tls`, else a plain
+ * TCP connect; `listen` first listens on the address itself (a connection that is not rewritten
+ * lands there, as node "self").
+ */
+export async function connectFrom(
+  lab: Lab,
+  node: LabNode,
+  o: { address: string; port: number; tls?: boolean; count?: number; listen?: boolean; cgroup?: string },
+): Promise<ConnectSummary> {
+  const argv = [
+    process.execPath, compiledScript('ebpf-endpoint'), 'connect',
+    '--address', o.address, '--port', String(o.port), '--count', String(o.count ?? 1), '--timeout', '2000',
+    ...(o.tls ? ['--ca', lab.ca.certFile] : []),
+    ...(o.listen ? ['--listen'] : []),
+  ];
+  const r = await lab.exec(node.netns, argv, { timeoutMs: 60_000, ...(o.cgroup === undefined ? {} : { cgroup: o.cgroup }) });
+  return JSON.parse(r.stdout.trim().split('\n').pop() ?? '') as ConnectSummary;
+}
+
+/** A running scripts/longconn.ts and what it reported so far. */
+export interface Longconn {
+  proc: LabProcess;
+  events: LongconnEvent[];
+  results: LongconnResult[];
+  summary(): LongconnSummary | undefined;
+}
+
+/**
+ * Starts scripts/longconn.ts against `url` from `node`'s namespace (inside `cgroup` when given)
+ * and resolves once its first request was answered.
+ */
+export async function startLongconn(lab: Lab, node: LabNode, url: string, args: string[], o: { cgroup?: string } = {}): Promise<Longconn> {
+  const proc = lab.spawn(node.netns, [process.execPath, compiledScript('longconn'), '--url', url, '--ca', lab.ca.certFile, ...args], o.cgroup === undefined ? {} : { cgroup: o.cgroup });
+  const events: LongconnEvent[] = [];
+  const results: LongconnResult[] = [];
+  let summary: LongconnSummary | undefined;
+  onJsonLines<LongconnEvent | LongconnResult | LongconnSummary>(proc, (x) => {
+    if ('summary' in x) summary = x;
+    else if ('event' in x) events.push(x);
+    else results.push(x);
+  });
+  await proc.waitForOutput(/"ok":true/, { timeoutMs: 10_000, includeExisting: true });
+  return { proc, events, results, summary: () => summary };
 }

@@ -25,6 +25,11 @@ import { LoadBalancer, type DataplaneStatus } from './dataplane/controller.js';
 import { NftablesApplier } from './dataplane/apply.js';
 import { flushBackend } from './dataplane/conntrack.js';
 import { Policy } from './policy.js';
+import { LocalBalancer, type LocalDataplane, type LocalEndpoint } from './dataplane/local.js';
+import { EbpfLocalDataplane, checkEbpf, cgroup2Root, DEFAULT_PIN_DIR } from './dataplane/ebpf.js';
+import { ProxyLocalDataplane } from './dataplane/proxy.js';
+import { listeningOn } from './net/listening.js';
+import { hostPort } from './net/address.js';
 import { describeReadError, parseAuthKey } from './config/files.js';
 
 /**
@@ -73,7 +78,7 @@ export async function resolveInterface(config: Config): Promise<{ iface: Interfa
   if (typeof chosen === 'string') {
     throw createError(config.interface === undefined ? 'BALLAST_E_NO_INTERFACE' : 'BALLAST_E_INTERFACE_NOT_FOUND', chosen);
   }
-  const owner = config.vrrp.priority === 255;
+  const owner = config.vrrp?.priority === 255;
   if (owner) {
     const missing = config.vips.filter((vip) => !chosen.addresses.some((a) => a.address === vip));
     if (missing.length > 0) {
@@ -157,38 +162,48 @@ function engineError(err: unknown): BallastError {
 }
 
 /**
- * Starts the agent: checks the interface, binds the admin endpoint, then starts the election.
+ * Starts the agent: checks the interface, binds the admin endpoint, starts the health checks,
+ * the node-local endpoint (`localEndpoint`) and the election (`vrrp`), whichever are configured.
  * @throws BallastError (see errors.ts) — in that case nothing on the system was changed, except
  *   that VIPs left by an earlier run may have been removed.
  */
 export async function startAgent(config: Config, log: Logger): Promise<Agent> {
-  const missing = missingCapabilities();
+  const v = config.vrrp;
+  const missing = missingCapabilities().filter((c) => v !== null || c !== 'CAP_NET_RAW');
   if (missing.length > 0) {
     throw createError('BALLAST_E_PERMISSION', `this process lacks ${missing.join(' and ')}: run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN`);
   }
   // before anything is opened: a key that went missing since validation changes nothing
-  const authKey = config.vrrp.auth ? readAuthKey(config.vrrp.auth.keyFile) : null;
-  const { iface, primary } = await resolveInterface(config);
-  const lock = await acquireInstanceLock(iface.ifname, config.family, config.vrrp.vrid);
-  const v = config.vrrp;
-  const fixed = {
-    vips: [...config.vips],
-    interface: iface.ifname,
-    family: config.family,
-    primaryAddress: primary,
-    peers: v.peers,
-    advertisementIntervalMs: v.advertisementIntervalMs,
-  };
+  const authKey = v?.auth ? readAuthKey(v.auth.keyFile) : null;
+  const resolved = v ? await resolveInterface(config) : null;
+  const lock = v && resolved ? await acquireInstanceLock(resolved.iface.ifname, config.family, v.vrid) : await acquireInstanceLock('local-endpoint', config.family, 0);
+  const fixed = resolved && v
+    ? {
+        vips: [...config.vips],
+        interface: resolved.iface.ifname,
+        family: config.family,
+        primaryAddress: resolved.primary,
+        unicast: v.unicast,
+        advertisementIntervalMs: v.advertisementIntervalMs,
+      }
+    : null;
   let host: VrrpHost | null = null;
   let lb: LoadBalancer | null = null;
-  let checker: HealthChecker | null = null;
+  let localLb: LocalBalancer | null = null;
+  let local: LocalDataplane | null = null;
+  let localOff = config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off';
+  const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
   let balancing: Balancing | null = null;
+  let watch: ConntrackWatch | null = null;
   const status = async (): Promise<StatusDocument> => {
-    if (!host) throw new Error('the election engine is not running');
-    return statusDocument(await host.status(), fixed, {
+    const common = {
       backends: checker?.snapshot() ?? [],
       dataplane: dataplaneStatus(config, lb?.status() ?? null),
-    });
+      local: localLb?.status() ?? { mode: 'off' as const, reason: localOff },
+    };
+    if (!fixed) return { state: 'none', ...common };
+    if (!host) throw new Error('the election engine is not running');
+    return statusDocument(await host.status(), fixed, common);
   };
 
   let admin: Server;
@@ -210,103 +225,148 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     );
   }
 
-  const opts: EngineOptions = {
-    vrid: v.vrid,
-    priority: v.priority,
-    advertisementIntervalCs: v.advertisementIntervalCs,
-    preempt: v.preempt,
-    preemptDelayMs: v.preemptDelayMs,
-    checksum: v.checksum,
-    unicast: v.unicast,
-    peers: [...v.peers],
-    authKey,
-    vips: [...config.vips],
-    family: config.family,
-    ifname: iface.ifname,
-    ifindex: iface.ifindex,
-    mac: iface.mac,
-    primaryAddress: primary,
-    announce: { ...config.announce },
-    vipLifetimeMs: config.vipLifetimeMs,
-    // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
-    preemptHoldAtStart: config.apiserver.backends.length > 0,
-    linkRunning: iface.running,
-    owner: v.priority === 255,
-  };
+  // the node-local endpoint first: it needs nothing from the election, and a failure here must
+  // leave the VIPs untouched
+  if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
+    try {
+      local = await startLocalDataplane(config, log);
+    } catch (err) {
+      admin.close();
+      lock.close();
+      throw err;
+    }
+    localLb = new LocalBalancer(local, { snapshot: () => checker.snapshot(), log });
+    localOff = '';
+  }
+  const keep = config.dataplane.keepOnStop;
 
   let finish!: (code: number) => void;
   const done = new Promise<number>((r) => (finish = r));
   let stopping: Promise<void> | null = null;
-
-  const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
-    if (ev.type === 'transition') {
-      const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
-      log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
-      if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
-        // the old master went silent: its node, and so its apiserver, is most likely gone
-        // (a resign is a clean agent stop: its apiserver may well still serve)
-        for (const b of backendsOfNode(checker.snapshot(), ev.previousMaster)) {
-          if (checker.markDead(b, 'node down (VRRP Master_Down)')) log.warn({ backend: b }, 'backend of the silent master taken out');
-        }
-        lb?.noteHealth();
-      }
-    } else if (ev.type === 'log') {
-      log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
-    } else if (ev.type === 'interfaceGone') {
-      log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
-      void (async () => {
-        await host?.stop();
-        await balancing?.stop();
-        admin.close();
-        lock.close();
-        finish(ERRORS.BALLAST_E_INTERFACE_GONE.exitCode);
-      })();
-    } else {
-      log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
-      void (async () => {
-        if (!opts.owner) await removeVips(iface.ifindex, config.vips, log);
-        await balancing?.stop();
-        admin.close();
-        lock.close();
-        finish(1);
-      })();
-    }
+  const closeAll = async (): Promise<void> => {
+    watch?.stop();
+    await balancing?.stop();
+    await checker?.stop();
+    await local?.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane'));
+    // close() waits for open connections; a status client must not hold up the exit
+    const closed = new Promise<void>((r) => admin.close(() => r()));
+    admin.closeAllConnections();
+    await closed;
+    lock.close();
   };
 
-  log.info(
-    { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, admin: `${config.admin.listen.host}:${config.admin.listen.port}` },
-    'starting',
-  );
-  try {
-    host = await VrrpHost.start(opts, onEvent);
-  } catch (err) {
-    admin.close();
-    lock.close();
-    throw engineError(err);
+  if (v && resolved && fixed) {
+    const { iface, primary } = resolved;
+    const opts: EngineOptions = {
+      vrid: v.vrid,
+      priority: v.priority,
+      advertisementIntervalCs: v.advertisementIntervalCs,
+      preempt: v.preempt,
+      preemptDelayMs: v.preemptDelayMs,
+      checksum: v.checksum,
+      unicast: v.unicast,
+      peers: [...v.peers],
+      authKey,
+      vips: [...config.vips],
+      family: config.family,
+      ifname: iface.ifname,
+      ifindex: iface.ifindex,
+      mac: iface.mac,
+      primaryAddress: primary,
+      announce: { ...config.announce },
+      vipLifetimeMs: config.vipLifetimeMs,
+      // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
+      preemptHoldAtStart: config.apiserver.backends.length > 0,
+      linkRunning: iface.running,
+      owner: v.priority === 255,
+    };
+    const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
+      if (ev.type === 'transition') {
+        const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
+        log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
+        if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
+          // the old master went silent: its node, and so its apiserver, is most likely gone
+          // (a resign is a clean agent stop: its apiserver may well still serve)
+          for (const b of backendsOfNode(checker.snapshot(), ev.previousMaster)) {
+            if (checker.markDead(b, 'node down (VRRP Master_Down)')) log.warn({ backend: b }, 'backend of the silent master taken out');
+          }
+          lb?.noteHealth();
+          void localLb?.noteHealth();
+        }
+      } else if (ev.type === 'log') {
+        log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
+      } else if (ev.type === 'interfaceGone') {
+        log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
+        void (async () => {
+          await host?.stop();
+          await closeAll();
+          finish(ERRORS.BALLAST_E_INTERFACE_GONE.exitCode);
+        })();
+      } else {
+        log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
+        void (async () => {
+          if (!opts.owner) await removeVips(iface.ifindex, config.vips, log);
+          await closeAll();
+          finish(1);
+        })();
+      }
+    };
+
+    log.info(
+      { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin: `${config.admin.listen.host}:${config.admin.listen.port}` },
+      'starting',
+    );
+    try {
+      host = await VrrpHost.start(opts, onEvent);
+    } catch (err) {
+      await local?.close({ keep }).catch(() => undefined);
+      admin.close();
+      lock.close();
+      throw engineError(err);
+    }
+    if (checker) {
+      try {
+        balancing = await startBalancing(config, iface, log, host, checker);
+      } catch (err) {
+        // nothing may stay behind: resign and remove the VIPs, close what is open
+        await host.stop();
+        await local?.close({ keep }).catch(() => undefined);
+        admin.close();
+        lock.close();
+        throw err;
+      }
+      lb = balancing.lb;
+    }
+  } else {
+    log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin: `${config.admin.listen.host}:${config.admin.listen.port}` }, 'starting (no election: local endpoint only)');
   }
 
-  try {
-    balancing = await startBalancing(config, iface, log, host);
-  } catch (err) {
-    // nothing may stay behind: resign and remove the VIPs, close what is open
-    await host.stop();
-    admin.close();
-    lock.close();
-    throw err;
+  if (checker) {
+    checker.on('change', (c) => {
+      log.info({ backend: c.backend, from: c.from, to: c.to, reason: c.reason }, 'backend health');
+      lb?.onChange(c);
+      void localLb?.noteHealth();
+      balancing?.evaluate();
+    });
+    checker.on('check', () => {
+      lb?.noteHealth();
+      void localLb?.noteHealth();
+    });
+    watch = startPassiveDetection(config, checker, log, () => {
+      lb?.noteHealth();
+      void localLb?.noteHealth();
+    }, local !== null && local.mode === 'ebpf');
+    // the endpoint exists (with no backend yet: connect()s untouched) before the first check
+    await localLb?.sync();
+    checker.start();
+    balancing?.evaluate();
   }
-  lb = balancing?.lb ?? null;
-  checker = balancing?.checker ?? null;
 
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
-      log.info('stopping: resigning (priority 0) if master, removing the VIPs');
+      log.info(host ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
       await host?.stop();
-      await balancing?.stop();
-      // close() waits for open connections; a status client must not hold up the exit
-      const closed = new Promise<void>((r) => admin.close(() => r()));
-      admin.closeAllConnections();
-      await closed;
-      lock.close();
+      await closeAll();
       log.info('stopped');
       finish(0);
     })();
@@ -327,42 +387,36 @@ async function removeVips(ifindex: number, vips: readonly string[], log: Logger)
   }
 }
 
-/** Everything load balancing runs: health checks, passive detection, the data plane, the policy. */
+/** The VIP's load balancing and the election policy that follows backend health. */
 interface Balancing {
   lb: LoadBalancer | null;
-  checker: HealthChecker;
+  /** Re-evaluates the policy (priority, preempt hold) from the current health. */
+  evaluate(): void;
   stop(): Promise<void>;
 }
 
 /** The data-plane part of /status. */
 function dataplaneStatus(config: Config, lb: DataplaneStatus | null): StatusDocument['dataplane'] {
+  if (config.vrrp === null) return { mode: 'off', reason: 'no election (vrrp absent)' };
   if (config.dataplane.vip === 'none') return { mode: 'none' };
   if (lb === null) return { mode: 'off', reason: 'no apiserver.backends configured' };
   return lb;
 }
 
 /**
- * Starts health checks of `apiserver.backends`, the nftables data plane fed by them (unless
- * `dataplane.vip: none`), passive detection from conntrack events, and the election policy.
- * Returns null when no backends are configured (VIP only).
+ * Starts the nftables data plane for the VIPs, fed by `checker` (unless `dataplane.vip: none`),
+ * and the election policy.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails (nothing else changed).
  */
-async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger, host: VrrpHost): Promise<Balancing | null> {
+async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger, host: VrrpHost, checker: HealthChecker): Promise<Balancing> {
   const api = config.apiserver;
-  if (api.backends.length === 0) return null;
   const local = new Set(iface.addresses.map((a) => a.address));
-  const checker = new HealthChecker({ health: api.health, backends: api.backends, logger: log });
   const localBackend = config.policy.localBackend
     ? formatAddress(config.policy.localBackend)
     : (api.backends.filter((b) => local.has(b.host)).map(formatAddress)[0] ?? null);
   let lb: LoadBalancer | null = null;
   let applier: NftablesApplier | null = null;
-  let watch: ConntrackWatch | null = null;
   let dataplaneReady = config.dataplane.vip === 'none';
-  const evaluate = (): void => {
-    const r = policy.update(checker.snapshot(), dataplaneReady, performance.now());
-    log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
-  };
 
   if (config.dataplane.vip === 'nftables') {
     applier = new NftablesApplier();
@@ -385,22 +439,12 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
     if (readForwarding(config.family) === false) {
       log.warn({ family: config.family }, 'IP forwarding is off: connections DNATed to apiservers on other nodes will fail (kubeadm requires net.ipv4.ip_forward=1)');
     }
-    const tracker = new FlowTracker(config.vips, api.port, Math.max(200, Math.min(1000, api.health.timeoutMs)));
-    watch = watchConntrack(
-      tracker,
-      (v) => {
-        if (v.alive) return;
-        if (checker.markDead(v.backend, v.reason)) log.warn({ backend: v.backend, reason: v.reason }, 'backend judged dead from its connections');
-        lb?.noteHealth();
-      },
-      { onExit: (code, stderr) => log.warn({ code, stderr }, 'conntrack event watcher ended: passive detection is off (is the conntrack package installed?)') },
-    );
   }
 
   // the settle time starts now: the first checks start now, after the first apply
   const policy = new Policy(
     {
-      priority: config.vrrp.priority,
+      priority: config.vrrp!.priority,
       weight: config.policy.unhealthyPriorityWeight,
       mode: config.dataplane.vip,
       localBackend,
@@ -410,30 +454,102 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
     host,
     performance.now(),
   );
-  checker.on('change', (c) => {
-    log.info({ backend: c.backend, from: c.from, to: c.to, reason: c.reason }, 'backend health');
-    lb?.onChange(c);
-    evaluate();
-  });
-  checker.on('check', () => lb?.noteHealth());
-  checker.start();
-  evaluate();
+  const evaluate = (): void => {
+    const r = policy.update(checker.snapshot(), dataplaneReady, performance.now());
+    log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
+  };
   // the settle deadline passes without an event: look again then
   const settleTimer = setTimeout(evaluate, (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs + 10);
   settleTimer.unref();
 
   return {
     lb,
-    checker,
+    evaluate,
     async stop() {
       clearTimeout(settleTimer);
-      watch?.stop();
-      await checker.stop();
       if (applier && !config.dataplane.keepOnStop) {
         await applier.remove().catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the nftables table'));
       }
     },
   };
+}
+
+/**
+ * Passive detection from conntrack events: flows DNATed from the VIPs (nftables data plane) and,
+ * with the ebpf local endpoint, flows straight to the backends (the connect() rewrite leaves
+ * no NAT to see). Needs connection tracking active in this network namespace (it is wherever
+ * an nftables NAT rule or kube-proxy runs).
+ */
+function startPassiveDetection(config: Config, checker: HealthChecker, log: Logger, noteHealth: () => void, direct: boolean): ConntrackWatch | null {
+  const vipPath = config.vrrp !== null && config.dataplane.vip === 'nftables';
+  if (!vipPath && !direct) return null;
+  const api = config.apiserver;
+  const tracker = new FlowTracker(
+    vipPath ? config.vips : [],
+    api.port,
+    Math.max(200, Math.min(1000, api.health.timeoutMs)),
+    direct ? api.backends.map(formatAddress) : [],
+  );
+  return watchConntrack(
+    tracker,
+    (v) => {
+      if (v.alive) return;
+      if (checker.markDead(v.backend, v.reason)) log.warn({ backend: v.backend, reason: v.reason }, 'backend judged dead from its connections');
+      noteHealth();
+    },
+    { onExit: (code, stderr) => log.warn({ code, stderr }, 'conntrack event watcher ended: passive detection is off (is the conntrack package installed?)') },
+  );
+}
+
+/**
+ * Opens the node-local endpoint's data plane: `ebpf` (falling back to `proxy`, logged, when this
+ * host cannot run it) or `proxy`. With `ebpf` on a node with VIPs, VIP:apiserver.port is an
+ * endpoint too, so this node's own clients of the VIP are balanced without the DNAT hairpin.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when something already listens on an
+ *   endpoint's port (unless localEndpoint.force), BALLAST_E_DATAPLANE when neither mode starts.
+ */
+async function startLocalDataplane(config: Config, log: Logger): Promise<LocalDataplane> {
+  const le = config.localEndpoint!;
+  const endpoints: LocalEndpoint[] = le.addresses.map((a) => ({ address: a.host, port: a.port }));
+  if (!le.force) {
+    const busy = endpoints.filter((e) => listeningOn(e.address, e.port));
+    if (busy.length > 0) {
+      throw createError(
+        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+        `localEndpoint.address: something on this node already listens on ${busy.map((e) => hostPort(e.address, e.port)).join(', ')}; its clients would be taken over. Pick another port (7443 is the convention), or set localEndpoint.force: true`,
+      );
+    }
+  }
+  if (config.dataplane.local === 'ebpf') {
+    const vipEndpoints = config.vrrp !== null ? config.vips.map((vip) => ({ address: vip, port: config.apiserver.port })) : [];
+    try {
+      const cgroup = le.cgroup ?? (await cgroup2Root());
+      return await EbpfLocalDataplane.open({ endpoints: [...endpoints, ...vipEndpoints], cgroup, pinDir: pinDirFor(cgroup), log });
+    } catch (err) {
+      const check = await checkEbpf().catch(() => ({ ok: false, reasons: [] as string[] }));
+      log.warn(
+        { err: (err as Error).message, reasons: check.reasons },
+        'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path: every byte is copied through the agent). `ballast check` explains why',
+      );
+    }
+  }
+  try {
+    const dp = await ProxyLocalDataplane.open({ endpoints, log });
+    log.info({ endpoints: endpoints.map((e) => hostPort(e.address, e.port)) }, 'local endpoint served by the user-space proxy (slower path than ebpf)');
+    return dp;
+  } catch (err) {
+    throw createError('BALLAST_E_DATAPLANE', `cannot serve the local endpoint: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * Pins per cgroup, so that agents balancing different cgroups (test labs, nested setups) never
+ * share maps, and a restarted agent finds its own: /sys/fs/bpf/ballast/local for the root
+ * cgroup, /sys/fs/bpf/ballast/local-<path with / as _> otherwise.
+ */
+export function pinDirFor(cgroup: string): string {
+  const rel = cgroup.replace(/\/+$/, '').replace(/^\/sys\/fs\/cgroup(\/unified)?/, '');
+  return rel === '' ? DEFAULT_PIN_DIR : `${DEFAULT_PIN_DIR}-${rel.replace(/^\//, '').replace(/[^A-Za-z0-9_.-]/g, '_')}`;
 }
 
 /** net.ipv4.ip_forward / net.ipv6.conf.all.forwarding, or null when unreadable. */

@@ -17,6 +17,7 @@ import { createLogger } from './observe/log.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
 import { formatStatus, type StatusDocument } from './observe/status.js';
 import { startAgent } from './agent.js';
+import { checkEbpf } from './dataplane/ebpf.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
 
@@ -143,8 +144,20 @@ async function main(argv: string[]): Promise<number> {
       });
     });
   program
+    .command('check')
+    .description('say whether this host can run the eBPF local endpoint (dataplane.local: ebpf), and why not; exit 0 if it can, 1 if not')
+    .option('--json', 'print { ok, reasons } as JSON')
+    .action((o: { json?: boolean }) => {
+      result = checkEbpf().then((r) => {
+        if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
+        else if (r.ok) process.stdout.write('ebpf: ok: this host can run the eBPF local endpoint (cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup)\n');
+        else process.stdout.write(`ebpf: not available; dataplane.local: ebpf falls back to the proxy here:\n${r.reasons.map((x) => `  - ${x}`).join('\n')}\n`);
+        return r.ok ? 0 : 1;
+      });
+    });
+  program
     .command('status')
-    .description("print the agent's election state")
+    .description("print the agent's election state, backends and local endpoint")
     .option('-a, --admin <host:port>', `the admin endpoint of the agent (default: ${DEFAULT_ADMIN})`, parseAdmin)
     .option('--json', 'print the /status JSON as is')
     .action((o: { admin?: { host: string; port: number }; json?: boolean }) => {

@@ -78,7 +78,11 @@ export const ERRORS = {
   },
   BALLAST_E_DATAPLANE: {
     exitCode: 1,
-    description: 'An nft or conntrack command failed; the kernel kept the previous ballast table.',
+    description: 'The data plane could not be programmed: an nft or conntrack command failed (the kernel kept the previous ballast table), or the local endpoint could be served neither by eBPF nor by the proxy.',
+  },
+  BALLAST_E_LOCAL_ENDPOINT_IN_USE: {
+    exitCode: 2,
+    description: 'Something on the node already listens on the port of localEndpoint.address; the endpoint would take its clients.',
   },
   BALLAST_E_STATUS_UNREACHABLE: {
     exitCode: 3,

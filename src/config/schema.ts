@@ -141,8 +141,28 @@ export type DataplaneVipMode = 'nftables' | 'none';
 /** The `dataplane` section, normalized. */
 export interface DataplaneConfig {
   readonly vip: DataplaneVipMode;
-  /** Keep the nftables table when the agent stops cleanly (clients keep being balanced while it restarts). */
+  /**
+   * How the node-local endpoint is served: `ebpf` (cgroup connect() rewrite, no process on the
+   * data path), `proxy` (a TCP proxy in the agent, the slower fallback), `off`.
+   */
+  readonly local: DataplaneLocalMode;
+  /**
+   * Keep the nftables table (and, `ebpf`, the pinned programs) when the agent stops cleanly, so
+   * clients keep being balanced while it restarts.
+   */
   readonly keepOnStop: boolean;
+}
+
+export type DataplaneLocalMode = 'ebpf' | 'proxy' | 'off';
+
+/** The `localEndpoint` section, normalized. */
+export interface LocalEndpointConfig {
+  /** Where local clients connect: 1..4 host:port, loopback or this node's address (default 127.0.0.1:7443). */
+  readonly addresses: readonly BackendAddress[];
+  /** Start even if something on the node already listens on an endpoint's port (it would be shadowed). */
+  readonly force: boolean;
+  /** cgroup-v2 directory the ebpf programs attach to; absent = the host's cgroup-v2 root. */
+  readonly cgroup?: string;
 }
 
 /** The `policy` section, normalized: how health feeds the election. */
@@ -167,10 +187,14 @@ export interface Config {
    * interface whose subnet holds vips[0], resolved at run time.
    */
   readonly interface?: string;
-  /** Address family of the VIPs (and of the peers and the VRRP group). */
+  /**
+   * Address family of the VIPs (and of the peers and the VRRP group). Without an election: the
+   * family of the first backend (4 when there is none).
+   */
   readonly family: AddressFamily;
-  readonly vrrp: VrrpConfig;
-  /** Virtual IP addresses, 1..16, one family, canonical text (IPv6 per RFC 5952), no duplicates. */
+  /** The election; null when `vrrp` is absent (a node that only runs the local endpoint, e.g. a worker). */
+  readonly vrrp: VrrpConfig | null;
+  /** Virtual IP addresses, 1..16, one family, canonical text (IPv6 per RFC 5952), no duplicates; empty without `vrrp`. */
   readonly vips: readonly string[];
   /**
    * Valid lifetime of the VIPs on the interface, ms (0 = permanent). The Active agent keeps
@@ -181,6 +205,8 @@ export interface Config {
   /** Always present: without the section, no backends and the defaults. */
   readonly apiserver: ApiserverConfig;
   readonly dataplane: DataplaneConfig;
+  /** The node-local API endpoint; null when `localEndpoint` is absent. */
+  readonly localEndpoint: LocalEndpointConfig | null;
   readonly policy: PolicyConfig;
   readonly admin: AdminConfig;
   readonly log: LogConfig;
@@ -219,7 +245,9 @@ export const DEFAULTS = Object.freeze({
   healthRise: 2,
   healthFall: 2,
   dataplaneVip: 'nftables',
+  dataplaneLocal: 'ebpf',
   dataplaneKeepOnStop: false,
+  localEndpoint: '127.0.0.1:7443',
   unhealthyPriorityWeight: 50,
   adminListen: '127.0.0.1:9641',
   logLevel: 'info',
@@ -949,6 +977,11 @@ const dataplaneShape = {
       error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }),
     })
     .default(DEFAULTS.dataplaneVip),
+  local: z
+    .enum(['ebpf', 'proxy', 'off'], {
+      error: expect('"ebpf", "proxy" or "off"', { default: DEFAULTS.dataplaneLocal }),
+    })
+    .default(DEFAULTS.dataplaneLocal),
   keepOnStop: z
     .boolean({ error: expect('true or false', { default: String(DEFAULTS.dataplaneKeepOnStop), hint: yesNoHint }) })
     .default(DEFAULTS.dataplaneKeepOnStop),
@@ -960,6 +993,48 @@ const policyShape = {
     hint: (v) => (v === 255 ? ' (the effective priority never goes below 1, so 254 already takes any priority to 1)' : ''),
   }).default(DEFAULTS.unhealthyPriorityWeight),
   localBackend: localBackendField,
+};
+
+const LOCAL_ENDPOINT_RULE: HostPortRule = {
+  role: 'local',
+  example: 'e.g. "127.0.0.1:7443" or "[::1]:7443"',
+  port: 7443,
+  missingHost: (input) => `missing host: write a loopback address, e.g. "127.0.0.1${input}"`,
+  instead: 'write 127.0.0.1 or [::1]',
+};
+
+/** localEndpoint.address: one host:port or a list of 1..4 (one per family is the usual). */
+const localEndpointAddressField = z
+  .unknown()
+  .transform((input, ctx): BackendAddress[] => {
+    const fail = rejecter(ctx, input);
+    const list = Array.isArray(input) ? input : [input];
+    if (input === null || list.length === 0 || list.length > 4) {
+      return fail(`expected host:port or a list of 1 to 4 of them, ${LOCAL_ENDPOINT_RULE.example} (default ${DEFAULTS.localEndpoint})`);
+    }
+    const out: BackendAddress[] = [];
+    const before = ctx.issues.length;
+    list.forEach((item, i) => {
+      const path = Array.isArray(input) ? [i] : [];
+      const r = parseHostPort(item, LOCAL_ENDPOINT_RULE);
+      if (typeof r === 'string') {
+        ctx.addIssue({ code: 'custom', message: r, path, input: item });
+      } else if (out.some((o) => o.host === r.ip.text && o.port === r.port)) {
+        ctx.addIssue({ code: 'custom', message: `${String(item)} is listed twice`, path, input: item });
+      } else {
+        out.push({ host: r.ip.text, port: r.port, family: r.ip.family });
+      }
+    });
+    return ctx.issues.length > before ? z.NEVER : out;
+  })
+  .prefault(DEFAULTS.localEndpoint);
+
+const localEndpointShape = {
+  address: localEndpointAddressField,
+  force: z
+    .boolean({ error: expect('true or false', { default: 'false', hint: yesNoHint }) })
+    .default(false),
+  cgroup: fileField('/sys/fs/cgroup'),
 };
 
 const adminShape = { listen: listenField() };
@@ -974,18 +1049,20 @@ const logShape = {
 
 const rootShape = {
   interface: interfaceField,
-  vrrp: section(z.strictObject(vrrpShape, { error: mappingError })),
+  // absent: no election (a node that only serves the local endpoint); `vrrp:` with nothing under it is an empty section
+  vrrp: z.preprocess((v) => (v === null ? {} : v), z.strictObject(vrrpShape, { error: mappingError }).optional()),
   vips: addressList({
     role: 'vip',
     label: 'vips',
     min: 1,
     max: MAX_VIPS,
     what: `a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100]`,
-  }),
+  }).optional(),
   vipLifetime: vipLifetimeField,
   announce: section(z.strictObject(announceShape, { error: mappingError })),
   apiserver: section(z.strictObject(apiserverShape, { error: mappingError })),
   dataplane: section(z.strictObject(dataplaneShape, { error: mappingError })),
+  localEndpoint: z.preprocess((v) => (v === null ? {} : v), z.strictObject(localEndpointShape, { error: mappingError }).optional()),
   policy: section(z.strictObject(policyShape, { error: mappingError })),
   admin: section(z.strictObject(adminShape, { error: mappingError })),
   log: section(z.strictObject(logShape, { error: mappingError })),
@@ -1000,6 +1077,7 @@ const SECTION_KEYS: Readonly<Record<string, readonly string[]>> = {
   apiserver: Object.keys(apiserverShape),
   'apiserver.health': Object.keys(healthShape),
   dataplane: Object.keys(dataplaneShape),
+  localEndpoint: Object.keys(localEndpointShape),
   policy: Object.keys(policyShape),
   admin: Object.keys(adminShape),
   log: Object.keys(logShape),
@@ -1049,27 +1127,30 @@ function normalizeHealth(h: {
 
 const rootError = (iss: { readonly input?: unknown }): string =>
   iss.input === null || iss.input === undefined
-    ? 'the file is empty; at least vrrp.vrid and vips are required'
+    ? 'the file is empty; at least vrrp.vrid and vips (an election), or localEndpoint and apiserver.backends, are required'
     : `the top level must be a mapping of settings (key: value), got ${show(iss.input)}`;
 
 /** The zod schema of a config file's content (after YAML parsing), producing a {@link Config}. */
 export const configSchema = z.strictObject(rootShape, { error: rootError }).transform(
   (c): Config => ({
     ...(c.interface === undefined ? {} : { interface: c.interface }),
-    family: c.vips.family,
-    vrrp: {
-      vrid: c.vrrp.vrid,
-      priority: c.vrrp.priority,
-      advertisementIntervalMs: c.vrrp.advertisementInterval,
-      advertisementIntervalCs: c.vrrp.advertisementInterval / 10,
-      preempt: c.vrrp.preempt,
-      preemptDelayMs: c.vrrp.preemptDelay,
-      unicast: c.vrrp.peers !== undefined || c.vrrp.singleNode,
-      peers: c.vrrp.peers?.addresses ?? [],
-      checksum: c.vrrp.checksum,
-      auth: c.vrrp.auth?.keyFile === undefined ? null : { keyFile: c.vrrp.auth.keyFile },
-    },
-    vips: c.vips.addresses,
+    family: c.vips?.family ?? c.apiserver.backends[0]?.family ?? 4,
+    vrrp:
+      c.vrrp === undefined
+        ? null
+        : {
+            vrid: c.vrrp.vrid,
+            priority: c.vrrp.priority,
+            advertisementIntervalMs: c.vrrp.advertisementInterval,
+            advertisementIntervalCs: c.vrrp.advertisementInterval / 10,
+            preempt: c.vrrp.preempt,
+            preemptDelayMs: c.vrrp.preemptDelay,
+            unicast: c.vrrp.peers !== undefined || c.vrrp.singleNode,
+            peers: c.vrrp.peers?.addresses ?? [],
+            checksum: c.vrrp.checksum,
+            auth: c.vrrp.auth?.keyFile === undefined ? null : { keyFile: c.vrrp.auth.keyFile },
+          },
+    vips: c.vips?.addresses ?? [],
     vipLifetimeMs: c.vipLifetime,
     announce: {
       count: c.announce.count,
@@ -1082,7 +1163,15 @@ export const configSchema = z.strictObject(rootShape, { error: rootError }).tran
       backends: c.apiserver.backends,
       health: normalizeHealth(c.apiserver.health),
     },
-    dataplane: { vip: c.dataplane.vip, keepOnStop: c.dataplane.keepOnStop },
+    dataplane: { vip: c.dataplane.vip, local: c.dataplane.local, keepOnStop: c.dataplane.keepOnStop },
+    localEndpoint:
+      c.localEndpoint === undefined
+        ? null
+        : {
+            addresses: c.localEndpoint.address,
+            force: c.localEndpoint.force,
+            ...(c.localEndpoint.cgroup === undefined ? {} : { cgroup: c.localEndpoint.cgroup }),
+          },
     policy: {
       unhealthyPriorityWeight: c.policy.unhealthyPriorityWeight,
       ...(c.policy.localBackend === undefined ? {} : { localBackend: c.policy.localBackend }),
@@ -1223,7 +1312,53 @@ function healthIssues(raw: Record<string, unknown>): RawIssue[] {
 function crossSectionIssues(raw: unknown): RawIssue[] {
   if (!isRecord(raw)) return [];
   const vips = rawVips(raw);
-  return [...unicastIssues(raw), ...authIssues(raw), ...(vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips)]), ...healthIssues(raw)];
+  return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...(vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips)]), ...healthIssues(raw)];
+}
+
+/**
+ * What the node does: an election (`vrrp` with `vips`), a local endpoint, or both. `vips`
+ * belongs to `vrrp`: one without the other is an error.
+ */
+function roleIssues(raw: Record<string, unknown>): RawIssue[] {
+  const election = raw.vrrp !== undefined;
+  if (election && raw.vips === undefined) {
+    return [{ path: ['vips'], message: `required: a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100] (the addresses vrrp elects a holder for)` }];
+  }
+  if (!election && raw.vips !== undefined) {
+    return [{ path: ['vips'], message: 'is set but vrrp is absent: VIPs need an election; add vrrp (at least vrrp.vrid), or remove vips on a node that only serves the local endpoint' }];
+  }
+  if (!election && raw.localEndpoint === undefined) {
+    return [{ path: ['vrrp'], message: 'required: vrrp.vrid and vips (an election for the VIPs), or localEndpoint with apiserver.backends (a node-local API endpoint), or both' }];
+  }
+  return [];
+}
+
+/** The local endpoint needs backends, and backends of each endpoint's family. */
+function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
+  if (raw.localEndpoint === undefined) return [];
+  const apiserver = isRecord(raw.apiserver) ? raw.apiserver : {};
+  const backends = Array.isArray(apiserver.backends) ? apiserver.backends : [];
+  if (backends.length === 0) {
+    return [{ path: ['localEndpoint'], message: 'needs apiserver.backends: the apiservers the endpoint balances to' }];
+  }
+  const families = new Set<AddressFamily>();
+  for (const b of backends) {
+    const r = parseHostPort(b, BACKEND_RULE);
+    if (typeof r !== 'string') families.add(r.ip.family);
+  }
+  const le = isRecord(raw.localEndpoint) ? raw.localEndpoint : {};
+  const list = Array.isArray(le.address) ? le.address : le.address === undefined ? [DEFAULTS.localEndpoint] : [le.address];
+  const out: RawIssue[] = [];
+  list.forEach((a, i) => {
+    const r = parseHostPort(a, LOCAL_ENDPOINT_RULE);
+    // a malformed address has its own issue; no backend parsed: the backends have theirs
+    if (typeof r === 'string' || families.size === 0 || families.has(r.ip.family)) return;
+    out.push({
+      path: Array.isArray(le.address) ? ['localEndpoint', 'address', i] : ['localEndpoint', 'address'],
+      message: `${String(a)} is IPv${r.ip.family} but no apiserver.backends entry is: an endpoint balances to backends of its own family`,
+    });
+  });
+  return out;
 }
 
 /** `vrrp.auth` without a key file (a required setting inside an optional section). */

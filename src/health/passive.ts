@@ -70,11 +70,14 @@ export interface PassiveVerdict {
 
 /**
  * Follows connections to the VIPs' port and judges backends (pure: times are monotonic ms
- * passed in). Flows that were not DNATed (reply source = original destination: a local socket)
- * are ignored.
+ * passed in). Flows to a VIP that were not DNATed (reply source = original destination: a local
+ * socket) are ignored. With `direct` backends, flows whose original destination is one of them
+ * are followed too: what the node-local endpoint's eBPF connect() rewrite produces (the rewrite
+ * happens before the first packet, so conntrack sees the backend itself as the destination).
  */
 export class FlowTracker {
   private readonly vips: Set<string>;
+  private readonly direct: Set<string>;
   /** conntrack id → the backend and when its SYN was seen, for flows not yet answered. */
   private readonly pending = new Map<string, { backend: string; since: number }>();
 
@@ -82,15 +85,23 @@ export class FlowTracker {
    * @param vips the VIP addresses; @param port the VIP port;
    * @param synTimeoutMs how long a SYN may go unanswered before its backend is judged dead, ms.
    */
-  constructor(vips: readonly string[], private readonly port: number, private readonly synTimeoutMs: number) {
+  constructor(
+    vips: readonly string[],
+    private readonly port: number,
+    private readonly synTimeoutMs: number,
+    /** Backends followed directly, as host:port (IPv6 in brackets). */
+    direct: readonly string[] = [],
+  ) {
     this.vips = new Set(vips.map(canonicalAddress));
+    this.direct = new Set(direct);
   }
 
   /** Feeds one event; returns the verdicts it implies (often none). */
   onEvent(e: FlowEvent, now: number): PassiveVerdict[] {
-    if (e.origDport !== this.port || !this.vips.has(canonicalAddress(e.origDst))) return [];
-    if (canonicalAddress(e.replySrc) === canonicalAddress(e.origDst)) return [];
-    const backend = hostPort(e.replySrc, e.replySport);
+    const dst = hostPort(canonicalAddress(e.origDst), e.origDport);
+    const toVip = e.origDport === this.port && this.vips.has(canonicalAddress(e.origDst)) && canonicalAddress(e.replySrc) !== canonicalAddress(e.origDst);
+    if (!toVip && !this.direct.has(dst)) return [];
+    const backend = hostPort(canonicalAddress(e.replySrc), e.replySport);
     if (e.type === 'NEW') {
       if (e.state === 'SYN_SENT') this.pending.set(e.id, { backend, since: now });
       return [];

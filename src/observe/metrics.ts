@@ -45,23 +45,33 @@ export function createMetrics(): Metrics {
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
   const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_seconds', help: 'Duration of the last nftables apply', registers: [registry] });
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
+  const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
+  const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
   const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers)', labelNames: ['vrid', 'reason'], registers: [registry] });
 
   return {
     registry,
     update(doc) {
-      const vrid = String(doc.vrid);
-      for (const s of STATES) state.set({ vrid, state: s }, doc.state === s ? 1 : 0);
-      priority.set({ vrid }, doc.priority);
-      effective.set({ vrid }, doc.effectivePriority);
-      held.set({ vrid }, doc.vipsHeld ? 1 : 0);
-      masterDown.set({ vrid }, doc.masterDownIntervalMs / 1000);
-      for (const [key, counter] of Object.entries(counters)) {
-        counter.reset();
-        counter.inc({ vrid }, doc.counters[key as keyof typeof counters]);
+      if (doc.state !== 'none') {
+        const vrid = String(doc.vrid);
+        for (const s of STATES) state.set({ vrid, state: s }, doc.state === s ? 1 : 0);
+        priority.set({ vrid }, doc.priority);
+        effective.set({ vrid }, doc.effectivePriority);
+        held.set({ vrid }, doc.vipsHeld ? 1 : 0);
+        masterDown.set({ vrid }, doc.masterDownIntervalMs / 1000);
+        for (const [key, counter] of Object.entries(counters)) {
+          counter.reset();
+          counter.inc({ vrid }, doc.counters[key as keyof typeof counters]);
+        }
+        dropped.reset();
+        for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
       }
-      dropped.reset();
-      for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
+      localBackends.reset();
+      if (doc.local.mode !== 'off') {
+        for (const b of doc.local.backends) localBackends.set({ mode: doc.local.mode, backend: b }, 1);
+        localReset.reset();
+        localReset.inc(doc.local.socketsReset);
+      }
       backendUp.reset();
       backendLatency.reset();
       for (const b of doc.backends) {

@@ -5,6 +5,7 @@ import type { EngineStatus } from '../vrrp/engine.js';
 import type { BackendHealth } from '../health/checker.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
+import type { LocalDataplaneStatus } from '../dataplane/local.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
 export type StatusState = 'init' | 'backup' | 'master' | 'fault';
@@ -15,7 +16,28 @@ export function statusState(s: VrrpState): StatusState {
 }
 
 /** JSON served at GET /status and printed by `ballast status --json`. Times: ISO 8601; intervals: ms. */
-export interface StatusDocument {
+/** The node-local endpoint's part of /status. */
+export type LocalStatus = (LocalDataplaneStatus & { failures: number; lastError: string | null }) | { mode: 'off'; reason: string };
+
+/** What every agent reports: backends, the VIP data plane, the local endpoint. */
+export interface CommonStatus {
+  /** The apiservers and their health (empty when no backends are configured). */
+  backends: BackendHealth[];
+  /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends, or no election). */
+  dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
+  /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
+  local: LocalStatus;
+}
+
+/** /status of an agent without an election (`vrrp` absent: a node that only serves the local endpoint). */
+export interface EndpointOnlyStatusDocument extends CommonStatus {
+  state: 'none';
+}
+
+/** /status: {@link ElectionStatusDocument}, or {@link EndpointOnlyStatusDocument} without an election. */
+export type StatusDocument = ElectionStatusDocument | EndpointOnlyStatusDocument;
+
+export interface ElectionStatusDocument extends CommonStatus {
   state: StatusState;
   vrid: number;
   priority: number;
@@ -34,18 +56,14 @@ export interface StatusDocument {
   masterDownIntervalMs: number;
   skewTimeMs: number;
   counters: EngineStatus['counters'];
-  /** The apiservers and their health (empty when no backends are configured). */
-  backends: BackendHealth[];
-  /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends). */
-  dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
 }
 
 /** Builds the document from the engine's status and the static facts of this instance. */
 export function statusDocument(
   s: EngineStatus,
-  fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; peers: readonly string[]; advertisementIntervalMs: number },
-  balancing: Pick<StatusDocument, 'backends' | 'dataplane'> = { backends: [], dataplane: { mode: 'off', reason: 'no apiserver.backends configured' } },
-): StatusDocument {
+  fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; unicast: boolean; advertisementIntervalMs: number },
+  common: CommonStatus = { backends: [], dataplane: { mode: 'off', reason: 'no apiserver.backends configured' }, local: { mode: 'off', reason: 'no localEndpoint configured' } },
+): ElectionStatusDocument {
   return {
     state: statusState(s.state),
     vrid: s.vrid,
@@ -59,14 +77,15 @@ export function statusDocument(
     interface: fixed.interface,
     family: fixed.family,
     primaryAddress: fixed.primaryAddress,
-    mode: fixed.peers.length > 0 ? 'unicast' : 'multicast',
+    mode: fixed.unicast ? 'unicast' : 'multicast',
     advertisementIntervalMs: fixed.advertisementIntervalMs,
     masterAdverIntervalMs: s.masterAdverIntervalMs,
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
-    backends: balancing.backends,
-    dataplane: balancing.dataplane,
+    backends: common.backends,
+    dataplane: common.dataplane,
+    local: common.local,
   };
 }
 
@@ -77,12 +96,31 @@ function formatDataplane(d: StatusDocument['dataplane']): string {
   return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${err}`;
 }
 
+function formatLocal(l: LocalStatus): string {
+  if (l.mode === 'off') return `off: ${l.reason}`;
+  const err = l.lastError ? `, last error: ${l.lastError}` : '';
+  const slow = l.mode === 'proxy' ? ' (user-space proxy: the slower path)' : '';
+  return `${l.mode}${slow}, ${l.endpoints.join(' ')} → ${l.backends.length ? l.backends.join(' ') : 'no ready backend'}, ${l.socketsReset} socket(s) reset${err}`;
+}
+
+function backendRows(d: CommonStatus): [string, string][] {
+  return d.backends.map((b): [string, string] => ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`]);
+}
+
+function aligned(rows: [string, string][]): string {
+  const w = Math.max(...rows.map(([k]) => k.length)) + 1;
+  return rows.map(([k, v]) => `${`${k}:`.padEnd(w)} ${v}`).join('\n');
+}
+
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;
 }
 
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
+  if (d.state === 'none') {
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d)]);
+  }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
   const rows: [string, string][] = [
@@ -96,8 +134,8 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['adverts', `sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}`],
     ['dropped', dropped],
     ['dataplane', formatDataplane(d.dataplane)],
-    ...d.backends.map((b): [string, string] => ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`]),
+    ['local', formatLocal(d.local)],
+    ...backendRows(d),
   ];
-  const w = Math.max(...rows.map(([k]) => k.length)) + 1;
-  return rows.map(([k, v]) => `${`${k}:`.padEnd(w)} ${v}`).join('\n');
+  return aligned(rows);
 }

@@ -16,7 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, onJsonLines, packageRoot, probeOnce, runProber, type LabNode, type LabProcess } from '../../scripts/lab.js';
 import { agentConfig, cliPath, restoreNodes, scriptPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
 import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../scripts/longconn.js';
-import type { StatusDocument } from '../../src/observe/status.js';
+import type { ElectionStatusDocument as StatusDocument } from '../../src/observe/status.js';
 
 const root = process.getuid?.() === 0;
 const PREFIX = 'bbl2';

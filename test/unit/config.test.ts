@@ -116,7 +116,8 @@ describe('parseConfig: valid files', () => {
         backends: [],
         health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', keepOnStop: false },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
+      localEndpoint: null,
       policy: { unhealthyPriorityWeight: 50 },
       admin: { listen: { host: '127.0.0.1', port: 9641 } },
       log: { level: 'info' },
@@ -149,7 +150,8 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', keepOnStop: false },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
+      localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
     expect(files.read).toStrictEqual(['/etc/kubernetes/pki/ca.crt']);
@@ -183,13 +185,13 @@ describe('parseConfig: valid files', () => {
       ['40.95s', 40950, 4095],
     ];
     for (const [text, ms, cs] of cases) {
-      const { vrrp } = parseConfig(yamlWith({ vrrp: { advertisementInterval: text } }));
+      const vrrp = parseConfig(yamlWith({ vrrp: { advertisementInterval: text } })).vrrp!;
       expect([vrrp.advertisementIntervalMs, vrrp.advertisementIntervalCs], text).toStrictEqual([ms, cs]);
     }
     const c = parseConfig(
       yamlWith({ vrrp: { preemptDelay: '1m30s' }, announce: { spacing: '20ms', repeatAfter: 0, count: 3 } }),
     );
-    expect(c.vrrp.preemptDelayMs).toBe(90_000);
+    expect(c.vrrp!.preemptDelayMs).toBe(90_000);
     expect(c.announce).toStrictEqual({ count: 3, spacingMs: 20, repeatAfterMs: 0, refreshMs: 60000 });
   });
 
@@ -203,7 +205,7 @@ describe('parseConfig: valid files', () => {
     );
     expect(c.family).toBe(6);
     expect(c.vips).toStrictEqual(['fd00::100', '2001:db8::1:0:0:1', '2001:db8:0:1:1:1:1:1', '2001:db8::1']);
-    expect(c.vrrp.peers).toStrictEqual(['fd00::2', 'fe80::1']);
+    expect(c.vrrp!.peers).toStrictEqual(['fd00::2', 'fe80::1']);
     expect(c.admin.listen).toStrictEqual({ host: '::1', port: 9000 });
   });
 
@@ -283,8 +285,8 @@ describe('parseConfig: valid files', () => {
   });
 
   it('auth: keyFile is required in vrrp.auth, absolute, and gives { keyFile }; absent = null', () => {
-    expect(parseConfig(yamlWith({ vrrp: { auth: { keyFile: '/etc/ballast/vrrp.key' } } })).vrrp.auth).toStrictEqual({ keyFile: '/etc/ballast/vrrp.key' });
-    expect(parseConfig(MINIMAL).vrrp.auth).toBeNull();
+    expect(parseConfig(yamlWith({ vrrp: { auth: { keyFile: '/etc/ballast/vrrp.key' } } })).vrrp!.auth).toStrictEqual({ keyFile: '/etc/ballast/vrrp.key' });
+    expect(parseConfig(MINIMAL).vrrp!.auth).toBeNull();
     expect(issuesOf(yamlWith({ vrrp: { auth: {} } })).map((i) => [i.path, i.message])).toStrictEqual([
       ['vrrp.auth.keyFile', 'is required: the file holding the shared key (or remove vrrp.auth to turn authentication off)'],
     ]);
@@ -310,7 +312,9 @@ describe('parseConfig: one message per invalid field', () => {
     ['vrid "x"', { vrrp: { vrid: 'x' } }, 'vrrp.vrid', 'must be an integer from 1 to 255, got "x"'],
     ['vrid quoted', { vrrp: { vrid: '51' } }, 'vrrp.vrid', /got "51" \(a string: write the number without quotes\)/],
     ['vrid missing', { vrrp: { vrid: undefined } }, 'vrrp.vrid', /^required: the Virtual Router ID/],
-    ['vrrp section missing', { vrrp: undefined }, 'vrrp.vrid', /^required: /],
+    ['vrrp section missing (and no localEndpoint)', { vrrp: undefined, vips: undefined }, 'vrrp', /^required: vrrp.vrid and vips .*, or localEndpoint with apiserver.backends/],
+    ['vrrp empty', { vrrp: null }, 'vrrp.vrid', /^required: /],
+    ['vips without vrrp', { vrrp: undefined }, 'vips', /^is set but vrrp is absent: VIPs need an election/],
     ['vrrp not a mapping', { vrrp: 51 }, 'vrrp', 'must be a mapping of settings (key: value), got 51'],
     ['priority 0', { vrrp: { priority: 0 } }, 'vrrp.priority', /^must be an integer from 1 to 255, got 0 \(0 is reserved/],
     ['priority 256', { vrrp: { priority: 256 } }, 'vrrp.priority', 'must be an integer from 1 to 255, got 256'],
@@ -420,7 +424,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown key, far',
       { zzz: 1 },
       'zzz',
-      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, policy, admin, log)',
+      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, policy, admin, log)',
     ],
     ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter, refresh)'],
 
@@ -684,7 +688,7 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const c = parseConfig(
       yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
     );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', keepOnStop: true });
+    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: true });
     expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
     const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
     expect(v6).toStrictEqual({ unhealthyPriorityWeight: 254, localBackend: { host: '::1', port: 6443, family: 6 } });
@@ -715,6 +719,49 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       'dataplane.vip',
       'policy.unhealthyPriorityWeight',
     ]);
+  });
+});
+
+describe('parseConfig: localEndpoint and dataplane.local', () => {
+  const backends = { apiserver: { backends: ['10.0.0.11:6443', '[fd00::11]:6443'], health: { caFile: '/etc/ca.crt' } } };
+  it('a worker node: no vrrp, no vips; the endpoint defaults to 127.0.0.1:7443 and ebpf', () => {
+    const c = parseConfig(stringify({ localEndpoint: {}, ...backends }));
+    expect(c.vrrp).toBeNull();
+    expect(c.vips).toStrictEqual([]);
+    expect(c.family).toBe(4);
+    expect(c.localEndpoint).toStrictEqual({ addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false });
+    expect(c.dataplane.local).toBe('ebpf');
+    expect(parseConfig(stringify({ localEndpoint: null, ...backends })).localEndpoint?.addresses).toHaveLength(1);
+  });
+  it('one address or a list (both families), force, cgroup, proxy mode', () => {
+    const c = parseConfig(stringify({ localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'], force: true, cgroup: '/sys/fs/cgroup/unified' }, dataplane: { local: 'proxy' }, ...backends }));
+    expect(c.localEndpoint).toStrictEqual({
+      addresses: [
+        { host: '127.0.0.1', port: 7443, family: 4 },
+        { host: '::1', port: 7443, family: 6 },
+      ],
+      force: true,
+      cgroup: '/sys/fs/cgroup/unified',
+    });
+    expect(c.dataplane.local).toBe('proxy');
+    const v4 = { apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } } };
+    expect(parseConfig(yamlWith({ localEndpoint: { address: '127.0.0.2:7443' }, ...v4 })).localEndpoint?.addresses).toStrictEqual([{ host: '127.0.0.2', port: 7443, family: 4 }]);
+  });
+  it.each([
+    ['no backends', { localEndpoint: {} }, 'localEndpoint', 'needs apiserver.backends: the apiservers the endpoint balances to'],
+    ['IPv6 endpoint, IPv4 backends only', { localEndpoint: { address: '[::1]:7443' }, apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } } }, 'localEndpoint.address', '[::1]:7443 is IPv6 but no apiserver.backends entry is: an endpoint balances to backends of its own family'],
+    ['no port', { localEndpoint: { address: '127.0.0.1' }, ...backends }, 'localEndpoint.address', 'missing port: write "127.0.0.1:7443" (host:port)'],
+    ['a name', { localEndpoint: { address: 'localhost:7443' }, ...backends }, 'localEndpoint.address', /^host must be an IP address, got "localhost"/],
+    ['listed twice', { localEndpoint: { address: ['127.0.0.1:7443', '127.0.0.1:7443'] }, ...backends }, 'localEndpoint.address[1]', '127.0.0.1:7443 is listed twice'],
+    ['empty list', { localEndpoint: { address: [] }, ...backends }, 'localEndpoint.address', /^expected host:port or a list of 1 to 4 of them/],
+    ['relative cgroup', { localEndpoint: { cgroup: 'unified' }, ...backends }, 'localEndpoint.cgroup', /^must be an absolute path/],
+    ['bad mode', { localEndpoint: {}, dataplane: { local: 'bpf' }, ...backends }, 'dataplane.local', /^must be "ebpf", "proxy" or "off"/],
+  ])('%s', (_name, doc, path, message) => {
+    const issues = issuesOf(stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], ...doc }));
+    expect(issues.map((i) => i.path)).toContain(path);
+    const issue = issues.find((i) => i.path === path)!;
+    if (typeof message === 'string') expect(issue.message).toBe(message);
+    else expect(issue.message).toMatch(message);
   });
 });
 
@@ -887,7 +934,7 @@ describe('parseConfig: the file as a whole', () => {
   it('refuses an empty file', () => {
     for (const text of ['', '\n', '# only a comment\n', '---\n']) {
       expect(issuesOf(text)).toStrictEqual([
-        { path: '(document)', message: 'the file is empty; at least vrrp.vrid and vips are required' },
+        { path: '(document)', message: 'the file is empty; at least vrrp.vrid and vips (an election), or localEndpoint and apiserver.backends, are required' },
       ]);
     }
   });
@@ -960,7 +1007,7 @@ describe('loadConfig', () => {
   it('reads and validates a file', () => {
     const path = join(dir, 'ok.yaml');
     writeFileSync(path, MINIMAL);
-    expect(loadConfig(path).vrrp.vrid).toBe(51);
+    expect(loadConfig(path).vrrp!.vrid).toBe(51);
   });
 
   it('names the file in a ConfigError', () => {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/observe/metrics.js';
-import type { StatusDocument } from '../../src/observe/status.js';
+import type { ElectionStatusDocument, StatusDocument } from '../../src/observe/status.js';
 
-const doc: StatusDocument = {
+const doc: ElectionStatusDocument = {
   state: 'master', vrid: 51, priority: 150, effectivePriority: 100, masterAddress: '10.0.0.11', masterPriority: 100,
   vips: ['10.0.0.100'], vipsHeld: true, since: '2026-11-29T20:00:00.000Z', interface: 'eth0', family: 4,
   primaryAddress: '10.0.0.11', mode: 'multicast', advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
@@ -13,6 +13,7 @@ const doc: StatusDocument = {
     { address: '10.0.0.12:6443', state: 'down', healthy: false, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 3, reason: 'ECONNREFUSED', consecutive: 2 },
   ],
   dataplane: { mode: 'nftables', backends: ['10.0.0.11:6443'], applies: 3, failures: 1, lastApplyMs: 4.5, lastError: null, flushedEntries: 7 },
+  local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443', '10.0.0.100:6443'], backends: ['10.0.0.11:6443'], updates: 4, socketsReset: 2, failures: 0, lastError: null },
 };
 
 describe('metrics', () => {
@@ -49,13 +50,15 @@ describe('metrics', () => {
     ]) {
       expect(text.split('\n')).toContain(line);
     }
+    expect(text.split('\n')).toContain('ballast_local_endpoint_backend{mode="ebpf",backend="10.0.0.11:6443"} 1');
+    expect(text.split('\n')).toContain('ballast_local_endpoint_sockets_reset_total 2');
     expect(text).toContain('# TYPE ballast_vrrp_adverts_sent_total counter');
     expect(text).toContain('ballast_process_cpu_user_seconds_total');
   });
   it('counters follow the worker across scrapes instead of adding up', async () => {
     const m = createMetrics();
     m.update(doc);
-    m.update({ ...doc, state: 'backup', counters: { ...doc.counters, advertsSent: 20, dropped: { checksum: 3 } } });
+    m.update({ ...doc, state: 'backup' as const, counters: { ...doc.counters, advertsSent: 20, dropped: { checksum: 3 } } });
     const lines = (await m.registry.metrics()).split('\n');
     expect(lines).toContain('ballast_vrrp_adverts_sent_total{vrid="51"} 20');
     expect(lines).toContain('ballast_vrrp_packets_dropped_total{vrid="51",reason="checksum"} 3');

@@ -16,7 +16,7 @@ const engine: EngineStatus = {
   vipsHeld: true,
   counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 0, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 4 },
 };
-const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', peers: [], advertisementIntervalMs: 100 };
+const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', unicast: false, advertisementIntervalMs: 100 };
 
 describe('status document', () => {
   it('maps RFC states to operator names', () => {
@@ -48,8 +48,9 @@ describe('status document', () => {
       counters: engine.counters,
       backends: [],
       dataplane: { mode: 'off', reason: 'no apiserver.backends configured' },
+      local: { mode: 'off', reason: 'no localEndpoint configured' },
     });
-    expect(statusDocument(engine, { ...fixed, peers: ['10.0.0.12'] }).mode).toBe('unicast');
+    expect(statusDocument(engine, { ...fixed, unicast: true }).mode).toBe('unicast');
   });
   it('prints for a person', () => {
     const text = formatStatus(statusDocument(engine, fixed), Date.parse('2026-11-29T20:00:42.000Z'));
@@ -64,7 +65,17 @@ describe('status document', () => {
       'adverts:   sent 12, received 3, send errors 0',
       'dropped:   checksum=2 vrid=7',
       'dataplane: off: no apiserver.backends configured',
+      'local:     off: no localEndpoint configured',
     ]);
+  });
+  it('prints an agent without an election (local endpoint only), and the local endpoint', () => {
+    const local = { mode: 'proxy' as const, endpoints: ['127.0.0.1:7443'], backends: ['10.0.0.11:6443', '10.0.0.12:6443'], updates: 2, socketsReset: 1, failures: 0, lastError: null };
+    expect(formatStatus({ state: 'none', backends: [], dataplane: { mode: 'off', reason: 'no election (vrrp absent)' }, local }).split('\n')).toEqual([
+      'state: none (no election: vrrp is not configured)',
+      'local: proxy (user-space proxy: the slower path), 127.0.0.1:7443 → 10.0.0.11:6443 10.0.0.12:6443, 1 socket(s) reset',
+    ]);
+    const ebpf = formatStatus(statusDocument(engine, fixed, { backends: [], dataplane: { mode: 'none' }, local: { ...local, mode: 'ebpf', backends: [] } }), Date.parse('2026-11-29T20:00:00.000Z'));
+    expect(ebpf.split('\n')).toContain('local:     ebpf, 127.0.0.1:7443 → no ready backend, 1 socket(s) reset');
   });
   it('shows a lowered priority and an unknown master', () => {
     const d = statusDocument({ ...engine, state: 'backup', effectivePriority: 90, masterAddress: null, masterPriority: null, vipsHeld: false }, fixed);
