@@ -13,7 +13,7 @@
 import { performance } from 'node:perf_hooks';
 import { encodeAdvertisement, decodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6, type DropReason } from './packet.js';
 import { VrrpMachine, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
-import { PacketSocket, VrrpSocket, type ReceivedPacket } from '../native.js';
+import { PacketSocket, VrrpSocket, destroySockets, type ReceivedPacket } from '../native.js';
 import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
 import { bytesToAddress, canonicalAddress, compareAddresses, type AddressFamily } from '../net/address.js';
@@ -348,6 +348,24 @@ export class VrrpEngine {
     if (this.opts.owner) return;
     for (const vip of this.opts.vips) await delVip(this.rtnl, this.opts.ifindex, vip);
     this.log('info', 'VIPs removed', { vips: this.opts.vips, interface: this.opts.ifname });
+    this.destroyVipSockets();
+  }
+
+  /**
+   * Connections whose local address is a VIP we no longer hold (a local client of VIP:6443, an
+   * apiserver's accepted connection with `dataplane.vip: none`) can never get another packet
+   * through: destroy them (sock_diag SOCK_DESTROY, the peer gets a RST) so that their clients
+   * reconnect, to the new holder, at once instead of waiting out TCP retransmissions.
+   */
+  private destroyVipSockets(): void {
+    for (const vip of this.opts.vips) {
+      try {
+        const n = destroySockets({ family: this.opts.family, src: { address: vip } });
+        if (n > 0) this.log('info', 'connections on a released VIP destroyed (their clients reconnect to the new holder)', { vip, sockets: n });
+      } catch (err) {
+        this.log('warn', 'cannot destroy the connections on a released VIP', { vip, error: (err as Error).message });
+      }
+    }
   }
 
   /** The addresses on our interface now (RTM_GETADDR). */

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab } from '../../scripts/lab.js';
-import { blockVrrp, scriptPath, startAgent, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import { blockVrrp, scriptPath, startAgent, startLongconn, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 
 const root = process.getuid?.() === 0;
@@ -208,6 +208,28 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     expect(route.stdout).toMatch(new RegExp(`src ${n1!.ipv4.replace(/\./g, '\\.')} `));
     const addrs = (await lab.addresses(n1!)).filter((a) => a.family === 'inet' && a.scope === 'global').map((a) => a.address);
     expect(addrs[0]).toBe(n1!.ipv4);
+  });
+
+  it('the VIP is released: connections on it are destroyed, so a client on the old holder reconnects at once, to the new holder', async () => {
+    await lab.startApiservers();
+    const [a1] = await start([{ priority: 150 }, { priority: 100 }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    // a client on the holder itself: its socket and the apiserver's both have the VIP as local address
+    const l = await startLongconn(lab, lab.nodes[0]!, `https://${lab.vip4}:6443/version`, ['--interval', '100', '--duration', '8000', '--reconnect', '--max-connections', '3']);
+    try {
+      expect(l.results.at(-1)).toMatchObject({ ok: true, node: 'n1' });
+      const t0 = Date.now();
+      expect(await a1!.stop('SIGTERM')).toBe(0);
+      agents.shift();
+      const closed = await waitFor(async () => l.events.find((e) => e.event === 'closed'), (e) => e !== undefined, { timeoutMs: 3000, intervalMs: 20, what: 'the connection on the VIP to be closed' });
+      const after = Number(closed!.at) - t0;
+      expect(after).toBeLessThanOrEqual(1000);
+      expect(a1!.logLines().some((x) => /connections on a released VIP destroyed/.test(String(x.msg)) && Number(x.sockets) >= 1)).toBe(true);
+      await waitFor(async () => l.results.filter((r) => r.ok && r.node === 'n2').length, (n) => n >= 2, { timeoutMs: 3000, intervalMs: 50, what: 'the reconnected client to be served by n2' });
+      console.log(`VIP released: the local client's connection closed ${after} ms after SIGTERM, then served by n2`);
+    } finally {
+      await l.proc.stop('SIGTERM', 3000);
+    }
   });
 
   it('multi-homed node, default route on the other interface: the VIP lands on the interface of its subnet', async () => {
