@@ -69,3 +69,33 @@ describe('FlowTracker', () => {
     expect(hostPort('10.0.0.1', 6443)).toBe('10.0.0.1:6443');
   });
 });
+
+describe('FlowTracker: direct flows (the ebpf local endpoint rewrites connect(), so no NAT)', () => {
+  // a connect() rewritten to 10.9.9.12:6443 before the first packet: conntrack sees the backend itself
+  const directNew = '[NEW] tcp 6 120 SYN_SENT src=10.9.9.1 dst=10.9.9.12 sport=40000 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=40000 id=11';
+  const directDestroy = '[DESTROY] tcp 6 120 CLOSE src=10.9.9.1 dst=10.9.9.12 sport=40000 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=40000 id=11';
+  const v6New = '[NEW] tcp 6 120 SYN_SENT src=fd00::1 dst=fd00::12 sport=1 dport=6443 [UNREPLIED] src=fd00::12 dst=fd00::1 sport=6443 dport=1 id=12';
+  const v6Recv = '[UPDATE] tcp 6 60 SYN_RECV src=fd00::1 dst=fd00::12 sport=1 dport=6443 src=fd00::12 dst=fd00::1 sport=6443 dport=1 id=12';
+
+  it('a refused direct connection judges that backend dead', () => {
+    const tr = new FlowTracker([], 6443, 250, ['10.9.9.12:6443', '[fd00::12]:6443']);
+    expect(tr.onEvent(ev(directNew), 0)).toEqual([]);
+    expect(tr.onEvent(ev(directDestroy), 1)).toEqual([{ backend: '10.9.9.12:6443', alive: false, reason: 'refused' }]);
+    tr.onEvent(ev(v6New), 2);
+    expect(tr.onEvent(ev(v6Recv), 3)).toEqual([{ backend: '[fd00::12]:6443', alive: true, reason: 'answered' }]);
+  });
+  it('without the backend in the direct list, the same flow is ignored (it is not to a VIP)', () => {
+    const tr = new FlowTracker(['10.9.9.9'], 6443, 250);
+    expect(tr.onEvent(ev(directNew), 0)).toEqual([]);
+    expect(tr.pendingCount).toBe(0);
+  });
+  it('VIP flows and direct flows side by side; another port of the backend is ignored', () => {
+    const tr = new FlowTracker(['10.9.9.9'], 6443, 250, ['10.9.9.12:6443']);
+    tr.onEvent(ev(refusedNew), 0);
+    tr.onEvent(ev(directNew), 0);
+    expect(tr.onEvent({ ...ev(directNew), id: '99', origDport: 10250, replySport: 10250 }, 0)).toEqual([]);
+    expect(tr.pendingCount).toBe(2);
+    expect(tr.tick(250).map((v) => v.backend)).toEqual(['10.9.9.12:6443', '10.9.9.12:6443']);
+  });
+});
+
