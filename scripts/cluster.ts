@@ -275,9 +275,9 @@ export interface Longconn {
 
 /**
  * Starts scripts/longconn.ts against `url` from `node`'s namespace (inside `cgroup` when given)
- * and resolves once its first request was answered.
+ * and resolves once its output matches `until` (default: its first answered request).
  */
-export async function startLongconn(lab: Lab, node: LabNode, url: string, args: string[], o: { cgroup?: string } = {}): Promise<Longconn> {
+export async function startLongconn(lab: Lab, node: LabNode, url: string, args: string[], o: { cgroup?: string; until?: RegExp } = {}): Promise<Longconn> {
   const proc = lab.spawn(node.netns, [process.execPath, compiledScript('longconn'), '--url', url, '--ca', lab.ca.certFile, ...args], o.cgroup === undefined ? {} : { cgroup: o.cgroup });
   const events: LongconnEvent[] = [];
   const results: LongconnResult[] = [];
@@ -287,6 +287,20 @@ export async function startLongconn(lab: Lab, node: LabNode, url: string, args: 
     else if ('event' in x) events.push(x);
     else results.push(x);
   });
-  await proc.waitForOutput(/"ok":true/, { timeoutMs: 10_000, includeExisting: true });
+  await proc.waitForOutput(o.until ?? /"ok":true/, { timeoutMs: 10_000, includeExisting: true });
   return { proc, events, results, summary: () => summary };
+}
+
+/**
+ * What an election test undoes after each case: SIGKILLs `agents`, lifts a VRRP partition, brings
+ * every link up and removes both VIPs from every node (a killed agent leaves them behind).
+ */
+export async function resetElectionLab(lab: Lab, agents: readonly LabAgent[]): Promise<void> {
+  await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
+  await blockVrrp(lab, false);
+  for (const n of lab.nodes) {
+    await lab.linkUp(n);
+    await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
+    await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', 'eth0'], { allowFail: true });
+  }
 }

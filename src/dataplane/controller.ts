@@ -14,6 +14,7 @@ import type { BackendHealth, HealthChange } from '../health/checker.js';
 import { parseAddress } from '../health/checker.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
 import { hostPort } from '../net/address.js';
+import { Coalescer } from './coalesce.js';
 
 /**
  * Whether a failure reason means the backend is gone (as opposed to answering "not ready").
@@ -73,8 +74,7 @@ export interface DataplaneStatus {
  * Applies health to the data plane, one transaction at a time, coalescing bursts of changes.
  */
 export class LoadBalancer {
-  private queue: Promise<void> = Promise.resolve();
-  private scheduled = false;
+  private readonly applies = new Coalescer(() => this.applyNow());
   private readonly toFlush = new Map<string, string>();
   /** Backends whose flows were reset since they last left the set (reset once per death). */
   private readonly flushed = new Set<string>();
@@ -119,14 +119,7 @@ export class LoadBalancer {
    * @returns a promise that settles when that apply is done (errors are logged, not thrown).
    */
   sync(): Promise<void> {
-    if (!this.scheduled) {
-      this.scheduled = true;
-      this.queue = this.queue.then(async () => {
-        this.scheduled = false;
-        await this.applyNow();
-      });
-    }
-    return this.queue;
+    return this.applies.schedule();
   }
 
   private async applyNow(): Promise<void> {

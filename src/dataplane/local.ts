@@ -13,6 +13,7 @@
 import type { BackendHealth } from '../health/checker.js';
 import { parseAddress } from '../health/checker.js';
 import { isDeadReason } from './controller.js';
+import { Coalescer } from './coalesce.js';
 
 /** One apiserver the endpoint balances to. */
 export interface LocalBackend {
@@ -72,8 +73,7 @@ export interface LocalDataplane {
  * it is in place, so a reconnect cannot land on it again).
  */
 export class LocalBalancer {
-  private queue: Promise<void> = Promise.resolve();
-  private scheduled = false;
+  private readonly applies = new Coalescer(() => this.applyNow());
   private readonly toReset = new Map<string, string>();
   private readonly reset = new Set<string>();
   private failures = 0;
@@ -103,14 +103,7 @@ export class LocalBalancer {
 
   /** Applies the current healthy set (coalesced); resolves when done (errors are logged). */
   sync(): Promise<void> {
-    if (!this.scheduled) {
-      this.scheduled = true;
-      this.queue = this.queue.then(async () => {
-        this.scheduled = false;
-        await this.applyNow();
-      });
-    }
-    return this.queue;
+    return this.applies.schedule();
   }
 
   private async applyNow(): Promise<void> {

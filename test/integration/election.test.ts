@@ -5,7 +5,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../scripts/lab.js';
-import { blockVrrp, cliPath, scriptPath, startAgent, waitFor, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import { blockVrrp, resetElectionLab, cliPath, scriptPath, startAgent, waitFor, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 
 const root = process.getuid?.() === 0;
@@ -25,14 +25,8 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     await lab.startApiservers();
   });
   afterEach(async () => {
-    await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
+    await resetElectionLab(lab, agents);
     agents = [];
-    await blockVrrp(lab, false);
-    for (const n of lab.nodes) {
-      await lab.linkUp(n);
-      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
-      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', 'eth0'], { allowFail: true });
-    }
   });
   afterAll(async () => {
     await lab?.teardown();

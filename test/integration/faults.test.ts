@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab } from '../../scripts/lab.js';
-import { blockVrrp, scriptPath, startAgent, startLongconn, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import { blockVrrp, resetElectionLab, scriptPath, startAgent, startLongconn, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 
 const root = process.getuid?.() === 0;
@@ -29,14 +29,8 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
   });
   afterEach(async () => {
-    await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
+    await resetElectionLab(lab, agents);
     agents = [];
-    await blockVrrp(lab, false);
-    for (const n of lab.nodes) {
-      await lab.linkUp(n);
-      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
-      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', 'eth0'], { allowFail: true });
-    }
   });
   afterAll(async () => {
     await lab?.teardown();

@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, compiledScript, onJsonLines, packageRoot, type LabNode, type LabProcess, type ProbeResult, type Summary } from '../../scripts/lab.js';
-import { restoreNodes, scriptPath } from '../../scripts/cluster.js';
+import { restoreNodes, scriptPath, startLongconn } from '../../scripts/cluster.js';
 import { startNginx } from '../../scripts/nginx.js';
 import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../scripts/longconn.js';
 import type { ProxyDataplaneStatus } from '../../src/dataplane/proxy.js';
@@ -190,21 +190,12 @@ describe.skipIf(!root)('the local proxy on the lab (root; skipped otherwise)', (
   it('resetBackend resets a long-lived connection, and the client reconnects to a live apiserver', async () => {
     await setBackends(allBackends());
     const n2 = lab.nodes[1]!;
-    const proc = lab.spawn(n1.netns, [
-      process.execPath, scriptPath('longconn.js'), '--url', `https://127.0.0.1:${PORT}/version`, '--ca', lab.ca.certFile,
-      '--node', 'n2', '--attempts', '10', '--interval', '100', '--duration', '3000', '--timeout', '2000',
-      '--reconnect', '--max-connections', '3',
-    ]);
+    const { proc, results, events, summary: summaryOf } = await startLongconn(
+      lab, n1, `https://127.0.0.1:${PORT}/version`,
+      ['--node', 'n2', '--attempts', '10', '--interval', '100', '--duration', '3000', '--timeout', '2000', '--reconnect', '--max-connections', '3'],
+      { until: /"event":"pinned"/ },
+    );
     clients.push(proc);
-    const results: LongconnResult[] = [];
-    const events: LongconnEvent[] = [];
-    let summary: LongconnSummary | undefined;
-    onJsonLines<LongconnResult | LongconnEvent | LongconnSummary>(proc, (x) => {
-      if ('summary' in x) summary = x;
-      else if ('event' in x) events.push(x);
-      else results.push(x);
-    });
-    await proc.waitForOutput(/"event":"pinned"/, { timeoutMs: 10_000, includeExisting: true });
     await sleep(20);
     const pinned = events.find((e): e is Extract<LongconnEvent, { event: 'pinned' }> => e.event === 'pinned')!;
     // n2 unready but alive: it leaves the set, its established connection keeps working
@@ -219,7 +210,7 @@ describe.skipIf(!root)('the local proxy on the lab (root; skipped otherwise)', (
     expect(ack.reset).toBe(1);
     await sleep(800);
     expect(await proc.stop('SIGTERM', 5000)).toBe(0);
-    expect(summary).toBeDefined();
+    expect(summaryOf()).toBeDefined();
     const closed = events.filter((e): e is Extract<LongconnEvent, { event: 'closed' }> => e.event === 'closed' && e.conn === pinned.conn);
     expect(closed).toHaveLength(1);
     expect(closed[0]!.error).toBe('ECONNRESET');
