@@ -22,6 +22,8 @@ export interface AgentSettings {
   checksum?: 'rfc5798' | 'rfc9568';
   /** Unicast peers; absent = multicast. */
   peers?: string[];
+  /** The admin endpoint's port on 127.0.0.1 (default 9641); two agents in one node need two. */
+  adminPort?: number;
   /** IPv4 (default) or IPv6 VIP. */
   family?: 4 | 6;
   /**
@@ -62,7 +64,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
       ...(s.authKeyFile === undefined ? {} : { auth: { keyFile: s.authKeyFile } }),
     },
     vips: [s.family === 6 ? lab.vip6 : lab.vip4],
-    admin: { listen: '127.0.0.1:9641' },
+    admin: { listen: `127.0.0.1:${s.adminPort ?? 9641}` },
     log: { level: 'info' },
     ...(s.balance
       ? {
@@ -89,6 +91,7 @@ export class LabAgent {
     readonly node: LabNode,
     readonly proc: LabProcess,
     readonly configPath: string,
+    readonly adminPort = 9641,
   ) {}
 
   /** `ballast status --json` inside the node's namespace. @throws when the agent does not answer. */
@@ -100,14 +103,14 @@ export class LabAgent {
 
   /** `ballast status --json`, whatever the agent runs (state 'none' without an election). */
   async anyStatus(): Promise<StatusDocument> {
-    const r = await this.lab.exec(this.node.netns, [process.execPath, cliPath(), 'status', '--json'], { timeoutMs: 5000, allowFail: true });
+    const r = await this.lab.exec(this.node.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `127.0.0.1:${this.adminPort}`], { timeoutMs: 5000, allowFail: true });
     if (r.code !== 0) throw new Error(`ballast status on ${this.node.name} exited ${r.code}: ${r.stderr.trim()}`);
     return JSON.parse(r.stdout) as StatusDocument;
   }
 
   /** GET `path` from the agent's admin endpoint inside the node's namespace; returns the body. */
   async admin(path: string): Promise<string> {
-    const js = `require('http').get('http://127.0.0.1:9641${path}', (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => { process.stdout.write(b); process.exit(r.statusCode === 200 ? 0 : 1); }); }).on('error', (e) => { console.error(e.message); process.exit(2); });`;
+    const js = `require('http').get('http://127.0.0.1:${this.adminPort}${path}', (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => { process.stdout.write(b); process.exit(r.statusCode === 200 ? 0 : 1); }); }).on('error', (e) => { console.error(e.message); process.exit(2); });`;
     const r = await this.lab.exec(this.node.netns, [process.execPath, '-e', js], { timeoutMs: 5000, allowFail: true });
     if (r.code !== 0) throw new Error(`GET ${path} on ${this.node.name} failed (${r.code}): ${r.stderr.trim()}${r.stdout.trim()}`);
     return r.stdout;
@@ -140,14 +143,14 @@ export function cliPath(): string {
 
 /** Writes the config and starts `ballast run` in `node`; resolves once its admin endpoint answers. */
 export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Promise<LabAgent> {
-  const configPath = join(lab.dir, `${node.name}-ballast.yaml`);
+  const configPath = join(lab.dir, `${node.name}-ballast${s.adminPort === undefined ? '' : `-${s.adminPort}`}.yaml`);
   writeFileSync(configPath, agentConfig(lab, node, s));
   const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
-    logFile: join(lab.dir, `${node.name}-ballast.log`),
+    logFile: join(lab.dir, `${node.name}-ballast${s.adminPort === undefined ? '' : `-${s.adminPort}`}.log`),
     ...(s.env ? { env: s.env } : {}),
     ...(s.hostMounts ? { hostMounts: true } : {}),
   });
-  const agent = new LabAgent(lab, node, proc, configPath);
+  const agent = new LabAgent(lab, node, proc, configPath, s.adminPort);
   let exited: number | null | undefined;
   void proc.exited.then((c) => (exited = c));
   try {

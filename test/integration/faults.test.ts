@@ -226,6 +226,27 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     }
   });
 
+  it('dual stack: an IPv4 group and an IPv6 group on the same nodes are independent', async () => {
+    const [n1, n2] = lab.nodes;
+    const v4 = await Promise.all([startAgent(lab, n1!, { priority: 150 }), startAgent(lab, n2!, { priority: 100 })]);
+    const v6 = await Promise.all([
+      startAgent(lab, n1!, { priority: 100, family: 6, vrid: 52, adminPort: 9642 }),
+      startAgent(lab, n2!, { priority: 150, family: 6, vrid: 52, adminPort: 9642 }),
+    ]);
+    agents.push(...v4, ...v6);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await waitForHolder(lab, lab.vip6, 'n2');
+    const before = await Promise.all(v6.map(transitions));
+    // the IPv4 holder's agent stops: the IPv4 VIP moves, the IPv6 group does not notice
+    expect(await v4[0]!.stop('SIGTERM')).toBe(0);
+    agents.splice(agents.indexOf(v4[0]!), 1);
+    await waitForHolder(lab, lab.vip4, 'n2', 2000);
+    await sleep(500);
+    expect(await Promise.all(v6.map(transitions))).toStrictEqual(before);
+    expect((await lab.holders(lab.vip6)).map((n) => n.name)).toStrictEqual(['n2']);
+    expect((await v6[1]!.status()).vrid).toBe(52);
+  });
+
   it('multi-homed node, default route on the other interface: the VIP lands on the interface of its subnet', async () => {
     const n1 = lab.nodes[0]!;
     const other = `10.79.${SUBNET}`;
