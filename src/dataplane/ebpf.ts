@@ -346,6 +346,7 @@ export class EbpfLocalDataplane implements LocalDataplane {
       backends: this.#backends.map((b) => hostPort(b.address, b.port)),
       updates: this.#updates,
       socketsReset: this.#socketsReset,
+      map: Object.fromEntries(this.readEndpoints().map((e) => [hostPort(e.endpoint.address, e.endpoint.port), e.backends.map((b) => hostPort(b.address, b.port))])),
     };
   }
 

@@ -42,6 +42,8 @@ export interface LocalDataplaneStatus {
   updates: number;
   /** Sockets destroyed because their backend died, since start. */
   socketsReset: number;
+  /** ebpf only: what the kernel's endpoints map holds now, read back (host:port → backends). */
+  map?: Record<string, string[]>;
 }
 
 /** The node-local endpoint's data plane (either mode). */

@@ -89,7 +89,12 @@ describe.skipIf(!root)('node-local endpoint through the agent (root; skipped oth
     const a = await startLocal({ mode: 'ebpf' });
     const local = await backendsIn(a, 3);
     expect(local).toMatchObject({ mode: 'ebpf', endpoints: ['127.0.0.1:7443', `${lab.vip4}:6443`] });
-    expect([...local.mode === 'off' ? [] : local.backends].sort()).toStrictEqual(lab.nodes.map((n) => `${n.ipv4}:6443`).sort());
+    const all = lab.nodes.map((n) => `${n.ipv4}:6443`).sort();
+    expect([...(local.mode === 'off' ? [] : local.backends)].sort()).toStrictEqual(all);
+    // what the kernel's map holds, read back through /status
+    const map = local.mode === 'off' ? {} : (local.map ?? {});
+    expect(Object.keys(map).sort()).toStrictEqual(['127.0.0.1:7443', `${lab.vip4}:6443`].sort());
+    for (const backends of Object.values(map)) expect([...backends].sort()).toStrictEqual(all);
     expect(cgroupPrograms(cgroup).map((p) => [p.attachType, p.ids.length])).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
 
     const s = await inCgroup({ address: '127.0.0.1', port: 7443, tls: true, count: 60 });

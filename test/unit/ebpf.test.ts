@@ -169,7 +169,7 @@ describe('EbpfLocalDataplane (fake kernel)', () => {
     const dp = await EbpfLocalDataplane.open({ endpoints: LOCAL, cgroup: '/cg', pinDir: '/sys/fs/bpf/x', object: '/o.bpf.o', log: quiet, sys: k });
     expect(k.attached).toEqual([{ cgroup: '/cg', pinDir: '/sys/fs/bpf/x', object: '/o.bpf.o' }]);
     expect(k.cookieSet).toBe(4242n);
-    expect(dp.status()).toEqual({ mode: 'ebpf', endpoints: ['127.0.0.1:7443', '[::1]:7443'], backends: [], updates: 0, socketsReset: 0 });
+    expect(dp.status()).toEqual({ mode: 'ebpf', endpoints: ['127.0.0.1:7443', '[::1]:7443'], backends: [], updates: 0, socketsReset: 0, map: {} });
   });
 
   it('open drops endpoints no longer configured and keeps the backends of the others (restart)', async () => {
