@@ -75,7 +75,7 @@ import { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { Lab, probeOnce, runProber, type LabNode, type LabProcess, type ProberReport } from './lab.js';
+import { Lab, probeOnce, runProber, type LabNode, type LabProcess, type LabRunOptions, type ProberReport } from './lab.js';
 import { LabAgent, cliPath, startAgent, waitFor } from './cluster.js';
 import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from './keepalived.js';
 import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyOptions, type HaproxyPeer } from './haproxy.js';
@@ -131,8 +131,8 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 const say = (line = ''): void => void process.stdout.write(`${line}\n`);
 const progress = (line: string): void => void process.stderr.write(`  ${line}\n`);
 const round1 = (x: number): number => Math.round(x * 10) / 10;
-const round2 = (x: number): number => Math.round(x * 100) / 100;
-const errText = (e: unknown): string => (e instanceof Error ? e.message.split('\n')[0]! : String(e));
+export const round2 = (x: number): number => Math.round(x * 100) / 100;
+export const errText = (e: unknown): string => (e instanceof Error ? e.message.split('\n')[0]! : String(e));
 
 // ---------------------------------------------------------------------------------------------
 // public shapes (what --json prints)
@@ -156,9 +156,9 @@ export interface RateWorkerResult {
   nodes: Record<string, number>;
 }
 
-/** One setup's request-rate figures over the rounds. */
-export interface RateResult {
-  setup: Setup;
+/** One setup's request-rate figures over the rounds (scripts/bench-local.ts has setups of its own). */
+export interface RateResult<S extends string = Setup> {
+  setup: S;
   label: string;
   /** successful requests per second summed over the workers, per round */
   rounds: number[];
@@ -263,7 +263,7 @@ export interface BenchReport {
   seconds: number;
 }
 
-const ratioOf = (a: number | null | undefined, b: number | null | undefined): number | null =>
+export const ratioOf = (a: number | null | undefined, b: number | null | undefined): number | null =>
   a === null || a === undefined || b === null || b === undefined || b === 0 ? null : round2(a / b);
 
 // ---------------------------------------------------------------------------------------------
@@ -665,12 +665,19 @@ async function warmUp(lab: Lab, url: string): Promise<void> {
 
 const thisScript = (): string => fileURLToPath(import.meta.url);
 
-/** Spawns `count` workers in the client namespace with `args(i, startAt)`, waits (bounded) and parses their result lines. */
-async function runWorkers<T>(lab: Lab, count: number, durationMs: number, args: (i: number, startAt: number) => string[]): Promise<T[]> {
+/** Where workers run: the client namespace unless `netns` says otherwise, in a lab cgroup with `cgroup`. */
+export type WorkerPlace = { netns?: string } & Pick<LabRunOptions, 'cgroup'>;
+
+/**
+ * Spawns `count` workers (this script, `--role …`) in the client namespace, or at `where`, with
+ * `args(i, startAt)`, waits (bounded) and parses their result lines.
+ */
+export async function runWorkers<T>(lab: Lab, count: number, durationMs: number, args: (i: number, startAt: number) => string[], where: WorkerPlace = {}): Promise<T[]> {
   const startAt = Date.now() + START_DELAY_MS;
   const procs: LabProcess[] = [];
+  const opts = { logFile: 'workers.log', ...(where.cgroup === undefined ? {} : { cgroup: where.cgroup }) };
   for (let i = 0; i < count; i++) {
-    procs.push(lab.spawn(lab.client.netns, [process.execPath, thisScript(), ...args(i, startAt)], { logFile: 'workers.log' }));
+    procs.push(lab.spawn(where.netns ?? lab.client.netns, [process.execPath, thisScript(), ...args(i, startAt)], opts));
   }
   const watchdog = setTimeout(() => procs.forEach((p) => p.kill('SIGKILL')), START_DELAY_MS + durationMs + 20_000);
   try {
@@ -686,7 +693,52 @@ async function runWorkers<T>(lab: Lab, count: number, durationMs: number, args: 
 }
 
 /** The order of `xs` rotated by `k` (pure): round k starts with a different setup. */
-const rotate = <T>(xs: readonly T[], k: number): T[] => xs.map((_, i) => xs[(i + k) % xs.length]!);
+export const rotate = <T>(xs: readonly T[], k: number): T[] => xs.map((_, i) => xs[(i + k) % xs.length]!);
+
+/** A setup's RateResult before its first round. */
+export const emptyRate = <S extends string>(setup: S, label: string): RateResult<S> => ({
+  setup, label, rounds: [], reqPerS: null, p50Ms: null, p99Ms: null, requests: 0, failed: 0, errors: {}, nodes: {}, ratio: { reqPerS: null, p50: null, p99: null },
+});
+
+/**
+ * One round of the request-rate measurement: `workers` rate workers (at `where`, default the
+ * client namespace) against `urls` for `durationMs`; adds the round's req/s (summed over the
+ * workers), counts and latencies to `res` and `latencies`, and resolves with that req/s.
+ * @throws when a worker fails (its output in the message).
+ */
+export async function rateRound(lab: Lab, urls: readonly string[], workers: number, durationMs: number, res: RateResult<string>, latencies: number[], where: WorkerPlace = {}): Promise<number> {
+  const rs = await runWorkers<RateWorkerResult>(
+    lab, workers, durationMs,
+    (i, startAt) => [
+      '--role', 'rate-worker', ...urls.flatMap((u) => ['--url', u]), '--ca', lab.ca.certFile,
+      '--duration-ms', String(durationMs), '--start-at', String(startAt), '--index', String(i),
+    ],
+    where,
+  );
+  let perS = 0;
+  for (const r of rs) {
+    perS += r.elapsedMs > 0 ? (r.ok * 1000) / r.elapsedMs : 0;
+    res.requests += r.requests;
+    res.failed += r.requests - r.ok;
+    for (const [k, v] of Object.entries(r.errors)) res.errors[k] = (res.errors[k] ?? 0) + v;
+    for (const [k, v] of Object.entries(r.nodes)) res.nodes[k] = (res.nodes[k] ?? 0) + v;
+    latencies.push(...r.latencies);
+  }
+  res.rounds.push(round1(perS));
+  return round1(perS);
+}
+
+/** Fills every result's median req/s and p50/p99 (over `latencies` of its setup), and its ratios to `baseline`'s. */
+export function finishRates<S extends string>(results: Map<S, RateResult<S>>, latencies: Map<S, number[]>, baseline: S): void {
+  for (const [setup, r] of results) {
+    const lat = latencies.get(setup) ?? [];
+    r.reqPerS = stats2(r.rounds).median;
+    r.p50Ms = quantile(lat, 0.5);
+    r.p99Ms = quantile(lat, 0.99);
+  }
+  const d = results.get(baseline)!;
+  for (const r of results.values()) r.ratio = { reqPerS: ratioOf(r.reqPerS, d.reqPerS), p50: ratioOf(r.p50Ms, d.p50Ms), p99: ratioOf(r.p99Ms, d.p99Ms) };
+}
 
 interface RateTarget {
   setup: Setup;
@@ -703,9 +755,7 @@ async function partRate(lab: Lab, workers: number, durationMs: number): Promise<
     { setup: 'ballast', label: `ballast VIP:${APISERVER_PORT} (nftables DNAT)`, urls: [url(lab.vip4, APISERVER_PORT)] },
     { setup: 'haproxy', label: `haproxy VIP:${HAPROXY_PORT} (TCP mode)`, urls: [url(lab.vip4, HAPROXY_PORT)] },
   ];
-  const results = new Map<Setup, RateResult>(
-    targets.map((t) => [t.setup, { setup: t.setup, label: t.label, rounds: [], reqPerS: null, p50Ms: null, p99Ms: null, requests: 0, failed: 0, errors: {}, nodes: {}, ratio: { reqPerS: null, p50: null, p99: null } }]),
-  );
+  const results = new Map<Setup, RateResult>(targets.map((t) => [t.setup, emptyRate(t.setup, t.label)]));
   const latencies = new Map<Setup, number[]>(targets.map((t) => [t.setup, []]));
   let stack: Stack | undefined;
   try {
@@ -715,21 +765,8 @@ async function partRate(lab: Lab, workers: number, durationMs: number): Promise<
       for (const t of rotate(targets, round)) {
         const res = results.get(t.setup)!;
         try {
-          const rs = await runWorkers<RateWorkerResult>(lab, workers, durationMs, (i, startAt) => [
-            '--role', 'rate-worker', ...t.urls.flatMap((u) => ['--url', u]), '--ca', lab.ca.certFile,
-            '--duration-ms', String(durationMs), '--start-at', String(startAt), '--index', String(i),
-          ]);
-          let perS = 0;
-          for (const r of rs) {
-            perS += r.elapsedMs > 0 ? (r.ok * 1000) / r.elapsedMs : 0;
-            res.requests += r.requests;
-            res.failed += r.requests - r.ok;
-            for (const [k, v] of Object.entries(r.errors)) res.errors[k] = (res.errors[k] ?? 0) + v;
-            for (const [k, v] of Object.entries(r.nodes)) res.nodes[k] = (res.nodes[k] ?? 0) + v;
-            latencies.get(t.setup)!.push(...r.latencies);
-          }
-          res.rounds.push(round1(perS));
-          progress(`rate round ${round + 1}/${ROUNDS} ${t.label}: ${round1(perS)} req/s`);
+          const perS = await rateRound(lab, t.urls, workers, durationMs, res, latencies.get(t.setup)!);
+          progress(`rate round ${round + 1}/${ROUNDS} ${t.label}: ${perS} req/s`);
         } catch (e) {
           res.error ??= errText(e);
         }
@@ -742,14 +779,7 @@ async function partRate(lab: Lab, workers: number, durationMs: number): Promise<
     await stack?.stop();
     await resetLab(lab, []);
   }
-  for (const [setup, r] of results) {
-    const lat = latencies.get(setup)!;
-    r.reqPerS = stats2(r.rounds).median;
-    r.p50Ms = quantile(lat, 0.5);
-    r.p99Ms = quantile(lat, 0.99);
-  }
-  const d = results.get('direct')!;
-  for (const r of results.values()) r.ratio = { reqPerS: ratioOf(r.reqPerS, d.reqPerS), p50: ratioOf(r.p50Ms, d.p50Ms), p99: ratioOf(r.p99Ms, d.p99Ms) };
+  finishRates(results, latencies, 'direct');
   return [...results.values()];
 }
 
@@ -925,9 +955,9 @@ async function nodeDeathRun(lab: Lab, setup: 'ballast' | 'haproxy', run: number)
 // ---------------------------------------------------------------------------------------------
 // output
 
-const fmt = (v: number | null | undefined, w: number, digits = 0): string => (v === null || v === undefined ? '—' : v.toFixed(digits)).padStart(w);
-const fmtRatio = (v: number | null, w: number): string => (v === null ? '—' : `×${v.toFixed(2)}`).padStart(w);
-const counts = (o: Record<string, number>): string => Object.entries(o).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(' ') || '—';
+export const fmt = (v: number | null | undefined, w: number, digits = 0): string => (v === null || v === undefined ? '—' : v.toFixed(digits)).padStart(w);
+export const fmtRatio = (v: number | null, w: number): string => (v === null ? '—' : `×${v.toFixed(2)}`).padStart(w);
+export const counts = (o: Record<string, number>): string => Object.entries(o).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(' ') || '—';
 
 function printRate(rs: RateResult[], workers: number, seconds: number): void {
   say(`1. new-connection request rate: ${workers} workers × ${seconds} s × ${ROUNDS} rounds, each a loop of HTTPS GET /version on a new verified TLS connection`);
@@ -1055,6 +1085,45 @@ function intArg(name: string, v: string | undefined, dflt: number, min: number, 
   return n;
 }
 
+/**
+ * What a bench script checks before it builds a lab: `--runs` (1..maxRuns), `--seconds` (1..30)
+ * and `--workers` (1..16) with their defaults, root, the `files` it needs (path, Debian package)
+ * and the compiled CLI. Resolves with the numbers, or prints why not (prefixed with `name`) and
+ * resolves with the exit status (2: a bad option, 1: the machine).
+ */
+export function preflight(
+  values: { runs?: string | undefined; seconds?: string | undefined; workers?: string | undefined },
+  o: { name: string; usage: string; defaults: { runs: number; maxRuns: number; seconds: number; workers: number }; root: string; files: readonly (readonly [string, string])[] },
+): { runs: number; seconds: number; workers: number } | number {
+  const d = o.defaults;
+  let checked: { runs: number; seconds: number; workers: number };
+  try {
+    checked = {
+      runs: intArg('runs', values.runs, d.runs, 1, d.maxRuns),
+      seconds: intArg('seconds', values.seconds, d.seconds, 1, 30),
+      workers: intArg('workers', values.workers, d.workers, 1, 16),
+    };
+  } catch (e) {
+    process.stderr.write(`${errText(e)}\n${o.usage}\n`);
+    return 2;
+  }
+  if (process.getuid?.() !== 0) {
+    process.stderr.write(`${o.name}: needs root (${o.root})\n`);
+    return 1;
+  }
+  for (const [path, pkg] of o.files) {
+    if (!existsSync(path)) {
+      process.stderr.write(`${o.name}: ${path} is missing (apt-get install ${pkg}, or npm run setup)\n`);
+      return 1;
+    }
+  }
+  if (!existsSync(cliPath())) {
+    process.stderr.write(`${o.name}: ${cliPath()} is missing; run \`npm run build:ts\`\n`);
+    return 1;
+  }
+  return checked;
+}
+
 /** Runs one of the internal roles (in a lab namespace); resolves with the exit status. */
 async function role(values: ReturnType<typeof parseCli>['values']): Promise<number> {
   const out = (o: unknown): void => void process.stdout.write(`${JSON.stringify(o)}\n`);
@@ -1090,29 +1159,15 @@ async function main(): Promise<number> {
     say(usage());
     return 0;
   }
-  let runs: number, seconds: number, workers: number;
-  try {
-    runs = intArg('runs', values.runs, DEFAULT_RUNS, 1, MAX_RUNS);
-    seconds = intArg('seconds', values.seconds, DEFAULT_SECONDS, 1, 30);
-    workers = intArg('workers', values.workers, DEFAULT_WORKERS, 1, 16);
-  } catch (e) {
-    process.stderr.write(`${errText(e)}\n${usage()}\n`);
-    return 2;
-  }
-  if (process.getuid?.() !== 0) {
-    process.stderr.write('bench: needs root (network namespaces, raw sockets, nftables)\n');
-    return 1;
-  }
-  for (const [path, pkg] of [[KEEPALIVED_PATH, 'keepalived'], [HAPROXY_PATH, 'haproxy']] as const) {
-    if (!existsSync(path)) {
-      process.stderr.write(`bench: ${path} is missing (apt-get install ${pkg}, or npm run setup)\n`);
-      return 1;
-    }
-  }
-  if (!existsSync(cliPath())) {
-    process.stderr.write(`bench: ${cliPath()} is missing; run \`npm run build:ts\`\n`);
-    return 1;
-  }
+  const checked = preflight(values, {
+    name: 'bench',
+    usage: usage(),
+    defaults: { runs: DEFAULT_RUNS, maxRuns: MAX_RUNS, seconds: DEFAULT_SECONDS, workers: DEFAULT_WORKERS },
+    root: 'network namespaces, raw sockets, nftables',
+    files: [[KEEPALIVED_PATH, 'keepalived'], [HAPROXY_PATH, 'haproxy']],
+  });
+  if (typeof checked === 'number') return checked;
+  const { runs, seconds, workers } = checked;
   const kv = keepalivedVersion()?.join('.') ?? 'unknown';
   const hv = haproxyVersion()?.join('.') ?? 'unknown';
   const durationMs = seconds * 1000;
