@@ -19,7 +19,7 @@ import { statusDocument, statusState, type StatusDocument } from './observe/stat
 import { chooseInterface, delVip, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from './vip/netlink.js';
 import type { EngineEvent, EngineOptions } from './vrrp/engine.js';
 import { EngineStartError, VrrpHost } from './vrrp/host.js';
-import { formatAddress, HealthChecker, type BackendHealth } from './health/checker.js';
+import { formatAddress, HealthChecker, parseAddress, type BackendHealth } from './health/checker.js';
 import { FlowTracker, watchConntrack, type ConntrackWatch } from './health/passive.js';
 import { LoadBalancer, type DataplaneStatus } from './dataplane/controller.js';
 import { NftablesApplier } from './dataplane/apply.js';
@@ -29,7 +29,7 @@ import { LocalBalancer, type LocalDataplane, type LocalEndpoint } from './datapl
 import { EbpfLocalDataplane, checkEbpf, cgroup2Root, DEFAULT_PIN_DIR } from './dataplane/ebpf.js';
 import { ProxyLocalDataplane } from './dataplane/proxy.js';
 import { listeningOn } from './net/listening.js';
-import { hostPort } from './net/address.js';
+import { addressFamily, hostPort } from './net/address.js';
 import { describeReadError, parseAuthKey } from './config/files.js';
 
 /**
@@ -455,7 +455,9 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
     performance.now(),
   );
   const evaluate = (): void => {
-    const r = policy.update(checker.snapshot(), dataplaneReady, performance.now());
+    // only the VIP's family can serve the VIP (other backends serve a local endpoint of theirs)
+    const ours = checker.snapshot().filter((b) => addressFamily(parseAddress(b.address).host) === config.family);
+    const r = policy.update(ours, dataplaneReady, performance.now());
     log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
   };
   // the settle deadline passes without an event: look again then

@@ -1241,6 +1241,16 @@ function backendIssues(raw: Record<string, unknown>, vips: { family: AddressFami
   if (!isRecord(raw.apiserver) || !Array.isArray(raw.apiserver.backends)) return [];
   const out: RawIssue[] = [];
   const seen = new Set<string>();
+  // a local endpoint of the other family balances to that family's backends (the VIP's DNAT skips them)
+  const endpointFamilies = new Set<AddressFamily>();
+  if (raw.localEndpoint !== undefined) {
+    const le = isRecord(raw.localEndpoint) ? raw.localEndpoint : {};
+    const list = Array.isArray(le.address) ? le.address : [le.address ?? DEFAULTS.localEndpoint];
+    for (const a of list) {
+      const r = parseHostPort(a, LOCAL_ENDPOINT_RULE);
+      if (typeof r !== 'string') endpointFamilies.add(r.ip.family);
+    }
+  }
   raw.apiserver.backends.forEach((b, i) => {
     const r = parseHostPort(b, BACKEND_RULE);
     // bad entries and repeats already have their own issue from the list itself
@@ -1249,10 +1259,10 @@ function backendIssues(raw: Record<string, unknown>, vips: { family: AddressFami
     if (seen.has(key)) return;
     seen.add(key);
     const path = ['apiserver', 'backends', i];
-    if (r.ip.family !== vips.family) {
+    if (r.ip.family !== vips.family && !endpointFamilies.has(r.ip.family)) {
       out.push({
         path,
-        message: `${String(b)} is IPv${r.ip.family} but the VIPs are IPv${vips.family}: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families)`,
+        message: `${String(b)} is IPv${r.ip.family} but the VIPs are IPv${vips.family}: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families), unless a localEndpoint address of that family uses them`,
       });
     } else if (vips.index.has(r.ip.text)) {
       out.push({

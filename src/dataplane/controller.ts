@@ -13,7 +13,7 @@
 import type { BackendHealth, HealthChange } from '../health/checker.js';
 import { parseAddress } from '../health/checker.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
-import { hostPort } from '../net/address.js';
+import { addressFamily, hostPort } from '../net/address.js';
 import { Coalescer } from './coalesce.js';
 
 /**
@@ -39,12 +39,14 @@ export function desiredDataplane(
     const t = parseAddress(b.address);
     return { address: t.host, port: t.port, local: o.local.has(t.host) };
   };
+  // backends of the other family serve only a local endpoint of that family: DNAT cannot reach them
+  const ours = snapshot.filter((b) => addressFamily(parseAddress(b.address).host) === o.family);
   return {
     family: o.family,
     vips: [...o.vips],
     port: o.port,
-    backends: snapshot.filter((b) => b.healthy).map(toBackend),
-    draining: snapshot.filter((b) => !b.healthy && b.state === 'down' && !isDeadReason(b.reason)).map(toBackend),
+    backends: ours.filter((b) => b.healthy).map(toBackend),
+    draining: ours.filter((b) => !b.healthy && b.state === 'down' && !isDeadReason(b.reason)).map(toBackend),
     masqueradeRemote: true,
   };
 }

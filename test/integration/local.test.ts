@@ -190,6 +190,26 @@ describe.skipIf(!root)('node-local endpoint through the agent (root; skipped oth
     expect((await inCgroup({ address: '127.0.0.1', port: 7443, count: 3, listen: true })).nodes).toStrictEqual({ self: 3 });
   });
 
+  it('ebpf: a control-plane node with an IPv4 VIP serves [::1]:7443 from the IPv6 backends, and the VIP\'s DNAT keeps the IPv4 ones', async () => {
+    const both = [...lab.nodes.map((n) => `${n.ipv4}:6443`), ...lab.nodes.map((n) => `[${n.ipv6}]:6443`)];
+    const a = await startAgent(lab, n1(), {
+      priority: 150,
+      hostMounts: true,
+      extra: {
+        apiserver: { port: 6443, backends: both, health: { caFile: lab.ca.certFile, interval: `${INTERVAL_MS}ms`, timeout: `${INTERVAL_MS}ms`, rise: 2, fall: FALL } },
+        localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'], cgroup },
+        dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
+      },
+    });
+    agents.push(a);
+    const local = await backendsIn(a, 6);
+    expect(local.mode === 'off' ? {} : local.map).toMatchObject({ '[::1]:7443': expect.arrayContaining(lab.nodes.map((n) => `[${n.ipv6}]:6443`)) });
+    const s = await inCgroup({ address: '::1', port: 7443, tls: true, count: 30 });
+    expect(s).toMatchObject({ ok: 30, peers: { '[::1]:7443': 30 } });
+    const st = await a.status();
+    expect(st.dataplane.mode === 'nftables' ? [...st.dataplane.backends].sort() : []).toStrictEqual(lab.nodes.map((n) => `${n.ipv4}:6443`).sort());
+  });
+
   it('ebpf: a worker node (no election) with [::1]:7443 and IPv6 backends', async () => {
     const a = await startLocal({ mode: 'ebpf', election: false, family: 6, address: '[::1]:7443' });
     expect((await a.anyStatus()).state).toBe('none');

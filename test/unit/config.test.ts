@@ -481,7 +481,7 @@ describe('parseConfig: one message per invalid field', () => {
       'backends wrong family',
       withBackend({ backends: ['[fd00::11]:6443'] }),
       'apiserver.backends[0]',
-      "[fd00::11]:6443 is IPv6 but the VIPs are IPv4: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families)",
+      "[fd00::11]:6443 is IPv6 but the VIPs are IPv4: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families), unless a localEndpoint address of that family uses them",
     ],
     ['backends a VIP', withBackend({ backends: ['10.0.0.100:6443'] }), 'apiserver.backends[0]', "10.0.0.100 is a VIP (vips[0]); backends are the apiservers' own node addresses"],
     ['health not a mapping', { apiserver: { health: [] } }, 'apiserver.health', 'must be a mapping of settings (key: value), got a list'],
@@ -746,6 +746,11 @@ describe('parseConfig: localEndpoint and dataplane.local', () => {
     expect(c.dataplane.local).toBe('proxy');
     const v4 = { apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } } };
     expect(parseConfig(yamlWith({ localEndpoint: { address: '127.0.0.2:7443' }, ...v4 })).localEndpoint?.addresses).toStrictEqual([{ host: '127.0.0.2', port: 7443, family: 4 }]);
+  });
+  it('a control-plane node with an IPv4 VIP may balance [::1]:7443 to IPv6 backends', () => {
+    const c = parseConfig(yamlWith({ localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'] }, ...backends }));
+    expect(c.family).toBe(4);
+    expect(c.apiserver.backends.map((b) => b.family)).toStrictEqual([4, 6]);
   });
   it.each([
     ['no backends', { localEndpoint: {} }, 'localEndpoint', 'needs apiserver.backends: the apiservers the endpoint balances to'],

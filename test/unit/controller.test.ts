@@ -127,6 +127,11 @@ describe('desiredDataplane', () => {
       masqueradeRemote: true,
     });
   });
+  it('backends of the other family (there for a local endpoint of theirs) are never DNAT targets', () => {
+    const d = desiredDataplane([bh(B1, 'up'), bh('[fd00::12]:6443', 'up'), bh('[fd00::13]:6443', 'down', 'http 500')], OPTS);
+    expect(d.backends.map((b) => b.address)).toEqual(['10.0.0.11']);
+    expect(d.draining).toEqual([]);
+  });
   it('only this node’s own address is local; the vips list is a copy', () => {
     const vips = ['10.0.0.100'];
     const d = desiredDataplane([bh(B1, 'up'), bh(B2, 'up'), bh(B3, 'up')], { ...OPTS, vips });
