@@ -30,7 +30,7 @@ import { EbpfLocalDataplane, checkEbpf, cgroup2Root, DEFAULT_PIN_DIR } from './d
 import { ProxyLocalDataplane } from './dataplane/proxy.js';
 import { listeningOn } from './net/listening.js';
 import { addressFamily, hostPort } from './net/address.js';
-import { describeReadError, parseAuthKey } from './config/files.js';
+import { describeReadError, parseAuthKey, readRegularFile } from './config/files.js';
 
 /**
  * The shared key of vrrp.auth.keyFile, read at start (loadConfig checked it already; this is the
@@ -40,7 +40,7 @@ import { describeReadError, parseAuthKey } from './config/files.js';
 function readAuthKey(path: string): Buffer {
   let bytes: Buffer;
   try {
-    bytes = readFileSync(path);
+    bytes = readRegularFile(path);
   } catch (err) {
     throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: cannot read ${path}: ${describeReadError(err)}`, { cause: err });
   }
@@ -129,8 +129,19 @@ export function missingCapabilities(status = '/proc/self/status'): string[] {
  * namespace and vanishes with the process, so a crash never leaves a stale lock.
  * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
  */
-export async function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: number): Promise<NetServer> {
-  const name = `ballast:${ifname}:ipv${family}:vrid${vrid}`;
+export function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: number): Promise<NetServer> {
+  return abstractLock(`ballast:${ifname}:ipv${family}:vrid${vrid}`, `runs VRID ${vrid} (IPv${family}) on ${ifname}`);
+}
+
+/**
+ * One agent without an election per network namespace (two would fight over the local endpoint).
+ * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
+ */
+export function acquireEndpointLock(): Promise<NetServer> {
+  return abstractLock('ballast:local-endpoint', 'serves a local endpoint without an election');
+}
+
+async function abstractLock(name: string, what: string): Promise<NetServer> {
   const server = createServer((c) => c.destroy());
   try {
     await new Promise<void>((resolve, reject) => {
@@ -140,7 +151,7 @@ export async function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: n
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE') {
-      throw createError('BALLAST_E_ALREADY_RUNNING', `another ballast agent already runs VRID ${vrid} (IPv${family}) on ${ifname} in this network namespace (lock @${name})`);
+      throw createError('BALLAST_E_ALREADY_RUNNING', `another ballast agent already ${what} in this network namespace (lock @${name})`);
     }
     throw createError('BALLAST_E_SOCKET', `cannot take the instance lock @${name}: ${(err as Error).message}`, { cause: err });
   }
@@ -169,14 +180,16 @@ function engineError(err: unknown): BallastError {
  */
 export async function startAgent(config: Config, log: Logger): Promise<Agent> {
   const v = config.vrrp;
-  const missing = missingCapabilities().filter((c) => v !== null || c !== 'CAP_NET_RAW');
+  // the election needs raw sockets and addresses; a node with only a local endpoint needs
+  // nothing up front (ebpf says what it lacks, and falls back to the proxy, which needs nothing)
+  const missing = v ? missingCapabilities() : [];
   if (missing.length > 0) {
     throw createError('BALLAST_E_PERMISSION', `this process lacks ${missing.join(' and ')}: run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN`);
   }
   // before anything is opened: a key that went missing since validation changes nothing
   const authKey = v?.auth ? readAuthKey(v.auth.keyFile) : null;
   const resolved = v ? await resolveInterface(config) : null;
-  const lock = v && resolved ? await acquireInstanceLock(resolved.iface.ifname, config.family, v.vrid) : await acquireInstanceLock('local-endpoint', config.family, 0);
+  const lock = v && resolved ? await acquireInstanceLock(resolved.iface.ifname, config.family, v.vrid) : await acquireEndpointLock();
   const fixed = resolved && v
     ? {
         vips: [...config.vips],

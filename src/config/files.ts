@@ -8,7 +8,7 @@
  * setting already has its own issue from the schema.
  */
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import { AUTH_KEY_MIN_LENGTH } from '../vrrp/auth.js';
 
 /** Reads files for the checks: the host's file system, or a fake in tests. */
@@ -20,8 +20,30 @@ export interface ConfigFiles {
   readFile(path: string): Buffer;
 }
 
+/** The largest file the configuration may name (and the configuration itself), in bytes. */
+export const MAX_CONFIG_FILE_BYTES = 1 << 20;
+
+/**
+ * Reads a whole regular file of at most {@link MAX_CONFIG_FILE_BYTES}. A device, FIFO or socket
+ * (`/dev/zero`, a named pipe) is refused before any byte is read: reading one would never end.
+ * @throws an fs-style error with `code`: the open's (ENOENT, EACCES, EISDIR…), ENOTREG (not a
+ *   regular file) or EFBIG (too large).
+ */
+export function readRegularFile(path: string): Buffer {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+  try {
+    const st = fstatSync(fd);
+    if (st.isDirectory()) throw Object.assign(new Error(`${path} is a directory`), { code: 'EISDIR' });
+    if (!st.isFile()) throw Object.assign(new Error(`${path} is not a regular file`), { code: 'ENOTREG' });
+    if (st.size > MAX_CONFIG_FILE_BYTES) throw Object.assign(new Error(`${path} is larger than ${MAX_CONFIG_FILE_BYTES} bytes`), { code: 'EFBIG' });
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** The host's file system (synchronous: the configuration is read once, at start). */
-export const hostFiles: ConfigFiles = { readFile: (path) => readFileSync(path) };
+export const hostFiles: ConfigFiles = { readFile: readRegularFile };
 
 /** One problem with a named file: the setting's path (`['apiserver', 'health', 'caFile']`) and why. */
 export interface FileIssue {
@@ -42,6 +64,10 @@ export function describeReadError(err: unknown): string {
       return 'it is a directory, not a file (EISDIR)';
     case 'ENOTDIR':
       return 'a component of the path is not a directory (ENOTDIR)';
+    case 'ENOTREG':
+      return 'not a regular file (a device, FIFO or socket cannot be read as one)';
+    case 'EFBIG':
+      return `larger than ${MAX_CONFIG_FILE_BYTES} bytes (EFBIG)`;
     default:
       return err instanceof Error ? err.message : String(err);
   }

@@ -1,10 +1,9 @@
 /**
  * From YAML text (or a file) to a validated, frozen Config.
  */
-import { readFileSync } from 'node:fs';
 import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
-import { describeReadError, hostFiles, type ConfigFiles } from './files.js';
+import { describeReadError, hostFiles, readRegularFile, type ConfigFiles } from './files.js';
 import { validateConfig, type Config, type Locator } from './schema.js';
 
 /** Maps a setting's path to the line and column of its value (or of its key) in the text. */
@@ -106,7 +105,7 @@ export function parseConfig(text: string, source?: string, options: { files?: Co
 export function loadConfig(path: string, options: { files?: ConfigFiles } = {}): Config {
   let bytes: Buffer;
   try {
-    bytes = readFileSync(path);
+    bytes = readRegularFile(path);
   } catch (err) {
     throw createError('BALLAST_E_CONFIG_READ', `cannot read the configuration file ${path}: ${describeReadError(err)}`, {
       cause: err,

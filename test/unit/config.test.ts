@@ -9,6 +9,7 @@ import {
   CONFIG_FIELDS,
   ConfigError,
   formatDuration,
+  hostFiles,
   loadConfig,
   parseAuthKey,
   parseConfig,
@@ -782,6 +783,12 @@ describe('vrrp.auth.keyFile contents', () => {
     ]);
     expect(validateIssues(auth('/k'), { '/k': '\n\n' })[0]?.message).toBe('/k is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)');
     expect(validateIssues(auth('/missing'), {})[0]?.message).toBe('cannot read /missing: no such file (ENOENT)');
+  });
+  it('a device is refused before a byte is read (reading /dev/zero would never end)', () => {
+    expect(validateIssues(auth('/dev/zero'), hostFiles).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.auth.keyFile', 'cannot read /dev/zero: not a regular file (a device, FIFO or socket cannot be read as one)'],
+    ]);
+    expect(() => loadConfig('/dev/zero')).toThrow(/cannot read the configuration file \/dev\/zero: not a regular file/);
   });
 });
 
