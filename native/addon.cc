@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include "bpf_loader.h"
+#include "file_lock.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
 #include "vrrp_socket.h"
@@ -28,6 +29,8 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("cgroupPrograms", Napi::Function::New<CgroupPrograms>(env, "cgroupPrograms"));
     exports.Set("listSockets", Napi::Function::New<ListSockets>(env, "listSockets"));
     exports.Set("destroySockets", Napi::Function::New<DestroySockets>(env, "destroySockets"));
+    exports.Set("lockFile", Napi::Function::New<LockFile>(env, "lockFile"));
+    exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
   }
 
  private:

@@ -7,7 +7,9 @@
  * Nothing on the system changes before the configuration, the interface and the admin port
  * have all been checked.
  */
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, statSync } from 'node:fs';
+import { basename } from 'node:path';
 import type { Server } from 'node:http';
 import { createServer, type Server as NetServer } from 'node:net';
 import type { Config } from './config/index.js';
@@ -30,6 +32,7 @@ import { EbpfLocalDataplane, checkEbpf, cgroup2Root, DEFAULT_PIN_DIR } from './d
 import { ProxyLocalDataplane } from './dataplane/proxy.js';
 import { listeningOn } from './net/listening.js';
 import { addressFamily, hostPort } from './net/address.js';
+import { lockFile, type FileLock } from './native.js';
 import { describeReadError, parseAuthKey, readRegularFile } from './config/files.js';
 
 /**
@@ -526,26 +529,41 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
 async function startLocalDataplane(config: Config, log: Logger): Promise<LocalDataplane> {
   const le = config.localEndpoint!;
   const endpoints: LocalEndpoint[] = le.addresses.map((a) => ({ address: a.host, port: a.port }));
-  if (!le.force) {
-    const busy = endpoints.filter((e) => listeningOn(e.address, e.port));
-    if (busy.length > 0) {
-      throw createError(
-        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
-        `localEndpoint.address: something on this node already listens on ${busy.map((e) => hostPort(e.address, e.port)).join(', ')}; its clients would be taken over. Pick another port (7443 is the convention), or set localEndpoint.force: true`,
-      );
-    }
+  const busy = endpoints.filter((e) => listeningOn(e.address, e.port));
+  if (busy.length > 0 && !le.force) {
+    throw createError(
+      'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+      `localEndpoint.address: something on this node already listens on ${busy.map((e) => hostPort(e.address, e.port)).join(', ')}; its clients would be taken over. Pick another port (7443 is the convention), or set localEndpoint.force: true`,
+    );
   }
+  if (busy.length > 0) log.warn({ endpoints: busy.map((e) => hostPort(e.address, e.port)) }, 'localEndpoint.force: taking over an address something already listens on; its clients are balanced from now on');
   if (config.dataplane.local === 'ebpf') {
     const vipEndpoints = config.vrrp !== null ? config.vips.map((vip) => ({ address: vip, port: config.apiserver.port })) : [];
-    try {
-      const cgroup = le.cgroup ?? (await cgroup2Root());
-      return await EbpfLocalDataplane.open({ endpoints: [...endpoints, ...vipEndpoints], cgroup, pinDir: pinDirFor(cgroup), log });
-    } catch (err) {
-      const check = await checkEbpf().catch(() => ({ ok: false, reasons: [] as string[] }));
-      log.warn(
-        { err: (err as Error).message, reasons: check.reasons },
-        'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path: every byte is copied through the agent). `ballast check` explains why',
-      );
+    let cgroup: string | null = null;
+    if (le.cgroup !== undefined) {
+      // a configured cgroup that is wrong is the operator's typo, not a host without eBPF
+      cgroup = await checkCgroupDir(le.cgroup);
+    } else {
+      cgroup = await cgroup2Root().catch(() => null);
+    }
+    if (cgroup !== null) {
+      const pinDir = pinDirFor(cgroup);
+      const lock = lockPinDir(pinDir, cgroup);
+      try {
+        const dp = await EbpfLocalDataplane.open({ endpoints: [...endpoints, ...vipEndpoints], cgroup, pinDir, log });
+        return withRelease(dp, () => lock.release());
+      } catch (err) {
+        lock.release();
+        const check = await checkEbpf().catch(() => ({ ok: false, reasons: ['ballast check itself failed'] }));
+        // the host can run eBPF (check attached to a test cgroup): this failure is ours to report
+        if (check.ok) throw createError('BALLAST_E_DATAPLANE', `cannot start the eBPF local endpoint: ${(err as Error).message}`, { cause: err });
+        log.warn(
+          { err: (err as Error).message, reasons: check.reasons },
+          'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path: every byte is copied through the agent). `ballast check` explains why',
+        );
+      }
+    } else {
+      log.warn({ reasons: ['no cgroup v2 hierarchy is mounted'] }, 'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path)');
     }
   }
   try {
@@ -557,14 +575,80 @@ async function startLocalDataplane(config: Config, log: Logger): Promise<LocalDa
   }
 }
 
+/** `dp` whose close() also runs `release` (after the data plane is closed). */
+function withRelease(dp: LocalDataplane, release: () => void): LocalDataplane {
+  const close = dp.close.bind(dp);
+  dp.close = async (o) => {
+    try {
+      await close(o);
+    } finally {
+      release();
+    }
+  };
+  return dp;
+}
+
+/**
+ * A pin directory has one owner on the host: a second agent taking it over would replace the
+ * first one's programs and remove them when it stops. The lock is flock(2) on
+ * /run/ballast/<pin directory name>.lock (bpffs holds no regular files), released by the kernel
+ * when the agent dies.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it.
+ */
+function lockPinDir(pinDir: string, cgroup: string): FileLock {
+  const path = `/run/ballast/${basename(pinDir)}.lock`;
+  try {
+    mkdirSync('/run/ballast', { recursive: true, mode: 0o755 });
+    return lockFile(path);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
+      throw createError(
+        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+        `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
+      );
+    }
+    throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * localEndpoint.cgroup must be an existing directory of a mounted cgroup-v2 hierarchy.
+ * @returns the path without a trailing slash.
+ * @throws BallastError BALLAST_E_CGROUP naming the setting and the reason.
+ */
+async function checkCgroupDir(path: string): Promise<string> {
+  const p = path.replace(/\/+$/, '') || '/';
+  let root: string;
+  try {
+    root = await cgroup2Root();
+  } catch {
+    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p}: no cgroup v2 hierarchy is mounted on this host`);
+  }
+  if (p !== root && !p.startsWith(`${root}/`)) {
+    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} is not in the cgroup v2 hierarchy (mounted at ${root}); write ${root} or a directory below it`);
+  }
+  let dir = false;
+  try {
+    dir = statSync(p).isDirectory();
+  } catch {
+    dir = false;
+  }
+  if (!dir) throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} does not exist (create the cgroup, or leave the setting out for the whole host)`);
+  return p;
+}
+
 /**
  * Pins per cgroup, so that agents balancing different cgroups (test labs, nested setups) never
- * share maps, and a restarted agent finds its own: /sys/fs/bpf/ballast/local for the root
- * cgroup, /sys/fs/bpf/ballast/local-<path with / as _> otherwise.
+ * share maps, and a restarted agent finds its own: /sys/fs/bpf/ballast/local for the root of the
+ * hierarchy, /sys/fs/bpf/ballast/local-<path, / as _>-<8 hex of its SHA-256> below it (the hash
+ * keeps "a/b" and "a_b" apart).
  */
 export function pinDirFor(cgroup: string): string {
   const rel = cgroup.replace(/\/+$/, '').replace(/^\/sys\/fs\/cgroup(\/unified)?/, '');
-  return rel === '' ? DEFAULT_PIN_DIR : `${DEFAULT_PIN_DIR}-${rel.replace(/^\//, '').replace(/[^A-Za-z0-9_.-]/g, '_')}`;
+  if (rel === '') return DEFAULT_PIN_DIR;
+  const name = rel.replace(/^\//, '').replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
+  return `${DEFAULT_PIN_DIR}-${name}-${createHash('sha256').update(rel).digest('hex').slice(0, 8)}`;
 }
 
 /** net.ipv4.ip_forward / net.ipv6.conf.all.forwarding, or null when unreadable. */

@@ -80,9 +80,13 @@ export const ERRORS = {
     exitCode: 1,
     description: 'The data plane could not be programmed: an nft or conntrack command failed (the kernel kept the previous ballast table), or the local endpoint could be served neither by eBPF nor by the proxy.',
   },
+  BALLAST_E_CGROUP: {
+    exitCode: 2,
+    description: 'localEndpoint.cgroup is not an existing directory of the mounted cgroup-v2 hierarchy.',
+  },
   BALLAST_E_LOCAL_ENDPOINT_IN_USE: {
     exitCode: 2,
-    description: 'Something on the node already listens on the port of localEndpoint.address; the endpoint would take its clients.',
+    description: 'Something on the node already listens on the port of localEndpoint.address, or another agent on the host already serves the local endpoint of that cgroup.',
   },
   BALLAST_E_STATUS_UNREACHABLE: {
     exitCode: 3,

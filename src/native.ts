@@ -197,12 +197,14 @@ interface Addon {
   cgroupPrograms(cgroup: string): CgroupHookPrograms[];
   listSockets(filter: TcpSocketFilter): TcpSocketInfo[];
   destroySockets(filter: TcpSocketFilter): number;
+  lockFile(path: string): number;
+  unlockFile(fd: number): void;
 }
 
 function isAddon(value: unknown): value is Addon {
   if (typeof value !== 'object' || value === null) return false;
   const exports = value as Record<string, unknown>;
-  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets'].every(
+  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets', 'lockFile', 'unlockFile'].every(
     (name) => typeof exports[name] === 'function',
   );
 }
@@ -719,4 +721,31 @@ export function listTcpSockets(filter: TcpSocketFilter): TcpSocketInfo[] {
 export function destroySockets(filter: TcpSocketFilter): number {
   checkFilter(filter);
   return native().destroySockets(filter);
+}
+
+/** A held {@link lockFile} lock; release() closes the descriptor (idempotent). */
+export interface FileLock {
+  readonly path: string;
+  release(): void;
+}
+
+/**
+ * Takes a host-wide exclusive lock: open(2) (creating the file, mode 0600) and
+ * flock(LOCK_EX | LOCK_NB) (flock(2)). The kernel releases it when the process dies, however it
+ * dies, so a crash never leaves a stale lock. For host-wide resources such as a bpffs pin
+ * directory, which an abstract-socket lock (per network namespace) cannot guard.
+ * @throws NativeError EAGAIN (= EWOULDBLOCK) "flock" while another process holds it; the open's errno
+ *   (ENOENT when the directory is missing, EACCES) otherwise.
+ */
+export function lockFile(path: string): FileLock {
+  if (typeof path !== 'string' || !path.startsWith('/')) throw new TypeError(`path must be an absolute path, got ${JSON.stringify(path)}`);
+  const addon = native();
+  let fd: number | null = addon.lockFile(path);
+  return {
+    path,
+    release() {
+      if (fd !== null) addon.unlockFile(fd);
+      fd = null;
+    },
+  };
 }

@@ -80,6 +80,8 @@ export class LocalBalancer {
   private readonly reset = new Set<string>();
   private failures = 0;
   private lastError: string | null = null;
+  /** The set last written (a key), null before the first write. */
+  private applied: string | null = null;
 
   constructor(
     private readonly dp: LocalDataplane,
@@ -114,8 +116,12 @@ export class LocalBalancer {
     // place until its first verdict, so the restart costs no connection
     const inherited = new Set(this.dp.status().backends);
     const ready = snapshot.filter((b) => b.healthy || (b.state === 'unknown' && inherited.has(b.address))).map((b) => toLocalBackend(b.address));
+    // every check calls in here: rewrite the map only when the set changed
+    const key = ready.map((b) => `${b.address}|${b.port}`).join(',');
+    if (key === this.applied && this.toReset.size === 0) return;
     try {
       await this.dp.setBackends(ready);
+      this.applied = key;
       this.lastError = null;
     } catch (err) {
       this.failures++;

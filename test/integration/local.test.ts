@@ -240,6 +240,30 @@ describe.skipIf(!root)('node-local endpoint through the agent (root; skipped oth
     await backendsIn(forced, 3);
   });
 
+  it('one agent per cgroup on the host: a second one (another namespace) is refused and the first keeps serving; a wrong cgroup exits 2', async () => {
+    const a = await startLocal({ mode: 'ebpf', election: false });
+    await backendsIn(a, 3);
+    const { writeFileSync } = await import('node:fs');
+    const { stringify } = await import('yaml');
+    const second = `${lab.dir}/n2-same-cgroup.yaml`;
+    const backends = { backends: lab.nodes.map((n) => `${n.ipv4}:6443`), health: { caFile: lab.ca.certFile } };
+    writeFileSync(second, stringify({ localEndpoint: { cgroup }, apiserver: backends }));
+    const r = await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'run', '--config', second], { allowFail: true, timeoutMs: 10_000, hostMounts: true });
+    expect(r.code).toBe(2);
+    expect(r.stdout + r.stderr).toMatch(/BALLAST_E_LOCAL_ENDPOINT_IN_USE/);
+    expect(r.stdout + r.stderr).toMatch(/another ballast agent on this host already serves the local endpoint for cgroup/);
+    // the first one's programs are untouched
+    expect((await inCgroup({ address: '127.0.0.1', port: 7443, tls: true, count: 6 })).ok).toBe(6);
+    const wrong = `${lab.dir}/n2-wrong-cgroup.yaml`;
+    for (const bad of [`${cgroup}-missing`, lab.dir]) {
+      writeFileSync(wrong, stringify({ localEndpoint: { cgroup: bad }, apiserver: backends }));
+      const w = await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'run', '--config', wrong], { allowFail: true, timeoutMs: 10_000, hostMounts: true });
+      expect(w.code, bad).toBe(2);
+      expect(w.stdout + w.stderr).toMatch(/BALLAST_E_CGROUP/);
+      expect(w.stdout + w.stderr).toMatch(/localEndpoint\.cgroup: /);
+    }
+  });
+
   it('proxy: the same endpoint served by the agent: spread, TLS, an apiserver stopping costs no request once stopped, zero backends refuse', async () => {
     const a = await startLocal({ mode: 'proxy', election: false });
     const local = await backendsIn(a, 3);

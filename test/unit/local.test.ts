@@ -40,6 +40,10 @@ describe('LocalBalancer', () => {
     snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'up'), h('[fd00::13]:6443', 'up')];
     await lb.sync();
     expect(dp.sets.at(-1)).toStrictEqual(['10.0.0.11:6443', '10.0.0.12:6443', '[fd00::13]:6443']);
+    // checks that change nothing write nothing
+    await lb.noteHealth();
+    await lb.noteHealth();
+    expect(dp.sets).toHaveLength(2);
   });
 
   it('after a restart, backends already in the map stay until their first verdict', async () => {
@@ -86,7 +90,11 @@ describe('pinDirFor', () => {
   it('one pin directory per cgroup: the root cgroup gets the default', () => {
     expect(pinDirFor('/sys/fs/cgroup')).toBe('/sys/fs/bpf/ballast/local');
     expect(pinDirFor('/sys/fs/cgroup/unified/')).toBe('/sys/fs/bpf/ballast/local');
-    expect(pinDirFor('/sys/fs/cgroup/unified/bloc-n1')).toBe('/sys/fs/bpf/ballast/local-bloc-n1');
-    expect(pinDirFor('/sys/fs/cgroup/system.slice/kubelet.service')).toBe('/sys/fs/bpf/ballast/local-system.slice_kubelet.service');
+    expect(pinDirFor('/sys/fs/cgroup/unified/bloc-n1')).toMatch(/^\/sys\/fs\/bpf\/ballast\/local-bloc-n1-[0-9a-f]{8}$/);
+    expect(pinDirFor('/sys/fs/cgroup/system.slice/kubelet.service')).toMatch(/^\/sys\/fs\/bpf\/ballast\/local-system.slice_kubelet.service-[0-9a-f]{8}$/);
+    // the same cgroup always gets the same directory (a restarted agent finds its pins) …
+    expect(pinDirFor('/sys/fs/cgroup/unified/bloc-n1/')).toBe(pinDirFor('/sys/fs/cgroup/unified/bloc-n1'));
+    // … and names that sanitize alike stay apart
+    expect(pinDirFor('/sys/fs/cgroup/a/b')).not.toBe(pinDirFor('/sys/fs/cgroup/a_b'));
   });
 });
