@@ -16,7 +16,7 @@ import { VrrpSocket } from '../src/native.js';
 import { encodeAdvertisement } from '../src/vrrp/packet.js';
 import { AdvertAuth } from '../src/vrrp/auth.js';
 import { addressFamily } from '../src/net/address.js';
-import { parseAuthKey } from '../src/config/files.js';
+import { parseAuthKeys } from '../src/config/files.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -42,7 +42,7 @@ const count = Math.min(1000, Math.max(1, Number(a.count)));
 const intervalMs = Math.max(10, Number(a.interval));
 let auth: AdvertAuth | null = null;
 if (a['key-file']) {
-  const key = parseAuthKey(readFileSync(a['key-file']));
+  const key = parseAuthKeys(readFileSync(a['key-file']));
   if (typeof key === 'string') throw new Error(`--key-file ${a['key-file']} ${key}`);
   auth = new AdvertAuth(key, family);
 }

@@ -33,21 +33,21 @@ import { ProxyLocalDataplane } from './dataplane/proxy.js';
 import { listeningOn } from './net/listening.js';
 import { addressFamily, hostPort } from './net/address.js';
 import { lockFile, type FileLock } from './native.js';
-import { describeReadError, parseAuthKey, readRegularFile } from './config/files.js';
+import { describeReadError, parseAuthKeys, readRegularFile } from './config/files.js';
 
 /**
- * The shared key of vrrp.auth.keyFile, read at start (loadConfig checked it already; this is the
+ * The shared keys of vrrp.auth.keyFile, read at start (loadConfig checked it already; this is the
  * read that counts, in case the file changed since).
  * @throws BallastError BALLAST_E_CONFIG_READ when it cannot be read or is no key.
  */
-function readAuthKey(path: string): Buffer {
+function readAuthKeys(path: string): Buffer[] {
   let bytes: Buffer;
   try {
     bytes = readRegularFile(path);
   } catch (err) {
     throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: cannot read ${path}: ${describeReadError(err)}`, { cause: err });
   }
-  const key = parseAuthKey(bytes);
+  const key = parseAuthKeys(bytes);
   if (typeof key === 'string') throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: ${path} ${key}`);
   return key;
 }
@@ -190,7 +190,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
     throw createError('BALLAST_E_PERMISSION', `this process lacks ${missing.join(' and ')}: run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN`);
   }
   // before anything is opened: a key that went missing since validation changes nothing
-  const authKey = v?.auth ? readAuthKey(v.auth.keyFile) : null;
+  const authKeys = v?.auth ? readAuthKeys(v.auth.keyFile) : null;
   const resolved = v ? await resolveInterface(config) : null;
   const lock = v && resolved ? await acquireInstanceLock(resolved.iface.ifname, config.family, v.vrid) : await acquireEndpointLock();
   const fixed = resolved && v
@@ -200,6 +200,8 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
         family: config.family,
         primaryAddress: resolved.primary,
         unicast: v.unicast,
+        peers: v.peers,
+        auth: v.auth !== null,
         advertisementIntervalMs: v.advertisementIntervalMs,
       }
     : null;
@@ -282,7 +284,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       checksum: v.checksum,
       unicast: v.unicast,
       peers: [...v.peers],
-      authKey,
+      authKeys,
       vips: [...config.vips],
       family: config.family,
       ifname: iface.ifname,

@@ -96,17 +96,33 @@ export function parsePemCertificates(text: string): X509Certificate[] | string {
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** At most this many keys in `vrrp.auth.keyFile` (a rotation needs two). */
+export const AUTH_KEYS_MAX = 4;
+
 /**
- * The shared key of `vrrp.auth.keyFile`: the file's bytes with trailing whitespace (the newline
- * an editor or `echo` adds) removed, at least {@link AUTH_KEY_MIN_LENGTH} bytes.
- * @returns the key, or why the file cannot be one (text after the path in a message).
+ * The shared keys of `vrrp.auth.keyFile`: one per line, each line's trailing whitespace (and a
+ * CR) removed, empty lines ignored; the first line signs, every line verifies (docs/auth.md).
+ * Each key at least {@link AUTH_KEY_MIN_LENGTH} bytes, at most {@link AUTH_KEYS_MAX} keys.
+ * @returns the keys, or why the file cannot hold them (text after the path in a message).
  */
-export function parseAuthKey(bytes: Buffer): Buffer | string {
-  let end = bytes.length;
-  while (end > 0 && (bytes[end - 1] === 0x0a || bytes[end - 1] === 0x0d || bytes[end - 1] === 0x20 || bytes[end - 1] === 0x09)) end--;
-  if (end === 0) return 'is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)';
-  if (end < AUTH_KEY_MIN_LENGTH) return `holds a ${end}-byte key; at least ${AUTH_KEY_MIN_LENGTH} bytes are needed (e.g. \`openssl rand -base64 32\`)`;
-  return Buffer.from(bytes.subarray(0, end));
+export function parseAuthKeys(bytes: Buffer): Buffer[] | string {
+  const keys: Buffer[] = [];
+  let start = 0;
+  for (let i = 0; i <= bytes.length; i++) {
+    if (i < bytes.length && bytes[i] !== 0x0a) continue;
+    let end = i;
+    while (end > start && (bytes[end - 1] === 0x0d || bytes[end - 1] === 0x20 || bytes[end - 1] === 0x09)) end--;
+    if (end > start) keys.push(Buffer.from(bytes.subarray(start, end)));
+    start = i + 1;
+  }
+  if (keys.length === 0) return 'is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)';
+  if (keys.length > AUTH_KEYS_MAX) return `holds ${keys.length} keys (lines); at most ${AUTH_KEYS_MAX}: the first signs, the others only verify during a rotation`;
+  const short = keys.findIndex((k) => k.length < AUTH_KEY_MIN_LENGTH);
+  if (short >= 0) {
+    const which = keys.length === 1 ? 'a' : `on line ${short + 1} a`;
+    return `holds ${which} ${keys[short]!.length}-byte key; at least ${AUTH_KEY_MIN_LENGTH} bytes are needed (e.g. \`openssl rand -base64 32\`)`;
+  }
+  return keys;
 }
 
 /** A setting that names a file, when it is well formed. */
@@ -139,7 +155,7 @@ export function fileIssues(raw: unknown, files: ConfigFiles): FileIssue[] {
   const auth = isRecord(raw.vrrp) ? raw.vrrp.auth : undefined;
   const keyFile = readAt(auth, ['vrrp', 'auth'], 'keyFile');
   if (keyFile !== undefined) {
-    const key = parseAuthKey(keyFile.bytes);
+    const key = parseAuthKeys(keyFile.bytes);
     if (typeof key === 'string') out.push({ path: ['vrrp', 'auth', 'keyFile'], message: `${keyFile.path} ${key}` });
   }
 

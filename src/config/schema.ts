@@ -448,7 +448,7 @@ function notAnAddress(s: string): string {
   return base;
 }
 
-type AddressRole = 'vip' | 'peer' | 'listen' | 'backend' | 'local';
+type AddressRole = 'vip' | 'peer' | 'listen' | 'backend' | 'local' | 'endpoint';
 
 /** Parses one address in a given role; returns the address or the reason it is refused. */
 function checkAddress(input: unknown, role: AddressRole): Ip | string {
@@ -472,15 +472,17 @@ function checkAddress(input: unknown, role: AddressRole): Ip | string {
     backend: ['unspecified', 'loopback', 'multicast', 'link-local', 'broadcast', 'reserved'],
     // only this node probes its own apiserver, so loopback is fine
     local: ['unspecified', 'multicast', 'link-local', 'broadcast', 'reserved'],
+    endpoint: ['unspecified', 'multicast', 'link-local', 'broadcast', 'reserved'],
   };
   if (!refused[role].includes(scope)) return ip;
   const what = SCOPE_TEXT[scope];
   const need = {
     vip: 'a VIP must be a unicast address that clients can reach',
-    peer: "a peer must be another node's unicast address (leave peers empty for multicast)",
+    peer: "a peer must be another node's unicast address (leave peers out for multicast)",
     listen: 'the admin endpoint needs a local unicast address, or 0.0.0.0 / [::] for every address',
     backend: "a backend must be an apiserver's node address that every node can reach",
     local: "the local backend must be this node's own address or a loopback address",
+    endpoint: "a local endpoint must be a loopback address (or one of this node's own)",
   }[role];
   return `${input} is ${what}; ${need}`;
 }
@@ -650,7 +652,7 @@ function addressList(opts: {
 }
 
 interface HostPortRule {
-  role: 'listen' | 'backend' | 'local';
+  role: 'listen' | 'backend' | 'local' | 'endpoint';
   /** `e.g. "…" or "…"`, for messages. */
   example: string;
   /** Port used in the "write …" suggestion when the port is missing. */
@@ -996,7 +998,7 @@ const policyShape = {
 };
 
 const LOCAL_ENDPOINT_RULE: HostPortRule = {
-  role: 'local',
+  role: 'endpoint',
   example: 'e.g. "127.0.0.1:7443" or "[::1]:7443"',
   port: 7443,
   missingHost: (input) => `missing host: write a loopback address, e.g. "127.0.0.1${input}"`,
@@ -1359,12 +1361,22 @@ function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
   const le = isRecord(raw.localEndpoint) ? raw.localEndpoint : {};
   const list = Array.isArray(le.address) ? le.address : le.address === undefined ? [DEFAULTS.localEndpoint] : [le.address];
   const out: RawIssue[] = [];
+  const backendKeys = new Set<string>();
+  for (const b of backends) {
+    const r = parseHostPort(b, BACKEND_RULE);
+    if (typeof r !== 'string') backendKeys.add(hostPort(r.ip.text, r.port));
+  }
   list.forEach((a, i) => {
     const r = parseHostPort(a, LOCAL_ENDPOINT_RULE);
+    const path = Array.isArray(le.address) ? ['localEndpoint', 'address', i] : ['localEndpoint', 'address'];
+    if (typeof r !== 'string' && backendKeys.has(hostPort(r.ip.text, r.port))) {
+      out.push({ path, message: `${String(a)} is one of apiserver.backends: connect()s to that apiserver (the health checks' too) would be balanced away from it; use a loopback address such as 127.0.0.1:7443` });
+      return;
+    }
     // a malformed address has its own issue; no backend parsed: the backends have theirs
     if (typeof r === 'string' || families.size === 0 || families.has(r.ip.family)) return;
     out.push({
-      path: Array.isArray(le.address) ? ['localEndpoint', 'address', i] : ['localEndpoint', 'address'],
+      path,
       message: `${String(a)} is IPv${r.ip.family} but no apiserver.backends entry is: an endpoint balances to backends of its own family`,
     });
   });

@@ -51,6 +51,10 @@ export interface ElectionStatusDocument extends CommonStatus {
   family: 4 | 6;
   primaryAddress: string;
   mode: 'multicast' | 'unicast';
+  /** Unicast peers (empty in multicast mode, and for a single node). */
+  peers: string[];
+  /** Whether adverts are authenticated (vrrp.auth). */
+  auth: boolean;
   advertisementIntervalMs: number;
   masterAdverIntervalMs: number;
   masterDownIntervalMs: number;
@@ -61,7 +65,7 @@ export interface ElectionStatusDocument extends CommonStatus {
 /** Builds the document from the engine's status and the static facts of this instance. */
 export function statusDocument(
   s: EngineStatus,
-  fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; unicast: boolean; advertisementIntervalMs: number },
+  fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; unicast: boolean; peers: readonly string[]; auth: boolean; advertisementIntervalMs: number },
   common: CommonStatus = { backends: [], dataplane: { mode: 'off', reason: 'no apiserver.backends configured' }, local: { mode: 'off', reason: 'no localEndpoint configured' } },
 ): ElectionStatusDocument {
   return {
@@ -78,6 +82,8 @@ export function statusDocument(
     family: fixed.family,
     primaryAddress: fixed.primaryAddress,
     mode: fixed.unicast ? 'unicast' : 'multicast',
+    peers: [...fixed.peers],
+    auth: fixed.auth,
     advertisementIntervalMs: fixed.advertisementIntervalMs,
     masterAdverIntervalMs: s.masterAdverIntervalMs,
     masterDownIntervalMs: round(s.masterDownIntervalMs),
@@ -129,7 +135,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['priority', d.effectivePriority === d.priority ? String(d.priority) : `${d.priority} (advertising ${d.effectivePriority})`],
     ['master', d.masterAddress === null ? 'unknown' : `${d.masterAddress}${d.masterPriority === null ? '' : ` (priority ${d.masterPriority})`}`],
     ['vips', `${d.vips.join(', ')} (${d.vipsHeld ? 'held here' : 'not held here'})`],
-    ['interface', `${d.interface}, IPv${d.family}, ${d.mode}, source ${d.primaryAddress}`],
+    ['interface', `${d.interface}, IPv${d.family}, ${d.mode}${d.mode === 'unicast' ? ` (peers: ${d.peers.join(' ') || 'none, single node'})` : ''}${d.auth ? ', authenticated' : ''}, source ${d.primaryAddress}`],
     ['timers', `advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`],
     ['adverts', `sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}`],
     ['dropped', dropped],

@@ -60,23 +60,37 @@ function messageLength(payload: Uint8Array, family: 4 | 6): number {
 }
 
 /**
- * Signs and verifies adverts with one shared key, and remembers each source's last sequence.
+ * Whether an IP payload is an advert followed by this trailer (magic and version), for a node
+ * without auth to say why it drops such adverts instead of calling them malformed.
+ */
+export function hasAuthTrailer(payload: Uint8Array, family: 4 | 6): boolean {
+  const n = messageLength(payload, family);
+  return n >= 0 && payload.length === n + AUTH_TRAILER_LENGTH && payload[n] === MAGIC && payload[n + 1] === VERSION;
+}
+
+/**
+ * Signs and verifies adverts with the shared keys, and remembers each source's last sequence.
  */
 export class AdvertAuth {
-  private readonly key: Buffer;
+  private readonly keys: Buffer[];
   private epoch: number;
   private counter = 0;
   private readonly last = new Map<string, bigint>();
 
   /**
-   * @param key the shared secret, at least {@link AUTH_KEY_MIN_LENGTH} bytes.
+   * @param keys the shared secret(s), each at least {@link AUTH_KEY_MIN_LENGTH} bytes: the first
+   *   signs, every one verifies (a key rotation: see docs/auth.md).
    * @param family the group's address family.
    * @param startSeconds wall-clock seconds since the Unix epoch at start (the sequence's high half).
-   * @throws RangeError if the key is shorter than {@link AUTH_KEY_MIN_LENGTH} bytes.
+   * @throws RangeError if there is no key, or one is shorter than {@link AUTH_KEY_MIN_LENGTH} bytes.
    */
-  constructor(key: Uint8Array, private readonly family: 4 | 6, startSeconds = Math.floor(Date.now() / 1000)) {
-    if (key.length < AUTH_KEY_MIN_LENGTH) throw new RangeError(`the auth key must be at least ${AUTH_KEY_MIN_LENGTH} bytes, got ${key.length}`);
-    this.key = Buffer.from(key);
+  constructor(keys: Uint8Array | readonly Uint8Array[], private readonly family: 4 | 6, startSeconds = Math.floor(Date.now() / 1000)) {
+    const list = keys instanceof Uint8Array ? [keys] : [...keys];
+    if (list.length === 0) throw new RangeError('at least one auth key is needed');
+    for (const key of list) {
+      if (key.length < AUTH_KEY_MIN_LENGTH) throw new RangeError(`the auth key must be at least ${AUTH_KEY_MIN_LENGTH} bytes, got ${key.length}`);
+    }
+    this.keys = list.map((k) => Buffer.from(k));
     this.epoch = startSeconds >>> 0;
   }
 
@@ -100,7 +114,7 @@ export class AdvertAuth {
     } else {
       this.counter++;
     }
-    return Buffer.concat([message, head, mac(this.key, this.family, source, destination, message, head)]);
+    return Buffer.concat([message, head, mac(this.keys[0]!, this.family, source, destination, message, head)]);
   }
 
   /**
@@ -115,13 +129,14 @@ export class AdvertAuth {
     const head = payload.subarray(n, n + MAC_OFFSET);
     if (head[0] !== MAGIC || head[1] !== VERSION) return { ok: false, reason: 'authMissing' };
     const message = payload.subarray(0, n);
-    let want: Buffer;
+    const got = payload.subarray(n + MAC_OFFSET);
+    let matched = false;
     try {
-      want = mac(this.key, this.family, source, destination, message, head);
+      for (const key of this.keys) if (timingSafeEqual(mac(key, this.family, source, destination, message, head), got)) matched = true;
     } catch {
       return { ok: false, reason: 'authFailed' };
     }
-    if (!timingSafeEqual(want, payload.subarray(n + MAC_OFFSET))) return { ok: false, reason: 'authFailed' };
+    if (!matched) return { ok: false, reason: 'authFailed' };
     const sequence = Buffer.from(head).readBigUInt64BE(4);
     const prev = this.last.get(source);
     if (prev !== undefined && sequence <= prev) return { ok: false, reason: 'replayed' };

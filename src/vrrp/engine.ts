@@ -17,7 +17,7 @@ import { PacketSocket, VrrpSocket, destroySockets, type ReceivedPacket } from '.
 import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
 import { bytesToAddress, canonicalAddress, compareAddresses, type AddressFamily } from '../net/address.js';
-import { AdvertAuth, type AuthDropReason } from './auth.js';
+import { AdvertAuth, hasAuthTrailer, type AuthDropReason } from './auth.js';
 
 const AUTH_DROP_TEXT: Record<AuthDropReason, string> = {
   authMissing: 'an advert without an authentication trailer was dropped (auth is on here: is the sender a keepalived, or a ballast without vrrp.auth?)',
@@ -44,10 +44,10 @@ export interface EngineOptions {
   unicast: boolean;
   peers: string[];
   /**
-   * Shared key of authenticated adverts (docs/auth.md), or null for plain RFC 9568 adverts.
+   * Shared keys of authenticated adverts (docs/auth.md; the first signs, all verify), or null for plain RFC 9568 adverts.
    * With a key, adverts without a valid trailer are dropped (`authMissing`, `authFailed`, `replayed`).
    */
-  authKey: Uint8Array | null;
+  authKeys: Uint8Array[] | null;
   vips: string[];
   family: AddressFamily;
   ifname: string;
@@ -123,6 +123,7 @@ export class VrrpEngine {
   private renewTimer: NodeJS.Timeout | null = null;
   private refreshTimer: NodeJS.Timeout | null = null;
   private lastHealAnnounce = -Infinity;
+  private readonly healLogged = new Set<string>();
   /** Address changes run one after another, in the order the machine asked for them. */
   private vipQueue: Promise<void> = Promise.resolve();
   private vipsHeld = false;
@@ -150,7 +151,7 @@ export class VrrpEngine {
       preemptDelayMs: opts.preemptDelayMs,
       primaryAddress: opts.primaryAddress,
     });
-    this.auth = opts.authKey ? new AdvertAuth(opts.authKey, opts.family) : null;
+    this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
   }
 
   /**
@@ -427,8 +428,17 @@ export class VrrpEngine {
   private onPacket(p: ReceivedPacket): void {
     const o = this.opts;
     if (p.source === o.primaryAddress) return this.drop('own');
-    if (o.unicast && !o.peers.includes(p.source)) return this.drop('notPeer');
+    if (o.unicast && !o.peers.includes(p.source)) {
+      this.drop('notPeer');
+      this.warnOnce(`notPeer:${p.source}`, 'an advert from an address that is not in vrrp.peers was dropped (a node missing from this list, or a stranger on the VRID: this node cannot hear it, and it may hold the VIP too)', { source: p.source, peers: o.peers });
+      return;
+    }
     let payload = p.payload;
+    if (!this.auth && hasAuthTrailer(payload, o.family)) {
+      this.drop('authUnexpected');
+      this.warnOnce(`authUnexpected:${p.source}`, 'an authenticated advert was dropped: that node uses vrrp.auth and this one does not (configure the same vrrp.auth.keyFile here)', { source: p.source });
+      return;
+    }
     if (this.auth) {
       const a = this.auth.verify(payload, p.source, p.destination);
       if (!a.ok) {
@@ -469,12 +479,16 @@ export class VrrpEngine {
     const beaten = r.advert.priority < s.effectivePriority || (r.advert.priority === s.effectivePriority && compareAddresses(p.source, o.primaryAddress) < 0);
     if (s.state === 'active' && this.vipsHeld && r.advert.priority > 0 && beaten && now - this.lastHealAnnounce >= 1000) {
       this.lastHealAnnounce = now;
-      this.log('info', 'heard a lower-priority master: announcing the VIPs again', { source: p.source, priority: r.advert.priority });
+      // once per source at info: a peer that cannot hear us (another auth key, a stale peer
+      // list) stays master and would repeat this every second
+      const first = !this.healLogged.has(p.source);
+      this.healLogged.add(p.source);
+      this.log(first ? 'info' : 'debug', 'heard a lower-priority master: announcing the VIPs again', { source: p.source, priority: r.advert.priority });
       this.enqueue(() => this.announce());
     }
   }
 
-  private drop(reason: DropReason | AuthDropReason | 'own' | 'notPeer'): void {
+  private drop(reason: DropReason | AuthDropReason | 'own' | 'notPeer' | 'authUnexpected'): void {
     this.counters.dropped[reason] = (this.counters.dropped[reason] ?? 0) + 1;
   }
 

@@ -91,6 +91,7 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
     expect(await dropped(a1!, 'notPeer')).toBeGreaterThanOrEqual(20);
     expect(await dropped(a2!, 'notPeer')).toBeGreaterThanOrEqual(20);
+    expect(a1!.logLines().filter((l) => l.source === n3!.ipv4 && /not in vrrp\.peers/.test(String(l.msg)))).toHaveLength(1);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
   });
 
@@ -122,6 +123,21 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     await signed;
     // and after the injector falls silent, n1 is master again
     await waitForHolder(lab, lab.vip4, 'n1', 3000);
+  });
+
+  it('auth key rotation: a node signing with the old key and one signing with the new key (both listing both) elect one holder', async () => {
+    const oldKey = 'the old key of the faults lab, long enough';
+    const newKey = 'the new key of the faults lab, long enough';
+    const k1 = join(lab.dir, 'rot-1.key');
+    const k2 = join(lab.dir, 'rot-2.key');
+    writeFileSync(k1, `${oldKey}\n${newKey}\n`, { mode: 0o600 });
+    writeFileSync(k2, `${newKey}\n${oldKey}\n`, { mode: 0o600 });
+    const [a1, a2] = await start([{ priority: 150, authKeyFile: k1 }, { priority: 100, authKeyFile: k2 }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await sleep(500);
+    expect((await a2!.status()).masterAddress).toBe(lab.nodes[0]!.ipv4);
+    for (const a of [a1!, a2!]) expect((await a.status()).counters.dropped).not.toHaveProperty('authFailed');
+    expect((await a1!.status()).auth).toBe(true);
   });
 
   it('the wall clock the agents see jumps +1 h and -1 h on the holder and on a backup: zero transitions', async () => {

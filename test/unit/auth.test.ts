@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { AdvertAuth, AUTH_TRAILER_LENGTH } from '../../src/vrrp/auth.js';
+import { AdvertAuth, AUTH_TRAILER_LENGTH, hasAuthTrailer } from '../../src/vrrp/auth.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 
 const KEY = Buffer.from('0123456789abcdef0123456789abcdef');
@@ -107,3 +107,33 @@ describe('AdvertAuth: verification', () => {
     expect(r.ok && r.message).toStrictEqual(msg);
   });
 });
+
+describe('AdvertAuth: key rotation (several keys: the first signs, all verify)', () => {
+  const OLD = Buffer.from('the old key of the group, 32 bytes');
+  const NEW = Buffer.from('the new key of the group, 32 bytes');
+  it('a node with [old, new] and one with [new, old] hear each other; [new] alone does not hear [old]', () => {
+    const a = new AdvertAuth([OLD, NEW], 4, START);
+    const b = new AdvertAuth([NEW, OLD], 4, START);
+    expect(b.verify(a.sign(advert4(), '10.0.0.11', '224.0.0.18'), '10.0.0.11', '224.0.0.18').ok).toBe(true);
+    expect(a.verify(b.sign(advert4(), '10.0.0.12', '224.0.0.18'), '10.0.0.12', '224.0.0.18').ok).toBe(true);
+    const c = new AdvertAuth([NEW], 4, START);
+    expect(c.verify(new AdvertAuth([OLD], 4, START).sign(advert4(), '10.0.0.13', '224.0.0.18'), '10.0.0.13', '224.0.0.18')).toStrictEqual({ ok: false, reason: 'authFailed' });
+  });
+  it('refuses an empty key list', () => {
+    expect(() => new AdvertAuth([], 4)).toThrow(/at least one auth key/);
+  });
+});
+
+describe('hasAuthTrailer (a node without auth says why it drops signed adverts)', () => {
+  it('true for advert + trailer, false for a plain advert, a truncated one or another tail', () => {
+    const signed = new AdvertAuth(KEY, 4, START).sign(advert4(), '10.0.0.11', '224.0.0.18');
+    expect(hasAuthTrailer(signed, 4)).toBe(true);
+    expect(hasAuthTrailer(advert4(), 4)).toBe(false);
+    expect(hasAuthTrailer(signed.subarray(0, signed.length - 1), 4)).toBe(false);
+    const other = Buffer.from(signed);
+    other[advert4().length] = 0x00;
+    expect(hasAuthTrailer(other, 4)).toBe(false);
+    expect(hasAuthTrailer(Buffer.alloc(2), 4)).toBe(false);
+  });
+});
+

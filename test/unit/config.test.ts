@@ -11,7 +11,7 @@ import {
   formatDuration,
   hostFiles,
   loadConfig,
-  parseAuthKey,
+  parseAuthKeys,
   parseConfig,
   parseDuration,
   validateConfig,
@@ -759,6 +759,8 @@ describe('parseConfig: localEndpoint and dataplane.local', () => {
     ['no port', { localEndpoint: { address: '127.0.0.1' }, ...backends }, 'localEndpoint.address', 'missing port: write "127.0.0.1:7443" (host:port)'],
     ['a name', { localEndpoint: { address: 'localhost:7443' }, ...backends }, 'localEndpoint.address', /^host must be an IP address, got "localhost"/],
     ['listed twice', { localEndpoint: { address: ['127.0.0.1:7443', '127.0.0.1:7443'] }, ...backends }, 'localEndpoint.address[1]', '127.0.0.1:7443 is listed twice'],
+    ['an apiserver itself', { localEndpoint: { address: '10.0.0.11:6443' }, ...backends }, 'localEndpoint.address', /^10\.0\.0\.11:6443 is one of apiserver\.backends: /],
+    ['unspecified', { localEndpoint: { address: '0.0.0.0:7443' }, ...backends }, 'localEndpoint.address', 'host: 0.0.0.0 is the unspecified address; a local endpoint must be a loopback address (or one of this node\'s own)'],
     ['empty list', { localEndpoint: { address: [] }, ...backends }, 'localEndpoint.address', /^expected host:port or a list of 1 to 4 of them/],
     ['relative cgroup', { localEndpoint: { cgroup: 'unified' }, ...backends }, 'localEndpoint.cgroup', /^must be an absolute path/],
     ['bad mode', { localEndpoint: {}, dataplane: { local: 'bpf' }, ...backends }, 'dataplane.local', /^must be "ebpf", "proxy" or "off"/],
@@ -775,7 +777,12 @@ describe('vrrp.auth.keyFile contents', () => {
   const auth = (keyFile: string): Plain => ({ vrrp: { auth: { keyFile } } });
   it('accepts 16 bytes or more, with the trailing newline removed', () => {
     expect(validateIssues(auth('/k'), { '/k': '0123456789abcdef\n' })).toStrictEqual([]);
-    expect(parseAuthKey(Buffer.from('0123456789abcdef \r\n\t'))).toStrictEqual(Buffer.from('0123456789abcdef'));
+    expect(parseAuthKeys(Buffer.from('0123456789abcdef \r\n\t'))).toStrictEqual([Buffer.from('0123456789abcdef')]);
+  });
+  it('one key per line (a rotation): the first signs, all verify; empty lines ignored; each checked', () => {
+    expect(parseAuthKeys(Buffer.from('new-key-0123456789\r\n\nold-key-0123456789\n'))).toStrictEqual([Buffer.from('new-key-0123456789'), Buffer.from('old-key-0123456789')]);
+    expect(parseAuthKeys(Buffer.from('new-key-0123456789\nshort\n'))).toBe('holds on line 2 a 5-byte key; at least 16 bytes are needed (e.g. `openssl rand -base64 32`)');
+    expect(parseAuthKeys(Buffer.from(Array.from({ length: 5 }, (_, i) => `key-number-${i}-0123456789`).join('\n')))).toBe('holds 5 keys (lines); at most 4: the first signs, the others only verify during a rotation');
   });
   it('refuses a short, empty or unreadable file, naming the setting and the path', () => {
     expect(validateIssues(auth('/k'), { '/k': '0123456789abcde\n' }).map((i) => [i.path, i.message])).toStrictEqual([

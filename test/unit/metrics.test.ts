@@ -5,7 +5,7 @@ import type { ElectionStatusDocument, StatusDocument } from '../../src/observe/s
 const doc: ElectionStatusDocument = {
   state: 'master', vrid: 51, priority: 150, effectivePriority: 100, masterAddress: '10.0.0.11', masterPriority: 100,
   vips: ['10.0.0.100'], vipsHeld: true, since: '2026-11-29T20:00:00.000Z', interface: 'eth0', family: 4,
-  primaryAddress: '10.0.0.11', mode: 'multicast', advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
+  primaryAddress: '10.0.0.11', mode: 'multicast', peers: [], auth: false, advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
   masterDownIntervalMs: 341.406, skewTimeMs: 41.406,
   counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 1, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 4 },
   backends: [

@@ -16,7 +16,7 @@ const engine: EngineStatus = {
   vipsHeld: true,
   counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 0, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 4 },
 };
-const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', unicast: false, advertisementIntervalMs: 100 };
+const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', unicast: false, peers: [] as string[], auth: false, advertisementIntervalMs: 100 };
 
 describe('status document', () => {
   it('maps RFC states to operator names', () => {
@@ -41,6 +41,8 @@ describe('status document', () => {
       family: 4,
       primaryAddress: '10.0.0.11',
       mode: 'multicast',
+      peers: [],
+      auth: false,
       advertisementIntervalMs: 100,
       masterAdverIntervalMs: 100,
       masterDownIntervalMs: 341.406,
@@ -51,6 +53,9 @@ describe('status document', () => {
       local: { mode: 'off', reason: 'no localEndpoint configured' },
     });
     expect(statusDocument(engine, { ...fixed, unicast: true }).mode).toBe('unicast');
+    const u = formatStatus(statusDocument(engine, { ...fixed, unicast: true, peers: ['10.0.0.12', '10.0.0.13'], auth: true }), Date.parse('2026-11-29T20:00:00.000Z'));
+    expect(u.split('\n')).toContain('interface: eth0, IPv4, unicast (peers: 10.0.0.12 10.0.0.13), authenticated, source 10.0.0.11');
+    expect(formatStatus(statusDocument(engine, { ...fixed, unicast: true }), 0)).toContain('unicast (peers: none, single node), source');
   });
   it('prints for a person', () => {
     const text = formatStatus(statusDocument(engine, fixed), Date.parse('2026-11-29T20:00:42.000Z'));
