@@ -374,6 +374,12 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       lb?.noteHealth();
       void localLb?.noteHealth();
     }, local !== null && local.mode === 'ebpf');
+    if (local?.mode === 'ebpf' && !(config.vrrp !== null && config.dataplane.vip === 'nftables')) {
+      log.info(
+        {},
+        'dead backends of the local endpoint are seen at once from conntrack events only where connection tracking is active in this network namespace (kube-proxy or an nftables NAT rule turn it on); otherwise they leave after fall × interval of failed checks',
+      );
+    }
     // the endpoint exists (with no backend yet: connect()s untouched) before the first check
     await localLb?.sync();
     checker.start();

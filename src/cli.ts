@@ -119,7 +119,7 @@ async function status(opts: { admin: { host: string; port: number }; json?: bool
 async function main(argv: string[]): Promise<number> {
   const program = new Command()
     .name('ballast')
-    .description('One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP.')
+    .description('One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP balanced in the kernel, and a node-local endpoint (eBPF connect() rewrite) on every node.')
     .version(packageVersion(), '-V, --version')
     .showHelpAfterError()
     .exitOverride();
