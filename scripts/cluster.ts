@@ -307,3 +307,10 @@ export async function resetElectionLab(lab: Lab, agents: readonly LabAgent[]): P
     await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', 'eth0'], { allowFail: true });
   }
 }
+
+/** Starts one agent per entry of `settings` on lab.nodes[0], [1], … at once; adds them to `into`. */
+export async function startAgents(lab: Lab, settings: readonly AgentSettings[], into: LabAgent[]): Promise<LabAgent[]> {
+  const started = await Promise.all(settings.map((s, i) => startAgent(lab, lab.nodes[i]!, s)));
+  into.push(...started);
+  return started;
+}

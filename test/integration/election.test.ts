@@ -5,7 +5,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../scripts/lab.js';
-import { blockVrrp, resetElectionLab, cliPath, scriptPath, startAgent, waitFor, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import { blockVrrp, resetElectionLab, cliPath, scriptPath, startAgent, waitFor, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent, startAgents } from '../../scripts/cluster.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 
 const root = process.getuid?.() === 0;
@@ -32,11 +32,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     await lab?.teardown();
   });
 
-  async function start(settings: AgentSettings[]): Promise<LabAgent[]> {
-    const started = await Promise.all(settings.map((s, i) => startAgent(lab, lab.nodes[i]!, s)));
-    agents.push(...started);
-    return started;
-  }
+  const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
 
   it('the highest priority wins, and exactly one node holds the VIP', async () => {
     const [a1, a2, a3] = await start([{ priority: 150 }, { priority: 100 }, { priority: 50 }]);

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab } from '../../scripts/lab.js';
-import { blockVrrp, resetElectionLab, scriptPath, startAgent, startLongconn, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import { blockVrrp, resetElectionLab, scriptPath, startAgent, startLongconn, waitFor, waitForHolder, type AgentSettings, type LabAgent, startAgents } from '../../scripts/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 
 const root = process.getuid?.() === 0;
@@ -36,11 +36,7 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     await lab?.teardown();
   });
 
-  async function start(settings: AgentSettings[]): Promise<LabAgent[]> {
-    const started = await Promise.all(settings.map((s, i) => startAgent(lab, lab.nodes[i]!, s)));
-    agents.push(...started);
-    return started;
-  }
+  const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
   const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
   const dropped = async (a: LabAgent, reason: string): Promise<number> => (await a.status()).counters.dropped[reason] ?? 0;
