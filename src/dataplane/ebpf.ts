@@ -21,7 +21,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rmdir } from 'node:fs/promises';
 import net from 'node:net';
 import { release } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createError } from '../errors.js';
 import { addressFamily, canonicalAddress, hostPort } from '../net/address.js';
 import {
@@ -376,6 +376,9 @@ export class EbpfLocalDataplane implements LocalDataplane {
     } catch (err) {
       throw wrapNative(`cannot detach the eBPF load balancer (pins in ${this.pinDir})`, err);
     }
+    // the parent (/sys/fs/bpf/ballast) was made for the pins; gone with the last of them
+    // (rmdir(2) fails with ENOTEMPTY while another agent's pins are there)
+    await rmdir(dirname(this.pinDir)).catch(() => undefined);
     this.#log.info({ pinDir: this.pinDir }, 'ebpf data plane detached');
   }
 }

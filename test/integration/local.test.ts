@@ -6,8 +6,8 @@
  * TLS stand-in apiservers; health every 200 ms, fall/rise 2. Nothing attaches to the machine's
  * root cgroup; pins, programs and the cgroup are removed after each test and at the end.
  */
-import { existsSync, rmSync } from 'node:fs';
-import { basename } from 'node:path';
+import { existsSync, rmdirSync, rmSync } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../scripts/lab.js';
 import { cliPath, connectFrom, restoreNodes, startAgent, startLongconn, waitFor, type AgentSettings, type LabAgent, type Longconn } from '../../scripts/cluster.js';
@@ -51,6 +51,14 @@ describe.skipIf(!root)('node-local endpoint through the agent (root; skipped oth
       if (pinDir && existsSync(pinDir)) SockLb.detach(pinDir);
       // the agents' host-wide lock file for these pins (flock: free once they exited)
       if (pinDir) rmSync(`/run/ballast/${basename(pinDir)}.lock`, { force: true });
+      // and the agents' pin parent, if nothing else is pinned there (ENOTEMPTY otherwise)
+      if (pinDir) {
+        try {
+          rmdirSync(dirname(pinDir));
+        } catch {
+          /* not empty, or already gone */
+        }
+      }
     } finally {
       await lab?.teardown();
     }
