@@ -38,13 +38,13 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Lab, runProber, type LabNode, type LabProcess, type ProberReport } from './lab.js';
 import { cliPath, startAgent, waitFor, type LabAgent } from './cluster.js';
 import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from './keepalived.js';
 import { masterDownIntervalMs, skewTimeMs } from '../src/vrrp/state.js';
 import { stats, type Stats } from './stats.js';
+import { runIfMain } from './entry.js';
 
 // "bbench" would be one character over the lab's prefix limit (≤ 5: interface names are ≤ 15)
 const PREFIX = 'bbnch';
@@ -493,12 +493,4 @@ async function main(): Promise<number> {
 }
 
 // run only as a script: tests may import the pure helpers (stats, parseCapture, wireTimes)
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main().then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`bench-failover failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, 'bench-failover failed', main, { stack: true });

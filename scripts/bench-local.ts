@@ -51,7 +51,6 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Lab, type LabNode } from './lab.js';
 import { connectFrom, startAgent, waitFor, type LabAgent } from './cluster.js';
@@ -60,6 +59,7 @@ import { counts, emptyRate, errText, finishRates, fmt, fmtRatio, preflight, rate
 import { stats } from './stats.js';
 import { pinDirFor } from '../src/agent.js';
 import { SockLb } from '../src/native.js';
+import { runIfMain } from './entry.js';
 
 const PREFIX = 'bblc';
 const SUBNET = 97;
@@ -454,12 +454,4 @@ async function main(): Promise<number> {
   }
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main().then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`bench:local failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, 'bench:local failed', main, { stack: true });

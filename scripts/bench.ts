@@ -73,7 +73,7 @@ import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Lab, probeOnce, runProber, type LabNode, type LabProcess, type LabRunOptions, type ProberReport } from './lab.js';
 import { LabAgent, cliPath, startAgent, waitFor } from './cluster.js';
@@ -81,6 +81,7 @@ import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPee
 import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyOptions, type HaproxyPeer } from './haproxy.js';
 import { requestOnce, summarize } from './prober.js';
 import { quantile, stats, type Stats } from './stats.js';
+import { runIfMain } from './entry.js';
 
 /** Rates and throughputs print with two decimals. */
 const stats2 = (xs: readonly number[]): Stats => stats(xs, 2);
@@ -1260,12 +1261,4 @@ async function main(): Promise<number> {
 }
 
 // run only as a script: tests may import the pure helpers (stats, quantile)
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main().then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, 'bench failed', main, { stack: true });

@@ -34,8 +34,8 @@
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import tls from 'node:tls';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { runIfMain } from './entry.js';
 
 /** One request's outcome on the long-lived connection. */
 export type LongconnResult =
@@ -350,12 +350,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`longconn: ${err instanceof Error ? err.message : String(err)}\n`);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, 'longconn', main);

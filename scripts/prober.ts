@@ -27,8 +27,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { runIfMain } from './entry.js';
 
 /** One request's outcome. `t` is the request's start in ms since the prober started. */
 export type ProbeResult =
@@ -335,12 +335,4 @@ async function main(argv: string[]): Promise<number> {
 }
 
 // run only when executed (`node dist/scripts/prober.js`), not when imported by tests or lab.ts
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`prober: ${err instanceof Error ? err.message : String(err)}\n`);
-      process.exit(2);
-    },
-  );
-}
+runIfMain(import.meta.url, 'prober', main, { failStatus: 2 });

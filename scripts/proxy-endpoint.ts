@@ -25,10 +25,10 @@ import { createReadStream, open as fsOpen, statSync } from 'node:fs';
 import net from 'node:net';
 import type { Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ProxyLocalDataplane, type ProxyLog } from '../src/dataplane/proxy.js';
 import type { LocalBackend, LocalEndpoint } from '../src/dataplane/local.js';
+import { runIfMain } from './entry.js';
 
 /** One command line. */
 export type ProxyCommand =
@@ -126,12 +126,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`proxy-endpoint: ${err instanceof Error ? err.message : String(err)}\n`);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, 'proxy-endpoint', main);
