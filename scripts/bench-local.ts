@@ -57,7 +57,7 @@ import { connectFrom, startAgent, waitFor, type LabAgent } from './cluster.js';
 import { NGINX_PATH, NGINX_STREAM_MODULE, startNginx, type NginxPeer } from './nginx.js';
 import { counts, emptyRate, errText, finishRates, fmt, fmtRatio, preflight, rateRound, rotate, round2, type RateResult } from './bench.js';
 import { stats } from './stats.js';
-import { pinDirFor } from '../src/agent.js';
+import { pinDirFor } from '../src/dataplane/ebpf.js';
 import { SockLb } from '../src/native.js';
 import { runIfMain } from './entry.js';
 

@@ -7,9 +7,7 @@
  * Nothing on the system changes before the configuration, the interface and the admin port
  * have all been checked.
  */
-import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, statSync } from 'node:fs';
-import { basename } from 'node:path';
+import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { createServer, type Server as NetServer } from 'node:net';
 import type { Config } from './config/index.js';
@@ -28,11 +26,10 @@ import { NftablesApplier } from './dataplane/apply.js';
 import { flushBackend } from './dataplane/conntrack.js';
 import { Policy } from './policy.js';
 import { LocalBalancer, type LocalDataplane, type LocalEndpoint } from './dataplane/local.js';
-import { EbpfLocalDataplane, checkEbpf, cgroup2Root, DEFAULT_PIN_DIR } from './dataplane/ebpf.js';
+import { EbpfLocalDataplane, checkCgroupDir, checkEbpf, cgroup2Root, lockPinDir, pinDirFor } from './dataplane/ebpf.js';
 import { ProxyLocalDataplane } from './dataplane/proxy.js';
 import { listeningOn } from './net/listening.js';
 import { addressFamily, hostPort } from './net/address.js';
-import { lockFile, type FileLock } from './native.js';
 import { describeReadError, parseAuthKeys, readRegularFile } from './config/files.js';
 
 /**
@@ -594,69 +591,6 @@ function withRelease(dp: LocalDataplane, release: () => void): LocalDataplane {
     }
   };
   return dp;
-}
-
-/**
- * A pin directory has one owner on the host: a second agent taking it over would replace the
- * first one's programs and remove them when it stops. The lock is flock(2) on
- * /run/ballast/<pin directory name>.lock (bpffs holds no regular files), released by the kernel
- * when the agent dies.
- * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it.
- */
-function lockPinDir(pinDir: string, cgroup: string): FileLock {
-  const path = `/run/ballast/${basename(pinDir)}.lock`;
-  try {
-    mkdirSync('/run/ballast', { recursive: true, mode: 0o755 });
-    return lockFile(path);
-  } catch (err) {
-    const code = (err as { code?: string }).code;
-    if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
-      throw createError(
-        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
-        `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
-      );
-    }
-    throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
-  }
-}
-
-/**
- * localEndpoint.cgroup must be an existing directory of a mounted cgroup-v2 hierarchy.
- * @returns the path without a trailing slash.
- * @throws BallastError BALLAST_E_CGROUP naming the setting and the reason.
- */
-async function checkCgroupDir(path: string): Promise<string> {
-  const p = path.replace(/\/+$/, '') || '/';
-  let root: string;
-  try {
-    root = await cgroup2Root();
-  } catch {
-    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p}: no cgroup v2 hierarchy is mounted on this host`);
-  }
-  if (p !== root && !p.startsWith(`${root}/`)) {
-    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} is not in the cgroup v2 hierarchy (mounted at ${root}); write ${root} or a directory below it`);
-  }
-  let dir = false;
-  try {
-    dir = statSync(p).isDirectory();
-  } catch {
-    dir = false;
-  }
-  if (!dir) throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} does not exist (create the cgroup, or leave the setting out for the whole host)`);
-  return p;
-}
-
-/**
- * Pins per cgroup, so that agents balancing different cgroups (test labs, nested setups) never
- * share maps, and a restarted agent finds its own: /sys/fs/bpf/ballast/local for the root of the
- * hierarchy, /sys/fs/bpf/ballast/local-<path, / as _>-<8 hex of its SHA-256> below it (the hash
- * keeps "a/b" and "a_b" apart).
- */
-export function pinDirFor(cgroup: string): string {
-  const rel = cgroup.replace(/\/+$/, '').replace(/^\/sys\/fs\/cgroup(\/unified)?/, '');
-  if (rel === '') return DEFAULT_PIN_DIR;
-  const name = rel.replace(/^\//, '').replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
-  return `${DEFAULT_PIN_DIR}-${name}-${createHash('sha256').update(rel).digest('hex').slice(0, 8)}`;
 }
 
 /** net.ipv4.ip_forward / net.ipv6.conf.all.forwarding, or null when unreadable. */

@@ -16,16 +16,18 @@
  * The OS edge (addon calls) is injected ({@link EbpfSys}) so the bookkeeping is unit-tested
  * against a fake; test/integration/ebpf.test.ts runs the same class against the kernel.
  */
-import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { mkdir, readFile, rmdir } from 'node:fs/promises';
 import net from 'node:net';
 import { release } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { createError } from '../errors.js';
 import { addressFamily, canonicalAddress, hostPort } from '../net/address.js';
 import {
   SockLb,
+  lockFile,
+  type FileLock,
   destroySockets,
   isNativeError,
   listTcpSockets,
@@ -381,6 +383,72 @@ export class EbpfLocalDataplane implements LocalDataplane {
     await rmdir(dirname(this.pinDir)).catch(() => undefined);
     this.#log.info({ pinDir: this.pinDir }, 'ebpf data plane detached');
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// where the pins live, who owns them, which cgroup
+
+/**
+ * A pin directory has one owner on the host: a second agent taking it over would replace the
+ * first one's programs and remove them when it stops. The lock is flock(2) on
+ * /run/ballast/<pin directory name>.lock (bpffs holds no regular files), released by the kernel
+ * when the agent dies.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it.
+ */
+export function lockPinDir(pinDir: string, cgroup: string): FileLock {
+  const path = `/run/ballast/${basename(pinDir)}.lock`;
+  try {
+    mkdirSync('/run/ballast', { recursive: true, mode: 0o755 });
+    return lockFile(path);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
+      throw createError(
+        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+        `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
+      );
+    }
+    throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * localEndpoint.cgroup must be an existing directory of a mounted cgroup-v2 hierarchy.
+ * @returns the path without a trailing slash.
+ * @throws BallastError BALLAST_E_CGROUP naming the setting and the reason.
+ */
+export async function checkCgroupDir(path: string): Promise<string> {
+  const p = path.replace(/\/+$/, '') || '/';
+  let root: string;
+  try {
+    root = await cgroup2Root();
+  } catch {
+    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p}: no cgroup v2 hierarchy is mounted on this host`);
+  }
+  if (p !== root && !p.startsWith(`${root}/`)) {
+    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} is not in the cgroup v2 hierarchy (mounted at ${root}); write ${root} or a directory below it`);
+  }
+  let dir = false;
+  try {
+    dir = statSync(p).isDirectory();
+  } catch {
+    dir = false;
+  }
+  if (!dir) throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} does not exist (create the cgroup, or leave the setting out for the whole host)`);
+  return p;
+}
+
+/**
+ * Pins per cgroup, so that agents balancing different cgroups (test labs, nested setups) never
+ * share maps, and a restarted agent finds its own: /sys/fs/bpf/ballast/local for the root of the
+ * hierarchy, /sys/fs/bpf/ballast/local-<path, / as _>-<8 hex of its SHA-256> below it (the hash
+ * keeps "a/b" and "a_b" apart).
+ */
+export function pinDirFor(cgroup: string): string {
+  const rel = cgroup.replace(/\/+$/, '').replace(/^\/sys\/fs\/cgroup(\/unified)?/, '');
+  if (rel === '') return DEFAULT_PIN_DIR;
+  const name = rel.replace(/^\//, '').replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
+  return `${DEFAULT_PIN_DIR}-${name}-${createHash('sha256').update(rel).digest('hex').slice(0, 8)}`;
 }
 
 // ---------------------------------------------------------------------------------------------

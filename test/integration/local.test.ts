@@ -11,7 +11,7 @@ import { basename, dirname } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../scripts/lab.js';
 import { cliPath, connectFrom, restoreNodes, startAgent, startLongconn, waitFor, type AgentSettings, type LabAgent, type Longconn } from '../../scripts/cluster.js';
-import { pinDirFor } from '../../src/agent.js';
+import { pinDirFor } from '../../src/dataplane/ebpf.js';
 import { SockLb, cgroupPrograms } from '../../src/native.js';
 import type { StatusDocument } from '../../src/observe/status.js';
 

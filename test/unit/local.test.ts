@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { LocalBalancer, type LocalBackend, type LocalDataplane, type LocalDataplaneStatus } from '../../src/dataplane/local.js';
 import type { BackendHealth } from '../../src/health/checker.js';
-import { pinDirFor } from '../../src/agent.js';
+import { pinDirFor } from '../../src/dataplane/ebpf.js';
 
 /** A data plane that records what it is told. */
 class FakeDataplane implements LocalDataplane {
