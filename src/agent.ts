@@ -78,7 +78,7 @@ export async function resolveInterface(config: Config): Promise<{ iface: Interfa
   if (typeof chosen === 'string') {
     throw createError(config.interface === undefined ? 'BALLAST_E_NO_INTERFACE' : 'BALLAST_E_INTERFACE_NOT_FOUND', chosen);
   }
-  const owner = config.vrrp?.priority === 255;
+  const owner = config.vrrp?.owner === true;
   if (owner) {
     const missing = config.vips.filter((vip) => !chosen.addresses.some((a) => a.address === vip));
     if (missing.length > 0) {
@@ -293,7 +293,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
       preemptHoldAtStart: config.apiserver.backends.length > 0,
       linkRunning: iface.running,
-      owner: v.priority === 255,
+      owner: v.owner,
     };
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
       if (ev.type === 'transition') {
@@ -469,8 +469,7 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
       weight: config.policy.unhealthyPriorityWeight,
       mode: config.dataplane.vip,
       localBackend,
-      // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
-      settleMs: (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs,
+      settleMs: api.health.settleMs,
     },
     host,
     performance.now(),
@@ -482,7 +481,7 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
     log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
   };
   // the settle deadline passes without an event: look again then
-  const settleTimer = setTimeout(evaluate, (Math.max(api.health.rise, api.health.fall) + 1) * api.health.intervalMs + api.health.timeoutMs + 10);
+  const settleTimer = setTimeout(evaluate, api.health.settleMs + 10);
   settleTimer.unref();
 
   return {

@@ -13,6 +13,7 @@
  *   4. issues are sorted in the order the settings are declared, then thrown as one
  *      ConfigError; or the normalized object is deep-frozen and returned.
  */
+import type { HostPort } from '../net/hostport.js';
 import { z } from 'zod';
 import { ConfigError, DOCUMENT_PATH, type ConfigIssue } from '../errors.js';
 import { formatDuration, parseDuration } from './duration.js';
@@ -55,6 +56,8 @@ export interface VrrpConfig {
   readonly peers: readonly string[];
   /** Checksum rule for adverts. */
   readonly checksum: ChecksumMode;
+  /** Priority 255: this node owns the VIPs as its own addresses (RFC 9568 §1.6). Derived once here. */
+  readonly owner: boolean;
   /** Authenticated adverts (docs/auth.md): the shared key's file, or null (off, the default). */
   readonly auth: { readonly keyFile: string } | null;
 }
@@ -90,15 +93,8 @@ export interface LogConfig {
   readonly level: LogLevel;
 }
 
-/** An apiserver endpoint: an IP literal and a TCP port. */
-export interface BackendAddress {
-  /** IP address literal, canonical text (IPv6 per RFC 5952, without brackets). */
-  readonly host: string;
-  /** 1..65535. */
-  readonly port: number;
-  /** Address family of `host`. */
-  readonly family: AddressFamily;
-}
+/** An apiserver endpoint: an IP literal and a TCP port (the one structured form, from src/net/). */
+export type BackendAddress = HostPort;
 
 /** The `apiserver.health` section, normalized: how a backend's readiness is checked. */
 export interface HealthConfig {
@@ -124,6 +120,11 @@ export interface HealthConfig {
   readonly rise: number;
   /** Consecutive failures that take an up backend down: 1..10. */
   readonly fall: number;
+  /**
+   * How long, ms, until every backend has had its first verdict: (max(rise, fall) + 1) × interval +
+   * timeout. The election policy waits this long before it judges the backends. Derived once here.
+   */
+  readonly settleMs: number;
 }
 
 /** The `apiserver` section, normalized. */
@@ -1124,6 +1125,8 @@ function normalizeHealth(h: {
     timeoutMs: h.timeout ?? Math.min(parseDuration(DEFAULTS.healthTimeout), h.interval),
     rise: h.rise,
     fall: h.fall,
+    // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
+    settleMs: (Math.max(h.rise, h.fall) + 1) * h.interval + (h.timeout ?? Math.min(parseDuration(DEFAULTS.healthTimeout), h.interval)),
   };
 }
 
@@ -1150,6 +1153,7 @@ export const configSchema = z.strictObject(rootShape, { error: rootError }).tran
             unicast: c.vrrp.peers !== undefined || c.vrrp.singleNode,
             peers: c.vrrp.peers?.addresses ?? [],
             checksum: c.vrrp.checksum,
+            owner: c.vrrp.priority === 255,
             auth: c.vrrp.auth?.keyFile === undefined ? null : { keyFile: c.vrrp.auth.keyFile },
           },
     vips: c.vips?.addresses ?? [],

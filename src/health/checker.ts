@@ -13,6 +13,7 @@
  * The random offset and jitter keep the nodes of a cluster (which all check all backends) from
  * checking in lockstep.
  */
+import { parseHostPort } from '../net/hostport.js';
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
 import { canonicalAddress, hostPort } from '../net/address.js';
@@ -119,19 +120,11 @@ export function formatAddress(backend: CheckerBackend): string {
 }
 
 /**
- * Parses `host:port` (IPv6 as `[addr]:port`; IP literals only) into a backend with a canonical host.
+ * Parses `host:port` into a backend with a canonical host (see net/hostport.ts).
  * @throws TypeError naming the text when it is not an IP literal with a port 1..65535.
  */
 export function parseAddress(text: string): CheckerBackend & { family: 4 | 6 } {
-  const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(text) ?? /^([^:[\]]+):(\d{1,5})$/.exec(text);
-  const host = m?.[1];
-  const port = Number(m?.[2]);
-  const family = host === undefined ? 0 : isIP(host);
-  const bracketed = text.startsWith('[');
-  if (host === undefined || family === 0 || (family === 6) !== bracketed || !(port >= 1 && port <= 65535)) {
-    throw new TypeError(`not host:port with an IP address (IPv6 as [addr]:port): ${JSON.stringify(text)}`);
-  }
-  return { host: canonicalAddress(host), port, family: family as 4 | 6 };
+  return parseHostPort(text);
 }
 
 interface Entry {

@@ -107,6 +107,7 @@ describe('parseConfig: valid files', () => {
         unicast: false,
         peers: [],
         checksum: 'rfc5798',
+        owner: false,
         auth: null,
       },
       vips: ['10.0.0.100'],
@@ -115,7 +116,7 @@ describe('parseConfig: valid files', () => {
       apiserver: {
         port: 6443,
         backends: [],
-        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
+        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000 },
       },
       dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
       localEndpoint: null,
@@ -642,6 +643,8 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       timeoutMs: 500,
       rise: 3,
       fall: 1,
+      // (max(rise, fall) + 1) × interval + timeout
+      settleMs: 6500,
     });
   });
 
