@@ -17,7 +17,7 @@
  * against a fake; test/integration/ebpf.test.ts runs the same class against the kernel.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, rmdirSync, statSync } from 'node:fs';
 import { mkdir, readFile, rmdir } from 'node:fs/promises';
 import net from 'node:net';
 import { release } from 'node:os';
@@ -388,27 +388,53 @@ export class EbpfLocalDataplane implements LocalDataplane {
 // ---------------------------------------------------------------------------------------------
 // where the pins live, who owns them, which cgroup
 
+/** Where {@link lockPinDir} keeps its lock files (tmpfs: gone at boot). */
+export const LOCK_DIR = '/run/ballast';
+
 /**
  * A pin directory has one owner on the host: a second agent taking it over would replace the
  * first one's programs and remove them when it stops. The lock is flock(2) on
- * /run/ballast/<pin directory name>.lock (bpffs holds no regular files), released by the kernel
- * when the agent dies.
- * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it.
+ * `<lockDir>/<pin directory name>.lock` (bpffs holds no regular files), released by the kernel
+ * when the agent dies ({@link lockFile}). release() removes the lock file (unlinked while still
+ * locked; a starter racing with it re-checks the inode it locked and starts over), and `lockDir`
+ * too when this call created it and it is empty. A SIGKILLed agent leaves the empty file, which
+ * is harmless: flock locks live on open descriptors, the next agent locks the same file.
+ * @param lockDir default {@link LOCK_DIR}; tests pass a directory of their own.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it,
+ *   BALLAST_E_DATAPLANE when the directory or the file cannot be made.
  */
-export function lockPinDir(pinDir: string, cgroup: string): FileLock {
-  const path = `/run/ballast/${basename(pinDir)}.lock`;
-  try {
-    mkdirSync('/run/ballast', { recursive: true, mode: 0o755 });
-    return lockFile(path);
-  } catch (err) {
-    const code = (err as { code?: string }).code;
-    if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
-      throw createError(
-        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
-        `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
-      );
+export function lockPinDir(pinDir: string, cgroup: string, lockDir = LOCK_DIR): FileLock {
+  const path = join(lockDir, `${basename(pinDir)}.lock`);
+  let created = false;
+  // bounded: a concurrent release may remove an empty lockDir between our mkdir and open (ENOENT)
+  for (let attempt = 1; ; attempt++) {
+    try {
+      created = mkdirSync(lockDir, { recursive: true, mode: 0o755 }) !== undefined || created;
+      const lock = lockFile(path);
+      return {
+        path,
+        release() {
+          lock.release();
+          if (!created) return;
+          created = false;
+          try {
+            rmdirSync(lockDir); // ENOTEMPTY while another agent's lock is there
+          } catch {
+            /* not empty, or gone already */
+          }
+        },
+      };
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === 'ENOENT' && attempt < 3) continue;
+      if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
+        throw createError(
+          'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+          `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
+        );
+      }
+      throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
     }
-    throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
   }
 }
 
