@@ -42,6 +42,9 @@ import {
 } from '../native.js';
 import type { LocalBackend, LocalDataplane, LocalDataplaneStatus, LocalEndpoint } from './local.js';
 
+/** ::ffff:a.b.c.d in canonical form (RFC 4291 §2.5.5.2; canonicalAddress writes the last 32 bits as two groups). */
+const V4_MAPPED = /^::ffff:[0-9a-f]{1,4}:[0-9a-f]{1,4}$/;
+
 /** Where the agent pins its maps and links unless told otherwise. */
 export const DEFAULT_PIN_DIR = '/sys/fs/bpf/ballast/local';
 
@@ -241,7 +244,8 @@ export class EbpfLocalDataplane implements LocalDataplane {
    * the one to rewrite, and removes from the map any endpoint not in `opts.endpoints` (a
    * configuration change across the restart). Endpoints already in the map keep their backends
    * until the first {@link setBackends}; new ones start with none (untouched connect()s).
-   * @throws TypeError when an endpoint is not an IP address with a port 1..65535, or > 64 of them.
+   * @throws TypeError when an endpoint is not an IP address with a port 1..65535, is IPv4-mapped
+   *   (::ffff:a.b.c.d: give a.b.c.d), or > 64 of them.
    * @throws BallastError BALLAST_E_PERMISSION (EPERM/EACCES from the kernel: missing CAP_BPF,
    *   CAP_NET_ADMIN or CAP_SYS_ADMIN), BALLAST_E_DATAPLANE for any other failure (no cgroup2,
    *   not a cgroup v2 directory, no bpffs, BPF object missing, verifier refusal); the addon's
@@ -251,6 +255,10 @@ export class EbpfLocalDataplane implements LocalDataplane {
     const endpoints = opts.endpoints.map((e, i) => {
       if (addressFamily(e.address) === null || !Number.isInteger(e.port) || e.port < 1 || e.port > 65535) {
         throw new TypeError(`endpoints[${i}] must be { address: IP, port: 1..65535 }, got ${JSON.stringify(e)}`);
+      }
+      // connect6 serves ::ffff:a.b.c.d from the IPv4 endpoint a.b.c.d: a mapped key is never looked up
+      if (V4_MAPPED.test(canonicalAddress(e.address))) {
+        throw new TypeError(`endpoints[${i}]: ${e.address} is IPv4-mapped; give the IPv4 endpoint (its mapped form is served with it)`);
       }
       return { address: canonicalAddress(e.address), port: e.port };
     });
@@ -310,8 +318,9 @@ export class EbpfLocalDataplane implements LocalDataplane {
 
   /**
    * Destroys (SOCK_DESTROY) the host sockets connected to `backend` THROUGH an endpoint: those
-   * sock_diag lists with remote backend:port whose cookie the getpeername map records as
-   * balanced to this backend. A socket that connected to the backend directly is not touched;
+   * sock_diag lists with remote backend:port (for an IPv4 backend also the AF_INET6 sockets with
+   * remote ::ffff:backend, balanced from a v4-mapped endpoint) whose cookie the getpeername map
+   * records as balanced to this backend. A socket that connected to the backend directly is not touched;
    * one whose reverse entry was evicted from the LRU (more than 65536 balanced sockets since) is
    * missed and ends by its own timeouts. Acts in the network namespace of the calling thread
    * (the one open() ran in).
@@ -323,16 +332,23 @@ export class EbpfLocalDataplane implements LocalDataplane {
     const family = addressFamily(backend.address);
     if (family === null) throw new TypeError(`backend.address must be an IP address, got ${JSON.stringify(backend.address)}`);
     const address = canonicalAddress(backend.address);
+    // an IPv4 backend is also reached by AF_INET6 sockets that dialled a v4-mapped endpoint:
+    // sock_diag lists those under AF_INET6, with the peer as ::ffff:a.b.c.d
+    const views: { family: 4 | 6; address: string }[] = [{ family, address }, ...(family === 4 ? [{ family: 6 as const, address: `::ffff:${address}` }] : [])];
     try {
-      const candidates = this.#sys.listTcpSockets({ family, dst: { address, port: backend.port } });
-      const cookies = candidates
-        .filter((s) => {
-          const r = this.#maps.reverse(s.cookie);
-          return r !== null && canonicalAddress(r.backend.address) === address && r.backend.port === backend.port;
-        })
-        .map((s) => s.cookie);
-      if (cookies.length === 0) return 0;
-      const n = this.#sys.destroySockets({ family, dst: { address, port: backend.port }, cookies });
+      let n = 0;
+      for (const view of views) {
+        const dst = { address: view.address, port: backend.port };
+        const cookies = this.#sys
+          .listTcpSockets({ family: view.family, dst })
+          .filter((s) => {
+            const r = this.#maps.reverse(s.cookie);
+            return r !== null && canonicalAddress(r.backend.address) === address && r.backend.port === backend.port;
+          })
+          .map((s) => s.cookie);
+        if (cookies.length > 0) n += this.#sys.destroySockets({ family: view.family, dst, cookies });
+      }
+      if (n === 0) return 0;
       this.#socketsReset += n;
       this.#log.info({ backend: hostPort(address, backend.port), sockets: n }, 'dead backend: balanced sockets destroyed');
       return n;
