@@ -128,19 +128,16 @@ describe.skipIf(!root)('eBPF local endpoint: the IPv4-mapped form, and a clean s
   afterAll(async () => {
     for (const p of extra) await p.stop('SIGKILL', 1000).catch(() => undefined);
     await agent?.stop('SIGKILL').catch(() => undefined);
-    try {
-      if (pinDir && existsSync(pinDir)) SockLb.detach(pinDir);
-      if (lockPath) rmSync(lockPath, { force: true });
-      if (pinDir) {
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty, or already gone */
-        }
+    // what a killed agent leaves (a failed test): its pins, their parent when empty, its lock file
+    const leftovers = [() => existsSync(pinDir) && SockLb.detach(pinDir), () => rmdirSync(dirname(pinDir)), () => rmSync(lockPath, { force: true })];
+    for (const remove of leftovers) {
+      try {
+        remove();
+      } catch {
+        /* gone already, not empty, or never made (beforeAll failed early) */
       }
-    } finally {
-      await lab?.teardown();
     }
+    await lab?.teardown();
   });
 
   /** Waits until the endpoints balance to `n` backends in all. */
