@@ -5,9 +5,9 @@
  *
  *   hook                    program         does
  *   cgroup/connect4         ballast_conn4   endpoint -> backend, remembers cookie -> endpoint
- *   cgroup/connect6         ballast_conn6   (same, IPv6)
+ *   cgroup/connect6         ballast_conn6   (same, IPv6; ::ffff:a.b.c.d is the IPv4 endpoint a.b.c.d)
  *   cgroup/getpeername4     ballast_peer4   backend -> endpoint for a remembered cookie
- *   cgroup/getpeername6     ballast_peer6   (same, IPv6)
+ *   cgroup/getpeername6     ballast_peer6   (same, IPv6; v4-mapped back to ::ffff:<endpoint>)
  *
  * Only TCP sockets (SOCK_STREAM, IPPROTO_TCP) of the host network namespace are rewritten: a
  * cgroup holds processes, not namespaces, and a pod in the same cgroup subtree has its own
@@ -120,25 +120,58 @@ static __always_inline int ballast_sock4_fwd(struct bpf_sock_addr *ctx) {
 }
 
 /*
- * connect6: 1 when rewritten. An IPv4-mapped destination (::ffff:127.0.0.1) is a different key
- * and is left alone: the endpoints are configured per family.
+ * ::ffff:a.b.c.d, an IPv4-mapped IPv6 address (RFC 4291 §2.5.5.2): what an AF_INET6 socket of
+ * a dual-stack runtime (Java by default, anything that resolves "localhost" through
+ * getaddrinfo(AI_V4MAPPED)) dials for an IPv4 peer. The kernel carries such a connect() out
+ * as IPv4 (tcp_v6_connect -> tcp_v4_connect), and cgroup/connect4 never runs for it: this is
+ * the only hook that sees it.
  */
+static __always_inline int ballast_is_v4mapped(const __u32 ip6[4]) {
+  return ip6[0] == 0 && ip6[1] == 0 && ip6[2] == bpf_htonl(0x0000ffff);
+}
+
+static __always_inline void ballast_set_ip6(struct bpf_sock_addr *ctx, __u32 a0, __u32 a1, __u32 a2, __u32 a3) {
+  ctx->user_ip6[0] = a0;
+  ctx->user_ip6[1] = a1;
+  ctx->user_ip6[2] = a2;
+  ctx->user_ip6[3] = a3;
+}
+
+/*
+ * connect6 to ::ffff:a.b.c.d:port: the IPv4 endpoint a.b.c.d:port of the IPv4 map, rewritten
+ * to the v4-mapped form of an IPv4 backend (the socket stays AF_INET6). Remembered as IPv4
+ * endpoint and backend, as a connect4 would be: user space finds the socket's backend the same
+ * way whichever family the socket has. 1 when rewritten.
+ */
+static __always_inline int ballast_sock6_fwd_v4mapped(struct bpf_sock_addr *ctx, __u32 ip4) {
+  ballast_lb_key key = {};
+  key.family = BALLAST_AF_INET;
+  key.addr[0] = ip4;
+  key.port = (__u16)ctx->user_port;
+  struct ballast_lb_addr backend;
+  if (!ballast_pick(&key, BALLAST_AF_INET, &backend)) return 0;
+  ballast_remember(ctx, &key, &backend);
+  ballast_set_ip6(ctx, 0, 0, bpf_htonl(0x0000ffff), backend.addr[0]);
+  ctx->user_port = backend.port;
+  return 1;
+}
+
+/* connect6: 1 when rewritten; a v4-mapped destination is the IPv4 endpoint it maps */
 static __always_inline int ballast_sock6_fwd(struct bpf_sock_addr *ctx) {
   if (!ballast_is_tcp(ctx) || !ballast_in_host_netns(ctx)) return 0;
+  const __u32 dst[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3]};
+  if (ballast_is_v4mapped(dst)) return ballast_sock6_fwd_v4mapped(ctx, dst[3]);
   ballast_lb_key key = {};
   key.family = BALLAST_AF_INET6;
-  key.addr[0] = ctx->user_ip6[0];
-  key.addr[1] = ctx->user_ip6[1];
-  key.addr[2] = ctx->user_ip6[2];
-  key.addr[3] = ctx->user_ip6[3];
+  key.addr[0] = dst[0];
+  key.addr[1] = dst[1];
+  key.addr[2] = dst[2];
+  key.addr[3] = dst[3];
   key.port = (__u16)ctx->user_port;
   struct ballast_lb_addr backend;
   if (!ballast_pick(&key, BALLAST_AF_INET6, &backend)) return 0;
   ballast_remember(ctx, &key, &backend);
-  ctx->user_ip6[0] = backend.addr[0];
-  ctx->user_ip6[1] = backend.addr[1];
-  ctx->user_ip6[2] = backend.addr[2];
-  ctx->user_ip6[3] = backend.addr[3];
+  ballast_set_ip6(ctx, backend.addr[0], backend.addr[1], backend.addr[2], backend.addr[3]);
   ctx->user_port = backend.port;
   return 1;
 }
@@ -158,19 +191,27 @@ static __always_inline int ballast_sock4_rev(struct bpf_sock_addr *ctx) {
   return 1;
 }
 
+/*
+ * getpeername6, as getpeername4; a socket balanced through ballast_sock6_fwd_v4mapped has an
+ * IPv4 entry and its peer in the v4-mapped form, and is reported as ::ffff:<endpoint>.
+ */
 static __always_inline int ballast_sock6_rev(struct bpf_sock_addr *ctx) {
   if (!ballast_is_tcp(ctx)) return 0;
   __u64 cookie = bpf_get_socket_cookie(ctx);
   const struct ballast_lb_reverse *rev = bpf_map_lookup_elem(&ballast_lb_rev, &cookie);
-  if (!rev || rev->backend.family != BALLAST_AF_INET6) return 0;
-  if (rev->backend.addr[0] != ctx->user_ip6[0] || rev->backend.addr[1] != ctx->user_ip6[1] ||
-      rev->backend.addr[2] != ctx->user_ip6[2] || rev->backend.addr[3] != ctx->user_ip6[3] ||
-      rev->backend.port != (__u16)ctx->user_port)
+  if (!rev || rev->backend.port != (__u16)ctx->user_port) return 0;
+  const __u32 peer[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3]};
+  if (rev->backend.family == BALLAST_AF_INET) {
+    if (!ballast_is_v4mapped(peer) || peer[3] != rev->backend.addr[0]) return 0;
+    ballast_set_ip6(ctx, 0, 0, bpf_htonl(0x0000ffff), rev->endpoint.addr[0]);
+  } else if (rev->backend.family == BALLAST_AF_INET6) {
+    if (rev->backend.addr[0] != peer[0] || rev->backend.addr[1] != peer[1] || rev->backend.addr[2] != peer[2] ||
+        rev->backend.addr[3] != peer[3])
+      return 0;
+    ballast_set_ip6(ctx, rev->endpoint.addr[0], rev->endpoint.addr[1], rev->endpoint.addr[2], rev->endpoint.addr[3]);
+  } else {
     return 0;
-  ctx->user_ip6[0] = rev->endpoint.addr[0];
-  ctx->user_ip6[1] = rev->endpoint.addr[1];
-  ctx->user_ip6[2] = rev->endpoint.addr[2];
-  ctx->user_ip6[3] = rev->endpoint.addr[3];
+  }
   ctx->user_port = rev->endpoint.port;
   return 1;
 }

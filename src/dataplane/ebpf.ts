@@ -17,7 +17,7 @@
  * against a fake; test/integration/ebpf.test.ts runs the same class against the kernel.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, rmdirSync, statSync } from 'node:fs';
 import { mkdir, readFile, rmdir } from 'node:fs/promises';
 import net from 'node:net';
 import { release } from 'node:os';
@@ -41,6 +41,9 @@ import {
   type TcpSocketInfo,
 } from '../native.js';
 import type { LocalBackend, LocalDataplane, LocalDataplaneStatus, LocalEndpoint } from './local.js';
+
+/** ::ffff:a.b.c.d in canonical form (RFC 4291 §2.5.5.2; canonicalAddress writes the last 32 bits as two groups). */
+const V4_MAPPED = /^::ffff:[0-9a-f]{1,4}:[0-9a-f]{1,4}$/;
 
 /** Where the agent pins its maps and links unless told otherwise. */
 export const DEFAULT_PIN_DIR = '/sys/fs/bpf/ballast/local';
@@ -241,7 +244,8 @@ export class EbpfLocalDataplane implements LocalDataplane {
    * the one to rewrite, and removes from the map any endpoint not in `opts.endpoints` (a
    * configuration change across the restart). Endpoints already in the map keep their backends
    * until the first {@link setBackends}; new ones start with none (untouched connect()s).
-   * @throws TypeError when an endpoint is not an IP address with a port 1..65535, or > 64 of them.
+   * @throws TypeError when an endpoint is not an IP address with a port 1..65535, is IPv4-mapped
+   *   (::ffff:a.b.c.d: give a.b.c.d), or > 64 of them.
    * @throws BallastError BALLAST_E_PERMISSION (EPERM/EACCES from the kernel: missing CAP_BPF,
    *   CAP_NET_ADMIN or CAP_SYS_ADMIN), BALLAST_E_DATAPLANE for any other failure (no cgroup2,
    *   not a cgroup v2 directory, no bpffs, BPF object missing, verifier refusal); the addon's
@@ -251,6 +255,10 @@ export class EbpfLocalDataplane implements LocalDataplane {
     const endpoints = opts.endpoints.map((e, i) => {
       if (addressFamily(e.address) === null || !Number.isInteger(e.port) || e.port < 1 || e.port > 65535) {
         throw new TypeError(`endpoints[${i}] must be { address: IP, port: 1..65535 }, got ${JSON.stringify(e)}`);
+      }
+      // connect6 serves ::ffff:a.b.c.d from the IPv4 endpoint a.b.c.d: a mapped key is never looked up
+      if (V4_MAPPED.test(canonicalAddress(e.address))) {
+        throw new TypeError(`endpoints[${i}]: ${e.address} is IPv4-mapped; give the IPv4 endpoint (its mapped form is served with it)`);
       }
       return { address: canonicalAddress(e.address), port: e.port };
     });
@@ -310,8 +318,9 @@ export class EbpfLocalDataplane implements LocalDataplane {
 
   /**
    * Destroys (SOCK_DESTROY) the host sockets connected to `backend` THROUGH an endpoint: those
-   * sock_diag lists with remote backend:port whose cookie the getpeername map records as
-   * balanced to this backend. A socket that connected to the backend directly is not touched;
+   * sock_diag lists with remote backend:port (for an IPv4 backend also the AF_INET6 sockets with
+   * remote ::ffff:backend, balanced from a v4-mapped endpoint) whose cookie the getpeername map
+   * records as balanced to this backend. A socket that connected to the backend directly is not touched;
    * one whose reverse entry was evicted from the LRU (more than 65536 balanced sockets since) is
    * missed and ends by its own timeouts. Acts in the network namespace of the calling thread
    * (the one open() ran in).
@@ -323,16 +332,23 @@ export class EbpfLocalDataplane implements LocalDataplane {
     const family = addressFamily(backend.address);
     if (family === null) throw new TypeError(`backend.address must be an IP address, got ${JSON.stringify(backend.address)}`);
     const address = canonicalAddress(backend.address);
+    // an IPv4 backend is also reached by AF_INET6 sockets that dialled a v4-mapped endpoint:
+    // sock_diag lists those under AF_INET6, with the peer as ::ffff:a.b.c.d
+    const views: { family: 4 | 6; address: string }[] = [{ family, address }, ...(family === 4 ? [{ family: 6 as const, address: `::ffff:${address}` }] : [])];
     try {
-      const candidates = this.#sys.listTcpSockets({ family, dst: { address, port: backend.port } });
-      const cookies = candidates
-        .filter((s) => {
-          const r = this.#maps.reverse(s.cookie);
-          return r !== null && canonicalAddress(r.backend.address) === address && r.backend.port === backend.port;
-        })
-        .map((s) => s.cookie);
-      if (cookies.length === 0) return 0;
-      const n = this.#sys.destroySockets({ family, dst: { address, port: backend.port }, cookies });
+      let n = 0;
+      for (const view of views) {
+        const dst = { address: view.address, port: backend.port };
+        const cookies = this.#sys
+          .listTcpSockets({ family: view.family, dst })
+          .filter((s) => {
+            const r = this.#maps.reverse(s.cookie);
+            return r !== null && canonicalAddress(r.backend.address) === address && r.backend.port === backend.port;
+          })
+          .map((s) => s.cookie);
+        if (cookies.length > 0) n += this.#sys.destroySockets({ family: view.family, dst, cookies });
+      }
+      if (n === 0) return 0;
       this.#socketsReset += n;
       this.#log.info({ backend: hostPort(address, backend.port), sockets: n }, 'dead backend: balanced sockets destroyed');
       return n;
@@ -388,27 +404,53 @@ export class EbpfLocalDataplane implements LocalDataplane {
 // ---------------------------------------------------------------------------------------------
 // where the pins live, who owns them, which cgroup
 
+/** Where {@link lockPinDir} keeps its lock files (tmpfs: gone at boot). */
+export const LOCK_DIR = '/run/ballast';
+
 /**
  * A pin directory has one owner on the host: a second agent taking it over would replace the
  * first one's programs and remove them when it stops. The lock is flock(2) on
- * /run/ballast/<pin directory name>.lock (bpffs holds no regular files), released by the kernel
- * when the agent dies.
- * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it.
+ * `<lockDir>/<pin directory name>.lock` (bpffs holds no regular files), released by the kernel
+ * when the agent dies ({@link lockFile}). release() removes the lock file (unlinked while still
+ * locked; a starter racing with it re-checks the inode it locked and starts over), and `lockDir`
+ * too when this call created it and it is empty. A SIGKILLed agent leaves the empty file, which
+ * is harmless: flock locks live on open descriptors, the next agent locks the same file.
+ * @param lockDir default {@link LOCK_DIR}; tests pass a directory of their own.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when another agent holds it,
+ *   BALLAST_E_DATAPLANE when the directory or the file cannot be made.
  */
-export function lockPinDir(pinDir: string, cgroup: string): FileLock {
-  const path = `/run/ballast/${basename(pinDir)}.lock`;
-  try {
-    mkdirSync('/run/ballast', { recursive: true, mode: 0o755 });
-    return lockFile(path);
-  } catch (err) {
-    const code = (err as { code?: string }).code;
-    if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
-      throw createError(
-        'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
-        `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
-      );
+export function lockPinDir(pinDir: string, cgroup: string, lockDir = LOCK_DIR): FileLock {
+  const path = join(lockDir, `${basename(pinDir)}.lock`);
+  let created = false;
+  // bounded: a concurrent release may remove an empty lockDir between our mkdir and open (ENOENT)
+  for (let attempt = 1; ; attempt++) {
+    try {
+      created = mkdirSync(lockDir, { recursive: true, mode: 0o755 }) !== undefined || created;
+      const lock = lockFile(path);
+      return {
+        path,
+        release() {
+          lock.release();
+          if (!created) return;
+          created = false;
+          try {
+            rmdirSync(lockDir); // ENOTEMPTY while another agent's lock is there
+          } catch {
+            /* not empty, or gone already */
+          }
+        },
+      };
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === 'ENOENT' && attempt < 3) continue;
+      if (code === 'EWOULDBLOCK' || code === 'EAGAIN') {
+        throw createError(
+          'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+          `another ballast agent on this host already serves the local endpoint for cgroup ${cgroup} (pins in ${pinDir}, lock ${path}); run one agent per cgroup and list every address (both families) in its localEndpoint.address`,
+        );
+      }
+      throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
     }
-    throw createError('BALLAST_E_DATAPLANE', `cannot take the lock ${path} of the eBPF pins: ${(err as Error).message}`, { cause: err });
   }
 }
 

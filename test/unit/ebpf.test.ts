@@ -212,6 +212,26 @@ describe('EbpfLocalDataplane (fake kernel)', () => {
     expect(dp.status().socketsReset).toBe(1);
   });
 
+  it('resetBackend of an IPv4 backend also destroys the AF_INET6 sockets balanced to it from ::ffff:<endpoint>', async () => {
+    const k = new FakeKernel();
+    const dp = await EbpfLocalDataplane.open({ endpoints: LOCAL, cgroup: '/cg', log: quiet, sys: k });
+    const be = { address: '10.0.0.12', port: 6443 };
+    const mapped = { address: '::ffff:10.0.0.12', port: 6443 };
+    k.sockets = [sock(1n, be), sock(2n, mapped), sock(3n, mapped)];
+    // a v4-mapped connect is remembered with the IPv4 endpoint and backend (sock_lb.bpf.c)
+    k.reverseMap.set(1n, { endpoint: { address: '127.0.0.1', port: 7443 }, backend: be });
+    k.reverseMap.set(2n, { endpoint: { address: '127.0.0.1', port: 7443 }, backend: be });
+    // 3n: a v6 socket that dialled ::ffff:10.0.0.12:6443 itself
+    expect(await dp.resetBackend(be)).toBe(2);
+    expect(k.destroyed).toEqual([
+      { family: 4, dst: be, cookies: [1n] },
+      { family: 6, dst: mapped, cookies: [2n] },
+    ]);
+    k.destroyed = [];
+    await dp.resetBackend({ address: 'fd00::12', port: 6443 });
+    expect(k.destroyed).toEqual([]); // an IPv6 backend has no mapped view
+  });
+
   it('close keep leaves the pins; close without keep detaches; both idempotent', async () => {
     const k = new FakeKernel();
     const a = await EbpfLocalDataplane.open({ endpoints: LOCAL, cgroup: '/cg', pinDir: '/sys/fs/bpf/a', log: quiet, sys: k });
@@ -240,6 +260,8 @@ describe('EbpfLocalDataplane (fake kernel)', () => {
   it('rejects a malformed endpoint before touching the kernel', async () => {
     const k = new FakeKernel();
     await expect(EbpfLocalDataplane.open({ endpoints: [{ address: 'localhost', port: 7443 }], cgroup: '/cg', log: quiet, sys: k })).rejects.toThrow(TypeError);
+    // the mapped form is served from the IPv4 endpoint; as a key of its own it would never match
+    await expect(EbpfLocalDataplane.open({ endpoints: [{ address: '::ffff:127.0.0.1', port: 7443 }], cgroup: '/cg', log: quiet, sys: k })).rejects.toThrow(/endpoints\[0\]: ::ffff:127\.0\.0\.1 is IPv4-mapped/);
     expect(k.attached).toEqual([]);
   });
 });
