@@ -9,7 +9,7 @@
  */
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
-import { AUTH_KEY_MIN_LENGTH } from '../vrrp/auth.js';
+import { AUTH_KEY_MIN_LENGTH } from './limits.js';
 
 /** Reads files for the checks: the host's file system, or a fake in tests. */
 export interface ConfigFiles {

@@ -4,7 +4,8 @@
 import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
 import { describeReadError, hostFiles, readRegularFile, type ConfigFiles } from './files.js';
-import { validateConfig, type Config, type Locator } from './schema.js';
+import { validateConfig, type Locator } from './schema.js';
+import type { Config } from './types.js';
 
 /** Maps a setting's path to the line and column of its value (or of its key) in the text. */
 function locator(doc: Document, lines: LineCounter): Locator {
