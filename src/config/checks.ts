@@ -9,7 +9,7 @@
 import type { AddressFamily } from '../net/address.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
-import { BACKEND_RULE, checkAddress, LOCAL_ENDPOINT_RULE, parseRoleHostPort, type HostPortRule } from './addresses.js';
+import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseRoleHostPort, type HostPortRule } from './addresses.js';
 import { durationMs, HEALTH_INTERVAL, HEALTH_TIMEOUT } from './fields.js';
 import { isRecord, type RawIssue, type Segment } from './issues.js';
 import { DEFAULTS, MAX_VIPS } from './limits.js';
@@ -27,7 +27,7 @@ interface RawVips {
 export function crossFieldIssues(raw: unknown): RawIssue[] {
   if (!isRecord(raw)) return [];
   const vips = rawVips(raw);
-  const withVips = vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips), ];
+  const withVips = vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
   return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw)];
 }
 
@@ -122,6 +122,45 @@ function backendIssues(raw: Record<string, unknown>, vips: RawVips): RawIssue[] 
     } else if (vips.index.has(hp.host)) {
       out.push({ path, message: `${hp.host} is a VIP (vips[${vips.index.get(hp.host)}]); backends are the apiservers' own node addresses` });
     }
+  }
+  return out;
+}
+
+/** `vrrp.checksum: rfc9568` chooses between two IPv4 rules; for IPv6 there is one (RFC 9568 §5.2.8). */
+function checksumIssues(raw: Record<string, unknown>, vips: RawVips): RawIssue[] {
+  if (vips.family !== 6 || at(raw, 'vrrp', 'checksum') !== 'rfc9568') return [];
+  return [
+    {
+      path: ['vrrp', 'checksum'],
+      message:
+        'is "rfc9568" but the VIPs are IPv6: the rule has no meaning there, because an IPv6 VRRP checksum always covers the pseudo-header (RFC 9568 §5.2.8); remove vrrp.checksum',
+    },
+  ];
+}
+
+/**
+ * Addresses that would be on this node only while it is Active: a VIP as the admin address or
+ * as policy.localBackend (a local endpoint on a VIP is in {@link localEndpointIssues}).
+ */
+function onVipIssues(raw: Record<string, unknown>, vips: RawVips): RawIssue[] {
+  const out: RawIssue[] = [];
+  const listenText = at(raw, 'admin', 'listen');
+  const listen = listenText === undefined ? undefined : hostPortOf(listenText, LISTEN_RULE);
+  const li = listen === undefined ? undefined : vips.index.get(listen.host);
+  if (listen !== undefined && li !== undefined) {
+    out.push({
+      path: ['admin', 'listen'],
+      message: `${String(listenText)} is on a VIP (vips[${li}]): a VIP is on this node only while it is Active, so a Backup could not serve /status; use 127.0.0.1:${listen.port}, this node's own address, or 0.0.0.0:${listen.port}`,
+    });
+  }
+  const localText = at(raw, 'policy', 'localBackend');
+  const local = localText === undefined || localText === '' ? undefined : hostPortOf(localText, LOCAL_RULE);
+  const bi = local === undefined ? undefined : vips.index.get(local.host);
+  if (local !== undefined && bi !== undefined) {
+    out.push({
+      path: ['policy', 'localBackend'],
+      message: `${String(localText)} is on a VIP (vips[${bi}]): the VIP moves between nodes, so it never names this node's own apiserver; use this node's address or 127.0.0.1:${local.port}`,
+    });
   }
   return out;
 }
@@ -229,18 +268,42 @@ function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
     return [{ path: ['localEndpoint'], message: 'needs apiserver.backends: the apiservers the endpoint balances to' }];
   }
   const families = new Set(backends.map((b) => b.hp.family));
+  const vips = rawVips(raw);
+  const taken = apiserverPorts(raw, backends);
   const out: RawIssue[] = [];
   for (const { path, text } of rawEndpoints(raw)) {
     const hp = hostPortOf(text, LOCAL_ENDPOINT_RULE);
     // a malformed address has its own issue
     if (hp === undefined) continue;
     const a = String(text);
+    const loopback = hp.family === 4 ? '127.0.0.1' : '[::1]';
+    const vip = vips?.index.get(hp.host);
+    const port = taken.get(hp.port);
     if (backends.some((b) => b.hp.host === hp.host && b.hp.port === hp.port)) {
       out.push({ path, message: `${a} is one of apiserver.backends: connect()s to that apiserver (the health checks' too) would be balanced away from it; use a loopback address such as 127.0.0.1:7443` });
+    } else if (vip !== undefined) {
+      out.push({ path, message: `${a} is on a VIP (vips[${vip}]): a VIP is on this node only while it is Active, and the local endpoint must work on every node; use a loopback address such as ${loopback}:7443` });
+    } else if (port !== undefined) {
+      out.push({
+        path,
+        message: `${a} has port ${hp.port}, which is ${port}: on a control-plane node the local apiserver listens there, so the endpoint would take its clients (or fail to bind); use another port, e.g. ${loopback}:${hp.port === 7443 ? 7444 : 7443}`,
+      });
     } else if (families.size > 0 && !families.has(hp.family)) {
       // no backend parsed: the backends have their own issues
       out.push({ path, message: `${a} is IPv${hp.family} but no apiserver.backends entry is: an endpoint balances to backends of its own family` });
     }
   }
+  return out;
+}
+
+/** The ports a local apiserver may listen on, each with the setting that names it (the first one wins). */
+function apiserverPorts(raw: Record<string, unknown>, backends: readonly { index: number; hp: HostPort }[]): Map<number, string> {
+  const out = new Map<number, string>();
+  const port = at(raw, 'apiserver', 'port') ?? DEFAULTS.apiserverPort;
+  if (Number.isInteger(port)) out.set(port as number, 'apiserver.port');
+  const localText = at(raw, 'policy', 'localBackend');
+  const local = localText === undefined || localText === '' ? undefined : hostPortOf(localText, LOCAL_RULE);
+  if (local !== undefined && !out.has(local.port)) out.set(local.port, "policy.localBackend's");
+  for (const b of backends) if (!out.has(b.hp.port)) out.set(b.hp.port, `apiserver.backends[${b.index}]'s`);
   return out;
 }

@@ -9,7 +9,7 @@ import type { AddressFamily } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
-import { DEFAULTS, MAX_BACKENDS, MINUTE_MS } from './limits.js';
+import { DEFAULTS, IFNAMSIZ, MAX_BACKENDS, MINUTE_MS } from './limits.js';
 import { expect, quotedNumberHint, show, yesNoHint, type ExpectOptions } from './messages.js';
 import type { BackendAddress, ListenAddress } from './types.js';
 
@@ -114,8 +114,28 @@ export function boolField(dflt: boolean) {
     .default(dflt);
 }
 
-const IFNAME = /^[^\s/:]{1,15}$/;
+/**
+ * Why the kernel would refuse `name` as an interface name, or null when it accepts it: the
+ * rules of dev_valid_name() (net/core/dev.c): not empty, shorter than IFNAMSIZ bytes, not "."
+ * or "..", no "/", ":" or whitespace (isspace() of lib/ctype.c, which counts byte 0xA0 too).
+ * A NUL would cut the name short in every C API, so the kernel would see another name.
+ */
+export function interfaceNameProblem(name: string): string | null {
+  if (name === '') return 'it is empty';
+  if (name.includes('\0')) return 'it contains a NUL character';
+  const bytes = Buffer.byteLength(name, 'utf8');
+  if (bytes >= IFNAMSIZ) return `it is ${bytes} bytes long; the kernel allows ${IFNAMSIZ - 1} (IFNAMSIZ ${IFNAMSIZ}, with the final NUL)`;
+  if (name === '.' || name === '..') return '"." and ".." are not interface names';
+  if (name.includes('/')) return 'it contains "/"';
+  if (name.includes(':')) return 'it contains ":" (an alias label, not an interface)';
+  // the kernel's isspace(): space, \t \n \v \f \r, and byte 0xA0
+  if (/[ \t\n\v\f\r]/.test(name)) return 'it contains whitespace';
+  const nbsp = [...name].find((c) => Buffer.from(c, 'utf8').includes(0xa0));
+  if (nbsp !== undefined) return `it contains the byte 0xA0 (in ${JSON.stringify(nbsp)}), which the kernel counts as whitespace`;
+  return null;
+}
 
+/** `interface`: a name the kernel accepts; absent = picked at run time. */
 export const interfaceField = z
   .string({
     error: expect('an interface name such as "eth0"', {
@@ -123,14 +143,13 @@ export const interfaceField = z
     }),
   })
   .superRefine((name, ctx) => {
-    // the kernel's dev_valid_name(): shorter than IFNAMSIZ (16), not "." or "..", no "/", ":" or space
-    if (!IFNAME.test(name) || name === '.' || name === '..') {
-      ctx.addIssue({
-        code: 'custom',
-        message: `${show(name)} is not a valid interface name (1 to 15 characters, no "/", ":" or whitespace)`,
-        input: name,
-      });
-    }
+    const problem = interfaceNameProblem(name);
+    if (problem === null) return;
+    ctx.addIssue({
+      code: 'custom',
+      message: `${show(name)} is not a valid interface name (1 to 15 characters, counted in UTF-8 bytes; no "/", ":", whitespace or NUL; not "." or ".."): ${problem}`,
+      input: name,
+    });
   })
   .optional();
 
