@@ -7,29 +7,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { ConfigError, parseConfig, validateConfig, type ConfigIssue } from '../../src/config/index.js';
-
-/** The issues parsing `text` reports (fails the test when it does not throw a ConfigError). */
-function issuesOf(text: string): readonly ConfigIssue[] {
-  try {
-    parseConfig(text, 'test.yaml');
-  } catch (err) {
-    if (err instanceof ConfigError) return err.issues;
-    throw err;
-  }
-  throw new Error(`expected a ConfigError for:\n${text.slice(0, 200)}`);
-}
-
-/** The issues validating `value` reports; [] when it is valid. */
-function validateIssues(value: unknown): readonly ConfigIssue[] {
-  try {
-    validateConfig(value);
-  } catch (err) {
-    if (err instanceof ConfigError) return err.issues;
-    throw err;
-  }
-  return [];
-}
+import type { ConfigIssue } from '../../src/config/index.js';
+import { issuesOf, validateIssues } from '../helpers/config-issues.js';
 
 const ELECTION = { vrrp: { vrid: 51 }, vips: ['10.0.0.100'] };
 const BACKENDS = { backends: ['10.0.0.11:6443', '10.0.0.12:6443'], health: { insecureSkipVerify: true } };

@@ -7,18 +7,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
-import { ConfigError, MAX_NESTING, parseConfig, type ConfigIssue } from '../../src/config/index.js';
-
-/** The issues parsing `text` reports (fails the test when it does not throw a ConfigError). */
-function issuesOf(text: string): readonly ConfigIssue[] {
-  try {
-    parseConfig(text, 'test.yaml');
-  } catch (err) {
-    if (err instanceof ConfigError) return err.issues;
-    throw err;
-  }
-  throw new Error(`expected a ConfigError for:\n${text.slice(0, 200)}`);
-}
+import { MAX_NESTING, type ConfigIssue } from '../../src/config/index.js';
+import { issuesOf } from '../helpers/config-issues.js';
 
 describe('YAML problems are said in ballast words', () => {
   it('two documents in one file', () => {
