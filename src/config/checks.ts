@@ -263,10 +263,11 @@ function unicastIssues(raw: Record<string, unknown>): RawIssue[] {
  */
 function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
   if (raw.localEndpoint === undefined) return [];
-  const backends = rawBackends(raw);
-  if (!Array.isArray(at(raw, 'apiserver', 'backends')) || (at(raw, 'apiserver', 'backends') as unknown[]).length === 0) {
+  const listed = at(raw, 'apiserver', 'backends');
+  if (!Array.isArray(listed) || listed.length === 0) {
     return [{ path: ['localEndpoint'], message: 'needs apiserver.backends: the apiservers the endpoint balances to' }];
   }
+  const backends = rawBackends(raw);
   const families = new Set(backends.map((b) => b.hp.family));
   const vips = rawVips(raw);
   const taken = apiserverPorts(raw, backends);

@@ -51,8 +51,8 @@ export const DEFAULTS = Object.freeze({
  */
 export const MAX_NESTING = 64;
 
-/** How deep ballast's settings nest: `apiserver.health.path` in the top-level mapping (or a list under `localEndpoint.address`). */
-export const SETTINGS_DEPTH = 4;
+/** How many collections deep ballast's settings nest: the top-level mapping, `apiserver`, `apiserver.health` (or a list such as `localEndpoint.address`). */
+export const SETTINGS_DEPTH = 3;
 
 /** The shortest `vrrp.auth` key accepted, in bytes (RFC 2104 §3: at least the hash output length is recommended; 16 is the floor). */
 export const AUTH_KEY_MIN_LENGTH = 16;
