@@ -54,13 +54,14 @@ function rawBackends(raw: Record<string, unknown>): { index: number; text: unkno
   });
 }
 
-/** localEndpoint.address as a list of raw entries with their paths (the default when absent). */
+/** localEndpoint.address as a list of raw entries with their paths (the default when absent or empty). */
 function rawEndpoints(raw: Record<string, unknown>): { path: Segment[]; text: unknown }[] {
   const address = at(raw, 'localEndpoint', 'address');
   if (Array.isArray(address)) return address.map((text, i) => ({ path: ['localEndpoint', 'address', i], text }));
   return [{ path: ['localEndpoint', 'address'], text: address ?? DEFAULTS.localEndpoint }];
 }
 
+/** The VIPs that parse; undefined when none does (or `vips` is not a list). */
 function rawVips(raw: Record<string, unknown>): RawVips | undefined {
   if (!Array.isArray(raw.vips)) return undefined;
   const index = new Map<string, number>();
@@ -267,6 +268,8 @@ function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
   if (!Array.isArray(listed) || listed.length === 0) {
     return [{ path: ['localEndpoint'], message: 'needs apiserver.backends: the apiservers the endpoint balances to' }];
   }
+  // `address:` with no value has its own issue (for the family of the backends it counts as the default)
+  if (at(raw, 'localEndpoint', 'address') === null) return [];
   const backends = rawBackends(raw);
   const families = new Set(backends.map((b) => b.hp.family));
   const vips = rawVips(raw);
@@ -289,8 +292,9 @@ function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
         path,
         message: `${a} has port ${hp.port}, which is ${port}: on a control-plane node the local apiserver listens there, so the endpoint would take its clients (or fail to bind); use another port, e.g. ${loopback}:${hp.port === 7443 ? 7444 : 7443}`,
       });
-    } else if (families.size > 0 && !families.has(hp.family)) {
-      // no backend parsed: the backends have their own issues
+    }
+    // no backend parsed: the backends have their own issues
+    if (families.size > 0 && !families.has(hp.family)) {
       out.push({ path, message: `${a} is IPv${hp.family} but no apiserver.backends entry is: an endpoint balances to backends of its own family` });
     }
   }
