@@ -9,7 +9,7 @@
  */
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
-import { AUTH_KEY_MIN_LENGTH } from '../vrrp/auth.js';
+import { AUTH_KEY_MIN_LENGTH } from './limits.js';
 
 /** Reads files for the checks: the host's file system, or a fake in tests. */
 export interface ConfigFiles {
@@ -141,72 +141,86 @@ const filePath = (v: unknown): string | undefined =>
 export function fileIssues(raw: unknown, files: ConfigFiles): FileIssue[] {
   if (!isRecord(raw)) return [];
   const out: FileIssue[] = [];
-  const readAt = (section: unknown, where: string[], key: string): { path: string; bytes: Buffer } | undefined => {
-    const path = isRecord(section) ? filePath(section[key]) : undefined;
+  const reader = readerOf(files, out);
+  const auth = isRecord(raw.vrrp) ? raw.vrrp.auth : undefined;
+  authKeyIssue(reader(auth, ['vrrp', 'auth', 'keyFile']), out);
+  const health = isRecord(raw.apiserver) ? raw.apiserver.health : undefined;
+  if (!isRecord(health)) return out;
+  const read = (key: string) => reader(health, ['apiserver', 'health', key]);
+  certificatesOf(read('caFile'), out);
+  const clientCert = certificatesOf(read('clientCertFile'), out)?.[0];
+  clientKeyIssue(read('clientKeyFile'), clientCert, out);
+  tokenIssue(read('tokenFile'), out);
+  return out;
+}
+
+/** A file a setting names, read: the setting's path, the file's path and its bytes. */
+interface ReadFile {
+  at: (string | number)[];
+  path: string;
+  bytes: Buffer;
+}
+
+/**
+ * `read(section, at)`: the file named by the last key of `at` in `section`, or undefined when the
+ * setting is not a well-formed path (its own issue) or the file cannot be read (an issue in `out`).
+ */
+function readerOf(files: ConfigFiles, out: FileIssue[]): (section: unknown, at: (string | number)[]) => ReadFile | undefined {
+  return (section, at) => {
+    const path = isRecord(section) ? filePath(section[String(at.at(-1))]) : undefined;
     if (path === undefined) return undefined;
     try {
-      return { path, bytes: files.readFile(path) };
+      return { at, path, bytes: files.readFile(path) };
     } catch (err) {
-      out.push({ path: [...where, key], message: `cannot read ${path}: ${describeReadError(err)}` });
+      out.push({ path: at, message: `cannot read ${path}: ${describeReadError(err)}` });
       return undefined;
     }
   };
+}
 
-  const auth = isRecord(raw.vrrp) ? raw.vrrp.auth : undefined;
-  const keyFile = readAt(auth, ['vrrp', 'auth'], 'keyFile');
-  if (keyFile !== undefined) {
-    const key = parseAuthKeys(keyFile.bytes);
-    if (typeof key === 'string') out.push({ path: ['vrrp', 'auth', 'keyFile'], message: `${keyFile.path} ${key}` });
+/** vrrp.auth.keyFile: one to AUTH_KEYS_MAX keys, each long enough. */
+function authKeyIssue(file: ReadFile | undefined, out: FileIssue[]): void {
+  if (file === undefined) return;
+  const key = parseAuthKeys(file.bytes);
+  if (typeof key === 'string') out.push({ path: file.at, message: `${file.path} ${key}` });
+}
+
+/** caFile, clientCertFile: PEM certificates. @returns them, or undefined (with an issue when they do not parse). */
+function certificatesOf(file: ReadFile | undefined, out: FileIssue[]): X509Certificate[] | undefined {
+  if (file === undefined) return undefined;
+  const certs = parsePemCertificates(file.bytes.toString('utf8'));
+  if (typeof certs !== 'string') return certs;
+  out.push({ path: file.at, message: `${file.path} ${certs}` });
+  return undefined;
+}
+
+/** clientKeyFile: an unencrypted PEM private key, the key of `cert` when that parsed. */
+function clientKeyIssue(file: ReadFile | undefined, cert: X509Certificate | undefined, out: FileIssue[]): void {
+  if (file === undefined) return;
+  let parsed: KeyObject;
+  try {
+    parsed = createPrivateKey(file.bytes);
+  } catch (err) {
+    // OpenSSL asks for a passphrase and, given none, fails with a generic "interrupted or cancelled"
+    const text = file.bytes.toString('utf8');
+    const encrypted = /-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type:\s*4,ENCRYPTED/.test(text);
+    const why = encrypted ? 'an encrypted key (it needs a passphrase, which ballast cannot supply)' : (err as Error).message;
+    out.push({ path: file.at, message: `${file.path} holds no usable PEM private key: ${why}` });
+    return;
   }
-
-  if (!isRecord(raw.apiserver) || !isRecord(raw.apiserver.health)) return out;
-  const health = raw.apiserver.health;
-  const at = (key: string): (string | number)[] => ['apiserver', 'health', key];
-  const read = (key: string) => readAt(health, ['apiserver', 'health'], key);
-
-  const ca = read('caFile');
-  if (ca !== undefined) {
-    const certs = parsePemCertificates(ca.bytes.toString('utf8'));
-    if (typeof certs === 'string') out.push({ path: at('caFile'), message: `${ca.path} ${certs}` });
+  if (cert !== undefined && !cert.checkPrivateKey(parsed)) {
+    out.push({ path: file.at, message: `${file.path} is not the private key of the certificate in apiserver.health.clientCertFile` });
   }
+}
 
-  let clientCert: X509Certificate | undefined;
-  const cert = read('clientCertFile');
-  if (cert !== undefined) {
-    const certs = parsePemCertificates(cert.bytes.toString('utf8'));
-    if (typeof certs === 'string') out.push({ path: at('clientCertFile'), message: `${cert.path} ${certs}` });
-    else clientCert = certs[0];
+/** tokenFile: one non-empty line of printable ASCII without spaces (a superset of RFC 6750 §2.1 b64token). */
+function tokenIssue(file: ReadFile | undefined, out: FileIssue[]): void {
+  if (file === undefined) return;
+  const text = file.bytes.toString('utf8').trim();
+  if (text === '') out.push({ path: file.at, message: `${file.path} is empty: it must hold the bearer token` });
+  else if (/[\r\n]/.test(text)) {
+    out.push({ path: file.at, message: `${file.path} must hold one token on one line, got ${text.split(/\r?\n/).length} lines` });
+  } else if (/[^\x21-\x7e]/.test(text)) {
+    out.push({ path: file.at, message: `${file.path} holds characters a bearer token cannot have (spaces, control or non-ASCII characters)` });
   }
-
-  const key = read('clientKeyFile');
-  if (key !== undefined) {
-    let parsed: KeyObject | undefined;
-    try {
-      parsed = createPrivateKey(key.bytes);
-    } catch (err) {
-      // OpenSSL asks for a passphrase and, given none, fails with a generic "interrupted or cancelled"
-      const text = key.bytes.toString('utf8');
-      const encrypted = /-----BEGIN ENCRYPTED PRIVATE KEY-----|Proc-Type:\s*4,ENCRYPTED/.test(text);
-      const why = encrypted ? 'an encrypted key (it needs a passphrase, which ballast cannot supply)' : (err as Error).message;
-      out.push({ path: at('clientKeyFile'), message: `${key.path} holds no usable PEM private key: ${why}` });
-    }
-    if (parsed !== undefined && clientCert !== undefined && !clientCert.checkPrivateKey(parsed)) {
-      out.push({
-        path: at('clientKeyFile'),
-        message: `${key.path} is not the private key of the certificate in apiserver.health.clientCertFile`,
-      });
-    }
-  }
-
-  const token = read('tokenFile');
-  if (token !== undefined) {
-    const text = token.bytes.toString('utf8').trim();
-    if (text === '') out.push({ path: at('tokenFile'), message: `${token.path} is empty: it must hold the bearer token` });
-    else if (/[\r\n]/.test(text)) {
-      out.push({ path: at('tokenFile'), message: `${token.path} must hold one token on one line, got ${text.split(/\r?\n/).length} lines` });
-    } else if (/[^\x21-\x7e]/.test(text)) {
-      out.push({ path: at('tokenFile'), message: `${token.path} holds characters a bearer token cannot have (spaces, control or non-ASCII characters)` });
-    }
-  }
-  return out;
 }

@@ -5,12 +5,15 @@ export { loadConfig, parseConfig } from './load.js';
 export {
   ADVERTISEMENT_INTERVAL_MAX_MS,
   ADVERTISEMENT_INTERVAL_MIN_MS,
-  CONFIG_FIELDS,
+  AUTH_KEY_MIN_LENGTH,
   DEFAULTS,
-  LOG_LEVELS,
   MAX_BACKENDS,
+  MAX_NESTING,
   MAX_VIPS,
-  validateConfig,
+} from './limits.js';
+export { CONFIG_FIELDS, validateConfig } from './schema.js';
+export {
+  LOG_LEVELS,
   type AddressFamily,
   type AdminConfig,
   type AnnounceConfig,
@@ -19,12 +22,14 @@ export {
   type ChecksumMode,
   type Config,
   type DataplaneConfig,
+  type DataplaneLocalMode,
   type DataplaneVipMode,
   type HealthConfig,
   type ListenAddress,
+  type LocalEndpointConfig,
   type LogConfig,
   type LogLevel,
   type PolicyConfig,
   type VrrpConfig,
-} from './schema.js';
+} from './types.js';
 export { ConfigError, DOCUMENT_PATH, type ConfigIssue } from '../errors.js';

@@ -4,7 +4,9 @@
 import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
 import { describeReadError, hostFiles, readRegularFile, type ConfigFiles } from './files.js';
-import { validateConfig, type Config, type Locator } from './schema.js';
+import { validateConfig, type Locator } from './schema.js';
+import { ALIAS_BOMB_MESSAGE, nestingIssue, unresolvedAliasIssue, yamlErrorIssue } from './yaml.js';
+import type { Config } from './types.js';
 
 /** Maps a setting's path to the line and column of its value (or of its key) in the text. */
 function locator(doc: Document, lines: LineCounter): Locator {
@@ -50,35 +52,29 @@ function locator(doc: Document, lines: LineCounter): Locator {
  *   (`…Ms`), the advertisement interval also in centiseconds (`advertisementIntervalCs`),
  *   `family` derived from the VIPs, IPv6 addresses in canonical form.
  * @throws ConfigError (BALLAST_E_CONFIG) for YAML syntax errors (path `(document)`, message
- *   naming the line and column), for an empty file or one that is not a mapping, and for every
+ *   naming the line and column, in ballast's words), for nesting deeper than MAX_NESTING (64)
+ *   levels, for an empty file or one that is not a mapping, and for every
  *   invalid setting (path such as `vrrp.vrid`, with its line when known). All problems are
  *   reported together.
  */
 export function parseConfig(text: string, source?: string, options: { files?: ConfigFiles } = {}): Config {
+  // composing the document recurses: bound the nesting first, on the (iterative) token stream
+  const deep = nestingIssue(text, new LineCounter());
+  if (deep !== null) throw new ConfigError([{ path: DOCUMENT_PATH, ...deep }], { source });
   const lines = new LineCounter();
   // uniqueKeys: a repeated key is an error, not "the last one wins"
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
-    const issues = doc.errors.map((e) => {
-      const { line, col } = lines.linePos(e.pos[0]);
-      return {
-        path: DOCUMENT_PATH,
-        message: `YAML syntax error at line ${line}, column ${col}: ${e.message}`,
-        line,
-        column: col,
-      };
-    });
-    throw new ConfigError(issues, { source });
+    throw new ConfigError(doc.errors.map((e) => ({ path: DOCUMENT_PATH, ...yamlErrorIssue(e, lines) })), { source });
   }
+  const alias = unresolvedAliasIssue(doc, lines);
+  if (alias !== null) throw new ConfigError([{ path: DOCUMENT_PATH, ...alias }], { source });
   let value: unknown;
   try {
     value = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
-    // only an alias bomb gets here
-    throw new ConfigError([{ path: DOCUMENT_PATH, message: `cannot be read as data: ${(err as Error).message}` }], {
-      source,
-      cause: err,
-    });
+    // only an alias bomb gets here; the library's text stays in `cause`
+    throw new ConfigError([{ path: DOCUMENT_PATH, message: ALIAS_BOMB_MESSAGE }], { source, cause: err });
   }
   return validateConfig(value, {
     ...(source === undefined ? {} : { source }),

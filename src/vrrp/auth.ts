@@ -28,12 +28,13 @@
  * the next advert of each source as its new baseline.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { AUTH_KEY_MIN_LENGTH } from '../config/limits.js';
 import { addressToBytes } from '../net/address.js';
 
 /** Trailer length in bytes. */
 export const AUTH_TRAILER_LENGTH = 44;
-/** The shortest key accepted, in bytes (RFC 2104 §3: at least the hash output length is recommended; 16 is the floor). */
-export const AUTH_KEY_MIN_LENGTH = 16;
+// the shortest key accepted is a limit of the configuration (config/limits.ts), which checks key files
+export { AUTH_KEY_MIN_LENGTH };
 const MAGIC = 0xba;
 const VERSION = 1;
 const MAC_OFFSET = 12;

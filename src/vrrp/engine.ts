@@ -196,7 +196,7 @@ export class VrrpEngine {
 
   /** Lowers or restores the priority we advertise (policy). 1..254; a no-op for the owner (255). */
   setPriority(priority: number): void {
-    if (this.opts.priority === 255) return;
+    if (this.opts.owner) return;
     this.feed({ type: 'priority', now: performance.now(), priority });
   }
 

@@ -950,7 +950,7 @@ describe('parseConfig: the file as a whole', () => {
 
   it('refuses a repeated key', () => {
     const [issue] = issuesOf('vrrp:\n  vrid: 51\n  vrid: 52\nvips: [10.0.0.1]\n');
-    expect(issue?.message).toBe('YAML syntax error at line 3, column 3: Map keys must be unique');
+    expect(issue?.message).toBe('YAML syntax error at line 3, column 3: this key is already set in the same mapping; write each setting once');
   });
 
   it('refuses an empty file', () => {
