@@ -211,7 +211,9 @@ export class VrrpEngine {
     if (!o.owner) {
       // a VIP still on the interface (a killed agent, keepalived, a hand) would make two holders;
       // the machine, still in Initialize, answers with removeVips
-      this.feed({ type: 'vipsObserved', now: this.now(), present: await this.edge.vipsPresent(this.machine.vips) });
+      const present = await this.edge.vipsPresent(this.machine.vips);
+      // the time is read after the dump: adverts may have been fed while it ran
+      this.feed({ type: 'vipsObserved', now: this.now(), present });
       await this.settled();
     }
     this.started = true;

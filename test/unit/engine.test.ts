@@ -125,6 +125,17 @@ describe('VrrpEngine carries out the machine through the edge', () => {
     await e.stop();
   });
 
+  it('an advert arriving while the start-up dump runs does not make the clock go backwards', async () => {
+    edge.vipsPresent = async () => {
+      vi.setSystemTime(Date.now() + 50);
+      edge.inputs.packet(advertFrom('10.0.0.11', 200));
+      return [];
+    };
+    const e = await start();
+    expect(e.status().state).toBe('backup');
+    await e.stop();
+  });
+
   it('Master_Down: advert, then add, then an announce burst of count frames per VIP; vipsHeld', async () => {
     const e = await start();
     await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
