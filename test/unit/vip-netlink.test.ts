@@ -20,9 +20,9 @@ function fakeKernel(entries: Entry[]): Rtnl & { entries: Entry[]; deletes: strin
         return { kind: 'address', data: { family: bytes.length === 4 ? 2 : 10, prefixlen: e.prefixlen, index: e.index }, attrs: bytes.length === 4 ? { local: bytes, address: bytes } : { address: bytes } };
       }),
     newAddress: async () => [],
-    delAddress: async (data: { prefixlen: number; index: number }, attrs: { local?: Uint8Array }) => {
-      const address = Buffer.from(attrs.local!).length === 4 ? [...attrs.local!].join('.') : null;
-      const i = k.entries.findIndex((e) => e.index === data.index && e.prefixlen === data.prefixlen && (address === null ? Buffer.from(addressToBytes(e.address)).equals(Buffer.from(attrs.local!)) : e.address === address));
+    delAddress: async (data: { prefixlen: number; index: number }, attrs: { local: Uint8Array }) => {
+      const same = (e: Entry) => Buffer.from(addressToBytes(e.address)).equals(Buffer.from(attrs.local));
+      const i = k.entries.findIndex((e) => e.index === data.index && e.prefixlen === data.prefixlen && same(e));
       if (i < 0) throw new Error('Request rejected: EADDRNOTAVAIL');
       k.deletes.push(`${k.entries[i]!.address}/${data.prefixlen}`);
       k.entries.splice(i, 1);
@@ -31,6 +31,17 @@ function fakeKernel(entries: Entry[]): Rtnl & { entries: Entry[]; deletes: strin
   };
   return k as unknown as Rtnl & { entries: Entry[]; deletes: string[] };
 }
+
+/** The node's own /24 and the VIP twice on ifindex 3: as /24 (by hand) and as /32 (ours). */
+const twice = (): Entry[] => [
+  { index: 3, address: '10.0.0.12', prefixlen: 24 },
+  { index: 3, address: '10.0.0.100', prefixlen: 24 },
+  { index: 3, address: '10.0.0.100', prefixlen: 32 },
+];
+const BOTH = [
+  { address: '10.0.0.100', prefixLen: 24 },
+  { address: '10.0.0.100', prefixLen: 32 },
+];
 
 describe('VIP removal whatever the prefix length', () => {
   it('delVip names /32 by default: a /24 instance is not there for the kernel (false, nothing removed)', async () => {
@@ -42,28 +53,13 @@ describe('VIP removal whatever the prefix length', () => {
   });
 
   it('vipAddresses lists every instance of our VIPs on that interface, with its prefix', async () => {
-    const k = fakeKernel([
-      { index: 3, address: '10.0.0.12', prefixlen: 24 },
-      { index: 3, address: '10.0.0.100', prefixlen: 24 },
-      { index: 3, address: '10.0.0.100', prefixlen: 32 },
-      { index: 4, address: '10.0.0.101', prefixlen: 32 },
-    ]);
-    expect(await vipAddresses(k, 3, ['10.0.0.100', '10.0.0.101'])).toStrictEqual([
-      { address: '10.0.0.100', prefixLen: 24 },
-      { address: '10.0.0.100', prefixLen: 32 },
-    ]);
+    const k = fakeKernel([...twice(), { index: 4, address: '10.0.0.101', prefixlen: 32 }]);
+    expect(await vipAddresses(k, 3, ['10.0.0.100', '10.0.0.101'])).toStrictEqual(BOTH);
   });
 
   it('removeVips removes each instance with its own prefix and returns exactly what went', async () => {
-    const k = fakeKernel([
-      { index: 3, address: '10.0.0.12', prefixlen: 24 },
-      { index: 3, address: '10.0.0.100', prefixlen: 24 },
-      { index: 3, address: '10.0.0.100', prefixlen: 32 },
-    ]);
-    expect(await removeVips(k, 3, ['10.0.0.100', '10.0.0.101'])).toStrictEqual([
-      { address: '10.0.0.100', prefixLen: 24 },
-      { address: '10.0.0.100', prefixLen: 32 },
-    ]);
+    const k = fakeKernel(twice());
+    expect(await removeVips(k, 3, ['10.0.0.100', '10.0.0.101'])).toStrictEqual(BOTH);
     expect(k.deletes).toStrictEqual(['10.0.0.100/24', '10.0.0.100/32']);
     expect(k.entries).toStrictEqual([{ index: 3, address: '10.0.0.12', prefixlen: 24 }]);
     expect(await removeVips(k, 3, ['10.0.0.100'])).toStrictEqual([]);
