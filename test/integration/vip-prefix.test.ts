@@ -3,7 +3,8 @@
  * or added by hand) is still the VIP: a backup that keeps it answers ARP for it, so two nodes
  * claim the address. The start-up cleanup and the address watch remove it whatever its prefix
  * (rtnetlink matches the prefix length on delete, so the one found must be named), and log only
- * what they removed. Real agents on the lab (prefix `bvpfx`, subnet 217), adverts every 100 ms.
+ * what they removed. Real agents on the lab (prefix `bvpfx`: 10.78.217.0/24, fd78:217::/64), adverts
+ * every 100 ms.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, type LabNode } from '../../scripts/lab.js';
@@ -21,20 +22,23 @@ describe.skipIf(!root)('VIPs of any prefix length (root; skipped otherwise)', ()
 
   beforeAll(async () => {
     await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false });
+    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 2 });
   });
   afterEach(async () => {
     await resetElectionLab(lab, agents);
     agents = [];
-    for (const n of lab.nodes) await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/24`, 'dev', 'eth0'], { allowFail: true });
+    for (const n of lab.nodes) {
+      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/24`, 'dev', 'eth0'], { allowFail: true });
+      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip6}/64`, 'dev', 'eth0'], { allowFail: true });
+    }
   });
   afterAll(async () => {
     await lab?.teardown();
   });
 
   const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
-  /** Every `prefix length` with which `node`'s eth0 holds the VIP (`ip -j addr`). */
-  const vipPrefixes = async (node: LabNode): Promise<number[]> => (await lab.addresses(node)).filter((a) => a.address === lab.vip4).map((a) => a.prefixLen);
+  /** Every prefix length with which `node`'s eth0 holds `vip` (`ip -j addr`; default the IPv4 VIP). */
+  const vipPrefixes = async (node: LabNode, vip = lab.vip4): Promise<number[]> => (await lab.addresses(node)).filter((a) => a.address === vip).map((a) => a.prefixLen);
   /** Distinct MACs that answer ARP for the VIP from the client namespace (arping: 2 requests, 1 s apart). */
   async function arpAnswers(): Promise<string[]> {
     const r = await lab.exec(lab.client.netns, ['arping', '-c', '2', '-w', '2', '-I', 'eth0', lab.vip4], { allowFail: true, timeoutMs: 4000 });
@@ -68,5 +72,16 @@ describe.skipIf(!root)('VIPs of any prefix length (root; skipped otherwise)', ()
     expect(await arpAnswers()).toStrictEqual([n1.mac]);
     expect(removedLines(a2!, 'a VIP was added to the interface while this node is not master; removing it').map((l) => l.addresses)).toStrictEqual([[`${lab.vip4}/24`]]);
     expect((await a2!.status()).state).toBe('backup');
+  });
+
+  it('IPv6: a VIP/64 left on a backup is removed at start-up; the holder has it as /128', async () => {
+    const [n1, n2] = lab.nodes as [LabNode, LabNode];
+    await lab.exec(n2.netns, ['ip', 'addr', 'add', `${lab.vip6}/64`, 'dev', 'eth0', 'nodad']);
+    expect(await vipPrefixes(n2, lab.vip6)).toStrictEqual([64]);
+    const [, a2] = await start([{ priority: 150, family: 6 }, { priority: 100, family: 6 }]);
+    await waitForHolder(lab, lab.vip6, 'n1', masterDownIntervalMs(150, INTERVAL_CS) + 5000);
+    expect(await vipPrefixes(n2, lab.vip6)).toStrictEqual([]);
+    expect(await vipPrefixes(n1, lab.vip6)).toStrictEqual([128]);
+    expect(removedLines(a2!, 'removed a VIP left on the interface by an earlier run').map((l) => l.addresses)).toStrictEqual([[`${lab.vip6}/64`]]);
   });
 });
