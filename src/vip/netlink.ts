@@ -5,7 +5,7 @@
  */
 import { createRequire } from 'node:module';
 import type { RtNetlinkSocket } from 'netlink';
-import { addressFamily, addressToBytes, bytesToAddress, type AddressFamily } from '../net/address.js';
+import { addressFamily, addressToBytes, bytesToAddress, canonicalAddress, type AddressFamily } from '../net/address.js';
 
 /** The part of the `netlink` package's rtnetlink socket that ballast uses. */
 export type Rtnl = Pick<RtNetlinkSocket, 'getLinks' | 'getAddresses' | 'newAddress' | 'delAddress'>;
@@ -153,10 +153,48 @@ export function primaryAddress(iface: InterfaceInfo, family: AddressFamily, vips
   return iface.addresses.find((a) => a.family === 4 && a.scope === 0 && !a.secondary && !vips.includes(a.address))?.address ?? null;
 }
 
-/** rtnetlink(7) ifaddrmsg for one VIP: /32 or /128, global scope, on `ifindex`. */
-function vipMessage(ifindex: number, vip: string) {
+/** rtnetlink(7) ifaddrmsg for one address on `ifindex`, global scope; `prefixLen` defaults to /32 or /128. */
+function vipMessage(ifindex: number, vip: string, prefixLen?: number) {
   const family = addressFamily(vip) === 4 ? AF_INET : AF_INET6;
-  return { family, prefixlen: family === AF_INET ? 32 : 128, index: ifindex, scope: 0 };
+  return { family, prefixlen: prefixLen ?? (family === AF_INET ? 32 : 128), index: ifindex, scope: 0 };
+}
+
+/** One address as it sits on an interface. */
+export interface PrefixedAddress {
+  /** Canonical text form. */
+  address: string;
+  prefixLen: number;
+}
+
+/**
+ * Every address on `ifindex` that is one of `vips`, whatever its prefix length (RTM_GETADDR):
+ * a VIP left by keepalived or added by hand may be `10.0.0.100/24`, and the same address can be
+ * there more than once with different prefixes (IPv4).
+ */
+export async function vipAddresses(rt: Rtnl, ifindex: number, vips: readonly string[]): Promise<PrefixedAddress[]> {
+  const wanted = new Set(vips.map(canonicalAddress));
+  const out: PrefixedAddress[] = [];
+  for (const a of await rt.getAddresses()) {
+    const bytes = a.attrs.local ?? a.attrs.address;
+    if (a.data.index !== ifindex || !bytes) continue;
+    const address = bytesToAddress(bytes);
+    if (wanted.has(address)) out.push({ address, prefixLen: a.data.prefixlen ?? (bytes.length === 4 ? 32 : 128) });
+  }
+  return out;
+}
+
+/**
+ * Removes every instance of each of `vips` from `ifindex`, whatever its prefix length
+ * ({@link vipAddresses}, then {@link delVip} with the prefix found).
+ * @returns what was removed (an address that vanished in between is not listed).
+ * @throws Error with `code` = errno name when the kernel refuses.
+ */
+export async function removeVips(rt: Rtnl, ifindex: number, vips: readonly string[]): Promise<PrefixedAddress[]> {
+  const removed: PrefixedAddress[] = [];
+  for (const a of await vipAddresses(rt, ifindex, vips)) {
+    if (await delVip(rt, ifindex, a.address, a.prefixLen)) removed.push(a);
+  }
+  return removed;
 }
 
 /**
@@ -184,15 +222,19 @@ export async function addVip(rt: Rtnl, ifindex: number, vip: string, lifetimeS =
 }
 
 /**
- * Removes `vip` from the interface. Removing an address that is not there is not an error.
+ * Removes `vip`/`prefixLen` (default /32 or /128) from the interface. The kernel matches the
+ * prefix length too (IPv4 inet_rtm_deladdr, IPv6 inet6_addr_del), so a VIP with another prefix
+ * needs its own length: see {@link removeVips}. Removing an address that is not there is not an error.
+ * @returns true when the kernel removed it, false when it was not there (EADDRNOTAVAIL).
  * @throws Error with `code` = errno name when the kernel refuses for another reason.
  */
-export async function delVip(rt: Rtnl, ifindex: number, vip: string): Promise<void> {
+export async function delVip(rt: Rtnl, ifindex: number, vip: string, prefixLen?: number): Promise<boolean> {
   const bytes = addressToBytes(vip);
   try {
-    await rt.delAddress(vipMessage(ifindex, vip), { local: bytes, address: bytes }, { timeout: NETLINK_TIMEOUT_MS });
+    await rt.delAddress(vipMessage(ifindex, vip, prefixLen), { local: bytes, address: bytes }, { timeout: NETLINK_TIMEOUT_MS });
+    return true;
   } catch (err) {
-    if (netlinkErrno(err) === 'EADDRNOTAVAIL') return;
+    if (netlinkErrno(err) === 'EADDRNOTAVAIL') return false;
     throw withErrno(err, `remove ${vip}`);
   }
 }

@@ -3,27 +3,31 @@
  * `worker_threads` worker (see worker.ts) so that a stalled main thread (TLS handshakes, GC, a
  * Kubernetes list) never delays an advert or fires a Master_Down_Timer late.
  *
- *   raw socket ──► codec (§7.1 checks) ──► VrrpMachine ──► actions
- *                                             ▲   │  send ──► codec ──► raw socket
- *   timers (monotonic) ───── tick ────────────┘   │  transition ──► VIPs (rtnetlink), announce (packet socket)
- *   rtnetlink link events ── linkUp/linkDown ─────┘
+ *              ┌──────────────── OS edge (edge.ts) ────────────────┐
+ *   raw socket ─► filters.ts (allowlist, auth, §7.1 codec) ─► advert ─┐
+ *   rtnetlink link / address events ─► linkUp/linkDown, vipsObserved ─┤
+ *   timers (monotonic, the machine's deadlines) ──────────► tick ─────┤
+ *                                                                     ▼
+ *                                                               VrrpMachine
+ *                                                                     │ actions
+ *   send ─► codec (+ auth trailer) ─► edge.sendAdvert                 │
+ *   addVips / renewVips / removeVips ─► edge (rtnetlink), in order ◄──┤
+ *   announce ─► GARP / NA frames ─► edge.sendFrame                 ◄──┤
+ *   destroyVipSockets ─► edge.destroySockets (sock_diag)           ◄──┘
  *
- * Time is `performance.now()` (monotonic ms); the wall clock is used only to print `since`.
+ * The engine decides nothing about the protocol: it turns inputs into events and carries out
+ * the machine's actions. Time is `performance.now()` (monotonic ms) unless injected; the wall
+ * clock is used only to print `since`.
  */
 import { performance } from 'node:perf_hooks';
-import { encodeAdvertisement, decodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6, type DropReason } from './packet.js';
-import { VrrpMachine, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
-import { PacketSocket, VrrpSocket, destroySockets, type ReceivedPacket } from '../native.js';
-import { addVip, delVip, netlinkErrno, openRtnl, type RtnlSocket } from '../vip/netlink.js';
+import { encodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6 } from './packet.js';
+import { VrrpMachine, type AnnounceReason, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
+import { netlinkErrno } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
-import { bytesToAddress, canonicalAddress, compareAddresses, type AddressFamily } from '../net/address.js';
-import { AdvertAuth, hasAuthTrailer, type AuthDropReason } from './auth.js';
-
-const AUTH_DROP_TEXT: Record<AuthDropReason, string> = {
-  authMissing: 'an advert without an authentication trailer was dropped (auth is on here: is the sender a keepalived, or a ballast without vrrp.auth?)',
-  authFailed: 'an advert with a wrong HMAC was dropped (a different vrrp.auth key, or a forged packet)',
-  replayed: 'an advert with an old sequence number was dropped as a replay (if that node restarted with its clock set back, restart this agent too)',
-};
+import { canonicalAddress, type AddressFamily } from '../net/address.js';
+import { AdvertAuth } from './auth.js';
+import { FILTER_WARNINGS, filterAdvert, type ReceivedAdvert } from './filters.js';
+import { openNativeEdge, type OpenEdge, type VrrpEdge } from './edge.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -108,27 +112,39 @@ export type EngineEvent =
   /** The interface was deleted: the engine cannot go on (the agent exits so its supervisor restarts it). */
   | { type: 'interfaceGone'; ifname: string };
 
+/** What the engine is given besides its options: the OS edge and the clock (tests pass fakes). */
+export interface EngineDeps {
+  /** Opens the OS edge; default {@link openNativeEdge}. */
+  openEdge?: OpenEdge;
+  /** Monotonic ms; default `performance.now`. */
+  now?: () => number;
+}
+
+/** How long address notifications must be quiet before the engine looks at the interface, ms (they come in bursts, ours too). */
+const ADDRESS_SETTLE_MS = 20;
+
 /**
  * One VRRP virtual router bound to one interface. Create with {@link VrrpEngine.start}, stop
- * with {@link VrrpEngine.stop}.
+ * with {@link VrrpEngine.stop}. The machine (state.ts) decides every output; the engine carries
+ * the actions out through the edge, in order, and turns what the edge reports into events.
  */
 export class VrrpEngine {
   private readonly machine: VrrpMachine;
-  private socket: VrrpSocket | null = null;
-  private packets: PacketSocket | null = null;
-  private rtnl: RtnlSocket | null = null;
+  private edge: VrrpEdge | null = null;
   private timer: NodeJS.Timeout | null = null;
-  private repeatTimer: NodeJS.Timeout | null = null;
-  /** While Active: lifetime renewals and refresh bursts. */
-  private renewTimer: NodeJS.Timeout | null = null;
-  private refreshTimer: NodeJS.Timeout | null = null;
-  private lastHealAnnounce = -Infinity;
+  private settleTimer: NodeJS.Timeout | null = null;
   private readonly healLogged = new Set<string>();
-  /** Address changes run one after another, in the order the machine asked for them. */
+  /** Address changes and announce bursts run one after another, in the order the machine asked for them. */
   private vipQueue: Promise<void> = Promise.resolve();
   private vipsHeld = false;
+  /** Bumped when the machine leaves Active: a running announce burst of the earlier period stops. */
+  private activeEpoch = 0;
+  private started = false;
   private stopped = false;
+  private linkRunning: boolean;
+  private readonly frames: Buffer[];
   private readonly auth: AdvertAuth | null;
+  private readonly now: () => number;
   private readonly counters: EngineCounters = {
     advertsSent: 0,
     advertsReceived: 0,
@@ -142,6 +158,7 @@ export class VrrpEngine {
   private constructor(
     private readonly opts: EngineOptions,
     private readonly emit: (ev: EngineEvent) => void,
+    deps: EngineDeps,
   ) {
     this.machine = new VrrpMachine({
       vrid: opts.vrid,
@@ -150,67 +167,78 @@ export class VrrpEngine {
       preempt: opts.preempt,
       preemptDelayMs: opts.preemptDelayMs,
       primaryAddress: opts.primaryAddress,
+      vips: opts.vips.map(canonicalAddress),
+      manageVips: !opts.owner,
+      announce: { repeatAfterMs: opts.announce.repeatAfterMs, refreshMs: opts.announce.refreshMs },
+      vipLifetimeMs: opts.owner ? 0 : opts.vipLifetimeMs,
     });
     this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
+    this.now = deps.now ?? (() => performance.now());
+    this.linkRunning = opts.linkRunning;
+    const mac = parseMac(opts.mac);
+    this.frames = opts.vips.map((v) => (opts.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
   }
 
   /**
-   * Removes VIPs left on the interface by an earlier run, opens the sockets, joins the group
-   * and starts the machine (RFC 9568 §6.4.1 Startup).
-   * @throws Error with `code` (errno name) and `syscall` when a socket cannot be opened.
+   * Opens the OS edge (sockets, group membership), removes our VIPs left on the interface by an
+   * earlier run or by hand (whatever their prefix) and starts the machine (RFC 9568 §6.4.1 Startup).
+   * @throws Error with `code` (errno name) and `syscall` when a socket cannot be opened or a
+   *   left-over VIP cannot be removed.
    */
-  static async start(opts: EngineOptions, emit: (ev: EngineEvent) => void): Promise<VrrpEngine> {
-    const e = new VrrpEngine(opts, emit);
+  static async start(opts: EngineOptions, emit: (ev: EngineEvent) => void, deps: EngineDeps = {}): Promise<VrrpEngine> {
+    const e = new VrrpEngine(opts, emit, deps);
     try {
-      await e.open();
+      await e.open(deps.openEdge ?? openNativeEdge);
     } catch (err) {
-      e.closeSockets();
+      e.edge?.close();
+      e.edge = null;
       throw err;
     }
     return e;
   }
 
-  private async open(): Promise<void> {
+  private async open(openEdge: OpenEdge): Promise<void> {
     const o = this.opts;
-    this.rtnl = openRtnl();
-    if (!o.owner) {
-      // a VIP still on the interface from an earlier run (killed agent) would make two holders
-      const present = new Set((await this.vipsOnInterface()).filter((v) => o.vips.includes(v)));
-      for (const vip of present) {
-        await delVip(this.rtnl, o.ifindex, vip);
-        this.log('warn', 'removed a VIP left on the interface by an earlier run', { vip, interface: o.ifname });
-      }
-    }
-    this.packets = PacketSocket.open(o.ifname);
-    this.socket = VrrpSocket.open(
-      { family: o.family, ifname: o.ifname, sourceAddress: o.primaryAddress },
-      (p) => this.onPacket(p),
-      (err) => this.log('error', 'VRRP socket error', { code: err.code, syscall: err.syscall, error: err.message }),
+    this.edge = await openEdge(
+      { family: o.family, ifname: o.ifname, ifindex: o.ifindex, primaryAddress: o.primaryAddress, joinGroup: !o.unicast },
+      {
+        packet: (p) => this.onPacket(p),
+        socketError: (err) => this.log('error', 'VRRP socket error', { code: err.code, syscall: err.syscall, error: err.message }),
+        link: (running) => this.onLink(running),
+        addressesChanged: () => this.onAddressesChanged(),
+      },
     );
-    if (!o.unicast) this.socket.joinGroup();
-    this.watchNetlink();
-    if (o.preemptHoldAtStart) this.feed({ type: 'preemptHold', now: performance.now(), hold: true });
-    if (!o.linkRunning) this.feed({ type: 'linkDown', now: performance.now() });
-    this.feed({ type: 'startup', now: performance.now() });
+    if (!o.owner) {
+      // a VIP still on the interface (a killed agent, keepalived, a hand) would make two holders;
+      // the machine, still in Initialize, answers with removeVips
+      const present = await this.edge.vipsPresent(this.machine.vips);
+      // the time is read after the dump: adverts may have been fed while it ran
+      this.feed({ type: 'vipsObserved', now: this.now(), present });
+      await this.settled();
+    }
+    this.started = true;
+    if (o.preemptHoldAtStart) this.feed({ type: 'preemptHold', now: this.now(), hold: true });
+    if (!o.linkRunning) this.feed({ type: 'linkDown', now: this.now() });
+    this.feed({ type: 'startup', now: this.now() });
   }
 
   /** Lowers or restores the priority we advertise (policy). 1..254; a no-op for the owner (255). */
   setPriority(priority: number): void {
     if (this.opts.owner) return;
-    this.feed({ type: 'priority', now: performance.now(), priority });
+    this.feed({ type: 'priority', now: this.now(), priority });
   }
 
   /** Holds (true) or releases preemption of a lower-priority Active router; see MachineEvent `preemptHold`. */
   setPreemptHold(hold: boolean): void {
-    this.feed({ type: 'preemptHold', now: performance.now(), hold });
+    this.feed({ type: 'preemptHold', now: this.now(), hold });
   }
 
   /** A snapshot for `/status`. */
   status(): EngineStatus {
     const s = this.machine.snapshot();
-    const stats = this.socket?.stats();
+    const malformed = this.edge?.malformedIpHeader() ?? 0;
     const dropped = { ...this.counters.dropped };
-    if (stats && stats.malformedIpHeader > 0) dropped.malformedIpHeader = stats.malformedIpHeader;
+    if (malformed > 0) dropped.malformedIpHeader = malformed;
     return {
       state: s.state,
       vrid: this.opts.vrid,
@@ -233,26 +261,18 @@ export class VrrpEngine {
    */
   async stop(): Promise<void> {
     if (this.stopped) return;
-    this.feed({ type: 'shutdown', now: performance.now() });
+    this.feed({ type: 'shutdown', now: this.now() });
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    this.clearActiveTimers();
+    if (this.settleTimer) clearTimeout(this.settleTimer);
     await this.vipQueue;
-    this.closeSockets();
-  }
-
-  private closeSockets(): void {
-    this.socket?.close();
-    this.packets?.close();
-    this.rtnl?.close();
-    this.socket = null;
-    this.packets = null;
-    this.rtnl = null;
+    this.edge?.close();
+    this.edge = null;
   }
 
   private feed(ev: MachineEvent): void {
     if (this.stopped) return;
-    this.apply(this.machine.handle(ev));
+    for (const a of this.machine.handle(ev)) this.carryOut(a);
     this.schedule();
   }
 
@@ -262,13 +282,59 @@ export class VrrpEngine {
     this.timer = null;
     const due = this.machine.nextDeadline();
     if (due === null || this.stopped) return;
-    this.timer = setTimeout(() => this.feed({ type: 'tick', now: performance.now() }), Math.max(0, Math.ceil(due - performance.now())));
+    this.timer = setTimeout(() => this.feed({ type: 'tick', now: this.now() }), Math.max(0, Math.ceil(due - this.now())));
   }
 
-  private apply(actions: MachineAction[]): void {
-    for (const a of actions) {
-      if (a.type === 'send') this.sendAdvert(a.priority);
-      else this.onTransition(a);
+  /** One action of the machine, through the edge. Address work and bursts are queued; sends are immediate. */
+  private carryOut(a: MachineAction): void {
+    const o = this.opts;
+    switch (a.type) {
+      case 'send':
+        return this.sendAdvert(a.priority);
+      case 'transition':
+        this.counters.transitions++;
+        if (a.from === 'active') this.activeEpoch++;
+        // the owner adds nothing: its VIPs are its own addresses, held while Active
+        if (o.owner) this.vipsHeld = a.to === 'active';
+        this.emit({ ...a, at: new Date().toISOString() });
+        return;
+      case 'addVips':
+        if (a.reason === 'restored') this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
+        return this.enqueue(async () => {
+          await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
+          if (a.reason === 'becameActive') {
+            this.vipsHeld = true;
+            this.log('info', 'VIPs added', { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs });
+          }
+        });
+      case 'renewVips':
+        return this.enqueue(async () => {
+          await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
+        });
+      case 'removeVips':
+        if (a.reason === 'released') this.vipsHeld = false;
+        return this.enqueue(async () => {
+          const removed = (await this.edge?.removeVips(a.vips)) ?? [];
+          if (removed.length === 0) return;
+          // only what the kernel did remove: a VIP already gone is not reported
+          const fields = { vips: removed.map((r) => r.address), addresses: removed.map((r) => `${r.address}/${r.prefixLen}`), interface: o.ifname };
+          if (a.reason === 'released') this.log('info', 'VIPs removed', fields);
+          else if (!this.started) this.log('warn', 'removed a VIP left on the interface by an earlier run', fields);
+          else this.log('warn', 'a VIP was added to the interface while this node is not master; removing it', fields);
+        });
+      case 'destroyVipSockets':
+        return this.enqueue(async () => this.destroyVipSockets(a.vips));
+      case 'announce': {
+        if (a.reason === 'healedPartition' && a.source !== undefined) {
+          // once per source at info: a peer that cannot hear us (another auth key, a stale peer
+          // list) stays master and would repeat this every second
+          const first = !this.healLogged.has(a.source);
+          this.healLogged.add(a.source);
+          this.log(first ? 'info' : 'debug', 'heard a lower-priority master: announcing the VIPs again', { source: a.source });
+        }
+        const epoch = this.activeEpoch;
+        return this.enqueue(() => this.announce(epoch, a.reason));
+      }
     }
   }
 
@@ -281,7 +347,8 @@ export class VrrpEngine {
           { vrid: o.vrid, priority, maxAdvertIntervalCs: o.advertisementIntervalCs, addresses: o.vips },
           { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination },
         );
-        this.socket?.send(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
+        if (!this.edge) throw new Error('the engine is closed');
+        this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
         this.counters.advertsSent++;
       } catch (err) {
         this.counters.sendErrors++;
@@ -293,127 +360,39 @@ export class VrrpEngine {
     }
   }
 
-  private onTransition(t: Extract<MachineAction, { type: 'transition' }>): void {
-    this.counters.transitions++;
-    this.emit({ ...t, at: new Date().toISOString() });
-    if (t.to === 'active') {
-      this.enqueue(() => this.acquire());
-    } else if (t.from === 'active') {
-      this.clearActiveTimers();
-      this.enqueue(() => this.release());
-    }
-  }
-
-  private clearActiveTimers(): void {
-    for (const t of [this.repeatTimer, this.renewTimer, this.refreshTimer]) if (t) clearInterval(t);
-    this.repeatTimer = this.renewTimer = this.refreshTimer = null;
-  }
-
+  /** Queues one job; a failing job is logged (before start-up ends, `settled` reports it instead). */
   private enqueue(job: () => Promise<void>): void {
     this.vipQueue = this.vipQueue.then(job).catch((err: unknown) => {
+      if (!this.started) {
+        this.startError ??= err;
+        return;
+      }
       this.log('error', 'address change failed', { error: (err as Error).message, code: netlinkErrno(err) });
     });
   }
 
-  /** Adds the VIPs, then announces them (RFC 9568 §6.4.1: gratuitous ARP / unsolicited NA). */
-  private async acquire(): Promise<void> {
-    if (!this.rtnl || this.machine.state !== 'active') return;
-    if (!this.opts.owner) {
-      await this.addVips();
-      this.log('info', 'VIPs added', { vips: this.opts.vips, interface: this.opts.ifname, lifetimeMs: this.opts.vipLifetimeMs });
-    }
-    this.vipsHeld = true;
-    await this.announce();
-    const { repeatAfterMs, refreshMs } = this.opts.announce;
-    const whileActive = (job: () => Promise<void>) => () => {
-      if (this.machine.state === 'active') this.enqueue(job);
-    };
-    if (repeatAfterMs > 0) this.repeatTimer = setTimeout(whileActive(() => this.announce()), repeatAfterMs);
-    if (refreshMs > 0) this.refreshTimer = setInterval(whileActive(() => this.announce()), refreshMs);
-    if (this.opts.vipLifetimeMs > 0 && !this.opts.owner) {
-      // renewing every third of the lifetime survives two lost renewals
-      this.renewTimer = setInterval(whileActive(() => this.addVips()), this.opts.vipLifetimeMs / 3);
-    }
-  }
+  private startError: unknown = null;
 
-  /** Adds (or renews) every VIP with the configured lifetime. */
-  private async addVips(): Promise<void> {
-    if (!this.rtnl) return;
-    for (const vip of this.opts.vips) await addVip(this.rtnl, this.opts.ifindex, vip, this.opts.vipLifetimeMs / 1000);
-  }
-
-  private async release(): Promise<void> {
-    if (!this.rtnl) return;
-    // false even if removal fails below: a vanished interface took the addresses with it
-    this.vipsHeld = false;
-    if (this.opts.owner) return;
-    for (const vip of this.opts.vips) await delVip(this.rtnl, this.opts.ifindex, vip);
-    this.log('info', 'VIPs removed', { vips: this.opts.vips, interface: this.opts.ifname });
-    this.destroyVipSockets();
+  /** Waits for the queue; during start-up, throws the first job error. */
+  private async settled(): Promise<void> {
+    await this.vipQueue;
+    if (this.startError !== null) throw this.startError;
   }
 
   /**
-   * Connections whose local address is a VIP we no longer hold (a local client of VIP:6443, an
-   * apiserver's accepted connection with `dataplane.vip: none`) can never get another packet
-   * through: destroy them (sock_diag SOCK_DESTROY, the peer gets a RST) so that their clients
-   * reconnect, to the new holder, at once instead of waiting out TCP retransmissions.
+   * One announce burst (RFC 9568 §6.4.1 / §6.4.2: gratuitous ARP for IPv4, unsolicited NA for
+   * IPv6): `count` frames per VIP, `spacingMs` apart; stops when the machine has left the
+   * Active period the burst was asked in.
    */
-  private destroyVipSockets(): void {
-    for (const vip of this.opts.vips) {
-      try {
-        const n = destroySockets({ family: this.opts.family, src: { address: vip } });
-        if (n > 0) this.log('info', 'connections on a released VIP destroyed (their clients reconnect to the new holder)', { vip, sockets: n });
-      } catch (err) {
-        this.log('warn', 'cannot destroy the connections on a released VIP', { vip, error: (err as Error).message });
-      }
-    }
-  }
-
-  /** The addresses on our interface now (RTM_GETADDR). */
-  private async vipsOnInterface(): Promise<string[]> {
-    if (!this.rtnl) return [];
-    const all = await this.rtnl.getAddresses();
-    const out: string[] = [];
-    for (const a of all) {
-      const bytes = a.attrs.local ?? a.attrs.address;
-      if (a.data.index === this.opts.ifindex && bytes) out.push(bytesToAddress(bytes));
-    }
-    return out;
-  }
-
-  /**
-   * Makes the interface match the state after someone else changed its addresses: an Active
-   * router whose VIP was removed puts it back (and announces it); a non-Active one removes a
-   * VIP it finds (two holders are worse than none).
-   */
-  private async reconcile(): Promise<void> {
-    if (!this.rtnl || this.opts.owner || this.stopped) return;
-    const present = new Set(await this.vipsOnInterface());
-    if (this.machine.state === 'active' && this.vipsHeld) {
-      const missing = this.opts.vips.filter((v) => !present.has(v));
-      if (missing.length === 0) return;
-      this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: missing, interface: this.opts.ifname });
-      await this.addVips();
-      await this.announce();
-    } else if (this.machine.state !== 'active') {
-      const extra = this.opts.vips.filter((v) => present.has(v));
-      if (extra.length === 0) return;
-      this.log('warn', 'a VIP was added to the interface while this node is not master; removing it', { vips: extra, interface: this.opts.ifname });
-      for (const vip of extra) await delVip(this.rtnl, this.opts.ifindex, vip);
-    }
-  }
-
-  private async announce(): Promise<void> {
+  private async announce(epoch: number, reason: AnnounceReason): Promise<void> {
     const { count, spacingMs } = this.opts.announce;
-    const mac = parseMac(this.opts.mac);
-    const frames = this.opts.vips.map((v) => (this.opts.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
     let sent = 0;
     for (let i = 0; i < count; i++) {
       if (i > 0 && spacingMs > 0) await new Promise((r) => setTimeout(r, spacingMs));
-      if (this.machine.state !== 'active' || !this.packets) break;
-      for (const f of frames) {
+      if (epoch !== this.activeEpoch || this.stopped || !this.edge) break;
+      for (const f of this.frames) {
         try {
-          this.packets.send(f);
+          this.edge.sendFrame(f);
           this.counters.announcementsSent++;
           sent++;
         } catch (err) {
@@ -422,74 +401,77 @@ export class VrrpEngine {
       }
     }
     const kind = this.opts.family === 4 ? 'gratuitous ARP' : 'unsolicited neighbour advertisement';
-    this.log('debug', `sent ${kind}`, { frames: sent, vips: this.opts.vips });
+    this.log('debug', `sent ${kind}`, { frames: sent, vips: this.opts.vips, reason });
   }
 
-  private onPacket(p: ReceivedPacket): void {
-    const o = this.opts;
-    if (p.source === o.primaryAddress) return this.drop('own');
-    if (o.unicast && !o.peers.includes(p.source)) {
-      this.drop('notPeer');
-      this.warnOnce(`notPeer:${p.source}`, 'an advert from an address that is not in vrrp.peers was dropped (a node missing from this list, or a stranger on the VRID: this node cannot hear it, and it may hold the VIP too)', { source: p.source, peers: o.peers });
-      return;
-    }
-    let payload = p.payload;
-    if (!this.auth && hasAuthTrailer(payload, o.family)) {
-      this.drop('authUnexpected');
-      this.warnOnce(`authUnexpected:${p.source}`, 'an authenticated advert was dropped: that node uses vrrp.auth and this one does not (configure the same vrrp.auth.keyFile here)', { source: p.source });
-      return;
-    }
-    if (this.auth) {
-      const a = this.auth.verify(payload, p.source, p.destination);
-      if (!a.ok) {
-        this.drop(a.reason);
-        this.warnOnce(`${a.reason}:${p.source}`, AUTH_DROP_TEXT[a.reason], { source: p.source });
-        return;
+  /**
+   * Connections whose local address is a VIP we no longer hold (a local client of VIP:6443, an
+   * apiserver's accepted connection with `dataplane.vip: none`) can never get another packet
+   * through: destroy them (sock_diag SOCK_DESTROY, the peer gets a RST) so that their clients
+   * reconnect, to the new holder, at once instead of waiting out TCP retransmissions.
+   */
+  private destroyVipSockets(vips: readonly string[]): void {
+    for (const vip of vips) {
+      try {
+        const n = this.edge?.destroySockets(vip) ?? 0;
+        if (n > 0) this.log('info', 'connections on a released VIP destroyed (their clients reconnect to the new holder)', { vip, sockets: n });
+      } catch (err) {
+        this.log('warn', 'cannot destroy the connections on a released VIP', { vip, error: (err as Error).message });
       }
-      payload = a.message;
     }
-    const multicast = p.destination === VRRP_MULTICAST_V4 || p.destination === VRRP_MULTICAST_V6;
-    const r = decodeAdvertisement(
-      payload,
-      { family: o.family, source: p.source, destination: p.destination, ttl: p.ttl, checkTtl: multicast },
-      o.vrid,
-    );
+  }
+
+  /** Someone changed our interface's addresses: once things settle, tell the machine what is there. */
+  private onAddressesChanged(): void {
+    if (this.opts.owner || this.stopped) return;
+    if (this.settleTimer) clearTimeout(this.settleTimer);
+    this.settleTimer = setTimeout(() => this.enqueue(() => this.observeVips()), ADDRESS_SETTLE_MS);
+  }
+
+  private async observeVips(): Promise<void> {
+    if (!this.edge || this.stopped) return;
+    const before = this.counters.transitions;
+    const present = await this.edge.vipsPresent(this.machine.vips);
+    // a transition while we listed makes the list stale (e.g. the VIPs we are about to add): look again
+    if (this.counters.transitions !== before) return this.onAddressesChanged();
+    this.feed({ type: 'vipsObserved', now: this.now(), present });
+  }
+
+  private onLink(running: boolean): void {
+    // serialized with the address changes: the netlink package cannot interleave two dumps
+    this.enqueue(() => this.checkInterfaceExists());
+    if (running === this.linkRunning) return;
+    this.linkRunning = running;
+    this.log('info', running ? 'link up' : 'link down', { interface: this.opts.ifname });
+    this.feed({ type: running ? 'linkUp' : 'linkDown', now: this.now() });
+  }
+
+  /** RTM_DELLINK looks like any link message here: ask whether the ifindex still exists. */
+  private async checkInterfaceExists(): Promise<void> {
+    if (!this.edge || this.stopped) return;
+    if ((await this.edge.interfaceExists()) !== false) return;
+    this.log('error', 'the interface was deleted', { interface: this.opts.ifname, ifindex: this.opts.ifindex });
+    this.vipsHeld = false;
+    this.emit({ type: 'interfaceGone', ifname: this.opts.ifname });
+  }
+
+  private onPacket(p: ReceivedAdvert): void {
+    const o = this.opts;
+    const r = filterAdvert(p, { family: o.family, vrid: o.vrid, primaryAddress: o.primaryAddress, unicast: o.unicast, peers: o.peers, vips: o.vips, auth: this.auth });
     if (!r.ok) {
-      this.drop(r.reason);
-      if (r.reason === 'vrrpv2') this.warnOnce('vrrpv2', 'a VRRPv2 router is advertising; ballast speaks VRRPv3 only', { source: p.source, detail: r.detail });
+      this.counters.dropped[r.reason] = (this.counters.dropped[r.reason] ?? 0) + 1;
+      const text = FILTER_WARNINGS[r.reason];
+      if (text === undefined) return;
+      if (r.reason === 'vrrpv2') this.warnOnce('vrrpv2', text, { source: p.source, detail: r.detail });
+      else this.warnOnce(`${r.reason}:${p.source}`, text, r.reason === 'notPeer' ? { source: p.source, peers: o.peers } : { source: p.source });
       return;
     }
     this.counters.advertsReceived++;
-    if (!sameAddresses(r.advert.addresses, o.vips)) {
-      // RFC 9568 §7.1: the addresses may be checked against ours, and a mismatch logged; the
-      // advert still counts (the peer may be mid-migration), but an operator must see it
+    if (r.foreign) {
       this.counters.foreign++;
-      this.warnOnce(`foreign:${p.source}`, 'an advert for our VRID lists other addresses than our VIPs: another group or a misconfigured peer shares this VRID', {
-        source: p.source,
-        theirs: r.advert.addresses,
-        ours: o.vips,
-      });
+      this.warnOnce(`foreign:${p.source}`, FILTER_WARNINGS.foreign!, { source: p.source, theirs: r.advert.addresses, ours: o.vips });
     }
-    const now = performance.now();
-    this.feed({ type: 'advert', now, priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
-    // a master hearing a router it beats (lower priority, or equal with a lower address): a
-    // partition healed and the other side may have announced itself; claim the VIP's MAC again
-    // (at most once a second). The loser's last advert as Active makes sure we hear it.
-    const s = this.machine.snapshot();
-    const beaten = r.advert.priority < s.effectivePriority || (r.advert.priority === s.effectivePriority && compareAddresses(p.source, o.primaryAddress) < 0);
-    if (s.state === 'active' && this.vipsHeld && r.advert.priority > 0 && beaten && now - this.lastHealAnnounce >= 1000) {
-      this.lastHealAnnounce = now;
-      // once per source at info: a peer that cannot hear us (another auth key, a stale peer
-      // list) stays master and would repeat this every second
-      const first = !this.healLogged.has(p.source);
-      this.healLogged.add(p.source);
-      this.log(first ? 'info' : 'debug', 'heard a lower-priority master: announcing the VIPs again', { source: p.source, priority: r.advert.priority });
-      this.enqueue(() => this.announce());
-    }
-  }
-
-  private drop(reason: DropReason | AuthDropReason | 'own' | 'notPeer' | 'authUnexpected'): void {
-    this.counters.dropped[reason] = (this.counters.dropped[reason] ?? 0) + 1;
+    this.feed({ type: 'advert', now: this.now(), priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
   }
 
   private readonly warned = new Set<string>();
@@ -499,56 +481,7 @@ export class VrrpEngine {
     this.log('warn', msg, fields);
   }
 
-  /**
-   * Follows our interface and its addresses through rtnetlink notifications (rtnetlink(7):
-   * RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR / RTNLGRP_IPV6_IFADDR): link up/down feeds the machine,
-   * a deleted interface stops the engine, and address changes by others are reconciled.
-   */
-  private watchNetlink(): void {
-    const raw = this.rtnl?.raw;
-    if (!raw) return;
-    raw.addMembership('LINK');
-    raw.addMembership(this.opts.family === 4 ? 'IPV4_IFADDR' : 'IPV6_IFADDR');
-    let running = this.opts.linkRunning;
-    let reconcileTimer: NodeJS.Timeout | null = null;
-    raw.on('message', (msgs) => {
-      for (const m of msgs) {
-        if (m.kind === 'address' && m.data.index === this.opts.ifindex) {
-          // events come in bursts (our own changes too): look once things settle
-          if (reconcileTimer) clearTimeout(reconcileTimer);
-          reconcileTimer = setTimeout(() => this.enqueue(() => this.reconcile()), 20);
-          continue;
-        }
-        if (m.kind !== 'link' || m.data.index !== this.opts.ifindex) continue;
-        // serialized with the address changes: the netlink package cannot interleave two dumps
-        this.enqueue(() => this.checkInterfaceExists());
-        const now = Boolean(m.data.flags?.up && m.data.flags?.running);
-        if (now === running) continue;
-        running = now;
-        this.log('info', now ? 'link up' : 'link down', { interface: this.opts.ifname });
-        this.feed({ type: now ? 'linkUp' : 'linkDown', now: performance.now() });
-      }
-    });
-  }
-
-  /** RTM_DELLINK looks like any link message here: ask whether the ifindex still exists. */
-  private async checkInterfaceExists(): Promise<void> {
-    if (!this.rtnl || this.stopped) return;
-    const links = await this.rtnl.getLinks().catch(() => null);
-    if (!links || links.some((l) => l.data.index === this.opts.ifindex)) return;
-    this.log('error', 'the interface was deleted', { interface: this.opts.ifname, ifindex: this.opts.ifindex });
-    this.vipsHeld = false;
-    this.emit({ type: 'interfaceGone', ifname: this.opts.ifname });
-  }
-
   private log(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>): void {
     this.emit(fields ? { type: 'log', level, msg, fields } : { type: 'log', level, msg });
   }
-}
-
-/** Same set of addresses (order and text form aside). */
-function sameAddresses(a: readonly string[], b: readonly string[]): boolean {
-  const x = new Set(a.map(canonicalAddress));
-  const y = new Set(b.map(canonicalAddress));
-  return x.size === y.size && [...x].every((v) => y.has(v));
 }

@@ -1,10 +1,12 @@
 /**
- * The VRRPv3 state machine of RFC 9568 §6.4, pure and deterministic.
+ * The VRRPv3 state machine of RFC 9568 §6.4, pure and deterministic, and every protocol output
+ * ballast adds to it (VIP addresses, announcements, their repeats and renewals).
  *
  * It never touches a clock, a socket or a timer. Inputs are events that carry the monotonic
  * time (`now`, ms); outputs are actions the engine carries out in order. Timers are deadlines
  * the machine keeps (`nextDeadline()`); the engine sleeps until the earliest one and then feeds
- * a `tick` event.
+ * a `tick` event. The machine decides *what* happens; the engine only decides *how* (which
+ * syscall, which frame bytes).
  *
  *                 startup (priority 255)
  *    Initialize ─────────────────────────────► Active
@@ -16,6 +18,19 @@
  *    Fault: the link is down (not in the RFC; what operators call FAULT in keepalived);
  *    link up goes back through Initialize.
  *
+ * Deadlines (each one null while it does not run):
+ *
+ *    timer            runs in   fires                                      source
+ *    Adver_Timer      Active    send, restart at Advertisement_Interval     RFC 9568 §6.4.3
+ *    Master_Down      Backup    send, go Active                             RFC 9568 §6.4.2
+ *    announce repeat  Active    one second announce burst, once             keepalived garp_master_delay
+ *    announce refresh Active    an announce burst every refreshMs           keepalived garp_master_refresh
+ *    lifetime renew   Active    renewVips every third of the lifetime       ballast (vipLifetimeMs)
+ *
+ * Preempt delay and preempt hold are conditions, not timers: they only decide whether a
+ * lower-priority advert is discarded (RFC 9568 §6.4.2, Preempt_Mode); nothing happens when the
+ * delay runs out, the Master_Down_Timer still decides the moment of the takeover.
+ *
  * Units: intervals on the wire are centiseconds (Max Adver Int, RFC 9568 §5.2.7); deadlines and
  * durations here are milliseconds.
  */
@@ -24,7 +39,7 @@ import { compareAddresses } from '../net/address.js';
 /** RFC 9568 §6.4 states, plus `fault` (link down). `active` is the RFC's name for "master". */
 export type VrrpState = 'initialize' | 'backup' | 'active' | 'fault';
 
-/** The machine's parameters (RFC 9568 §6.1). */
+/** The machine's parameters (RFC 9568 §6.1, plus ballast's outputs). */
 export interface MachineConfig {
   /** VRID, 1..255. */
   vrid: number;
@@ -41,13 +56,27 @@ export interface MachineConfig {
   preemptDelayMs: number;
   /** This router's primary address on the interface (IPv4 primary, IPv6 link-local), for the tie-break. */
   primaryAddress: string;
+  /**
+   * The virtual addresses (canonical text form), in the order they are added and announced.
+   * Default none: a machine without VIPs emits only adverts and transitions.
+   */
+  vips?: readonly string[];
+  /**
+   * Whether the machine adds and removes the VIPs. False for the address owner (priority 255:
+   * the VIPs are its own addresses, RFC 9568 §6.1), which still announces them. Default true.
+   */
+  manageVips?: boolean;
+  /** ms after becoming Active to a second announce burst (0 = none), ms between refresh bursts while Active (0 = none). Default 0, 0. */
+  announce?: { repeatAfterMs: number; refreshMs: number };
+  /** Valid lifetime of the VIPs, ms (0 = permanent, default); renewed every third of it while Active. */
+  vipLifetimeMs?: number;
 }
 
 /** Inputs. `now` is a monotonic time in ms; it must never decrease. */
 export type MachineEvent =
   | { type: 'startup'; now: number }
   | { type: 'shutdown'; now: number }
-  /** A valid ADVERTISEMENT for our VRID (the codec has done the §7.1 checks). */
+  /** A valid ADVERTISEMENT for our VRID (the codec and filters.ts have done the §7.1 checks). */
   | { type: 'advert'; now: number; priority: number; maxAdvertIntervalCs: number; source: string }
   /** Time passed; fires every timer whose deadline is <= now. */
   | { type: 'tick'; now: number }
@@ -60,7 +89,12 @@ export type MachineEvent =
    * behaves as if Preempt_Mode were false). Policy holds it until this node is ready to serve
    * (health checks done, data plane programmed). Taking over a silent group is not affected.
    */
-  | { type: 'preemptHold'; now: number; hold: boolean };
+  | { type: 'preemptHold'; now: number; hold: boolean }
+  /**
+   * Which of our VIPs are on the interface now (any prefix length), as rtnetlink reports them:
+   * at start-up and after someone else changed the interface's addresses.
+   */
+  | { type: 'vipsObserved'; now: number; present: readonly string[] };
 
 /** Why the machine left a state: one short machine-readable word, logged as `reason`. */
 export type TransitionReason =
@@ -75,14 +109,24 @@ export type TransitionReason =
   | 'linkDown'
   | 'linkUp';
 
+/** Why an announce burst (gratuitous ARP / unsolicited NA) is sent. */
+export type AnnounceReason =
+  /** RFC 9568 §6.4.1 / §6.4.2: on becoming Active. */
+  | 'becameActive'
+  /** The one repeat burst, `announce.repeatAfterMs` after becoming Active. */
+  | 'repeat'
+  /** Every `announce.refreshMs` while Active. */
+  | 'refresh'
+  /** An Active router heard one it beats: the other side of a healed partition may have announced itself. */
+  | 'healedPartition'
+  /** Something else removed a VIP and the machine put it back. */
+  | 'restored';
+
 /** Outputs, to be carried out in order. */
 export type MachineAction =
   /** Send an ADVERTISEMENT with this priority (0 = resign) and our Advertisement_Interval. */
   | { type: 'send'; priority: number }
-  /**
-   * A state change. Entering `active` means: add the VIPs and announce them (gratuitous ARP /
-   * unsolicited NA, RFC 9568 §6.4.1); leaving it means: remove them.
-   */
+  /** A state change (for logs, metrics and `/status`; the effects follow as their own actions). */
   | {
       type: 'transition';
       from: VrrpState;
@@ -91,7 +135,23 @@ export type MachineAction =
       detail?: string;
       /** On Backup → Active: the Active router we last heard, now silent or resigned (its node is likely gone). */
       previousMaster?: string;
-    };
+    }
+  /** Add these VIPs (as /32 or /128, with the configured lifetime). */
+  | { type: 'addVips'; vips: readonly string[]; reason: 'becameActive' | 'restored' }
+  /** Add these held VIPs again, which renews their valid lifetime. */
+  | { type: 'renewVips'; vips: readonly string[] }
+  /**
+   * Remove these VIPs whatever their prefix length: `released` on leaving Active, `stray` when
+   * they were found on the interface while this router is not Active (two holders are worse than none).
+   */
+  | { type: 'removeVips'; vips: readonly string[]; reason: 'released' | 'stray' }
+  /**
+   * Reset the connections whose local address is one of these just-released VIPs: they can never
+   * get another packet, and a reset makes their clients reconnect (to the new holder) at once.
+   */
+  | { type: 'destroyVipSockets'; vips: readonly string[] }
+  /** Send an announce burst for every VIP; `source` is the beaten router for `healedPartition`. */
+  | { type: 'announce'; reason: AnnounceReason; source?: string };
 
 /** What `/status` reports. Times are the machine's monotonic ms. */
 export interface MachineSnapshot {
@@ -113,6 +173,9 @@ export interface MachineSnapshot {
   since: number;
 }
 
+/** At most one healed-partition announce burst per this many ms (a peer that cannot hear us would otherwise cause one per advert). */
+export const HEAL_ANNOUNCE_MIN_INTERVAL_MS = 1000;
+
 /** Skew_Time in ms: ((256 - Priority) * Master_Adver_Interval) / 256 (RFC 9568 §6.1), interval in cs. */
 export function skewTimeMs(priority: number, masterAdverIntervalCs: number): number {
   return ((256 - priority) * masterAdverIntervalCs * 10) / 256;
@@ -123,12 +186,19 @@ export function masterDownIntervalMs(priority: number, masterAdverIntervalCs: nu
   return 3 * masterAdverIntervalCs * 10 + skewTimeMs(priority, masterAdverIntervalCs);
 }
 
+/** The deadlines of ballast's own outputs while Active, ms, each null when not running. */
+interface ActiveTimers {
+  repeat: number | null;
+  refresh: number | null;
+  renew: number | null;
+}
+
 /**
  * One virtual router's state machine (RFC 9568 §6.4). Not thread-safe, not re-entrant; feed it
  * events in time order.
  */
 export class VrrpMachine {
-  private readonly cfg: MachineConfig;
+  private readonly cfg: Required<MachineConfig>;
   private current: VrrpState = 'initialize';
   private effective: number;
   private masterAdverIntervalCs: number;
@@ -140,19 +210,26 @@ export class VrrpMachine {
   private adverTimer: number | null = null;
   /** Master_Down_Timer deadline, ms, or null when not running. */
   private masterDownTimer: number | null = null;
+  private readonly active: ActiveTimers = { repeat: null, refresh: null, renew: null };
+  private lastHealAnnounce = -Infinity;
   /** Set by the `preemptHold` event. */
   private preemptHeld = false;
   /** What set the running Master_Down_Timer: silence, or a priority-0 advert. */
   private downReason: 'masterDown' | 'resigned' | 'preempt' = 'masterDown';
+  private lastNow = -Infinity;
 
-  /** @throws RangeError when a parameter is outside its RFC 9568 §6.1 range. */
+  /** @throws RangeError when a parameter is outside its RFC 9568 §6.1 range (or a duration is negative). */
   constructor(cfg: MachineConfig) {
     if (!Number.isInteger(cfg.vrid) || cfg.vrid < 1 || cfg.vrid > 255) throw new RangeError(`vrid must be 1..255, got ${cfg.vrid}`);
     if (!Number.isInteger(cfg.priority) || cfg.priority < 1 || cfg.priority > 255) throw new RangeError(`priority must be 1..255, got ${cfg.priority}`);
     const i = cfg.advertisementIntervalCs;
     if (!Number.isInteger(i) || i < 1 || i > 4095) throw new RangeError(`advertisementIntervalCs must be 1..4095, got ${i}`);
     if (!(cfg.preemptDelayMs >= 0)) throw new RangeError(`preemptDelayMs must be >= 0, got ${cfg.preemptDelayMs}`);
-    this.cfg = { ...cfg };
+    const announce = cfg.announce ?? { repeatAfterMs: 0, refreshMs: 0 };
+    if (!(announce.repeatAfterMs >= 0) || !(announce.refreshMs >= 0)) throw new RangeError('announce.repeatAfterMs and announce.refreshMs must be >= 0');
+    const lifetime = cfg.vipLifetimeMs ?? 0;
+    if (!(lifetime >= 0)) throw new RangeError(`vipLifetimeMs must be >= 0, got ${lifetime}`);
+    this.cfg = { ...cfg, vips: [...(cfg.vips ?? [])], manageVips: cfg.manageVips ?? true, announce: { ...announce }, vipLifetimeMs: lifetime };
     this.effective = cfg.priority;
     this.masterAdverIntervalCs = i;
   }
@@ -162,11 +239,18 @@ export class VrrpMachine {
     return this.current;
   }
 
+  /** The VIPs this machine adds, removes and announces (canonical text), as configured. */
+  get vips(): readonly string[] {
+    return this.cfg.vips;
+  }
+
   /** The earliest running timer's deadline (monotonic ms), or null when none runs. */
   nextDeadline(): number | null {
-    if (this.adverTimer === null) return this.masterDownTimer;
-    if (this.masterDownTimer === null) return this.adverTimer;
-    return Math.min(this.adverTimer, this.masterDownTimer);
+    let due: number | null = null;
+    for (const t of [this.adverTimer, this.masterDownTimer, this.active.repeat, this.active.refresh, this.active.renew]) {
+      if (t !== null && (due === null || t < due)) due = t;
+    }
+    return due;
   }
 
   /** A copy of what an operator wants to see. */
@@ -186,7 +270,8 @@ export class VrrpMachine {
 
   /**
    * Feeds one event and returns the actions to carry out, in order.
-   * @throws RangeError when `now` goes backwards (the clock must be monotonic).
+   * @throws RangeError when `now` goes backwards (the clock must be monotonic), or a `priority`
+   *   event is outside 1..255.
    */
   handle(event: MachineEvent): MachineAction[] {
     if (event.now < this.lastNow) throw new RangeError(`time went backwards: ${event.now} < ${this.lastNow}`);
@@ -211,11 +296,16 @@ export class VrrpMachine {
       case 'preemptHold':
         this.preemptHeld = event.hold;
         break;
+      case 'vipsObserved':
+        this.onVipsObserved(event.present, out);
+        break;
       case 'linkDown':
         if (this.current !== 'fault') {
           // the link is gone: nothing can be sent, so no priority-0 advert; the peers' Master_Down_Timer covers us
+          const wasActive = this.current === 'active';
           this.stopTimers();
           this.enter('fault', event.now, 'linkDown', out);
+          if (wasActive) this.release(out);
         }
         break;
       case 'linkUp':
@@ -228,15 +318,15 @@ export class VrrpMachine {
     return out;
   }
 
-  private lastNow = -Infinity;
-
   /** RFC 9568 §6.4.1: Initialize, on Startup. */
   private startup(now: number, out: MachineAction[], reason: TransitionReason): void {
     this.startedAt = now;
     if (this.effective === 255) {
+      // §6.4.1: the owner advertises and goes Active at once
       this.becomeActive(now, out, 'owner');
       return;
     }
+    // §6.4.1: Master_Adver_Interval = Advertisement_Interval, Master_Down_Timer = Master_Down_Interval
     this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;
     this.masterDownTimer = now + this.masterDownMs();
     this.downReason = 'masterDown';
@@ -245,16 +335,35 @@ export class VrrpMachine {
 
   /** RFC 9568 §6.4.2 / §6.4.3: Shutdown. */
   private shutdown(now: number, out: MachineAction[]): void {
-    if (this.current === 'active') out.push({ type: 'send', priority: 0 });
+    const wasActive = this.current === 'active';
+    // §6.4.3: an Active router sends priority 0 so that a Backup takes over after Skew_Time
+    if (wasActive) out.push({ type: 'send', priority: 0 });
     this.stopTimers();
     if (this.current !== 'initialize') this.enter('initialize', now, 'shutdown', out);
+    if (wasActive) this.release(out);
   }
 
   private onTick(now: number, out: MachineAction[]): void {
     if (this.current === 'active' && this.adverTimer !== null && this.adverTimer <= now) {
       // §6.4.3: Adver_Timer fired: send, and reset it to Advertisement_Interval
       out.push({ type: 'send', priority: this.effective });
-      this.adverTimer = now + this.cfg.advertisementIntervalCs * 10;
+      this.adverTimer = now + this.advertisementMs();
+    }
+    if (this.current === 'active') {
+      const t = this.active;
+      if (t.renew !== null && t.renew <= now) {
+        // renewing every third of the lifetime survives two lost renewals
+        out.push({ type: 'renewVips', vips: this.cfg.vips });
+        t.renew = now + this.cfg.vipLifetimeMs / 3;
+      }
+      if (t.repeat !== null && t.repeat <= now) {
+        out.push({ type: 'announce', reason: 'repeat' });
+        t.repeat = null;
+      }
+      if (t.refresh !== null && t.refresh <= now) {
+        out.push({ type: 'announce', reason: 'refresh' });
+        t.refresh = now + this.cfg.announce.refreshMs;
+      }
     }
     if (this.current === 'backup' && this.masterDownTimer !== null && this.masterDownTimer <= now) {
       // §6.4.2: Master_Down_Timer fired
@@ -292,7 +401,7 @@ export class VrrpMachine {
       if (ev.priority === 0) {
         // §6.4.3: another router resigned while we are Active: assert ourselves at once
         out.push({ type: 'send', priority: this.effective });
-        this.adverTimer = ev.now + this.cfg.advertisementIntervalCs * 10;
+        this.adverTimer = ev.now + this.advertisementMs();
         return;
       }
       const higher = ev.priority > this.effective;
@@ -302,16 +411,17 @@ export class VrrpMachine {
         // own priority. Two Active routers after a healed partition: if the winner's advert
         // reached us first, the winner has never heard us and does not know that clients may
         // still hold our MAC for the VIP; this advert tells it (it answers a lower priority with
-        // an advert and, in the engine, a fresh gratuitous ARP / NA burst — keepalived's
-        // garp_lower_prio_repeat does the same). Backups treat it as any advert from an Active.
+        // an advert and a fresh announce burst — keepalived's garp_lower_prio_repeat does the
+        // same). Backups treat it as any advert from an Active.
         out.push({ type: 'send', priority: this.effective });
-        this.adverTimer = null;
+        this.stopTimers();
         this.masterAdverIntervalCs = ev.maxAdvertIntervalCs;
         this.masterAddress = ev.source;
         this.masterPriority = ev.priority;
         this.masterDownTimer = ev.now + this.masterDownMs();
         this.downReason = 'masterDown';
         this.enter('backup', ev.now, higher ? 'higherPriority' : 'addressTieBreak', out, `${ev.source} priority ${ev.priority}`);
+        this.release(out);
         return;
       }
       // §6.4.3 says discard. We also advertise at once (as keepalived does): a lower-priority router
@@ -319,10 +429,35 @@ export class VrrpMachine {
       // of up to one Advertisement_Interval.
       if (compareAddresses(ev.source, this.cfg.primaryAddress) !== 0) {
         out.push({ type: 'send', priority: this.effective });
-        this.adverTimer = ev.now + this.cfg.advertisementIntervalCs * 10;
+        this.adverTimer = ev.now + this.advertisementMs();
+        // not in the RFC: the other side of the partition may have announced itself, and clients
+        // may hold its MAC for the VIP: claim it again (rate-limited, keepalived's garp_lower_prio_repeat)
+        if (this.cfg.vips.length > 0 && ev.now - this.lastHealAnnounce >= HEAL_ANNOUNCE_MIN_INTERVAL_MS) {
+          this.lastHealAnnounce = ev.now;
+          out.push({ type: 'announce', reason: 'healedPartition', source: ev.source });
+        }
       }
     }
     // initialize / fault: not participating, drop
+  }
+
+  /**
+   * Not in the RFC (RFC 9568 §6.4 assumes the router alone changes its addresses): make the
+   * interface match the state. An Active router puts back a VIP that something else removed and
+   * announces it; any other router removes a VIP it finds, since two holders are worse than none.
+   */
+  private onVipsObserved(present: readonly string[], out: MachineAction[]): void {
+    if (!this.cfg.manageVips) return;
+    const here = new Set(present);
+    if (this.current === 'active') {
+      const missing = this.cfg.vips.filter((v) => !here.has(v));
+      if (missing.length === 0) return;
+      out.push({ type: 'addVips', vips: missing, reason: 'restored' });
+      out.push({ type: 'announce', reason: 'restored' });
+      return;
+    }
+    const stray = this.cfg.vips.filter((v) => here.has(v));
+    if (stray.length > 0) out.push({ type: 'removeVips', vips: stray, reason: 'stray' });
   }
 
   private onPriority(priority: number): void {
@@ -332,21 +467,40 @@ export class VrrpMachine {
     // RFC recomputes Skew_Time only when an advert arrives)
   }
 
-  /** §6.4.2 Preempt_Mode, with the optional delay after startup. */
+  /** §6.4.2 Preempt_Mode, with the optional delay after startup and the policy's hold. */
   private preempting(now: number): boolean {
     return this.cfg.preempt && !this.preemptHeld && now - this.startedAt >= this.cfg.preemptDelayMs;
   }
 
-  /** §6.4.1 / §6.4.2: send an ADVERTISEMENT, announce, start the Adver_Timer, go Active. */
+  /**
+   * §6.4.1 / §6.4.2: send an ADVERTISEMENT, start the Adver_Timer, go Active; then (§6.4.1 "for
+   * each IPvX address associated with the virtual router", gratuitous ARP / unsolicited NA) add
+   * and announce the VIPs and start ballast's timers of the Active state.
+   */
   private becomeActive(now: number, out: MachineAction[], reason: TransitionReason): void {
     out.push({ type: 'send', priority: this.effective });
     const previous = this.current === 'backup' ? this.masterAddress : null;
     this.masterDownTimer = null;
-    this.adverTimer = now + this.cfg.advertisementIntervalCs * 10;
+    this.adverTimer = now + this.advertisementMs();
     this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;
     this.enter('active', now, reason, out);
     const t = out[out.length - 1];
     if (previous !== null && t?.type === 'transition') t.previousMaster = previous;
+    this.lastHealAnnounce = -Infinity;
+    const { vips, manageVips, announce, vipLifetimeMs } = this.cfg;
+    if (vips.length === 0) return;
+    if (manageVips) out.push({ type: 'addVips', vips, reason: 'becameActive' });
+    out.push({ type: 'announce', reason: 'becameActive' });
+    this.active.repeat = announce.repeatAfterMs > 0 ? now + announce.repeatAfterMs : null;
+    this.active.refresh = announce.refreshMs > 0 ? now + announce.refreshMs : null;
+    this.active.renew = manageVips && vipLifetimeMs > 0 ? now + vipLifetimeMs / 3 : null;
+  }
+
+  /** Leaving Active (§6.4.3: "stop Adver_Timer"): the VIPs go, and so do the connections on them. */
+  private release(out: MachineAction[]): void {
+    if (!this.cfg.manageVips || this.cfg.vips.length === 0) return;
+    out.push({ type: 'removeVips', vips: this.cfg.vips, reason: 'released' });
+    out.push({ type: 'destroyVipSockets', vips: this.cfg.vips });
   }
 
   private enter(to: VrrpState, now: number, reason: TransitionReason, out: MachineAction[], detail?: string): void {
@@ -363,6 +517,11 @@ export class VrrpMachine {
   private stopTimers(): void {
     this.adverTimer = null;
     this.masterDownTimer = null;
+    this.active.repeat = this.active.refresh = this.active.renew = null;
+  }
+
+  private advertisementMs(): number {
+    return this.cfg.advertisementIntervalCs * 10;
   }
 
   private skewMs(): number {

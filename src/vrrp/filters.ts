@@ -1,0 +1,99 @@
+/**
+ * The receive filters of one virtual router, in one place: what a received IP payload must pass
+ * before the state machine hears of it. Pure except for the authenticator's replay memory, which
+ * the caller owns and passes in.
+ *
+ *   own source ─► peer allowlist ─► auth trailer (present? valid? newer?) ─► codec (§7.1) ─► address list
+ *     'own'        'notPeer'         'authUnexpected' 'authMissing'            DropReason     accepted, `foreign`
+ *                                    'authFailed' 'replayed'                                  when it differs
+ *
+ * RFC 9568 §7.1 (receiving): TTL 255 for multicast, version, checksum, VRID, address count and
+ * interval are the codec's (packet.ts); "MAY check that the addresses match, and SHOULD log"
+ * is the `foreign` flag here: such an advert still counts (a peer mid-migration), but is logged.
+ */
+import { decodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6, type Advertisement, type DropReason } from './packet.js';
+import { hasAuthTrailer, type AdvertAuth, type AuthDropReason } from './auth.js';
+import { canonicalAddress, type AddressFamily } from '../net/address.js';
+
+/** Why the filters dropped a packet (also the drop counter's label). */
+export type FilterDropReason = DropReason | AuthDropReason | 'own' | 'notPeer' | 'authUnexpected';
+
+/** A received packet, as the raw socket reports it (native.ts `ReceivedPacket`, without the ifindex). */
+export interface ReceivedAdvert {
+  /** The IP payload. */
+  payload: Buffer;
+  source: string;
+  destination: string;
+  /** IPv4 TTL / IPv6 hop limit. */
+  ttl: number;
+}
+
+/** What the filters compare a packet with. */
+export interface FilterContext {
+  family: AddressFamily;
+  vrid: number;
+  /** Our own advert source: our packets, looped back, are dropped as `own`. */
+  primaryAddress: string;
+  /** Unicast: only `peers` may speak. */
+  unicast: boolean;
+  peers: readonly string[];
+  vips: readonly string[];
+  /** The verifier of authenticated adverts, or null when auth is off. Its replay memory moves forward on an accepted packet. */
+  auth: AdvertAuth | null;
+}
+
+/** The outcome: the advert for the machine, or the one reason it was dropped (never an exception). */
+export type FilterResult =
+  | {
+      ok: true;
+      advert: Advertisement;
+      /** The advert's address list differs from our VIPs (RFC 9568 §7.1: log it). */
+      foreign: boolean;
+    }
+  | {
+      ok: false;
+      reason: FilterDropReason;
+      /** The codec's detail, for a `DropReason`. */
+      detail?: string;
+    };
+
+/**
+ * Runs every receive filter on one packet, in the order of the diagram above.
+ * @returns the decoded advert, or the drop reason; throws nothing.
+ */
+export function filterAdvert(p: ReceivedAdvert, ctx: FilterContext): FilterResult {
+  if (p.source === ctx.primaryAddress) return { ok: false, reason: 'own' };
+  if (ctx.unicast && !ctx.peers.includes(p.source)) return { ok: false, reason: 'notPeer' };
+  let payload = p.payload;
+  if (!ctx.auth && hasAuthTrailer(payload, ctx.family)) return { ok: false, reason: 'authUnexpected' };
+  if (ctx.auth) {
+    const a = ctx.auth.verify(payload, p.source, p.destination);
+    if (!a.ok) return { ok: false, reason: a.reason };
+    payload = a.message;
+  }
+  const multicast = p.destination === VRRP_MULTICAST_V4 || p.destination === VRRP_MULTICAST_V6;
+  const r = decodeAdvertisement(payload, { family: ctx.family, source: p.source, destination: p.destination, ttl: p.ttl, checkTtl: multicast }, ctx.vrid);
+  if (!r.ok) return { ok: false, reason: r.reason, detail: r.detail };
+  return { ok: true, advert: r.advert, foreign: !sameAddresses(r.advert.addresses, ctx.vips) };
+}
+
+/**
+ * What an operator is told, once per source, when a drop reason means a misconfiguration rather
+ * than noise (the rest only count). Keys are drop reasons; `foreign` is the accepted-but-logged case.
+ */
+export const FILTER_WARNINGS: Partial<Record<FilterDropReason | 'foreign', string>> = {
+  notPeer: 'an advert from an address that is not in vrrp.peers was dropped (a node missing from this list, or a stranger on the VRID: this node cannot hear it, and it may hold the VIP too)',
+  authUnexpected: 'an authenticated advert was dropped: that node uses vrrp.auth and this one does not (configure the same vrrp.auth.keyFile here)',
+  authMissing: 'an advert without an authentication trailer was dropped (auth is on here: is the sender a keepalived, or a ballast without vrrp.auth?)',
+  authFailed: 'an advert with a wrong HMAC was dropped (a different vrrp.auth key, or a forged packet)',
+  replayed: 'an advert with an old sequence number was dropped as a replay (if that node restarted with its clock set back, restart this agent too)',
+  vrrpv2: 'a VRRPv2 router is advertising; ballast speaks VRRPv3 only',
+  foreign: 'an advert for our VRID lists other addresses than our VIPs: another group or a misconfigured peer shares this VRID',
+};
+
+/** Same set of addresses (order and text form aside). */
+function sameAddresses(a: readonly string[], b: readonly string[]): boolean {
+  const x = new Set(a.map(canonicalAddress));
+  const y = new Set(b.map(canonicalAddress));
+  return x.size === y.size && [...x].every((v) => y.has(v));
+}
