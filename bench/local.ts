@@ -14,13 +14,13 @@
  *                        (random per connection); nothing is on the data path
  *   ballast proxy        the same agent config with `dataplane.local: proxy`: the agent's TCP proxy
  *                        listens on 127.0.0.1:7443
- *   nginx                kubespray's "nginx-proxy" (scripts/nginx.ts: stream, least_conn,
+ *   nginx                kubespray's "nginx-proxy" (lab/peers/nginx.ts: stream, least_conn,
  *                        worker_processes 2) listening on 127.0.0.1:8443 in n1
  *
- * The lab (scripts/lab.ts, prefix bblc, 10.78.97.0/24, IPv4 only): three nodes, a TLS stand-in
+ * The lab (lab/lab.ts, prefix bblc, 10.78.97.0/24, IPv4 only): three nodes, a TLS stand-in
  * apiserver on :6443 of each. Every client runs in n1's network namespace and inside n1's lab
  * cgroup (the one the ebpf agent attaches to; never the machine's root cgroup), as W worker
- * processes of scripts/bench.ts (`--role rate-worker`): a loop of HTTPS GET /version, every
+ * processes of bench/workers.ts (`--role rate-worker`): a loop of HTTPS GET /version, every
  * request on a NEW TLS connection verified against the lab CA (no keep-alive, no session reuse),
  * for S seconds (default 5). requests/s: the median of the rounds; p50/p99 latency over every request of
  * every round.
@@ -49,17 +49,18 @@
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { Lab, type LabNode } from './lab.js';
-import { connectFrom, startAgent, waitFor, type LabAgent } from './cluster.js';
-import { NGINX_PATH, NGINX_STREAM_MODULE, startNginx, type NginxPeer } from './nginx.js';
-import { counts, emptyRate, errText, finishRates, fmt, fmtRatio, preflight, rateRound, rotate, round2, type RateResult } from './bench.js';
+import { Lab, type LabNode } from '../lab/lab.js';
+import { connectFrom, startAgent, type LabAgent } from '../lab/cluster.js';
+import { sleep, waitFor } from '../lab/wait.js';
+import { NGINX_PATH, NGINX_STREAM_MODULE, startNginx, type NginxPeer } from '../lab/peers/nginx.js';
+import { counts, emptyRate, errText, finishRates, fmt, fmtRatio, load, preflight, progress, rateRound, rotate, say, type RateResult } from './common.js';
 import { stats } from './stats.js';
 import { pinDirFor } from '../src/dataplane/ebpf.js';
 import { SockLb } from '../src/native.js';
-import { runIfMain } from './entry.js';
+import { runIfMain } from '../lab/entry.js';
 
 const PREFIX = 'bblc';
 const SUBNET = 97;
@@ -77,9 +78,6 @@ const WARM_UP_CONNECTIONS = 3;
 /** an unrecorded round of load on the stand-ins before the first one (their JIT and TLS warm up) */
 const WARM_UP_ROUND_MS = 3000;
 
-const say = (line = ''): void => void process.stdout.write(`${line}\n`);
-const progress = (line: string): void => void process.stderr.write(`  ${line}\n`);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // ---------------------------------------------------------------------------------------------
 // public shapes (what --json prints)
@@ -283,10 +281,9 @@ function printTable(rs: LocalRateResult[], workers: number, seconds: number, rou
 // main
 
 function usage(): string {
-  return `usage: node dist/scripts/bench-local.js [--runs N rounds (1..${MAX_RUNS}, default ${DEFAULT_RUNS})] [--seconds S per measurement (1..30, default ${DEFAULT_SECONDS})] [--workers W (1..16, default ${DEFAULT_WORKERS})] [--json]`;
+  return `usage: node dist/bench/local.js [--runs N rounds (1..${MAX_RUNS}, default ${DEFAULT_RUNS})] [--seconds S per measurement (1..30, default ${DEFAULT_SECONDS})] [--workers W (1..16, default ${DEFAULT_WORKERS})] [--json]`;
 }
 
-const load = (): number[] => loadavg().map(round2);
 
 function nginxVersion(): string {
   const r = spawnSync(NGINX_PATH, ['-v'], { encoding: 'utf8', timeout: 5000 });

@@ -3,7 +3,7 @@
  * and authentication keep strangers out of the election. Bounded: `--count` adverts (at most
  * 1000), one every `--interval` ms (at least 10). Exits 0 after the last one.
  *
- *   node dist/scripts/inject-vrrp.js --ifname eth0 --source 10.78.216.13 --dest 224.0.0.18 \
+ *   node dist/lab/inject-vrrp.js --ifname eth0 --source 10.78.216.13 --dest 224.0.0.18 \
  *     --vrid 51 --priority 254 --vip 10.78.216.100 [--count 20] [--interval 100] \
  *     [--key-file /path] [--checksum rfc5798|rfc9568]
  *

@@ -3,12 +3,13 @@
  * robustness test: random bytes, truncated, padded and corrupted adverts, other versions, a
  * VRRPv2 advert, zero address count, zero interval. Bounded: at most `count` packets (<= 5000),
  * one per millisecond. Run inside a lab namespace:
- *   node dist/scripts/fuzz-vrrp.js <ifname> <count>
+ *   node dist/lab/fuzz-vrrp.js <ifname> <count>
  * Every mutation starts from a valid advert of priority 1 for VRID 51, so even an accidentally
  * valid packet cannot win an election.
  */
 import { VrrpSocket } from '../src/native.js';
 import { encodeAdvertisement, VRRP_MULTICAST_V4 } from '../src/vrrp/packet.js';
+import { sleep } from './wait.js';
 
 const [ifname = 'eth0', countArg = '600'] = process.argv.slice(2);
 const count = Math.min(5000, Math.max(1, Number(countArg) || 600));
@@ -48,7 +49,7 @@ for (let i = 0; i < count; i++) {
   } catch {
     // a send refused locally is not what this tests
   }
-  await new Promise((r) => setTimeout(r, 1));
+  await sleep(1);
 }
 sock.close();
 process.stdout.write(`${sent}\n`);

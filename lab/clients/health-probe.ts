@@ -2,7 +2,7 @@
  * Runs one HealthChecker and prints what it sees, one JSON object per line: for the lab, where
  * the checker must run inside a namespace (the client's) to reach the nodes.
  *
- *   node dist/scripts/health-probe.js '<json>'
+ *   node dist/lab/clients/health-probe.js '<json>'
  *
  * <json>: { "backends": ["10.78.S.11:6443", "[fd78:S::11]:6443", …],
  *           "health": { "path"?, "caFile"?, "serverName"?, "insecureSkipVerify"?, "clientCertFile"?,
@@ -18,7 +18,7 @@
  * SIGTERM / SIGINT: stop the checker, print the final snapshot, exit 0. Bad input: exit 2.
  */
 import { pathToFileURL } from 'node:url';
-import { HealthChecker, parseAddress, type CheckerSettings } from '../src/health/checker.js';
+import { HealthChecker, parseAddress, type CheckerSettings } from '../../src/health/checker.js';
 
 /** The JSON argument, after defaults. */
 export interface HealthProbeInput {

@@ -3,7 +3,7 @@
  * says. Both run inside a node's network namespace (the BPF programs rewrite only sockets of the
  * namespace that attached them; the test process is in the machine's own).
  *
- *   node dist/scripts/ebpf-endpoint.js serve --cgroup DIR --pin-dir DIR
+ *   node dist/lab/ebpf-endpoint.js serve --cgroup DIR --pin-dir DIR
  *        --endpoint 127.0.0.1:7443 [--endpoint [::1]:7443 …] [--object FILE]
  *
  *     Opens EbpfLocalDataplane (src/dataplane/ebpf.ts) in this namespace, then reads commands
@@ -19,7 +19,7 @@
  *     (or {"event":"error",…} and exit 1). stdin closing, SIGTERM or SIGINT: close({keep: true})
  *     (an agent that stops without deciding keeps the data plane), exit 0. Logs go to stderr.
  *
- *   node dist/scripts/ebpf-endpoint.js connect --address 127.0.0.1 --port 7443
+ *   node dist/lab/ebpf-endpoint.js connect --address 127.0.0.1 --port 7443
  *        [--ca FILE] [--count 1] [--timeout 2000] [--listen]
  *
  *     Opens --count connections one after another (bounded, each by --timeout). With --ca: TLS

@@ -5,7 +5,7 @@
  * that already exists: does it keep working (a backend draining), is it reset (a backend dead),
  * or does it hang.
  *
- *   node dist/scripts/longconn.js --url https://10.78.S.100:6443/version --ca CA
+ *   node dist/lab/clients/longconn.js --url https://10.78.S.100:6443/version --ca CA
  *        [--node n3] [--attempts 50] [--interval 100] [--duration 10000] [--timeout 5000]
  *        [--reconnect] [--max-connections 5]
  *
@@ -35,7 +35,7 @@ import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import tls from 'node:tls';
 import { parseArgs } from 'node:util';
-import { runIfMain } from './entry.js';
+import { runIfMain } from '../entry.js';
 
 /** One request's outcome on the long-lived connection. */
 export type LongconnResult =
@@ -240,7 +240,8 @@ async function main(argv: string[]): Promise<number> {
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
-  const sleep = (ms: number): Promise<void> =>
+  // a pause that SIGTERM/SIGINT cuts short (lab/wait.ts's sleep cannot be woken)
+  const pause = (ms: number): Promise<void> =>
     new Promise((r) => {
       const timer = setTimeout(() => {
         wake = null;
@@ -267,7 +268,7 @@ async function main(argv: string[]): Promise<number> {
         c = await Conn.open(id, o);
       } catch (e) {
         out({ event: 'closed', conn: id, t: now(), at: Date.now(), error: errorCode(e) });
-        await sleep(50);
+        await pause(50);
         continue;
       }
       try {
@@ -294,7 +295,7 @@ async function main(argv: string[]): Promise<number> {
   const loopStart = performance.now();
   let pending: Promise<void> | null = null;
   for (let i = 0; i < maxRequests && !stopping; i++) {
-    await sleep(loopStart + i * o.intervalMs - performance.now());
+    await pause(loopStart + i * o.intervalMs - performance.now());
     if (stopping || performance.now() - loopStart > o.durationMs) break;
     if (pending !== null) {
       summary.skipped++;

@@ -14,10 +14,11 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { sleep } from '../../lab/wait.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The repository root. */
-export const ROOT = resolve(here, '..', '..', '..');
+export const ROOT = resolve(here, '..', '..');
 /** Where {@link transpileNative} writes (under build/, which git ignores), one directory per run. */
 export const TRANSPILED_DIR = join(ROOT, 'build', 'integration-native', String(process.pid));
 export const PEER_SCRIPT = join(here, 'native-peer.mjs');
@@ -52,7 +53,7 @@ export async function takeLabLock(name: string, waitMs: number): Promise<() => v
       continue;
     }
     if (Date.now() > deadline) throw new Error(`${dir} is held by PID ${owner} (another run of this suite)`);
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
   }
 }
 

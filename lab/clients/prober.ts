@@ -1,9 +1,9 @@
 /**
  * The lab's client that measures outages of an HTTPS endpoint (normally the VIP).
  *
- *   node dist/scripts/prober.js --url https://10.78.S.100:6443/version --ca CA
+ *   node dist/lab/clients/prober.js --url https://10.78.S.100:6443/version --ca CA
  *        [--interval 10] [--duration 10000] [--timeout 250] [--until-file F]
- *   node dist/scripts/prober.js --reach ADDRESS [--port 9] [--timeout 1000]
+ *   node dist/lab/clients/prober.js --reach ADDRESS [--port 9] [--timeout 1000]
  *
  * Probe mode sends one request every `interval` ms on a fixed schedule (request i is due at
  * i * interval; requests may overlap), each on a NEW TLS connection (agent: false, no
@@ -28,7 +28,7 @@ import https from 'node:https';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { runIfMain } from './entry.js';
+import { runIfMain } from '../entry.js';
 
 /** One request's outcome. `t` is the request's start in ms since the prober started. */
 export type ProbeResult =
@@ -334,5 +334,5 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-// run only when executed (`node dist/scripts/prober.js`), not when imported by tests or lab.ts
+// run only when executed (`node dist/lab/clients/prober.js`), not when imported by tests or lab.ts
 runIfMain(import.meta.url, 'prober', main, { failStatus: 2 });

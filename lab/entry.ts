@@ -1,6 +1,6 @@
 /**
  * The scripts' common entry point: run `main` only when the module is the process's entry
- * script (`node dist/scripts/prober.js …`), never when a test or another script imports it for
+ * script (`node dist/lab/clients/prober.js …`), never when a test or another script imports it for
  * its helpers.
  */
 import { pathToFileURL } from 'node:url';

@@ -13,7 +13,8 @@
  * Everything is torn down at the end.
  */
 import { Lab, runProber, type ProbeResult } from './lab.js';
-import { startAgent, waitFor, waitForSingleHolder, type LabAgent } from './cluster.js';
+import { startAgent, waitForSingleHolder, type LabAgent } from './cluster.js';
+import { sleep, waitFor } from './wait.js';
 import { masterDownIntervalMs } from '../src/vrrp/state.js';
 
 const PREFIX = 'bdemo';
@@ -25,7 +26,6 @@ function say(line: string): void {
   process.stdout.write(`${line}\n`);
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** "n1=50 n2=48 n3=52" from successful results (pure). */
 function spread(results: readonly ProbeResult[]): string {

@@ -1,5 +1,5 @@
 /**
- * nginx as a lab peer (scripts/lab.ts): the node-local apiserver proxy kubespray puts on every
+ * nginx as a lab peer (lab/lab.ts): the node-local apiserver proxy kubespray puts on every
  * node (its "nginx-proxy" static pod, role kubernetes/node, templates/loadbalancer/nginx.conf.j2),
  * rendered for one lab node and run in the foreground inside the node's network namespace:
  *
@@ -38,7 +38,8 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
-import type { Lab, LabNode, LabProcess } from './lab.js';
+import type { Lab, LabNode, LabProcess } from '../lab.js';
+import { sleep } from '../wait.js';
 
 /** The nginx binary (Debian's package installs it here). */
 export const NGINX_PATH = '/usr/sbin/nginx';
@@ -111,7 +112,7 @@ export function nginxConfig(opts: NginxOptions, paths: NginxPaths): string {
     if (!p.startsWith('/') || /[\s;'"{}]/.test(p)) throw new TypeError(`${k} must be an absolute path without spaces, quotes, braces or ";", got ${JSON.stringify(p)}`);
   }
   return [
-    "# rendered by ballast scripts/nginx.ts: kubespray's node-local apiserver proxy (nginx-proxy)",
+    "# rendered by ballast lab/peers/nginx.ts: kubespray's node-local apiserver proxy (nginx-proxy)",
     `load_module ${NGINX_STREAM_MODULE};`,
     `pid ${paths.pidPath};`,
     `error_log ${paths.errorLogPath} notice;`,
@@ -210,6 +211,6 @@ export async function startNginx(lab: Lab, node: LabNode, opts: NginxOptions, st
       await proc.stop('SIGKILL', 2000);
       throw new Error(`nginx on ${node.name} did not listen on ${want.join(', ')} within ${timeoutMs} ms; output:\n${proc.output().slice(-2000)}`);
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
 }

@@ -1,5 +1,5 @@
 /**
- * keepalived as a lab peer (scripts/lab.ts): renders a keepalived.conf for one VRRP instance,
+ * keepalived as a lab peer (lab/lab.ts): renders a keepalived.conf for one VRRP instance,
  * checks it with `keepalived --config-test`, and runs keepalived in the foreground inside a
  * node's network namespace. Used by the failover benchmark and the interop tests.
  *
@@ -31,7 +31,7 @@ import { spawnSync } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
-import type { Lab, LabNode, LabProcess } from './lab.js';
+import type { Lab, LabNode, LabProcess } from '../lab.js';
 
 /** The keepalived binary (Debian's package installs it here). */
 export const KEEPALIVED_PATH = '/usr/sbin/keepalived';
@@ -207,7 +207,7 @@ export function keepalivedConfig(opts: KeepalivedOptions): string {
 
   const peers = opts.unicastPeers ?? [];
   const lines = [
-    '# rendered by ballast scripts/keepalived.ts',
+    '# rendered by ballast lab/peers/keepalived.ts',
     'global_defs {',
     `  router_id ${routerId}`,
     `  vrrp_version ${version}`,

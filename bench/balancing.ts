@@ -9,17 +9,17 @@
  *                        detection (conntrack events, VRRP Master_Down)
  *   keepalived+haproxy   the kubeadm HA guide's pair: keepalived moves the VIP, haproxy runs on
  *                        every node (`bind *:8443`, TCP mode, roundrobin, retries 1, option
- *                        redispatch; see scripts/haproxy.ts)
+ *                        redispatch; see lab/peers/haproxy.ts)
  *
  * Both balancers check the apiservers the same way, so that what differs is the data path and
  * what each does between two checks: GET /readyz over TLS every 2 s, down after 3 failures, up
  * after 2 passes (haproxy's defaults, which the guide keeps; ballast's `apiserver.health` set to
  * match). haproxy checks /readyz instead of the guide's /healthz: the stand-in has no /healthz.
  *
- * The lab (scripts/lab.ts, prefix bbn2, 10.78.96.0/24, IPv4 only): three nodes with priorities
+ * The lab (lab/lab.ts, prefix bbn2, 10.78.96.0/24, IPv4 only): three nodes with priorities
  * 150/100/50, VRRPv3 adverts every 100 ms for ballast and keepalived alike (the guide leaves
  * keepalived at 1 s; the same interval keeps the election out of the comparison, which
- * scripts/bench-failover.ts makes), VIP 10.78.96.100/32, a TLS stand-in apiserver on every node.
+ * bench/failover.ts makes), VIP 10.78.96.100/32, a TLS stand-in apiserver on every node.
  *
  * 1. New-connection request rate: W worker processes in the client namespace, each a loop of
  *    HTTPS GET /version, every request on a NEW TLS connection verified against the lab CA (no
@@ -29,7 +29,7 @@
  *    the balanced setups share the servers' TLS work among three stand-ins, "direct" gives it
  *    all to one.
  * 2. Bulk throughput. The stand-in has no big-body endpoint, so for this part n2's stand-in is
- *    replaced by a bulk server on :6443 (this script, `--role bulk-server`, in n2's namespace):
+ *    replaced by a bulk server on :6443 (bench/workers.ts `--role bulk-server`, in n2's namespace):
  *    a connection that opens with a TLS handshake gets /readyz /livez /version over HTTPS (both
  *    balancers' health checks pass unchanged), one that opens with the plain-text line `BULK`
  *    gets the node's name and then zeros until it closes. The client opens W such connections
@@ -43,7 +43,7 @@
  *    Every row is then measured with the same daemons running and checking.
  * 3. The holder's apiserver stops (its node, its agent / keepalived + haproxy stay up): the
  *    client requests https://VIP/version every 10 ms on a new connection, 250 ms timeout
- *    (scripts/prober.ts), and n1's stand-in gets SIGTERM 600 ms in. Figures: the prober's
+ *    (lab/clients/prober.ts), and n1's stand-in gets SIGTERM 600 ms in. Figures: the prober's
  *    maxOutageMs (last success before the failures → first success after) and the failed
  *    count, over the 2 s after the fault; the VIP must stay on n1.
  * 4. The holder node dies (its link goes down): from the fault to the start of the last failed
@@ -62,26 +62,25 @@
  *
  * Needs root, keepalived, haproxy, conntrack and the compiled scripts (`npm run build:ts`). The
  * lab's files (configs, logs) stay with BALLAST_LAB_KEEP=1. Tears the lab down at the end, also
- * on failure and on SIGINT; it stops only what it (or the lab) started. This file is also the
- * client workers and the bulk server (`--role`, internal), which run in the lab's namespaces.
+ * on failure and on SIGINT; it stops only what it (or the lab) started. The client workers and
+ * the bulk server are bench/workers.ts, run inside the lab's namespaces.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import net from 'node:net';
-import { cpus, loadavg } from 'node:os';
-import { performance } from 'node:perf_hooks';
-import { Duplex } from 'node:stream';
-import tls from 'node:tls';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
-import { Lab, probeOnce, runProber, type LabNode, type LabProcess, type LabRunOptions, type ProberReport } from './lab.js';
-import { LabAgent, cliPath, startAgent, waitFor } from './cluster.js';
-import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from './keepalived.js';
-import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyOptions, type HaproxyPeer } from './haproxy.js';
-import { requestOnce, summarize } from './prober.js';
-import { quantile, stats, type Stats } from './stats.js';
-import { runIfMain } from './entry.js';
+import { Lab, probeOnce, runProber, type LabNode, type ProberReport } from '../lab/lab.js';
+import { LabAgent, cliPath, startAgent } from '../lab/cluster.js';
+import { sleep, waitFor } from '../lab/wait.js';
+import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from '../lab/peers/keepalived.js';
+import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyOptions, type HaproxyPeer } from '../lab/peers/haproxy.js';
+import { summarize } from '../lab/clients/prober.js';
+import { stats, type Stats } from './stats.js';
+import {
+  counts, emptyRate, errText, finishRates, fmt, fmtRatio, forgetVip, load, preflight, progress, rateRound, ratioOf, rotate, round1, round2, runWorkers, say,
+  waitForStableHolder, workerScript, type BulkWorkerResult, type RateResult,
+} from './common.js';
+import { runIfMain } from '../lab/entry.js';
 
 /** Rates and throughputs print with two decimals. */
 const stats2 = (xs: readonly number[]): Stats => stats(xs, 2);
@@ -113,82 +112,19 @@ const DEATH_QUIET_MS = 1500;
 const DEATH_CAP_MS = 20_000;
 /** n1 must hold the VIP alone this long before a measurement starts */
 const STABLE_MS = 300;
-/** request timeout of the rate workers, and connect timeout of the bulk workers */
-const RATE_TIMEOUT_MS = 2000;
-/** the workers start together this long after they were spawned (Node's start-up is not measured) */
-const START_DELAY_MS = 500;
 /** rounds of parts 1 and 2 */
 const ROUNDS = 3;
-/** a bulk connection the server cuts short, whatever the client does */
-const BULK_CONN_MAX_MS = 60_000;
-/** the bulk server exits on its own after this long */
-const BULK_SERVER_LIFETIME_MS = 600_000;
 const DEFAULT_RUNS = 5;
 const MAX_RUNS = 20;
 const DEFAULT_SECONDS = 2;
 const DEFAULT_WORKERS = 4;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const say = (line = ''): void => void process.stdout.write(`${line}\n`);
-const progress = (line: string): void => void process.stderr.write(`  ${line}\n`);
-const round1 = (x: number): number => Math.round(x * 10) / 10;
-export const round2 = (x: number): number => Math.round(x * 100) / 100;
-export const errText = (e: unknown): string => (e instanceof Error ? e.message.split('\n')[0]! : String(e));
 
 // ---------------------------------------------------------------------------------------------
 // public shapes (what --json prints)
 
 /** The setups. `direct` has no VIP; `directAll` is the client spreading its requests itself. */
 export type Setup = 'direct' | 'directAll' | 'ballast' | 'haproxy';
-
-/** Median, minimum and maximum (same unit as the input); null when there were no values. */
-/** One rate worker's outcome, as the worker prints it (times in ms). */
-export interface RateWorkerResult {
-  role: 'rate-worker';
-  requests: number;
-  ok: number;
-  /** wall time of the loop, ms */
-  elapsedMs: number;
-  /** latency of every successful request, ms (request start to the end of the body) */
-  latencies: number[];
-  /** failed requests per error name */
-  errors: Record<string, number>;
-  /** successful requests per serving node */
-  nodes: Record<string, number>;
-}
-
-/** One setup's request-rate figures over the rounds (scripts/bench-local.ts has setups of its own). */
-export interface RateResult<S extends string = Setup> {
-  setup: S;
-  label: string;
-  /** successful requests per second summed over the workers, per round */
-  rounds: number[];
-  /** the median of `rounds` */
-  reqPerS: number | null;
-  /** latency quantiles over every successful request of every round, ms */
-  p50Ms: number | null;
-  p99Ms: number | null;
-  requests: number;
-  failed: number;
-  errors: Record<string, number>;
-  nodes: Record<string, number>;
-  /** this setup / direct (req/s, p50, p99); null when either is missing */
-  ratio: { reqPerS: number | null; p50: number | null; p99: number | null };
-  /** why a round failed (the first one) */
-  error?: string;
-}
-
-/** One bulk connection's outcome, as the worker prints it. */
-export interface BulkWorkerResult {
-  role: 'bulk-worker';
-  /** the server's node name (its first line) */
-  node: string | null;
-  /** payload bytes received after the name line */
-  bytes: number;
-  /** from the first payload byte to the end of the measurement, ms */
-  ms: number;
-  error?: string;
-}
 
 /** One setup's bulk figures over the rounds (Gbit/s = 10^9 bit/s). */
 export interface BulkResult {
@@ -255,195 +191,13 @@ export interface BenchReport {
     check: { path: string; intervalMs: number; fall: number; rise: number };
     haproxy: Required<Omit<HaproxyOptions, 'servers' | 'statsSocket'>>;
   };
-  rate: RateResult[];
+  rate: RateResult<Setup>[];
   bulk: BulkResult[];
   apiserverStop: { setup: Setup; label: string; runs: StopRun[]; outage: Stats; failed: Stats }[];
   nodeDeath: { setup: Setup; label: string; runs: DeathRun[]; lastFailure: Stats; failed: Stats }[];
   /** ballast median / keepalived+haproxy median; null when either is missing or the latter is 0 */
   ratios: { apiserverStopOutage: number | null; nodeDeathLastFailure: number | null };
   seconds: number;
-}
-
-export const ratioOf = (a: number | null | undefined, b: number | null | undefined): number | null =>
-  a === null || a === undefined || b === null || b === undefined || b === 0 ? null : round2(a / b);
-
-// ---------------------------------------------------------------------------------------------
-// roles that run inside the lab's namespaces
-
-/**
- * A rate worker: from `startAt` (ms since the epoch) for `durationMs`, one HTTPS GET after the
- * other, each on a new verified TLS connection, cycling over `urls` from `index`. Bounded by time
- * and by count (durationMs × 10 requests).
- */
-async function rateWorker(urls: URL[], ca: Buffer, durationMs: number, startAt: number, index: number): Promise<RateWorkerResult> {
-  await sleep(Math.max(0, startAt - Date.now()));
-  const maxCount = durationMs * 10;
-  const r: RateWorkerResult = { role: 'rate-worker', requests: 0, ok: 0, elapsedMs: 0, latencies: [], errors: {}, nodes: {} };
-  const t0 = performance.now();
-  while (r.requests < maxCount && performance.now() - t0 < durationMs) {
-    const res = await requestOnce(urls[(index + r.requests) % urls.length]!, ca, RATE_TIMEOUT_MS);
-    r.requests++;
-    if (res.ok) {
-      r.ok++;
-      r.latencies.push(res.ms);
-      const n = res.node ?? '?';
-      r.nodes[n] = (r.nodes[n] ?? 0) + 1;
-    } else {
-      r.errors[res.error] = (r.errors[res.error] ?? 0) + 1;
-    }
-  }
-  r.elapsedMs = round1(performance.now() - t0);
-  return r;
-}
-
-/**
- * A bulk worker: from `startAt`, one plain TCP connection to host:port that sends `BULK\n`, reads
- * the server's name line, then counts payload bytes for `durationMs` and closes.
- */
-function bulkWorker(host: string, port: number, durationMs: number, startAt: number): Promise<BulkWorkerResult> {
-  return sleep(Math.max(0, startAt - Date.now())).then(
-    () =>
-      new Promise((resolve) => {
-        const r: BulkWorkerResult = { role: 'bulk-worker', node: null, bytes: 0, ms: 0 };
-        let head = '';
-        let tFirst: number | undefined;
-        let done = false;
-        const sock = net.connect({ host, port });
-        const finish = (error?: string): void => {
-          if (done) return;
-          done = true;
-          clearTimeout(connectTimer);
-          clearTimeout(endTimer);
-          r.ms = tFirst === undefined ? 0 : round1(performance.now() - tFirst);
-          if (error !== undefined) r.error = error;
-          sock.destroy();
-          resolve(r);
-        };
-        const connectTimer = setTimeout(() => finish('connect timeout'), RATE_TIMEOUT_MS);
-        let endTimer: NodeJS.Timeout | undefined;
-        sock.on('connect', () => {
-          clearTimeout(connectTimer);
-          sock.write('BULK\n');
-          endTimer = setTimeout(() => finish(), durationMs);
-        });
-        sock.on('data', (d: Buffer) => {
-          if (r.node === null) {
-            head += d.toString('latin1');
-            const nl = head.indexOf('\n');
-            if (nl < 0) {
-              if (head.length > 64) finish('no name line');
-              return;
-            }
-            r.node = head.slice(0, nl);
-            tFirst = performance.now();
-            r.bytes += head.length - nl - 1;
-            return;
-          }
-          r.bytes += d.length;
-        });
-        sock.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
-        sock.on('close', () => finish(r.bytes > 0 ? undefined : 'closed by the server'));
-      }),
-  );
-}
-
-/**
- * The bulk server (see the file comment, part 2): listens on host:port; a connection whose first
- * byte is a TLS handshake record (0x16) is served HTTPS (/readyz /livez /healthz → 200 "ok",
- * /version → JSON naming the node, else 404); one opening with `B` gets `<name>\n` and then zeros
- * until it closes (at most BULK_CONN_MAX_MS). Exits after BULK_SERVER_LIFETIME_MS, or on SIGTERM.
- */
-async function bulkServer(name: string, cert: Buffer, key: Buffer, host: string, port: number): Promise<void> {
-  const secureContext = tls.createSecureContext({ cert, key });
-  const web = http.createServer((req: IncomingMessage, res: ServerResponse) => {
-    const path = new URL(req.url ?? '/', 'https://bulk.invalid').pathname;
-    const send = (status: number, body: string, type = 'text/plain; charset=utf-8'): void => {
-      res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body), 'x-ballast-lab-node': name, connection: 'close' });
-      res.end(body);
-    };
-    if (path === '/readyz' || path === '/livez' || path === '/healthz') return send(200, 'ok');
-    if (path === '/version') return send(200, JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0-ballast-bulk', node: name }), 'application/json');
-    return send(404, '404 page not found\n');
-  });
-  web.headersTimeout = 10_000;
-  web.requestTimeout = 10_000;
-  const zeros = Buffer.alloc(256 * 1024);
-  const sockets = new Set<net.Socket>();
-
-  const serveBulk = (sock: net.Socket): void => {
-    const deadline = Date.now() + BULK_CONN_MAX_MS;
-    sock.write(`${name}\n`);
-    const pump = (): void => {
-      while (!sock.destroyed && Date.now() < deadline) {
-        if (!sock.write(zeros)) {
-          sock.once('drain', pump);
-          return;
-        }
-      }
-      if (!sock.destroyed) sock.end();
-    };
-    pump();
-  };
-
-  // TLS over a JS stream: net.Socket data already read (the peeked first chunk) would be lost if
-  // TLSSocket took over the socket's handle directly, so it reads through this Duplex instead
-  const serveTls = (sock: net.Socket, head: Buffer): void => {
-    sock.pause();
-    const d = new Duplex({
-      read() {
-        sock.resume();
-      },
-      write(chunk: Buffer, _enc, cb) {
-        sock.write(chunk, cb);
-      },
-      final(cb) {
-        sock.end(cb);
-      },
-      destroy(err, cb) {
-        sock.destroy();
-        cb(err);
-      },
-    });
-    d.push(head);
-    sock.on('data', (c: Buffer) => {
-      if (!d.push(c)) sock.pause();
-    });
-    sock.on('end', () => d.push(null));
-    sock.on('close', () => d.destroy());
-    const t = new tls.TLSSocket(d, { isServer: true, secureContext });
-    t.on('error', () => sock.destroy());
-    web.emit('connection', t);
-  };
-
-  const server = net.createServer((sock) => {
-    sockets.add(sock);
-    sock.once('close', () => sockets.delete(sock));
-    sock.on('error', () => undefined);
-    sock.setTimeout(10_000, () => {
-      // only until the first byte: a bulk reader or a TLS client speaks at once
-      if (sock.bytesRead === 0) sock.destroy();
-    });
-    sock.once('data', (head: Buffer) => {
-      sock.setTimeout(0);
-      if (head[0] === 0x16) serveTls(sock, head);
-      else if (head[0] === 0x42 /* B */) serveBulk(sock);
-      else sock.destroy();
-    });
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ host, port }, () => resolve());
-  });
-  process.stdout.write(`bulk-server ${name}: listening on ${host}:${port}\n`);
-  const stop = (): void => {
-    server.close();
-    for (const s of sockets) s.destroy();
-    process.exit(0);
-  };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
-  setTimeout(stop, BULK_SERVER_LIFETIME_MS).unref();
-  await new Promise<void>((resolve) => server.once('close', () => resolve()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,7 +292,7 @@ async function startStack(lab: Lab, which: Daemons, backends: LabNode[]): Promis
     for (const s of settled) if (s.status === 'fulfilled') started.push(s.value);
     const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed) throw failed.reason;
-    await waitForStableHolder(lab, n1, 10_000);
+    await waitForStableHolder(lab, n1, 10_000, STABLE_MS);
     const want = new Set(backends.map((n) => `${n.ipv4}:${APISERVER_PORT}`));
     const waits: Promise<unknown>[] = [];
     const a1 = started.find((d): d is LabAgent => d.node === n1 && d instanceof LabAgent);
@@ -577,23 +331,6 @@ async function startStackRetry(lab: Lab, which: Daemons, backends: LabNode[]): P
     progress(`start failed, trying once more: ${errText(e)}`);
     return startStack(lab, which, backends);
   }
-}
-
-/** Waits until `node` alone holds the VIP and keeps it for STABLE_MS. */
-async function waitForStableHolder(lab: Lab, node: LabNode, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0] === node, { timeoutMs: Math.max(0, deadline - Date.now()), intervalMs: 25, what: `${node.name} to hold ${lab.vip4}` });
-    await sleep(STABLE_MS);
-    const h = await lab.holders(lab.vip4);
-    if (h.length === 1 && h[0] === node) return;
-    if (Date.now() > deadline) throw new Error(`${node.name} did not keep ${lab.vip4}: holders ${h.map((n) => n.name).join(',') || 'none'}`);
-  }
-}
-
-/** Deletes the client's neighbour entry for the VIP (it then ARPs on its first request). */
-async function forgetVip(lab: Lab): Promise<void> {
-  await lab.exec(lab.client.netns, ['ip', 'neigh', 'flush', 'to', lab.vip4, 'dev', 'eth0'], { allowFail: true });
 }
 
 /**
@@ -664,90 +401,13 @@ async function warmUp(lab: Lab, url: string): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // parts 1 and 2: throughput
 
-const thisScript = (): string => fileURLToPath(import.meta.url);
-
-/** Where workers run: the client namespace unless `netns` says otherwise, in a lab cgroup with `cgroup`. */
-export type WorkerPlace = { netns?: string } & Pick<LabRunOptions, 'cgroup'>;
-
-/**
- * Spawns `count` workers (this script, `--role …`) in the client namespace, or at `where`, with
- * `args(i, startAt)`, waits (bounded) and parses their result lines.
- */
-export async function runWorkers<T>(lab: Lab, count: number, durationMs: number, args: (i: number, startAt: number) => string[], where: WorkerPlace = {}): Promise<T[]> {
-  const startAt = Date.now() + START_DELAY_MS;
-  const procs: LabProcess[] = [];
-  const opts = { logFile: 'workers.log', ...(where.cgroup === undefined ? {} : { cgroup: where.cgroup }) };
-  for (let i = 0; i < count; i++) {
-    procs.push(lab.spawn(where.netns ?? lab.client.netns, [process.execPath, thisScript(), ...args(i, startAt)], opts));
-  }
-  const watchdog = setTimeout(() => procs.forEach((p) => p.kill('SIGKILL')), START_DELAY_MS + durationMs + 20_000);
-  try {
-    const codes = await Promise.all(procs.map((p) => p.exited));
-    return procs.map((p, i) => {
-      const line = p.output().split('\n').reverse().find((l) => l.startsWith('{"role"'));
-      if (codes[i] !== 0 || line === undefined) throw new Error(`worker ${i} exited ${codes[i]}: ${p.output().slice(-500)}`);
-      return JSON.parse(line) as T;
-    });
-  } finally {
-    clearTimeout(watchdog);
-  }
-}
-
-/** The order of `xs` rotated by `k` (pure): round k starts with a different setup. */
-export const rotate = <T>(xs: readonly T[], k: number): T[] => xs.map((_, i) => xs[(i + k) % xs.length]!);
-
-/** A setup's RateResult before its first round. */
-export const emptyRate = <S extends string>(setup: S, label: string): RateResult<S> => ({
-  setup, label, rounds: [], reqPerS: null, p50Ms: null, p99Ms: null, requests: 0, failed: 0, errors: {}, nodes: {}, ratio: { reqPerS: null, p50: null, p99: null },
-});
-
-/**
- * One round of the request-rate measurement: `workers` rate workers (at `where`, default the
- * client namespace) against `urls` for `durationMs`; adds the round's req/s (summed over the
- * workers), counts and latencies to `res` and `latencies`, and resolves with that req/s.
- * @throws when a worker fails (its output in the message).
- */
-export async function rateRound(lab: Lab, urls: readonly string[], workers: number, durationMs: number, res: RateResult<string>, latencies: number[], where: WorkerPlace = {}): Promise<number> {
-  const rs = await runWorkers<RateWorkerResult>(
-    lab, workers, durationMs,
-    (i, startAt) => [
-      '--role', 'rate-worker', ...urls.flatMap((u) => ['--url', u]), '--ca', lab.ca.certFile,
-      '--duration-ms', String(durationMs), '--start-at', String(startAt), '--index', String(i),
-    ],
-    where,
-  );
-  let perS = 0;
-  for (const r of rs) {
-    perS += r.elapsedMs > 0 ? (r.ok * 1000) / r.elapsedMs : 0;
-    res.requests += r.requests;
-    res.failed += r.requests - r.ok;
-    for (const [k, v] of Object.entries(r.errors)) res.errors[k] = (res.errors[k] ?? 0) + v;
-    for (const [k, v] of Object.entries(r.nodes)) res.nodes[k] = (res.nodes[k] ?? 0) + v;
-    latencies.push(...r.latencies);
-  }
-  res.rounds.push(round1(perS));
-  return round1(perS);
-}
-
-/** Fills every result's median req/s and p50/p99 (over `latencies` of its setup), and its ratios to `baseline`'s. */
-export function finishRates<S extends string>(results: Map<S, RateResult<S>>, latencies: Map<S, number[]>, baseline: S): void {
-  for (const [setup, r] of results) {
-    const lat = latencies.get(setup) ?? [];
-    r.reqPerS = stats2(r.rounds).median;
-    r.p50Ms = quantile(lat, 0.5);
-    r.p99Ms = quantile(lat, 0.99);
-  }
-  const d = results.get(baseline)!;
-  for (const r of results.values()) r.ratio = { reqPerS: ratioOf(r.reqPerS, d.reqPerS), p50: ratioOf(r.p50Ms, d.p50Ms), p99: ratioOf(r.p99Ms, d.p99Ms) };
-}
-
 interface RateTarget {
   setup: Setup;
   label: string;
   urls: string[];
 }
 
-async function partRate(lab: Lab, workers: number, durationMs: number): Promise<RateResult[]> {
+async function partRate(lab: Lab, workers: number, durationMs: number): Promise<RateResult<Setup>[]> {
   const n2 = lab.nodes[1]!;
   const url = (host: string, port: number): string => `https://${host}:${port}/version`;
   const targets: RateTarget[] = [
@@ -756,7 +416,7 @@ async function partRate(lab: Lab, workers: number, durationMs: number): Promise<
     { setup: 'ballast', label: `ballast VIP:${APISERVER_PORT} (nftables DNAT)`, urls: [url(lab.vip4, APISERVER_PORT)] },
     { setup: 'haproxy', label: `haproxy VIP:${HAPROXY_PORT} (TCP mode)`, urls: [url(lab.vip4, HAPROXY_PORT)] },
   ];
-  const results = new Map<Setup, RateResult>(targets.map((t) => [t.setup, emptyRate(t.setup, t.label)]));
+  const results = new Map<Setup, RateResult<Setup>>(targets.map((t) => [t.setup, emptyRate(t.setup, t.label)]));
   const latencies = new Map<Setup, number[]>(targets.map((t) => [t.setup, []]));
   let stack: Stack | undefined;
   try {
@@ -796,7 +456,7 @@ async function partBulk(lab: Lab, workers: number, durationMs: number): Promise<
   const { certFile, keyFile } = await lab.serverCert(n2);
   const server = lab.spawn(
     n2.netns,
-    [process.execPath, thisScript(), '--role', 'bulk-server', '--name', n2.name, '--cert', certFile, '--key', keyFile, '--host', '0.0.0.0', '--port', String(APISERVER_PORT)],
+    [process.execPath, workerScript(), '--role', 'bulk-server', '--name', n2.name, '--cert', certFile, '--key', keyFile, '--host', '0.0.0.0', '--port', String(APISERVER_PORT)],
     { logFile: `bulk-server-${n2.name}.log` },
   );
   let stack: Stack | undefined;
@@ -843,12 +503,6 @@ async function partBulk(lab: Lab, workers: number, durationMs: number): Promise<
 const DAEMONS: Record<'ballast' | 'haproxy', Daemons> = { ballast: { ballast: true }, haproxy: { keepalived: true, haproxy: true } };
 const PORTS: Record<'ballast' | 'haproxy', number> = { ballast: APISERVER_PORT, haproxy: HAPROXY_PORT };
 
-/** The prober's clock now: the start time (ms since its start) of its latest finished request. */
-function proberNow(p: ReturnType<typeof runProber>): number {
-  const rs = p.results();
-  return rs.length ? Math.max(...rs.map((r) => r.t)) : 0;
-}
-
 /**
  * Starts the prober against the VIP and returns once BEFORE_MS passed and it has BEFORE_OK
  * successes (its start-up is slow on a loaded machine); throws when that takes over 5 s.
@@ -878,7 +532,7 @@ async function apiserverStopRun(lab: Lab, setup: 'ballast' | 'haproxy', run: num
   try {
     stack = await startStackRetry(lab, DAEMONS[setup], lab.nodes);
     prober = await startProbing(lab, PORTS[setup], `stop-${setup}-${run}`);
-    const faultT = proberNow(prober);
+    const faultT = prober.now();
     const out = stack.backendDown(n1, n1, STOP_WINDOW_MS);
     const faultAt = Date.now();
     await lab.stopApiserver(n1);
@@ -916,7 +570,7 @@ async function nodeDeathRun(lab: Lab, setup: 'ballast' | 'haproxy', run: number)
   try {
     stack = await startStackRetry(lab, DAEMONS[setup], lab.nodes);
     prober = await startProbing(lab, PORTS[setup], `death-${setup}-${run}`);
-    const faultT = proberNow(prober);
+    const faultT = prober.now();
     const out = stack.backendDown(lab.nodes[1]!, n1, DEATH_CAP_MS);
     const faultAt = Date.now();
     await lab.linkDown(n1);
@@ -924,7 +578,7 @@ async function nodeDeathRun(lab: Lab, setup: 'ballast' | 'haproxy', run: number)
     for (let i = 0; i < DEATH_CAP_MS / 80; i++) {
       await sleep(100);
       const rs = prober.results();
-      const now = proberNow(prober) - faultT;
+      const now = prober.now() - faultT;
       const fails = rs.filter((x) => !x.ok && x.t >= faultT);
       const last = fails.length ? Math.max(...fails.map((x) => x.t)) - faultT : null;
       if (now >= DEATH_CAP_MS) break;
@@ -956,11 +610,7 @@ async function nodeDeathRun(lab: Lab, setup: 'ballast' | 'haproxy', run: number)
 // ---------------------------------------------------------------------------------------------
 // output
 
-export const fmt = (v: number | null | undefined, w: number, digits = 0): string => (v === null || v === undefined ? '—' : v.toFixed(digits)).padStart(w);
-export const fmtRatio = (v: number | null, w: number): string => (v === null ? '—' : `×${v.toFixed(2)}`).padStart(w);
-export const counts = (o: Record<string, number>): string => Object.entries(o).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(' ') || '—';
-
-function printRate(rs: RateResult[], workers: number, seconds: number): void {
+function printRate(rs: RateResult<Setup>[], workers: number, seconds: number): void {
   say(`1. new-connection request rate: ${workers} workers × ${seconds} s × ${ROUNDS} rounds, each a loop of HTTPS GET /version on a new verified TLS connection`);
   const head = `${'setup'.padEnd(38)}${'req/s'.padStart(7)}${''.padStart(7)}${'p50 ms'.padStart(8)}${''.padStart(7)}${'p99 ms'.padStart(8)}${''.padStart(7)}${'failed'.padStart(7)}  ${'req/s per round'.padEnd(17)}  served by`;
   say(head);
@@ -1055,7 +705,7 @@ function printReport(rep: BenchReport): void {
 // main
 
 function usage(): string {
-  return 'usage: node dist/scripts/bench.js [--runs N (1..20, default 5)] [--seconds S per measurement (1..30, default 2)] [--workers W (1..16, default 4)] [--json]';
+  return 'usage: node dist/bench/balancing.js [--runs N (1..20, default 5)] [--seconds S per measurement (1..30, default 2)] [--workers W (1..16, default 4)] [--json]';
 }
 
 const OPTIONS = {
@@ -1064,98 +714,13 @@ const OPTIONS = {
   workers: { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
-  // internal roles (run inside the lab's namespaces)
-  role: { type: 'string' },
-  url: { type: 'string', multiple: true },
-  ca: { type: 'string' },
-  host: { type: 'string' },
-  port: { type: 'string' },
-  'duration-ms': { type: 'string' },
-  'start-at': { type: 'string' },
-  index: { type: 'string' },
-  name: { type: 'string' },
-  cert: { type: 'string' },
-  key: { type: 'string' },
 } as const;
 
 const parseCli = (): ReturnType<typeof parseArgs<{ options: typeof OPTIONS; strict: true }>> => parseArgs({ options: OPTIONS, strict: true });
 
-function intArg(name: string, v: string | undefined, dflt: number, min: number, max: number): number {
-  const n = v === undefined ? dflt : Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new TypeError(`--${name} must be an integer ${min}..${max}, got ${v}`);
-  return n;
-}
-
-/**
- * What a bench script checks before it builds a lab: `--runs` (1..maxRuns), `--seconds` (1..30)
- * and `--workers` (1..16) with their defaults, root, the `files` it needs (path, Debian package)
- * and the compiled CLI. Resolves with the numbers, or prints why not (prefixed with `name`) and
- * resolves with the exit status (2: a bad option, 1: the machine).
- */
-export function preflight(
-  values: { runs?: string | undefined; seconds?: string | undefined; workers?: string | undefined },
-  o: { name: string; usage: string; defaults: { runs: number; maxRuns: number; seconds: number; workers: number }; root: string; files: readonly (readonly [string, string])[] },
-): { runs: number; seconds: number; workers: number } | number {
-  const d = o.defaults;
-  let checked: { runs: number; seconds: number; workers: number };
-  try {
-    checked = {
-      runs: intArg('runs', values.runs, d.runs, 1, d.maxRuns),
-      seconds: intArg('seconds', values.seconds, d.seconds, 1, 30),
-      workers: intArg('workers', values.workers, d.workers, 1, 16),
-    };
-  } catch (e) {
-    process.stderr.write(`${errText(e)}\n${o.usage}\n`);
-    return 2;
-  }
-  if (process.getuid?.() !== 0) {
-    process.stderr.write(`${o.name}: needs root (${o.root})\n`);
-    return 1;
-  }
-  for (const [path, pkg] of o.files) {
-    if (!existsSync(path)) {
-      process.stderr.write(`${o.name}: ${path} is missing (apt-get install ${pkg}, or npm run setup)\n`);
-      return 1;
-    }
-  }
-  if (!existsSync(cliPath())) {
-    process.stderr.write(`${o.name}: ${cliPath()} is missing; run \`npm run build:ts\`\n`);
-    return 1;
-  }
-  return checked;
-}
-
-/** Runs one of the internal roles (in a lab namespace); resolves with the exit status. */
-async function role(values: ReturnType<typeof parseCli>['values']): Promise<number> {
-  const out = (o: unknown): void => void process.stdout.write(`${JSON.stringify(o)}\n`);
-  const durationMs = (): number => intArg('duration-ms', values['duration-ms'], 0, 1, 60_000);
-  const startAt = (): number => intArg('start-at', values['start-at'], Date.now(), 0, Number.MAX_SAFE_INTEGER);
-  switch (values.role) {
-    case 'rate-worker': {
-      if (!values.url?.length || values.ca === undefined) throw new TypeError('rate-worker: --url and --ca are required');
-      out(await rateWorker(values.url.map((u) => new URL(u)), readFileSync(values.ca), durationMs(), startAt(), intArg('index', values.index, 0, 0, 1000)));
-      return 0;
-    }
-    case 'bulk-worker': {
-      if (values.host === undefined) throw new TypeError('bulk-worker: --host is required');
-      out(await bulkWorker(values.host, intArg('port', values.port, 0, 1, 65535), durationMs(), startAt()));
-      return 0;
-    }
-    case 'bulk-server': {
-      if (values.name === undefined || values.cert === undefined || values.key === undefined) throw new TypeError('bulk-server: --name, --cert and --key are required');
-      await bulkServer(values.name, readFileSync(values.cert), readFileSync(values.key), values.host ?? '0.0.0.0', intArg('port', values.port, 0, 1, 65535));
-      return 0;
-    }
-    default:
-      throw new TypeError(`unknown --role ${values.role}`);
-  }
-}
-
-const load = (): number[] => loadavg().map(round2);
 
 async function main(): Promise<number> {
   const { values } = parseCli();
-  if (values.role !== undefined) return role(values);
   if (values.help) {
     say(usage());
     return 0;

@@ -2,7 +2,7 @@
  * `npm run bench:failover [-- --runs N --json]`: the client-visible outage of a VIP
  * failover, ballast and keepalived side by side, in one run, on one lab.
  *
- * The lab (scripts/lab.ts, prefix bbnch, 10.78.95.0/24): three nodes with priorities
+ * The lab (lab/lab.ts, prefix bbnch, 10.78.95.0/24): three nodes with priorities
  * 150/100/50, adverts every 100 ms, VRID 51, VIP 10.78.95.100/32 on eth0, a TLS stand-in
  * apiserver on every node. The client opens a NEW TLS connection to https://VIP:6443/version
  * every 10 ms (250 ms timeout); a run's figure is the prober's maxOutageMs: from the start of
@@ -27,7 +27,7 @@
  * SIGTERM: its priority-0 advert) to the new holder's first advert, and "GARP lag" = the new
  * holder's first advert to its first gratuitous ARP for the VIP.
  *
- * keepalived runs with its defaults except what the comparison needs (scripts/keepalived.ts):
+ * keepalived runs with its defaults except what the comparison needs (lab/peers/keepalived.ts):
  * `vrrp_version 3`, `advert_int 0.1`, state BACKUP, preempt on, garp_master_repeat 5 and a
  * second burst after 5 s — the same announcement defaults as ballast.
  *
@@ -36,15 +36,17 @@
  * on failure and on SIGINT; it stops only what it (or the lab) started.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { Lab, runProber, type LabNode, type LabProcess, type ProberReport } from './lab.js';
-import { cliPath, startAgent, waitFor, type LabAgent } from './cluster.js';
-import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from './keepalived.js';
+import { Lab, runProber, type LabNode, type LabProcess, type ProberReport } from '../lab/lab.js';
+import { startAgent, type LabAgent } from '../lab/cluster.js';
+import { sleep, waitFor } from '../lab/wait.js';
+import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedPeer } from '../lab/peers/keepalived.js';
 import { masterDownIntervalMs, skewTimeMs } from '../src/vrrp/state.js';
 import { stats, type Stats } from './stats.js';
-import { runIfMain } from './entry.js';
+import { fmt, forgetVip, preflight, round1, say, waitForStableHolder } from './common.js';
+import { runIfMain } from '../lab/entry.js';
 
 // "bbench" would be one character over the lab's prefix limit (≤ 5: interface names are ≤ 15)
 const PREFIX = 'bbnch';
@@ -128,9 +130,6 @@ const SCENARIOS: Scenario[] = [
   { daemon: 'keepalived', failure: 'sigterm', label: 'keepalived SIGTERM' },
 ];
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const say = (line = ''): void => void process.stdout.write(`${line}\n`);
-const round1 = (ms: number): number => Math.round(ms * 10) / 10;
 
 // ---------------------------------------------------------------------------------------------
 // the wire: tcpdump -e -tt in the client namespace
@@ -236,18 +235,6 @@ async function startCluster(lab: Lab, daemon: Daemon): Promise<Cluster> {
   return cluster;
 }
 
-/** Waits until `node` alone holds the VIP and keeps it for STABLE_MS. */
-async function waitForStableHolder(lab: Lab, node: LabNode, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0] === node, { timeoutMs: Math.max(0, deadline - Date.now()), intervalMs: 25, what: `${node.name} to hold ${lab.vip4}` });
-    await sleep(STABLE_MS);
-    const h = await lab.holders(lab.vip4);
-    if (h.length === 1 && h[0] === node) return;
-    if (Date.now() > deadline) throw new Error(`${node.name} did not keep ${lab.vip4}: holders ${h.map((n) => n.name).join(',') || 'none'}`);
-  }
-}
-
 /**
  * Times the failure: waits for the holder's next advert on the wire, then half an interval, so
  * the failure lands mid-interval for both daemons alike. A link-down outage depends on where in
@@ -261,11 +248,6 @@ async function alignToAdvert(cap: LabProcess | undefined, holder: LabNode): Prom
   const ip = holder.ipv4.replace(/\./g, '\\.');
   await cap.waitForOutput(new RegExp(`${ip} > 224\\.0\\.0\\.18: VRRPv3, Advertisement, vrid \\d+, prio [1-9]`), { timeoutMs: 10 * ADVERT_MS });
   await sleep(ADVERT_MS / 2);
-}
-
-/** Deletes the client's neighbour entry for the VIP (it then ARPs on its first request). */
-async function forgetVip(lab: Lab): Promise<void> {
-  await lab.exec(lab.client.netns, ['ip', 'neigh', 'flush', 'to', lab.vip4, 'dev', 'eth0'], { allowFail: true });
 }
 
 /** Puts the lab back to its starting point: links up, no VIP anywhere, client neighbour entry gone. */
@@ -292,7 +274,7 @@ async function runOnce(lab: Lab, sc: Scenario, run: number, capture: boolean): P
   let terminated: Promise<unknown> | undefined;
   try {
     cluster = await startCluster(lab, sc.daemon);
-    await waitForStableHolder(lab, n1, 10_000);
+    await waitForStableHolder(lab, n1, 10_000, STABLE_MS);
     // the client starts every run without a neighbour entry for the VIP, whatever the startup
     // left (once, after a startup in which n2 was Active before n1 preempted, the client got no
     // answer at all for 700 ms; the cause was not pinned down)
@@ -349,7 +331,6 @@ async function runOnce(lab: Lab, sc: Scenario, run: number, capture: boolean): P
 // ---------------------------------------------------------------------------------------------
 // output
 
-const fmt = (v: number | null | undefined, w: number, digits = 0): string => (v === null || v === undefined ? '—' : v.toFixed(digits)).padStart(w);
 
 function printTable(report: BenchReport): void {
   const runs = report.runs;
@@ -390,7 +371,7 @@ function printTable(report: BenchReport): void {
 // main
 
 function usage(): string {
-  return 'usage: node dist/scripts/bench-failover.js [--runs N (1..20, default 5)] [--json]';
+  return 'usage: node dist/bench/failover.js [--runs N (1..20, default 5)] [--json]';
 }
 
 /** keepalived processes on this machine that this process did not start (pids). */
@@ -413,23 +394,16 @@ async function main(): Promise<number> {
     say(usage());
     return 0;
   }
-  const runs = values.runs === undefined ? DEFAULT_RUNS : Number(values.runs);
-  if (!Number.isInteger(runs) || runs < 1 || runs > MAX_RUNS) {
-    process.stderr.write(`--runs must be an integer 1..${MAX_RUNS}, got ${values.runs}\n${usage()}\n`);
-    return 2;
-  }
-  if (process.getuid?.() !== 0) {
-    process.stderr.write('bench-failover: needs root (network namespaces, raw sockets)\n');
-    return 1;
-  }
-  if (!existsSync(KEEPALIVED_PATH)) {
-    process.stderr.write(`bench-failover: ${KEEPALIVED_PATH} is missing (apt-get install keepalived, or npm run setup)\n`);
-    return 1;
-  }
-  if (!existsSync(cliPath())) {
-    process.stderr.write(`bench-failover: ${cliPath()} is missing; run \`npm run build:ts\`\n`);
-    return 1;
-  }
+  const checked = preflight(values, {
+    name: 'bench-failover',
+    usage: usage(),
+    // no --seconds or --workers here: their defaults are never used
+    defaults: { runs: DEFAULT_RUNS, maxRuns: MAX_RUNS, seconds: 1, workers: 1 },
+    root: 'network namespaces, raw sockets',
+    files: [[KEEPALIVED_PATH, 'keepalived']],
+  });
+  if (typeof checked === 'number') return checked;
+  const { runs } = checked;
   const foreign = foreignKeepalived();
   if (foreign.length > 0) {
     // outside the lab's namespaces they cannot join its election, but someone should know

@@ -1,5 +1,5 @@
 /**
- * haproxy as a lab peer (scripts/lab.ts): the load balancer of the Kubernetes kubeadm HA guide
+ * haproxy as a lab peer (lab/lab.ts): the load balancer of the Kubernetes kubeadm HA guide
  * ("High Availability Considerations" → "Options for Software Load Balancing" → keepalived and
  * haproxy, kubernetes/kubeadm docs/ha-considerations.md), rendered for one lab node and run in the
  * foreground inside the node's network namespace:
@@ -46,7 +46,8 @@ import { spawnSync } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import net, { isIP } from 'node:net';
 import { join } from 'node:path';
-import type { Lab, LabNode, LabProcess } from './lab.js';
+import type { Lab, LabNode, LabProcess } from '../lab.js';
+import { sleep } from '../wait.js';
 
 /** The haproxy binary (Debian's package installs it here). */
 export const HAPROXY_PATH = '/usr/sbin/haproxy';
@@ -146,7 +147,7 @@ export function haproxyConfig(opts: HaproxyOptions): string {
   }
   const ip = (a: string): string => (isIP(a) === 6 ? `[${a}]` : a);
   const lines = [
-    '# rendered by ballast scripts/haproxy.ts: the kubeadm HA guide\'s haproxy.cfg, TCP mode',
+    '# rendered by ballast lab/peers/haproxy.ts: the kubeadm HA guide\'s haproxy.cfg, TCP mode',
     'global',
     // notice: server state changes are logged, per-connection lines (info) are not
     '    log stdout format raw local0 notice',
@@ -313,7 +314,7 @@ export async function startHaproxy(lab: Lab, node: LabNode, opts: HaproxyOptions
         if (Date.now() > deadline) {
           throw new Error(`haproxy on ${node.name}: timed out waiting for ${o.what ?? 'its servers'}; last: ${JSON.stringify(last)}`);
         }
-        await new Promise((r) => setTimeout(r, 50));
+        await sleep(50);
       }
     },
     stop: (stopTimeoutMs = 3000) => proc.stop('SIGTERM', stopTimeoutMs),
@@ -330,6 +331,6 @@ export async function startHaproxy(lab: Lab, node: LabNode, opts: HaproxyOptions
       await proc.stop('SIGKILL', 2000);
       throw new Error(`haproxy on ${node.name} did not answer on ${socketPath} within ${timeoutMs} ms; output:\n${proc.output().slice(-2000)}`);
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
 }

@@ -15,6 +15,7 @@
 //   unref             the main thread opens a socket and unrefs it: the process ends by itself
 //   ref               the main thread opens a socket and keeps it: the process stays (killed by the test)
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 
 const [nativePath, mode, ifname] = isMainThread ? process.argv.slice(2) : [workerData.nativePath, workerData.mode, workerData.ifname];
@@ -66,7 +67,6 @@ if (!isMainThread) {
       worker.on('error', (e) => (error = e));
       worker.on('exit', (code) => resolve({ code, error }));
     });
-  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
   if (mode === 'terminate') {
     for (let round = 0; round < 3; round++) {

@@ -2,7 +2,7 @@
  * The local proxy (src/dataplane/proxy.ts) as a process of its own, so a test can run it inside
  * a lab node's network namespace and drive it the way the agent would.
  *
- *   node dist/scripts/proxy-endpoint.js --endpoint 127.0.0.1:7443 [--endpoint [::1]:7443]
+ *   node dist/lab/proxy-endpoint.js --endpoint 127.0.0.1:7443 [--endpoint [::1]:7443]
  *        [--connect-timeout 1000] [--commands PATH]
  *
  * Commands arrive as JSON lines on stdin, or from PATH (a FIFO: lab.spawn gives its processes

@@ -33,7 +33,7 @@
  * inside). Teardown kills what is left in those cgroups and removes them. The lab never hands
  * out, and exec/spawn refuse, any cgroup but its own children: nothing attaches to the root.
  *
- * Child processes run the compiled scripts (dist/scripts/*.js): `npm run build:ts` first.
+ * Child processes run the compiled scripts under dist/lab (see compiledScript): `npm run build:ts` first.
  */
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -43,9 +43,10 @@ import { tmpdir } from 'node:os';
 import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { findCgroup2Root } from '../src/dataplane/ebpf.js';
-import type { ProbeResult, ReachResult, Summary } from './prober.js';
+import { sleep, waitFor } from './wait.js';
+import type { ProbeResult, ReachResult, Summary } from './clients/prober.js';
 
-export type { Outage, ProbeResult, ReachResult, Summary } from './prober.js';
+export type { Outage, ProbeResult, ReachResult, Summary } from './clients/prober.js';
 
 // ---------------------------------------------------------------------------------------------
 // public shapes
@@ -163,6 +164,11 @@ export interface ProberRun {
   process: LabProcess;
   /** results received so far, in completion order */
   results(): ProbeResult[];
+  /**
+   * The prober's clock now (ms since its start): the start time `t` of its latest finished
+   * request, 0 before the first one. A fault injected now happened after every request up to it.
+   */
+  now(): number;
   /** SIGTERM: stop scheduling, let requests in flight finish, resolve with the report */
   stop(): Promise<ProberReport>;
   /** resolves when the prober ends on its own bounds (or after stop()) */
@@ -174,7 +180,7 @@ export interface ProberRun {
 
 /**
  * The directory of package.json, found by walking up from this module: the same answer
- * whether this runs as scripts/lab.ts (vitest) or as dist/scripts/lab.js.
+ * whether this runs as lab/lab.ts (vitest) or as dist/lab/lab.js.
  */
 export function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
@@ -186,19 +192,41 @@ export function packageRoot(): string {
   }
 }
 
+/** The scripts the lab runs as child processes: name → source path without `.ts`, from the package root. */
+const SCRIPTS = {
+  'apiserver-standin': 'lab/apiserver-standin',
+  'ebpf-endpoint': 'lab/ebpf-endpoint',
+  'proxy-endpoint': 'lab/proxy-endpoint',
+  'inject-vrrp': 'lab/inject-vrrp',
+  'fuzz-vrrp': 'lab/fuzz-vrrp',
+  'block-main-thread': 'lab/block-main-thread',
+  prober: 'lab/clients/prober',
+  longconn: 'lab/clients/longconn',
+  'health-probe': 'lab/clients/health-probe',
+} as const;
+
+/** A script the lab runs as a child process (see SCRIPTS). */
+export type LabScript = keyof typeof SCRIPTS;
+
 /**
- * Absolute path of a compiled script (dist/scripts/<name>.js). Throws when it is missing or
- * older than scripts/<name>.ts, telling to run `npm run build:ts`.
+ * Absolute path of a compiled script (dist/<path>.js, e.g. dist/lab/clients/prober.js).
+ * `also`: more sources (paths from the package root, e.g. `src/health/probe.ts`) the compiled
+ * script must not be older than.
+ * @throws Error when it is missing or older than its source or one of `also`, telling to run
+ *   `npm run build:ts` (child processes run compiled JS, not the sources).
  */
-export function compiledScript(name: 'apiserver-standin' | 'prober' | 'ebpf-endpoint' | 'longconn'): string {
+export function compiledScript(name: LabScript, also: readonly string[] = []): string {
   const root = packageRoot();
-  const js = join(root, 'dist', 'scripts', `${name}.js`);
-  const ts = join(root, 'scripts', `${name}.ts`);
+  const rel = SCRIPTS[name];
+  const js = join(root, 'dist', `${rel}.js`);
   if (!existsSync(js)) {
     throw new Error(`ballast lab: ${js} is missing; run \`npm run build:ts\` first (child processes run compiled JS)`);
   }
-  if (existsSync(ts) && statSync(ts).mtimeMs > statSync(js).mtimeMs) {
-    throw new Error(`ballast lab: ${js} is older than scripts/${name}.ts; run \`npm run build:ts\``);
+  for (const src of [`${rel}.ts`, ...also]) {
+    const file = join(root, src);
+    if (existsSync(file) && statSync(file).mtimeMs > statSync(js).mtimeMs) {
+      throw new Error(`ballast lab: ${js} is older than ${src}; run \`npm run build:ts\``);
+    }
   }
   return js;
 }
@@ -228,19 +256,6 @@ function run(file: string, args: string[], opts: { timeoutMs?: number; allowFail
 }
 
 const ip = (args: string[], opts?: { timeoutMs?: number; allowFail?: boolean }): Promise<ExecResult> => run('ip', args, opts);
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-/** Polls `check` every `everyMs` until it returns a value other than undefined; bounded. */
-async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined>, everyMs = 25): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() >= deadline) throw new Error(`ballast lab: timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
 
 function isErrno(e: unknown, code: string): boolean {
   return e instanceof Error && (e as NodeJS.ErrnoException).code === code;
@@ -721,19 +736,19 @@ export class Lab {
     }
 
     for (const ep of this.#endpoints) await this.#waitCarrier(ep, true);
-    await until('bridge ports forwarding', 5000, async () => {
+    await waitFor(async () => {
       const ports = JSON.parse((await run('bridge', ['-n', this.lan, '-j', 'link'])).stdout) as { ifname?: string; state?: string }[];
       const fwd = new Set(ports.filter((p) => p.state === 'forwarding').map((p) => p.ifname));
-      return this.#endpoints.every((e) => fwd.has(e.bridgePort)) ? true : undefined;
-    });
+      return this.#endpoints.every((e) => fwd.has(e.bridgePort));
+    }, { timeoutMs: 5000, intervalMs: 25, what: 'bridge ports forwarding' });
     if (this.ipv6) {
-      await until('IPv6 addresses usable (not tentative)', 5000, async () => {
+      await waitFor(async () => {
         for (const ep of this.#endpoints) {
           const a = await this.#addressesIn(ep.netns);
-          if (!a.some((x) => x.family === 'inet6' && x.scope === 'link') || a.some((x) => x.tentative)) return undefined;
+          if (!a.some((x) => x.family === 'inet6' && x.scope === 'link') || a.some((x) => x.tentative)) return false;
         }
         return true;
-      });
+      }, { timeoutMs: 5000, intervalMs: 25, what: 'IPv6 addresses usable (not tentative)' });
     }
   }
 
@@ -891,11 +906,11 @@ export class Lab {
   }
 
   async #waitCarrier(ep: Endpoint, up: boolean): Promise<void> {
-    await until(`${ep.netns} eth0 carrier ${up ? 'up' : 'down'}`, 5000, async () => {
+    await waitFor(async () => {
       const [l] = JSON.parse((await ip(['-n', ep.netns, '-j', 'link', 'show', 'dev', 'eth0'])).stdout) as { flags?: string[] }[];
       const hasCarrier = l?.flags?.includes('LOWER_UP') ?? false;
-      return hasCarrier === up ? true : undefined;
-    });
+      return hasCarrier === up;
+    }, { timeoutMs: 5000, intervalMs: 25, what: `${ep.netns} eth0 carrier ${up ? 'up' : 'down'}` });
   }
 
   #endpointOf(node: LabNode): Endpoint {
@@ -921,10 +936,10 @@ export class Lab {
     const ep = this.#endpointOf(node);
     await ip(['-n', this.lan, 'link', 'set', ep.bridgePort, 'up']);
     await this.#waitCarrier(ep, true);
-    await until(`${ep.bridgePort} forwarding`, 5000, async () => {
+    await waitFor(async () => {
       const [p] = JSON.parse((await run('bridge', ['-n', this.lan, '-j', 'link', 'show', 'dev', ep.bridgePort])).stdout) as { state?: string }[];
-      return p?.state === 'forwarding' ? true : undefined;
-    });
+      return p?.state === 'forwarding';
+    }, { timeoutMs: 5000, intervalMs: 25, what: `${ep.bridgePort} forwarding` });
   }
 
   async #addressesIn(netns: string): Promise<LabAddress[]> {
@@ -1031,7 +1046,7 @@ export class Lab {
     this.#apiservers.set(node.name, p);
     await p.waitForOutput(/listening on/, { timeoutMs: 10_000, includeExisting: true });
     const url = `https://${node.ipv4}:${this.#apiserverPort}/readyz`;
-    await until(`${url} to answer 200`, 10_000, async () => ((await probeOnce(this, url, { timeoutMs: 2000 })).ok ? true : undefined), 100);
+    await waitFor(async () => (await probeOnce(this, url, { timeoutMs: 2000 })).ok, { timeoutMs: 10_000, intervalMs: 100, what: `${url} to answer 200` });
   }
 
   /** Stops `node`'s stand-in (SIGTERM, SIGKILL after 3000 ms); no-op when it is not running. */
@@ -1213,7 +1228,7 @@ export function onJsonLines<T>(proc: LabProcess, onObject: (o: T) => void): void
 }
 
 /**
- * Starts the prober (scripts/prober.ts) in the client namespace against `opts.url` with the
+ * Starts the prober (lab/clients/prober.ts) in the client namespace against `opts.url` with the
  * lab CA. `done` resolves with the prober's summary plus every result when it ends on its own
  * bounds; `stop()` ends it early (SIGTERM) and resolves the same way. A prober that ends
  * without a summary rejects `done`. A watchdog SIGKILLs it 15 s past its duration.
@@ -1249,6 +1264,7 @@ export function runProber(lab: Lab, opts: RunProberOptions): ProberRun {
   return {
     process: proc,
     results: () => [...results],
+    now: () => results.reduce((t, r) => Math.max(t, r.t), 0),
     stop: () => {
       proc.kill('SIGTERM');
       return done;

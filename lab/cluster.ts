@@ -1,5 +1,5 @@
 /**
- * ballast agents on a lab (scripts/lab.ts): writes each node's config, starts
+ * ballast agents on a lab (lab/lab.ts): writes each node's config, starts
  * `node dist/src/cli.js run` inside the node's network namespace, and reads its state through
  * `ballast status --json` run in the same namespace. Used by the demo and the integration tests.
  */
@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { Lab, LabNode, LabProcess } from './lab.js';
 import { compiledScript, onJsonLines, packageRoot } from './lab.js';
-import type { LongconnEvent, LongconnResult, LongconnSummary } from './longconn.js';
+import { waitFor } from './wait.js';
+import type { LongconnEvent, LongconnResult, LongconnSummary } from './clients/longconn.js';
 import type { ElectionStatusDocument, StatusDocument } from '../src/observe/status.js';
 
 /** What varies between agents in a test; everything else has the lab's defaults. */
@@ -170,25 +171,6 @@ export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Pro
   return agent;
 }
 
-/**
- * Polls `probe` until `done(value)` holds; returns that value.
- * @throws Error naming `what` after `timeoutMs` (ms).
- */
-export async function waitFor<T>(
-  probe: () => Promise<T>,
-  done: (v: T) => boolean,
-  o: { timeoutMs: number; intervalMs?: number; what: string },
-): Promise<T> {
-  const until = Date.now() + o.timeoutMs;
-  let last: T | undefined;
-  for (;;) {
-    last = await probe();
-    if (done(last)) return last;
-    if (Date.now() > until) throw new Error(`timed out after ${o.timeoutMs} ms waiting for ${o.what}; last: ${JSON.stringify(last)}`);
-    await new Promise((r) => setTimeout(r, o.intervalMs ?? 50));
-  }
-}
-
 /** Waits until exactly one node holds `vip` and returns it. */
 export async function waitForSingleHolder(lab: Lab, vip: string, timeoutMs = 10_000): Promise<LabNode> {
   const h = await waitFor(() => lab.holders(vip), (hs) => hs.length === 1, { timeoutMs, what: `exactly one holder of ${vip}` });
@@ -210,11 +192,6 @@ export async function blockVrrp(lab: Lab, block: boolean): Promise<void> {
     'add rule bridge ballast_lab forward ether type ip6 meta l4proto 112 drop',
   ];
   await lab.exec(lan, ['sh', '-c', `printf '%s\\n' ${rules.map((r) => `'${r}'`).join(' ')} | nft -f -`]);
-}
-
-/** A compiled helper script under dist/scripts. */
-export function scriptPath(name: string): string {
-  return join(packageRoot(), 'dist', 'scripts', name);
 }
 
 /** Waits until `name` is the one and only holder of `vip`. @throws after `timeoutMs` (ms). */
@@ -249,7 +226,7 @@ export interface ConnectSummary {
 
 /**
  * Opens `count` connections (one after another) from `node`'s namespace, inside `cgroup` when
- * given, with scripts/ebpf-endpoint.ts `connect`: TLS with the lab CA when `tls`, else a plain
+ * given, with lab/ebpf-endpoint.ts `connect`: TLS with the lab CA when `tls`, else a plain
  * TCP connect; `listen` first listens on the address itself (a connection that is not rewritten
  * lands there, as node "self").
  */
@@ -268,7 +245,7 @@ export async function connectFrom(
   return JSON.parse(r.stdout.trim().split('\n').pop() ?? '') as ConnectSummary;
 }
 
-/** A running scripts/longconn.ts and what it reported so far. */
+/** A running lab/clients/longconn.ts and what it reported so far. */
 export interface Longconn {
   proc: LabProcess;
   events: LongconnEvent[];
@@ -277,7 +254,7 @@ export interface Longconn {
 }
 
 /**
- * Starts scripts/longconn.ts against `url` from `node`'s namespace (inside `cgroup` when given)
+ * Starts lab/clients/longconn.ts against `url` from `node`'s namespace (inside `cgroup` when given)
  * and resolves once its output matches `until` (default: its first answered request).
  */
 export async function startLongconn(lab: Lab, node: LabNode, url: string, args: string[], o: { cgroup?: string; until?: RegExp } = {}): Promise<Longconn> {

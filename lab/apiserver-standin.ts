@@ -2,7 +2,7 @@
  * A TLS stand-in for kube-apiserver (a real one cannot run in the lab): enough surface for
  * ballast's health checks and for clients that measure which node served them.
  *
- *   node dist/scripts/apiserver-standin.js --name n1 --cert C --key K [--port 6443] [--host ::]
+ *   node dist/lab/apiserver-standin.js --name n1 --cert C --key K [--port 6443] [--host ::]
  *        [--unready]
  *
  *   GET /readyz   200 "ok", or 500 "[-]lab-readiness failed …" while unready
