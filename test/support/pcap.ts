@@ -79,18 +79,19 @@ export function readPcap(path: string): PcapRecord[] {
 }
 
 /**
- * Where the shared keepalived captures live: $BALLAST_FIXTURES, else `../shared/fixtures` beside
- * the repository (that is where both a developer's checkout and CI's clone find `shared/`).
+ * Absolute path of a keepalived capture (or its decoded text): in test/fixtures/ of this
+ * repository (real packets from keepalived 2.2.7, see test/fixtures/README.md), or in
+ * $BALLAST_FIXTURES when that is set (to try other captures of the same names).
+ * @throws Error naming the path when the file is not there.
  */
 export function fixturePath(name: string): string {
-  const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-  const dir = process.env.BALLAST_FIXTURES ?? resolve(root, '..', 'shared', 'fixtures');
-  if (!existsSync(dir)) {
-    throw new Error(
-      `the keepalived captures are not at ${dir}: they live in the shared folder beside the repository (../shared/fixtures); set BALLAST_FIXTURES to their directory`,
-    );
+  const dir = process.env.BALLAST_FIXTURES ?? resolve(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures');
+  const path = resolve(dir, name);
+  if (!existsSync(path)) {
+    const from = process.env.BALLAST_FIXTURES === undefined ? 'test/fixtures' : `BALLAST_FIXTURES (${dir})`;
+    throw new Error(`the keepalived capture ${name} is not at ${path} (looked in ${from})`);
   }
-  return resolve(dir, name);
+  return path;
 }
 
 export const ETHERTYPE_IPV4 = 0x0800;
