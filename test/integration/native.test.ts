@@ -4,8 +4,8 @@
  * Two network namespaces, bnat-a and bnat-b, joined by a veth pair (bnat-va ⇄ bnat-vb), with
  * addresses in 10.251.0.0/24 and fd51::/64 and fixed link-local addresses (fe80::a, fe80::b,
  * no DAD) and MACs; every packet stays between them. The test process cannot enter a namespace,
- * so the sockets live in child node processes (helpers/native-peer.mjs, helpers/native-worker.mjs)
- * that import src/native.ts transpiled to build/integration-native/ (helpers/native-peer.ts).
+ * so the sockets live in child node processes (test/support/native-peer.mjs, test/support/native-worker.mjs)
+ * that import src/native.ts transpiled to build/integration-native/ (test/support/native-peer.ts).
  * Runs take turns through a lock (the namespace names are fixed).
  * Only argument checks and ENODEV run in this process, and they send nothing.
  *

@@ -1,7 +1,7 @@
 // A child process that drives src/native.ts inside a network namespace, for
 // test/integration/native.test.ts (the test process itself cannot enter a namespace):
 //
-//   ip netns exec bnat-a node test/integration/helpers/native-peer.mjs <native.js>
+//   ip netns exec bnat-a node test/support/native-peer.mjs <native.js>
 //
 // <native.js> is src/native.ts transpiled by the test (see native-peer.ts), so children run the
 // same wrapper code as the agent. Protocol: one JSON object per line.

@@ -1,7 +1,7 @@
 // Environment-teardown scenarios for the addon, run inside a network namespace by
 // test/integration/native.test.ts:
 //
-//   ip netns exec bnat-a node test/integration/helpers/native-worker.mjs <native.js> <mode> <ifname>
+//   ip netns exec bnat-a node test/support/native-worker.mjs <native.js> <mode> <ifname>
 //
 // The process must never crash (no signal, no abort); it prints "ok" when the scenario went as
 // expected and exits 0, or prints why and exits 1. Every wait is bounded.
