@@ -5,6 +5,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    // prints the Node.js version the run uses, once
+    globalSetup: ['test/support/global-setup.ts'],
     fileParallelism: false,
     testTimeout: 30_000,
     hookTimeout: 60_000,

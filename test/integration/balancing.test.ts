@@ -4,23 +4,22 @@
  * conntrack events, a TLS client counting errors. Adverts every 100 ms, checks every 200 ms.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, runProber } from '../../scripts/lab.js';
-import { restoreNodes, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
+import { Lab, runProber } from '../../lab/lab.js';
+import { restoreNodes, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'bbal';
 const SUBNET = 213;
 const INTERVAL_MS = 200;
 const FALL = 2;
 const RISE = 2;
 
-describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
 
   beforeAll(async () => {
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
-    await lab.startApiservers();
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false , apiservers: true });
   });
   afterEach(async () => {
     await Promise.all(agents.map((a) => a.stop('SIGTERM').catch(() => undefined)));
@@ -40,12 +39,6 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
     await waitForHolder(lab, lab.vip4, 'n1');
     await waitFor(() => started[0]!.status(), (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy), { timeoutMs: 5000, what: 'all backends up on n1' });
     return started;
-  }
-
-  /** The prober's clock now (ms since its start): the start time of its latest request. */
-  function proberNow(p: ReturnType<typeof runProber>): number {
-    const rs = p.results();
-    return rs.length ? Math.max(...rs.map((r) => r.t)) : 0;
   }
 
   async function ruleset(node: number): Promise<string> {
@@ -69,10 +62,10 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
   it("the holder's apiserver stops: errors for at most 150 ms, the VIP stays, the others serve", async () => {
     await cluster();
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 6000, timeoutMs: 500 });
-    await new Promise((r) => setTimeout(r, 800));
-    const faultT = proberNow(prober);
+    await sleep(800);
+    const faultT = prober.now();
     await lab.stopApiserver(lab.nodes[0]!);
-    await new Promise((r) => setTimeout(r, 2000));
+    await sleep(2000);
     const sum = await prober.stop();
     const after = sum.results.filter((x) => x.t > faultT + 150);
     console.log(`holder apiserver stop: maxOutage ${sum.maxOutageMs} ms, failed ${sum.failed}`);
@@ -84,10 +77,10 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
   it("a non-holder's apiserver stops: errors for at most 150 ms, the others serve", async () => {
     const [a1] = await cluster();
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 6000, timeoutMs: 500 });
-    await new Promise((r) => setTimeout(r, 800));
-    const faultT = proberNow(prober);
+    await sleep(800);
+    const faultT = prober.now();
     await lab.stopApiserver(lab.nodes[1]!);
-    await new Promise((r) => setTimeout(r, 2000));
+    await sleep(2000);
     const sum = await prober.stop();
     console.log(`non-holder apiserver stop: maxOutage ${sum.maxOutageMs} ms, failed ${sum.failed}`);
     expect(sum.maxOutageMs).toBeLessThanOrEqual(150);
@@ -126,10 +119,10 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
   it('a non-holder node dies: every request succeeds again within 1 s of the fault', async () => {
     await cluster();
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 6000, timeoutMs: 250 });
-    await new Promise((r) => setTimeout(r, 800));
-    const faultT = proberNow(prober);
+    await sleep(800);
+    const faultT = prober.now();
     await lab.linkDown(lab.nodes[2]!);
-    await new Promise((r) => setTimeout(r, 2500));
+    await sleep(2500);
     const sum = await prober.stop();
     const failures = sum.results.filter((x) => !x.ok);
     const lastFailure = failures.length ? Math.max(...failures.map((x) => x.t)) : null;
@@ -141,10 +134,10 @@ describe.skipIf(!root)('load balancing on the lab (root; skipped otherwise)', ()
   it('the holder node dies: every request succeeds again within 1 s of the fault', async () => {
     await cluster();
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 6000, timeoutMs: 250 });
-    await new Promise((r) => setTimeout(r, 800));
-    const faultT = proberNow(prober);
+    await sleep(800);
+    const faultT = prober.now();
     await lab.linkDown(lab.nodes[0]!);
-    await new Promise((r) => setTimeout(r, 2500));
+    await sleep(2500);
     const sum = await prober.stop();
     const failures = sum.results.filter((x) => !x.ok);
     const lastFailure = failures.length ? Math.max(...failures.map((x) => x.t)) : null;

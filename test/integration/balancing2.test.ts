@@ -4,21 +4,21 @@
  * `dataplane.vip: none`), and a first apply that fails. Real nftables, real conntrack, real
  * TLS checks against the stand-ins; adverts every 100 ms, checks every 200 ms, rise/fall 2.
  *
- * The long-lived client (scripts/longconn.ts) keeps ONE TLS connection through the VIP, pinned
- * to a chosen backend, and sends a request on it every 100 ms; the prober (scripts/prober.ts)
+ * The long-lived client (lab/clients/longconn.ts) keeps ONE TLS connection through the VIP, pinned
+ * to a chosen backend, and sends a request on it every 100 ms; the prober (lab/clients/prober.ts)
  * opens a new connection per request. Every bound below is derived from the config and printed
  * with the measured figure.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, onJsonLines, packageRoot, probeOnce, runProber, type LabNode, type LabProcess } from '../../scripts/lab.js';
-import { agentConfig, cliPath, restoreNodes, scriptPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
-import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../scripts/longconn.js';
+import { Lab, compiledScript, onJsonLines, probeOnce, runProber, type LabNode, type LabProcess } from '../../lab/lab.js';
+import { agentConfig, cliPath, restoreNodes, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
+import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../lab/clients/longconn.js';
 import type { ElectionStatusDocument as StatusDocument } from '../../src/observe/status.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'bbl2';
 const SUBNET = 214;
 const INTERVAL_MS = 200;
@@ -33,8 +33,6 @@ const masterDownMs = (priority: number): number => 3 * ADVERT_MS + ((256 - prior
 /** what the agent allows for the first verdicts: (max(rise, fall) + 1) x interval + timeout */
 const SETTLE_MS = (Math.max(RISE, FALL) + 1) * INTERVAL_MS + TIMEOUT_MS;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 /** A longconn run in the client namespace: its lines as they arrive. */
 interface LongconnRun {
   process: LabProcess;
@@ -46,19 +44,14 @@ interface LongconnRun {
   stop(): Promise<LongconnSummary | null>;
 }
 
-describe.skipIf(!root)('load balancing on the lab, established connections and policy (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('load balancing on the lab, established connections and policy (root; skipped otherwise)', () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
   const clients: LabProcess[] = [];
 
   beforeAll(async () => {
-    for (const s of ['longconn.js', 'prober.js']) {
-      const js = scriptPath(s);
-      const ts = join(packageRoot(), 'scripts', s.replace(/\.js$/, '.ts'));
-      if (!existsSync(js) || statSync(ts).mtimeMs > statSync(js).mtimeMs) throw new Error(`${js} is missing or stale: run npx tsc -p tsconfig.build.json`);
-    }
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
-    await lab.startApiservers();
+    for (const s of ['longconn', 'prober'] as const) compiledScript(s); // refuses a missing or stale build
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false , apiservers: true });
   });
   afterEach(async () => {
     await Promise.all(clients.splice(0).map((c) => c.stop('SIGKILL', 2000)));
@@ -136,12 +129,12 @@ describe.skipIf(!root)('load balancing on the lab, established connections and p
     return started;
   }
 
-  /** Starts longconn in the client namespace (see scripts/longconn.ts). */
+  /** Starts longconn in the client namespace (see lab/clients/longconn.ts). */
   function runLongconn(o: { node?: string; durationMs: number; timeoutMs: number; reconnect?: boolean }): LongconnRun {
     const proc = lab.spawn(
       lab.client.netns,
       [
-        process.execPath, scriptPath('longconn.js'),
+        process.execPath, compiledScript('longconn'),
         '--url', vipUrl(), '--ca', lab.ca.certFile,
         '--interval', '100', '--duration', String(o.durationMs), '--timeout', String(o.timeoutMs),
         ...(o.node === undefined ? [] : ['--node', o.node, '--attempts', '60']),
@@ -177,11 +170,6 @@ describe.skipIf(!root)('load balancing on the lab, established connections and p
   }
 
   /** The prober's clock now (ms since its start): the start time of its latest request. */
-  function proberNow(p: ReturnType<typeof runProber>): number {
-    const rs = p.results();
-    return rs.length ? Math.max(...rs.map((r) => r.t)) : 0;
-  }
-
   /** Date.now() of the first JSON log line of `lines` matching `pred` (at or after `since`), or null. */
   function logTime(lines: Record<string, unknown>[], pred: (l: Record<string, unknown>) => boolean, since = 0): number | null {
     const l = lines.find((x) => typeof x.time === 'string' && Date.parse(x.time) >= since && pred(x));
@@ -268,7 +256,7 @@ describe.skipIf(!root)('load balancing on the lab, established connections and p
     // one jittered interval away, `fall` of them take fall x interval x 1.1; plus one check's
     // latency and one nft transaction (150 ms)
     const bound = FALL * INTERVAL_MS * JITTER + 150;
-    const faultT = proberNow(prober);
+    const faultT = prober.now();
     const faultAt = Date.now();
     await lab.setReady(victim, false);
     await sleep(4000);

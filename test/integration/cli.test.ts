@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cliPath } from '../../scripts/cluster.js';
+import { cliPath } from '../../lab/cluster.js';
+import { needs } from '../support/index.js';
 
 interface Run { code: number; stdout: string; stderr: string }
 
@@ -20,7 +21,6 @@ function ballast(args: string[], netns?: string): Promise<Run> {
   });
 }
 
-const root = process.getuid?.() === 0;
 let dir: string;
 const good = `vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 100ms\nvips: [10.79.0.100]\n`;
 
@@ -78,7 +78,7 @@ describe('ballast (commander)', () => {
   });
 });
 
-describe.skipIf(!root)('ballast run: the host does not fit (root; in an empty namespace)', () => {
+describe.skipIf(needs('root'))('ballast run: the host does not fit (root; in an empty namespace)', () => {
   const ns = 'bcli-x';
   beforeAll(async () => {
     await new Promise((r) => execFile('ip', ['netns', 'del', ns], () => r(null)));

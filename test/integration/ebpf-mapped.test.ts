@@ -15,13 +15,12 @@
 import { existsSync, rmdirSync, rmSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, type LabProcess } from '../../scripts/lab.js';
-import { connectFrom, restoreNodes, startAgent, waitFor, type LabAgent } from '../../scripts/cluster.js';
+import type { Lab, LabProcess } from '../../lab/lab.js';
+import { connectFrom, restoreNodes, startAgent, type LabAgent } from '../../lab/cluster.js';
+import { needs, startLab, waitFor } from '../support/index.js';
 import { LOCK_DIR, pinDirFor } from '../../src/dataplane/ebpf.js';
 import { SockLb } from '../../src/native.js';
 
-const root = process.getuid?.() === 0;
-if (!root) console.warn('[ebpf-mapped.test] SKIPPED: not root');
 const PREFIX = 'bmap';
 const SUBNET = 238;
 const INTERVAL_MS = 200;
@@ -91,7 +90,7 @@ interface DialSummary {
   errors: Record<string, number>;
 }
 
-describe.skipIf(!root)('eBPF local endpoint: the IPv4-mapped form, and a clean stop (root; skipped otherwise)', () => {
+describe.skipIf(needs('bpf'))('eBPF local endpoint: the IPv4-mapped form, and a clean stop (root; skipped otherwise)', () => {
   let lab: Lab;
   let cgroup: string;
   let pinDir: string;
@@ -102,9 +101,7 @@ describe.skipIf(!root)('eBPF local endpoint: the IPv4-mapped form, and a clean s
   const n1 = (): Lab['nodes'][number] => lab.nodes[0]!;
 
   beforeAll(async () => {
-    await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: true });
-    await lab.startApiservers();
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: true, apiservers: true });
     cgroup = await lab.cgroup(n1());
     pinDir = pinDirFor(cgroup);
     lockPath = `${LOCK_DIR}/${basename(pinDir)}.lock`;

@@ -2,7 +2,7 @@
  * The eBPF node-local endpoint (bpf/sock_lb.bpf.c, native/bpf_loader.cc, native/sock_diag.cc,
  * src/dataplane/ebpf.ts) against the real kernel on the lab: three nodes with TLS stand-in
  * apiservers on :6443; node n1 gets its own cgroup-v2 child (bebp-n1) and runs the data plane
- * in its network namespace (scripts/ebpf-endpoint.ts serve, driven over stdin), attached to
+ * in its network namespace (lab/ebpf-endpoint.ts serve, driven over stdin), attached to
  * that cgroup with pins in /sys/fs/bpf/bebp-n1. Clients (ebpf-endpoint.ts connect, longconn,
  * prober) run in n1's namespace, inside or outside its cgroup. Nothing attaches to the
  * machine's root cgroup; everything is removed in afterAll, also after a failure.
@@ -12,19 +12,16 @@
  */
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, compiledScript, onJsonLines, type LabProcess } from '../../scripts/lab.js';
-import { connectFrom, startLongconn, type ConnectSummary, type Longconn } from '../../scripts/cluster.js';
-import type { ProbeResult, Summary } from '../../scripts/prober.js';
+import { Lab, compiledScript, onJsonLines, type LabProcess } from '../../lab/lab.js';
+import { connectFrom, startLongconn, type ConnectSummary, type Longconn } from '../../lab/cluster.js';
+import type { ProbeResult, Summary } from '../../lab/clients/prober.js';
 import { checkEbpf } from '../../src/dataplane/ebpf.js';
 import { SockLb, cgroupPrograms, type SockLbEntry } from '../../src/native.js';
+import { needs, sleep, startLab } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
-if (!root) console.warn('[ebpf.test] the eBPF data plane tests are SKIPPED: not root');
 const PREFIX = 'bebp';
 const SUBNET = 231;
 const PIN_DIR = `/sys/fs/bpf/${PREFIX}-n1`;
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 interface Reply {
   id?: number;
@@ -84,7 +81,7 @@ class Helper {
 }
 
 
-describe.skipIf(!root)('eBPF node-local endpoint on the lab (root; skipped otherwise)', () => {
+describe.skipIf(needs('bpf'))('eBPF node-local endpoint on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let cgroup: string;
   let helper: Helper | undefined;
@@ -94,8 +91,7 @@ describe.skipIf(!root)('eBPF node-local endpoint on the lab (root; skipped other
 
   beforeAll(async () => {
     SockLb.detach(PIN_DIR); // pins of an interrupted run
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
-    await lab.startApiservers();
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 , apiservers: true });
     compiledScript('ebpf-endpoint');
     cgroup = await lab.cgroup(lab.nodes[0]!);
     helper = new Helper(lab, cgroup);

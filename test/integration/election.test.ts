@@ -4,25 +4,23 @@
  * Bounds come from RFC 9568 §6.1: Master_Down_Interval = 3 * interval + Skew_Time.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, runProber } from '../../scripts/lab.js';
-import { blockVrrp, resetElectionLab, cliPath, scriptPath, startAgent, waitFor, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent, startAgents } from '../../scripts/cluster.js';
+import { Lab, compiledScript, runProber } from '../../lab/lab.js';
+import { blockVrrp, resetElectionLab, cliPath, startAgent, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent, startAgents } from '../../lab/cluster.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'belec';
 const SUBNET = 211;
 const INTERVAL_CS = 10;
 /** Slack for the client side: one probe period (10 ms), the probe's own latency, scheduling on 2 cores. */
 const MARGIN_MS = 250;
 
-describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
 
   beforeAll(async () => {
-    await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
-    await lab.startApiservers();
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 , apiservers: true });
   });
   afterEach(async () => {
     await resetElectionLab(lab, agents);
@@ -39,7 +37,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     // started together, a lower priority may time out first on a loaded machine; n1 preempts it
     await waitForHolder(lab, lab.vip4, 'n1');
     // stays that way for several intervals
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
     const [s1, s2, s3] = await Promise.all([a1!.status(), a2!.status(), a3!.status()]);
     expect(s1).toMatchObject({ state: 'master', vrid: 51, priority: 150, effectivePriority: 150, masterAddress: lab.nodes[0]!.ipv4, vips: [lab.vip4], vipsHeld: true });
@@ -72,10 +70,10 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     await start([{ priority: 150 }, { priority: 100 }, { priority: 50 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 8000, timeoutMs: 250 });
-    await new Promise((r) => setTimeout(r, 700));
+    await sleep(700);
     await lab.linkDown(lab.nodes[0]!);
     await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n2', { timeoutMs: 3000, what: 'n2 to hold the VIP' });
-    await new Promise((r) => setTimeout(r, 1000));
+    await sleep(1000);
     const sum = await prober.stop();
     const bound = masterDownIntervalMs(100, INTERVAL_CS) + MARGIN_MS;
     expect(sum.outages.length).toBe(1);
@@ -91,11 +89,11 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     const [a1] = await start([{ priority: 150 }, { priority: 100 }, { priority: 50 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 8000, timeoutMs: 250 });
-    await new Promise((r) => setTimeout(r, 700));
+    await sleep(700);
     const code = await a1!.stop('SIGTERM');
     expect(code).toBe(0);
     await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n2', { timeoutMs: 2000, what: 'n2 to hold the VIP' });
-    await new Promise((r) => setTimeout(r, 700));
+    await sleep(700);
     const sum = await prober.stop();
     const bound = skewTimeMs(100, INTERVAL_CS) + MARGIN_MS;
     expect(sum.maxOutageMs).toBeLessThanOrEqual(bound);
@@ -137,7 +135,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     await waitForHolder(lab, lab.vip4, 'n2');
     const t0 = Date.now();
     agents.push(await startAgent(lab, lab.nodes[0]!, { priority: 150, preemptDelay: '2s' }));
-    await new Promise((r) => setTimeout(r, 1500));
+    await sleep(1500);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n2']);
     await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: 4000, what: 'n1 to preempt after the delay' });
     expect(Date.now() - t0).toBeGreaterThanOrEqual(2000);
@@ -154,7 +152,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     const back = await startAgent(lab, lab.nodes[0]!, { priority: 150, preempt: false });
     agents.push(back);
     // ten Master_Down_Intervals later, n2 still holds it
-    await new Promise((r) => setTimeout(r, 10 * masterDownIntervalMs(150, INTERVAL_CS)));
+    await sleep(10 * masterDownIntervalMs(150, INTERVAL_CS));
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n2']);
     expect((await back.status()).state).toBe('backup');
   });
@@ -177,7 +175,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     await waitForHolder(lab, lab.vip4, 'n1');
     // 600 packets from the client namespace: random bytes, truncated and corrupted adverts,
     // wrong versions, a VRRPv2 advert; bounded in count and time
-    const r = await lab.exec(lab.client.netns, [process.execPath, scriptPath('fuzz-vrrp.js'), 'eth0', '600'], { timeoutMs: 20_000, allowFail: true });
+    const r = await lab.exec(lab.client.netns, [process.execPath, compiledScript('fuzz-vrrp'), 'eth0', '600'], { timeoutMs: 20_000, allowFail: true });
     expect(r.code, r.stderr).toBe(0);
     await new Promise((r2) => setTimeout(r2, 300));
     const [s1, s2] = await Promise.all([a1!.status(), a2!.status()]);
@@ -204,10 +202,10 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     const vip = (await lab.addresses(lab.nodes[0]!)).find((a) => a.address === lab.vip6);
     expect(vip).toMatchObject({ prefixLen: 128, tentative: false, dadfailed: false });
     const p = runProber(lab, { url: `https://[${lab.vip6}]:6443/version`, intervalMs: 10, durationMs: 8000, timeoutMs: 250 });
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     expect(await a1!.stop('SIGTERM')).toBe(0);
     await waitForHolder(lab, lab.vip6, 'n2', 2000);
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     const sum = await p.stop();
     expect(sum.nodes.n2).toBeGreaterThan(0);
     expect(sum.maxOutageMs).toBeLessThanOrEqual(skewTimeMs(100, INTERVAL_CS) + MARGIN_MS);
@@ -217,7 +215,7 @@ describe.skipIf(!root)('election on the lab (root; skipped otherwise)', () => {
     const other = lab.vip4.replace(/\.100$/, '.101');
     await start([{ priority: 150 }, { priority: 100, extra: { vips: [other] } }]);
     await waitForHolder(lab, lab.vip4, 'n1');
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     const s2 = await agents[1]!.status();
     expect(s2.state).toBe('backup');
     expect(s2.counters.foreign).toBeGreaterThanOrEqual(3);

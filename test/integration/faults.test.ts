@@ -8,11 +8,11 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab } from '../../scripts/lab.js';
-import { blockVrrp, resetElectionLab, scriptPath, startAgent, startLongconn, waitFor, waitForHolder, type AgentSettings, type LabAgent, startAgents } from '../../scripts/cluster.js';
+import { Lab, compiledScript } from '../../lab/lab.js';
+import { blockVrrp, resetElectionLab, startAgent, startLongconn, waitForHolder, type AgentSettings, type LabAgent, startAgents } from '../../lab/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'bflt';
 const SUBNET = 216;
 const INTERVAL_CS = 10;
@@ -20,13 +20,12 @@ const INTERVAL_CS = 10;
 const MARGIN_MS = 250;
 const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
 
-describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
 
   beforeAll(async () => {
-    await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
   });
   afterEach(async () => {
     await resetElectionLab(lab, agents);
@@ -37,7 +36,6 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
   });
 
   const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
-  const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
   const dropped = async (a: LabAgent, reason: string): Promise<number> => (await a.status()).counters.dropped[reason] ?? 0;
 
@@ -81,7 +79,7 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     ]);
     await waitForHolder(lab, lab.vip4, 'n1');
     const before = [await transitions(a1!), await transitions(a2!)];
-    const r = await lab.exec(n3!.netns, [process.execPath, scriptPath('inject-vrrp.js'), '--source', n3!.ipv4, '--dest', n1!.ipv4, '--dest', n2!.ipv4, '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50']);
+    const r = await lab.exec(n3!.netns, [process.execPath, compiledScript('inject-vrrp'), '--source', n3!.ipv4, '--dest', n1!.ipv4, '--dest', n2!.ipv4, '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50']);
     expect(JSON.parse(r.stdout)).toStrictEqual({ sent: 20 });
     await sleep(masterDownIntervalMs(100, INTERVAL_CS));
     expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
@@ -101,7 +99,7 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
     await waitForHolder(lab, lab.vip4, 'n1');
     expect((await a2!.status()).masterAddress).toBe(lab.nodes[0]!.ipv4);
     const inject = (extra: string[]) =>
-      lab.exec(n3!.netns, [process.execPath, scriptPath('inject-vrrp.js'), '--source', n3!.ipv4, '--dest', '224.0.0.18', '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50', ...extra]);
+      lab.exec(n3!.netns, [process.execPath, compiledScript('inject-vrrp'), '--source', n3!.ipv4, '--dest', '224.0.0.18', '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50', ...extra]);
     const before = [await transitions(a1!), await transitions(a2!)];
     await inject(['--key-file', wrong]);
     await inject([]);
@@ -169,7 +167,7 @@ describe.skipIf(!root)('faults on the lab (root; skipped otherwise)', () => {
   });
 
   it('the holder\'s main thread blocked for 500 ms: adverts keep their rhythm (worker thread), zero transitions', async () => {
-    const hook = pathToFileURL(scriptPath('block-main-thread.js')).href;
+    const hook = pathToFileURL(compiledScript('block-main-thread')).href;
     const [a1, a2] = await start([{ priority: 150, env: { NODE_OPTIONS: `--import ${hook}`, BALLAST_TEST_BLOCK_MS: '500' } }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(300);

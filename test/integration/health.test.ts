@@ -4,12 +4,12 @@
  * 1. The probe over loopback against small HTTPS servers with certificates made here by openssl
  *    (no root): verification, serverName, client certificates, bearer tokens and their rotation,
  *    the hard deadline, the body cap, one new connection per check.
- * 2. The checker in the lab (prefix `bhlth`, subnet 221, needs root): scripts/health-probe.ts runs
+ * 2. The checker in the lab (prefix `bhlth`, subnet 221, needs root): lab/clients/health-probe.ts runs
  *    a HealthChecker in the client namespace against the TLS stand-in apiservers of the nodes.
  *    Timings are asserted as bounds derived from interval, rise, fall and timeout.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import net, { type AddressInfo, type Socket } from 'node:net';
@@ -17,13 +17,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, packageRoot, type LabNode, type LabProcess } from '../../scripts/lab.js';
+import { Lab, compiledScript, type LabNode, type LabProcess } from '../../lab/lab.js';
 import { createProbe, MAX_BODY_BYTES, type ProbeSettings } from '../../src/health/probe.js';
+import { needs, sleep, startLab } from '../support/index.js';
 
-const isRoot = process.getuid?.() === 0;
-if (!isRoot) console.warn('[health.test] the lab tests are SKIPPED: they need root');
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // ---------------------------------------------------------------------------------------------
 // certificates
@@ -371,16 +368,7 @@ type Line = { event: 'start'; at: string; backends: string[] } | ChangeLine | { 
 
 /** The compiled script, refusing a stale build (child processes run dist/, not the sources). */
 function healthProbeScript(): string {
-  const root = packageRoot();
-  const js = join(root, 'dist', 'scripts', 'health-probe.js');
-  if (!existsSync(js)) throw new Error(`${js} is missing; run \`npx tsc -p tsconfig.build.json\` (npm run build:ts) first`);
-  const sources = ['scripts/health-probe.ts', 'src/health/checker.ts', 'src/health/probe.ts', 'src/health/hysteresis.ts'];
-  for (const src of sources) {
-    if (statSync(join(root, src)).mtimeMs > statSync(js).mtimeMs) {
-      throw new Error(`${js} is older than ${src}; run \`npx tsc -p tsconfig.build.json\` (npm run build:ts)`);
-    }
-  }
-  return js;
+  return compiledScript('health-probe', ['src/health/checker.ts', 'src/health/probe.ts', 'src/health/hysteresis.ts']);
 }
 
 /** A health-probe process in the client namespace, its output parsed line by line. */
@@ -442,7 +430,7 @@ class CheckerRun {
 
 const isChange = (backend: string, to: string) => (l: Line): l is ChangeLine => l.event === 'change' && l.backend === backend && l.to === to;
 
-describe.skipIf(!isRoot)(`checker against the lab's stand-in apiservers (needs root${isRoot ? '' : ': SKIPPED, not root'})`, () => {
+describe.skipIf(needs('root'))(`checker against the lab's stand-in apiservers (needs root)`, () => {
   const INTERVAL = 200;
   const TIMEOUT = 150;
   const RISE = 2;
@@ -468,7 +456,7 @@ describe.skipIf(!isRoot)(`checker against the lab's stand-in apiservers (needs r
   beforeAll(async () => {
     healthProbeScript();
     pki = makePki(); // only its unrelated CA is used, as the wrong CA
-    lab = await Lab.create({ prefix: 'bhlth', subnet: 221 });
+    lab = await startLab({ prefix: 'bhlth', subnet: 221 });
     [n1, n2, n3] = lab.nodes as [LabNode, LabNode, LabNode];
     await lab.startApiservers();
   });

@@ -13,14 +13,13 @@
  * Master_Down_Interval; a returning higher priority preempts after its own Master_Down_Interval.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync } from 'node:fs';
-import { Lab, type LabNode } from '../../scripts/lab.js';
-import { startAgent, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
-import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedOptions, type KeepalivedPeer } from '../../scripts/keepalived.js';
+import { Lab, type LabNode } from '../../lab/lab.js';
+import { startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived, type KeepalivedOptions, type KeepalivedPeer } from '../../lab/peers/keepalived.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
-const haveKeepalived = existsSync(KEEPALIVED_PATH);
+const why = needs('root', 'keepalived');
 const PREFIX = 'bkai';
 const SUBNET = 215;
 const VRID = 51;
@@ -40,11 +39,9 @@ const HANDOVER_MARGIN_MS = 150;
 /** Slack for preemption: process start, socket open and scheduling before the returning node's own Master_Down_Interval runs. */
 const PREEMPT_MARGIN_MS = 1000;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const kaVersion = why === null ? (keepalivedVersion()?.join('.') ?? 'unknown version') : 'not run';
 
-const kaVersion = haveKeepalived ? (keepalivedVersion()?.join('.') ?? 'unknown version') : 'missing';
-
-describe.skipIf(!root || !haveKeepalived)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and ${KEEPALIVED_PATH}; skipped otherwise)`, () => {
+describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and ${KEEPALIVED_PATH}; skipped otherwise)`, () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
   let kas: KeepalivedPeer[] = [];
@@ -52,8 +49,7 @@ describe.skipIf(!root || !haveKeepalived)(`ballast ⇄ keepalived (${kaVersion})
   const handovers: string[] = [];
 
   beforeAll(async () => {
-    await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 2 });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 });
   });
   afterEach(async () => {
     // SIGKILL for both: keepalived's own SIGTERM path takes about a second, and the VIPs

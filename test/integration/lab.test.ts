@@ -9,16 +9,14 @@ import https from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startStandin, type Standin } from '../../scripts/apiserver-standin.js';
-import { Lab, probeOnce, runProber, type LabNode } from '../../scripts/lab.js';
-import { reach, requestOnce } from '../../scripts/prober.js';
+import { startStandin, type Standin } from '../../lab/apiserver-standin.js';
+import { Lab, probeOnce, runProber, type LabNode } from '../../lab/lab.js';
+import { reach, requestOnce } from '../../lab/clients/prober.js';
+import { needs, sleep, startLab } from '../support/index.js';
 
-const isRoot = process.getuid?.() === 0;
-if (!isRoot) console.warn('[lab.test] the network-namespace tests are SKIPPED: they need root');
 
 const PREFIX = 'blab';
 const SUBNET = 201;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const sh = (cmd: string, args: string[]): string => {
   const r = spawnSync(cmd, args, { encoding: 'utf8', timeout: 10_000 });
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr}`);
@@ -27,12 +25,12 @@ const sh = (cmd: string, args: string[]): string => {
 const labNetns = (): string[] => sh('ip', ['netns', 'list']).split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`${PREFIX}-`));
 const rootLinks = (): string[] => (JSON.parse(sh('ip', ['-j', 'link', 'show'])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(PREFIX));
 
-describe.skipIf(!isRoot)(`lab on real namespaces (needs root${isRoot ? '' : ': SKIPPED, not root'})`, () => {
+describe.skipIf(needs('root'))('lab on real namespaces (needs root)', () => {
   let lab: Lab;
   let n1: LabNode, n2: LabNode, n3: LabNode;
 
   beforeAll(async () => {
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET });
     [n1, n2, n3] = lab.nodes as [LabNode, LabNode, LabNode];
     await lab.startApiservers();
   });
@@ -195,7 +193,7 @@ describe.skipIf(!isRoot)(`lab on real namespaces (needs root${isRoot ? '' : ': S
   });
 });
 
-describe.skipIf(!isRoot)(`Lab.cleanupStale (needs root${isRoot ? '' : ': SKIPPED, not root'})`, () => {
+describe.skipIf(needs('root'))('Lab.cleanupStale (needs root)', () => {
   it('removes a half-built lab: namespaces, stray links, and the processes inside', async () => {
     // a run that died mid-build: two namespaces, a bridge, a veth between them, a veth pair in
     // this namespace, a process still running inside n1; plus a namespace that only looks alike

@@ -9,13 +9,13 @@
 import { existsSync, rmdirSync, rmSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, runProber } from '../../scripts/lab.js';
-import { cliPath, connectFrom, restoreNodes, startAgent, startLongconn, waitFor, type AgentSettings, type LabAgent, type Longconn } from '../../scripts/cluster.js';
+import { Lab, runProber } from '../../lab/lab.js';
+import { cliPath, connectFrom, restoreNodes, startAgent, startLongconn, type AgentSettings, type LabAgent, type Longconn } from '../../lab/cluster.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
 import { SockLb, cgroupPrograms } from '../../src/native.js';
 import type { StatusDocument } from '../../src/observe/status.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'bloc';
 const SUBNET = 233;
 const INTERVAL_MS = 200;
@@ -23,7 +23,7 @@ const FALL = 2;
 /** Scheduling on 2 cores, the `ballast status` round trip, one check's jitter. */
 const MARGIN_MS = 250;
 
-describe.skipIf(!root)('node-local endpoint through the agent (root; skipped otherwise)', () => {
+describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skipped otherwise)', () => {
   let lab: Lab;
   let cgroup: string;
   let pinDir: string;
@@ -31,9 +31,7 @@ describe.skipIf(!root)('node-local endpoint through the agent (root; skipped oth
   const extra: { stop(): Promise<unknown> }[] = [];
 
   beforeAll(async () => {
-    await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: true });
-    await lab.startApiservers();
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: true , apiservers: true });
     cgroup = await lab.cgroup(lab.nodes[0]!);
     pinDir = pinDirFor(cgroup);
   });
@@ -65,7 +63,6 @@ describe.skipIf(!root)('node-local endpoint through the agent (root; skipped oth
   });
 
   const n1 = (): Lab['nodes'][number] => lab.nodes[0]!;
-  const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
   /** `ballast run` on n1 with a local endpoint; `election: false` makes it a worker (no vrrp, no VIP). */
   async function startLocal(o: { mode: 'ebpf' | 'proxy'; election?: boolean; family?: 4 | 6; address?: string | string[]; keepOnStop?: boolean; force?: boolean }): Promise<LabAgent> {

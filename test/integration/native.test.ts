@@ -4,8 +4,8 @@
  * Two network namespaces, bnat-a and bnat-b, joined by a veth pair (bnat-va ⇄ bnat-vb), with
  * addresses in 10.251.0.0/24 and fd51::/64 and fixed link-local addresses (fe80::a, fe80::b,
  * no DAD) and MACs; every packet stays between them. The test process cannot enter a namespace,
- * so the sockets live in child node processes (helpers/native-peer.mjs, helpers/native-worker.mjs)
- * that import src/native.ts transpiled to build/integration-native/ (helpers/native-peer.ts).
+ * so the sockets live in child node processes (test/support/native-peer.mjs, test/support/native-worker.mjs)
+ * that import src/native.ts transpiled to build/integration-native/ (test/support/native-peer.ts).
  * Runs take turns through a lock (the namespace names are fixed).
  * Only argument checks and ENODEV run in this process, and they send nothing.
  *
@@ -18,7 +18,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PacketSocket, VrrpSocket, isNativeError, type NativeError } from '../../src/native.js';
-import { parsePcap } from '../helpers/pcap.js';
+import { parsePcap } from '../support/pcap.js';
 import {
   NativePeer,
   ROOT,
@@ -28,15 +28,12 @@ import {
   takeLabLock,
   transpileNative,
   type PeerPacket,
-} from './helpers/native-peer.js';
+} from '../support/native-peer.js';
+import { needs, sleep } from '../support/index.js';
 
-const isRoot = process.getuid?.() === 0;
-const hasIp = spawnSync('ip', ['-V']).status === 0;
-const hasTcpdump = spawnSync('tcpdump', ['--version']).status === 0;
 const addonFile = join(ROOT, 'build', 'Release', 'ballast.node');
-const skipReason = !isRoot ? 'not root' : !hasIp ? 'no iproute2 (ip)' : null;
-if (skipReason !== null) console.warn(`[native.test] the native addon tests are SKIPPED: ${skipReason}`);
-if (skipReason === null && !hasTcpdump) console.warn('[native.test] the on-the-wire checks are SKIPPED: no tcpdump');
+const skipReason = needs('root', 'ip');
+const noTcpdump = skipReason ?? needs('tcpdump');
 
 const NS_A = 'bnat-a';
 const NS_B = 'bnat-b';
@@ -53,8 +50,6 @@ const LL_A = 'fe80::a';
 const LL_B = 'fe80::b';
 const GROUP4 = '224.0.0.18';
 const GROUP6 = 'ff02::12';
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 function sh(args: string[]): void {
   const r = spawnSync('ip', args, { encoding: 'utf8', timeout: 10_000 });
@@ -173,9 +168,8 @@ async function startCapture(ns: string, dev: string, count: number, filter: stri
   return { done, kill: () => child.kill('SIGKILL') };
 }
 
-const describeNative = skipReason === null ? describe : describe.skip;
 
-describeNative(`native addon on the real kernel (netns ${NS_A} ⇄ ${NS_B}${skipReason === null ? '' : `: SKIPPED, ${skipReason}`})`, () => {
+describe.skipIf(skipReason)(`native addon on the real kernel (netns ${NS_A} ⇄ ${NS_B}${skipReason === null ? '' : `: SKIPPED, ${skipReason}`})`, () => {
   let nativeJs: string;
   let a: NativePeer | undefined;
   let b: NativePeer | undefined;
@@ -347,7 +341,7 @@ describeNative(`native addon on the real kernel (netns ${NS_A} ⇄ ${NS_B}${skip
     });
   });
 
-  describe.skipIf(!hasTcpdump)(`on the wire (tcpdump)${hasTcpdump ? '' : ': SKIPPED, no tcpdump'}`, () => {
+  describe.skipIf(noTcpdump)(`on the wire (tcpdump)${noTcpdump ? `: SKIPPED, ${noTcpdump}` : ''}`, () => {
     it('adverts leave with DSCP CS6 and TTL / hop limit 255', async () => {
       const s4 = await openVrrp(A(), 4, IF_A);
       const s6 = await openVrrp(A(), 6, IF_A, LL_A);

@@ -23,12 +23,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { commandExecutor, NftablesApplier, type Executor } from '../../src/dataplane/apply.js';
 import { flushBackend } from '../../src/dataplane/conntrack.js';
 import { renderRuleset, type Backend, type DesiredDataplane } from '../../src/dataplane/nftables.js';
+import { needs, sleep, waitFor } from '../support/index.js';
 
-const has = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
-const isRoot = process.getuid?.() === 0;
-const missing = ['nft', 'conntrack', 'ip', 'bridge'].filter((c) => !has(c));
-const skipWhy = !isRoot ? 'not root' : missing.length > 0 ? `missing ${missing.join(', ')} (conntrack: apt-get install conntrack)` : '';
-if (skipWhy) console.warn(`[nftables integration] SKIPPED: ${skipWhy}`);
+const skipWhy = needs('root', 'nft', 'conntrack', 'ip', 'bridge');
 
 const PORT = 6443;
 const VIP4 = '10.241.0.100';
@@ -38,8 +35,6 @@ const CLIENT = { ns: 'bnft-c', link: 'bnftc', v4: '10.241.0.50', v6: 'fd41::50' 
 const NODES = [1, 2, 3].map((k) => ({ name: `n${k}`, ns: `bnft-n${k}`, link: `bnftn${k}`, v4: `10.241.0.1${k}`, v6: `fd41::1${k}` }));
 const [N1, N2, N3] = NODES as [(typeof NODES)[0], (typeof NODES)[0], (typeof NODES)[0]];
 const ALL_NS = [CLIENT.ns, ...NODES.map((n) => n.ns), LAN];
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 function sh(argv: string[], input?: string): { code: number; stdout: string; stderr: string } {
   const r = spawnSync(argv[0]!, argv.slice(1), { encoding: 'utf8', timeout: 30_000, ...(input === undefined ? {} : { input }) });
@@ -213,7 +208,7 @@ const desired = (family: 4 | 6, nodes: (typeof NODES)[number][], extra: Partial<
 });
 const counterKey = (family: 4 | 6, n: (typeof NODES)[number]): string => (family === 4 ? `${n.v4}:${PORT}` : `[${n.v6}]:${PORT}`);
 
-describe.skipIf(skipWhy !== '')(`nftables data plane on the real kernel${skipWhy ? ` (SKIPPED: ${skipWhy})` : ''}`, () => {
+describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (SKIPPED: ${skipWhy})` : ''}`, () => {
   const nftExec: Executor = commandExecutor(inNs(N1.ns, ['nft']));
   const conntrackExec: Executor = commandExecutor(inNs(N1.ns, ['conntrack']));
   let applier: NftablesApplier;
@@ -246,13 +241,11 @@ describe.skipIf(skipWhy !== '')(`nftables data plane on the real kernel${skipWhy
     // as src/vip/netlink.ts adds them: /32, and /128 without DAD and without a prefix route
     must(['ip', '-n', N1.ns, 'addr', 'add', `${VIP6}/128`, 'dev', 'eth0', 'nodad', 'noprefixroute']);
     must(inNs(N1.ns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']));
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const ports = JSON.parse(must(['bridge', '-n', LAN, '-j', 'link'])) as { state?: string }[];
-      if (ports.length === 4 && ports.every((p) => p.state === 'forwarding')) break;
-      if (Date.now() > deadline) throw new Error(`bridge ports not forwarding: ${JSON.stringify(ports)}`);
-      await sleep(50);
-    }
+    await waitFor(
+      () => JSON.parse(must(['bridge', '-n', LAN, '-j', 'link'])) as { state?: string }[],
+      (ports) => ports.length === 4 && ports.every((p) => p.state === 'forwarding'),
+      { timeoutMs: 10_000, what: 'the bridge ports to forward' },
+    );
     // backends: n1's listens on its own addresses only, not on the VIP
     await Promise.all(
       NODES.map(async (n) => {

@@ -1,35 +1,33 @@
 /**
  * The local TCP proxy (src/dataplane/proxy.ts) on the lab: the proxy runs inside n1's network
- * namespace (scripts/proxy-endpoint.ts, driven through a FIFO the way the agent would drive it),
+ * namespace (lab/proxy-endpoint.ts, driven through a FIFO the way the agent would drive it),
  * listening on 127.0.0.1:7443 and [::1]:7443, in front of the three TLS stand-in apiservers.
- * The clients (scripts/prober.ts, scripts/longconn.ts) run in n1 too and verify the serving
+ * The clients (lab/clients/prober.ts, lab/clients/longconn.ts) run in n1 too and verify the serving
  * certificates against the lab CA: the proxy passes TLS through, so 127.0.0.1 / ::1 must be
  * SANs of every apiserver's certificate (they are in the lab's). Also: nginx configured as
- * kubespray's node-local proxy (scripts/nginx.ts), the baseline for a later benchmark.
+ * kubespray's node-local proxy (lab/peers/nginx.ts), the baseline for a later benchmark.
  */
-import { constants, closeSync, existsSync, openSync, statSync, writeSync } from 'node:fs';
+import { constants, closeSync, openSync, statSync, writeSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, compiledScript, onJsonLines, packageRoot, type LabNode, type LabProcess, type ProbeResult, type Summary } from '../../scripts/lab.js';
-import { restoreNodes, scriptPath, startLongconn } from '../../scripts/cluster.js';
-import { startNginx } from '../../scripts/nginx.js';
-import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../scripts/longconn.js';
+import { Lab, runProber, compiledScript, onJsonLines, packageRoot, type LabNode, type LabProcess, type ProbeResult, type Summary } from '../../lab/lab.js';
+import { restoreNodes, startLongconn } from '../../lab/cluster.js';
+import { startNginx } from '../../lab/peers/nginx.js';
+import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../lab/clients/longconn.js';
 import type { ProxyDataplaneStatus } from '../../src/dataplane/proxy.js';
 import type { LocalBackend } from '../../src/dataplane/local.js';
+import { needs, sleep, startLab } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'bprx';
 const SUBNET = 232;
 const PORT = 7443;
 const NGINX_PORT = 7444;
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 /** An answer line of the proxy runner. */
 type Ack = { ack: number; ok: true; status: ProxyDataplaneStatus; reset?: number } | { ack: number; ok: false; error: string };
 
-describe.skipIf(!root)('the local proxy on the lab (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('the local proxy on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let n1: LabNode;
   let runner: LabProcess;
@@ -78,14 +76,10 @@ describe.skipIf(!root)('the local proxy on the lab (root; skipped otherwise)', (
   }
 
   beforeAll(async () => {
-    for (const s of ['proxy-endpoint', 'longconn', 'prober']) {
-      const js = scriptPath(`${s}.js`);
-      const ts = join(packageRoot(), 'scripts', `${s}.ts`);
-      if (!existsSync(js) || statSync(ts).mtimeMs > statSync(js).mtimeMs) throw new Error(`${js} is missing or stale: run npm run build:ts`);
-    }
+    for (const s of ['proxy-endpoint', 'longconn', 'prober'] as const) compiledScript(s); // refuses a missing or stale build
     const src = join(packageRoot(), 'src', 'dataplane', 'proxy.ts');
     if (statSync(src).mtimeMs > statSync(join(packageRoot(), 'dist', 'src', 'dataplane', 'proxy.js')).mtimeMs) throw new Error('dist/src/dataplane/proxy.js is stale: run npm run build:ts');
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
     n1 = lab.nodes[0]!;
     await lab.startApiservers();
 
@@ -97,7 +91,7 @@ describe.skipIf(!root)('the local proxy on the lab (root; skipped otherwise)', (
     fifoFd = openSync(fifo, constants.O_RDWR);
     runner = lab.spawn(
       n1.netns,
-      [process.execPath, scriptPath('proxy-endpoint.js'), '--endpoint', `127.0.0.1:${PORT}`, '--endpoint', `[::1]:${PORT}`, '--commands', fifo],
+      [process.execPath, compiledScript('proxy-endpoint'), '--endpoint', `127.0.0.1:${PORT}`, '--endpoint', `[::1]:${PORT}`, '--commands', fifo],
       { logFile: 'n1-proxy.log' },
     );
     onJsonLines<Ack | { event: string }>(runner, (o) => {
@@ -148,22 +142,16 @@ describe.skipIf(!root)('the local proxy on the lab (root; skipped otherwise)', (
   it('an apiserver that stops costs the client no failed request: refused connects move on', async () => {
     await setBackends(allBackends());
     const s0 = await status();
-    const prober = lab.spawn(n1.netns, [
-      process.execPath, compiledScript('prober'), '--url', `https://127.0.0.1:${PORT}/version`, '--ca', lab.ca.certFile,
-      '--interval', '10', '--duration', '3000', '--timeout', '1000',
-    ]);
-    clients.push(prober);
-    const results: ProbeResult[] = [];
-    let summary: Summary | undefined;
-    onJsonLines<ProbeResult | Summary>(prober, (o) => ('summary' in o ? (summary = o) : results.push(o)));
-    const proberNow = (): number => (results.length ? Math.max(...results.map((r) => r.t)) : 0);
+    const prober = runProber(lab, { url: `https://127.0.0.1:${PORT}/version`, netns: n1.netns, intervalMs: 10, durationMs: 3000, timeoutMs: 1000 });
+    clients.push(prober.process);
     await sleep(800);
-    const faultFrom = proberNow();
+    const faultFrom = prober.now();
     // the proxy is not told: n2 stays in the ready set, its port now refuses
     await lab.stopApiserver(lab.nodes[1]!);
-    const faultTo = proberNow();
-    expect(await prober.exited).toBe(0);
-    expect(summary).toBeDefined();
+    const faultTo = prober.now();
+    // done: the prober exited on its own bounds with its summary line
+    const { results } = await prober.done;
+    expect(await prober.process.exited).toBe(0);
     const failures = results.filter((r) => !r.ok);
     const after = results.filter((r) => r.t > faultTo);
     const s1 = await status();

@@ -4,20 +4,20 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab } from '../../scripts/lab.js';
-import { cliPath, startAgent, waitFor, waitForHolder, type LabAgent } from '../../scripts/cluster.js';
+import { Lab } from '../../lab/lab.js';
+import { cliPath, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'brob';
 const SUBNET = 212;
 
-describe.skipIf(!root)('robustness on the lab (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('robustness on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
 
   beforeAll(async () => {
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false });
   });
   afterEach(async () => {
     await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
@@ -65,7 +65,7 @@ describe.skipIf(!root)('robustness on the lab (root; skipped otherwise)', () => 
     const ss = await lab.exec(lab.nodes[0]!.netns, ['ss', '-ltnH', 'sport = :9229']);
     expect(ss.stdout.trim()).toBe('');
     a1.proc.kill('SIGHUP');
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     expect((await a1.status()).state).toBe('master');
     expect(a1.logLines().some((l) => typeof l.msg === 'string' && l.msg.startsWith('SIGHUP'))).toBe(true);
   });

@@ -7,22 +7,21 @@
  * every 100 ms.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lab, type LabNode } from '../../scripts/lab.js';
-import { resetElectionLab, startAgents, waitFor, waitForHolder, type AgentSettings, type LabAgent } from '../../scripts/cluster.js';
+import type { Lab, LabNode } from '../../lab/lab.js';
+import { resetElectionLab, startAgents, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { needs, startLab, waitFor } from '../support/index.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 
-const root = process.getuid?.() === 0;
 const PREFIX = 'bvpfx';
 const SUBNET = 217;
 const INTERVAL_CS = 10;
 
-describe.skipIf(!root)('VIPs of any prefix length (root; skipped otherwise)', () => {
+describe.skipIf(needs('root'))('VIPs of any prefix length (root; skipped otherwise)', () => {
   let lab: Lab;
   let agents: LabAgent[] = [];
 
   beforeAll(async () => {
-    await Lab.cleanupStale(PREFIX);
-    lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 2 });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 });
   });
   afterEach(async () => {
     await resetElectionLab(lab, agents);

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import type { ConfigIssue } from '../../src/config/index.js';
-import { issuesOf, validateIssues } from '../helpers/config-issues.js';
+import { issuesOf, validateIssues } from '../support/config-issues.js';
 
 const ELECTION = { vrrp: { vrid: 51 }, vips: ['10.0.0.100'] };
 const BACKENDS = { backends: ['10.0.0.11:6443', '10.0.0.12:6443'], health: { insecureSkipVerify: true } };

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
 import { MAX_NESTING, type ConfigIssue } from '../../src/config/index.js';
-import { issuesOf } from '../helpers/config-issues.js';
+import { issuesOf } from '../support/config-issues.js';
 
 describe('YAML problems are said in ballast words', () => {
   it('two documents in one file', () => {

@@ -4,7 +4,7 @@
  * test/integration/ebpf.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { parseEndpoint } from '../../scripts/ebpf-endpoint.js';
+import { parseEndpoint } from '../../lab/ebpf-endpoint.js';
 import {
   EbpfLocalDataplane,
   backendsFor,

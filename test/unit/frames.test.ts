@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { gratuitousArpFrame, macToString, parseMac, unsolicitedNeighborAdvertFrame } from '../../src/vip/frames.js';
-import { ETHERTYPE_ARP, ETHERTYPE_IPV6, fixturePath, parseEthernet, parseIPv6, readPcap } from '../helpers/pcap.js';
+import { ETHERTYPE_ARP, ETHERTYPE_IPV6, fixturePath, parseEthernet, parseIPv6, readPcap } from '../support/pcap.js';
 
 const MAC_11 = Buffer.from([0x02, 0x77, 0x00, 0x00, 0x00, 0x11]);
 

@@ -10,7 +10,7 @@ import {
   type HealthCheckerOptions,
 } from '../../src/health/checker.js';
 import type { ProbeResult, ProbeTarget } from '../../src/health/probe.js';
-import { prng } from '../helpers/prng.js';
+import { prng } from '../support/prng.js';
 
 const T0 = Date.UTC(2025, 0, 1);
 

@@ -24,6 +24,7 @@ import {
   type Backend,
   type DesiredDataplane,
 } from '../../src/dataplane/nftables.js';
+import { needs, sleep } from '../support/index.js';
 
 const GOLDEN_DIR = join(dirname(fileURLToPath(import.meta.url)), 'golden');
 const UPDATE = process.env.UPDATE_GOLDEN === '1';
@@ -208,17 +209,13 @@ describe('counter names', () => {
 // ---------------------------------------------------------------------------------------------
 // the real nft, in check mode, on every golden file
 
-const isRoot = process.getuid?.() === 0;
-const hasNft = spawnSync('sh', ['-c', 'command -v nft'], { stdio: 'ignore' }).status === 0;
-const canCheck = isRoot && hasNft;
-const why = !isRoot ? 'not root' : 'nft is not installed';
-if (!canCheck) console.warn(`[nftables.test] nft -c validation of the golden files is SKIPPED: ${why}`);
+const why = needs('root', 'nft', 'ip');
 
 const CHK_NS = 'bnft-chk';
 const ipCmd = (args: string[], input?: string): ReturnType<typeof spawnSync> =>
   spawnSync('ip', args, { encoding: 'utf8', timeout: 30_000, ...(input === undefined ? {} : { input }) });
 
-describe.skipIf(!canCheck)(`golden files pass the real nft -c in netns ${CHK_NS}${canCheck ? '' : ` (SKIPPED: ${why})`}`, () => {
+describe.skipIf(why)(`golden files pass the real nft -c in netns ${CHK_NS}${why ? ` (SKIPPED: ${why})` : ''}`, () => {
   beforeAll(() => {
     ipCmd(['netns', 'del', CHK_NS]);
     const r = ipCmd(['netns', 'add', CHK_NS]);
@@ -404,7 +401,7 @@ describe('NftablesApplier (fake nft)', () => {
     const exec: Executor = async () => {
       running++;
       if (running > 1) overlap = true;
-      await new Promise((r) => setTimeout(r, 5));
+      await sleep(5);
       running--;
       return { code: 0, stdout: '{"nftables":[]}', stderr: '' };
     };

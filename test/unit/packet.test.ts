@@ -15,8 +15,8 @@ import {
   type DropReason,
   type ReceiveContext,
 } from '../../src/vrrp/packet.js';
-import { fixturePath, ipOfFrame, readPcap, type IpPacket } from '../helpers/pcap.js';
-import { prng } from '../helpers/prng.js';
+import { fixturePath, ipOfFrame, readPcap, type IpPacket } from '../support/pcap.js';
+import { prng } from '../support/prng.js';
 
 // ---------------------------------------------------------------------------------------------
 // an independent checksum, to check the codec's against: it sums the words with BigInt and reduces

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { summarize, type ProbeResult } from '../../scripts/prober.js';
+import { summarize, type ProbeResult } from '../../lab/clients/prober.js';
 
 const ok = (t: number, node = 'n1'): ProbeResult => ({ t, ok: true, node, status: 200, ms: 3 });
 const fail = (t: number, error = 'timeout'): ProbeResult => ({ t, ok: false, error, ms: 250 });

@@ -7,17 +7,10 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ProxyListenError, ProxyLocalDataplane, type ProxyLog } from '../../src/dataplane/proxy.js';
 import type { LocalBackend } from '../../src/dataplane/local.js';
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+import { waitFor } from '../support/index.js';
 
 /** Polls `check` every 5 ms until it holds; throws after `timeoutMs`. */
-async function until(what: string, check: () => boolean, timeoutMs = 2000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(5);
-  }
-}
+const until = (what: string, check: () => boolean, timeoutMs = 2000): Promise<unknown> => waitFor(check, { timeoutMs, intervalMs: 5, what });
 
 /** A log that records every line. */
 function recordingLog(): ProxyLog & { lines: { level: string; o: Record<string, unknown>; m: string }[] } {
