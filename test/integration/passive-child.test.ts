@@ -76,7 +76,8 @@ describe.skipIf(!root)('no child outlives the agent (root; skipped otherwise)', 
       for (const c of childrenOf(pid)) seen.add(c);
       await new Promise((r) => setTimeout(r, 50));
     }
-    expect([...seen]).toStrictEqual([]);
+    // soft: the SIGKILL below is the defect's own check, and runs either way
+    expect.soft([...seen], 'children of the agent').toStrictEqual([]);
 
     // passive detection works: n2 refuses the connections DNATed to it and is judged dead from them
     const victim = `${lab.nodes[1]!.ipv4}:6443`;
