@@ -19,17 +19,19 @@ import { statusDocument, statusState, type StatusDocument } from './observe/stat
 import { chooseInterface, delVip, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from './vip/netlink.js';
 import type { EngineEvent, EngineOptions } from './vrrp/engine.js';
 import { EngineStartError, VrrpHost } from './vrrp/host.js';
-import { formatAddress, HealthChecker, parseAddress, type BackendHealth } from './health/checker.js';
+import { HealthChecker } from './health/checker.js';
 import { FlowTracker, watchConntrack, type ConntrackWatch } from './health/passive.js';
-import { LoadBalancer, type DataplaneStatus } from './dataplane/controller.js';
+import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from './dataplane/controller.js';
 import { NftablesApplier } from './dataplane/apply.js';
 import { flushBackend } from './dataplane/conntrack.js';
+import { Reconciler } from './dataplane/reconcile.js';
 import { Policy } from './policy.js';
-import { LocalBalancer, type LocalDataplane, type LocalEndpoint } from './dataplane/local.js';
+import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from './dataplane/local.js';
+import { formatHostPort, type HostPort } from './net/hostport.js';
 import { EbpfLocalDataplane, checkCgroupDir, checkEbpf, cgroup2Root, lockPinDir, pinDirFor } from './dataplane/ebpf.js';
 import { ProxyLocalDataplane } from './dataplane/proxy.js';
 import { listeningOn } from './net/listening.js';
-import { addressFamily, hostPort } from './net/address.js';
+import { addressFamily, canonicalAddress, hostPort } from './net/address.js';
 import { describeReadError, parseAuthKeys, readRegularFile } from './config/files.js';
 
 /**
@@ -203,8 +205,8 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       }
     : null;
   let host: VrrpHost | null = null;
-  let lb: LoadBalancer | null = null;
-  let localLb: LocalBalancer | null = null;
+  let localLb: Reconciler<LocalBalancer> | null = null;
+  let unfollowLocal: (() => void) | null = null;
   let local: LocalDataplane | null = null;
   let localOff = config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off';
   const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
@@ -213,8 +215,8 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
   const status = async (): Promise<StatusDocument> => {
     const common = {
       backends: checker?.snapshot() ?? [],
-      dataplane: dataplaneStatus(config, lb?.status() ?? null),
-      local: localLb?.status() ?? { mode: 'off' as const, reason: localOff },
+      dataplane: dataplaneStatus(config, balancing?.dataplane() ?? null),
+      local: localLb ? { ...localLb.plane.status(), ...localLb.status() } : { mode: 'off' as const, reason: localOff },
     };
     if (!fixed) return { state: 'none', ...common };
     if (!host) throw new Error('the election engine is not running');
@@ -250,7 +252,9 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
       lock.close();
       throw err;
     }
-    localLb = new LocalBalancer(local, { snapshot: () => checker.snapshot(), log });
+    // the local plane follows the verdicts: one subscription
+    localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
+    unfollowLocal = localLb.follow();
     localOff = '';
   }
   const keep = config.dataplane.keepOnStop;
@@ -260,6 +264,7 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
   let stopping: Promise<void> | null = null;
   const closeAll = async (): Promise<void> => {
     watch?.stop();
+    unfollowLocal?.();
     await balancing?.stop();
     await checker?.stop();
     await local?.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane'));
@@ -302,11 +307,10 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
           // the old master went silent: its node, and so its apiserver, is most likely gone
           // (a resign is a clean agent stop: its apiserver may well still serve)
-          for (const b of backendsOfNode(checker.snapshot(), ev.previousMaster)) {
-            if (checker.markDead(b, 'node down (VRRP Master_Down)')) log.warn({ backend: b }, 'backend of the silent master taken out');
+          // (the planes follow the resulting dead verdicts themselves)
+          for (const b of backendsOfNode(checker.backends(), ev.previousMaster)) {
+            if (checker.markDead(b, { kind: 'nodeDown', node: ev.previousMaster }, 'node down (VRRP Master_Down)')) log.warn({ backend: formatHostPort(b) }, 'backend of the silent master taken out');
           }
-          lb?.noteHealth();
-          void localLb?.noteHealth();
         }
       } else if (ev.type === 'log') {
         log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
@@ -350,27 +354,21 @@ export async function startAgent(config: Config, log: Logger): Promise<Agent> {
         lock.close();
         throw err;
       }
-      lb = balancing.lb;
     }
   } else {
     log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin: `${config.admin.listen.host}:${config.admin.listen.port}` }, 'starting (no election: local endpoint only)');
   }
 
   if (checker) {
+    // the planes follow verdicts (their own subscriptions); here: the log and the policy
     checker.on('change', (c) => {
-      log.info({ backend: c.backend, from: c.from, to: c.to, reason: c.reason }, 'backend health');
-      lb?.onChange(c);
-      void localLb?.noteHealth();
+      log.info({ backend: formatHostPort(c.backend), from: c.from, to: c.to, reason: c.reason, ...(c.cause ? { cause: c.cause.kind } : {}) }, 'backend health');
       balancing?.evaluate();
     });
-    checker.on('check', () => {
-      lb?.noteHealth();
-      void localLb?.noteHealth();
+    checker.on('verdict', (v) => {
+      if (v.state !== 'up') log.info({ backend: formatHostPort(v.backend), verdict: v.state, cause: v.cause.kind, reason: v.message }, 'backend verdict');
     });
-    watch = startPassiveDetection(config, checker, log, () => {
-      lb?.noteHealth();
-      void localLb?.noteHealth();
-    }, local !== null && local.mode === 'ebpf');
+    watch = startPassiveDetection(config, checker, log, local !== null && local.mode === 'ebpf');
     if (local?.mode === 'ebpf' && !(config.vrrp !== null && config.dataplane.vip === 'nftables')) {
       log.info(
         {},
@@ -410,7 +408,8 @@ async function removeVips(ifindex: number, vips: readonly string[], log: Logger)
 
 /** The VIP's load balancing and the election policy that follows backend health. */
 interface Balancing {
-  lb: LoadBalancer | null;
+  /** The nftables plane's /status part; null with `dataplane.vip: none`. */
+  dataplane(): DataplaneStatus | null;
   /** Re-evaluates the policy (priority, preempt hold) from the current health. */
   evaluate(): void;
   stop(): Promise<void>;
@@ -433,24 +432,23 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
   const api = config.apiserver;
   const local = new Set(iface.addresses.map((a) => a.address));
   const localBackend = config.policy.localBackend
-    ? formatAddress(config.policy.localBackend)
-    : (api.backends.filter((b) => local.has(b.host)).map(formatAddress)[0] ?? null);
-  let lb: LoadBalancer | null = null;
+    ? formatHostPort(config.policy.localBackend)
+    : (api.backends.filter((b) => local.has(b.host)).map(formatHostPort)[0] ?? null);
+  let lb: Reconciler<LoadBalancer> | null = null;
+  let unfollow: (() => void) | null = null;
   let applier: NftablesApplier | null = null;
   let dataplaneReady = config.dataplane.vip === 'none';
 
   if (config.dataplane.vip === 'nftables') {
     applier = new NftablesApplier();
     const a = applier;
-    lb = new LoadBalancer(
-      {
-        apply: (d) => a.apply(d),
-        flush: (vip, port, backend) => flushBackend(vip, port, backend),
-        snapshot: () => checker.snapshot(),
-        log,
-      },
+    const plane = new LoadBalancer(
+      { apply: (d) => a.apply(d), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
+    // the VIP plane follows the verdicts: one subscription
+    lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
+    unfollow = lb.follow();
     // the table exists (with no DNAT rule while nothing is healthy) before the first check
     await lb.sync();
     if (lb.status().failures > 0) {
@@ -476,7 +474,7 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
   );
   const evaluate = (): void => {
     // only the VIP's family can serve the VIP (other backends serve a local endpoint of theirs)
-    const ours = checker.snapshot().filter((b) => addressFamily(parseAddress(b.address).host) === config.family);
+    const ours = checker.snapshot({ family: config.family });
     const r = policy.update(ours, dataplaneReady, performance.now());
     log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
   };
@@ -484,11 +482,13 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
   const settleTimer = setTimeout(evaluate, api.health.settleMs + 10);
   settleTimer.unref();
 
+  const vip = lb;
   return {
-    lb,
+    dataplane: () => (vip ? { ...vip.plane.status(), ...vip.status() } : null),
     evaluate,
     async stop() {
       clearTimeout(settleTimer);
+      unfollow?.();
       if (applier && !config.dataplane.keepOnStop) {
         await applier.remove().catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the nftables table'));
       }
@@ -502,7 +502,7 @@ async function startBalancing(config: Config, iface: InterfaceInfo, log: Logger,
  * no NAT to see). Needs connection tracking active in this network namespace (it is wherever
  * an nftables NAT rule or kube-proxy runs).
  */
-function startPassiveDetection(config: Config, checker: HealthChecker, log: Logger, noteHealth: () => void, direct: boolean): ConntrackWatch | null {
+function startPassiveDetection(config: Config, checker: HealthChecker, log: Logger, direct: boolean): ConntrackWatch | null {
   const vipPath = config.vrrp !== null && config.dataplane.vip === 'nftables';
   if (!vipPath && !direct) return null;
   const api = config.apiserver;
@@ -510,16 +510,26 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
     vipPath ? config.vips : [],
     api.port,
     Math.max(200, Math.min(1000, api.health.timeoutMs)),
-    direct ? api.backends.map(formatAddress) : [],
+    direct ? api.backends : [],
   );
+  let lostLogged = -Infinity;
   return watchConntrack(
     tracker,
     (v) => {
       if (v.alive) return;
-      if (checker.markDead(v.backend, v.reason)) log.warn({ backend: v.backend, reason: v.reason }, 'backend judged dead from its connections');
-      noteHealth();
+      // a dead verdict follows (also for a backend already draining); the planes reset it
+      if (checker.markDead(v.backend, { kind: 'passive', signal: v.signal }, v.reason)) log.warn({ backend: formatHostPort(v.backend), reason: v.reason }, 'backend judged dead from its connections');
     },
-    { onExit: (code, stderr) => log.warn({ code, stderr }, 'conntrack event watcher ended: passive detection is off (is the conntrack package installed?)') },
+    {
+      onExit: (code, err) => log.warn({ code, err }, 'conntrack event watch ended: passive detection is off (it needs CAP_NET_ADMIN and ctnetlink, module nf_conntrack_netlink)'),
+      // a burst overflowed the socket buffer: some flows are not followed; active checks still are
+      onLost: () => {
+        const now = performance.now();
+        if (now - lostLogged < 10_000) return;
+        lostLogged = now;
+        log.warn({}, 'conntrack events were lost (receive buffer full); passive detection missed some connections');
+      },
+    },
   );
 }
 
@@ -602,7 +612,10 @@ function readForwarding(family: 4 | 6): boolean | null {
   }
 }
 
-/** The election knows when the Active router went silent: its node's apiserver is gone too. */
-export function backendsOfNode(snapshot: readonly BackendHealth[], nodeAddress: string): string[] {
-  return snapshot.filter((b) => b.address.startsWith(`${nodeAddress}:`) || b.address.startsWith(`[${nodeAddress}]:`)).map((b) => b.address);
+/** The election knows when the Active router went silent: its node's apiserver is gone too. The backends on `nodeAddress` (any spelling). */
+export function backendsOfNode(backends: readonly HostPort[], nodeAddress: string): HostPort[] {
+  const family = addressFamily(nodeAddress);
+  if (family === null) return [];
+  const node = canonicalAddress(nodeAddress);
+  return backends.filter((b) => b.family === family && b.host === node);
 }

@@ -18,7 +18,8 @@
  * SIGTERM / SIGINT: stop the checker, print the final snapshot, exit 0. Bad input: exit 2.
  */
 import { pathToFileURL } from 'node:url';
-import { HealthChecker, parseAddress, type CheckerSettings } from '../../src/health/checker.js';
+import { HealthChecker, type CheckerSettings } from '../../src/health/checker.js';
+import { formatHostPort, parseHostPort } from '../../src/net/hostport.js';
 
 /** The JSON argument, after defaults. */
 export interface HealthProbeInput {
@@ -48,7 +49,7 @@ export function parseInput(text: string): HealthProbeInput {
   if (!Array.isArray(root.backends)) throw new TypeError('backends must be a list of "host:port"');
   const backends = root.backends.map((b, i) => {
     if (typeof b !== 'string') throw new TypeError(`backends[${i}] must be "host:port"`);
-    const { host, port } = parseAddress(b);
+    const { host, port } = parseHostPort(b);
     return { host, port };
   });
   const h = obj(root.health ?? {}, 'health');
@@ -104,9 +105,9 @@ function main(argv: string[]): void {
     process.stderr.write(`health-probe: ${(err as Error).message}\n`);
     process.exit(2);
   }
-  checker.on('change', (c) => print({ event: 'change', ...c, at: iso(c.at) }));
+  checker.on('change', (c) => print({ event: 'change', ...c, backend: formatHostPort(c.backend), at: iso(c.at) }));
   if (input.checks) {
-    checker.on('check', (c) => print({ event: 'check', address: c.address, ...c.result, at: iso(c.at) }));
+    checker.on('check', (c) => print({ event: 'check', address: formatHostPort(c.backend), ...c.result, at: iso(c.at) }));
   }
   const snapshot = (): void => print({ event: 'snapshot', backends: checker.snapshot() });
   print({ event: 'start', at: iso(Date.now()), backends: checker.snapshot().map((b) => b.address) });

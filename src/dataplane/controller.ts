@@ -1,161 +1,119 @@
 /**
- * The load balancer: turns backend health into the nftables data plane, and tells the two kinds
- * of "down" apart.
+ * The VIP's data plane as a reconcile {@link Plane} (reconcile.ts): apply = one nftables
+ * transaction of the ready set, reset = delete the conntrack entries of a dead backend's flows
+ * (per VIP).
  *
- *   health change ──► desired set (healthy backends) ──► one nft transaction
- *                                       └─► dead backends: conntrack entries deleted after the apply
+ *   ready set ──► desired ruleset (ready: DNAT targets; unready: draining) ──► nft -f (atomic)
+ *   dead backend (after that apply) ──► conntrack -D per VIP ──► its clients get a RST, reconnect
  *
  * *Unready but alive* (its /readyz answered, with an error status: an apiserver in its graceful
  * shutdown delay) leaves the set, and its established connections drain. *Dead* (refused, reset,
- * silent, its node gone) leaves the set and its flows' conntrack entries are deleted, so clients
- * get a RST on their next packet and reconnect to a live apiserver.
+ * silent, its node gone) leaves the set and its flows' conntrack entries are deleted. Which is
+ * which is the verdict's (health/verdict.ts), never decided here.
  */
-import type { BackendHealth, HealthChange } from '../health/checker.js';
-import { parseAddress } from '../health/checker.js';
+import type { HostPort } from '../net/hostport.js';
+import { formatHostPort } from '../net/hostport.js';
+import type { Verdict } from '../health/verdict.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
-import { addressFamily, hostPort } from '../net/address.js';
-import { Coalescer } from './coalesce.js';
+import type { Plane, ReadySet } from './reconcile.js';
 
-/**
- * Whether a failure reason means the backend is gone (as opposed to answering "not ready").
- * HTTP statuses and TLS failures come from a process that is still there, and a local problem
- * (this node cannot read its CA or token file) says nothing about the backend; everything else
- * (refused, reset, timeouts, passive verdicts, the node's VRRP silence) means it is gone.
- */
-export function isDeadReason(reason: string | null): boolean {
-  if (reason === null) return false;
-  return !/^(http \d+|tls|cannot read |tokenFile |aborted)/.test(reason);
+/** What the VIP data plane serves: one address family, its VIPs and port, this node's addresses. */
+export interface VipPlaneOptions {
+  family: 4 | 6;
+  vips: readonly string[];
+  port: number;
+  /** Addresses of this node (canonical), to mark its own apiserver. */
+  local: ReadonlySet<string>;
 }
 
 /**
- * The desired data plane for a health snapshot (pure).
- * @param local addresses of this node (canonical), to mark its own apiserver.
+ * The desired data plane for a ready set (pure). Backends of the other family serve only a local
+ * endpoint of that family (DNAT cannot reach them) and are left out; unknown ones are in neither list.
  */
-export function desiredDataplane(
-  snapshot: readonly BackendHealth[],
-  o: { family: 4 | 6; vips: readonly string[]; port: number; local: ReadonlySet<string> },
-): DesiredDataplane {
-  const toBackend = (b: BackendHealth): Backend => {
-    const t = parseAddress(b.address);
-    return { address: t.host, port: t.port, local: o.local.has(t.host) };
-  };
-  // backends of the other family serve only a local endpoint of that family: DNAT cannot reach them
-  const ours = snapshot.filter((b) => addressFamily(parseAddress(b.address).host) === o.family);
-  return {
-    family: o.family,
-    vips: [...o.vips],
-    port: o.port,
-    backends: ours.filter((b) => b.healthy).map(toBackend),
-    draining: ours.filter((b) => !b.healthy && b.state === 'down' && !isDeadReason(b.reason)).map(toBackend),
-    masqueradeRemote: true,
-  };
+export function desiredDataplane(set: Pick<ReadySet, 'ready' | 'draining'>, o: VipPlaneOptions): DesiredDataplane {
+  const ours = (list: readonly HostPort[]): Backend[] =>
+    list.filter((b) => b.family === o.family).map((b) => ({ address: b.host, port: b.port, local: o.local.has(b.host) }));
+  return { family: o.family, vips: [...o.vips], port: o.port, backends: ours(set.ready), draining: ours(set.draining), masqueradeRemote: true };
 }
 
-/** What the controller needs from the outside world (injected, so tests can fake it). */
+/** What the nftables plane needs from the outside world (injected, so tests can fake it). */
 export interface LoadBalancerDeps {
   apply(d: DesiredDataplane): Promise<{ changed: boolean; durationMs: number }>;
   /** Deletes conntrack entries of flows to `vip`:`port` DNATed to `backend`; resolves with how many. */
   flush(vip: string, port: number, backend: { address: string; port: number }): Promise<number>;
-  snapshot(): BackendHealth[];
-  log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
 }
 
-/** The last apply, for /status and metrics. */
-export interface DataplaneStatus {
+/** The nftables plane's part of /status (the reconcile adds failures and lastError). */
+export interface VipPlaneStatus {
   mode: 'nftables';
   /** The backends in the ruleset now (host:port). */
   backends: string[];
+  /** Transactions applied since start. */
   applies: number;
-  failures: number;
   lastApplyMs: number | null;
-  lastError: string | null;
+  /** Conntrack entries deleted for dead backends since start. */
   flushedEntries: number;
 }
 
-/**
- * Applies health to the data plane, one transaction at a time, coalescing bursts of changes.
- */
-export class LoadBalancer {
-  private readonly applies = new Coalescer(() => this.applyNow());
-  private readonly toFlush = new Map<string, string>();
-  /** Backends whose flows were reset since they last left the set (reset once per death). */
-  private readonly flushed = new Set<string>();
-  private readonly st: DataplaneStatus = { mode: 'nftables', backends: [], applies: 0, failures: 0, lastApplyMs: null, lastError: null, flushedEntries: 0 };
+/** The VIP data plane in /status. */
+export interface DataplaneStatus extends VipPlaneStatus {
+  failures: number;
+  lastError: string | null;
+}
 
-  constructor(
-    private readonly deps: LoadBalancerDeps,
-    private readonly o: { family: 4 | 6; vips: readonly string[]; port: number; local: ReadonlySet<string> },
-  ) {}
+/** The log messages of this plane's reconcile (see ReconcileOptions). */
+export const VIP_PLANE_MESSAGES = {
+  applyFailed: 'data plane apply failed; the previous rules stay',
+  resetFailed: 'cannot reset connections to a dead backend',
+} as const;
 
-  /** Status of the data plane (a copy). */
-  status(): DataplaneStatus {
-    return { ...this.st, backends: [...this.st.backends] };
+/** The nftables data plane of the VIPs of one family. */
+export class LoadBalancer implements Plane {
+  readonly #deps: LoadBalancerDeps;
+  readonly #o: VipPlaneOptions;
+  readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0 };
+
+  constructor(deps: LoadBalancerDeps, o: VipPlaneOptions) {
+    this.#deps = deps;
+    this.#o = o;
   }
 
-  /** A backend changed state: re-apply; a dead one also gets its flows reset. */
-  onChange(c: HealthChange): void {
-    if (c.to === 'down' && isDeadReason(c.reason)) this.toFlush.set(c.backend, c.reason ?? 'down');
-    this.sync();
+  /** Status of the ruleset (a copy). */
+  status(): VipPlaneStatus {
+    return { ...this.#st, backends: [...this.#st.backends] };
   }
 
-  /**
-   * Looks for backends that are already out of the set but became dead since (a draining
-   * backend whose node then died: no state change, only its reason changed). Call it after
-   * every check and every passive verdict; it applies only when there is something to reset.
-   */
-  noteHealth(): void {
-    let found = false;
-    for (const b of this.deps.snapshot()) {
-      if (b.healthy) {
-        this.flushed.delete(b.address);
-      } else if (b.state === 'down' && isDeadReason(b.reason) && !this.flushed.has(b.address) && !this.toFlush.has(b.address)) {
-        this.toFlush.set(b.address, b.reason ?? 'down');
-        found = true;
-      }
-    }
-    if (found) void this.sync();
+  /** One transaction replacing the table. @throws what the applier throws (the previous rules stay). */
+  async apply(set: ReadySet): Promise<readonly HostPort[]> {
+    const d = desiredDataplane(set, this.#o);
+    const r = await this.#deps.apply(d);
+    this.#st.applies++;
+    this.#st.lastApplyMs = r.durationMs;
+    const now = set.ready.filter((b) => b.family === this.#o.family);
+    this.#st.backends = now.map(formatHostPort);
+    if (r.changed) this.#deps.log.info({ backends: this.#st.backends, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
+    return now;
   }
 
   /**
-   * Applies the current snapshot (coalesced: many calls in one tick make one transaction).
-   * @returns a promise that settles when that apply is done (errors are logged, not thrown).
+   * Deletes the conntrack entries of the backend's flows from every VIP (a failure for one VIP
+   * is logged and the others are still flushed). A backend of the other family has none.
+   * @returns the entries deleted.
    */
-  sync(): Promise<void> {
-    return this.applies.schedule();
-  }
-
-  private async applyNow(): Promise<void> {
-    const d = desiredDataplane(this.deps.snapshot(), this.o);
-    try {
-      const r = await this.deps.apply(d);
-      this.st.applies++;
-      this.st.lastApplyMs = r.durationMs;
-      this.st.lastError = null;
-      const now = d.backends.map((b) => hostPort(b.address, b.port));
-      if (r.changed) this.deps.log.info({ backends: now, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
-      this.st.backends = now;
-    } catch (err) {
-      this.st.failures++;
-      this.st.lastError = (err as Error).message;
-      this.deps.log.error({ err: (err as Error).message }, 'data plane apply failed; the previous rules stay');
-      return;
-    }
-    // only after the ruleset without them is in place: a reset client's next packet must not be DNATed back
-    for (const [address, reason] of this.toFlush) {
-      this.toFlush.delete(address);
-      if (d.backends.some((b) => address === hostPort(b.address, b.port))) continue;
-      const t = parseAddress(address);
-      let n = 0;
-      for (const vip of this.o.vips) {
-        try {
-          n += await this.deps.flush(vip, this.o.port, { address: t.host, port: t.port });
-        } catch (err) {
-          this.deps.log.warn({ backend: address, err: (err as Error).message }, 'cannot reset connections to a dead backend');
-        }
+  async reset(v: Verdict): Promise<number> {
+    if (v.backend.family !== this.#o.family) return 0;
+    const name = formatHostPort(v.backend);
+    let n = 0;
+    for (const vip of this.#o.vips) {
+      try {
+        n += await this.#deps.flush(vip, this.#o.port, { address: v.backend.host, port: v.backend.port });
+      } catch (err) {
+        this.#deps.log.warn({ backend: name, err: (err as Error).message }, VIP_PLANE_MESSAGES.resetFailed);
       }
-      this.st.flushedEntries += n;
-      this.flushed.add(address);
-      this.deps.log.info({ backend: address, reason, entries: n }, 'dead backend: its connections were reset');
     }
+    this.#st.flushedEntries += n;
+    this.#deps.log.info({ backend: name, reason: v.message, cause: v.cause.kind, entries: n }, 'dead backend: its connections were reset');
+    return n;
   }
 }

@@ -1,5 +1,6 @@
 /**
- * The node-local endpoint's data plane: what the agent needs from either implementation.
+ * The node-local endpoint's data plane: what the agent needs from either implementation, and the
+ * reconcile {@link Plane} over it (apply = setBackends, reset = destroy the dead backend's sockets).
  *
  * - `ebpf` (src/dataplane/ebpf.ts): cgroup connect4/connect6 programs rewrite a connect() to an
  *   endpoint (127.0.0.1:7443, [::1]:7443, VIP:6443) into a ready backend before the first packet
@@ -7,13 +8,12 @@
  * - `proxy` (src/dataplane/proxy.ts): a TCP proxy in the agent bound to the endpoints, for hosts
  *   where BPF cannot be used. The slower path: every byte is copied through user space.
  *
- * Both take the same inputs from the health checker: the ready set (whole replacement) and
- * "this backend is dead, reset what was sent to it".
+ * Both take the same inputs: the ready set (whole replacement) and "this backend is dead, reset
+ * what was sent to it".
  */
-import type { BackendHealth } from '../health/checker.js';
-import { parseAddress } from '../health/checker.js';
-import { isDeadReason } from './controller.js';
-import { Coalescer } from './coalesce.js';
+import { formatHostPort, type HostPort } from '../net/hostport.js';
+import type { Verdict } from '../health/verdict.js';
+import type { Plane, ReadySet } from './reconcile.js';
 
 /** One apiserver the endpoint balances to. */
 export interface LocalBackend {
@@ -69,81 +69,51 @@ export interface LocalDataplane {
   close(opts: { keep: boolean }): Promise<void>;
 }
 
+/** The log messages of this plane's reconcile (see ReconcileOptions). */
+export const LOCAL_PLANE_MESSAGES = {
+  applyFailed: 'local endpoint update failed; the previous backends stay',
+  resetFailed: 'cannot reset local endpoint connections to a dead backend',
+} as const;
+
 /**
- * Feeds backend health to a {@link LocalDataplane}: the healthy set on every change (coalesced;
- * backends not yet checked keep whatever the data plane already had for them), and a reset of the connections of a backend that died (once per death, after the set without
- * it is in place, so a reconnect cannot land on it again).
+ * A {@link LocalDataplane} as a reconcile plane: the ready set, plus the backends without a
+ * verdict yet that the data plane already had (a restarted agent took over a map that still
+ * balances clients: such a backend keeps its place until its first verdict, so the restart
+ * costs no connection). The map is rewritten only when that set changed.
  */
-export class LocalBalancer {
-  private readonly applies = new Coalescer(() => this.applyNow());
-  private readonly toReset = new Map<string, string>();
-  private readonly reset = new Set<string>();
-  private failures = 0;
-  private lastError: string | null = null;
-  /** The set last written (a key), null before the first write. */
-  private applied: string | null = null;
+export class LocalBalancer implements Plane {
+  readonly #dp: LocalDataplane;
+  readonly #log: { info(o: object, m: string): void };
+  /** the set last written (a key), null before the first write */
+  #applied: string | null = null;
 
-  constructor(
-    private readonly dp: LocalDataplane,
-    private readonly deps: {
-      snapshot(): readonly BackendHealth[];
-      log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
-    },
-  ) {}
-
-  /** The data plane's status, with this controller's failures. */
-  status(): LocalDataplaneStatus & { failures: number; lastError: string | null } {
-    return { ...this.dp.status(), failures: this.failures, lastError: this.lastError };
+  constructor(dp: LocalDataplane, log: { info(o: object, m: string): void }) {
+    this.#dp = dp;
+    this.#log = log;
   }
 
-  /** A backend changed state (or only its reason did: a draining backend that then died). */
-  noteHealth(): Promise<void> {
-    for (const b of this.deps.snapshot()) {
-      if (b.healthy) this.reset.delete(b.address);
-      else if (b.state === 'down' && isDeadReason(b.reason) && !this.reset.has(b.address)) this.toReset.set(b.address, b.reason ?? 'down');
+  /** The data plane's status. */
+  status(): LocalDataplaneStatus {
+    return this.#dp.status();
+  }
+
+  async apply(set: ReadySet): Promise<readonly HostPort[]> {
+    const inherited = new Set(this.#dp.status().backends);
+    const ready = new Set(set.ready);
+    const unknown = new Set(set.unknown);
+    // in the checker's order: ready ones, and unjudged ones the map already had
+    const serve = set.all.filter((b) => ready.has(b) || (unknown.has(b) && inherited.has(formatHostPort(b))));
+    const key = serve.map(formatHostPort).join(',');
+    if (key !== this.#applied) {
+      await this.#dp.setBackends(serve.map((b) => ({ address: b.host, port: b.port })));
+      this.#applied = key;
     }
-    return this.sync();
+    return serve;
   }
 
-  /** Applies the current healthy set (coalesced); resolves when done (errors are logged). */
-  sync(): Promise<void> {
-    return this.applies.schedule();
+  async reset(v: Verdict): Promise<number> {
+    const n = await this.#dp.resetBackend({ address: v.backend.host, port: v.backend.port });
+    if (n > 0) this.#log.info({ backend: formatHostPort(v.backend), reason: v.message, cause: v.cause.kind, sockets: n, mode: this.#dp.mode }, 'dead backend: local endpoint connections reset');
+    return n;
   }
-
-  private async applyNow(): Promise<void> {
-    const snapshot = this.deps.snapshot();
-    // a restarted agent took over a map that still balances clients: a backend in it keeps its
-    // place until its first verdict, so the restart costs no connection
-    const inherited = new Set(this.dp.status().backends);
-    const ready = snapshot.filter((b) => b.healthy || (b.state === 'unknown' && inherited.has(b.address))).map((b) => toLocalBackend(b.address));
-    // every check calls in here: rewrite the map only when the set changed
-    const key = ready.map((b) => `${b.address}|${b.port}`).join(',');
-    if (key === this.applied && this.toReset.size === 0) return;
-    try {
-      await this.dp.setBackends(ready);
-      this.applied = key;
-      this.lastError = null;
-    } catch (err) {
-      this.failures++;
-      this.lastError = (err as Error).message;
-      this.deps.log.error({ err: this.lastError }, 'local endpoint update failed; the previous backends stay');
-      return;
-    }
-    for (const [address, reason] of this.toReset) {
-      this.toReset.delete(address);
-      if (snapshot.some((b) => b.healthy && b.address === address)) continue;
-      this.reset.add(address);
-      try {
-        const n = await this.dp.resetBackend(toLocalBackend(address));
-        if (n > 0) this.deps.log.info({ backend: address, reason, sockets: n, mode: this.dp.mode }, 'dead backend: local endpoint connections reset');
-      } catch (err) {
-        this.deps.log.warn({ backend: address, err: (err as Error).message }, 'cannot reset local endpoint connections to a dead backend');
-      }
-    }
-  }
-}
-
-function toLocalBackend(address: string): LocalBackend {
-  const t = parseAddress(address);
-  return { address: t.host, port: t.port };
 }

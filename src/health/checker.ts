@@ -13,10 +13,9 @@
  * The random offset and jitter keep the nodes of a cluster (which all check all backends) from
  * checking in lockstep.
  */
-import { parseHostPort } from '../net/hostport.js';
 import { EventEmitter } from 'node:events';
-import { isIP } from 'node:net';
-import { canonicalAddress, hostPort } from '../net/address.js';
+import { addressFamily, canonicalAddress } from '../net/address.js';
+import { formatHostPort, type HostPort } from '../net/hostport.js';
 import {
   checkHysteresisOptions,
   initialHealth,
@@ -27,6 +26,7 @@ import {
   type Transition,
 } from './hysteresis.js';
 import { createProbe, type Probe, type ProbeResult, type ProbeSettings, type ProbeTarget } from './probe.js';
+import { failureState, type BackendVerdict, type Cause, type DeadCause, type Failure, type Verdict } from './verdict.js';
 
 /** Timers and time, injectable. `now` stamps results and transitions; delays are relative. */
 export interface Clock {
@@ -49,8 +49,8 @@ export interface HealthLogger {
   warn(obj: object, msg: string): void;
 }
 
-/** A backend to check: an IP literal (IPv6 without brackets) and a port. `family` is ignored. */
-export type CheckerBackend = ProbeTarget;
+/** A backend to check: an IP literal (IPv6 without brackets) and a port; `family` is derived from `host`. */
+export type CheckerBackend = ProbeTarget & { readonly family?: 4 | 6 };
 
 /** What the checker needs from the config's `apiserver.health` (HealthConfig satisfies it). */
 export interface CheckerSettings extends ProbeSettings {
@@ -94,15 +94,22 @@ export interface BackendHealth {
   consecutive: number;
 }
 
-/** A `change` event: a {@link Transition} (backend = address, at = ms since the epoch) plus `healthy`. */
-export interface HealthChange extends Transition {
+/**
+ * A `change` event: a {@link Transition} of the hysteresis state (unknown / up / down; at = ms
+ * since the epoch), with the reason's message, its typed cause, and `healthy`.
+ */
+export interface HealthChange extends Omit<Transition<HostPort, Failure>, 'reason'> {
+  /** The message of what caused it (`http 500`, `ECONNREFUSED`, `refused`, …; see Transition.reason). */
+  readonly reason: string;
+  /** The typed cause; null for an up without one (never from the checker, whose passes have a cause). */
+  readonly cause: Cause | null;
   /** to === 'up'. */
   readonly healthy: boolean;
 }
 
 /** A `check` event: one finished check (not emitted for checks made stale by markDead or removal). */
 export interface HealthCheck {
-  readonly address: string;
+  readonly backend: HostPort;
   readonly result: ProbeResult;
   /** When it ended, ms since the epoch. */
   readonly at: number;
@@ -112,25 +119,19 @@ export interface HealthCheck {
 export interface HealthCheckerEvents {
   change: [HealthChange];
   check: [HealthCheck];
-}
-
-/** `host:port` of a backend, IPv6 in brackets. */
-export function formatAddress(backend: CheckerBackend): string {
-  return hostPort(backend.host, backend.port);
-}
-
-/**
- * Parses `host:port` into a backend with a canonical host (see net/hostport.ts).
- * @throws TypeError naming the text when it is not an IP literal with a port 1..65535.
- */
-export function parseAddress(text: string): CheckerBackend & { family: 4 | 6 } {
-  return parseHostPort(text);
+  /** A backend's {@link Verdict} changed state (up, unready, dead): what the data planes follow. */
+  verdict: [Verdict];
 }
 
 interface Entry {
+  /** `host:port`: the map key and what snapshot() shows */
   readonly address: string;
-  readonly target: CheckerBackend;
-  health: HealthState;
+  readonly backend: HostPort;
+  health: HealthState<Failure>;
+  /** the cause of the latest pass, for an `up` verdict */
+  passCause: Cause;
+  /** state of the verdict last emitted, null before the first */
+  verdict: Verdict['state'] | null;
   timer: unknown;
   /** the running check, if any */
   inFlight: { abort: AbortController; done: Promise<void> } | undefined;
@@ -151,9 +152,11 @@ const JITTER = 0.1;
 /**
  * Checks a set of backends and keeps each one's health (see hysteresis.ts).
  *
- * Events: `change` ({@link HealthChange}) when a backend's state changes; `check`
- * ({@link HealthCheck}) after every check. Listeners run synchronously; one that throws
- * is a bug and surfaces as an unhandled rejection.
+ * Events: `check` ({@link HealthCheck}) after every check; `change` ({@link HealthChange}) when a
+ * backend's hysteresis state changes; `verdict` ({@link Verdict}) when what it is for the data
+ * planes changes (up, unready, dead: also a down backend whose failure turned from "answers 500"
+ * to "refused"), after the `change` it may come with. Listeners run synchronously; one that
+ * throws is a bug and surfaces as an unhandled rejection.
  *
  * @example
  *   const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger });
@@ -210,16 +213,34 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * The health of every backend, in the order of the last setBackends (or the constructor's
    * list). A new array of new objects; see {@link BackendHealth} for the fields.
    */
-  snapshot(): BackendHealth[] {
-    return [...this.#entries.values()].map((e) => ({
+  snapshot(o: { family?: 4 | 6 } = {}): BackendHealth[] {
+    return this.#list(o.family).map((e) => ({
       address: e.address,
       state: e.health.state,
       healthy: e.health.state === 'up',
       lastCheck: e.lastCheck === null ? null : new Date(e.lastCheck).toISOString(),
       lastLatencyMs: e.lastLatencyMs,
-      reason: e.health.reason,
+      reason: e.health.reason?.message ?? null,
       consecutive: e.last === 'pass' ? e.health.passes : e.health.failures,
     }));
+  }
+
+  /**
+   * The verdict of every backend (`unknown` before its first), in the order of snapshot(): what
+   * the data planes apply. A new array.
+   */
+  verdicts(): BackendVerdict[] {
+    return this.#list(undefined).map((e) => verdictOf(e) ?? { backend: e.backend, state: 'unknown' });
+  }
+
+  /** The backends checked, in order; `family` keeps only those of one address family. */
+  backends(o: { family?: 4 | 6 } = {}): HostPort[] {
+    return this.#list(o.family).map((e) => e.backend);
+  }
+
+  #list(family: 4 | 6 | undefined): Entry[] {
+    const all = [...this.#entries.values()];
+    return family === undefined ? all : all.filter((e) => e.backend.family === family);
   }
 
   /**
@@ -228,16 +249,20 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * of a check already running is dropped, since it may predate the death. Emits `change`
    * unless the backend was already down.
    *
-   * @param address `host:port` as in the snapshot (other spellings of the same IP are accepted).
-   * @param reason why, for the transition and the snapshot, e.g. `conntrack: connection refused`.
+   * The verdict is `dead` whatever it was (also for a draining backend: no state change, but a
+   * `verdict` event).
+   *
+   * @param backend the backend (any spelling of its IP).
+   * @param cause why: passive detection or the election (the verdict's cause).
+   * @param message the message for the transition and the snapshot, e.g. `refused`.
    * @returns false when no such backend is checked or the checker is stopped (nothing happens), else true.
    */
-  markDead(address: string, reason: string): boolean {
+  markDead(backend: Pick<HostPort, 'host' | 'port'>, cause: DeadCause, message: string): boolean {
     if (this.#stopped) return false;
-    const e = this.#entries.get(normalizeAddress(address));
+    const e = this.#entries.get(keyOf(backend));
     if (e === undefined) return false;
     e.epoch++;
-    this.#feed(e, { kind: 'dead', at: this.#clock.now(), reason });
+    this.#feed(e, { kind: 'dead', at: this.#clock.now(), reason: { cause, message } });
     return true;
   }
 
@@ -246,19 +271,23 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * ones start `unknown` with their first check at a random offset; removed ones stop at once
    * (a running check is aborted, its result dropped; no event). Duplicates are ignored.
    *
+   * No `verdict` event is emitted for a removed backend: whoever changes the set re-syncs the
+   * data planes (their next apply reads {@link verdicts}).
+   *
    * @param list backends as `{ host, port }` (IP literal host, e.g. the config's backends).
    * @throws TypeError when a host is not an IP address (the set is then left unchanged).
    */
   setBackends(list: readonly CheckerBackend[]): void {
-    const wanted = new Map<string, CheckerBackend>();
+    const wanted = new Map<string, HostPort>();
     for (const b of list) {
-      if (isIP(b.host) === 0) throw new TypeError(`backend host must be an IP address, got ${JSON.stringify(b.host)}`);
-      const target = { host: canonicalAddress(b.host), port: b.port };
-      const address = formatAddress(target);
-      if (!wanted.has(address)) wanted.set(address, target);
+      const family = addressFamily(b.host);
+      if (family === null) throw new TypeError(`backend host must be an IP address, got ${JSON.stringify(b.host)}`);
+      const backend: HostPort = Object.freeze({ host: canonicalAddress(b.host), port: b.port, family });
+      const address = formatHostPort(backend);
+      if (!wanted.has(address)) wanted.set(address, backend);
     }
     const next = new Map<string, Entry>();
-    for (const [address, target] of wanted) {
+    for (const [address, backend] of wanted) {
       const old = this.#entries.get(address);
       if (old !== undefined) {
         next.set(address, old);
@@ -266,8 +295,10 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       }
       const e: Entry = {
         address,
-        target,
-        health: initialHealth(),
+        backend,
+        health: initialHealth<Failure>(),
+        passCause: { kind: 'http', status: 200 },
+        verdict: null,
         timer: undefined,
         inFlight: undefined,
         due: false,
@@ -324,12 +355,12 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     this.#schedule(e, this.#settings.intervalMs * jitter);
     let probing: Promise<ProbeResult>;
     try {
-      probing = this.#probe(e.target, abort.signal);
+      probing = this.#probe(e.backend, abort.signal);
     } catch (err) {
       probing = Promise.reject(err as Error);
     }
     const done = probing
-      .catch((err: unknown): ProbeResult => ({ ok: false, latencyMs: 0, error: `probe failed: ${err instanceof Error ? err.message : String(err)}` }))
+      .catch((err: unknown): ProbeResult => ({ ok: false, latencyMs: 0, cause: { kind: 'failed' }, error: `probe failed: ${err instanceof Error ? err.message : String(err)}` }))
       .then((result) => {
         e.inFlight = undefined;
         if (e.removed || this.#stopped) return;
@@ -346,36 +377,60 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     const at = this.#clock.now();
     e.lastCheck = at;
     e.lastLatencyMs = result.latencyMs;
-    const input: HealthInput = result.ok
-      ? { kind: 'pass', at, reason: result.status === undefined ? 'pass' : `http ${result.status}` }
-      : { kind: 'fail', at, reason: result.error ?? (result.status === undefined ? 'failed' : `http ${result.status}`) };
+    const reason: Failure = {
+      cause: result.cause,
+      message: result.ok ? (result.status === undefined ? 'pass' : `http ${result.status}`) : (result.error ?? (result.status === undefined ? 'failed' : `http ${result.status}`)),
+    };
+    const input: HealthInput<Failure> = result.ok ? { kind: 'pass', at, reason } : { kind: 'fail', at, reason };
+    if (result.ok) e.passCause = result.cause;
     const transition = this.#step(e, input);
-    // the check first, then the change it caused; both see the new state in snapshot()
-    this.emit('check', { address: e.address, result, at });
-    this.#announce(transition);
+    // the check first, then the change it caused; all see the new state in snapshot()
+    this.emit('check', { backend: e.backend, result, at });
+    this.#announce(e, transition);
   }
 
-  #feed(e: Entry, input: HealthInput): void {
-    this.#announce(this.#step(e, input));
+  #feed(e: Entry, input: HealthInput<Failure>): void {
+    this.#announce(e, this.#step(e, input));
   }
 
-  #step(e: Entry, input: HealthInput): Transition | null {
-    const { state, transition } = stepHealth(e.address, e.health, input, this.#settings);
+  #step(e: Entry, input: HealthInput<Failure>): Transition<HostPort, Failure> | null {
+    const { state, transition } = stepHealth(e.backend, e.health, input, this.#settings);
     e.health = state;
     e.last = input.kind === 'pass' ? 'pass' : 'fail';
     return transition;
   }
 
-  #announce(transition: Transition | null): void {
-    if (transition !== null) this.emit('change', { ...transition, healthy: transition.to === 'up' });
+  /** Emits the change (if any), then the verdict when its state differs from the last one emitted. */
+  #announce(e: Entry, transition: Transition<HostPort, Failure> | null): void {
+    if (transition !== null) {
+      const r = transition.reason;
+      const { reason: _r, ...rest } = transition;
+      this.emit('change', {
+        ...rest,
+        reason: typeof r === 'string' ? r : r.message,
+        cause: typeof r === 'string' ? null : r.cause,
+        healthy: transition.to === 'up',
+      });
+    }
+    const v = verdictOf(e);
+    if (v !== null && v.state !== e.verdict) {
+      e.verdict = v.state;
+      this.emit('verdict', v);
+    }
   }
 }
 
-/** The canonical `host:port` of an address text; unparsable text is returned as is (it then matches nothing). */
-function normalizeAddress(address: string): string {
-  try {
-    return formatAddress(parseAddress(address));
-  } catch {
-    return address;
-  }
+/** The map key of a backend: canonical `host:port`; a host that is not an IP gives a key that matches nothing. */
+function keyOf(b: Pick<HostPort, 'host' | 'port'>): string {
+  return addressFamily(b.host) === null ? `?${b.host}` : formatHostPort(b);
+}
+
+/** The verdict of an entry: null while unknown; up; or down as its latest failure's cause says. */
+function verdictOf(e: Entry): Verdict | null {
+  const h = e.health;
+  if (h.state === 'unknown') return null;
+  if (h.state === 'up') return { backend: e.backend, state: 'up', cause: e.passCause, message: e.passCause.kind === 'http' ? `http ${e.passCause.status}` : 'pass' };
+  // down always has a failure on record (the one that took it down, or a later one)
+  const f = h.reason ?? { cause: { kind: 'failed' }, message: 'failed' };
+  return { backend: e.backend, state: failureState(f.cause), cause: f.cause, message: f.message };
 }

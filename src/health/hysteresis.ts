@@ -28,8 +28,12 @@ export interface HysteresisOptions {
   readonly fall: number;
 }
 
-/** One backend's health, as {@link stepHealth} keeps it. Immutable. */
-export interface HealthState {
+/**
+ * One backend's health, as {@link stepHealth} keeps it. Immutable. `R` is what a reason is: text
+ * by default; the checker uses a typed {@link Failure} (cause and message), so the verdict's cause
+ * follows exactly the same keep/clear rule as the reason.
+ */
+export interface HealthState<R = string> {
   readonly state: BackendState;
   /** Consecutive passes up to now (0 after a failure or markDead). */
   readonly passes: number;
@@ -40,21 +44,21 @@ export interface HealthState {
    * `http 500`, or the markDead reason). Kept while the backend recovers; cleared (null) when
    * it becomes up and by a pass while it is up.
    */
-  readonly reason: string | null;
+  readonly reason: R | null;
   /** `at` of the last state change, or null while it never changed. */
   readonly since: number | null;
 }
 
 /** An input: a check passed, a check failed, or the backend is known to be dead. */
-export type HealthInput =
-  | { readonly kind: 'pass'; readonly at: number; readonly reason?: string }
-  | { readonly kind: 'fail'; readonly at: number; readonly reason: string }
-  | { readonly kind: 'dead'; readonly at: number; readonly reason: string };
+export type HealthInput<R = string> =
+  | { readonly kind: 'pass'; readonly at: number; readonly reason?: R }
+  | { readonly kind: 'fail'; readonly at: number; readonly reason: R }
+  | { readonly kind: 'dead'; readonly at: number; readonly reason: R };
 
-/** A state change, as reported to listeners. */
-export interface Transition {
-  /** The backend, as its caller names it (the checker uses `host:port`). */
-  readonly backend: string;
+/** A state change, as reported to listeners. `B` names the backend, `R` is a reason (see {@link HealthState}). */
+export interface Transition<B = string, R = string> {
+  /** The backend, as its caller names it (the checker uses its HostPort). */
+  readonly backend: B;
   readonly from: BackendState;
   readonly to: BackendState;
   /**
@@ -62,13 +66,13 @@ export interface Transition {
    * `tls: …`, or the markDead reason); for `up`, the pass's reason when it had one (the
    * checker gives `http 200`), else `passed <rise> consecutive checks`.
    */
-  readonly reason: string;
+  readonly reason: R | string;
   /** The `at` of the input that caused it (ms, the caller's clock). */
   readonly at: number;
 }
 
 /** The state a backend starts in: unknown, no streak, no reason. */
-export function initialHealth(): HealthState {
+export function initialHealth<R = string>(): HealthState<R> {
   return { state: 'unknown', passes: 0, failures: 0, reason: null, since: null };
 }
 
@@ -93,16 +97,16 @@ export function checkHysteresisOptions(opts: HysteresisOptions): void {
  * @returns the new state (a new object; `current` is not modified) and the transition, or null
  *   when the state did not change.
  */
-export function stepHealth(
-  backend: string,
-  current: HealthState,
-  input: HealthInput,
+export function stepHealth<B, R = string>(
+  backend: B,
+  current: HealthState<R>,
+  input: HealthInput<R>,
   opts: HysteresisOptions,
-): { state: HealthState; transition: Transition | null } {
+): { state: HealthState<R>; transition: Transition<B, R> | null } {
   const from = current.state;
-  let next: HealthState;
+  let next: HealthState<R>;
   let to: BackendState = from;
-  let cause: string;
+  let cause: R | string;
   switch (input.kind) {
     case 'pass': {
       const passes = current.passes + 1;

@@ -1,71 +1,168 @@
 /**
  * Passive detection: the kernel's own signals say a backend is dead long before `fall` active
  * checks could. A userspace proxy retries a refused connection on another server; a kernel DNAT
- * cannot, so ballast watches the connections it DNATed, through conntrack events (ctnetlink,
- * read with `conntrack -E`, conntrack(8)):
+ * cannot, so ballast watches the connections it DNATed, through conntrack events read straight
+ * from ctnetlink (a NETLINK_NETFILTER socket subscribed to the conntrack groups; no child process,
+ * so nothing can outlive the agent):
  *
- *   [NEW]     SYN_SENT  orig dst = VIP:port, reply src = backend   → a connection was sent to backend
- *   [UPDATE]  SYN_RECV / ESTABLISHED                               → the backend answered: alive
- *   [DESTROY] (or [UPDATE] CLOSE) before any answer               → refused (RST to the SYN): dead
+ *   NEW      SYN_SENT  orig dst = VIP:port, reply src = backend   → a connection was sent to backend
+ *   UPDATE   SYN_RECV / ESTABLISHED                               → the backend answered: alive
+ *   DESTROY  (or UPDATE CLOSE) before any answer                  → refused (RST to the SYN): dead
  *   still SYN_SENT after `synTimeoutMs`                            → no answer at all: dead
  *
  * A live apiserver's kernel answers a SYN within a round trip (the application is not
  * involved), so on a LAN a few hundred ms without a SYN-ACK means the node or its port is gone.
- * The tracker below is pure (events and a clock in, verdicts out); {@link watchConntrack} feeds
- * it from the `conntrack` process.
+ * The tracker below is pure (events and a clock in, verdicts out); {@link parseCtEvents} turns
+ * datagrams into events; {@link watchConntrack} feeds the tracker from the socket.
+ *
+ * One ctnetlink event (linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h), host byte order
+ * except where marked:
+ *
+ *   nlmsghdr   len u32 | type u16 = NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW (0) / _DELETE (2)
+ *              | flags u16 (NEW with NLM_F_CREATE|NLM_F_EXCL = a new entry, else an update) | seq | pid
+ *   nfgenmsg   family u8 (AF_INET 2 / AF_INET6 10) | version u8 | res_id be16
+ *   nlattrs    len u16 | type u16 (low 14 bits; NLA_F_NESTED 0x8000) | value, padded to 4:
+ *     CTA_TUPLE_ORIG 1, CTA_TUPLE_REPLY 2 (nested): CTA_TUPLE_IP 1 { CTA_IP_V4_SRC 1, _V4_DST 2,
+ *         _V6_SRC 3, _V6_DST 4 } · CTA_TUPLE_PROTO 2 { CTA_PROTO_NUM 1 u8, _SRC_PORT 2 be16, _DST_PORT 3 be16 }
+ *     CTA_STATUS 3 be32 · CTA_PROTOINFO 4 { CTA_PROTOINFO_TCP 1 { CTA_PROTOINFO_TCP_STATE 1 u8 } }
+ *     CTA_ID 12 be32
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { canonicalAddress, hostPort } from '../net/address.js';
+import { createRequire } from 'node:module';
+import { bytesToAddress, canonicalAddress } from '../net/address.js';
+import { formatHostPort, type HostPort } from '../net/hostport.js';
 
-/** One conntrack event line, parsed (only what passive detection needs). */
+/** One conntrack event, parsed (only what passive detection needs). */
 export interface FlowEvent {
   type: 'NEW' | 'UPDATE' | 'DESTROY';
-  /** Conntrack id (`-o id`). */
+  /** Conntrack id (CTA_ID), decimal. */
   id: string;
-  /** TCP state, e.g. SYN_SENT, SYN_RECV, ESTABLISHED, CLOSE. */
-  state: string;
+  /** TCP state (SYN_SENT, SYN_RECV, ESTABLISHED, CLOSE, …), or null when the event carries none (CTA_PROTOINFO absent). */
+  state: string | null;
   origDst: string;
   origDport: number;
   replySrc: string;
   replySport: number;
 }
 
-/**
- * Parses one line of `conntrack -E -o id` output for TCP, e.g.
- * `[NEW] tcp 6 120 SYN_SENT src=… dst=10.0.0.100 sport=40000 dport=6443 [UNREPLIED] src=10.0.0.12 dst=… sport=6443 dport=40000 id=42`
- * (an optional `[timestamp]` first is skipped).
- * @returns the event, or null for any other line (not TCP, a summary line, garbage).
- */
-export function parseConntrackLine(line: string): FlowEvent | null {
-  const m = /\[(NEW|UPDATE|DESTROY)\]\s+tcp\s+6\s+(?:\d+\s+)?([A-Z_]+)\s+(.*)$/.exec(line);
-  if (!m) return null;
-  const rest = m[3]!;
-  const kv = [...rest.matchAll(/\b(src|dst|sport|dport|id)=(\S+)/g)].map((x) => [x[1]!, x[2]!] as const);
-  // the first src/dst/sport/dport are the original tuple, the second the reply tuple
-  const orig = new Map<string, string>();
-  const reply = new Map<string, string>();
-  let id: string | undefined;
-  for (const [k, v] of kv) {
-    if (k === 'id') id = v;
-    else if (!orig.has(k)) orig.set(k, v);
-    else if (!reply.has(k)) reply.set(k, v);
+/** NETLINK_NETFILTER (netlink(7)). */
+export const NETLINK_NETFILTER = 12;
+/** enum nfnetlink_groups: NFNLGRP_CONNTRACK_NEW, _UPDATE, _DESTROY. */
+export const CONNTRACK_GROUPS = [1, 2, 3] as const;
+
+const NFNL_SUBSYS_CTNETLINK = 1;
+const IPCTNL_MSG_CT_NEW = 0;
+const IPCTNL_MSG_CT_DELETE = 2;
+const NLM_F_EXCL = 0x200;
+const NLM_F_CREATE = 0x400;
+const NLMSG_HDRLEN = 16;
+const NFGENMSG_LEN = 4;
+const NLA_TYPE_MASK = 0x3fff;
+const CTA = { TUPLE_ORIG: 1, TUPLE_REPLY: 2, PROTOINFO: 4, ID: 12 } as const;
+const CTA_TUPLE = { IP: 1, PROTO: 2 } as const;
+const CTA_IP = { V4_SRC: 1, V4_DST: 2, V6_SRC: 3, V6_DST: 4 } as const;
+const CTA_PROTO = { NUM: 1, SRC_PORT: 2, DST_PORT: 3 } as const;
+const IPPROTO_TCP = 6;
+/** enum tcp_conntrack (linux/netfilter/nf_conntrack_tcp.h), by value. */
+const TCP_STATES = ['NONE', 'SYN_SENT', 'SYN_RECV', 'ESTABLISHED', 'FIN_WAIT', 'CLOSE_WAIT', 'LAST_ACK', 'TIME_WAIT', 'CLOSE', 'SYN_SENT2'] as const;
+
+/** The attributes of one nlattr stream, by type (the first of each type wins). Malformed tails are ignored. */
+function attrs(buf: Buffer): Map<number, Buffer> {
+  const out = new Map<number, Buffer>();
+  let off = 0;
+  while (off + 4 <= buf.length) {
+    const len = buf.readUInt16LE(off);
+    const type = buf.readUInt16LE(off + 2) & NLA_TYPE_MASK;
+    if (len < 4 || off + len > buf.length) break;
+    if (!out.has(type)) out.set(type, buf.subarray(off + 4, off + len));
+    off += (len + 3) & ~3;
   }
-  const origDst = orig.get('dst');
-  const origDport = Number(orig.get('dport'));
-  const replySrc = reply.get('src');
-  const replySport = Number(reply.get('sport'));
-  if (!id || !origDst || !replySrc || !Number.isInteger(origDport) || !Number.isInteger(replySport)) return null;
-  return { type: m[1] as FlowEvent['type'], id, state: m[2]!, origDst, origDport, replySrc, replySport };
+  return out;
 }
 
-/** A verdict on one backend. */
-export interface PassiveVerdict {
-  /** host:port (IPv6 in brackets), as the health checker names backends. */
-  backend: string;
-  alive: boolean;
-  /** 'refused', 'unanswered SYN', or 'answered'. */
-  reason: string;
+/** A tuple's addresses and ports, when it is TCP. */
+function tuple(buf: Buffer | undefined): { src: string; dst: string; sport: number; dport: number } | null {
+  if (buf === undefined) return null;
+  const t = attrs(buf);
+  const ip = t.get(CTA_TUPLE.IP);
+  const proto = t.get(CTA_TUPLE.PROTO);
+  if (ip === undefined || proto === undefined) return null;
+  const a = attrs(ip);
+  const p = attrs(proto);
+  const src = a.get(CTA_IP.V4_SRC) ?? a.get(CTA_IP.V6_SRC);
+  const dst = a.get(CTA_IP.V4_DST) ?? a.get(CTA_IP.V6_DST);
+  const num = p.get(CTA_PROTO.NUM);
+  const sport = p.get(CTA_PROTO.SRC_PORT);
+  const dport = p.get(CTA_PROTO.DST_PORT);
+  if (src === undefined || dst === undefined || num?.length !== 1 || num[0] !== IPPROTO_TCP) return null;
+  if (sport?.length !== 2 || dport?.length !== 2 || (src.length !== 4 && src.length !== 16) || src.length !== dst.length) return null;
+  return { src: bytesToAddress(src), dst: bytesToAddress(dst), sport: sport.readUInt16BE(0), dport: dport.readUInt16BE(0) };
+}
+
+/** CTA_PROTOINFO → CTA_PROTOINFO_TCP → CTA_PROTOINFO_TCP_STATE, as a name. */
+function tcpState(buf: Buffer | undefined): string | null {
+  if (buf === undefined) return null;
+  const tcp = attrs(buf).get(1);
+  const st = tcp === undefined ? undefined : attrs(tcp).get(1);
+  if (st?.length !== 1) return null;
+  return TCP_STATES[st[0]!] ?? null;
+}
+
+/**
+ * Parses one datagram read from a NETLINK_NETFILTER socket subscribed to the conntrack groups
+ * (the layout is in the file comment).
+ * @returns the TCP events in it, in order; anything else (other subsystems, UDP, NLMSG_ERROR,
+ *   NLMSG_DONE, truncated or malformed messages) is skipped, never thrown.
+ */
+export function parseCtEvents(datagram: Buffer): FlowEvent[] {
+  const out: FlowEvent[] = [];
+  let off = 0;
+  while (off + NLMSG_HDRLEN <= datagram.length) {
+    const len = datagram.readUInt32LE(off);
+    if (len < NLMSG_HDRLEN || off + len > datagram.length) break;
+    const type = datagram.readUInt16LE(off + 4);
+    const flags = datagram.readUInt16LE(off + 6);
+    const msg = datagram.subarray(off + NLMSG_HDRLEN, off + len);
+    off += (len + 3) & ~3;
+    if (type >> 8 !== NFNL_SUBSYS_CTNETLINK || msg.length < NFGENMSG_LEN) continue;
+    const kind = type & 0xff;
+    if (kind !== IPCTNL_MSG_CT_NEW && kind !== IPCTNL_MSG_CT_DELETE) continue;
+    const a = attrs(msg.subarray(NFGENMSG_LEN));
+    const orig = tuple(a.get(CTA.TUPLE_ORIG));
+    const reply = tuple(a.get(CTA.TUPLE_REPLY));
+    const id = a.get(CTA.ID);
+    if (orig === null || reply === null || id?.length !== 4) continue;
+    out.push({
+      type: kind === IPCTNL_MSG_CT_DELETE ? 'DESTROY' : flags & (NLM_F_CREATE | NLM_F_EXCL) ? 'NEW' : 'UPDATE',
+      id: String(id.readUInt32BE(0)),
+      state: tcpState(a.get(CTA.PROTOINFO)),
+      origDst: orig.dst,
+      origDport: orig.dport,
+      replySrc: reply.src,
+      replySport: reply.sport,
+    });
+  }
+  return out;
+}
+
+/**
+ * A verdict on one backend: what was seen (a RST to the SYN, no answer within synTimeoutMs, or
+ * an answer) and its message (`refused`, `unanswered SYN`, `answered`).
+ */
+export type PassiveVerdict =
+  | { backend: HostPort; alive: true; signal: 'answered'; reason: string }
+  | { backend: HostPort; alive: false; signal: 'refused' | 'unanswered'; reason: string };
+
+const VERDICT_TEXT = { refused: 'refused', unanswered: 'unanswered SYN', answered: 'answered' } as const;
+
+/** A {@link PassiveVerdict} of `signal` for `backend`. */
+function verdict(backend: HostPort, signal: PassiveVerdict['signal']): PassiveVerdict {
+  const reason = VERDICT_TEXT[signal];
+  return signal === 'answered' ? { backend, alive: true, signal, reason } : { backend, alive: false, signal, reason };
+}
+
+/** The HostPort of a canonical address and port. */
+function endpoint(host: string, port: number): HostPort {
+  return Object.freeze({ host, port, family: host.includes(':') ? 6 : 4 });
 }
 
 /**
@@ -77,45 +174,45 @@ export interface PassiveVerdict {
  */
 export class FlowTracker {
   private readonly vips: Set<string>;
+  /** followed backends by host:port */
   private readonly direct: Set<string>;
   /** conntrack id → the backend and when its SYN was seen, for flows not yet answered. */
-  private readonly pending = new Map<string, { backend: string; since: number }>();
+  private readonly pending = new Map<string, { backend: HostPort; since: number }>();
 
   /**
    * @param vips the VIP addresses; @param port the VIP port;
    * @param synTimeoutMs how long a SYN may go unanswered before its backend is judged dead, ms.
+   * @param direct backends followed directly (the eBPF local endpoint's rewritten connects).
    */
   constructor(
     vips: readonly string[],
     private readonly port: number,
     private readonly synTimeoutMs: number,
-    /** Backends followed directly, as host:port (IPv6 in brackets). */
-    direct: readonly string[] = [],
+    direct: readonly Pick<HostPort, 'host' | 'port'>[] = [],
   ) {
     this.vips = new Set(vips.map(canonicalAddress));
-    this.direct = new Set(direct);
+    this.direct = new Set(direct.map(formatHostPort));
   }
 
   /** Feeds one event; returns the verdicts it implies (often none). */
   onEvent(e: FlowEvent, now: number): PassiveVerdict[] {
-    const dst = hostPort(canonicalAddress(e.origDst), e.origDport);
-    const toVip = e.origDport === this.port && this.vips.has(canonicalAddress(e.origDst)) && canonicalAddress(e.replySrc) !== canonicalAddress(e.origDst);
-    if (!toVip && !this.direct.has(dst)) return [];
-    const backend = hostPort(canonicalAddress(e.replySrc), e.replySport);
+    const origDst = canonicalAddress(e.origDst);
+    const replySrc = canonicalAddress(e.replySrc);
+    const toVip = e.origDport === this.port && this.vips.has(origDst) && replySrc !== origDst;
+    if (!toVip && !this.direct.has(formatHostPort({ host: origDst, port: e.origDport }))) return [];
     if (e.type === 'NEW') {
-      if (e.state === 'SYN_SENT') this.pending.set(e.id, { backend, since: now });
+      if (e.state === 'SYN_SENT') this.pending.set(e.id, { backend: endpoint(replySrc, e.replySport), since: now });
       return [];
     }
     const p = this.pending.get(e.id);
     if (!p) return [];
-    if (e.type === 'UPDATE' && e.state !== 'CLOSE') {
-      // SYN_RECV / ESTABLISHED: the backend's kernel answered the SYN
-      this.pending.delete(e.id);
-      return [{ backend, alive: true, reason: 'answered' }];
-    }
-    // DESTROY, or CLOSE, before any answer: a RST to the SYN
+    // an update that says nothing of the TCP state (a mark, a status bit) tells nothing either
+    if (e.type === 'UPDATE' && e.state === null) return [];
     this.pending.delete(e.id);
-    return [{ backend, alive: false, reason: 'refused' }];
+    // SYN_RECV / ESTABLISHED: the backend's kernel answered the SYN
+    if (e.type === 'UPDATE' && e.state !== 'CLOSE') return [verdict(p.backend, 'answered')];
+    // DESTROY, or CLOSE, before any answer: a RST to the SYN
+    return [verdict(p.backend, 'refused')];
   }
 
   /** Judges SYNs unanswered for longer than synTimeoutMs; call it periodically. */
@@ -124,7 +221,7 @@ export class FlowTracker {
     for (const [id, p] of this.pending) {
       if (now - p.since >= this.synTimeoutMs) {
         this.pending.delete(id);
-        out.push({ backend: p.backend, alive: false, reason: 'unanswered SYN' });
+        out.push(verdict(p.backend, 'unanswered'));
       }
     }
     return out;
@@ -136,55 +233,90 @@ export class FlowTracker {
   }
 }
 
-/** A running `conntrack -E` watcher. */
-export interface ConntrackWatch {
-  stop(): void;
-  readonly child: ChildProcess;
+/** The part of the `netlink` package's raw socket the watcher uses (injectable for tests). */
+export interface CtSocket {
+  addMembership(group: number): void;
+  on(event: 'message', listener: (msg: Buffer) => void): unknown;
+  on(event: 'error', listener: (err: Error & { code?: string }) => void): unknown;
+  setRecvBufferSize(bytes: number): unknown;
+  unref(): void;
+  close(): void;
 }
 
+/** Opens a NETLINK_NETFILTER socket (netlink(7)) that does not keep the event loop alive. */
+export function openCtSocket(): CtSocket {
+  const require = createRequire(import.meta.url);
+  const netlink = require('netlink') as typeof import('netlink');
+  const sock = new netlink.RawNetlinkSocket(NETLINK_NETFILTER);
+  sock.unref();
+  return sock;
+}
+
+/** A running conntrack event watcher. */
+export interface ConntrackWatch {
+  /** Closes the socket and the timer. Idempotent. */
+  stop(): void;
+}
+
+/** Receive buffer asked for: bursts of new connections (a reconnect storm) must not overflow it. */
+const RECV_BUFFER_BYTES = 4 * 1024 * 1024;
+
 /**
- * Runs `conntrack -E -p tcp -o id` (line-buffered through stdbuf) and feeds a
+ * Reads conntrack events from ctnetlink (NFNLGRP_CONNTRACK_NEW, _UPDATE, _DESTROY) and feeds a
  * {@link FlowTracker}; calls `onVerdict` for every verdict, and checks for unanswered SYNs every
- * `tickMs` (ms). `onExit` is called if the process ends while not stopped (e.g. conntrack not
- * installed, or no CAP_NET_ADMIN).
+ * `tickMs` (ms). Everything runs in this process: there is no child to outlive it.
+ *
+ * `onExit(code, message)` is called when the watch cannot start (e.g. EPERM without
+ * CAP_NET_ADMIN; then `code` is the errno name) or the socket fails for good; `onLost` when the
+ * kernel dropped events because the receive buffer overflowed (ENOBUFS: the watch goes on).
  */
 export function watchConntrack(
   tracker: FlowTracker,
   onVerdict: (v: PassiveVerdict) => void,
-  o: { tickMs?: number; onExit?: (code: number | null, stderr: string) => void; now?: () => number } = {},
+  o: {
+    tickMs?: number;
+    onExit?: (code: string | null, message: string) => void;
+    onLost?: () => void;
+    now?: () => number;
+    open?: () => CtSocket;
+  } = {},
 ): ConntrackWatch {
   const now = o.now ?? (() => performance.now());
-  const child = spawn('stdbuf', ['-oL', 'conntrack', '-E', '-p', 'tcp', '-o', 'id'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let sock: CtSocket | undefined;
+  try {
+    sock = (o.open ?? openCtSocket)();
+    for (const g of CONNTRACK_GROUPS) sock.addMembership(g);
+  } catch (err) {
+    sock?.close();
+    o.onExit?.((err as NodeJS.ErrnoException).code ?? null, (err as Error).message);
+    return { stop: () => undefined };
+  }
+  const s = sock;
   let stopped = false;
-  let stderr = '';
-  // never outlive the agent, whatever path it exits by
-  const reap = (): void => void child.kill('SIGTERM');
-  process.once('exit', reap);
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (c: string) => (stderr = (stderr + c).slice(-4096)));
-  createInterface({ input: child.stdout }).on('line', (line) => {
-    const e = parseConntrackLine(line);
-    if (e) for (const v of tracker.onEvent(e, now())) onVerdict(v);
+  try {
+    s.setRecvBufferSize(RECV_BUFFER_BYTES);
+  } catch {
+    // the default buffer still works; only a burst may overflow it (ENOBUFS, reported)
+  }
+  const stop = (): void => {
+    if (stopped) return;
+    stopped = true;
+    clearInterval(timer);
+    s.close();
+  };
+  s.on('message', (msg) => {
+    if (stopped) return;
+    for (const e of parseCtEvents(msg)) for (const v of tracker.onEvent(e, now())) onVerdict(v);
+  });
+  s.on('error', (err) => {
+    if (stopped) return;
+    if (err.code === 'ENOBUFS') return o.onLost?.();
+    stop();
+    o.onExit?.(err.code ?? null, err.message);
   });
   const timer = setInterval(() => {
     for (const v of tracker.tick(now())) onVerdict(v);
   }, o.tickMs ?? 50);
   timer.unref();
-  child.on('exit', (code) => {
-    clearInterval(timer);
-    process.off('exit', reap);
-    if (!stopped) o.onExit?.(code, stderr.trim());
-  });
-  child.on('error', (err) => {
-    clearInterval(timer);
-    if (!stopped) o.onExit?.(null, err.message);
-  });
-  return {
-    child,
-    stop() {
-      stopped = true;
-      clearInterval(timer);
-      child.kill('SIGTERM');
-    },
-  };
+  return { stop };
 }

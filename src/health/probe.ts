@@ -16,6 +16,7 @@ import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import tls, { type PeerCertificate, type SecureContext } from 'node:tls';
+import type { Cause, Failure } from './verdict.js';
 
 /** At most this much of a response body is read; the rest is discarded with the connection. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -54,15 +55,19 @@ export interface ProbeSettings {
  * - `ok`: true exactly when the response status is 2xx (and its body, up to 64 KiB, arrived).
  * - `status`: the HTTP status, when a response arrived.
  * - `latencyMs`: from the start of the check to its result, in ms (monotonic clock).
- * - `error`, when not ok: an errno name for network failures (`ECONNREFUSED`, `ECONNRESET`,
- *   `EHOSTUNREACH`, `ETIMEDOUT`…), `timeout` (our deadline), `tls: <code>: <message>` (verification or
- *   handshake failure), `http <status>` (a non-2xx answer), `aborted` (the caller's signal),
- *   or `cannot read <setting> <path>: <code>` / `tokenFile <path> is empty` (a local file).
+ * - `cause`: what happened, typed (see verdict.ts): `{kind: 'http', status}` for any answer,
+ *   else the failure's kind, decided here from the error's code (never from its text).
+ * - `error`, when not ok: the message for people: an errno name for network failures
+ *   (`ECONNREFUSED`, `ECONNRESET`, `EHOSTUNREACH`, `ETIMEDOUT`…), `timeout` (our deadline),
+ *   `tls: <code>: <message>` (verification or handshake failure), `http <status>` (a non-2xx
+ *   answer), `aborted` (the caller's signal), or `cannot read <setting> <path>: <code>` /
+ *   `tokenFile <path> is empty` (a local file).
  */
 export interface ProbeResult {
   ok: boolean;
   status?: number;
   latencyMs: number;
+  cause: Cause;
   error?: string;
 }
 
@@ -91,22 +96,34 @@ const X509_CODE = /^(UNABLE_TO_|CERT_|DEPTH_ZERO_|SELF_SIGNED_|INVALID_|PATH_LEN
 const REASON_MAX = 240;
 const clip = (s: string): string => (s.length > REASON_MAX ? `${s.slice(0, REASON_MAX - 3)}...` : s);
 
+/** errno names that say the backend's host or network cannot be reached (connect(2), ip(7)). */
+const UNREACHABLE = new Set(['EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN']);
+
 /**
- * The `error` text of a failed check.
+ * The cause and message of a failed check, from the error's `code` (and `name` for an abort).
  * @param handshaking true when TCP was connected and TLS not yet established.
  */
-function describeFailure(err: unknown, handshaking: boolean): string {
+export function describeFailure(err: unknown, handshaking: boolean): Failure {
   const e = err as NodeJS.ErrnoException;
   const code = typeof e?.code === 'string' ? e.code : undefined;
-  if (e?.name === 'AbortError' || code === 'ABORT_ERR') return 'aborted';
+  if (e?.name === 'AbortError' || code === 'ABORT_ERR') return { cause: { kind: 'aborted' }, message: 'aborted' };
   const tlsCode = code !== undefined && (/^ERR_(SSL|TLS)_/.test(code) || X509_CODE.test(code));
   // an errno during the handshake (a reset) is a network failure, not a TLS one
   if (tlsCode || (handshaking && e?.syscall === undefined && code !== undefined && !/^E[A-Z]+$/.test(code))) {
     // the code first: the message can be long (it lists the certificate's names) and is clipped
-    return clip(`tls: ${code === undefined ? '' : `${code}: `}${e.message}`);
+    return { cause: { kind: 'tls', code: code ?? null }, message: clip(`tls: ${code === undefined ? '' : `${code}: `}${e.message}`) };
   }
-  if (code !== undefined) return code;
-  return clip(e instanceof Error ? e.message : String(err));
+  if (code === undefined) return { cause: { kind: 'failed' }, message: clip(e instanceof Error ? e.message : String(err)) };
+  return { cause: causeOfCode(code), message: code };
+}
+
+/** The cause of a connection error by its code. */
+function causeOfCode(code: string): Cause {
+  if (code === 'ECONNREFUSED') return { kind: 'refused' };
+  if (code === 'ECONNRESET' || code === 'EPIPE') return { kind: 'reset' };
+  if (code === 'ETIMEDOUT') return { kind: 'timeout' };
+  if (UNREACHABLE.has(code)) return { kind: 'unreachable', code };
+  return { kind: 'network', code };
 }
 
 /** A file's content, re-read only when its version changes. */
@@ -153,14 +170,15 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
   const cache = new FileCache(deps.files ?? hostProbeFiles);
   let context: { key: string; value: SecureContext } | undefined;
 
-  const credentials = async (): Promise<Credentials | string> => {
-    const load = async (setting: string, path: string | undefined): Promise<{ version: string; data: Buffer } | string | undefined> => {
+  const credentials = async (): Promise<Credentials | Failure> => {
+    const local = (setting: string, message: string): Failure => ({ cause: { kind: 'localFile', setting }, message });
+    const load = async (setting: string, path: string | undefined): Promise<{ version: string; data: Buffer } | Failure | undefined> => {
       if (path === undefined || path === '') return undefined;
       try {
         return await cache.get(path);
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
-        return `cannot read ${setting} ${path}: ${code ?? (err as Error).message}`;
+        return local(setting, `cannot read ${setting} ${path}: ${code ?? (err as Error).message}`);
       }
     };
     const [ca, cert, key, token] = await Promise.all([
@@ -169,8 +187,8 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
       load('clientKeyFile', settings.clientKeyFile),
       load('tokenFile', settings.tokenFile),
     ]);
-    for (const f of [ca, cert, key, token]) if (typeof f === 'string') return f;
-    const file = (f: typeof ca): { version: string; data: Buffer } | undefined => (typeof f === 'string' ? undefined : f);
+    for (const f of [ca, cert, key, token]) if (f !== undefined && 'cause' in f) return f;
+    const file = (f: typeof ca): { version: string; data: Buffer } | undefined => (f === undefined || 'cause' in f ? undefined : f);
     const [caF, certF, keyF, tokenF] = [file(ca), file(cert), file(key), file(token)];
     const ctxKey = `${caF?.version}|${certF?.version}|${keyF?.version}`;
     if (context?.key !== ctxKey) {
@@ -184,14 +202,15 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
           }),
         };
       } catch (err) {
-        return clip(`tls: cannot use the CA or client certificate files: ${(err as Error).message}`);
+        // our own files are unusable: that says nothing about the backend
+        return local('caFile', clip(`tls: cannot use the CA or client certificate files: ${(err as Error).message}`));
       }
     }
     let bearer: string | undefined;
     if (tokenF !== undefined) {
       bearer = tokenF.data.toString('utf8').trim();
-      if (bearer === '') return `tokenFile ${settings.tokenFile} is empty`;
-      if (/[^\x21-\x7e]/.test(bearer)) return `tokenFile ${settings.tokenFile} holds characters a bearer token cannot have`;
+      if (bearer === '') return local('tokenFile', `tokenFile ${settings.tokenFile} is empty`);
+      if (/[^\x21-\x7e]/.test(bearer)) return local('tokenFile', `tokenFile ${settings.tokenFile} holds characters a bearer token cannot have`);
     }
     return { secureContext: context.value, token: bearer };
   };
@@ -205,7 +224,7 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
 function probeWith(
   target: ProbeTarget,
   settings: ProbeSettings,
-  credentials: () => Promise<Credentials | string>,
+  credentials: () => Promise<Credentials | Failure>,
   signal: AbortSignal | undefined,
 ): Promise<ProbeResult> {
   const start = performance.now();
@@ -223,15 +242,16 @@ function probeWith(
       req?.destroy();
       resolve({ ...r, latencyMs: elapsed() });
     };
-    const deadline = setTimeout(() => finish({ ok: false, error: 'timeout' }), settings.timeoutMs);
-    const onAbort = (): void => finish({ ok: false, error: 'aborted' });
+    const fail = (f: Failure, status?: number): void => finish({ ok: false, ...(status === undefined ? {} : { status }), cause: f.cause, error: f.message });
+    const deadline = setTimeout(() => fail({ cause: { kind: 'timeout' }, message: 'timeout' }), settings.timeoutMs);
+    const onAbort = (): void => fail({ cause: { kind: 'aborted' }, message: 'aborted' });
     if (signal?.aborted) return onAbort();
     signal?.addEventListener('abort', onAbort, { once: true });
 
     credentials().then(
       (creds) => {
         if (done) return;
-        if (typeof creds === 'string') return finish({ ok: false, error: creds });
+        if ('cause' in creds) return fail(creds);
         const name = settings.serverName === undefined || settings.serverName === '' ? undefined : settings.serverName;
         // SNI carries host names only (RFC 6066 §3): an IP serverName is verified, not sent
         const sni = name !== undefined && isIP(name) === 0 ? name : undefined;
@@ -262,26 +282,27 @@ function probeWith(
             handshaking = false;
           });
         });
-        r.on('error', (err) => finish({ ok: false, error: describeFailure(err, handshaking) }));
+        r.on('error', (err) => fail(describeFailure(err, handshaking)));
         r.on('response', (res: IncomingMessage) => {
           const status = res.statusCode ?? 0;
           const ok = status >= 200 && status <= 299;
-          const result = ok ? { ok, status } : { ok, status, error: `http ${status}` };
+          const cause: Cause = { kind: 'http', status };
+          const result = ok ? { ok, status, cause } : { ok, status, cause, error: `http ${status}` };
           let read = 0;
           res.on('data', (chunk: Buffer) => {
             read += chunk.length;
             if (read >= MAX_BODY_BYTES) finish(result);
           });
           res.on('end', () => finish(result));
-          res.on('error', (err) => finish({ ok: false, status, error: describeFailure(err, false) }));
+          res.on('error', (err) => fail(describeFailure(err, false), status));
           // the connection closed before the body was complete
           res.on('close', () => {
-            if (!res.complete) finish({ ok: false, status, error: 'ECONNRESET' });
+            if (!res.complete) fail({ cause: { kind: 'reset' }, message: 'ECONNRESET' }, status);
           });
         });
         r.end();
       },
-      (err: unknown) => finish({ ok: false, error: describeFailure(err, false) }),
+      (err: unknown) => fail(describeFailure(err, false)),
     );
   });
 }

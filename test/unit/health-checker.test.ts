@@ -1,8 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
-  formatAddress,
   HealthChecker,
-  parseAddress,
   type CheckerBackend,
   type CheckerSettings,
   type Clock,
@@ -10,6 +8,8 @@ import {
   type HealthCheckerOptions,
 } from '../../src/health/checker.js';
 import type { ProbeResult, ProbeTarget } from '../../src/health/probe.js';
+import type { DeadCause, Verdict } from '../../src/health/verdict.js';
+import { formatHostPort as formatAddress, parseHostPort } from '../../src/net/hostport.js';
 import { prng } from '../support/prng.js';
 
 const T0 = Date.UTC(2025, 0, 1);
@@ -78,7 +78,11 @@ class FakeProbe {
   set(address: string, r: 'pass' | 'fail' | ProbeResult): void {
     this.behavior.set(
       address,
-      r === 'pass' ? { ok: true, status: 200, latencyMs: this.latencyMs } : r === 'fail' ? { ok: false, status: 500, error: 'http 500', latencyMs: this.latencyMs } : r,
+      r === 'pass'
+        ? { ok: true, status: 200, cause: { kind: 'http', status: 200 }, latencyMs: this.latencyMs }
+        : r === 'fail'
+          ? { ok: false, status: 500, cause: { kind: 'http', status: 500 }, error: 'http 500', latencyMs: this.latencyMs }
+          : r,
     );
   }
   probe = (target: ProbeTarget, signal?: AbortSignal): Promise<ProbeResult> => {
@@ -94,10 +98,10 @@ class FakeProbe {
         call.end = this.clock.now();
         resolve(r);
       };
-      const timer = this.clock.setTimeout(() => done(this.behavior.get(address) ?? { ok: true, status: 200, latencyMs: this.latencyMs }), this.latencyMs);
+      const timer = this.clock.setTimeout(() => done(this.behavior.get(address) ?? { ok: true, status: 200, cause: { kind: 'http', status: 200 }, latencyMs: this.latencyMs }), this.latencyMs);
       signal?.addEventListener('abort', () => {
         this.clock.clearTimeout(timer);
-        done({ ok: false, error: 'aborted', latencyMs: 0 });
+        done({ ok: false, cause: { kind: 'aborted' }, error: 'aborted', latencyMs: 0 });
       });
     });
   };
@@ -110,6 +114,17 @@ const HEALTH: CheckerSettings = { path: '/readyz', timeoutMs: 1000, insecureSkip
 const B1: CheckerBackend = { host: '10.0.0.11', port: 6443 };
 const B2: CheckerBackend = { host: '10.0.0.12', port: 6443 };
 const B3: CheckerBackend = { host: 'fd00::13', port: 6443 };
+
+/** A change as text: the backend as host:port, without the typed cause (asserted on its own). */
+type Change = Omit<HealthChange, 'backend' | 'cause'> & { backend: string };
+function plain(c: HealthChange): Change {
+  const { cause: _cause, ...rest } = c;
+  return { ...rest, backend: formatAddress(c.backend) };
+}
+
+const PASSIVE: DeadCause = { kind: 'passive', signal: 'refused' };
+/** markDead by host:port text, as passive detection would (its cause: a refused SYN). */
+const markDead = (checker: HealthChecker, address: string, message: string): boolean => checker.markDead(parseHostPort(address), PASSIVE, message);
 
 function setup(over: Partial<Omit<HealthCheckerOptions, 'health'>> & { health?: Partial<CheckerSettings> } = {}) {
   const clock = new FakeClock();
@@ -124,9 +139,11 @@ function setup(over: Partial<Omit<HealthCheckerOptions, 'health'>> & { health?: 
     ...over,
     health: { ...HEALTH, ...over.health },
   });
-  const changes: HealthChange[] = [];
-  checker.on('change', (c) => changes.push(c));
-  return { clock, fake, checker, changes, warnings };
+  const changes: Change[] = [];
+  checker.on('change', (c) => changes.push(plain(c)));
+  const verdicts: Verdict[] = [];
+  checker.on('verdict', (v) => verdicts.push(v));
+  return { clock, fake, checker, changes, verdicts, warnings };
 }
 
 describe('HealthChecker: scheduling', () => {
@@ -196,7 +213,7 @@ describe('HealthChecker: scheduling', () => {
     // B1 hangs until aborted
     const probe = (t: ProbeTarget, signal?: AbortSignal): Promise<ProbeResult> =>
       formatAddress(t) === '10.0.0.11:6443'
-        ? new Promise((resolve) => signal?.addEventListener('abort', () => resolve({ ok: false, error: 'aborted', latencyMs: 0 })))
+        ? new Promise((resolve) => signal?.addEventListener('abort', () => resolve({ ok: false, cause: { kind: 'aborted' }, error: 'aborted', latencyMs: 0 })))
         : fake.probe(t, signal);
     const checker = new HealthChecker({ health: HEALTH, backends: [B1, B2], probe, clock, random: () => 0.5 });
     checker.start();
@@ -258,7 +275,7 @@ describe('HealthChecker: health', () => {
     expect(checker.snapshot()[1]).toMatchObject({ state: 'up', healthy: true, reason: 'http 500', consecutive: 1 });
     await clock.advance(1_000);
     expect(changes).toStrictEqual([{ backend: '10.0.0.12:6443', from: 'up', to: 'down', reason: 'http 500', at: T0 + 3_505, healthy: false }]);
-    fake.set('10.0.0.12:6443', { ok: false, error: 'ECONNREFUSED', latencyMs: 1 });
+    fake.set('10.0.0.12:6443', { ok: false, cause: { kind: 'refused' }, error: 'ECONNREFUSED', latencyMs: 1 });
     await clock.advance(1_000);
     expect(checker.snapshot()[1]).toMatchObject({ state: 'down', reason: 'ECONNREFUSED', consecutive: 3, lastLatencyMs: 1 });
     fake.set('10.0.0.12:6443', 'pass');
@@ -290,8 +307,8 @@ describe('HealthChecker: health', () => {
       clock,
       random: () => 0,
     });
-    const changes: HealthChange[] = [];
-    checker.on('change', (c) => changes.push(c));
+    const changes: Change[] = [];
+    checker.on('change', (c) => changes.push(plain(c)));
     checker.start();
     await clock.advance(10);
     expect(changes.map((c) => [c.to, c.reason])).toStrictEqual([['down', 'probe failed: boom']]);
@@ -301,12 +318,13 @@ describe('HealthChecker: health', () => {
   it('emits a check event for every check, before the change it causes', async () => {
     const { clock, checker } = setup({ random: () => 0, backends: [B1], health: { rise: 1 } });
     const events: string[] = [];
-    checker.on('check', (c) => events.push(`check ${c.address} ${c.result.ok} ${c.at - T0}`));
-    checker.on('change', (c) => events.push(`change ${c.backend} ${c.to}`));
+    checker.on('check', (c) => events.push(`check ${formatAddress(c.backend)} ${c.result.ok} ${c.at - T0}`));
+    checker.on('change', (c) => events.push(`change ${formatAddress(c.backend)} ${c.to}`));
+    checker.on('verdict', (v) => events.push(`verdict ${formatAddress(v.backend)} ${v.state}`));
     checker.start();
     // random 0: the first check at 0, the next 900 ms later (the -10% end of the jitter)
     await clock.advance(1_000);
-    expect(events).toStrictEqual(['check 10.0.0.11:6443 true 5', 'change 10.0.0.11:6443 up', 'check 10.0.0.11:6443 true 905']);
+    expect(events).toStrictEqual(['check 10.0.0.11:6443 true 5', 'change 10.0.0.11:6443 up', 'verdict 10.0.0.11:6443 up', 'check 10.0.0.11:6443 true 905']);
   });
 });
 
@@ -317,7 +335,7 @@ describe('HealthChecker: markDead', () => {
     await clock.advance(2_000);
     changes.length = 0;
     await clock.advance(100);
-    expect(checker.markDead('10.0.0.11:6443', 'connection refused (conntrack)')).toBe(true);
+    expect(markDead(checker, '10.0.0.11:6443', 'connection refused (conntrack)')).toBe(true);
     expect(changes).toStrictEqual([
       { backend: '10.0.0.11:6443', from: 'up', to: 'down', reason: 'connection refused (conntrack)', at: T0 + 2_100, healthy: false },
     ]);
@@ -332,7 +350,7 @@ describe('HealthChecker: markDead', () => {
     const { clock, fake, checker, changes } = setup({ random: () => 0.5 });
     fake.set('10.0.0.12:6443', 'fail');
     checker.start();
-    expect(checker.markDead('10.0.0.11:6443', 'node n1 fell silent')).toBe(true);
+    expect(markDead(checker, '10.0.0.11:6443', 'node n1 fell silent')).toBe(true);
     await clock.advance(2_000);
     expect(changes.map((c) => [c.backend, c.from, c.to, c.reason])).toStrictEqual([
       ['10.0.0.11:6443', 'unknown', 'down', 'node n1 fell silent'],
@@ -341,7 +359,7 @@ describe('HealthChecker: markDead', () => {
       ['[fd00::13]:6443', 'unknown', 'up', 'http 200'],
     ]);
     changes.length = 0;
-    expect(checker.markDead('10.0.0.12:6443', 'again')).toBe(true);
+    expect(markDead(checker, '10.0.0.12:6443', 'again')).toBe(true);
     expect(changes).toStrictEqual([]); // already down: no event, but the reason is updated
     expect(checker.snapshot()[1]?.reason).toBe('again');
   });
@@ -353,7 +371,7 @@ describe('HealthChecker: markDead', () => {
     await clock.advance(700); // checks start at 500, 1500, 2500 and take 200 ms: up at 700
     await clock.advance(900); // the check started at 1500 runs until 1700
     expect(fake.running.get('10.0.0.11:6443')).toBe(1);
-    checker.markDead('10.0.0.11:6443', 'reset');
+    markDead(checker, '10.0.0.11:6443', 'reset');
     await clock.advance(100); // the stale pass arrives at 1700 and must not bring it back
     expect(checker.snapshot()[0]).toMatchObject({ state: 'down', reason: 'reset' });
     await clock.advance(1_000); // the next check (2500..2700) does
@@ -366,10 +384,10 @@ describe('HealthChecker: markDead', () => {
 
   it('accepts other spellings of an address and refuses unknown ones', () => {
     const { checker, changes } = setup();
-    expect(checker.markDead('[FD00:0::13]:6443', 'x')).toBe(true);
+    expect(markDead(checker, '[FD00:0::13]:6443', 'x')).toBe(true);
     expect(changes.map((c) => c.backend)).toStrictEqual(['[fd00::13]:6443']);
-    expect(checker.markDead('10.0.0.99:6443', 'x')).toBe(false);
-    expect(checker.markDead('garbage', 'x')).toBe(false);
+    expect(markDead(checker, '10.0.0.99:6443', 'x')).toBe(false);
+    expect(checker.markDead({ host: 'garbage', port: 6443 }, PASSIVE, 'x')).toBe(false);
   });
 });
 
@@ -435,7 +453,7 @@ describe('HealthChecker: setBackends and stop', () => {
     await clock.advance(10_000);
     expect(fake.calls).toHaveLength(3);
     expect(changes).toStrictEqual([]);
-    expect(checker.markDead('10.0.0.11:6443', 'x')).toBe(false);
+    expect(markDead(checker, '10.0.0.11:6443', 'x')).toBe(false);
     checker.start(); // no-op after stop
     await clock.advance(10_000);
     expect(fake.calls).toHaveLength(3);
@@ -459,24 +477,76 @@ describe('HealthChecker: options', () => {
   });
 
   it('refuses invalid settings', () => {
-    const make = (health: Partial<CheckerSettings>) => () => new HealthChecker({ health: { ...HEALTH, ...health }, probe: async () => ({ ok: true, latencyMs: 0 }) });
+    const make = (health: Partial<CheckerSettings>) => () => new HealthChecker({ health: { ...HEALTH, ...health }, probe: async () => ({ ok: true, cause: { kind: 'http', status: 200 }, latencyMs: 0 }) });
     expect(make({ intervalMs: 0 })).toThrow(new RangeError('intervalMs must be a positive number of milliseconds, got 0'));
     expect(make({ rise: 0 })).toThrow(new RangeError('rise must be an integer >= 1, got 0'));
     expect(make({ fall: 2.5 })).toThrow(new RangeError('fall must be an integer >= 1, got 2.5'));
   });
 });
 
-describe('addresses', () => {
-  it('formats host:port with IPv6 in brackets', () => {
-    expect(formatAddress({ host: '10.0.0.11', port: 6443 })).toBe('10.0.0.11:6443');
-    expect(formatAddress({ host: 'fd00::11', port: 443 })).toBe('[fd00::11]:443');
+describe('HealthChecker: verdicts', () => {
+  const fail = (cause: ProbeResult['cause'], error: string): ProbeResult => ({ ok: false, cause, error, latencyMs: 1 });
+  const states = (vs: readonly Verdict[]): string[] => vs.map((v) => `${formatAddress(v.backend)} ${v.state} ${v.cause.kind} ${v.message}`);
+
+  it('one verdict per state change, with the cause the probe gave; none before the first judgement', async () => {
+    const { clock, fake, checker, verdicts } = setup({ random: () => 0.5, backends: [B1, B2] });
+    fake.set('10.0.0.12:6443', fail({ kind: 'refused' }, 'ECONNREFUSED'));
+    checker.start();
+    await clock.advance(1_000);
+    // one check each: not judged yet
+    expect(verdicts).toStrictEqual([]);
+    expect(checker.verdicts()).toStrictEqual([
+      { backend: { host: '10.0.0.11', port: 6443, family: 4 }, state: 'unknown' },
+      { backend: { host: '10.0.0.12', port: 6443, family: 4 }, state: 'unknown' },
+    ]);
+    await clock.advance(1_000);
+    expect(states(verdicts)).toStrictEqual(['10.0.0.11:6443 up http http 200', '10.0.0.12:6443 dead refused ECONNREFUSED']);
+    // more of the same: no new verdict
+    await clock.advance(3_000);
+    expect(verdicts).toHaveLength(2);
+    expect(checker.verdicts().map((v) => v.state)).toStrictEqual(['up', 'dead']);
   });
 
-  it('parses host:port into a canonical backend', () => {
-    expect(parseAddress('10.0.0.11:6443')).toStrictEqual({ host: '10.0.0.11', port: 6443, family: 4 });
-    expect(parseAddress('[FD00:0::11]:443')).toStrictEqual({ host: 'fd00::11', port: 443, family: 6 });
-    for (const bad of ['10.0.0.11', 'fd00::11:6443', '[10.0.0.11]:6443', 'cp1:6443', '10.0.0.11:0', '10.0.0.11:70000', '[fd00::11]']) {
-      expect(() => parseAddress(bad), bad).toThrow(TypeError);
-    }
+  it('a draining backend whose failure turns from an answer to a refusal becomes dead, without a state change', async () => {
+    const { clock, fake, checker, verdicts, changes } = setup({ random: () => 0.5, backends: [B1] });
+    fake.set('10.0.0.11:6443', 'fail');
+    checker.start();
+    await clock.advance(2_000);
+    expect(states(verdicts)).toStrictEqual(['10.0.0.11:6443 unready http http 500']);
+    fake.set('10.0.0.11:6443', fail({ kind: 'timeout' }, 'timeout'));
+    await clock.advance(1_000);
+    expect(states(verdicts).slice(1)).toStrictEqual(['10.0.0.11:6443 dead timeout timeout']);
+    expect(changes.map((c) => c.to)).toStrictEqual(['down']);
+  });
+
+  it('markDead on a draining backend: a dead verdict with the given cause', async () => {
+    const { clock, fake, checker, verdicts } = setup({ random: () => 0.5, backends: [B1] });
+    fake.set('10.0.0.11:6443', 'fail');
+    checker.start();
+    await clock.advance(2_000);
+    expect(checker.markDead(parseHostPort('10.0.0.11:6443'), { kind: 'nodeDown', node: '10.0.0.11' }, 'node down (VRRP Master_Down)')).toBe(true);
+    expect(verdicts.at(-1)).toStrictEqual({
+      backend: { host: '10.0.0.11', port: 6443, family: 4 },
+      state: 'dead',
+      cause: { kind: 'nodeDown', node: '10.0.0.11' },
+      message: 'node down (VRRP Master_Down)',
+    });
+    expect(checker.snapshot()[0]).toMatchObject({ state: 'down', reason: 'node down (VRRP Master_Down)' });
+  });
+
+  // the text is for people: a probe result whose message looks like the other kind changes nothing
+  it('the verdict follows the cause kind, never the message', async () => {
+    const { clock, fake, checker } = setup({ random: () => 0.5, backends: [B1, B2] });
+    fake.set('10.0.0.11:6443', fail({ kind: 'refused' }, 'http 500'));
+    fake.set('10.0.0.12:6443', fail({ kind: 'http', status: 500 }, 'ECONNREFUSED'));
+    checker.start();
+    await clock.advance(2_000);
+    expect(checker.verdicts().map((v) => v.state)).toStrictEqual(['dead', 'unready']);
+  });
+
+  it('snapshot and backends by family', () => {
+    const { checker } = setup();
+    expect(checker.snapshot({ family: 6 }).map((b) => b.address)).toStrictEqual(['[fd00::13]:6443']);
+    expect(checker.backends({ family: 4 }).map((b) => formatAddress(b))).toStrictEqual(['10.0.0.11:6443', '10.0.0.12:6443']);
   });
 });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { LocalBalancer, type LocalBackend, type LocalDataplane, type LocalDataplaneStatus } from '../../src/dataplane/local.js';
-import type { BackendHealth } from '../../src/health/checker.js';
+import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalBackend, type LocalDataplane, type LocalDataplaneStatus } from '../../src/dataplane/local.js';
+import { Reconciler } from '../../src/dataplane/reconcile.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
+import { CAUSES, FakeSource, recordingLog, verdict } from './verdict-fakes.js';
 
 /** A data plane that records what it is told. */
 class FakeDataplane implements LocalDataplane {
@@ -25,63 +26,70 @@ class FakeDataplane implements LocalDataplane {
   async close(): Promise<void> {}
 }
 
-const h = (address: string, state: BackendHealth['state'], reason: string | null = null): BackendHealth => ({
-  address, state, healthy: state === 'up', lastCheck: null, lastLatencyMs: null, reason, consecutive: 1,
-});
-const log = { info: () => undefined, warn: () => undefined, error: () => undefined };
+const A = '10.0.0.11:6443';
+const B = '10.0.0.12:6443';
+const C = '[fd00::13]:6443';
 
-describe('LocalBalancer', () => {
-  it('writes the healthy set, coalescing a burst of changes into one update', async () => {
-    const dp = new FakeDataplane();
-    let snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'down', 'http 500'), h('[fd00::13]:6443', 'up')];
-    const lb = new LocalBalancer(dp, { snapshot: () => snap, log });
-    await Promise.all([lb.sync(), lb.sync(), lb.noteHealth()]);
-    expect(dp.sets).toStrictEqual([['10.0.0.11:6443', '[fd00::13]:6443']]);
-    snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'up'), h('[fd00::13]:6443', 'up')];
-    await lb.sync();
-    expect(dp.sets.at(-1)).toStrictEqual(['10.0.0.11:6443', '10.0.0.12:6443', '[fd00::13]:6443']);
-    // checks that change nothing write nothing
-    await lb.noteHealth();
-    await lb.noteHealth();
+function setup(addresses: string[], dp = new FakeDataplane()) {
+  const source = new FakeSource(addresses);
+  const { log, logs } = recordingLog();
+  const r = new Reconciler(new LocalBalancer(dp, log), source, { log, ...LOCAL_PLANE_MESSAGES });
+  r.follow();
+  return { dp, source, r, logs, status: () => ({ ...r.plane.status(), ...r.status() }) };
+}
+
+describe('LocalBalancer (local endpoint plane) under the reconcile', () => {
+  it('writes the ready set in the checker’s order, coalescing a burst; an unchanged set is not rewritten', async () => {
+    const { dp, source, r } = setup([A, B, C]);
+    source.judge(verdict(C, 'up'));
+    source.judge(verdict(B, CAUSES.http500));
+    source.judge(verdict(A, 'up'));
+    await r.sync();
+    expect(dp.sets).toStrictEqual([[A, C]]);
+    source.judge(verdict(B, 'up'));
+    await r.sync();
+    expect(dp.sets.at(-1)).toStrictEqual([A, B, C]);
+    await r.sync();
+    await r.sync();
     expect(dp.sets).toHaveLength(2);
   });
 
   it('after a restart, backends already in the map stay until their first verdict', async () => {
-    const dp = new FakeDataplane(['10.0.0.11:6443', '10.0.0.12:6443']);
-    let snap = [h('10.0.0.11:6443', 'unknown'), h('10.0.0.12:6443', 'unknown'), h('10.0.0.13:6443', 'unknown')];
-    const lb = new LocalBalancer(dp, { snapshot: () => snap, log });
-    await lb.sync();
-    expect(dp.sets).toStrictEqual([['10.0.0.11:6443', '10.0.0.12:6443']]);
-    snap = [h('10.0.0.11:6443', 'down', 'ECONNREFUSED'), h('10.0.0.12:6443', 'unknown'), h('10.0.0.13:6443', 'up')];
-    await lb.sync();
-    expect(dp.sets.at(-1)).toStrictEqual(['10.0.0.12:6443', '10.0.0.13:6443']);
+    const { dp, source, r } = setup(['10.0.0.11:6443', '10.0.0.12:6443', '10.0.0.13:6443'], new FakeDataplane([A, B]));
+    await r.sync();
+    expect(dp.sets).toStrictEqual([[A, B]]);
+    source.judge(verdict(A, CAUSES.refused));
+    source.judge(verdict('10.0.0.13:6443', 'up'));
+    await r.sync();
+    expect(dp.sets.at(-1)).toStrictEqual([B, '10.0.0.13:6443']);
   });
 
   it('a dead backend is reset once per death, after the set without it; unready (draining) is never reset', async () => {
-    const dp = new FakeDataplane();
-    let snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'down', 'http 500')];
-    const lb = new LocalBalancer(dp, { snapshot: () => snap, log });
-    await lb.noteHealth();
+    const { dp, source, r, logs } = setup([A, B]);
+    source.judge(verdict(A, 'up'));
+    source.judge(verdict(B, CAUSES.http500));
+    await r.sync();
     expect(dp.resets).toStrictEqual([]);
-    snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'down', 'timeout')];
-    await lb.noteHealth();
-    await lb.noteHealth();
+    source.judge(verdict(B, { kind: 'timeout' }));
+    await r.sync();
+    await r.sync();
     expect(dp.resets).toStrictEqual(['10.0.0.12:6443']);
-    expect(dp.sets.at(-1)).toStrictEqual(['10.0.0.11:6443']);
-    // back up, then dead again: a second reset
-    snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'up')];
-    await lb.noteHealth();
-    snap = [h('10.0.0.11:6443', 'up'), h('10.0.0.12:6443', 'down', 'refused')];
-    await lb.noteHealth();
+    expect(dp.sets.at(-1)).toStrictEqual([A]);
+    expect(logs.info).toStrictEqual(['dead backend: local endpoint connections reset']);
+    source.judge(verdict(B, 'up'));
+    source.judge(verdict(B, CAUSES.refused));
+    await r.sync();
     expect(dp.resets).toStrictEqual(['10.0.0.12:6443', '10.0.0.12:6443']);
   });
 
   it('a failed update keeps the previous set, is counted, and resets nothing', async () => {
-    const dp = new FakeDataplane(['10.0.0.11:6443']);
+    const dp = new FakeDataplane([A]);
     dp.fail = new Error('EPERM');
-    const lb = new LocalBalancer(dp, { snapshot: () => [h('10.0.0.11:6443', 'down', 'timeout')], log });
-    await lb.noteHealth();
-    expect(lb.status()).toMatchObject({ backends: ['10.0.0.11:6443'], failures: 1, lastError: 'EPERM' });
+    const { source, r, status, logs } = setup([A], dp);
+    source.judge(verdict(A, { kind: 'timeout' }));
+    await r.sync();
+    expect(status()).toMatchObject({ backends: [A], failures: 1, lastError: 'EPERM' });
+    expect(logs.error).toStrictEqual(['local endpoint update failed; the previous backends stay']);
     expect(dp.resets).toStrictEqual([]);
   });
 });

@@ -1,32 +1,64 @@
+/**
+ * Passive detection: ctnetlink events parsed from real bytes (captured from Linux 6.18, see
+ * golden/ctnetlink-events.json), the pure FlowTracker's verdicts, and the watcher over an
+ * injected socket (no child process: the events are read in the agent).
+ */
+import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { FlowTracker, parseConntrackLine, type FlowEvent } from '../../src/health/passive.js';
-import { hostPort } from '../../src/net/address.js';
+import { CONNTRACK_GROUPS, FlowTracker, parseCtEvents, watchConntrack, type CtSocket, type FlowEvent, type PassiveVerdict } from '../../src/health/passive.js';
+import { formatHostPort } from '../../src/net/hostport.js';
 
-// real lines from `conntrack -E -p tcp -o timestamp,id` (conntrack-tools 1.4.7), a DNAT to a closed and an open port
-const refusedNew = '[1795986894.449245]\t    [NEW] tcp      6 120 SYN_SENT src=10.9.9.1 dst=10.9.9.9 sport=42394 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=42394 id=2624420075';
-const refusedDestroy = '[1795986894.449380]\t[DESTROY] tcp      6 120 CLOSE src=10.9.9.1 dst=10.9.9.9 sport=42394 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=42394 id=2624420075';
-const okNew = '    [NEW] tcp      6 120 SYN_SENT src=10.9.9.1 dst=10.9.9.9 sport=42400 dport=6443 [UNREPLIED] src=10.9.9.11 dst=10.9.9.1 sport=6443 dport=42400 id=1444969298';
-const okRecv = ' [UPDATE] tcp      6 60 SYN_RECV src=10.9.9.1 dst=10.9.9.9 sport=42400 dport=6443 src=10.9.9.11 dst=10.9.9.1 sport=6443 dport=42400 id=1444969298';
-const okEst = ' [UPDATE] tcp      6 432000 ESTABLISHED src=10.9.9.1 dst=10.9.9.9 sport=42400 dport=6443 src=10.9.9.11 dst=10.9.9.1 sport=6443 dport=42400 [ASSURED] id=1444969298';
+const golden = JSON.parse(readFileSync(new URL('./golden/ctnetlink-events.json', import.meta.url), 'utf8')) as { captures: Record<'v4refused' | 'v4ok' | 'v6refused', string[]> };
+const events = (name: keyof typeof golden.captures): FlowEvent[] => golden.captures[name].flatMap((hex) => parseCtEvents(Buffer.from(hex, 'hex')));
+const text = (vs: readonly PassiveVerdict[]): string[] => vs.map((v) => `${formatHostPort(v.backend)} ${v.alive ? 'alive' : 'dead'} ${v.signal} ${v.reason}`);
 
-function ev(line: string): FlowEvent {
-  const e = parseConntrackLine(line);
-  if (!e) throw new Error(`did not parse: ${line}`);
-  return e;
-}
-
-describe('parseConntrackLine', () => {
-  it('takes the original destination and the reply source', () => {
-    expect(ev(refusedNew)).toEqual({ type: 'NEW', id: '2624420075', state: 'SYN_SENT', origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 });
-    expect(ev(okEst)).toMatchObject({ type: 'UPDATE', state: 'ESTABLISHED', replySrc: '10.9.9.11' });
-    expect(ev(refusedDestroy)).toMatchObject({ type: 'DESTROY', state: 'CLOSE' });
+describe('parseCtEvents (real ctnetlink datagrams)', () => {
+  it('a DNATed connection refused by the backend: NEW SYN_SENT, then DESTROY', () => {
+    const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
+    expect(events('v4refused')).toStrictEqual([
+      { type: 'NEW', id: '2542988099', state: 'SYN_SENT', ...flow },
+      { type: 'DESTROY', id: '2542988099', state: 'CLOSE', ...flow },
+    ]);
   });
-  it('IPv6 tuples', () => {
-    const l = '[NEW] tcp      6 120 SYN_SENT src=fd00::50 dst=fd00::100 sport=1 dport=6443 [UNREPLIED] src=fd00::12 dst=fd00::50 sport=6443 dport=1 id=7';
-    expect(ev(l)).toMatchObject({ origDst: 'fd00::100', replySrc: 'fd00::12', replySport: 6443 });
+  it('an answered connection: NEW, then UPDATEs through the TCP states', () => {
+    const e = events('v4ok');
+    expect(e.map((x) => `${x.type} ${x.state}`)).toStrictEqual(['NEW SYN_SENT', 'UPDATE SYN_RECV', 'UPDATE ESTABLISHED', 'UPDATE FIN_WAIT', 'UPDATE LAST_ACK', 'UPDATE TIME_WAIT']);
+    expect(new Set(e.map((x) => `${x.id} ${x.origDst}:${x.origDport} ${x.replySrc}:${x.replySport}`))).toStrictEqual(new Set(['1096384297 10.9.9.9:6443 10.9.9.11:6443']));
   });
-  it.each(['', 'conntrack v1.4.7 (conntrack-tools): 8 flow events have been shown.', '[NEW] udp 17 30 src=1.1.1.1 dst=2.2.2.2 sport=1 dport=53 src=2.2.2.2 dst=1.1.1.1 sport=53 dport=1 id=1', '[NEW] tcp 6 120 SYN_SENT src=1.1.1.1'])('ignores %j', (l) => {
-    expect(parseConntrackLine(l)).toBeNull();
+  it('IPv6 tuples in canonical text', () => {
+    expect(events('v6refused').map((x) => [x.type, x.origDst, x.replySrc, x.replySport])).toStrictEqual([
+      ['NEW', 'fd00::100', 'fd00::12', 6443],
+      ['DESTROY', 'fd00::100', 'fd00::12', 6443],
+    ]);
+  });
+  it('skips what it cannot use, never throws: truncated, other subsystems, non-TCP, garbage', () => {
+    const real = Buffer.from(golden.captures.v4refused[0]!, 'hex');
+    expect(parseCtEvents(Buffer.alloc(0))).toStrictEqual([]);
+    expect(parseCtEvents(real.subarray(0, 40))).toStrictEqual([]);
+    // nlmsg_len larger than the datagram
+    const long = Buffer.from(real);
+    long.writeUInt32LE(real.length + 4, 0);
+    expect(parseCtEvents(long)).toStrictEqual([]);
+    // another nfnetlink subsystem (NFNL_SUBSYS_CTNETLINK_EXP = 2)
+    const exp = Buffer.from(real);
+    exp.writeUInt16LE((2 << 8) | 0, 4);
+    expect(parseCtEvents(exp)).toStrictEqual([]);
+    // UDP: CTA_PROTO_NUM 17 instead of 6 (the first CTA_PROTO_NUM's value byte)
+    const udp = Buffer.from(real);
+    const at = udp.indexOf(Buffer.from([0x05, 0x00, 0x01, 0x00, 0x06]));
+    udp[at + 4] = 17;
+    expect(parseCtEvents(udp)).toStrictEqual([]);
+    for (let i = 0; i < 200; i++) {
+      const junk = Buffer.from(real);
+      const k = (i * 7919) % junk.length;
+      junk[k] = (junk[k] ?? 0) ^ 0xff;
+      expect(() => parseCtEvents(junk)).not.toThrow();
+    }
+  });
+  it('two messages in one datagram are both read', () => {
+    const [a, b] = golden.captures.v4refused.map((h) => Buffer.from(h, 'hex'));
+    expect(parseCtEvents(Buffer.concat([a!, b!])).map((e) => e.type)).toStrictEqual(['NEW', 'DESTROY']);
   });
 });
 
@@ -34,68 +66,138 @@ describe('FlowTracker', () => {
   const t = () => new FlowTracker(['10.9.9.9'], 6443, 250);
   it('a RST to the SYN (DESTROY before any answer) judges the backend dead at once', () => {
     const tr = t();
-    expect(tr.onEvent(ev(refusedNew), 0)).toEqual([]);
-    expect(tr.onEvent(ev(refusedDestroy), 1)).toEqual([{ backend: '10.9.9.12:6443', alive: false, reason: 'refused' }]);
+    const [syn, rst] = events('v4refused');
+    expect(tr.onEvent(syn!, 0)).toStrictEqual([]);
+    expect(text(tr.onEvent(rst!, 1))).toStrictEqual(['10.9.9.12:6443 dead refused refused']);
     expect(tr.pendingCount).toBe(0);
   });
   it('an answered SYN is a sign of life, and later updates of the flow say nothing', () => {
     const tr = t();
-    tr.onEvent(ev(okNew), 0);
-    expect(tr.onEvent(ev(okRecv), 1)).toEqual([{ backend: '10.9.9.11:6443', alive: true, reason: 'answered' }]);
-    expect(tr.onEvent(ev(okEst), 2)).toEqual([]);
-    expect(tr.tick(10_000)).toEqual([]);
+    const [syn, recv, ...rest] = events('v4ok');
+    tr.onEvent(syn!, 0);
+    expect(text(tr.onEvent(recv!, 1))).toStrictEqual(['10.9.9.11:6443 alive answered answered']);
+    for (const e of rest) expect(tr.onEvent(e, 2)).toStrictEqual([]);
+    expect(tr.tick(10_000)).toStrictEqual([]);
   });
   it('a SYN unanswered for synTimeoutMs judges the backend dead, once', () => {
     const tr = t();
-    tr.onEvent(ev(okNew), 100);
-    expect(tr.tick(349)).toEqual([]);
-    expect(tr.tick(350)).toEqual([{ backend: '10.9.9.11:6443', alive: false, reason: 'unanswered SYN' }]);
-    expect(tr.tick(1000)).toEqual([]);
+    tr.onEvent(events('v4ok')[0]!, 100);
+    expect(tr.tick(349)).toStrictEqual([]);
+    expect(text(tr.tick(350))).toStrictEqual(['10.9.9.11:6443 dead unanswered unanswered SYN']);
+    expect(tr.tick(1000)).toStrictEqual([]);
+  });
+  it('an UPDATE without a TCP state says nothing; the flow stays pending', () => {
+    const tr = t();
+    const [syn, recv] = events('v4ok');
+    tr.onEvent(syn!, 0);
+    expect(tr.onEvent({ ...recv!, state: null }, 1)).toStrictEqual([]);
+    expect(tr.pendingCount).toBe(1);
   });
   it('ignores other destinations, other ports and flows that were not DNATed', () => {
     const tr = t();
-    expect(tr.onEvent({ ...ev(okNew), origDst: '10.9.9.8' }, 0)).toEqual([]);
-    expect(tr.onEvent({ ...ev(okNew), id: '2', origDport: 443 }, 0)).toEqual([]);
-    expect(tr.onEvent({ ...ev(okNew), id: '3', replySrc: '10.9.9.9' }, 0)).toEqual([]);
+    const syn = events('v4ok')[0]!;
+    expect(tr.onEvent({ ...syn, origDst: '10.9.9.8' }, 0)).toStrictEqual([]);
+    expect(tr.onEvent({ ...syn, id: '2', origDport: 443 }, 0)).toStrictEqual([]);
+    expect(tr.onEvent({ ...syn, id: '3', replySrc: '10.9.9.9' }, 0)).toStrictEqual([]);
     expect(tr.pendingCount).toBe(0);
-    expect(tr.tick(10_000)).toEqual([]);
   });
   it('an UPDATE or DESTROY for a flow it never saw begin says nothing', () => {
-    expect(t().onEvent(ev(refusedDestroy), 0)).toEqual([]);
-    expect(t().onEvent(ev(okEst), 0)).toEqual([]);
+    expect(t().onEvent(events('v4refused')[1]!, 0)).toStrictEqual([]);
+    expect(t().onEvent(events('v4ok')[2]!, 0)).toStrictEqual([]);
   });
-  it('names IPv6 backends in brackets', () => {
-    expect(hostPort('FD00::12', 6443)).toBe('[fd00::12]:6443');
-    expect(hostPort('10.0.0.1', 6443)).toBe('10.0.0.1:6443');
+  it('IPv6 VIP flows', () => {
+    const tr = new FlowTracker(['fd00:0::100'], 6443, 250);
+    const [syn, rst] = events('v6refused');
+    tr.onEvent(syn!, 0);
+    expect(text(tr.onEvent(rst!, 1))).toStrictEqual(['[fd00::12]:6443 dead refused refused']);
   });
 });
 
 describe('FlowTracker: direct flows (the ebpf local endpoint rewrites connect(), so no NAT)', () => {
   // a connect() rewritten to 10.9.9.12:6443 before the first packet: conntrack sees the backend itself
-  const directNew = '[NEW] tcp 6 120 SYN_SENT src=10.9.9.1 dst=10.9.9.12 sport=40000 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=40000 id=11';
-  const directDestroy = '[DESTROY] tcp 6 120 CLOSE src=10.9.9.1 dst=10.9.9.12 sport=40000 dport=6443 [UNREPLIED] src=10.9.9.12 dst=10.9.9.1 sport=6443 dport=40000 id=11';
-  const v6New = '[NEW] tcp 6 120 SYN_SENT src=fd00::1 dst=fd00::12 sport=1 dport=6443 [UNREPLIED] src=fd00::12 dst=fd00::1 sport=6443 dport=1 id=12';
-  const v6Recv = '[UPDATE] tcp 6 60 SYN_RECV src=fd00::1 dst=fd00::12 sport=1 dport=6443 src=fd00::12 dst=fd00::1 sport=6443 dport=1 id=12';
+  const flow = { origDst: '10.9.9.12', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
+  const directNew: FlowEvent = { type: 'NEW', id: '11', state: 'SYN_SENT', ...flow };
+  const directDestroy: FlowEvent = { type: 'DESTROY', id: '11', state: 'CLOSE', ...flow };
+  const v6 = { origDst: 'fd00::12', origDport: 6443, replySrc: 'fd00::12', replySport: 6443 };
+  const v6New: FlowEvent = { type: 'NEW', id: '12', state: 'SYN_SENT', ...v6 };
+  const v6Recv: FlowEvent = { type: 'UPDATE', id: '12', state: 'SYN_RECV', ...v6 };
+  const direct = [
+    { host: '10.9.9.12', port: 6443 },
+    { host: 'fd00::12', port: 6443 },
+  ];
 
   it('a refused direct connection judges that backend dead', () => {
-    const tr = new FlowTracker([], 6443, 250, ['10.9.9.12:6443', '[fd00::12]:6443']);
-    expect(tr.onEvent(ev(directNew), 0)).toEqual([]);
-    expect(tr.onEvent(ev(directDestroy), 1)).toEqual([{ backend: '10.9.9.12:6443', alive: false, reason: 'refused' }]);
-    tr.onEvent(ev(v6New), 2);
-    expect(tr.onEvent(ev(v6Recv), 3)).toEqual([{ backend: '[fd00::12]:6443', alive: true, reason: 'answered' }]);
+    const tr = new FlowTracker([], 6443, 250, direct);
+    expect(tr.onEvent(directNew, 0)).toStrictEqual([]);
+    expect(text(tr.onEvent(directDestroy, 1))).toStrictEqual(['10.9.9.12:6443 dead refused refused']);
+    tr.onEvent(v6New, 2);
+    expect(text(tr.onEvent(v6Recv, 3))).toStrictEqual(['[fd00::12]:6443 alive answered answered']);
   });
   it('without the backend in the direct list, the same flow is ignored (it is not to a VIP)', () => {
     const tr = new FlowTracker(['10.9.9.9'], 6443, 250);
-    expect(tr.onEvent(ev(directNew), 0)).toEqual([]);
+    expect(tr.onEvent(directNew, 0)).toStrictEqual([]);
     expect(tr.pendingCount).toBe(0);
   });
   it('VIP flows and direct flows side by side; another port of the backend is ignored', () => {
-    const tr = new FlowTracker(['10.9.9.9'], 6443, 250, ['10.9.9.12:6443']);
-    tr.onEvent(ev(refusedNew), 0);
-    tr.onEvent(ev(directNew), 0);
-    expect(tr.onEvent({ ...ev(directNew), id: '99', origDport: 10250, replySport: 10250 }, 0)).toEqual([]);
+    const tr = new FlowTracker(['10.9.9.9'], 6443, 250, [direct[0]!]);
+    tr.onEvent(events('v4refused')[0]!, 0);
+    tr.onEvent(directNew, 0);
+    expect(tr.onEvent({ ...directNew, id: '99', origDport: 10250, replySport: 10250 }, 0)).toStrictEqual([]);
     expect(tr.pendingCount).toBe(2);
-    expect(tr.tick(250).map((v) => v.backend)).toEqual(['10.9.9.12:6443', '10.9.9.12:6443']);
+    expect(tr.tick(250).map((v) => formatHostPort(v.backend))).toStrictEqual(['10.9.9.12:6443', '10.9.9.12:6443']);
   });
 });
 
+/** A socket the test feeds. */
+class FakeCtSocket extends EventEmitter implements CtSocket {
+  groups: number[] = [];
+  closed = false;
+  refuse: (Error & { code?: string }) | null = null;
+  addMembership(g: number): void {
+    if (this.refuse) throw this.refuse;
+    this.groups.push(g);
+  }
+  setRecvBufferSize(): void {}
+  unref(): void {}
+  close(): void {
+    this.closed = true;
+  }
+}
+
+describe('watchConntrack (an injected socket)', () => {
+  it('joins the three conntrack groups and turns datagrams into verdicts; stop() closes the socket', () => {
+    const sock = new FakeCtSocket();
+    const out: PassiveVerdict[] = [];
+    const w = watchConntrack(new FlowTracker(['10.9.9.9'], 6443, 250), (v) => out.push(v), { open: () => sock, now: () => 0 });
+    expect(sock.groups).toStrictEqual([...CONNTRACK_GROUPS]);
+    for (const hex of golden.captures.v4refused) sock.emit('message', Buffer.from(hex, 'hex'));
+    expect(text(out)).toStrictEqual(['10.9.9.12:6443 dead refused refused']);
+    w.stop();
+    expect(sock.closed).toBe(true);
+    for (const hex of golden.captures.v4refused) sock.emit('message', Buffer.from(hex, 'hex'));
+    expect(out).toHaveLength(1);
+  });
+  it('lost events (ENOBUFS) are reported and the watch goes on; another socket error ends it', () => {
+    const sock = new FakeCtSocket();
+    const seen: string[] = [];
+    watchConntrack(new FlowTracker(['10.9.9.9'], 6443, 250), () => undefined, {
+      open: () => sock,
+      onLost: () => seen.push('lost'),
+      onExit: (code) => seen.push(`exit ${code}`),
+    });
+    sock.emit('error', Object.assign(new Error('recv ENOBUFS'), { code: 'ENOBUFS' }));
+    expect(sock.closed).toBe(false);
+    sock.emit('error', Object.assign(new Error('recv EBADF'), { code: 'EBADF' }));
+    expect(seen).toStrictEqual(['lost', 'exit EBADF']);
+    expect(sock.closed).toBe(true);
+  });
+  it('a socket that cannot join the groups (EPERM without CAP_NET_ADMIN) is reported with its errno', () => {
+    const sock = new FakeCtSocket();
+    sock.refuse = Object.assign(new Error('setsockopt EPERM'), { code: 'EPERM' });
+    const seen: string[] = [];
+    const w = watchConntrack(new FlowTracker([], 6443, 250), () => undefined, { open: () => sock, onExit: (code, m) => seen.push(`${code} ${m}`) });
+    expect(seen).toStrictEqual(['EPERM setsockopt EPERM']);
+    expect(sock.closed).toBe(true);
+    w.stop();
+  });
+});
