@@ -13,7 +13,8 @@ import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 /**
  * Listens on admin.listen.
  * @param inputs.status the current /status document (rejects while the election is not running).
- * @throws BallastError BALLAST_E_ADMIN_LISTEN when it cannot listen (the port is in use, …).
+ * @throws BallastError BALLAST_E_ADMIN_ADDRESS (exit 2) when the address is not this node's,
+ *   BALLAST_E_ADMIN_LISTEN (exit 1) for any other listen failure (the port is in use, …).
  */
 export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { status: () => Promise<StatusDocument> }): Promise<PhaseHandle> {
   return runPhase(ctx, 'admin', async (own) => {
@@ -27,6 +28,9 @@ export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { sta
         return { contentType: metrics.registry.contentType, body: await metrics.registry.metrics() };
       },
     }).catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code === 'EADDRNOTAVAIL') {
+        throw createError('BALLAST_E_ADMIN_ADDRESS', `admin.listen: ${where} is not an address of this node: ${(err as Error).message}`, { cause: err });
+      }
       throw createError('BALLAST_E_ADMIN_LISTEN', `cannot listen on ${where} for the admin endpoint: ${(err as Error).message}`, { cause: err });
     });
     own.defer('admin endpoint', async () => {

@@ -60,6 +60,7 @@ export function startElection(
       owner: v.owner,
     };
     let crashed = false;
+    let fatal = false;
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
       if (ev.type === 'transition') {
         const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
@@ -75,9 +76,14 @@ export function startElection(
       } else if (ev.type === 'log') {
         log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
       } else if (ev.type === 'interfaceGone') {
+        // the engine reports it for every link message that finds the ifindex gone: act once
+        if (fatal) return;
+        fatal = true;
         log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
         ctx.fail(ERRORS.BALLAST_E_INTERFACE_GONE.exitCode);
       } else {
+        if (fatal) return;
+        fatal = true;
         crashed = true;
         log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
         ctx.fail(1);

@@ -25,7 +25,7 @@ import { startPriority } from './priority.js';
 import { CleanupStack } from './stack.js';
 import { dataplaneStatus, startVipDataplane } from './vip-dataplane.js';
 
-export { acquireEndpointLock, acquireInstanceLock, missingCapabilities, resolveInterface } from './preflight.js';
+export { acquireEndpointLock, acquireInstanceLock, acquireVipLock, missingCapabilities, resolveInterface } from './preflight.js';
 export { backendsOfNode } from './health.js';
 export { CleanupStack } from './stack.js';
 
