@@ -35,30 +35,8 @@ export function startElection(
     const { resolved, authKeys, checker, followers } = inputs;
     const { log } = ctx;
     const v = config.vrrp!;
-    const { iface, primary } = resolved;
-    const opts: EngineOptions = {
-      vrid: v.vrid,
-      priority: v.priority,
-      advertisementIntervalCs: v.advertisementIntervalCs,
-      preempt: v.preempt,
-      preemptDelayMs: v.preemptDelayMs,
-      checksum: v.checksum,
-      unicast: v.unicast,
-      peers: [...v.peers],
-      authKeys,
-      vips: [...config.vips],
-      family: config.family,
-      ifname: iface.ifname,
-      ifindex: iface.ifindex,
-      mac: iface.mac,
-      primaryAddress: primary,
-      announce: { ...config.announce },
-      vipLifetimeMs: config.vipLifetimeMs,
-      // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
-      preemptHoldAtStart: config.apiserver.backends.length > 0,
-      linkRunning: iface.running,
-      owner: v.owner,
-    };
+    const { iface } = resolved;
+    const opts = engineOptions(config, resolved, authKeys);
     let crashed = false;
     let fatal = false;
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
@@ -101,6 +79,35 @@ export function startElection(
     });
     return { host };
   });
+}
+
+/** The engine's options: the config's vrrp section and what preflight found on the interface. */
+function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Buffer[] | null): EngineOptions {
+  const v = config.vrrp!;
+  const { iface, primary } = resolved;
+  return {
+    vrid: v.vrid,
+    priority: v.priority,
+    advertisementIntervalCs: v.advertisementIntervalCs,
+    preempt: v.preempt,
+    preemptDelayMs: v.preemptDelayMs,
+    checksum: v.checksum,
+    unicast: v.unicast,
+    peers: [...v.peers],
+    authKeys,
+    vips: [...config.vips],
+    family: config.family,
+    ifname: iface.ifname,
+    ifindex: iface.ifindex,
+    mac: iface.mac,
+    primaryAddress: primary,
+    announce: { ...config.announce },
+    vipLifetimeMs: config.vipLifetimeMs,
+    // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
+    preemptHoldAtStart: config.apiserver.backends.length > 0,
+    linkRunning: iface.running,
+    owner: v.owner,
+  };
 }
 
 /** Turns an engine start failure (errno from the addon or netlink) into an operator-facing error. */

@@ -79,55 +79,12 @@ export async function startAgent(config: Config, log: Logger, opts: { signal?: A
   };
   const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code) };
 
-  const status = async (): Promise<StatusDocument> => {
-    const common = {
-      backends: checker?.snapshot() ?? [],
-      dataplane: dataplaneStatus(config, followers.lb?.status() ?? null),
-      local: followers.localLb?.status() ?? { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
-    };
-    const fixed = electionFacts(config, running.preflight);
-    if (!fixed) return { state: 'none', ...common };
-    if (!running.election) throw new Error('the election engine is not running');
-    return statusDocument(await running.election.host.status(), fixed, common);
-  };
-
-  /** Runs one phase and puts its undo on the stack; checks for a stop before and after. */
-  const phase = async <H extends PhaseHandle>(start: () => Promise<H>): Promise<H> => {
-    throwIfAborted(cancel.signal);
-    const h = await start();
-    stack.defer(h.phase, () => h.undo());
-    throwIfAborted(cancel.signal);
-    return h;
-  };
-  const startAll = async (): Promise<void> => {
-    const pre = (running.preflight = await phase(() => preflight(ctx, config)));
-    await phase(() => startAdminPhase(ctx, config, { status }));
-    if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
-      running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers }));
-    }
-    const local = running.local?.local ?? null;
-    const admin = `${config.admin.listen.host}:${config.admin.listen.port}`;
-    const v = config.vrrp;
-    if (v && pre.resolved) {
-      const { iface, primary } = pre.resolved;
-      log.info(
-        { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin },
-        'starting',
-      );
-      if (checker && config.dataplane.vip === 'nftables') await phase(() => startVipDataplane(ctx, config, { iface, checker, followers }));
-      const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
-      if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: true }));
-    } else {
-      log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin }, 'starting (no election: local endpoint only)');
-    }
-    if (checker) await phase(() => startHealth(ctx, config, { checker, followers, local }));
-    // discovery (next issue) is the next phase: it feeds the checker's backend set
-  };
+  const status = (): Promise<StatusDocument> => statusOf(config, checker, followers, running);
 
   const onAbort = (): void => void stopWith(0);
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
-  started = startAll();
+  started = startPhases(ctx, config, { stack, running, followers, checker, status });
   try {
     await started;
   } catch (err) {
@@ -140,6 +97,64 @@ export async function startAgent(config: Config, log: Logger, opts: { signal?: A
     }
   }
   return { status, stop: () => stopWith(0), done };
+}
+
+/**
+ * The phases in order, whichever the config asks for; each one's undo goes on `stack` as soon as
+ * it has started, and a stop is checked for before and after each.
+ * @throws StartAborted when ctx.signal is aborted; a phase's error otherwise.
+ */
+async function startPhases(
+  ctx: AgentContext,
+  config: Config,
+  deps: { stack: CleanupStack; running: Running; followers: HealthFollowers; checker: HealthChecker | null; status: () => Promise<StatusDocument> },
+): Promise<void> {
+  const { stack, running, followers, checker, status } = deps;
+  const { log } = ctx;
+  /** Runs one phase and puts its undo on the stack; checks for a stop before and after. */
+  const phase = async <H extends PhaseHandle>(start: () => Promise<H>): Promise<H> => {
+    throwIfAborted(ctx.signal);
+    const h = await start();
+    stack.defer(h.phase, () => h.undo());
+    throwIfAborted(ctx.signal);
+    return h;
+  };
+
+  const pre = (running.preflight = await phase(() => preflight(ctx, config)));
+  await phase(() => startAdminPhase(ctx, config, { status }));
+  if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
+    running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers }));
+  }
+  const local = running.local?.local ?? null;
+  const admin = `${config.admin.listen.host}:${config.admin.listen.port}`;
+  const v = config.vrrp;
+  if (v && pre.resolved) {
+    const { iface, primary } = pre.resolved;
+    log.info(
+      { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin },
+      'starting',
+    );
+    if (checker && config.dataplane.vip === 'nftables') await phase(() => startVipDataplane(ctx, config, { iface, checker, followers }));
+    const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
+    if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: true }));
+  } else {
+    log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin }, 'starting (no election: local endpoint only)');
+  }
+  if (checker) await phase(() => startHealth(ctx, config, { checker, followers, local }));
+  // discovery (next issue) is the next phase: it feeds the checker's backend set
+}
+
+/** The /status document, from the phases that run. @throws Error while the election is not running. */
+async function statusOf(config: Config, checker: HealthChecker | null, followers: HealthFollowers, running: Running): Promise<StatusDocument> {
+  const common = {
+    backends: checker?.snapshot() ?? [],
+    dataplane: dataplaneStatus(config, followers.lb?.status() ?? null),
+    local: followers.localLb?.status() ?? { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
+  };
+  const fixed = electionFacts(config, running.preflight);
+  if (!fixed) return { state: 'none', ...common };
+  if (!running.election) throw new Error('the election engine is not running');
+  return statusDocument(await running.election.host.status(), fixed, common);
 }
 
 /** The parts of /status that do not change while the election runs; null without an election. */
