@@ -136,7 +136,7 @@ async function startPhases(
     );
     if (checker && config.dataplane.vip === 'nftables') await phase(() => startVipDataplane(ctx, config, { iface, checker, followers }));
     const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
-    if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: true }));
+    if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: config.dataplane.vip === 'none' || followers.lb !== null }));
   } else {
     log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin }, 'starting (no election: local endpoint only)');
   }
