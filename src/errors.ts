@@ -64,13 +64,21 @@ export const ERRORS = {
     exitCode: 1,
     description: 'The admin endpoint (admin.listen) could not listen: the port is in use or the address is not local.',
   },
+  BALLAST_E_ADMIN_ADDRESS: {
+    exitCode: 2,
+    description: 'admin.listen is not an address of this node (nor 0.0.0.0 / ::): binding it fails with EADDRNOTAVAIL.',
+  },
   BALLAST_E_ALREADY_RUNNING: {
     exitCode: 2,
-    description: 'Another ballast agent already runs the same VRID on the same interface in this network namespace.',
+    description: 'Another ballast agent already runs the same VRID on the same interface, or manages one of the same VIPs, in this network namespace.',
   },
   BALLAST_E_NOT_OWNER: {
     exitCode: 2,
     description: 'Priority 255 (address owner) is configured, but the VIPs are not addresses of the interface.',
+  },
+  BALLAST_E_VIP_IS_NODE_ADDRESS: {
+    exitCode: 2,
+    description: "A VIP is this node's own address (a primary address of an interface), not a virtual IP.",
   },
   BALLAST_E_INTERFACE_GONE: {
     exitCode: 1,
@@ -87,6 +95,10 @@ export const ERRORS = {
   BALLAST_E_LOCAL_ENDPOINT_IN_USE: {
     exitCode: 2,
     description: 'Something on the node already listens on the port of localEndpoint.address, or another agent on the host already serves the local endpoint of that cgroup.',
+  },
+  BALLAST_E_LOCAL_ENDPOINT_ADDRESS: {
+    exitCode: 2,
+    description: 'An address of localEndpoint.address is not an address of this node (nor loopback): binding it fails with EADDRNOTAVAIL.',
   },
   BALLAST_E_STATUS_UNREACHABLE: {
     exitCode: 3,

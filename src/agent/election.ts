@@ -1,0 +1,137 @@
+/**
+ * Phase, election: the VRRP engine in its worker thread (src/vrrp/host.ts), which adds, removes
+ * and announces the VIPs. Its events reach the operator's log; the fatal ones (the interface was
+ * deleted, the worker died) make the agent unwind everything and exit.
+ */
+import type { Config } from '../config/index.js';
+import { createError, ERRORS, isBallastError, type BallastError } from '../errors.js';
+import type { HealthChecker } from '../health/checker.js';
+import type { Logger } from '../observe/log.js';
+import { statusState } from '../observe/status.js';
+import { delVip, openRtnl } from '../vip/netlink.js';
+import type { EngineEvent, EngineOptions } from '../vrrp/engine.js';
+import { EngineStartError, VrrpHost } from '../vrrp/host.js';
+import { formatHostPort } from '../net/hostport.js';
+import { backendsOfNode, type HealthFollowers } from './health.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import type { ResolvedInterface } from './preflight.js';
+
+/** The running election. */
+export interface ElectionPhase extends PhaseHandle {
+  host: VrrpHost;
+}
+
+/**
+ * Starts the engine. The undo resigns (priority 0 if Active) and removes the VIPs; after the
+ * worker died it removes the VIPs from this thread instead (unless this node owns them).
+ * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_ADDON_MISSING, BALLAST_E_SOCKET,
+ *   BALLAST_E_NETLINK when the engine does not start.
+ */
+export function startElection(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers },
+): Promise<ElectionPhase> {
+  return runPhase(ctx, 'election', async (own) => {
+    const { resolved, authKeys, checker, followers } = inputs;
+    const { log } = ctx;
+    const v = config.vrrp!;
+    const { iface } = resolved;
+    const opts = engineOptions(config, resolved, authKeys);
+    let crashed = false;
+    let fatal = false;
+    const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
+      if (ev.type === 'transition') {
+        const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
+        log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
+        if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
+          // the old master went silent: its node, and so its apiserver, is most likely gone
+          // (a resign is a clean agent stop: its apiserver may well still serve)
+          // (the planes follow the resulting dead verdicts themselves)
+          for (const b of backendsOfNode(checker.backends(), ev.previousMaster)) {
+            if (checker.markDead(b, { kind: 'nodeDown', node: ev.previousMaster }, 'node down (VRRP Master_Down)')) log.warn({ backend: formatHostPort(b) }, 'backend of the silent master taken out');
+          }
+        }
+      } else if (ev.type === 'log') {
+        log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
+      } else if (ev.type === 'interfaceGone') {
+        // the engine reports it for every link message that finds the ifindex gone: act once
+        if (fatal) return;
+        fatal = true;
+        log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
+        ctx.fail(ERRORS.BALLAST_E_INTERFACE_GONE.exitCode);
+      } else {
+        if (fatal) return;
+        fatal = true;
+        crashed = true;
+        log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
+        ctx.fail(1);
+      }
+    };
+    let host: VrrpHost;
+    try {
+      host = await VrrpHost.start(opts, onEvent);
+    } catch (err) {
+      throw engineError(err);
+    }
+    own.defer('election', async () => {
+      if (!crashed) await host.stop();
+      else if (!opts.owner) await removeVips(iface.ifindex, config.vips, log);
+    });
+    return { host };
+  });
+}
+
+/** The engine's options: the config's vrrp section and what preflight found on the interface. */
+function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Buffer[] | null): EngineOptions {
+  const v = config.vrrp!;
+  const { iface, primary } = resolved;
+  return {
+    vrid: v.vrid,
+    priority: v.priority,
+    advertisementIntervalCs: v.advertisementIntervalCs,
+    preempt: v.preempt,
+    preemptDelayMs: v.preemptDelayMs,
+    checksum: v.checksum,
+    unicast: v.unicast,
+    peers: [...v.peers],
+    authKeys,
+    vips: [...config.vips],
+    family: config.family,
+    ifname: iface.ifname,
+    ifindex: iface.ifindex,
+    mac: iface.mac,
+    primaryAddress: primary,
+    announce: { ...config.announce },
+    vipLifetimeMs: config.vipLifetimeMs,
+    // with backends, no preemption until the policy says this node can serve (first verdicts, data plane)
+    preemptHoldAtStart: config.apiserver.backends.length > 0,
+    linkRunning: iface.running,
+    owner: v.owner,
+  };
+}
+
+/** Turns an engine start failure (errno from the addon or netlink) into an operator-facing error. */
+function engineError(err: unknown): BallastError {
+  if (isBallastError(err)) return err;
+  const e = err as EngineStartError;
+  const detail = e.message;
+  if (e.code === 'EPERM' || e.code === 'EACCES') {
+    return createError('BALLAST_E_PERMISSION', `${detail}: run as root, or with CAP_NET_RAW and CAP_NET_ADMIN`, { cause: err });
+  }
+  if (e.code === 'BALLAST_E_ADDON_MISSING') return createError('BALLAST_E_ADDON_MISSING', detail, { cause: err });
+  if (e.syscall) return createError('BALLAST_E_SOCKET', detail, { cause: err });
+  return createError('BALLAST_E_NETLINK', detail, { cause: err });
+}
+
+/** Last-resort cleanup from the main thread when the worker died holding the VIPs. */
+async function removeVips(ifindex: number, vips: readonly string[], log: Logger): Promise<void> {
+  const rt = openRtnl();
+  try {
+    for (const vip of vips) await delVip(rt, ifindex, vip);
+  } catch (err) {
+    log.error({ err: (err as Error).message }, 'could not remove the VIPs');
+  } finally {
+    rt.close();
+  }
+}

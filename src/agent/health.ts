@@ -1,0 +1,126 @@
+/**
+ * Phase, health: the active checks start, their verdicts reach the planes that follow them
+ * (nftables LoadBalancer, LocalBalancer, election policy) and passive detection (conntrack
+ * events) marks dead backends between checks. Last of the phases: everything that follows health
+ * exists before the first check.
+ */
+import type { Config } from '../config/index.js';
+import type { HealthChange, HealthChecker } from '../health/checker.js';
+import type { Verdict } from '../health/verdict.js';
+import { FlowTracker, watchConntrack, type ConntrackWatch } from '../health/passive.js';
+import type { LoadBalancer } from '../dataplane/controller.js';
+import type { LocalBalancer, LocalDataplane } from '../dataplane/local.js';
+import type { Reconciler } from '../dataplane/reconcile.js';
+import { addressFamily, canonicalAddress } from '../net/address.js';
+import { formatHostPort, type HostPort } from '../net/hostport.js';
+import type { Logger } from '../observe/log.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+
+/**
+ * What follows backend health, each set by the phase that owns it while that phase runs (null
+ * otherwise). The data planes follow the checker's verdicts through their own subscription
+ * (Reconciler.follow, taken by their phase); these references are for /status. The policy is
+ * re-evaluated at each health change.
+ */
+export interface HealthFollowers {
+  /** The VIP's nftables data plane (phase VIP data plane). */
+  lb: Reconciler<LoadBalancer> | null;
+  /** The node-local endpoint (phase local endpoint). */
+  localLb: Reconciler<LocalBalancer> | null;
+  /** The election policy (phase election policy): re-evaluates priority and preempt hold. */
+  balancing: { evaluate(): void } | null;
+}
+
+/**
+ * Logs health changes and verdicts, re-evaluates the policy at each change, starts passive
+ * detection, syncs the local endpoint and starts the checks. The undo stops passive detection
+ * and the checks.
+ * @param inputs.local the local endpoint's data plane when one runs (ebpf: passive detection
+ *   also watches the flows straight to the backends).
+ */
+export function startHealth(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { checker: HealthChecker; followers: HealthFollowers; local: LocalDataplane | null },
+): Promise<PhaseHandle> {
+  return runPhase(ctx, 'health', async (own) => {
+    const { checker, followers: f, local } = inputs;
+    const { log } = ctx;
+    // the planes follow verdicts (their own subscriptions); here: the log and the policy
+    const onChange = (c: HealthChange): void => {
+      log.info({ backend: formatHostPort(c.backend), from: c.from, to: c.to, reason: c.reason, ...(c.cause ? { cause: c.cause.kind } : {}) }, 'backend health');
+      f.balancing?.evaluate();
+    };
+    checker.on('change', onChange);
+    const onVerdict = (v: Verdict): void => {
+      if (v.state !== 'up') log.info({ backend: formatHostPort(v.backend), verdict: v.state, cause: v.cause.kind, reason: v.message }, 'backend verdict');
+    };
+    checker.on('verdict', onVerdict);
+    own.defer('health subscriptions', () => {
+      checker.off('change', onChange);
+      checker.off('verdict', onVerdict);
+    });
+    const watch = startPassiveDetection(config, checker, log, local !== null && local.mode === 'ebpf');
+    own.defer('passive detection', () => watch?.stop());
+    if (local?.mode === 'ebpf' && !(config.vrrp !== null && config.dataplane.vip === 'nftables')) {
+      log.info(
+        {},
+        'dead backends of the local endpoint are seen at once from conntrack events only where connection tracking is active in this network namespace (kube-proxy or an nftables NAT rule turn it on); otherwise they leave after fall × interval of failed checks',
+      );
+    }
+    // the endpoint exists (with no backend yet: connect()s untouched) before the first check
+    await f.localLb?.sync();
+    checker.start();
+    own.defer('health checks', () => checker.stop());
+    f.balancing?.evaluate();
+    return {};
+  });
+}
+
+/**
+ * Passive detection from conntrack events (ctnetlink, read in the agent: no child process):
+ * flows DNATed from the VIPs (nftables data plane) and, with the ebpf local endpoint, flows
+ * straight to the backends (the connect() rewrite leaves no NAT to see). Needs connection
+ * tracking active in this network namespace (it is wherever an nftables NAT rule or kube-proxy runs).
+ */
+function startPassiveDetection(config: Config, checker: HealthChecker, log: Logger, direct: boolean): ConntrackWatch | null {
+  const vipPath = config.vrrp !== null && config.dataplane.vip === 'nftables';
+  if (!vipPath && !direct) return null;
+  const api = config.apiserver;
+  const tracker = new FlowTracker(
+    vipPath ? config.vips : [],
+    api.port,
+    Math.max(200, Math.min(1000, api.health.timeoutMs)),
+    direct ? api.backends : [],
+  );
+  let lostLogged = -Infinity;
+  return watchConntrack(
+    tracker,
+    (v) => {
+      if (v.alive) return;
+      // a dead verdict follows (also for a backend already draining); the planes reset it
+      if (checker.markDead(v.backend, { kind: 'passive', signal: v.signal }, v.reason)) log.warn({ backend: formatHostPort(v.backend), reason: v.reason }, 'backend judged dead from its connections');
+    },
+    {
+      onExit: (code, err) => log.warn({ code, err }, 'conntrack event watch ended: passive detection is off (it needs CAP_NET_ADMIN and ctnetlink, module nf_conntrack_netlink)'),
+      // a burst overflowed the socket buffer: some flows are not followed; active checks still are
+      onLost: () => {
+        const now = performance.now();
+        if (now - lostLogged < 10_000) return;
+        lostLogged = now;
+        log.warn({}, 'conntrack events were lost (receive buffer full); passive detection missed some connections');
+      },
+    },
+  );
+}
+
+/**
+ * The election knows when the Active router went silent: its node's apiserver is gone too.
+ * @returns the backends whose host is `nodeAddress` (any spelling of it); [] when it is no address.
+ */
+export function backendsOfNode(backends: readonly HostPort[], nodeAddress: string): HostPort[] {
+  const family = addressFamily(nodeAddress);
+  if (family === null) return [];
+  const node = canonicalAddress(nodeAddress);
+  return backends.filter((b) => b.family === family && b.host === node);
+}

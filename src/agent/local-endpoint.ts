@@ -1,0 +1,117 @@
+/**
+ * Phase, local endpoint: the node-local API endpoint (`localEndpoint`), served by eBPF (cgroup
+ * connect() rewrite) or, where this host cannot run it, by the user-space proxy; fed by the
+ * health checks through a LocalBalancer. Started before the election: it needs nothing from it,
+ * and a failure here leaves the VIPs untouched.
+ */
+import type { Config } from '../config/index.js';
+import { createError } from '../errors.js';
+import type { Logger } from '../observe/log.js';
+import type { HealthChecker } from '../health/checker.js';
+import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../dataplane/local.js';
+import { Reconciler } from '../dataplane/reconcile.js';
+import { EbpfLocalDataplane, checkCgroupDir, checkEbpf, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
+import { ProxyLocalDataplane } from '../dataplane/proxy.js';
+import { listeningOn } from '../net/listening.js';
+import { hostPort } from '../net/address.js';
+import { runPhase, throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
+import type { HealthFollowers } from './health.js';
+
+/** The running local endpoint. */
+export interface LocalEndpointPhase extends PhaseHandle {
+  local: LocalDataplane;
+}
+
+/**
+ * Opens the local endpoint's data plane and has it follow the checker's verdicts (one
+ * subscription; `followers.localLb` for /status, cleared by the undo, which closes the data plane
+ * unless dataplane.keepOnStop).
+ * @throws BallastError as {@link startLocalDataplane}.
+ */
+export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers }): Promise<LocalEndpointPhase> {
+  return runPhase(ctx, 'local endpoint', async (own) => {
+    const { checker, followers } = inputs;
+    const { log } = ctx;
+    const keep = config.dataplane.keepOnStop;
+    const local = await startLocalDataplane(config, log, ctx.signal);
+    own.defer('local endpoint data plane', () => local.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
+    const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
+    own.defer('local endpoint verdict subscription', localLb.follow());
+    followers.localLb = localLb;
+    own.defer('local endpoint status', () => {
+      followers.localLb = null;
+    });
+    return { local };
+  });
+}
+
+/**
+ * Opens the node-local endpoint's data plane: `ebpf` (falling back to `proxy`, logged, when this
+ * host cannot run it) or `proxy`. With `ebpf` on a node with VIPs, VIP:apiserver.port is an
+ * endpoint too, so this node's own clients of the VIP are balanced without the DNAT hairpin.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when something already listens on an
+ *   endpoint's port (unless localEndpoint.force), BALLAST_E_DATAPLANE when neither mode starts;
+ *   StartAborted when `signal` is aborted while the eBPF check runs (nothing is open then).
+ */
+async function startLocalDataplane(config: Config, log: Logger, signal: AbortSignal): Promise<LocalDataplane> {
+  const le = config.localEndpoint!;
+  const endpoints: LocalEndpoint[] = le.addresses.map((a) => ({ address: a.host, port: a.port }));
+  const busy = endpoints.filter((e) => listeningOn(e.address, e.port));
+  if (busy.length > 0 && !le.force) {
+    throw createError(
+      'BALLAST_E_LOCAL_ENDPOINT_IN_USE',
+      `localEndpoint.address: something on this node already listens on ${busy.map((e) => hostPort(e.address, e.port)).join(', ')}; its clients would be taken over. Pick another port (7443 is the convention), or set localEndpoint.force: true`,
+    );
+  }
+  if (busy.length > 0) log.warn({ endpoints: busy.map((e) => hostPort(e.address, e.port)) }, 'localEndpoint.force: taking over an address something already listens on; its clients are balanced from now on');
+  if (config.dataplane.local === 'ebpf') {
+    const vipEndpoints = config.vrrp !== null ? config.vips.map((vip) => ({ address: vip, port: config.apiserver.port })) : [];
+    let cgroup: string | null = null;
+    if (le.cgroup !== undefined) {
+      // a configured cgroup that is wrong is the operator's typo, not a host without eBPF
+      cgroup = await checkCgroupDir(le.cgroup);
+    } else {
+      cgroup = await cgroup2Root().catch(() => null);
+    }
+    if (cgroup !== null) {
+      const pinDir = pinDirFor(cgroup);
+      const lock = lockPinDir(pinDir, cgroup);
+      try {
+        const dp = await EbpfLocalDataplane.open({ endpoints: [...endpoints, ...vipEndpoints], cgroup, pinDir, log });
+        return withRelease(dp, () => lock.release());
+      } catch (err) {
+        lock.release();
+        const check = await checkEbpf().catch(() => ({ ok: false, reasons: ['ballast check itself failed'] }));
+        throwIfAborted(signal);
+        // the host can run eBPF (check attached to a test cgroup): this failure is ours to report
+        if (check.ok) throw createError('BALLAST_E_DATAPLANE', `cannot start the eBPF local endpoint: ${(err as Error).message}`, { cause: err });
+        log.warn(
+          { err: (err as Error).message, reasons: check.reasons },
+          'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path: every byte is copied through the agent). `ballast check` explains why',
+        );
+      }
+    } else {
+      log.warn({ reasons: ['no cgroup v2 hierarchy is mounted'] }, 'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path)');
+    }
+  }
+  try {
+    const dp = await ProxyLocalDataplane.open({ endpoints, log });
+    log.info({ endpoints: endpoints.map((e) => hostPort(e.address, e.port)) }, 'local endpoint served by the user-space proxy (slower path than ebpf)');
+    return dp;
+  } catch (err) {
+    throw createError('BALLAST_E_DATAPLANE', `cannot serve the local endpoint: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/** `dp` whose close() also runs `release` (after the data plane is closed). */
+function withRelease(dp: LocalDataplane, release: () => void): LocalDataplane {
+  const close = dp.close.bind(dp);
+  dp.close = async (o) => {
+    try {
+      await close(o);
+    } finally {
+      release();
+    }
+  };
+  return dp;
+}

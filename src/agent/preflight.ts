@@ -1,0 +1,265 @@
+/**
+ * Phase 1, preflight: what must hold before anything on the system changes — capabilities, the
+ * auth keys, the interface and its addresses, the addresses the config binds — and the locks
+ * that keep a second agent from fighting this one. Its undo releases the locks.
+ */
+import { readFileSync } from 'node:fs';
+import { createServer, type Server as NetServer } from 'node:net';
+import type { Config } from '../config/index.js';
+import { describeReadError, parseAuthKeys, readRegularFile } from '../config/files.js';
+import { createError } from '../errors.js';
+import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.js';
+import { formatHostPort } from '../net/hostport.js';
+import { chooseInterface, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
+import { runPhase, throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
+
+/** The interface VRRP runs on and the address adverts go out from. */
+export interface ResolvedInterface {
+  iface: InterfaceInfo;
+  primary: string;
+}
+
+/** What preflight found, for the phases after it. */
+export interface Preflight extends PhaseHandle {
+  /** The shared keys of vrrp.auth.keyFile; null without auth (or without an election). */
+  authKeys: Buffer[] | null;
+  /** null without an election (no vrrp section). */
+  resolved: ResolvedInterface | null;
+}
+
+/**
+ * Runs the checks, then takes the locks: with an election the VRID lock and one lock per VIP,
+ * without one the local-endpoint lock.
+ * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_CONFIG_READ, the interface errors of
+ *   {@link resolveInterface}, BALLAST_E_LOCAL_ENDPOINT_ADDRESS, BALLAST_E_ADMIN_ADDRESS,
+ *   BALLAST_E_ALREADY_RUNNING, BALLAST_E_NETLINK, BALLAST_E_SOCKET.
+ */
+export function preflight(ctx: AgentContext, config: Config): Promise<Preflight> {
+  return runPhase(ctx, 'preflight', async (own) => {
+    const v = config.vrrp;
+    // the election needs raw sockets and addresses; a node with only a local endpoint needs
+    // nothing up front (ebpf says what it lacks, and falls back to the proxy, which needs nothing)
+    const missing = v ? missingCapabilities() : [];
+    if (missing.length > 0) {
+      throw createError('BALLAST_E_PERMISSION', `this process lacks ${missing.join(' and ')}: run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN`);
+    }
+    // before anything is opened: a key that went missing since validation changes nothing
+    const authKeys = v?.auth ? readAuthKeys(v.auth.keyFile) : null;
+    const all = await listAllInterfaces();
+    throwIfAborted(ctx.signal);
+    checkBindAddresses(config, all);
+    const resolved = v ? resolveInterface(config, all) : null;
+    if (v && resolved) {
+      const lock = await acquireInstanceLock(resolved.iface.ifname, config.family, v.vrid);
+      own.defer('instance lock', () => lock.close());
+      for (const vip of config.vips) {
+        const l = await acquireVipLock(vip);
+        own.defer(`VIP lock ${vip}`, () => l.close());
+      }
+    } else {
+      const lock = await acquireEndpointLock();
+      own.defer('local endpoint lock', () => lock.close());
+    }
+    return { authKeys, resolved };
+  });
+}
+
+/**
+ * The shared keys of vrrp.auth.keyFile, read at start (loadConfig checked it already; this is the
+ * read that counts, in case the file changed since).
+ * @throws BallastError BALLAST_E_CONFIG_READ when it cannot be read or is no key.
+ */
+function readAuthKeys(path: string): Buffer[] {
+  let bytes: Buffer;
+  try {
+    bytes = readRegularFile(path);
+  } catch (err) {
+    throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: cannot read ${path}: ${describeReadError(err)}`, { cause: err });
+  }
+  const key = parseAuthKeys(bytes);
+  if (typeof key === 'string') throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: ${path} ${key}`);
+  return key;
+}
+
+/** Every interface of this network namespace with its addresses. @throws BallastError BALLAST_E_NETLINK. */
+async function listAllInterfaces(): Promise<InterfaceInfo[]> {
+  const rt = openRtnl();
+  try {
+    return await listInterfaces(rt);
+  } catch (err) {
+    throw createError('BALLAST_E_NETLINK', `cannot list interfaces through rtnetlink: ${(err as Error).message}`, { cause: err });
+  } finally {
+    rt.close();
+  }
+}
+
+/** 127.0.0.0/8 and ::1: always this node's, whatever `lo` lists. */
+function isLoopback(address: string): boolean {
+  const b = addressToBytes(address);
+  return b.length === 4 ? b[0] === 127 : b.subarray(0, 15).every((x) => x === 0) && b[15] === 1;
+}
+
+/** True when `address` is the unspecified address (0.0.0.0, ::): every address of the node. */
+function isUnspecified(address: string): boolean {
+  return addressToBytes(address).every((x) => x === 0);
+}
+
+/** True when some interface has `address` (or it is loopback). */
+function isNodeAddress(all: readonly InterfaceInfo[], address: string): boolean {
+  if (isLoopback(address)) return true;
+  const a = canonicalAddress(address);
+  return all.some((i) => i.addresses.some((x) => x.address === a));
+}
+
+/**
+ * The addresses this agent binds must be this node's: a local endpoint or admin.listen elsewhere
+ * fails to bind (EADDRNOTAVAIL), which no restart fixes.
+ * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_ADDRESS, BALLAST_E_ADMIN_ADDRESS (exit 2).
+ */
+export function checkBindAddresses(config: Config, all: readonly InterfaceInfo[]): void {
+  const le = config.localEndpoint;
+  if (le && config.dataplane.local !== 'off') {
+    const foreign = le.addresses.filter((a) => !isNodeAddress(all, a.host));
+    if (foreign.length > 0) {
+      throw createError(
+        'BALLAST_E_LOCAL_ENDPOINT_ADDRESS',
+        `localEndpoint.address: ${foreign.map(formatHostPort).join(', ')} ${foreign.length === 1 ? 'is not an address' : 'are not addresses'} of this node (binding fails with EADDRNOTAVAIL); use a loopback address such as 127.0.0.1:7443, or one of this node's own`,
+      );
+    }
+  }
+  const admin = config.admin.listen;
+  if (!isUnspecified(admin.host) && !isNodeAddress(all, admin.host)) {
+    throw createError(
+      'BALLAST_E_ADMIN_ADDRESS',
+      `admin.listen: ${formatHostPort(admin)} is not an address of this node (binding fails with EADDRNOTAVAIL); use a loopback address such as 127.0.0.1:9641, one of this node's own, or 0.0.0.0`,
+    );
+  }
+}
+
+/**
+ * Finds the interface VRRP runs on and the address adverts go out from.
+ * @param all every interface of the namespace (rtnetlink).
+ * @throws BallastError BALLAST_E_INTERFACE_NOT_FOUND, BALLAST_E_NO_INTERFACE,
+ *   BALLAST_E_VIP_IS_NODE_ADDRESS, BALLAST_E_NOT_OWNER, BALLAST_E_NO_PRIMARY_ADDRESS.
+ */
+export function resolveInterface(config: Config, all: readonly InterfaceInfo[]): ResolvedInterface {
+  const vip = config.vips[0]!;
+  const chosen = chooseInterface([...all], vip, config.interface);
+  if (typeof chosen === 'string') {
+    throw createError(config.interface === undefined ? 'BALLAST_E_NO_INTERFACE' : 'BALLAST_E_INTERFACE_NOT_FOUND', chosen);
+  }
+  const owner = config.vrrp?.owner === true;
+  if (owner) {
+    const missing = config.vips.filter((vip) => !chosen.addresses.some((a) => a.address === vip));
+    if (missing.length > 0) {
+      throw createError(
+        'BALLAST_E_NOT_OWNER',
+        `vrrp.priority 255 means this node owns the VIPs as its own addresses (RFC 9568 §1.6), but ${chosen.ifname} does not have ${missing.join(', ')}; use a priority of 254 or less`,
+      );
+    }
+  } else {
+    checkVipsAreNotNodeAddresses(config.vips, all);
+  }
+  // the owner sends from its own address, which is the VIP; everyone else never sends from a VIP
+  const primary = primaryAddress(chosen, config.family, owner ? [] : config.vips);
+  if (primary === null) {
+    const what = config.family === 4 ? 'primary IPv4 address' : 'IPv6 link-local address';
+    throw createError('BALLAST_E_NO_PRIMARY_ADDRESS', `interface ${chosen.ifname} has no ${what} to send VRRP advertisements from`);
+  }
+  return { iface: chosen, primary };
+}
+
+/**
+ * A VIP that is a node's own address (a primary address with a subnet prefix, as DHCP or the
+ * network configuration gives it) is no virtual IP: the agent would remove it as a backup. A
+ * VIP as ballast or keepalived add it (/32, /128, or a secondary address) is a leftover, which
+ * the election's start-up cleanup removes.
+ * @throws BallastError BALLAST_E_VIP_IS_NODE_ADDRESS naming the `vips[i]` field.
+ */
+function checkVipsAreNotNodeAddresses(vips: readonly string[], all: readonly InterfaceInfo[]): void {
+  vips.forEach((vip, i) => {
+    const full = addressFamily(vip) === 4 ? 32 : 128;
+    for (const iface of all) {
+      const own = iface.addresses.find((a) => a.address === vip && a.prefixLen < full && !a.secondary);
+      if (own) {
+        throw createError(
+          'BALLAST_E_VIP_IS_NODE_ADDRESS',
+          `vips[${i}]: ${vip} is this node's own address (${iface.ifname} has ${vip}/${own.prefixLen}), not a virtual IP; a VIP must be an address that no node has (priority 255 is for a router that owns the VIPs, RFC 9568 §1.6)`,
+        );
+      }
+    }
+  });
+}
+
+/** Linux capability numbers (capabilities(7)). */
+const CAP_NET_ADMIN = 12;
+const CAP_NET_RAW = 13;
+
+/**
+ * The capabilities ballast needs that this process lacks, read from CapEff in
+ * /proc/self/status (proc(5)): CAP_NET_RAW for raw and packet sockets, CAP_NET_ADMIN for
+ * addresses and multicast membership.
+ * @returns e.g. ['CAP_NET_RAW']; empty when everything is there (or /proc cannot be read).
+ */
+export function missingCapabilities(status = '/proc/self/status'): string[] {
+  let text: string;
+  try {
+    text = readFileSync(status, 'utf8');
+  } catch {
+    return [];
+  }
+  const hex = /^CapEff:\s*([0-9a-f]+)$/m.exec(text)?.[1];
+  if (!hex) return [];
+  const eff = BigInt(`0x${hex}`);
+  const out: string[] = [];
+  if (!(eff & (1n << BigInt(CAP_NET_ADMIN)))) out.push('CAP_NET_ADMIN');
+  if (!(eff & (1n << BigInt(CAP_NET_RAW)))) out.push('CAP_NET_RAW');
+  return out;
+}
+
+/**
+ * One agent per VRID, interface and family in a network namespace: two would delete each
+ * other's VIP. The lock is an abstract UNIX socket (unix(7)), which belongs to the network
+ * namespace and vanishes with the process, so a crash never leaves a stale lock.
+ * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
+ */
+export function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: number): Promise<NetServer> {
+  return abstractLock(`ballast:${ifname}:ipv${family}:vrid${vrid}`, `runs VRID ${vrid} (IPv${family}) on ${ifname}`);
+}
+
+/**
+ * One agent per VIP in a network namespace, whatever its VRID or interface: two agents with the
+ * same VIP would each remove it while the other holds it. Named by the canonical address
+ * (RFC 5952 for IPv6), so two spellings of one address collide.
+ * @throws BallastError BALLAST_E_ALREADY_RUNNING naming the VIP when another agent holds it.
+ */
+export function acquireVipLock(vip: string): Promise<NetServer> {
+  const c = canonicalAddress(vip);
+  return abstractLock(`ballast:vip:${c}`, `manages the VIP ${c} (vips)`);
+}
+
+/**
+ * One agent without an election per network namespace (two would fight over the local endpoint).
+ * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
+ */
+export function acquireEndpointLock(): Promise<NetServer> {
+  return abstractLock('ballast:local-endpoint', 'serves a local endpoint without an election');
+}
+
+async function abstractLock(name: string, what: string): Promise<NetServer> {
+  const server = createServer((c) => c.destroy());
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ path: `\0${name}` }, () => resolve());
+    });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') {
+      throw createError('BALLAST_E_ALREADY_RUNNING', `another ballast agent already ${what} in this network namespace (lock @${name})`);
+    }
+    throw createError('BALLAST_E_SOCKET', `cannot take the instance lock @${name}: ${(err as Error).message}`, { cause: err });
+  }
+  server.unref();
+  return server;
+}

@@ -1,0 +1,61 @@
+/**
+ * Phase, election policy: the effective priority and the preempt hold follow backend health
+ * (src/policy.ts). Started after the election (it drives the running engine) and before the
+ * health checks (the settle time starts with the first checks).
+ */
+import type { Config } from '../config/index.js';
+import type { HealthChecker } from '../health/checker.js';
+import { formatHostPort } from '../net/hostport.js';
+import { Policy } from '../policy.js';
+import type { InterfaceInfo } from '../vip/netlink.js';
+import type { VrrpHost } from '../vrrp/host.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import type { HealthFollowers } from './health.js';
+
+/**
+ * Creates the policy and subscribes it to health (`followers.balancing`).
+ * @param inputs.dataplaneReady whether the VIP data plane can serve (it started, or there is none).
+ */
+export function startPriority(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { iface: InterfaceInfo; host: VrrpHost; checker: HealthChecker; followers: HealthFollowers; dataplaneReady: boolean },
+): Promise<PhaseHandle> {
+  return runPhase(ctx, 'election policy', async (own) => {
+    const { iface, host, checker, followers, dataplaneReady } = inputs;
+    const { log } = ctx;
+    const api = config.apiserver;
+    const local = new Set(iface.addresses.map((a) => a.address));
+    const localBackend = config.policy.localBackend
+      ? formatHostPort(config.policy.localBackend)
+      : (api.backends.filter((b) => local.has(b.host)).map(formatHostPort)[0] ?? null);
+
+    // the settle time starts now: the first checks start now, after the first apply
+    const policy = new Policy(
+      {
+        priority: config.vrrp!.priority,
+        weight: config.policy.unhealthyPriorityWeight,
+        mode: config.dataplane.vip,
+        localBackend,
+        settleMs: api.health.settleMs,
+      },
+      host,
+      performance.now(),
+    );
+    const evaluate = (): void => {
+      // only the VIP's family can serve the VIP (other backends serve a local endpoint of theirs)
+      const ours = checker.snapshot({ family: config.family });
+      const r = policy.update(ours, dataplaneReady, performance.now());
+      log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
+    };
+    // the settle deadline passes without an event: look again then
+    const settleTimer = setTimeout(evaluate, api.health.settleMs + 10);
+    settleTimer.unref();
+    own.defer('policy settle timer', () => clearTimeout(settleTimer));
+    followers.balancing = { evaluate };
+    own.defer('policy health subscription', () => {
+      followers.balancing = null;
+    });
+    return {};
+  });
+}

@@ -1,0 +1,58 @@
+/**
+ * One cleanup stack: everything the agent starts registers its undo here where it is created,
+ * and stop, a failed start and the fatal paths are all one unwind in reverse order.
+ *
+ * Our own, small, because `AsyncDisposableStack` (TC39 explicit resource management) is not in
+ * Node 20, which still runs the tests; its shape is the same (`defer`, then one reverse
+ * dispose), so moving to it on Node 24 is a rename. Unlike `disposeAsync`, which throws a
+ * SuppressedError chain at the end, unwind() logs each failed undo and goes on: a cleanup that
+ * fails must not keep the next one (say, removing the VIPs) from running.
+ */
+import type { Logger } from '../observe/log.js';
+
+/** An undo: releases what one step created. May be async; its errors are logged, not thrown. */
+export type Undo = () => unknown;
+
+export class CleanupStack {
+  readonly #undos: { what: string; undo: Undo }[] = [];
+  readonly #log: Pick<Logger, 'error'>;
+  #unwinding: Promise<void> | null = null;
+
+  /** @param log where a failed undo is reported (`error`, with the step's name). */
+  constructor(log: Pick<Logger, 'error'>) {
+    this.#log = log;
+  }
+
+  /** Registers `undo` for `what` (a short name used in the log when the undo fails). */
+  defer(what: string, undo: Undo): void {
+    this.#undos.push({ what, undo });
+  }
+
+  /** Undos registered and not yet run. */
+  get size(): number {
+    return this.#undos.length;
+  }
+
+  /**
+   * Runs every registered undo, the last registered first, each awaited before the next; an undo
+   * that throws or rejects is logged and the rest still run. Never rejects. A call while an unwind
+   * is under way returns that unwind; undos registered meanwhile run in it too. Afterwards the
+   * stack is empty and can be used again.
+   */
+  unwind(): Promise<void> {
+    this.#unwinding ??= (async () => {
+      try {
+        for (let step = this.#undos.pop(); step !== undefined; step = this.#undos.pop()) {
+          try {
+            await step.undo();
+          } catch (err) {
+            this.#log.error({ err: err instanceof Error ? err.message : String(err), step: step.what }, 'a cleanup step failed; going on with the rest');
+          }
+        }
+      } finally {
+        this.#unwinding = null;
+      }
+    })();
+    return this.#unwinding;
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Phase, VIP data plane: the nftables table that DNATs VIP:apiserver.port to the ready backends
+ * (`dataplane.vip: nftables`), fed by the health checks through a LoadBalancer. Started before
+ * the election and undone after it: a resigning master still balances until its VIPs are gone.
+ */
+import { readFileSync } from 'node:fs';
+import type { Config } from '../config/index.js';
+import { createError } from '../errors.js';
+import type { HealthChecker } from '../health/checker.js';
+import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from '../dataplane/controller.js';
+import { Reconciler } from '../dataplane/reconcile.js';
+import { NftablesApplier } from '../dataplane/apply.js';
+import { flushBackend } from '../dataplane/conntrack.js';
+import type { StatusDocument } from '../observe/status.js';
+import type { InterfaceInfo } from '../vip/netlink.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import type { HealthFollowers } from './health.js';
+
+/**
+ * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
+ * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
+ * removes the table, unless dataplane.keepOnStop.
+ * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails (nothing else changed).
+ */
+export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers }): Promise<PhaseHandle> {
+  return runPhase(ctx, 'VIP data plane', async (own) => {
+    const { iface, checker, followers } = inputs;
+    const { log } = ctx;
+    const api = config.apiserver;
+    const local = new Set(iface.addresses.map((a) => a.address));
+    const applier = new NftablesApplier();
+    own.defer('nftables table', async () => {
+      if (!config.dataplane.keepOnStop) {
+        await applier.remove().catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the nftables table'));
+      }
+    });
+    const a = applier;
+    const plane = new LoadBalancer(
+      { apply: (d) => a.apply(d), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      { family: config.family, vips: config.vips, port: api.port, local },
+    );
+    const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
+    own.defer('VIP data plane verdict subscription', lb.follow());
+    // the table exists (with no DNAT rule while nothing is healthy) before the first check
+    await lb.sync();
+    if (lb.status().failures > 0) {
+      throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
+    }
+    if (readForwarding(config.family) === false) {
+      log.warn({ family: config.family }, 'IP forwarding is off: connections DNATed to apiservers on other nodes will fail (kubeadm requires net.ipv4.ip_forward=1)');
+    }
+    followers.lb = lb;
+    own.defer('VIP data plane health subscription', () => {
+      followers.lb = null;
+    });
+    return {};
+  });
+}
+
+/** The data-plane part of /status. */
+export function dataplaneStatus(config: Config, lb: DataplaneStatus | null): StatusDocument['dataplane'] {
+  if (config.vrrp === null) return { mode: 'off', reason: 'no election (vrrp absent)' };
+  if (config.dataplane.vip === 'none') return { mode: 'none' };
+  if (lb === null) return { mode: 'off', reason: 'no apiserver.backends configured' };
+  return lb;
+}
+
+/** net.ipv4.ip_forward / net.ipv6.conf.all.forwarding, or null when unreadable. */
+function readForwarding(family: 4 | 6): boolean | null {
+  try {
+    const p = family === 4 ? '/proc/sys/net/ipv4/ip_forward' : '/proc/sys/net/ipv6/conf/all/forwarding';
+    return readFileSync(p, 'utf8').trim() === '1';
+  } catch {
+    return null;
+  }
+}

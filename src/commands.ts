@@ -1,0 +1,213 @@
+/**
+ * The `ballast` command (entered through cli.ts, which catches the stop signals first).
+ *
+ *   ballast run --config FILE          run the agent (foreground; SIGTERM/SIGINT stop it cleanly)
+ *   ballast validate --config FILE     check a configuration file and exit (0 ok, 2 invalid)
+ *   ballast status [--admin ADDR] [--json]
+ *
+ * Exit statuses come from the error registry (src/errors.ts, docs/errors.md).
+ */
+import { get } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { constants } from 'node:os';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { loadConfig } from './config/index.js';
+import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
+import { createLogger, type Logger } from './observe/log.js';
+import { LOG_LEVELS, type LogLevel } from './config/index.js';
+import { formatStatus, type StatusDocument } from './observe/status.js';
+import { startAgent, type Agent } from './agent/index.js';
+import { checkEbpf } from './dataplane/ebpf.js';
+
+const DEFAULT_ADMIN = '127.0.0.1:9641';
+
+/** The version in package.json. */
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+/** Prints an error the way operators should see it and returns the exit status. */
+function report(err: unknown): number {
+  if (err instanceof ConfigError) {
+    process.stderr.write(err.format());
+  } else if (isBallastError(err)) {
+    process.stderr.write(`ballast: ${err.message} (${err.code})\n`);
+  } else {
+    process.stderr.write(`ballast: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  }
+  return exitCodeOf(err);
+}
+
+/** Longest a clean stop may take before the agent gives up on it and exits 1, ms. */
+const STOP_DEADLINE_MS = 10_000;
+
+/**
+ * SIGTERM, SIGINT and SIGHUP, caught from the process's first line (cli.ts): `handle(fn)` sends
+ * every one of them to `fn`, first those that arrived before it was called, in order.
+ */
+export interface StopSignals {
+  handle(fn: (sig: NodeJS.Signals) => void): void;
+}
+
+/**
+ * `ballast run`. A SIGTERM or SIGINT at any moment stops the agent cleanly, start-up included:
+ * what was started is undone and the exit status is 0.
+ */
+async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSignals): Promise<number> {
+  const cancel = new AbortController();
+  // set once they exist; a signal before then is logged when the logger exists
+  let log: Logger | null = null;
+  let agent: Agent | null = null;
+  let firstSignal: NodeJS.Signals | null = null;
+  const onStop = (sig: NodeJS.Signals): void => {
+    if (firstSignal !== null) {
+      // double delivery is common (timeout(1), a signal to the process group): never skip the cleanup
+      log?.info({ signal: sig }, 'already stopping');
+      return;
+    }
+    firstSignal = sig;
+    log?.info({ signal: sig }, 'signal received');
+    setTimeout(() => {
+      log?.error({ deadlineMs: STOP_DEADLINE_MS }, 'clean stop did not finish in time; exiting');
+      process.exit(1);
+    }, STOP_DEADLINE_MS).unref();
+    cancel.abort();
+  };
+  stops.handle((sig) => {
+    // keepalived's reload signal: a reload is not implemented yet, and dying on it would leave the VIP behind
+    if (sig === 'SIGHUP') log?.warn('SIGHUP: configuration reload is not supported yet; restart the agent to apply a new configuration');
+    else onStop(sig);
+  });
+  // SIGUSR1 would otherwise open Node's inspector on 127.0.0.1:9229 in a root process; like
+  // keepalived, answer it with a dump of the state instead
+  process.on('SIGUSR1', () => {
+    if (!agent) {
+      log?.info('status (SIGUSR1): still starting');
+      return;
+    }
+    agent.status().then(
+      (doc) => log?.info({ status: doc }, 'status (SIGUSR1)'),
+      (err: Error) => log?.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
+    );
+  });
+  const config = loadConfig(opts.config);
+  log = createLogger(opts.logLevel ?? config.log.level);
+  if (firstSignal !== null) log.info({ signal: firstSignal }, 'signal received before start-up');
+  agent = await startAgent(config, log, { signal: cancel.signal });
+  return agent.done;
+}
+
+/** A signal ends a command other than `run` the way the default action would be reported by a shell. */
+function exitOnSignal(sig: NodeJS.Signals): void {
+  process.exit(128 + constants.signals[sig]);
+}
+
+/** Parses "host:port" or "[v6]:port". */
+function parseAdmin(s: string): { host: string; port: number } {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
+  const port = Number(m?.[2]);
+  if (!m || !(port >= 1 && port <= 65535)) throw new InvalidArgumentError('expected host:port, e.g. 127.0.0.1:9641 or [::1]:9641');
+  return { host: m[1]!, port };
+}
+
+function fetchStatus(addr: { host: string; port: number }, timeoutMs = 2000): Promise<StatusDocument> {
+  return new Promise((resolve, reject) => {
+    const req = get({ host: addr.host, port: addr.port, path: '/status', timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}: ${body.trim()}`));
+        try {
+          resolve(JSON.parse(body) as StatusDocument);
+        } catch (err) {
+          reject(err as Error);
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+  });
+}
+
+async function status(opts: { admin: { host: string; port: number }; json?: boolean }): Promise<number> {
+  let doc: StatusDocument;
+  try {
+    doc = await fetchStatus(opts.admin);
+  } catch (err) {
+    const where = `${opts.admin.host.includes(':') ? `[${opts.admin.host}]` : opts.admin.host}:${opts.admin.port}`;
+    throw createError('BALLAST_E_STATUS_UNREACHABLE', `no agent answers at ${where}: ${(err as Error).message}`, { cause: err });
+  }
+  process.stdout.write(opts.json ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);
+  return 0;
+}
+
+async function main(argv: string[], stops: StopSignals): Promise<number> {
+  const program = new Command()
+    .name('ballast')
+    .description('One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP balanced in the kernel, and a node-local endpoint (eBPF connect() rewrite) on every node.')
+    .version(packageVersion(), '-V, --version')
+    .showHelpAfterError()
+    .exitOverride();
+  let result: Promise<number> = Promise.resolve(0);
+  let ran = false;
+  program
+    .command('run')
+    .description('run the agent in the foreground')
+    .requiredOption('-c, --config <file>', 'YAML configuration file (see docs/config.md)')
+    .addOption(new Option('--log-level <level>', 'override log.level').choices(LOG_LEVELS))
+    .action((o: { config: string; logLevel?: LogLevel }) => {
+      ran = true;
+      result = run(o, stops);
+    });
+  program
+    .command('validate')
+    .description('check a configuration file; exit 0 if valid, 2 if not')
+    .requiredOption('-c, --config <file>', 'YAML configuration file')
+    .action((o: { config: string }) => {
+      result = Promise.resolve().then(() => {
+        loadConfig(o.config);
+        process.stdout.write(`${o.config}: ok\n`);
+        return 0;
+      });
+    });
+  program
+    .command('check')
+    .description('say whether this host can run the eBPF local endpoint (dataplane.local: ebpf), and why not; exit 0 if it can, 1 if not')
+    .option('--json', 'print { ok, reasons } as JSON')
+    .action((o: { json?: boolean }) => {
+      result = checkEbpf().then((r) => {
+        if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
+        else if (r.ok) process.stdout.write('ebpf: ok: this host can run the eBPF local endpoint (cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup)\n');
+        else process.stdout.write(`ebpf: not available; dataplane.local: ebpf falls back to the proxy here:\n${r.reasons.map((x) => `  - ${x}`).join('\n')}\n`);
+        return r.ok ? 0 : 1;
+      });
+    });
+  program
+    .command('status')
+    .description("print the agent's election state, backends and local endpoint")
+    .option('-a, --admin <host:port>', `the admin endpoint of the agent (default: ${DEFAULT_ADMIN})`, parseAdmin)
+    .option('--json', 'print the /status JSON as is')
+    .action((o: { admin?: { host: string; port: number }; json?: boolean }) => {
+      result = status({ admin: o.admin ?? parseAdmin(DEFAULT_ADMIN), ...(o.json ? { json: true } : {}) });
+    });
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    stops.handle(exitOnSignal);
+    // commander has printed its own message (unknown option, --help, --version)
+    const code = (err as { exitCode?: number }).exitCode;
+    return code === 0 ? 0 : 2;
+  }
+  if (!ran) stops.handle(exitOnSignal);
+  return result;
+}
+
+/** Runs the command line `argv` (process.argv) and exits with its status. */
+export function cli(argv: string[], stops: StopSignals): void {
+  main(argv, stops).then(
+    (code) => process.exit(code),
+    (err: unknown) => process.exit(report(err)),
+  );
+}
