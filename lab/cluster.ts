@@ -287,16 +287,12 @@ export async function resetElectionLab(lab: Lab, agents: readonly LabAgent[]): P
 
 /** Starts one agent per entry of `settings` on lab.nodes[0], [1], … at once; adds each to `into` once it runs. @throws the first start failure. */
 export async function startAgents(lab: Lab, settings: readonly AgentSettings[], into: LabAgent[]): Promise<LabAgent[]> {
-  // each agent joins `into` as soon as it runs: when another one fails to start, the test's
-  // after-each still stops the ones that did (else they hold the instance lock for the next test)
-  const settled = await Promise.allSettled(
-    settings.map(async (s, i) => {
-      const a = await startAgent(lab, lab.nodes[i]!, s);
-      into.push(a);
-      return a;
-    }),
-  );
+  const settled = await Promise.allSettled(settings.map((s, i) => startAgent(lab, lab.nodes[i]!, s)));
+  const started = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  // the ones that run join `into` (in settings order) even when another failed to start: the
+  // test's after-each stops them (else they hold the instance lock for the next test)
+  into.push(...started);
   const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) throw failed.reason;
-  return settled.map((r) => (r as PromiseFulfilledResult<LabAgent>).value);
+  return started;
 }

@@ -170,17 +170,21 @@ export function resolveInterface(config: Config, all: readonly InterfaceInfo[]):
 }
 
 /**
- * A VIP that is a node's own address (a primary address with a subnet prefix, as DHCP or the
- * network configuration gives it) is no virtual IP: the agent would remove it as a backup. A
- * VIP as ballast or keepalived add it (/32, /128, or a secondary address) is a leftover, which
- * the election's start-up cleanup removes.
+ * A VIP that is a node's own address (its interface's only global address of that family, with
+ * a subnet prefix, as DHCP or the network configuration gives it) is no virtual IP: the agent
+ * would remove it as a backup. A VIP beside the node's own address — as ballast or keepalived
+ * add it (/32, /128), or by hand with a subnet prefix (a secondary IPv4 address, or a second
+ * IPv6 address in the /64) — is a leftover, which the election's start-up cleanup removes.
  * @throws BallastError BALLAST_E_VIP_IS_NODE_ADDRESS naming the `vips[i]` field.
  */
 function checkVipsAreNotNodeAddresses(vips: readonly string[], all: readonly InterfaceInfo[]): void {
   vips.forEach((vip, i) => {
-    const full = addressFamily(vip) === 4 ? 32 : 128;
+    const family = addressFamily(vip);
+    const full = family === 4 ? 32 : 128;
     for (const iface of all) {
-      const own = iface.addresses.find((a) => a.address === vip && a.prefixLen < full && !a.secondary);
+      // scope 0 is RT_SCOPE_UNIVERSE (rtnetlink(7)): link-local and host addresses do not count
+      const others = iface.addresses.filter((a) => a.family === family && a.scope === 0 && !vips.includes(a.address));
+      const own = others.length === 0 ? iface.addresses.find((a) => a.address === vip && a.prefixLen < full && !a.secondary) : undefined;
       if (own) {
         throw createError(
           'BALLAST_E_VIP_IS_NODE_ADDRESS',

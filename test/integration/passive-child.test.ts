@@ -36,7 +36,7 @@ function childrenOf(pid: number): string[] {
   return out;
 }
 
-/** The names of the processes in a network namespace (`ip netns pids`, ip-netns(8)). */
+/** The processes in a network namespace (`ip netns pids`, ip-netns(8)), as "pid comm". */
 async function processesIn(netns: string): Promise<string[]> {
   const { stdout } = await run('ip', ['netns', 'pids', netns]);
   return stdout
@@ -44,7 +44,7 @@ async function processesIn(netns: string): Promise<string[]> {
     .filter((l) => /^\d+$/.test(l.trim()))
     .flatMap((p) => {
       try {
-        return [readFileSync(`/proc/${p.trim()}/comm`, 'utf8').trim()];
+        return [`${p.trim()} ${readFileSync(`/proc/${p.trim()}/comm`, 'utf8').trim()}`];
       } catch {
         return [];
       }
@@ -91,13 +91,14 @@ describe.skipIf(needs('root'))('no child outlives the agent (root; skipped other
 
     // SIGKILL the agent alone (not its process group): nothing it started may stay
     const before = await processesIn(lab.nodes[0]!.netns);
-    expect(before).toContain('node');
+    // (by pid: Node 24 names its main thread, so comm is "MainThread", not "node")
+    expect(before.map((p) => Number(p.split(' ')[0]))).toContain(pid);
     process.kill(pid, 'SIGKILL');
     await agent.proc.exited;
     const t0 = Date.now();
     const left = await waitFor(
       () => processesIn(lab.nodes[0]!.netns),
-      (names) => !names.includes('conntrack') && !names.includes('stdbuf'),
+      (procs) => !procs.some((p) => / (conntrack|stdbuf)$/.test(p)),
       { timeoutMs: 2000, intervalMs: 100, what: 'no conntrack process left in n1 after the SIGKILL' },
     ).catch((err: Error) => err);
     expect(left instanceof Error ? left.message : null).toBeNull();
