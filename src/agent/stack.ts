@@ -2,11 +2,12 @@
  * One cleanup stack: everything the agent starts registers its undo here where it is created,
  * and stop, a failed start and the fatal paths are all one unwind in reverse order.
  *
- * Our own, small, because `AsyncDisposableStack` (TC39 explicit resource management) is not in
- * Node 20, which still runs the tests; its shape is the same (`defer`, then one reverse
- * dispose), so moving to it on Node 24 is a rename. Unlike `disposeAsync`, which throws a
- * SuppressedError chain at the end, unwind() logs each failed undo and goes on: a cleanup that
- * fails must not keep the next one (say, removing the VIPs) from running.
+ * The shape of TC39's `AsyncDisposableStack` (`defer`, then one reverse dispose), kept as our own
+ * small class for what an agent's stop needs and `disposeAsync` does not give: each failed undo
+ * is logged with its step's name as it happens (disposeAsync collects them into one
+ * SuppressedError chain thrown at the end), a second unwind joins the one under way, and the
+ * stack can be used again afterwards (a phase re-run on reload). A cleanup that fails must not
+ * keep the next one (say, removing the VIPs) from running.
  */
 import type { Logger } from '../observe/log.js';
 
