@@ -11,7 +11,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { agentConfig, cliPath, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { agentConfig, cliPath, resetElectionLab, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import { needs, startLab } from '../support/index.js';
 
 const PREFIX = 'bdef';
@@ -25,12 +25,10 @@ describe.skipIf(needs('root'))('start-up defects (root; skipped otherwise)', () 
     lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false });
   });
   afterEach(async () => {
-    await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
+    // the agents killed, their VIPs gone (resetElectionLab); a killed agent's table too
+    await resetElectionLab(lab, agents);
     agents = [];
-    for (const n of lab.nodes) {
-      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
-      await lab.exec(n.netns, ['nft', 'delete', 'table', 'ip', 'ballast'], { allowFail: true });
-    }
+    for (const n of lab.nodes) await lab.exec(n.netns, ['nft', 'delete', 'table', 'ip', 'ballast'], { allowFail: true });
   });
   afterAll(async () => {
     await lab?.teardown();
