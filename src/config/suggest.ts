@@ -93,7 +93,8 @@ function guess(sections: SectionKeys, section: string, key: string): Known | und
   const local = all.filter((t) => t.section === section);
   const elsewhere = all.filter((t) => t.section !== section);
   const byName = (list: readonly Known[]) => list.find((t) => normalizeKey(t.key) === norm);
-  const alias = ALIASES[norm];
+  // own keys only: `constructor` or `__proto__` in a file must not find Object.prototype's
+  const alias = Object.hasOwn(ALIASES, norm) ? ALIASES[norm] : undefined;
   const cut = alias?.lastIndexOf('.') ?? -1;
   const aliasTarget = alias === undefined ? undefined : { section: cut < 0 ? '' : alias.slice(0, cut), key: alias.slice(cut + 1) };
   return byName(local) ?? aliasTarget ?? byName(elsewhere) ?? nearest(norm, local) ?? nearest(norm, elsewhere);
