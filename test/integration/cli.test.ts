@@ -102,3 +102,21 @@ describe.skipIf(needs('root'))('ballast run: the host does not fit (root; in an 
     expect(r.stderr).toContain('BALLAST_E_INTERFACE_NOT_FOUND');
   });
 });
+
+describe('SIGUSR1 never opens the inspector (found by a new-user test: it did, in a root process)', () => {
+  it('a SIGUSR1 while the command runs leaves no "Debugger listening" and does not change the outcome', async () => {
+    // ~3000 unknown keys keep validate busy for a while (each gets a "did you mean")
+    const f = join(dir, 'slow.yaml');
+    writeFileSync(f, `${good}${Array.from({ length: 3000 }, (_, i) => `unknownKey${i}: 1`).join('\n')}\n`);
+    for (const atMs of [150, 300]) {
+      const r = await new Promise<Run>((resolve) => {
+        const child = execFile(process.execPath, [cliPath(), 'validate', '--config', f], { timeout: 15_000, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+          resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr });
+        });
+        setTimeout(() => child.kill('SIGUSR1'), atMs);
+      });
+      expect(r.stderr).not.toContain('Debugger listening');
+      expect(r.code).toBe(2);
+    }
+  });
+});
