@@ -56,6 +56,10 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         const l = await acquireVipLock(vip);
         own.defer(`VIP lock ${vip}`, () => l.close());
       }
+      if (config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) {
+        const l = await acquireTableLock(config.family);
+        own.defer('nftables table lock', () => l.close());
+      }
     } else {
       const lock = await acquireEndpointLock();
       own.defer('local endpoint lock', () => lock.close());
@@ -240,6 +244,17 @@ export function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: number)
 export function acquireVipLock(vip: string): Promise<NetServer> {
   const c = canonicalAddress(vip);
   return abstractLock(`ballast:vip:${c}`, `manages the VIP ${c} (vips)`);
+}
+
+/**
+ * One agent per nftables table in a network namespace: `table ip ballast` (`ip6` for IPv6 VIPs)
+ * is replaced whole by each apply, so two agents with the VIP data plane, whatever their VRIDs
+ * and VIPs, would each delete the other's rules (and the one that stops, the table).
+ * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
+ */
+export function acquireTableLock(family: 4 | 6): Promise<NetServer> {
+  const table = family === 4 ? 'ip ballast' : 'ip6 ballast';
+  return abstractLock(`ballast:nftables:${table.replace(' ', ':')}`, `programs the nftables table ${table} (dataplane.vip: nftables); one agent per network namespace and family can, give the other dataplane.vip: none`);
 }
 
 /**

@@ -11,7 +11,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { agentConfig, cliPath, resetElectionLab, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { agentConfig, cliPath, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import { needs, startLab } from '../support/index.js';
 
 const PREFIX = 'bdef';
@@ -25,10 +25,13 @@ describe.skipIf(needs('root'))('start-up defects (root; skipped otherwise)', () 
     lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false });
   });
   afterEach(async () => {
-    // the agents killed, their VIPs gone (resetElectionLab); a killed agent's table too
-    await resetElectionLab(lab, agents);
+    await Promise.all(agents.map((a) => a.stop('SIGKILL').catch(() => undefined)));
     agents = [];
-    for (const n of lab.nodes) await lab.exec(n.netns, ['nft', 'delete', 'table', 'ip', 'ballast'], { allowFail: true });
+    // (not resetElectionLab: the last case deletes n2's link, which that would bring up)
+    for (const n of lab.nodes) {
+      await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
+      await lab.exec(n.netns, ['nft', 'delete', 'table', 'ip', 'ballast'], { allowFail: true });
+    }
   });
   afterAll(async () => {
     await lab?.teardown();
@@ -52,6 +55,20 @@ describe.skipIf(needs('root'))('start-up defects (root; skipped otherwise)', () 
     expect(r.stderr).toContain(`another ballast agent already manages the VIP ${lab.vip4} (vips) in this network namespace (lock @ballast:vip:${lab.vip4})`);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
     expect((await a1.status()).vipsHeld).toBe(true);
+  });
+
+  it('a second agent with the VIP data plane in the namespace (another VRID and VIP) exits 2, naming the table; the first keeps its rules', async () => {
+    const a1 = await startAgent(lab, lab.nodes[0]!, { priority: 150, vrid: 51, balance: true });
+    agents.push(a1);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    const other = `10.78.${SUBNET}.101`;
+    const r = await runOnce('second-table', { priority: 150, vrid: 53, adminPort: 9651, balance: true, extra: { vips: [other] } });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('another ballast agent already programs the nftables table ip ballast (dataplane.vip: nftables)');
+    expect(r.stderr).toContain('BALLAST_E_ALREADY_RUNNING');
+    const table = await lab.exec(lab.nodes[0]!.netns, ['nft', 'list', 'table', 'ip', 'ballast']);
+    expect(table.stdout).toContain(lab.vip4);
+    expect(table.stdout).not.toContain(other);
   });
 
   it('a local endpoint on an address this node does not have exits 2 (BALLAST_E_LOCAL_ENDPOINT_ADDRESS), naming localEndpoint.address', async () => {
