@@ -16,6 +16,7 @@ import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.j
 import { createLogger, type Logger } from './observe/log.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
 import { formatStatus, type StatusDocument } from './observe/status.js';
+import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import { startAgent, type Agent } from './agent/index.js';
 import { checkEbpf } from './dataplane/ebpf.js';
 
@@ -103,12 +104,11 @@ function exitOnSignal(sig: NodeJS.Signals): void {
   process.exit(128 + constants.signals[sig]);
 }
 
-/** Parses "host:port" or "[v6]:port". */
-function parseAdmin(s: string): { host: string; port: number } {
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
-  const port = Number(m?.[2]);
-  if (!m || !(port >= 1 && port <= 65535)) throw new InvalidArgumentError('expected host:port, e.g. 127.0.0.1:9641 or [::1]:9641');
-  return { host: m[1]!, port };
+/** Parses `--admin`: an IP literal and a port, "127.0.0.1:9641" or "[::1]:9641" (net/hostport.ts). */
+function parseAdmin(s: string): HostPort {
+  const hp = tryParseHostPort(s);
+  if (typeof hp === 'string') throw new InvalidArgumentError(`expected host:port with an IP address, e.g. 127.0.0.1:9641 or [::1]:9641 (${JSON.stringify(s)} ${hp})`);
+  return hp;
 }
 
 function fetchStatus(addr: { host: string; port: number }, timeoutMs = 2000): Promise<StatusDocument> {
@@ -119,11 +119,14 @@ function fetchStatus(addr: { host: string; port: number }, timeoutMs = 2000): Pr
       res.on('data', (c: string) => (body += c));
       res.on('end', () => {
         if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}: ${body.trim()}`));
+        let doc: unknown;
         try {
-          resolve(JSON.parse(body) as StatusDocument);
-        } catch (err) {
-          reject(err as Error);
+          doc = JSON.parse(body);
+        } catch {
+          return reject(new Error(`the answer is not JSON, so not a ballast agent's /status (${body.length} bytes)`));
         }
+        if (!looksLikeStatus(doc)) return reject(new Error("the answer is JSON but not a ballast agent's /status (another service on that port, or another version?)"));
+        resolve(doc);
       });
     });
     req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
@@ -131,12 +134,24 @@ function fetchStatus(addr: { host: string; port: number }, timeoutMs = 2000): Pr
   });
 }
 
+/**
+ * Whether `v` has the parts of a /status document that `formatStatus` reads (observe/status.ts):
+ * a state, the backends and the local endpoint, and with an election its counters and times.
+ */
+function looksLikeStatus(v: unknown): v is StatusDocument {
+  const isObject = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x);
+  if (!isObject(v) || !Array.isArray(v.backends) || !isObject(v.local) || !isObject(v.dataplane)) return false;
+  if (v.state === 'none') return true;
+  if (!['init', 'backup', 'master', 'fault'].includes(v.state as string)) return false;
+  return typeof v.since === 'string' && isObject(v.counters) && isObject(v.counters.dropped) && Array.isArray(v.vips) && Array.isArray(v.peers);
+}
+
 async function status(opts: { admin: { host: string; port: number }; json?: boolean }): Promise<number> {
   let doc: StatusDocument;
   try {
     doc = await fetchStatus(opts.admin);
   } catch (err) {
-    const where = `${opts.admin.host.includes(':') ? `[${opts.admin.host}]` : opts.admin.host}:${opts.admin.port}`;
+    const where = formatHostPort(opts.admin);
     throw createError('BALLAST_E_STATUS_UNREACHABLE', `no agent answers at ${where}: ${(err as Error).message}`, { cause: err });
   }
   process.stdout.write(opts.json ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);

@@ -120,3 +120,19 @@ describe('SIGUSR1 never opens the inspector (found by a new-user test: it did, i
     }
   });
 });
+
+describe('ballast status against something that is not an agent (found by a new-user test: a stack trace, exit 1)', () => {
+  it('a JSON answer of another shape, or no JSON, is BALLAST_E_STATUS_UNREACHABLE (exit 3) in its own words', async () => {
+    const { createServer } = await import('node:http');
+    for (const body of ['{}', '{"state":5,"backends":[]}', 'notjson']) {
+      const server = createServer((_req, res) => res.end(body));
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+      const port = (server.address() as { port: number }).port;
+      const r = await ballast(['status', '--admin', `127.0.0.1:${port}`]);
+      server.close();
+      expect(r.code).toBe(3);
+      expect(r.stderr).toContain(`no agent answers at 127.0.0.1:${port}: the answer is ${body === 'notjson' ? 'not JSON, so' : 'JSON but'} not a ballast agent's /status`);
+      expect(r.stderr).not.toMatch(/TypeError|Unexpected token|at .*\.js:\d+/);
+    }
+  });
+});
