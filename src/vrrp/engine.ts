@@ -141,6 +141,8 @@ export class VrrpEngine {
   private activeEpoch = 0;
   private started = false;
   private stopped = false;
+  /** The interface was found deleted (reported once). */
+  private interfaceGone = false;
   private linkRunning: boolean;
   private readonly frames: Buffer[];
   private readonly auth: AdvertAuth | null;
@@ -446,11 +448,14 @@ export class VrrpEngine {
     this.feed({ type: running ? 'linkUp' : 'linkDown', now: this.now() });
   }
 
-  /** RTM_DELLINK looks like any link message here: ask whether the ifindex still exists. */
+  /**
+   * RTM_DELLINK looks like any link message here: ask whether the ifindex still exists. Reported
+   * once (a deletion brings several link messages); the agent logs it, with its error code.
+   */
   private async checkInterfaceExists(): Promise<void> {
-    if (!this.edge || this.stopped) return;
-    if ((await this.edge.interfaceExists()) !== false) return;
-    this.log('error', 'the interface was deleted', { interface: this.opts.ifname, ifindex: this.opts.ifindex });
+    if (!this.edge || this.stopped || this.interfaceGone) return;
+    if ((await this.edge.interfaceExists()) !== false || this.interfaceGone) return;
+    this.interfaceGone = true;
     this.vipsHeld = false;
     this.emit({ type: 'interfaceGone', ifname: this.opts.ifname });
   }

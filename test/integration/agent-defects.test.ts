@@ -107,5 +107,7 @@ describe.skipIf(needs('root'))('start-up defects (root; skipped otherwise)', () 
     expect(await a2.proc.exited).toBe(1);
     const gone = a2.logLines().filter((l) => l.code === 'BALLAST_E_INTERFACE_GONE');
     expect(gone.map((l) => l.msg)).toStrictEqual(['the interface was deleted; exiting so that the supervisor restarts the agent']);
+    // and no other line says it again (the engine used to, once per link message)
+    expect(a2.logLines().filter((l) => String(l.msg).startsWith('the interface was deleted')).length).toBe(1);
   });
 });
