@@ -3,6 +3,7 @@
  * before the data planes so a half-started agent can already be asked what it is doing; the
  * status it serves is read from the phases that run, through `status`.
  */
+import { formatHostPort } from '../net/hostport.js';
 import type { Config } from '../config/index.js';
 import { createError } from '../errors.js';
 import { startAdmin } from '../observe/admin.js';
@@ -20,7 +21,7 @@ export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { sta
   return runPhase(ctx, 'admin', async (own) => {
     const { status } = inputs;
     const metrics = createMetrics();
-    const where = `${config.admin.listen.host}:${config.admin.listen.port}`;
+    const where = formatHostPort(config.admin.listen);
     const admin = await startAdmin(config.admin.listen.host, config.admin.listen.port, {
       status,
       metrics: async () => {

@@ -11,6 +11,7 @@
  * the host. The local endpoint and the VIP data plane start before the election (a failure there
  * leaves the VIPs untouched) and are undone after it (a resigning master still serves).
  */
+import { formatHostPort } from '../net/hostport.js';
 import type { Config } from '../config/index.js';
 import { HealthChecker } from '../health/checker.js';
 import type { Logger } from '../observe/log.js';
@@ -126,7 +127,7 @@ async function startPhases(
     running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers }));
   }
   const local = running.local?.local ?? null;
-  const admin = `${config.admin.listen.host}:${config.admin.listen.port}`;
+  const admin = formatHostPort(config.admin.listen);
   const v = config.vrrp;
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;

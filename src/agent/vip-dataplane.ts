@@ -47,7 +47,8 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
     }
     if (readForwarding(config.family) === false) {
-      log.warn({ family: config.family }, 'IP forwarding is off: connections DNATed to apiservers on other nodes will fail (kubeadm requires net.ipv4.ip_forward=1)');
+      const sysctl = config.family === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
+      log.warn({ family: config.family, sysctl }, `IP forwarding is off: connections DNATed to apiservers on other nodes will fail (set ${sysctl}=1; kubeadm requires it too)`);
     }
     followers.lb = lb;
     own.defer('VIP data plane health subscription', () => {
