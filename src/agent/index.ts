@@ -128,18 +128,20 @@ async function startPhases(
   }
   const local = running.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
+  // what ships and is tested is Node 24 (package.json engines); an older one is the operator's to know
+  if (Number(process.versions.node.split('.')[0]) < 24) log.warn({ node: process.version }, 'ballast is tested on Node.js 24 LTS; this Node.js is older');
   const v = config.vrrp;
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;
     log.info(
-      { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin },
+      { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version },
       'starting',
     );
     if (checker && config.dataplane.vip === 'nftables') await phase(() => startVipDataplane(ctx, config, { iface, checker, followers }));
     const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
     if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: config.dataplane.vip === 'none' || followers.lb !== null }));
   } else {
-    log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin }, 'starting (no election: local endpoint only)');
+    log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version }, 'starting (no election: local endpoint only)');
   }
   if (checker) await phase(() => startHealth(ctx, config, { checker, followers, local }));
   // discovery (next issue) is the next phase: it feeds the checker's backend set
