@@ -8,6 +8,7 @@ export {
   AUTH_KEY_MIN_LENGTH,
   DEFAULTS,
   MAX_BACKENDS,
+  MAX_ENTRIES,
   MAX_NESTING,
   MAX_VIPS,
 } from './limits.js';

@@ -51,6 +51,13 @@ export const DEFAULTS = Object.freeze({
  */
 export const MAX_NESTING = 64;
 
+/**
+ * The most entries one collection (a mapping or a list) may have. ballast's longest list is
+ * apiserver.backends ({@link MAX_BACKENDS}); checked on the token stream with the nesting, because
+ * composing a mapping checks its keys for repeats pairwise (quadratic: 60,000 keys took 106 s).
+ */
+export const MAX_ENTRIES = 1000;
+
 /** How many collections deep ballast's settings nest: the top-level mapping, `apiserver`, `apiserver.health` (or a list such as `localEndpoint.address`). */
 export const SETTINGS_DEPTH = 3;
 

@@ -4,7 +4,7 @@
  * library's own sentences never reach a message; its error code and position do.
  */
 import { CST, Parser, visit, type Document, type ErrorCode, type LineCounter } from 'yaml';
-import { MAX_NESTING, SETTINGS_DEPTH } from './limits.js';
+import { MAX_BACKENDS, MAX_ENTRIES, MAX_NESTING, SETTINGS_DEPTH } from './limits.js';
 
 /** A problem with the file as a whole, at a line and column (1-based). */
 export interface TextIssue {
@@ -15,7 +15,8 @@ export interface TextIssue {
 
 /**
  * The first collection (mapping or list, block or flow) nested deeper than {@link MAX_NESTING}
- * levels, in text order, or null when there is none. The top-level collection is level 1.
+ * levels or holding more than {@link MAX_ENTRIES} entries, in text order, or null when there is
+ * none. The top-level collection is level 1.
  *
  * Uses the library's token parser (CST), which keeps its own stack instead of recursing, and
  * walks the tokens with an explicit stack: neither uses the call stack, so 10^5 levels cost
@@ -40,6 +41,14 @@ export function nestingIssue(text: string, lines: LineCounter): TextIssue | null
           column: col,
         };
       }
+      if (token.items.length > MAX_ENTRIES) {
+        const { line, col } = lines.linePos(token.offset);
+        return {
+          message: `a ${kindOf(token)} at line ${line}, column ${col} has ${token.items.length} entries, more than ${MAX_ENTRIES}; ballast's longest list (apiserver.backends) holds ${MAX_BACKENDS}`,
+          line,
+          column: col,
+        };
+      }
       // children in reverse, so the first one is walked first (text order)
       for (let i = token.items.length - 1; i >= 0; i--) {
         const item = token.items[i]!;
@@ -49,6 +58,12 @@ export function nestingIssue(text: string, lines: LineCounter): TextIssue | null
     }
   }
   return null;
+}
+
+/** 'mapping' or 'list', as a message calls a collection token. */
+function kindOf(token: CST.BlockMap | CST.BlockSequence | CST.FlowCollection): 'mapping' | 'list' {
+  if (token.type === 'flow-collection') return token.start.source === '{' ? 'mapping' : 'list';
+  return token.type === 'block-map' ? 'mapping' : 'list';
 }
 
 /** What each YAML error means, in ballast's words (the library's codes, yaml 2.x). */

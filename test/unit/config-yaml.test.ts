@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseDocument } from 'yaml';
-import { MAX_NESTING, type ConfigIssue } from '../../src/config/index.js';
+import { MAX_ENTRIES, MAX_NESTING, type ConfigIssue } from '../../src/config/index.js';
 import { issuesOf } from '../support/config-issues.js';
 
 describe('YAML problems are said in ballast words', () => {
@@ -124,3 +124,24 @@ describe(`nesting deeper than ${MAX_NESTING} levels is refused before anything r
   });
 });
 
+
+describe('collections with more entries than any setting needs (found by a new-user test: 60,000 keys took 106 s to validate)', () => {
+  const head = 'vrrp: {vrid: 77}\nvips: [10.0.0.100]\n';
+  it(`refuses a mapping of more than ${MAX_ENTRIES} entries at once, with its place, before composing it`, () => {
+    const text = `${head}${Array.from({ length: 20_000 }, (_, i) => `k${i}: 1`).join('\n')}\n`;
+    const t0 = performance.now();
+    const issues = issuesOf(text);
+    expect(performance.now() - t0).toBeLessThan(5000); // the old code: > 10 s for 20,000 keys
+    expect(issues.map((i) => [i.path, i.message, i.line, i.column])).toStrictEqual([
+      ['(document)', `a mapping at line 1, column 1 has 20002 entries, more than ${MAX_ENTRIES}; ballast's longest list (apiserver.backends) holds 64`, 1, 1],
+    ]);
+  });
+  it('refuses a flow list of more entries, and says list', () => {
+    const text = `${head}apiserver:\n  backends: [${Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => `10.0.${i >> 8}.${i & 255}:6443`).join(', ')}]\n`;
+    expect(issuesOf(text).map((i) => i.message)).toStrictEqual([`a list at line 4, column 13 has ${MAX_ENTRIES + 1} entries, more than ${MAX_ENTRIES}; ballast's longest list (apiserver.backends) holds 64`]);
+  });
+  it(`a list of exactly ${MAX_ENTRIES} entries gets the ordinary message`, () => {
+    const text = `${head}apiserver:\n  backends: [${Array.from({ length: MAX_ENTRIES }, (_, i) => `10.0.${i >> 8}.${i & 255}:6443`).join(', ')}]\n`;
+    expect(issuesOf(text).map((i) => i.message)).toContain('must list at most 64 backends, got 1000');
+  });
+});
