@@ -82,9 +82,10 @@ export async function startAgent(config: Config, log: Logger, opts: { signal?: A
   const status = (): Promise<StatusDocument> => statusOf(config, checker, followers, running);
 
   const onAbort = (): void => void stopWith(0);
+  // started first: a stop (also one requested before startAgent) waits for the phase under way
+  started = startPhases(ctx, config, { stack, running, followers, checker, status });
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
-  started = startPhases(ctx, config, { stack, running, followers, checker, status });
   try {
     await started;
   } catch (err) {
@@ -120,10 +121,14 @@ async function startPhases(
     return h;
   };
 
-  const pre = (running.preflight = await phase(() => preflight(ctx, config)));
+  // preflight runs even when a stop came first: its undo is what removes a killed earlier run's
+  // leftovers, and it needs the locks it takes to do that safely (see preflight.ts)
+  const pre = (running.preflight = await preflight(ctx, config));
+  stack.defer(pre.phase, () => pre.undo());
+  throwIfAborted(ctx.signal);
   await phase(() => startAdminPhase(ctx, config, { status }));
   if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
-    running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers }));
+    running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers, ebpf: pre.ebpf }));
   }
   const local = running.local?.local ?? null;
   const admin = `${config.admin.listen.host}:${config.admin.listen.port}`;
@@ -134,7 +139,7 @@ async function startPhases(
       { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin },
       'starting',
     );
-    if (checker && config.dataplane.vip === 'nftables') await phase(() => startVipDataplane(ctx, config, { iface, checker, followers }));
+    if (checker && pre.tables) await phase(() => startVipDataplane(ctx, config, { iface, checker, followers, tables: pre.tables! }));
     const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
     if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: config.dataplane.vip === 'none' || followers.lb !== null }));
   } else {
