@@ -49,8 +49,10 @@ interface Running {
 /**
  * Starts the agent: the phases in order (see the top of this file), whichever the config asks for.
  * @param opts.signal aborting it stops the agent: during start-up the phase under way finishes
- *   (or stops at its next check), everything started is unwound, and the returned agent's `done`
- *   resolves 0 (startAgent itself resolves then, it does not reject).
+ *   (or stops at its next check; an nft under way is killed), everything started is unwound, and
+ *   the returned agent's `done` resolves 0 (startAgent itself resolves then, it does not reject).
+ *   Preflight always runs, even when the signal was aborted before startAgent: its undo removes
+ *   what a killed earlier run left (VIPs, tables, pins), which needs its locks.
  * @throws BallastError (see errors.ts) when a phase fails — in that case everything started was
  *   undone, except that VIPs left by an earlier run may have been removed.
  */
