@@ -50,8 +50,10 @@ interface Running {
 /**
  * Starts the agent: the phases in order (see the top of this file), whichever the config asks for.
  * @param opts.signal aborting it stops the agent: during start-up the phase under way finishes
- *   (or stops at its next check), everything started is unwound, and the returned agent's `done`
- *   resolves 0 (startAgent itself resolves then, it does not reject).
+ *   (or stops at its next check; an nft under way is killed), everything started is unwound, and
+ *   the returned agent's `done` resolves 0 (startAgent itself resolves then, it does not reject).
+ *   Preflight always runs, even when the signal was aborted before startAgent: its undo removes
+ *   what a killed earlier run left (VIPs, tables, pins), which needs its locks.
  * @throws BallastError (see errors.ts) when a phase fails — in that case everything started was
  *   undone, except that VIPs left by an earlier run may have been removed.
  */
@@ -83,9 +85,10 @@ export async function startAgent(config: Config, log: Logger, opts: { signal?: A
   const status = (): Promise<StatusDocument> => statusOf(config, checker, followers, running);
 
   const onAbort = (): void => void stopWith(0);
+  // started first: a stop (also one requested before startAgent) waits for the phase under way
+  started = startPhases(ctx, config, { stack, running, followers, checker, status });
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
-  started = startPhases(ctx, config, { stack, running, followers, checker, status });
   try {
     await started;
   } catch (err) {
@@ -121,10 +124,14 @@ async function startPhases(
     return h;
   };
 
-  const pre = (running.preflight = await phase(() => preflight(ctx, config)));
+  // preflight runs even when a stop came first: its undo is what removes a killed earlier run's
+  // leftovers, and it needs the locks it takes to do that safely (see preflight.ts)
+  const pre = (running.preflight = await preflight(ctx, config));
+  stack.defer(pre.phase, () => pre.undo());
+  throwIfAborted(ctx.signal);
   await phase(() => startAdminPhase(ctx, config, { status }));
   if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
-    running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers }));
+    running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers, ebpf: pre.ebpf }));
   }
   const local = running.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
@@ -137,7 +144,7 @@ async function startPhases(
       { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version },
       'starting',
     );
-    if (checker && config.dataplane.vip === 'nftables') await phase(() => startVipDataplane(ctx, config, { iface, checker, followers }));
+    if (checker && pre.tables) await phase(() => startVipDataplane(ctx, config, { iface, checker, followers, tables: pre.tables! }));
     const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
     if (checker) await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: config.dataplane.vip === 'none' || followers.lb !== null }));
   } else {

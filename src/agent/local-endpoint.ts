@@ -10,12 +10,13 @@ import type { Logger } from '../observe/log.js';
 import type { HealthChecker } from '../health/checker.js';
 import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../dataplane/local.js';
 import { Reconciler } from '../dataplane/reconcile.js';
-import { EbpfLocalDataplane, checkCgroupDir, checkEbpf, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
+import { EbpfLocalDataplane, checkEbpf } from '../dataplane/ebpf.js';
 import { ProxyLocalDataplane } from '../dataplane/proxy.js';
 import { listeningOn } from '../net/listening.js';
 import { hostPort } from '../net/address.js';
 import { runPhase, throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
 import type { HealthFollowers } from './health.js';
+import type { Preflight } from './preflight.js';
 
 /** The running local endpoint. */
 export interface LocalEndpointPhase extends PhaseHandle {
@@ -28,12 +29,12 @@ export interface LocalEndpointPhase extends PhaseHandle {
  * unless dataplane.keepOnStop).
  * @throws BallastError as {@link startLocalDataplane}.
  */
-export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers }): Promise<LocalEndpointPhase> {
+export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers; ebpf: Preflight['ebpf'] }): Promise<LocalEndpointPhase> {
   return runPhase(ctx, 'local endpoint', async (own) => {
     const { checker, followers } = inputs;
     const { log } = ctx;
     const keep = config.dataplane.keepOnStop;
-    const local = await startLocalDataplane(config, log, ctx.signal);
+    const local = await startLocalDataplane(config, log, ctx.signal, inputs.ebpf);
     own.defer('local endpoint data plane', () => local.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
     own.defer('local endpoint verdict subscription', localLb.follow());
@@ -49,11 +50,12 @@ export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { 
  * Opens the node-local endpoint's data plane: `ebpf` (falling back to `proxy`, logged, when this
  * host cannot run it) or `proxy`. With `ebpf` on a node with VIPs, VIP:apiserver.port is an
  * endpoint too, so this node's own clients of the VIP are balanced without the DNAT hairpin.
+ * `ebpf` is the cgroup and pin directory preflight found and locked (null: no cgroup v2, proxy).
  * @throws BallastError BALLAST_E_LOCAL_ENDPOINT_IN_USE when something already listens on an
  *   endpoint's port (unless localEndpoint.force), BALLAST_E_DATAPLANE when neither mode starts;
  *   StartAborted when `signal` is aborted while the eBPF check runs (nothing is open then).
  */
-async function startLocalDataplane(config: Config, log: Logger, signal: AbortSignal): Promise<LocalDataplane> {
+async function startLocalDataplane(config: Config, log: Logger, signal: AbortSignal, ebpf: Preflight['ebpf']): Promise<LocalDataplane> {
   const le = config.localEndpoint!;
   const endpoints: LocalEndpoint[] = le.addresses.map((a) => ({ address: a.host, port: a.port }));
   const busy = endpoints.filter((e) => listeningOn(e.address, e.port));
@@ -66,21 +68,11 @@ async function startLocalDataplane(config: Config, log: Logger, signal: AbortSig
   if (busy.length > 0) log.warn({ endpoints: busy.map((e) => hostPort(e.address, e.port)) }, 'localEndpoint.force: taking over an address something already listens on; its clients are balanced from now on');
   if (config.dataplane.local === 'ebpf') {
     const vipEndpoints = config.vrrp !== null ? config.vips.map((vip) => ({ address: vip, port: config.apiserver.port })) : [];
-    let cgroup: string | null = null;
-    if (le.cgroup !== undefined) {
-      // a configured cgroup that is wrong is the operator's typo, not a host without eBPF
-      cgroup = await checkCgroupDir(le.cgroup);
-    } else {
-      cgroup = await cgroup2Root().catch(() => null);
-    }
-    if (cgroup !== null) {
-      const pinDir = pinDirFor(cgroup);
-      const lock = lockPinDir(pinDir, cgroup);
+    if (ebpf !== null) {
+      const { cgroup, pinDir } = ebpf;
       try {
-        const dp = await EbpfLocalDataplane.open({ endpoints: [...endpoints, ...vipEndpoints], cgroup, pinDir, log });
-        return withRelease(dp, () => lock.release());
+        return await EbpfLocalDataplane.open({ endpoints: [...endpoints, ...vipEndpoints], cgroup, pinDir, log });
       } catch (err) {
-        lock.release();
         const check = await checkEbpf().catch(() => ({ ok: false, reasons: ['ballast check itself failed'] }));
         throwIfAborted(signal);
         // the host can run eBPF (check attached to a test cgroup): this failure is ours to report
@@ -101,17 +93,4 @@ async function startLocalDataplane(config: Config, log: Logger, signal: AbortSig
   } catch (err) {
     throw createError('BALLAST_E_DATAPLANE', `cannot serve the local endpoint: ${(err as Error).message}`, { cause: err });
   }
-}
-
-/** `dp` whose close() also runs `release` (after the data plane is closed). */
-function withRelease(dp: LocalDataplane, release: () => void): LocalDataplane {
-  const close = dp.close.bind(dp);
-  dp.close = async (o) => {
-    try {
-      await close(o);
-    } finally {
-      release();
-    }
-  };
-  return dp;
 }

@@ -1,7 +1,14 @@
 /**
  * Phase 1, preflight: what must hold before anything on the system changes — capabilities, the
  * auth keys, the interface and its addresses, the addresses the config binds — and the locks
- * that keep a second agent from fighting this one. Its undo releases the locks.
+ * that keep a second agent from fighting this one. Its undo releases the locks, and — with
+ * `dataplane.keepOnStop: false` — first removes what this config's data planes leave behind,
+ * also when a SIGKILLed earlier run left it (see leftovers.ts): a stop at any moment after
+ * preflight leaves nothing of ballast's.
+ *
+ * Preflight is not cancelled by a stop: it is short (no waits but netlink and the locks), and it
+ * is what a stop needs to remove an earlier run's leftovers safely (the locks say no other
+ * running agent uses them). A stop during it takes effect right after it.
  */
 import { readFileSync } from 'node:fs';
 import { createServer, type Server as NetServer } from 'node:net';
@@ -11,7 +18,9 @@ import { createError } from '../errors.js';
 import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { chooseInterface, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
-import { runPhase, throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
+import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
+import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
 /** The interface VRRP runs on and the address adverts go out from. */
 export interface ResolvedInterface {
@@ -25,14 +34,26 @@ export interface Preflight extends PhaseHandle {
   authKeys: Buffer[] | null;
   /** null without an election (no vrrp section). */
   resolved: ResolvedInterface | null;
+  /** The removal of ballast's nftables tables (shared with the VIP data plane's undo); null without the nftables VIP data plane. */
+  tables: TableRemoval | null;
+  /**
+   * The eBPF local endpoint's cgroup and pin directory, whose lock preflight holds; null
+   * without the eBPF local endpoint, or when no cgroup v2 hierarchy is mounted (the proxy serves it).
+   */
+  ebpf: { cgroup: string; pinDir: string } | null;
 }
 
 /**
  * Runs the checks, then takes the locks: with an election the VRID lock and one lock per VIP,
- * without one the local-endpoint lock.
+ * without one the local-endpoint lock; with the eBPF local endpoint the lock of its cgroup's pin
+ * directory. Then, unless dataplane.keepOnStop, registers the removal of the nftables tables
+ * (with the nftables VIP data plane) and of the pins (with the eBPF local endpoint), so that a
+ * stop removes them even when the data-plane phases never ran (a killed earlier run left them).
  * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_CONFIG_READ, the interface errors of
  *   {@link resolveInterface}, BALLAST_E_LOCAL_ENDPOINT_ADDRESS, BALLAST_E_ADMIN_ADDRESS,
- *   BALLAST_E_ALREADY_RUNNING, BALLAST_E_NETLINK, BALLAST_E_SOCKET.
+ *   BALLAST_E_ALREADY_RUNNING, BALLAST_E_NETLINK, BALLAST_E_SOCKET, BALLAST_E_CGROUP (a wrong
+ *   localEndpoint.cgroup), BALLAST_E_LOCAL_ENDPOINT_IN_USE (another agent holds the pin
+ *   directory), BALLAST_E_DATAPLANE (its lock cannot be made).
  */
 export function preflight(ctx: AgentContext, config: Config): Promise<Preflight> {
   return runPhase(ctx, 'preflight', async (own) => {
@@ -46,7 +67,6 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     // before anything is opened: a key that went missing since validation changes nothing
     const authKeys = v?.auth ? readAuthKeys(v.auth.keyFile) : null;
     const all = await listAllInterfaces();
-    throwIfAborted(ctx.signal);
     checkBindAddresses(config, all);
     const resolved = v ? resolveInterface(config, all) : null;
     if (v && resolved) {
@@ -60,11 +80,34 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         const l = await acquireTableLock(config.family);
         own.defer('nftables table lock', () => l.close());
       }
+      // a stop before the election ran: the VIPs a killed master left go too (the owner's are its own addresses)
+      if (!v.owner) {
+        const { ifindex } = resolved.iface;
+        own.defer('VIPs (an earlier run\'s)', () => removeLeftoverVips(ifindex, config.vips, ctx.log));
+      }
     } else {
       const lock = await acquireEndpointLock();
       own.defer('local endpoint lock', () => lock.close());
     }
-    return { authKeys, resolved };
+    let ebpf: Preflight['ebpf'] = null;
+    if (runsEbpfLocalEndpoint(config)) {
+      // a configured cgroup that is wrong is the operator's typo, not a host without eBPF
+      const cgroup = config.localEndpoint!.cgroup !== undefined ? await checkCgroupDir(config.localEndpoint!.cgroup) : await cgroup2Root().catch(() => null);
+      if (cgroup !== null) {
+        const pinDir = pinDirFor(cgroup);
+        const lock = lockPinDir(pinDir, cgroup);
+        own.defer('eBPF pin directory lock', () => lock.release());
+        ebpf = { cgroup, pinDir };
+      }
+    }
+    const keep = config.dataplane.keepOnStop;
+    const tables = runsNftables(config) ? new TableRemoval(ctx.log) : null;
+    if (tables && !keep) own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
+    if (ebpf && !keep) {
+      const { pinDir } = ebpf;
+      own.defer('eBPF pins (also an earlier run\'s)', () => removePins(pinDir, ctx.log));
+    }
+    return { authKeys, resolved, tables, ebpf };
   });
 }
 

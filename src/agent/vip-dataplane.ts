@@ -15,28 +15,30 @@ import type { StatusDocument } from '../observe/status.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import type { HealthFollowers } from './health.js';
+import type { TableRemoval } from './leftovers.js';
 
 /**
  * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
  * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
- * removes the table, unless dataplane.keepOnStop.
- * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails (nothing else changed).
+ * removes the table (through `tables`, preflight's removal: one attempt per stop), unless
+ * dataplane.keepOnStop. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
+ * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
+ * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
-export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers }): Promise<PhaseHandle> {
+export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers; tables: TableRemoval }): Promise<PhaseHandle> {
   return runPhase(ctx, 'VIP data plane', async (own) => {
-    const { iface, checker, followers } = inputs;
+    const { iface, checker, followers, tables } = inputs;
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));
     const applier = new NftablesApplier();
+    tables.rearm();
     own.defer('nftables table', async () => {
-      if (!config.dataplane.keepOnStop) {
-        await applier.remove().catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the nftables table'));
-      }
+      if (!config.dataplane.keepOnStop) await tables.remove();
     });
     const a = applier;
     const plane = new LoadBalancer(
-      { apply: (d) => a.apply(d), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });

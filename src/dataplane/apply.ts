@@ -20,6 +20,14 @@ export interface ExecResult {
   code: number;
   stdout: string;
   stderr: string;
+  /** set when the command was killed: it ran past its time limit, or the call was aborted */
+  killed?: 'timeout' | 'aborted';
+}
+
+/** Options of one {@link Executor} call. */
+export interface ExecOptions {
+  /** aborting it kills the command at once (the call resolves with `killed: 'aborted'`) */
+  signal?: AbortSignal;
 }
 
 /**
@@ -27,39 +35,101 @@ export interface ExecResult {
  * rejects only when the command cannot be started at all (e.g. ENOENT). The applier's executor
  * runs `nft` (nft(8)); conntrack.ts's runs `conntrack` (conntrack(8)).
  */
-export type Executor = (args: string[], stdin: string) => Promise<ExecResult>;
+export type Executor = (args: string[], stdin: string, opts?: ExecOptions) => Promise<ExecResult>;
+
+/** How long one helper command (nft, conntrack) may run before it is killed, ms. */
+export const COMMAND_TIMEOUT_MS = 5000;
+
+/** Process groups of the helper commands running now (see {@link commandExecutor}). */
+const running = new Set<number>();
+let exitHookInstalled = false;
+
+/** SIGKILLs the process group of `pid` (the command and whatever it started). */
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    /* gone already */
+  }
+}
 
 /**
  * An {@link Executor} that spawns `argv[0]` with `argv.slice(1)` followed by the call's args,
  * writes stdin and closes it. `['ip', 'netns', 'exec', 'ns1', 'nft']` runs nft inside a
- * namespace. A command still running after `timeoutMs` (default 30000 ms) is SIGKILLed and
- * resolves with code -1 and a note in stderr.
+ * namespace.
+ *
+ * Every run is bounded: a command still running after `timeoutMs` (default
+ * {@link COMMAND_TIMEOUT_MS}, 5 s: nft and conntrack finish in milliseconds; one that hangs —
+ * a stuck netlink socket, a wedged lock — must not hold the agent's start or stop) is killed and
+ * the call resolves with code -1, `killed: 'timeout'` and a note naming the command in stderr;
+ * `opts.signal` aborting kills it at once (`killed: 'aborted'`). The command runs in a process
+ * group of its own and the kill is SIGKILL to that whole group, so a child it started (a shell
+ * script's `sleep`) dies with it; the call resolves when the command has exited, without waiting
+ * for pipes such a child may still hold. When the agent's process exits, every command still
+ * running is killed the same way: no helper outlives the agent.
  * @throws TypeError when `argv` is empty.
  */
 export function commandExecutor(argv: readonly string[], opts: { timeoutMs?: number } = {}): Executor {
   const [file, ...pre] = argv;
   if (file === undefined) throw new TypeError('commandExecutor: argv must name a command');
-  const timeoutMs = opts.timeoutMs ?? 30_000;
-  return (args, stdin) =>
+  const timeoutMs = opts.timeoutMs ?? COMMAND_TIMEOUT_MS;
+  if (!exitHookInstalled) {
+    exitHookInstalled = true;
+    process.on('exit', () => {
+      for (const pid of running) killGroup(pid);
+    });
+  }
+  return (args, stdin, call = {}) =>
     new Promise((resolve, reject) => {
-      const child = spawn(file, [...pre, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+      const command = [file, ...pre, ...args].join(' ');
+      if (call.signal?.aborted) {
+        resolve({ code: -1, stdout: '', stderr: `(${command}: not run, stopping)\n`, killed: 'aborted' });
+        return;
+      }
+      const child = spawn(file, [...pre, ...args], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+      const pid = child.pid;
+      if (pid !== undefined) running.add(pid);
       let stdout = '';
       let stderr = '';
-      let timedOut = false;
+      let killed: 'timeout' | 'aborted' | undefined;
+      let settled = false;
       child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
       child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-      const timer = setTimeout(() => {
-        timedOut = true;
-        child.kill('SIGKILL');
-      }, timeoutMs);
-      child.once('error', (err) => {
+      const kill = (why: 'timeout' | 'aborted'): void => {
+        if (killed !== undefined || settled) return;
+        killed = why;
+        if (pid !== undefined) killGroup(pid);
+        else child.kill('SIGKILL');
+      };
+      const timer = setTimeout(() => kill('timeout'), timeoutMs);
+      const onAbort = (): void => kill('aborted');
+      call.signal?.addEventListener('abort', onAbort, { once: true });
+      const done = (): void => {
+        settled = true;
         clearTimeout(timer);
+        call.signal?.removeEventListener('abort', onAbort);
+        if (pid !== undefined) running.delete(pid);
+      };
+      child.once('error', (err) => {
+        if (settled) return;
+        done();
         reject(err);
       });
-      child.once('close', (code) => {
-        clearTimeout(timer);
-        if (timedOut) stderr += `(${file} killed after ${timeoutMs} ms)\n`;
-        resolve({ code: timedOut ? -1 : (code ?? -1), stdout, stderr });
+      const finish = (code: number | null): void => {
+        if (settled) return;
+        done();
+        if (killed === 'timeout') stderr += `(${command} did not finish within ${timeoutMs} ms; killed)\n`;
+        if (killed === 'aborted') stderr += `(${command} killed: stopping)\n`;
+        resolve({ code: killed !== undefined ? -1 : (code ?? -1), stdout, stderr, ...(killed !== undefined ? { killed } : {}) });
+      };
+      child.once('close', finish);
+      // a killed command's own children may hold its pipes open (they are killed too, but not
+      // necessarily before 'close' could come): once it has exited after a kill, do not wait
+      child.once('exit', (code) => {
+        if (killed === undefined) return;
+        child.stdout.destroy();
+        child.stderr.destroy();
+        finish(code);
       });
       // a command that exits without reading stdin makes the write fail with EPIPE: its exit
       // status and stderr say why, so the write error itself is not interesting
@@ -136,10 +206,10 @@ export class NftablesApplier {
     return run;
   }
 
-  async #run(args: string[], stdin: string, what: string): Promise<ExecResult> {
+  async #run(args: string[], stdin: string, what: string, signal?: AbortSignal): Promise<ExecResult> {
     let r: ExecResult;
     try {
-      r = await this.#exec(args, stdin);
+      r = await this.#exec(args, stdin, signal ? { signal } : {});
     } catch (err) {
       const why = err instanceof Error ? err.message : String(err);
       throw new DataplaneError(`${what}: could not run nft: ${why}`, args, { code: -1, stderr: '' }, { cause: err });
@@ -150,6 +220,8 @@ export class NftablesApplier {
   #fail(what: string, args: string[], r: ExecResult): never {
     const text = r.stderr.trim();
     const shown = text.length > MAX_MESSAGE_STDERR ? `${text.slice(0, MAX_MESSAGE_STDERR)}…` : text;
+    if (r.killed === 'timeout') throw new DataplaneError(`${what}: nft ${args.join(' ')} hung and was killed: ${shown || '(no message)'}`, args, r);
+    if (r.killed === 'aborted') throw new DataplaneError(`${what}: nft ${args.join(' ')} was killed because the agent is stopping`, args, r);
     throw new DataplaneError(`${what}: nft ${args.join(' ')} exited with ${r.code}: ${shown || '(no message)'}`, args, r);
   }
 
@@ -161,21 +233,25 @@ export class NftablesApplier {
    * else flushed, e.g. `nft flush ruleset`). Before a replacement it reads the live counters
    * (`nft -j list counters table …`) so the new ones start from them.
    *
+   * Each nft run is bounded (the executor's time limit, {@link COMMAND_TIMEOUT_MS} for the
+   * default one): a hung nft is killed and the apply fails like any other. `opts.signal`
+   * aborting kills the nft under way (a stop does not wait for it) and fails the apply.
+   *
    * @returns `changed`: whether nft ran; `durationMs`: wall time of this call (monotonic clock, ms).
    * @throws TypeError when `d` is malformed (from renderRuleset; nothing ran).
    * @throws DataplaneError (code BALLAST_E_DATAPLANE) carrying nft's stderr when nft fails;
    *   the kernel keeps the previous table unchanged.
    */
-  async apply(d: DesiredDataplane, opts: { force?: boolean } = {}): Promise<{ changed: boolean; durationMs: number }> {
+  async apply(d: DesiredDataplane, opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<{ changed: boolean; durationMs: number }> {
     const t0 = performance.now();
     // render before queueing: a malformed desired state rejects at once, and nothing runs
     const text = renderRuleset(d);
     return this.#serial(async () => {
       if (!opts.force && this.#last.get(d.family) === text) return { changed: false, durationMs: performance.now() - t0 };
-      await this.#readCounters(d.family);
+      await this.#readCounters(d.family, opts.signal);
       const seeded = renderRuleset(d, { counters: Object.fromEntries(this.#known) });
       const args = ['-f', '-'];
-      const r = await this.#run(args, seeded, `applying the ${nftFamily(d.family)} ${TABLE_NAME} table`);
+      const r = await this.#run(args, seeded, `applying the ${nftFamily(d.family)} ${TABLE_NAME} table`, opts.signal);
       if (r.code !== 0) this.#fail(`applying the ${nftFamily(d.family)} ${TABLE_NAME} table`, args, r);
       this.#last.set(d.family, text);
       return { changed: true, durationMs: performance.now() - t0 };
@@ -217,12 +293,12 @@ export class NftablesApplier {
     });
   }
 
-  async #readCounters(family: 4 | 6): Promise<void> {
+  async #readCounters(family: 4 | 6, signal?: AbortSignal): Promise<void> {
     const args = ['-j', 'list', 'counters', 'table', nftFamily(family), TABLE_NAME];
     const what = `reading the ${nftFamily(family)} ${TABLE_NAME} counters`;
-    const r = await this.#run(args, '', what);
+    const r = await this.#run(args, '', what, signal);
     if (r.code !== 0) {
-      if (NO_TABLE.test(r.stderr)) return;
+      if (r.killed === undefined && NO_TABLE.test(r.stderr)) return;
       this.#fail(what, args, r);
     }
     let doc: unknown;

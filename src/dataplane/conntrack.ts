@@ -41,7 +41,8 @@ export interface FlushOptions {
  * @returns the number of entries deleted (0 when there were none; that is not an error).
  * @throws TypeError for a malformed argument (nothing ran).
  * @throws DataplaneError (code BALLAST_E_DATAPLANE) when conntrack cannot run (not installed:
- *   `apt-get install conntrack`) or fails (e.g. no CAP_NET_ADMIN).
+ *   `apt-get install conntrack`), fails (e.g. no CAP_NET_ADMIN), or hangs: the default executor
+ *   kills a conntrack still running after COMMAND_TIMEOUT_MS (5 s, see apply.ts commandExecutor).
  */
 export async function flushBackend(vip: string, port: number, backend: Pick<Backend, 'address' | 'port'>, opts: FlushOptions = {}): Promise<number> {
   const family = addressFamily(vip);
@@ -69,5 +70,6 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
   // on stderr; exit status 1 when N is 0
   const m = /(\d+) flow entr(?:y has|ies have) been deleted/.exec(r.stderr);
   if (m) return Number(m[1]);
+  if (r.killed !== undefined) throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} ${r.killed === 'timeout' ? 'hung and was killed' : 'was killed because the agent is stopping'}: ${r.stderr.trim()}`, args, r);
   throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} exited with ${r.code}: ${r.stderr.trim() || '(no message)'}`, args, r);
 }
