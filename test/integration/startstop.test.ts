@@ -15,15 +15,15 @@
  * first line of its entry point (src/cli.ts), so on this code only a signal during Node's boot
  * ends a run that way; on the old code (handlers installed after start-up) the test fails.
  */
-import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { agentConfig, cliPath } from '../../lab/cluster.js';
-import { needs, sleep, startLab } from '../support/index.js';
-import { pinDirFor } from '../../src/dataplane/ebpf.js';
-import { SockLb, cgroupPrograms } from '../../src/native.js';
+import { cliPath } from '../../lab/cluster.js';
+import { needs, sleep } from '../support/index.js';
+import { SockLb } from '../../src/native.js';
 import { prng } from '../support/prng.js';
+import { leftoversOn, pinLockPath, startFullAgentLab, teardownFullAgentLab, processGroup } from '../support/leftovers.js';
 
 const PREFIX = 'bss';
 const SUBNET = 236;
@@ -33,22 +33,6 @@ const SEED = 0x9_5157;
 /** The CLI's own stop deadline is 10 s; a run that has not exited by then has failed. */
 const EXIT_TIMEOUT_MS = 12_000;
 
-/** PIDs of the live processes whose process group is `pgid` (/proc/PID/stat field 5, proc(5)). */
-function processGroup(pgid: number): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
-      // the command name (field 2) may hold spaces and parentheses: fields follow the last ')'
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(f[2]) === pgid && f[0] !== 'Z') out.push(Number(e));
-    } catch {
-      /* gone meanwhile */
-    }
-  }
-  return out;
-}
 
 describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped otherwise)', () => {
   let lab: Lab;
@@ -58,30 +42,13 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
   let bootMs: number;
 
   beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false, apiservers: true });
-    const n1 = lab.nodes[0]!;
-    cgroup = await lab.cgroup(n1);
-    pinDir = pinDirFor(cgroup);
-    // a lock file an earlier run of this test left must not be blamed on the first run here
-    rmSync(lockPath(), { force: true });
-    configPath = join(lab.dir, 'n1-startstop.yaml');
-    writeFileSync(
-      configPath,
-      agentConfig(lab, n1, {
-        priority: 150,
-        balance: true,
-        extra: {
-          localEndpoint: { address: '127.0.0.1:7443', cgroup },
-          dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
-        },
-      }),
-    );
+    ({ lab, cgroup, pinDir, configPath } = await startFullAgentLab({ prefix: PREFIX, subnet: SUBNET, configName: 'n1-startstop.yaml' }));
     const script = join(lab.dir, 'boot.mjs');
     writeFileSync(script, "process.stdout.write('up\\n');\n");
     const boots: number[] = [];
     for (let i = 0; i < 3; i++) {
       const t0 = performance.now();
-      const p = lab.spawn(n1.netns, [process.execPath, script], { hostMounts: true });
+      const p = lab.spawn(lab.nodes[0]!.netns, [process.execPath, script], { hostMounts: true });
       await p.waitForOutput(/up/, { includeExisting: true, timeoutMs: 5000 });
       boots.push(performance.now() - t0);
       await p.exited;
@@ -93,42 +60,13 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
     await lab.exec(lab.nodes[0]!.netns, ['nft', 'delete', 'table', 'ip', 'ballast'], { allowFail: true });
     await lab.exec(lab.nodes[0]!.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
   });
-  afterAll(async () => {
-    try {
-      if (pinDir) {
-        if (existsSync(pinDir)) SockLb.detach(pinDir);
-        rmSync(lockPath(), { force: true });
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty (another agent's pins), or already gone */
-        }
-      }
-    } finally {
-      await lab?.teardown();
-    }
-  });
+  afterAll(() => teardownFullAgentLab({ lab, pinDir }));
 
-  /** The host-wide lock file of the agent's pins (dataplane/ebpf.ts lockPinDir). */
-  const lockPath = (): string => `/run/ballast/${basename(pinDir)}.lock`;
+
+  const lockPath = (): string => pinLockPath(pinDir);
 
   /** What one run left behind, as a list of findings (empty: nothing). */
-  async function leftovers(pgid: number): Promise<string[]> {
-    const n1 = lab.nodes[0]!;
-    const found: string[] = [];
-    const addrs = await lab.addresses(n1);
-    if (addrs.some((a) => a.address === lab.vip4)) found.push(`VIP ${lab.vip4} on eth0`);
-    const nft = await lab.exec(n1.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true });
-    if (nft.code === 0) found.push('table ip ballast');
-    if (existsSync(pinDir)) found.push(`BPF pins ${pinDir}: ${readdirSync(pinDir).join(', ')}`);
-    const progs = cgroupPrograms(cgroup).filter((p) => p.ids.length > 0);
-    if (progs.length > 0) found.push(`programs on the cgroup: ${progs.map((p) => p.attachType).join(', ')}`);
-    const lock = lockPath();
-    if (existsSync(lock)) found.push(`lock file ${lock}`);
-    const procs = processGroup(pgid);
-    if (procs.length > 0) found.push(`processes of the agent's group: ${procs.map((p) => `${p} ${readFileSync(`/proc/${p}/cmdline`, 'utf8').replaceAll('\0', ' ')}`).join('; ')}`);
-    return found;
-  }
+  const leftovers = (pgid: number): Promise<string[]> => leftoversOn(lab, lab.nodes[0]!, { pinDir, cgroup, pgids: [pgid] });
 
   it(`${RUNS} runs, SIGTERM at seeded moments in [0, ${WINDOW_MS}) ms: each exits 0 and leaves nothing`, async () => {
     const rand = prng(SEED);

@@ -14,14 +14,14 @@
  *    (before its data-plane phases ran), removes them: preflight registers their removal as soon
  *    as it holds the locks.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab, LabProcess } from '../../lab/lab.js';
-import { agentConfig, cliPath } from '../../lab/cluster.js';
-import { needs, sleep, startLab } from '../support/index.js';
-import { pinDirFor } from '../../src/dataplane/ebpf.js';
-import { SockLb, cgroupPrograms } from '../../src/native.js';
+import { cliPath } from '../../lab/cluster.js';
+import { needs, sleep } from '../support/index.js';
+import { SockLb } from '../../src/native.js';
+import { leftoversOn, pinLockPath, startFullAgentLab, teardownFullAgentLab } from '../support/leftovers.js';
 
 const PREFIX = 'bstk';
 const SUBNET = 239;
@@ -31,29 +31,7 @@ const SIGTERM_AT_MS = 1500;
 /** The moments (ms after the spawn) of the early SIGTERMs after a killed run. */
 const EARLY_MS = [100, 170, 250, 400];
 
-/** PIDs of the live processes whose process group is `pgid` (/proc/PID/stat field 5, proc(5)). */
-function processGroup(pgid: number): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(f[2]) === pgid && f[0] !== 'Z') out.push(Number(e));
-    } catch {
-      /* gone meanwhile */
-    }
-  }
-  return out;
-}
 
-function cmdline(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
-  } catch {
-    return '?';
-  }
-}
 
 describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a killed earlier run (root; skipped otherwise)', () => {
   let lab: Lab;
@@ -65,23 +43,7 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
   const procs: LabProcess[] = [];
 
   beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false, apiservers: true });
-    const n1 = lab.nodes[0]!;
-    cgroup = await lab.cgroup(n1);
-    pinDir = pinDirFor(cgroup);
-    rmSync(lockPath(), { force: true });
-    configPath = join(lab.dir, 'n1-stuck.yaml');
-    writeFileSync(
-      configPath,
-      agentConfig(lab, n1, {
-        priority: 150,
-        balance: true,
-        extra: {
-          localEndpoint: { address: '127.0.0.1:7443', cgroup },
-          dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
-        },
-      }),
-    );
+    ({ lab, cgroup, pinDir, configPath } = await startFullAgentLab({ prefix: PREFIX, subnet: SUBNET, configName: 'n1-stuck.yaml' }));
     // PATH for the agent: nsenter (how the lab enters n1 keeping the host's mounts) and a hung nft
     // that writes its PID (its process group's id, when the agent gives it a group of its own)
     stuckBin = join(lab.dir, 'bin-stuck');
@@ -97,20 +59,14 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
   });
   afterAll(async () => {
     try {
-      if (pinDir) {
-        await cleanUp();
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty (another agent's pins), or already gone */
-        }
-      }
+      if (pinDir) await cleanUp();
     } finally {
-      await lab?.teardown();
+      await teardownFullAgentLab({ lab, pinDir });
     }
   });
 
-  const lockPath = (): string => `/run/ballast/${basename(pinDir)}.lock`;
+
+  const lockPath = (): string => pinLockPath(pinDir);
 
   async function cleanUp(): Promise<void> {
     if (existsSync(pinDir)) SockLb.detach(pinDir);
@@ -120,21 +76,7 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
   }
 
   /** What is left of ballast in n1 and on the host, as findings (empty: nothing). */
-  async function leftovers(pgids: number[]): Promise<string[]> {
-    const n1 = lab.nodes[0]!;
-    const found: string[] = [];
-    if ((await lab.addresses(n1)).some((a) => a.address === lab.vip4)) found.push(`VIP ${lab.vip4} on eth0`);
-    if ((await lab.exec(n1.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code === 0) found.push('table ip ballast');
-    if (existsSync(pinDir)) found.push(`BPF pins ${pinDir}: ${readdirSync(pinDir).join(', ')}`);
-    const progs = cgroupPrograms(cgroup).filter((p) => p.ids.length > 0);
-    if (progs.length > 0) found.push(`programs on the cgroup: ${progs.map((p) => p.attachType).join(', ')}`);
-    if (existsSync(lockPath())) found.push(`lock file ${lockPath()}`);
-    for (const g of pgids) {
-      const ps = processGroup(g);
-      if (ps.length > 0) found.push(`processes of group ${g}: ${ps.map((p) => `${p} ${cmdline(p)}`).join('; ')}`);
-    }
-    return found;
-  }
+  const leftovers = (pgids: number[]): Promise<string[]> => leftoversOn(lab, lab.nodes[0]!, { pinDir, cgroup, pgids });
 
   function spawnAgent(name: string, env?: Record<string, string>): LabProcess {
     const p = lab.spawn(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'run', '--config', configPath], { hostMounts: true, logFile: `n1-${name}.log`, ...(env ? { env } : {}) });
