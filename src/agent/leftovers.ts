@@ -40,7 +40,7 @@ export function runsEbpfLocalEndpoint(config: Config): boolean {
 }
 
 /**
- * Removes ballast's nftables tables, at most once per stop: the VIP data-plane phase's undo and
+ * Removes this agent's nftables table (its VIPs' family), at most once per stop: the VIP data-plane phase's undo and
  * preflight's (for what an earlier run left) share it, so a hung nft costs one time limit, not
  * two. {@link rearm} (the VIP data plane about to apply again) allows the next removal.
  */
@@ -49,14 +49,21 @@ export class TableRemoval {
   readonly #applier: NftablesApplier;
   #done: Promise<void> | null = null;
 
-  constructor(log: Pick<Logger, 'error' | 'info'>, applier = new NftablesApplier()) {
+  readonly #family: 4 | 6;
+
+  /**
+   * @param family the VIPs' family: only its table is this agent's (an agent of the other family
+   *   may run beside it in the namespace, holding the other table's lock).
+   */
+  constructor(log: Pick<Logger, 'error' | 'info'>, family: 4 | 6, applier = new NftablesApplier()) {
     this.#log = log;
+    this.#family = family;
     this.#applier = applier;
   }
 
-  /** Deletes both tables (absent ones are fine); a failure is logged, naming nft and why. Never rejects. */
+  /** Deletes this family's table (an absent one is fine); a failure is logged, naming nft and why. Never rejects. */
   remove(): Promise<void> {
-    this.#done ??= this.#applier.remove().catch((err: unknown) => {
+    this.#done ??= this.#applier.remove([this.#family]).catch((err: unknown) => {
       this.#log.error({ err: err instanceof Error ? err.message : String(err) }, 'cannot remove the nftables table');
     });
     return this.#done;

@@ -101,7 +101,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       }
     }
     const keep = config.dataplane.keepOnStop;
-    const tables = runsNftables(config) ? new TableRemoval(ctx.log) : null;
+    const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family) : null;
     if (tables && !keep) own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
     if (ebpf && !keep) {
       const { pinDir } = ebpf;

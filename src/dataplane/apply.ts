@@ -259,15 +259,15 @@ export class NftablesApplier {
   }
 
   /**
-   * Deletes ballast's tables of both families (`table ip ballast`, `table ip6 ballast`), one
-   * transaction per family; a table that does not exist is not an error (idempotent), nor is
+   * Deletes ballast's tables of `families` (default both: `table ip ballast`, `table ip6
+   * ballast`), one transaction per family; a table that does not exist is not an error (idempotent), nor is
    * an IPv6 table on a kernel without IPv6. Touches no other table. Counter values already
    * read stay in {@link counters}.
    * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails otherwise.
    */
-  remove(): Promise<void> {
+  remove(families: readonly (4 | 6)[] = [4, 6]): Promise<void> {
     return this.#serial(async () => {
-      for (const family of [4, 6] as const) {
+      for (const family of families) {
         const args = ['-f', '-'];
         const what = `removing the ${nftFamily(family)} ${TABLE_NAME} table`;
         const r = await this.#run(args, renderRemoval(family), what);

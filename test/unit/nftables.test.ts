@@ -365,6 +365,12 @@ describe('NftablesApplier (fake nft)', () => {
     expect((await a.apply(fixture(4, 1))).changed).toBe(true);
   });
 
+  it("remove([family]) deletes only that family's table: an agent of the other family may own the other one", async () => {
+    const { exec, calls } = fakeNft();
+    await new NftablesApplier({ exec }).remove([4]);
+    expect(calls.map((c) => c.stdin)).toEqual([renderRemoval(4)]);
+  });
+
   it('remove() tolerates a kernel without IPv6 but not other failures', async () => {
     const noV6 = fakeNft({ result: (c) => (c.stdin.includes('ip6') ? { code: 1, stdout: '', stderr: 'Error: Address family not supported by protocol\n' } : { code: 0, stdout: '', stderr: '' }) });
     await new NftablesApplier({ exec: noV6.exec }).remove();
