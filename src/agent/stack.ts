@@ -14,6 +14,7 @@ import type { Logger } from '../observe/log.js';
 /** An undo: releases what one step created. May be async; its errors are logged, not thrown. */
 export type Undo = () => unknown;
 
+/** Undos registered in order, run in reverse by {@link CleanupStack.unwind}. */
 export class CleanupStack {
   readonly #undos: { what: string; undo: Undo }[] = [];
   readonly #log: Pick<Logger, 'error'>;

@@ -187,6 +187,7 @@ function whyNotHostPort(input: string, rule: HostPortRule): string {
   return `port must be an integer from 1 to 65535, got ${show(port)}`;
 }
 
+/** host:port of a listener this node opens (admin.listen): loopback, a node address or unspecified. */
 export const LISTEN_RULE: HostPortRule = {
   role: 'listen',
   example: 'e.g. "127.0.0.1:9641" or "[::1]:9641"',
@@ -195,6 +196,7 @@ export const LISTEN_RULE: HostPortRule = {
   instead: 'write 127.0.0.1 or [::1]',
 };
 
+/** host:port of an apiserver (apiserver.backends): a node address every node can reach (no loopback, no link-local). */
 export const BACKEND_RULE: HostPortRule = {
   role: 'backend',
   example: 'e.g. "10.0.0.11:6443" or "[fd00::11]:6443"',
@@ -203,6 +205,7 @@ export const BACKEND_RULE: HostPortRule = {
   instead: `write the node's address, e.g. "10.0.0.11:6443"`,
 };
 
+/** host:port of this node's own apiserver (policy.localBackend): a node address or loopback. */
 export const LOCAL_RULE: HostPortRule = {
   ...BACKEND_RULE,
   role: 'local',
@@ -210,6 +213,7 @@ export const LOCAL_RULE: HostPortRule = {
   instead: `write this node's address or a loopback address, e.g. "127.0.0.1:6443"`,
 };
 
+/** host:port of the node-local endpoint (localEndpoint.address): loopback or a node address (checks.ts also refuses a VIP and the apiserver ports). */
 export const LOCAL_ENDPOINT_RULE: HostPortRule = {
   role: 'endpoint',
   example: 'e.g. "127.0.0.1:7443" or "[::1]:7443"',

@@ -6,12 +6,15 @@
 
 /** Advertisement_Interval limits, ms: Max Adver Int is a 12-bit count of centiseconds. */
 export const ADVERTISEMENT_INTERVAL_MIN_MS = 10;
+/** The longest Advertisement_Interval, ms: 4095 centiseconds (RFC 9568 §5.2.7). */
 export const ADVERTISEMENT_INTERVAL_MAX_MS = 40_950;
+/** At most this many entries in vips. */
 export const MAX_VIPS = 16;
 /** At most this many entries in apiserver.backends. */
 export const MAX_BACKENDS = 64;
 /** One hour and one minute, in ms: the upper bounds of several durations. */
 export const HOUR_MS = 3_600_000;
+/** One minute, in ms. */
 export const MINUTE_MS = 60_000;
 
 /** Defaults, as they would be written in the file. */

@@ -137,6 +137,7 @@ export interface DataplaneConfig {
   readonly keepOnStop: boolean;
 }
 
+/** How the node-local endpoint is served: see {@link DataplaneConfig.local}. */
 export type DataplaneLocalMode = 'ebpf' | 'proxy' | 'off';
 
 /** The `localEndpoint` section, normalized. */

@@ -97,6 +97,12 @@ export class LocalBalancer implements Plane {
     return this.#dp.status();
   }
 
+  /**
+   * Plane.apply: writes the ready backends, plus unjudged ones the data plane already serves (a
+   * restarted agent keeps what it inherited until their first verdict); skipped when unchanged.
+   * @returns the backends now served, in the checker's order.
+   * @throws what setBackends throws (the map or the proxy keeps its previous set).
+   */
   async apply(set: ReadySet): Promise<readonly HostPort[]> {
     const inherited = new Set(this.#dp.status().backends);
     const ready = new Set(set.ready);
@@ -111,6 +117,7 @@ export class LocalBalancer implements Plane {
     return serve;
   }
 
+  /** Plane.reset: destroys the sockets sent to the dead backend (sock_diag for ebpf, the sessions for the proxy). @returns how many. */
   async reset(v: Verdict): Promise<number> {
     const n = await this.#dp.resetBackend({ address: v.backend.host, port: v.backend.port });
     if (n > 0) this.#log.info({ backend: formatHostPort(v.backend), reason: v.message, cause: v.cause.kind, sockets: n, mode: this.#dp.mode }, 'dead backend: local endpoint connections reset');

@@ -81,7 +81,6 @@ export interface ReconcileStatus {
 export class Reconciler<P extends Plane = Plane> {
   /** The plane driven (for its own status). */
   readonly plane: P;
-  readonly #plane: P;
   readonly #source: VerdictSource;
   readonly #o: ReconcileOptions;
   readonly #applies = new Coalescer(() => this.#run());
@@ -90,9 +89,12 @@ export class Reconciler<P extends Plane = Plane> {
   #failures = 0;
   #lastError: string | null = null;
 
+  /**
+   * Nothing is applied until {@link follow} or {@link sync}.
+   * @param plane what is driven; `source` the verdicts (the HealthChecker); `o` the log and its messages.
+   */
   constructor(plane: P, source: VerdictSource, o: ReconcileOptions) {
     this.plane = plane;
-    this.#plane = plane;
     this.#source = source;
     this.#o = o;
   }
@@ -137,7 +139,7 @@ export class Reconciler<P extends Plane = Plane> {
     const of = (state: BackendVerdict['state']): HostPort[] => all.filter((v) => v.state === state).map((v) => v.backend);
     let served: readonly HostPort[];
     try {
-      served = await this.#plane.apply({ all: all.map((v) => v.backend), ready: of('up'), draining: of('unready'), unknown: of('unknown') });
+      served = await this.plane.apply({ all: all.map((v) => v.backend), ready: of('up'), draining: of('unready'), unknown: of('unknown') });
       this.#lastError = null;
     } catch (err) {
       this.#failures++;
@@ -151,7 +153,7 @@ export class Reconciler<P extends Plane = Plane> {
       this.#dead.delete(key);
       if (served.some((b) => sameHostPort(b, v.backend))) continue;
       try {
-        await this.#plane.reset(v);
+        await this.plane.reset(v);
       } catch (err) {
         this.#o.log.warn({ backend: key, err: err instanceof Error ? err.message : String(err) }, this.#o.resetFailed);
       }
