@@ -8,7 +8,7 @@ import { createError, ERRORS, isBallastError, type BallastError } from '../error
 import type { HealthChecker } from '../health/checker.js';
 import type { Logger } from '../observe/log.js';
 import { statusState } from '../observe/status.js';
-import { delVip, openRtnl } from '../vip/netlink.js';
+import { removeLeftoverVips } from './leftovers.js';
 import type { EngineEvent, EngineOptions } from '../vrrp/engine.js';
 import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
@@ -55,7 +55,7 @@ export function startElection(
       } else if (ev.type === 'log') {
         log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
       } else if (ev.type === 'interfaceGone') {
-        // the engine reports it for every link message that finds the ifindex gone: act once
+        // acted on once, whatever comes after it
         if (fatal) return;
         fatal = true;
         log.error({ code: 'BALLAST_E_INTERFACE_GONE', interface: ev.ifname }, 'the interface was deleted; exiting so that the supervisor restarts the agent');
@@ -76,7 +76,9 @@ export function startElection(
     }
     own.defer('election', async () => {
       if (!crashed) await host.stop();
-      else if (!opts.owner) await removeVips(iface.ifindex, config.vips, log);
+      // the worker died holding them: removed from the main thread, first (preflight's undo would
+      // too, but only after the data planes are unwound)
+      else if (!opts.owner) await removeLeftoverVips(iface.ifindex, config.vips, log);
     });
     return { host };
   });
@@ -122,16 +124,4 @@ function engineError(err: unknown): BallastError {
   if (e.code === 'BALLAST_E_ADDON_MISSING') return createError('BALLAST_E_ADDON_MISSING', detail, { cause: err });
   if (e.syscall) return createError('BALLAST_E_SOCKET', detail, { cause: err });
   return createError('BALLAST_E_NETLINK', detail, { cause: err });
-}
-
-/** Last-resort cleanup from the main thread when the worker died holding the VIPs. */
-async function removeVips(ifindex: number, vips: readonly string[], log: Logger): Promise<void> {
-  const rt = openRtnl();
-  try {
-    for (const vip of vips) await delVip(rt, ifindex, vip);
-  } catch (err) {
-    log.error({ err: (err as Error).message }, 'could not remove the VIPs');
-  } finally {
-    rt.close();
-  }
 }
