@@ -23,7 +23,7 @@ import { existsSync, rmdirSync, rmSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber, type ProberRun } from '../../lab/lab.js';
-import { startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { cliPath, connectFrom, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
 import { cgroupPrograms, SockLb } from '../../src/native.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -170,4 +170,45 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     expect(localSum.failed).toBe(0);
     expect(programsAfter).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
   }, 180_000);
+
+  it('a stop keeps the local endpoint serving; `ballast cleanup` is the uninstall: refuses what a running agent holds (exit 2), then removes pins, lock file, table and VIP', async () => {
+    const n3 = lab.nodes[2]!;
+    const a3 = await start(2);
+    await waitFor(() => a3.anyStatus(), (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 local endpoint with 3 backends' });
+    const cleanup = (): Promise<{ code: number; stdout: string; stderr: string }> =>
+      lab.exec(n3.netns, [process.execPath, cliPath(), 'cleanup', '--config', a3.configPath], { hostMounts: true, allowFail: true, timeoutMs: 30_000 });
+    const lockFile = `/run/ballast/${basename(pinDir)}.lock`;
+
+    // an agent runs: its pins, table and VIP lock are left alone
+    const refused = await cleanup();
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('BALLAST_E_ALREADY_RUNNING');
+    expect(refused.stderr).toContain(`eBPF pins ${pinDir}`);
+    expect(existsSync(pinDir)).toBe(true);
+    expect((await lab.exec(n3.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code).toBe(0);
+
+    // a clean stop: the programs stay attached and keep serving new connections
+    expect(await a3.stop('SIGTERM')).toBe(0);
+    agents[2] = undefined;
+    expect(cgroupPrograms(cgroup).map((p) => [p.attachType, p.ids.length])).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
+    const served = await connectFrom(lab, n3, { address: '127.0.0.1', port: 7443, tls: true, count: 10, cgroup });
+    expect(served).toMatchObject({ ok: 10 });
+    expect((await lab.exec(n3.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code).not.toBe(0);
+
+    // a VIP a killed master left, for cleanup to find
+    await lab.exec(n3.netns, ['ip', 'addr', 'add', `${lab.vip4}/32`, 'dev', 'eth0']);
+    const done = await cleanup();
+    const again = await cleanup();
+    console.log(`cleanup after a stop: ${done.stdout.trim().split('\n').join(' | ')}; second run: ${again.stdout.trim()}`);
+    expect(done.code).toBe(0);
+    expect(done.stdout).toContain(`removed VIP ${lab.vip4}/32 on eth0`);
+    expect(done.stdout).toContain(`removed eBPF pins ${pinDir}`);
+    expect(existsSync(pinDir)).toBe(false);
+    expect(existsSync(lockFile)).toBe(false);
+    expect(cgroupPrograms(cgroup).filter((p) => p.ids.length > 0)).toStrictEqual([]);
+    expect((await lab.addresses(n3)).some((a) => a.address === lab.vip4)).toBe(false);
+    // nothing rewritten any more: 7443 is refused (nothing listens)
+    expect((await connectFrom(lab, n3, { address: '127.0.0.1', port: 7443, count: 2, cgroup })).errors).toStrictEqual({ ECONNREFUSED: 2 });
+    expect(again).toMatchObject({ code: 0, stdout: 'nothing of ballast left on this node\n' });
+  }, 60_000);
 });
