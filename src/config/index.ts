@@ -26,6 +26,7 @@ export {
   type DataplaneLocalMode,
   type DataplaneVipMode,
   type HealthConfig,
+  type KeepOnStop,
   type ListenAddress,
   type LocalEndpointConfig,
   type LogConfig,

@@ -39,7 +39,7 @@ export const DEFAULTS = Object.freeze({
   healthFall: 2,
   dataplaneVip: 'nftables',
   dataplaneLocal: 'ebpf',
-  dataplaneKeepOnStop: false,
+  dataplaneKeepOnStop: 'localEndpoint' as const,
   localEndpoint: '127.0.0.1:7443',
   unhealthyPriorityWeight: 50,
   adminListen: '127.0.0.1:9641',

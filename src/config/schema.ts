@@ -43,7 +43,7 @@ import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS,
 import { expect, show } from './messages.js';
 import { normalize } from './normalize.js';
 import { unknownKeyMessage } from './suggest.js';
-import { LOG_LEVELS, type Config } from './types.js';
+import { LOG_LEVELS, type Config, type KeepOnStop } from './types.js';
 
 export type { Locator } from './issues.js';
 
@@ -140,7 +140,13 @@ const dataplaneShape = {
     .enum(['nftables', 'none'], { error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }) })
     .default(DEFAULTS.dataplaneVip),
   local: z.enum(['ebpf', 'proxy', 'off'], { error: expect('"ebpf", "proxy" or "off"', { default: DEFAULTS.dataplaneLocal }) }).default(DEFAULTS.dataplaneLocal),
-  keepOnStop: boolField(DEFAULTS.dataplaneKeepOnStop),
+  // true / false: what the setting was before it named what it keeps (all / none)
+  keepOnStop: z
+    .union([z.boolean(), z.enum(['none', 'localEndpoint', 'all'])], {
+      error: expect('"localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none', { default: DEFAULTS.dataplaneKeepOnStop }),
+    })
+    .transform((v): KeepOnStop => (v === true ? 'all' : v === false ? 'none' : v))
+    .default(DEFAULTS.dataplaneKeepOnStop),
 };
 
 const policyShape = {

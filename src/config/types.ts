@@ -131,11 +131,16 @@ export interface DataplaneConfig {
    */
   readonly local: DataplaneLocalMode;
   /**
-   * Keep the nftables table (and, `ebpf`, the pinned programs) when the agent stops cleanly, so
-   * clients keep being balanced while it restarts.
+   * What a clean stop leaves in place (a stop is a restart; `ballast cleanup` is the uninstall):
+   * `localEndpoint` (default) the eBPF local endpoint's pinned programs and maps, still
+   * balancing this node's clients to the last ready set, adopted by the next start; `all` also
+   * the nftables table; `none` nothing. The VIPs are always removed (a stopped agent must not hold them).
    */
-  readonly keepOnStop: boolean;
+  readonly keepOnStop: KeepOnStop;
 }
+
+/** See {@link DataplaneConfig.keepOnStop}. */
+export type KeepOnStop = 'none' | 'localEndpoint' | 'all';
 
 /** How the node-local endpoint is served: see {@link DataplaneConfig.local}. */
 export type DataplaneLocalMode = 'ebpf' | 'proxy' | 'off';
