@@ -124,6 +124,14 @@ export interface EngineStatus {
   skewTimeMs: number;
   vipsHeld: boolean;
   counters: EngineCounters;
+  /** The VIPs as they are now (a reconfigure changes them). */
+  vips?: string[];
+  /** Advertisement_Interval now, ms. */
+  advertisementIntervalMs?: number;
+  /** Unicast peers now ([] in multicast mode). */
+  peers?: string[];
+  /** acceptFrom members now, or null for any source. */
+  members?: string[] | null;
 }
 
 export interface EngineCounters {
@@ -377,6 +385,10 @@ export class VrrpEngine {
       skewTimeMs: s.skewTimeMs,
       vipsHeld: this.vipsHeld,
       counters: { ...this.counters, dropped },
+      vips: [...this.opts.vips],
+      advertisementIntervalMs: this.opts.advertisementIntervalCs * 10,
+      peers: [...this.opts.peers],
+      members: this.members ? [...this.members] : null,
     };
   }
 

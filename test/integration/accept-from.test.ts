@@ -57,6 +57,7 @@ describe.skipIf(needs('root') ?? needs('tcpdump'))('vrrp.acceptFrom and peers th
     const [n1, n2, n3] = lab.nodes;
     // the start-up line names the members: the other backends' nodes
     expect(a1!.logLines().find((l) => l.msg === 'adverts are heard from the members only (vrrp.acceptFrom: members)')).toMatchObject({ members: [n2!.ipv4, n3!.ipv4] });
+    expect((await a1!.status()).members).toStrictEqual([n2!.ipv4, n3!.ipv4]);
     const before = await Promise.all([a1!, a2!, a3!].map(async (a) => (await a.status()).counters.transitions));
     // watch the holder all along: one advert obeyed would remove the VIP from n1 at once
     const seen = new Set<string>();

@@ -361,6 +361,7 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     expect(after.filter((s) => s.destination === '10.0.0.13')).toStrictEqual([]);
     expect(after[0]!.at - t).toBeLessThanOrEqual(100);
     expect(after.slice(0, 2).map((s) => s.destination)).toStrictEqual(['10.0.0.14', '10.0.0.15']);
+    expect(e.status()).toMatchObject({ peers: ['10.0.0.14', '10.0.0.15'], members: null, vips: [VIP], advertisementIntervalMs: 100 });
     // the removed peer is no longer heard either (unicast: only peers speak)
     edge.inputs.packet(advertFrom('10.0.0.13', 200));
     expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notPeer: 1 } } });
@@ -417,6 +418,7 @@ describe('VrrpEngine acceptFrom members', () => {
     const e = await start({ members: ['10.0.0.13'] });
     await vi.advanceTimersByTimeAsync(400);
     await e.reconfigure({ members: ['10.0.0.14'] });
+    expect(e.status().members).toStrictEqual(['10.0.0.14']);
     edge.inputs.packet(advertFrom('10.0.0.13', 200));
     expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notMember: 1 } } });
     edge.inputs.packet(advertFrom('10.0.0.14', 200));
