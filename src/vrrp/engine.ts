@@ -321,7 +321,7 @@ export class VrrpEngine {
       if (!allowEmpty && out.length === 0) throw new Error(`${what} must not be empty`);
       return out;
     };
-    const vips = patch.vips !== undefined ? fam(patch.vips, 'vips') : undefined;
+    const vips = patch.vips !== undefined ? fam(patch.vips, 'vips', false) : undefined;
     const peers = patch.peers !== undefined ? fam(patch.peers, 'peers').filter((p) => p !== o.primaryAddress) : undefined;
     if (peers !== undefined && !o.unicast && peers.length > 0) throw new Error('peers: this election is multicast (peers are for unicast mode)');
     const members = patch.members === undefined ? undefined : patch.members === null ? null : fam(patch.members, 'members');

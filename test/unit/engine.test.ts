@@ -328,6 +328,7 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     const status = e.status();
     await expect(e.reconfigure({ vips: [VIP, 'fd00::100'] })).rejects.toThrow('vips: fd00::100 is IPv6, but this election is IPv4');
     await expect(e.reconfigure({ vips: [VIP, 'nonsense'] })).rejects.toThrow('vips: "nonsense" is not an IP address');
+    await expect(e.reconfigure({ vips: [] })).rejects.toThrow('vips must not be empty');
     await expect(e.reconfigure({ vips: [V2], advertisementIntervalCs: 0 })).rejects.toThrow('advertisementIntervalCs must be 1..4095, got 0');
     await expect(e.reconfigure({ vips: [V2], priority: 255 })).rejects.toThrow('priority must be 1..254, got 255');
     await expect(e.reconfigure({ peers: ['10.0.0.14'], preemptDelayMs: -1 })).rejects.toThrow('preemptDelayMs must be >= 0, got -1');
