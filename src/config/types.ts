@@ -35,8 +35,22 @@ export interface VrrpConfig {
    * adverts from anyone else are dropped. False = multicast (224.0.0.18 / ff02::12).
    */
   readonly unicast: boolean;
-  /** Unicast peers (canonical text, same family as the VIPs); empty in multicast mode and for a single node. */
+  /**
+   * Unicast peers as listed (canonical text, same family as the VIPs), without the word
+   * `discovered`; empty in multicast mode and for a single node.
+   */
   readonly peers: readonly string[];
+  /**
+   * `vrrp.peers` contains (or is) `discovered`: the peers are also the node addresses of the
+   * apiservers (the seed backends' hosts until discovery answers), this node's own excluded.
+   */
+  readonly discoveredPeers: boolean;
+  /**
+   * Whose adverts are heard: `members` (default) = only the known nodes (the backends' hosts,
+   * the peers, discovered members; any source when none is known), `any` = every source.
+   * A source-address filter, not authentication (docs/auth.md).
+   */
+  readonly acceptFrom: 'members' | 'any';
   /** Checksum rule for adverts. */
   readonly checksum: ChecksumMode;
   /** Priority 255: this node owns the VIPs as its own addresses (RFC 9568 §1.6). Derived once here. */

@@ -51,8 +51,10 @@ export interface ElectionStatusDocument extends CommonStatus {
   family: 4 | 6;
   primaryAddress: string;
   mode: 'multicast' | 'unicast';
-  /** Unicast peers (empty in multicast mode, and for a single node). */
+  /** Unicast peers (empty in multicast mode, and for a single node): the engine's current list. */
   peers: string[];
+  /** vrrp.acceptFrom members the engine hears now, or null for any source (absent from older engines). */
+  members?: string[] | null;
   /** Whether adverts are authenticated (vrrp.auth). */
   auth: boolean;
   advertisementIntervalMs: number;
@@ -75,16 +77,17 @@ export function statusDocument(
     effectivePriority: s.effectivePriority,
     masterAddress: s.masterAddress,
     masterPriority: s.masterPriority,
-    vips: [...fixed.vips],
+    vips: [...(s.vips ?? fixed.vips)],
     vipsHeld: s.vipsHeld,
     since: s.since,
     interface: fixed.interface,
     family: fixed.family,
     primaryAddress: fixed.primaryAddress,
     mode: fixed.unicast ? 'unicast' : 'multicast',
-    peers: [...fixed.peers],
+    peers: [...(s.peers ?? fixed.peers)],
+    ...(s.members !== undefined ? { members: s.members } : {}),
     auth: fixed.auth,
-    advertisementIntervalMs: fixed.advertisementIntervalMs,
+    advertisementIntervalMs: s.advertisementIntervalMs ?? fixed.advertisementIntervalMs,
     masterAdverIntervalMs: s.masterAdverIntervalMs,
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),

@@ -108,6 +108,8 @@ describe('parseConfig: valid files', () => {
         preemptDelayMs: 0,
         unicast: false,
         peers: [],
+        discoveredPeers: false,
+        acceptFrom: 'members',
         checksum: 'rfc5798',
         owner: false,
         auth: null,
@@ -286,6 +288,36 @@ describe('parseConfig: valid files', () => {
       ['vrrp.singleNode', 'is true but vrrp.peers lists 2 addresses: a single node has no peers; remove one of the two'],
     ]);
     expect(issuesOf(yamlWith({ vrrp: { singleNode: 'yes' } }))[0]?.path).toBe('vrrp.singleNode');
+  });
+
+  it('peers: discovered alone, or mixed with addresses: discoveredPeers, peers keeps the listed addresses only', () => {
+    const seed = withBackend();
+    expect(parseConfig(yamlWith({ vrrp: { peers: 'discovered' }, ...seed })).vrrp).toMatchObject({ unicast: true, peers: [], discoveredPeers: true });
+    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2', 'discovered'] } })).vrrp).toMatchObject({ unicast: true, peers: ['10.0.0.2'], discoveredPeers: true });
+    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2'] } })).vrrp).toMatchObject({ peers: ['10.0.0.2'], discoveredPeers: false });
+    expect(issuesOf(yamlWith({ vrrp: { peers: ['discovered', 'nonsense'] } })).map((i) => i.path)).toStrictEqual(['vrrp.peers[1]']);
+    expect(issuesOf(yamlWith({ vrrp: { peers: 'everyone' } })).map((i) => i.path)).toStrictEqual(['vrrp.peers']);
+  });
+
+  it('peers: discovered needs a seed or discovery, is IPv4 only, and not with singleNode', () => {
+    expect(issuesOf(yamlWith({ vrrp: { peers: 'discovered' } })).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.peers', 'discovered needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends'],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { peers: ['fe80::2', 'discovered'] }, vips: ['fd00::100'] })).map((i) => [i.path, i.message])).toStrictEqual([
+      [
+        'vrrp.peers[1]',
+        "discovered is for IPv4 groups: IPv6 adverts come from link-local addresses (RFC 9568 §5.1.2.1), not the apiservers' node addresses; list the other nodes' link-local addresses",
+      ],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { peers: 'discovered', singleNode: true }, ...withBackend() })).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.singleNode', 'is true but vrrp.peers is discovered: a single node has no peers; remove one of the two'],
+    ]);
+  });
+
+  it('acceptFrom: members (default) or any; anything else is refused', () => {
+    expect(parseConfig(yamlWith({ vrrp: { acceptFrom: 'any' } })).vrrp!.acceptFrom).toBe('any');
+    expect(parseConfig(yamlWith({ vrrp: { acceptFrom: 'members' } })).vrrp!.acceptFrom).toBe('members');
+    expect(issuesOf(yamlWith({ vrrp: { acceptFrom: 'peers' } })).map((i) => i.path)).toStrictEqual(['vrrp.acceptFrom']);
   });
 
   it('auth: keyFile is required in vrrp.auth, absolute, and gives { keyFile }; absent = null', () => {
