@@ -120,6 +120,7 @@ describe('parseConfig: valid files', () => {
       },
       dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
       localEndpoint: null,
+      discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
       admin: { listen: { host: '127.0.0.1', port: 9641 } },
       log: { level: 'info' },
@@ -426,7 +427,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown key, far',
       { zzz: 1 },
       'zzz',
-      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, policy, admin, log)',
+      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log)',
     ],
     ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter, refresh)'],
 
