@@ -1,0 +1,78 @@
+/**
+ * The discovery phase's pieces that need no network: the members of a set and the one place the
+ * election hears of them (feedElection → VrrpHost.reconfigure).
+ */
+import { describe, expect, it } from 'vitest';
+import { feedElection, membersOf } from '../../src/agent/discovery.js';
+import type { ElectionPhase } from '../../src/agent/election.js';
+import { parseConfig, type Config } from '../../src/config/index.js';
+import type { SourcedBackend } from '../../src/discovery/index.js';
+import { parseHostPort } from '../../src/net/hostport.js';
+import type { Logger } from '../../src/observe/log.js';
+
+const set = (...a: string[]): SourcedBackend[] => a.map((s) => ({ backend: parseHostPort(s), source: 'endpointslice' as const }));
+const logs: string[] = [];
+const log = { info: (_o: object, m: string) => logs.push(m), warn: (_o: object, m: string) => logs.push(`WARN ${m}`) } as unknown as Logger;
+
+/** A config whose vrrp section carries the vrrp helper's fields (discoveredPeers, acceptFrom), whether or not the schema has them yet. */
+const withVrrp = (extra: Record<string, unknown>, peers = ['10.0.0.11', '10.0.0.12']): Config => {
+  const c = parseConfig(`vrrp:\n  vrid: 51\n  peers: [${peers.join(', ')}]\nvips: [10.0.0.100]\n`);
+  return { ...c, vrrp: { ...c.vrrp!, ...extra } } as Config;
+};
+const fakeElection = (fail = false) => {
+  const patches: unknown[] = [];
+  const election = { phase: 'election', undo: async () => undefined, host: { reconfigure: async (p: unknown) => (fail ? Promise.reject(new Error('family mismatch')) : void patches.push(p)) } } as unknown as ElectionPhase;
+  return { election, patches };
+};
+
+describe('discovery phase: members and the election feed', () => {
+  it('members are the hosts of the set, canonical, no repeats', () => {
+    expect(membersOf(set('10.0.0.11:6443', '10.0.0.12:6443', '10.0.0.11:8443', '[fd00:0::1]:6443'))).toStrictEqual(['10.0.0.11', '10.0.0.12', 'fd00::1']);
+  });
+  it('discoveredPeers: the listed peers plus the members of the family, own address left out; acceptFrom members: the same list', async () => {
+    const { election, patches } = fakeElection();
+    await feedElection(election, withVrrp({ discoveredPeers: true, acceptFrom: 'members' }), ['10.0.0.11', '10.0.0.13', 'fd00::1'], '10.0.0.11', log);
+    expect(patches).toStrictEqual([{ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.12', '10.0.0.13'] }]);
+  });
+  it('nothing asked for (no discoveredPeers, acceptFrom any or absent), no election, or no vrrp: no call', async () => {
+    const { election, patches } = fakeElection();
+    await feedElection(election, withVrrp({ acceptFrom: 'any' }), ['10.0.0.13'], '10.0.0.11', log);
+    await feedElection(election, withVrrp({}), ['10.0.0.13'], '10.0.0.11', log);
+    await feedElection(null, withVrrp({ discoveredPeers: true }), ['10.0.0.13'], '10.0.0.11', log);
+    expect(patches).toStrictEqual([]);
+  });
+  it('a refused patch is logged; the election keeps its list', async () => {
+    const { election } = fakeElection(true);
+    logs.length = 0;
+    await feedElection(election, withVrrp({ discoveredPeers: true }), ['10.0.0.13'], '10.0.0.11', log);
+    expect(logs).toStrictEqual(['WARN discovery: cannot update the election members; it keeps the previous ones']);
+  });
+});
+
+describe('sources in ballast status and /metrics', () => {
+  it('each backend row names its source; ballast_backend_info and the discovery counters', async () => {
+    const { formatStatus } = await import('../../src/observe/status.js');
+    const { createMetrics } = await import('../../src/observe/metrics.js');
+    const b = (address: string, source: 'seed' | 'endpointslice' | 'lastKnown') => ({ address, state: 'up' as const, healthy: true, lastCheck: null, lastLatencyMs: 3, reason: null, consecutive: 2, source });
+    const doc = {
+      state: 'none' as const,
+      backends: [b('10.0.0.11:6443', 'seed'), b('10.0.0.12:6443', 'endpointslice'), b('10.0.0.13:6443', 'lastKnown')],
+      discovery: { state: 'watching' as const, server: 'https://10.0.0.12:6443', lists: 2, errors: 1, emptyKept: 3, lastChange: null, lastError: 'ECONNREFUSED' },
+      dataplane: { mode: 'off' as const, reason: 'test' },
+      local: { mode: 'off' as const, reason: 'test' },
+    };
+    expect(formatStatus(doc).split('\n').filter((l) => l.startsWith('backend'))).toStrictEqual([
+      'backend: 10.0.0.11:6443 up, 3 ms [seed]',
+      'backend: 10.0.0.12:6443 up, 3 ms [endpointslice]',
+      'backend: 10.0.0.13:6443 up, 3 ms [lastKnown]',
+    ]);
+    const m = createMetrics();
+    m.update(doc);
+    const text = (await m.registry.metrics()).split('\n');
+    expect(text).toContain('ballast_backend_info{backend="10.0.0.12:6443",source="endpointslice"} 1');
+    expect(text).toContain('ballast_backend_info{backend="10.0.0.13:6443",source="lastKnown"} 1');
+    expect(text).toContain('ballast_discovery_empty_kept_total 3');
+    expect(text).toContain('ballast_discovery_errors_total 1');
+    expect(text).toContain('ballast_discovery_lists_total 2');
+  });
+});
