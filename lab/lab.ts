@@ -1056,28 +1056,8 @@ export class Lab {
    */
   async writeKubeconfig(node: LabNode, opts: { token: string; family?: 4 | 6; port?: number; path?: string }): Promise<string> {
     const vip = opts.family === 6 ? `[${this.vip6}]` : this.vip4;
-    const ca = (await readFile(this.ca.certFile)).toString('base64');
     const path = opts.path ?? join(this.dir, `kubeconfig-${node.name}.yaml`);
-    const text = [
-      'apiVersion: v1',
-      'kind: Config',
-      'clusters:',
-      '- name: lab',
-      '  cluster:',
-      `    server: https://${vip}:${opts.port ?? this.#apiserverPort}`,
-      `    certificate-authority-data: ${ca}`,
-      'users:',
-      '- name: admin',
-      '  user:',
-      `    token: ${opts.token}`,
-      'contexts:',
-      '- name: admin@lab',
-      '  context:',
-      '    cluster: lab',
-      '    user: admin',
-      'current-context: admin@lab',
-      '',
-    ].join('\n');
+    const text = kubeconfigYaml(`https://${vip}:${opts.port ?? this.#apiserverPort}`, await readFile(this.ca.certFile), opts.token);
     await writeFile(path, text, { mode: 0o600 });
     return path;
   }
@@ -1246,6 +1226,33 @@ function hasPing(): boolean {
 }
 
 // ---------------------------------------------------------------------------------------------
+/**
+ * A kubeconfig (YAML text) like kubeadm's admin.conf: one cluster at `server` with the CA (PEM)
+ * inline, one user with a bearer token, one current context.
+ */
+export function kubeconfigYaml(server: string, caPem: Buffer, token: string): string {
+  return [
+    'apiVersion: v1',
+    'kind: Config',
+    'clusters:',
+    '- name: lab',
+    '  cluster:',
+    `    server: ${server}`,
+    `    certificate-authority-data: ${caPem.toString('base64')}`,
+    'users:',
+    '- name: admin',
+    '  user:',
+    `    token: ${token}`,
+    'contexts:',
+    '- name: admin@lab',
+    '  context:',
+    '    cluster: lab',
+    '    user: admin',
+    'current-context: admin@lab',
+    '',
+  ].join('\n');
+}
+
 // the prober, from the client namespace
 
 /**

@@ -36,23 +36,4 @@ export function makeTestPki(ips: readonly string[]): TestPki {
 }
 
 /** A kubeconfig (YAML text) for `server` with the CA inline and a bearer token, like kubeadm's admin.conf. */
-export function kubeconfigText(server: string, ca: Buffer, token: string): string {
-  return [
-    'apiVersion: v1',
-    'kind: Config',
-    'clusters:',
-    '- name: test',
-    '  cluster:',
-    `    server: ${server}`,
-    `    certificate-authority-data: ${ca.toString('base64')}`,
-    'users:',
-    '- name: admin',
-    '  user:',
-    `    token: ${token}`,
-    'contexts:',
-    '- name: admin@test',
-    '  context: {cluster: test, user: admin}',
-    'current-context: admin@test',
-    '',
-  ].join('\n');
-}
+export { kubeconfigYaml as kubeconfigText } from '../../lab/lab.js';

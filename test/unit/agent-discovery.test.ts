@@ -76,3 +76,42 @@ describe('sources in ballast status and /metrics', () => {
     expect(text).toContain('ballast_discovery_lists_total 2');
   });
 });
+
+describe('the discovery phase with a checker (no network)', () => {
+  it('without a discovery section: the seed, source seed; a reconfigure replaces it', async () => {
+    const { startDiscovery } = await import('../../src/agent/discovery.js');
+    const { HealthChecker } = await import('../../src/health/checker.js');
+    const config = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\n');
+    const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }) });
+    const ctx = { log: { ...log, error: () => undefined, child: () => log } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
+    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: null, ownAddress: null });
+    expect([...phase.sources()]).toStrictEqual([['10.0.0.11:6443', 'seed']]);
+    expect(phase.stats()).toBeNull();
+    const next = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n');
+    await phase.reconfigure(next);
+    expect(checker.backends().map((b) => b.host)).toStrictEqual(['10.0.0.12', '10.0.0.13']);
+    expect(phase.members()).toStrictEqual(['10.0.0.12', '10.0.0.13']);
+    await phase.undo();
+  });
+  it('a kubeconfig that exists but is malformed is a configuration error on discovery.kubeconfig', async () => {
+    const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const { tmpdir } = await import('node:os');
+    const { startDiscovery } = await import('../../src/agent/discovery.js');
+    const { HealthChecker } = await import('../../src/health/checker.js');
+    const { ConfigError } = await import('../../src/errors.js');
+    const dir = mkdtempSync(join(tmpdir(), 'ballast-kc-'));
+    try {
+      writeFileSync(join(dir, 'admin.conf'), 'apiVersion: v1\nclusters: [unclosed\n');
+      const config = parseConfig(`vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${join(dir, 'b.json')}\n`);
+      const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
+      const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
+      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: null, ownAddress: null }).then(() => null, (e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigError);
+      expect((err as InstanceType<typeof ConfigError>).issues[0]?.path).toBe('discovery.kubeconfig');
+      expect((err as InstanceType<typeof ConfigError>).issues[0]?.message).toContain(join(dir, 'admin.conf'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
