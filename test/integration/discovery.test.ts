@@ -4,6 +4,7 @@
  * apiservers, which share one EndpointSlice store and join / leave the `kubernetes` slice as
  * they start / stop. Checks every 200 ms, rise / fall 2, adverts every 100 ms.
  */
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compiledScript, Lab, onJsonLines, runProber, type LabNode, type LabProcess } from '../../lab/lab.js';
@@ -104,7 +105,10 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     for (const n of [n2, n3]) {
       const t0 = Date.now();
       await lab.startApiserver(n);
-      lags.push(await waitSetChange(a1!, t0, (b) => b.includes(`${addr(n)} (endpointslice)`)));
+      // the spawn takes a while: time the lag from the store line's write (the log file's mtime right after it)
+      const joined = await waitSetChange(a1!, t0, (b) => b.includes(`${addr(n)} (endpointslice)`));
+      const written = statSync(join(lab.sliceStore(), 'events.log')).mtimeMs;
+      lags.push(Math.max(0, Math.round(t0 + joined - written)));
     }
     const s = await waitFor(() => statusOf(a1!), (x) => x.backends.length === 3 && x.backends.every((b) => b.healthy), { timeoutMs: 10_000, what: 'three backends up on n1' });
     expect(pool(s).sort()).toStrictEqual([n1, n2, n3].map((n) => `${addr(n)} endpointslice up`));
@@ -117,6 +121,7 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     expect(upAt - joinedAt).toBeGreaterThanOrEqual((RISE - 1) * INTERVAL_MS * 0.9);
     const applied = lines.find((l) => l.msg === 'data plane applied' && (l.backends as string[]).includes(addr(n3)));
     expect(Date.parse(String(applied!.time))).toBeGreaterThanOrEqual(upAt);
+    console.log(`n3 joined the set → up ${upAt - joinedAt} ms → in the nftables ruleset ${Date.parse(String(applied!.time)) - joinedAt} ms (rise ${RISE} × interval ${INTERVAL_MS} ms, first check at a random offset within one interval)`);
     // the peers' agents discovered the same set
     for (const a of agents.slice(1)) await waitFor(() => statusOf(a), (x) => x.backends.length === 3 && x.backends.every((b) => b.source === 'endpointslice'), { timeoutMs: 10_000, what: `${a.node.name} discovered all` });
     // traffic via the VIP reaches all three
