@@ -21,7 +21,6 @@ import { startAdminPhase } from './admin.js';
 import { startElection, type ElectionPhase } from './election.js';
 import { startDiscovery, type DiscoveryPhase } from './discovery.js';
 import { startHealth, type HealthFollowers } from './health.js';
-import { balancesBackends } from './leftovers.js';
 import { startLocalEndpoint, type LocalEndpointPhase } from './local-endpoint.js';
 import { throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
 import { preflight, type Preflight } from './preflight.js';
@@ -66,7 +65,7 @@ export async function startAgent(config: Config, log: Logger, opts: { signal?: A
   const cancel = new AbortController();
   const running: Running = { preflight: null, local: null, election: null, discovery: null };
   const followers: HealthFollowers = { lb: null, localLb: null, balancing: null };
-  const checker = balancesBackends(config) ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
+  const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
 
   let finish!: (code: number) => void;
   const done = new Promise<number>((r) => (finish = r));

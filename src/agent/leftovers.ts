@@ -29,19 +29,14 @@ export async function removeLeftoverVips(ifindex: number, vips: readonly string[
   }
 }
 
-/** Whether this configuration has backends to balance: a seed (`apiserver.backends`) or discovery. */
-export function balancesBackends(config: Config): boolean {
-  return config.apiserver.backends.length > 0 || config.discovery !== null;
-}
-
 /** Whether this configuration runs the nftables VIP data plane (as startPhases decides it). */
 export function runsNftables(config: Config): boolean {
-  return config.vrrp !== null && balancesBackends(config) && config.dataplane.vip === 'nftables';
+  return config.vrrp !== null && config.apiserver.backends.length > 0 && config.dataplane.vip === 'nftables';
 }
 
 /** Whether this configuration runs the eBPF local endpoint (as startPhases decides it; it may still fall back to the proxy). */
 export function runsEbpfLocalEndpoint(config: Config): boolean {
-  return config.localEndpoint !== null && balancesBackends(config) && config.dataplane.local === 'ebpf';
+  return config.localEndpoint !== null && config.apiserver.backends.length > 0 && config.dataplane.local === 'ebpf';
 }
 
 /**

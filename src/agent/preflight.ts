@@ -19,7 +19,7 @@ import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.
 import { formatHostPort } from '../net/hostport.js';
 import { chooseInterface, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
 import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
-import { balancesBackends, removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
+import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
 /** The interface VRRP runs on and the address adverts go out from. */
@@ -76,7 +76,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         const l = await acquireVipLock(vip);
         own.defer(`VIP lock ${vip}`, () => l.close());
       }
-      if (config.dataplane.vip === 'nftables' && balancesBackends(config)) {
+      if (config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) {
         const l = await acquireTableLock(config.family);
         own.defer('nftables table lock', () => l.close());
       }

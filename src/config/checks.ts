@@ -236,6 +236,11 @@ function discoveryIssues(raw: Record<string, unknown>): RawIssue[] {
   if (!kubeconfig && d.inCluster !== true && d.kubeconfig !== null) {
     return [{ path: ['discovery', 'kubeconfig'], message: 'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)' }];
   }
+  // discovery reads the slices from a backend the checks find ready: it needs one to start from
+  const listed = at(raw, 'apiserver', 'backends');
+  if (!Array.isArray(listed) || listed.length === 0) {
+    return [{ path: ['apiserver', 'backends'], message: 'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)' }];
+  }
   return [];
 }
 

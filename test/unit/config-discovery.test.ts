@@ -36,5 +36,9 @@ describe('config: the discovery section', () => {
       ['discovery.kubeconfig', 'must be an absolute path, got "admin.conf" (a relative path would depend on the agent\'s working directory)'],
     ]);
     expect(issues(withDiscovery({ kubeconfig: '/a', lastKnown: '/b' }))[0]?.[0]).toBe('discovery.lastKnown');
+    // no seed: discovery would have no ready apiserver to read the slices from
+    expect(issues(stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], discovery: { kubeconfig: '/etc/kubernetes/admin.conf' } }))).toStrictEqual([
+      ['apiserver.backends', 'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)'],
+    ]);
   });
 });
