@@ -53,6 +53,8 @@ export interface StandinOptions {
   address?: string;
   /** required as `Authorization: Bearer <token>` on /apis paths; absent: no authentication */
   token?: string;
+  /** ms between BOOKMARK events on a watch that allows them (default 5000) */
+  bookmarkMs?: number;
 }
 
 /** A running stand-in: flip readiness, or close (resolves once the server is closed). */
@@ -205,7 +207,7 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
     }
     const bookmarks = setInterval(() => {
       if (q.get('allowWatchBookmarks') === 'true') emit('BOOKMARK', { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: String(tail.state.version) } });
-    }, 5000);
+    }, opts.bookmarkMs ?? 5000);
     const seconds = Number(q.get('timeoutSeconds') ?? '');
     const timeout = setTimeout(end, Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1800_000);
     req.once('close', end);

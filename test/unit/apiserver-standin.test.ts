@@ -32,7 +32,7 @@ afterEach(async () => {
 });
 
 const standin = async (host: string): Promise<Standin> => {
-  const s = await startStandin({ name: host, cert: pki.cert, key: pki.key, port: PORT, host, ready: true, store, address: host, token: TOKEN, log: () => undefined });
+  const s = await startStandin({ name: host, cert: pki.cert, key: pki.key, port: PORT, host, ready: true, store, address: host, token: TOKEN, bookmarkMs: 200, log: () => undefined });
   running.push(s);
   return s;
 };
@@ -96,6 +96,24 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     expect(w.body.trim().split('\n').map((l) => JSON.parse(l) as unknown)).toStrictEqual([
       { type: 'ERROR', object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'too old resource version: 1 (2)', reason: 'Expired', code: 410 } },
     ]);
+  });
+
+  it('a watch resumes from a resourceVersion (the events after it), sends BOOKMARKs when allowed and ends after timeoutSeconds', async () => {
+    store = mkdtempSync(join(tmpdir(), 'ballast-store-'));
+    await standin('127.0.0.1');
+    await standin('127.0.0.2');
+    const t0 = performance.now();
+    const w = await get('127.0.0.1', `${SLICES}?watch=true&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=1&labelSelector=${encodeURIComponent(SELECTOR)}`);
+    const took = performance.now() - t0;
+    expect(took).toBeGreaterThanOrEqual(950);
+    expect(took).toBeLessThan(2000);
+    const events = w.body.trim().split('\n').map((l) => JSON.parse(l) as { type: string; object: { metadata: { resourceVersion: string }; endpoints?: { addresses: string[] }[] } });
+    expect(events[0]).toMatchObject({ type: 'MODIFIED', object: { metadata: { resourceVersion: '2' }, endpoints: [{ addresses: ['127.0.0.1'] }, { addresses: ['127.0.0.2'] }] } });
+    // one bookmark per 200 ms for 1 s (at most 5; fewer when timers run late), at the store's version
+    const marks = events.slice(1);
+    expect(marks.length).toBeGreaterThanOrEqual(2);
+    expect(marks.length).toBeLessThanOrEqual(5);
+    for (const m of marks) expect(m).toStrictEqual({ type: 'BOOKMARK', object: { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: '2' } } });
   });
 
   it('an unchanged informer: list, ADDED / MODIFIED / DELETED as stand-ins start and stop, 410 → relist', async () => {
