@@ -72,7 +72,8 @@ export function startDiscovery(
       f.balancing?.evaluate();
       const members = membersOf(set);
       const key = members.join(',');
-      if (key !== lastMembers) {
+      // the election hears of members only from discovery (without it, the seed is in its config)
+      if (key !== lastMembers && cfg.discovery !== null) {
         lastMembers = key;
         void feedElection(election, cfg, members, ownAddress, log);
       }
@@ -141,11 +142,16 @@ export function membersOf(set: readonly SourcedBackend[]): string[] {
 }
 
 /**
- * The one place the election hears of membership: when an election runs and its config asks for
- * it (`vrrp.discoveredPeers`: the unicast send list is the listed peers plus the members;
- * `vrrp.acceptFrom: members`: adverts are heard from the members and the listed peers only),
- * patches it through VrrpHost.reconfigure. The caller's own address is left out. A failed patch
- * is logged; the election keeps its previous list.
+ * The one place the election hears of membership (discovery's member set changed): when an
+ * election runs and its config asks for it (`vrrp.discoveredPeers`: the unicast send list is the
+ * listed peers plus the members; `vrrp.acceptFrom: members`: adverts are heard from the members
+ * and the listed peers only), patches it through VrrpHost.reconfigure. The caller's own address
+ * is left out. A failed patch is logged; the election keeps its previous list.
+ *
+ * MERGE NOTE: the vrrp helper's branch has `updateMembership(election, { discovered }, log)` in
+ * src/agent/election.ts (membership.ts computes peers and members, queued). Once that is in main,
+ * this body becomes `await updateMembership(election, { discovered: members }, log)` (in a
+ * try/catch that logs), and the computation below goes.
  */
 export async function feedElection(election: ElectionPhase | null, config: Config, members: readonly string[], ownAddress: string | null, log: Logger): Promise<void> {
   const v = config.vrrp as (Config['vrrp'] & { discoveredPeers?: boolean; acceptFrom?: 'members' | 'any' }) | null;
