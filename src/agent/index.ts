@@ -1,9 +1,10 @@
 /**
  * The agent: start-up is a list of phases, each undone on one cleanup stack.
  *
- *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► (discovery)
- *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,
- *    locks)                                                      worker)     health)           passive detection)
+ *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► discovery
+ *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,   (owns the
+ *    locks)                                                      worker)     health)           passive          backend set)
+ *                                                                                              detection)
  *
  * Stop, a failed start, a signal during start-up and the fatal events (the interface was
  * deleted, the election worker died) are the same thing: one unwind of the stack, last phase
@@ -18,6 +19,7 @@ import type { Logger } from '../observe/log.js';
 import { statusDocument, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase } from './admin.js';
 import { startElection, type ElectionPhase } from './election.js';
+import { startDiscovery, type DiscoveryPhase } from './discovery.js';
 import { startHealth, type HealthFollowers } from './health.js';
 import { startLocalEndpoint, type LocalEndpointPhase } from './local-endpoint.js';
 import { throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
@@ -45,6 +47,7 @@ interface Running {
   preflight: Preflight | null;
   local: LocalEndpointPhase | null;
   election: ElectionPhase | null;
+  discovery: DiscoveryPhase | null;
 }
 
 /**
@@ -60,7 +63,7 @@ interface Running {
 export async function startAgent(config: Config, log: Logger, opts: { signal?: AbortSignal } = {}): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
-  const running: Running = { preflight: null, local: null, election: null };
+  const running: Running = { preflight: null, local: null, election: null, discovery: null };
   const followers: HealthFollowers = { lb: null, localLb: null, balancing: null };
   const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
 
@@ -151,13 +154,19 @@ async function startPhases(
     log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version }, 'starting (no election: local endpoint only)');
   }
   if (checker) await phase(() => startHealth(ctx, config, { checker, followers, local }));
-  // discovery (next issue) is the next phase: it feeds the checker's backend set
+  // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
+  if (checker) {
+    running.discovery = await phase(() => startDiscovery(ctx, config, { checker, followers, election: running.election }));
+  }
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
 async function statusOf(config: Config, checker: HealthChecker | null, followers: HealthFollowers, running: Running): Promise<StatusDocument> {
+  const sources = running.discovery?.sources();
+  const stats = running.discovery?.stats() ?? null;
   const common = {
-    backends: checker?.snapshot() ?? [],
+    backends: (checker?.snapshot() ?? []).map((b) => ({ ...b, source: sources?.get(b.address) ?? ('seed' as const) })),
+    ...(stats === null ? {} : { discovery: stats }),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
   };

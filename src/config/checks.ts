@@ -29,7 +29,7 @@ export function crossFieldIssues(raw: unknown): RawIssue[] {
   const vips = rawVips(raw);
   const withVips =
     vips === undefined ? [] : [...peerIssues(raw, vips), ...discoveredIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
-  return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw)];
+  return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw), ...discoveryIssues(raw)];
 }
 
 /** `raw[a][b]…`, or undefined where a step is not a mapping. */
@@ -222,6 +222,25 @@ function roleIssues(raw: Record<string, unknown>): RawIssue[] {
   }
   if (!election && raw.localEndpoint === undefined) {
     return [{ path: ['vrrp'], message: 'required: vrrp.vrid and vips (an election for the VIPs), or localEndpoint with apiserver.backends (a node-local API endpoint), or both' }];
+  }
+  return [];
+}
+
+/** `discovery` needs exactly one source of credentials: a kubeconfig or inCluster. */
+function discoveryIssues(raw: Record<string, unknown>): RawIssue[] {
+  const d = raw.discovery;
+  if (!isRecord(d)) return [];
+  const kubeconfig = d.kubeconfig !== undefined && d.kubeconfig !== '' && d.kubeconfig !== null;
+  if (kubeconfig && d.inCluster === true) {
+    return [{ path: ['discovery', 'inCluster'], message: 'is true while discovery.kubeconfig is set: use one of them (the kubeconfig, or the pod\'s service account)' }];
+  }
+  if (!kubeconfig && d.inCluster !== true && d.kubeconfig !== null) {
+    return [{ path: ['discovery', 'kubeconfig'], message: 'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)' }];
+  }
+  // discovery reads the slices from a backend the checks find ready: it needs one to start from
+  const listed = at(raw, 'apiserver', 'backends');
+  if (!Array.isArray(listed) || listed.length === 0) {
+    return [{ path: ['apiserver', 'backends'], message: 'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)' }];
   }
   return [];
 }

@@ -25,6 +25,7 @@ export {
   type DataplaneConfig,
   type DataplaneLocalMode,
   type DataplaneVipMode,
+  type DiscoveryConfig,
   type HealthConfig,
   type KeepOnStop,
   type ListenAddress,

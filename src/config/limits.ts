@@ -36,6 +36,7 @@ export const DEFAULTS = Object.freeze({
   apiserverPort: 6443,
   healthPath: '/readyz',
   healthInsecureSkipVerify: false,
+  discoveryLastKnownFile: '/var/lib/ballast/backends.json',
   healthInterval: '1s',
   /** the timeout's default is this or the interval, whichever is shorter */
   healthTimeout: '1s',

@@ -173,6 +173,13 @@ const localEndpointShape = {
   cgroup: fileField('/sys/fs/cgroup'),
 };
 
+/** `discovery`: the kubernetes EndpointSlices feed the backend set (see src/discovery/). */
+const discoveryShape = {
+  kubeconfig: fileField('/etc/kubernetes/admin.conf'),
+  inCluster: boolField(false),
+  lastKnownFile: fileField(DEFAULTS.discoveryLastKnownFile),
+};
+
 const adminShape = { listen: listenField() };
 
 const logShape = {
@@ -197,6 +204,7 @@ const rootShape = {
   apiserver: section(z.strictObject(apiserverShape, { error: mappingError })),
   dataplane: section(z.strictObject(dataplaneShape, { error: mappingError })),
   localEndpoint: optionalSection(z.strictObject(localEndpointShape, { error: mappingError })),
+  discovery: optionalSection(z.strictObject(discoveryShape, { error: mappingError })),
   policy: section(z.strictObject(policyShape, { error: mappingError })),
   admin: section(z.strictObject(adminShape, { error: mappingError })),
   log: section(z.strictObject(logShape, { error: mappingError })),
@@ -212,6 +220,7 @@ const SECTION_KEYS: SectionKeys = {
   'apiserver.health': Object.keys(healthShape),
   dataplane: Object.keys(dataplaneShape),
   localEndpoint: Object.keys(localEndpointShape),
+  discovery: Object.keys(discoveryShape),
   policy: Object.keys(policyShape),
   admin: Object.keys(adminShape),
   log: Object.keys(logShape),

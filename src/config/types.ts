@@ -184,6 +184,19 @@ export interface PolicyConfig {
   readonly localBackend?: BackendAddress;
 }
 
+/**
+ * The `discovery` section, normalized: the `kubernetes` Service's EndpointSlices (namespace
+ * default) feed the backend set, merged with `apiserver.backends` (the seed) and the last-known file.
+ */
+export interface DiscoveryConfig {
+  /** kubeconfig to read the EndpointSlices with (kubeadm's /etc/kubernetes/admin.conf, or the kubelet's); absent with inCluster. A missing file is waited for. */
+  readonly kubeconfig?: string;
+  /** Use the pod's service account (KUBERNETES_SERVICE_HOST and /var/run/secrets/kubernetes.io/serviceaccount). */
+  readonly inCluster: boolean;
+  /** Where the last discovered set is kept across restarts (default /var/lib/ballast/backends.json). */
+  readonly lastKnownFile: string;
+}
+
 /** The validated, normalized, deep-frozen configuration. */
 export interface Config {
   /**
@@ -211,6 +224,8 @@ export interface Config {
   readonly dataplane: DataplaneConfig;
   /** The node-local API endpoint; null when `localEndpoint` is absent. */
   readonly localEndpoint: LocalEndpointConfig | null;
+  /** Backend discovery; null when the section is absent (the backends are `apiserver.backends` only). */
+  readonly discovery: DiscoveryConfig | null;
   readonly policy: PolicyConfig;
   readonly admin: AdminConfig;
   readonly log: LogConfig;

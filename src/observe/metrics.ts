@@ -49,6 +49,10 @@ export function createMetrics(): Metrics {
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
   const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers, non-members)', labelNames: ['vrid', 'reason'], registers: [registry] });
+  const backendInfo = new Gauge({ name: 'ballast_backend_info', help: '1 for each backend checked, with where it came from (source: seed, endpointslice or lastKnown)', labelNames: ['backend', 'source'], registers: [registry] });
+  const discEmpty = new Counter({ name: 'ballast_discovery_empty_kept_total', help: 'Empty discovered backend sets ignored (the last non-empty set kept)', registers: [registry] });
+  const discErrors = new Counter({ name: 'ballast_discovery_errors_total', help: 'EndpointSlice watch errors that restarted the watch (on another ready apiserver)', registers: [registry] });
+  const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
 
   return {
     registry,
@@ -72,6 +76,14 @@ export function createMetrics(): Metrics {
         for (const b of doc.local.backends) localBackends.set({ mode: doc.local.mode, backend: b }, 1);
         localReset.reset();
         localReset.inc(doc.local.socketsReset);
+      }
+      backendInfo.reset();
+      for (const b of doc.backends) backendInfo.set({ backend: b.address, source: b.source ?? 'seed' }, 1);
+      if (doc.discovery !== undefined) {
+        for (const [c, n] of [[discEmpty, doc.discovery.emptyKept], [discErrors, doc.discovery.errors], [discLists, doc.discovery.lists]] as const) {
+          c.reset();
+          c.inc(n);
+        }
       }
       backendUp.reset();
       backendLatency.reset();

@@ -3,6 +3,7 @@
  */
 import type { EngineStatus } from '../vrrp/engine.js';
 import type { BackendHealth } from '../health/checker.js';
+import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 import type { LocalDataplaneStatus } from '../dataplane/local.js';
@@ -21,8 +22,10 @@ export type LocalStatus = (LocalDataplaneStatus & { failures: number; lastError:
 
 /** What every agent reports: backends, the VIP data plane, the local endpoint. */
 export interface CommonStatus {
-  /** The apiservers and their health (empty when no backends are configured). */
-  backends: BackendHealth[];
+  /** The apiservers and their health (empty when no backends are configured), each with where it came from (the agent always sets `source`). */
+  backends: (BackendHealth & { source?: BackendSource })[];
+  /** Backend discovery's state and counters; absent without a `discovery` section. */
+  discovery?: DiscoveryStats;
   /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends, or no election). */
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
@@ -93,6 +96,7 @@ export function statusDocument(
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
     backends: common.backends,
+    ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
     dataplane: common.dataplane,
     local: common.local,
   };
@@ -115,8 +119,9 @@ function formatLocal(l: LocalStatus): string {
 function backendRows(d: CommonStatus): [string, string][] {
   return d.backends.map((b): [string, string] => {
     // a file still to come (the CA before kubeadm init) is what the operator must read first
-    if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)`];
-    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`];
+    const source = b.source === undefined ? '' : ` [${b.source}]`;
+    if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)${source}`];
+    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}${source}`];
   });
 }
 

@@ -124,6 +124,7 @@ describe('parseConfig: valid files', () => {
       },
       dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
       localEndpoint: null,
+      discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
       admin: { listen: { host: '127.0.0.1', port: 9641 } },
       log: { level: 'info' },
@@ -460,7 +461,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown key, far',
       { zzz: 1 },
       'zzz',
-      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, policy, admin, log)',
+      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log)',
     ],
     ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter, refresh)'],
 
