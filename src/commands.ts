@@ -13,7 +13,7 @@ import { get, request } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { loadConfig } from './config/index.js';
+import { formatNote, loadConfig, type ConfigNote } from './config/index.js';
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
@@ -112,12 +112,23 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
       (err: Error) => log?.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
     );
   });
-  const config = loadConfig(opts.config);
+  const notes: ConfigNote[] = [];
+  const config = loadConfig(opts.config, { notes });
   log = createLogger(opts.logLevel ?? config.log.level);
   if (firstSignal !== null) log.info({ signal: firstSignal }, 'signal received before start-up');
+  // a file that does not exist yet (the CA before kubeadm init) is waited for, not an error
+  const logNotes = (ns: readonly ConfigNote[]): void => {
+    for (const n of ns) log?.warn({ setting: n.path, file: n.file }, `${n.path}: ${n.message}`);
+  };
+  logNotes(notes);
   agent = await startAgent(config, log, {
     signal: cancel.signal,
-    load: () => loadConfig(opts.config),
+    load: () => {
+      const again: ConfigNote[] = [];
+      const next = loadConfig(opts.config, { notes: again });
+      logNotes(again);
+      return next;
+    },
     source: opts.config,
     ...(opts.logLevel ? { logLevel: opts.logLevel } : {}),
   });
@@ -299,8 +310,10 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .requiredOption('-c, --config <file>', 'YAML configuration file')
     .action((o: { config: string }) => {
       result = Promise.resolve().then(() => {
-        loadConfig(o.config);
-        process.stdout.write(`${o.config}: ok\n`);
+        const notes: ConfigNote[] = [];
+        loadConfig(o.config, { notes });
+        for (const n of notes) process.stdout.write(`${o.config}: ${formatNote(n)}\n`);
+        process.stdout.write(`${o.config}: ok${notes.length > 0 ? ` (${notes.length} ${notes.length === 1 ? 'file' : 'files'} to wait for)` : ''}\n`);
         return 0;
       });
     });

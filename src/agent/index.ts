@@ -24,7 +24,6 @@ import { HealthChecker } from '../health/checker.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import type { Logger } from '../observe/log.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
-import type { VrrpHost } from '../vrrp/host.js';
 import { startAdminPhase, type AdminPhase } from './admin.js';
 import { startElection, type ElectionPhase } from './election.js';
 import { startHealth, type HealthFollowers, type HealthPhase } from './health.js';
@@ -32,7 +31,7 @@ import { startLocalEndpoint, type LocalEndpointPhase } from './local-endpoint.js
 import { throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
 import { checkBindAddresses, listAllInterfaces, preflight, readAuthKeys, resolveInterface, type Preflight, type ResolvedInterface } from './preflight.js';
 import { startPriority, type PriorityPhase } from './priority.js';
-import { describePlan, planReload, RESTART, type ElectionPatch, type ReloadPlan } from './reload-plan.js';
+import { describePlan, planReload, RESTART, type ReloadPlan } from './reload-plan.js';
 import { CleanupStack } from './stack.js';
 import { dataplaneStatus, startVipDataplane, type VipDataplanePhase } from './vip-dataplane.js';
 
@@ -361,7 +360,8 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
     releaseInstance();
     running.resolved = resolved;
   } else if (plan.election && running.election) {
-    await reconfigureElection(running.election.host, plan.election);
+    // from the next advert; rejects (nothing changed) when the engine refuses it
+    await running.election.host.reconfigure(plan.election);
   }
   if (locks && plan.vips.removed.length > 0) locks.releaseVips(plan.vips.removed);
 
@@ -416,16 +416,6 @@ async function applySeedBackends(checker: HealthChecker, next: Config, followers
   checker.setBackends(next.apiserver.backends);
   await Promise.all([followers.lb?.sync(), followers.localLb?.sync()]);
   followers.balancing?.evaluate();
-}
-
-/**
- * The election's runtime change (VrrpHost.reconfigure, CONTRACTS.md): takes effect from the next
- * advert. @throws Error when the engine refuses it (or this build's engine has no reconfigure).
- */
-async function reconfigureElection(host: VrrpHost, patch: ElectionPatch): Promise<void> {
-  const h = host as unknown as { reconfigure?: (p: ElectionPatch) => Promise<void> };
-  if (typeof h.reconfigure !== 'function') throw new Error("this build's election engine cannot be reconfigured at run time (VrrpHost.reconfigure is missing)");
-  await h.reconfigure(patch);
 }
 
 /**

@@ -24,21 +24,10 @@
  * Durations are compared in the units Config carries them in (ms, cs).
  */
 import type { Config } from '../config/index.js';
+import type { EngineReconfigure } from '../vrrp/engine.js';
 
-/**
- * The election's runtime change (CONTRACTS.md, `EngineReconfigure` of src/vrrp/engine.ts): only
- * the fields that differ are set. `vips` is the whole new set.
- */
-export interface ElectionPatch {
-  vips?: string[];
-  priority?: number;
-  advertisementIntervalCs?: number;
-  preempt?: boolean;
-  preemptDelayMs?: number;
-  peers?: string[];
-  announce?: { count: number; spacingMs: number; repeatAfterMs: number; refreshMs: number };
-  vipLifetimeMs?: number;
-}
+/** The election's runtime change (VrrpHost.reconfigure): only the fields that differ are set; `vips` is the whole new set. */
+export type ElectionPatch = EngineReconfigure;
 
 /** What one reload does, derived from the two configs. */
 export interface ReloadPlan {

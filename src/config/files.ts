@@ -51,6 +51,39 @@ export interface FileIssue {
   message: string;
 }
 
+/**
+ * A file a health setting names that does not exist yet (ENOENT, also when a directory on its
+ * path is missing): not an error. Before `kubeadm init` / `join` there is no
+ * /etc/kubernetes/pki/ca.crt, and the VIP must exist before the first apiserver; the health
+ * checks report the backends as waiting for the file and start using it when it appears.
+ */
+export interface FileNote {
+  /** The setting's path, e.g. `['apiserver', 'health', 'caFile']`. */
+  path: (string | number)[];
+  /** The file's path. */
+  file: string;
+  /** For people: `/etc/kubernetes/pki/ca.crt does not exist yet: the health checks wait for it …`. */
+  message: string;
+}
+
+/** A {@link FileNote} as loadConfig gives it: the setting written as in the file, and its line when known. */
+export interface ConfigNote {
+  /** `apiserver.health.caFile`. */
+  readonly path: string;
+  readonly file: string;
+  readonly message: string;
+  readonly line?: number;
+  readonly column?: number;
+}
+
+/** How `ballast validate` (and the agent's log) write a note: `line 9: apiserver.health.caFile: note: …`. */
+export function formatNote(n: ConfigNote): string {
+  return `${n.line === undefined ? '' : `line ${n.line}: `}${n.path}: note: ${n.message}`;
+}
+
+/** The health settings whose file may be missing at start (waited for); vrrp.auth.keyFile may not. */
+const WAITABLE = new Set(['caFile', 'clientCertFile', 'clientKeyFile', 'tokenFile']);
+
 /** Why a file could not be read, for an operator: `no such file (ENOENT)`. */
 export function describeReadError(err: unknown): string {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
@@ -134,14 +167,21 @@ const filePath = (v: unknown): string | undefined =>
  * schema): caFile and clientCertFile must hold PEM certificates, clientKeyFile a PEM private
  * key matching clientCertFile, tokenFile one non-empty line.
  *
- * @param raw the configuration value; only `apiserver.health` is looked at.
+ * A health file (caFile, clientCertFile, clientKeyFile, tokenFile) that does not exist (ENOENT)
+ * is no issue but a {@link FileNote} pushed to `notes`: the checks wait for it. One that exists
+ * and cannot be read (a directory, EACCES, a device) or is malformed is an issue, and so is a
+ * missing vrrp.auth.keyFile (the election cannot run without it). A missing client certificate
+ * leaves its key unchecked against it (and the other way round): both are checked when they exist.
+ *
+ * @param raw the configuration value; `vrrp.auth` and `apiserver.health` are looked at.
  * @param files how to read (see {@link hostFiles}).
+ * @param notes receives a note per missing health file, when given.
  * @returns one issue per bad file, each naming its setting; empty when all is well.
  */
-export function fileIssues(raw: unknown, files: ConfigFiles): FileIssue[] {
+export function fileIssues(raw: unknown, files: ConfigFiles, notes?: FileNote[]): FileIssue[] {
   if (!isRecord(raw)) return [];
   const out: FileIssue[] = [];
-  const reader = readerOf(files, out);
+  const reader = readerOf(files, out, notes ?? []);
   const auth = isRecord(raw.vrrp) ? raw.vrrp.auth : undefined;
   authKeyIssue(reader(auth, ['vrrp', 'auth', 'keyFile']), out);
   const health = isRecord(raw.apiserver) ? raw.apiserver.health : undefined;
@@ -163,15 +203,21 @@ interface ReadFile {
 
 /**
  * `read(section, at)`: the file named by the last key of `at` in `section`, or undefined when the
- * setting is not a well-formed path (its own issue) or the file cannot be read (an issue in `out`).
+ * setting is not a well-formed path (its own issue), the health file does not exist yet (a note
+ * in `notes`) or the file cannot be read (an issue in `out`).
  */
-function readerOf(files: ConfigFiles, out: FileIssue[]): (section: unknown, at: (string | number)[]) => ReadFile | undefined {
+function readerOf(files: ConfigFiles, out: FileIssue[], notes: FileNote[]): (section: unknown, at: (string | number)[]) => ReadFile | undefined {
   return (section, at) => {
-    const path = isRecord(section) ? filePath(section[String(at.at(-1))]) : undefined;
+    const key = String(at.at(-1));
+    const path = isRecord(section) ? filePath(section[key]) : undefined;
     if (path === undefined) return undefined;
     try {
       return { at, path, bytes: files.readFile(path) };
     } catch (err) {
+      if (at[0] === 'apiserver' && WAITABLE.has(key) && (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
+        notes.push({ path: at, file: path, message: `${path} does not exist yet: the health checks wait for it (the backends are not ready until it appears; expected before kubeadm init / join)` });
+        return undefined;
+      }
       out.push({ path: at, message: `cannot read ${path}: ${describeReadError(err)}` });
       return undefined;
     }

@@ -1,6 +1,6 @@
 /** Configuration: parse, validate and freeze. See docs/config.md for every setting. */
 export { formatDuration, parseDuration } from './duration.js';
-export { hostFiles, parseAuthKeys, type ConfigFiles } from './files.js';
+export { formatNote, hostFiles, parseAuthKeys, type ConfigFiles, type ConfigNote } from './files.js';
 export { loadConfig, parseConfig } from './load.js';
 export {
   ADVERTISEMENT_INTERVAL_MAX_MS,

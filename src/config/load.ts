@@ -3,7 +3,7 @@
  */
 import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
-import { describeReadError, hostFiles, readRegularFile, type ConfigFiles } from './files.js';
+import { describeReadError, hostFiles, readRegularFile, type ConfigFiles, type ConfigNote } from './files.js';
 import { validateConfig, type Locator } from './schema.js';
 import { ALIAS_BOMB_MESSAGE, nestingIssue, unresolvedAliasIssue, yamlErrorIssue } from './yaml.js';
 import type { Config } from './types.js';
@@ -48,6 +48,7 @@ function locator(doc: Document, lines: LineCounter): Locator {
  * @param source where the text came from (a file path), for messages; optional.
  * @param options.files when given, the files the configuration names (apiserver.health.caFile
  *   and the others) are read through it and checked (see validateConfig); without it, pure.
+ * @param options.notes receives a note per health file that does not exist yet (see validateConfig).
  * @returns the normalized, deep-frozen {@link Config}: durations in integer milliseconds
  *   (`…Ms`), the advertisement interval also in centiseconds (`advertisementIntervalCs`),
  *   `family` derived from the VIPs, IPv6 addresses in canonical form.
@@ -57,7 +58,7 @@ function locator(doc: Document, lines: LineCounter): Locator {
  *   invalid setting (path such as `vrrp.vrid`, with its line when known). All problems are
  *   reported together.
  */
-export function parseConfig(text: string, source?: string, options: { files?: ConfigFiles } = {}): Config {
+export function parseConfig(text: string, source?: string, options: { files?: ConfigFiles; notes?: ConfigNote[] } = {}): Config {
   // composing the document recurses: bound the nesting first, on the (iterative) token stream
   const deep = nestingIssue(text, new LineCounter());
   if (deep !== null) throw new ConfigError([{ path: DOCUMENT_PATH, ...deep }], { source });
@@ -80,6 +81,7 @@ export function parseConfig(text: string, source?: string, options: { files?: Co
     ...(source === undefined ? {} : { source }),
     locate: locator(doc, lines),
     ...(options.files === undefined ? {} : { files: options.files }),
+    ...(options.notes === undefined ? {} : { notes: options.notes }),
   });
 }
 
@@ -91,14 +93,17 @@ export function parseConfig(text: string, source?: string, options: { files?: Co
  * @param path file path, as given by the operator (also used as the source in messages).
  * @param options.files how the named files are read; default the host's file system (tests
  *   pass a fake).
+ * @param options.notes receives a note per health file (apiserver.health.caFile,
+ *   clientCertFile, clientKeyFile, tokenFile) that does not exist yet: not an error, the
+ *   checks wait for it (before `kubeadm init` the CA does not exist).
  * @returns the normalized, deep-frozen {@link Config}.
  * @throws BallastError BALLAST_E_CONFIG_READ when the file cannot be read (missing,
  *   permission denied, a directory); the fs error is its `cause`.
  * @throws ConfigError BALLAST_E_CONFIG when the file is not UTF-8, not valid YAML, or not a
- *   valid configuration, or a file it names is missing or malformed (path such as
- *   `apiserver.health.caFile`).
+ *   valid configuration, or a file it names is malformed or cannot be read (path such as
+ *   `apiserver.health.caFile`), or vrrp.auth.keyFile is missing.
  */
-export function loadConfig(path: string, options: { files?: ConfigFiles } = {}): Config {
+export function loadConfig(path: string, options: { files?: ConfigFiles; notes?: ConfigNote[] } = {}): Config {
   let bytes: Buffer;
   try {
     bytes = readRegularFile(path);
@@ -114,5 +119,5 @@ export function loadConfig(path: string, options: { files?: ConfigFiles } = {}):
   } catch (err) {
     throw new ConfigError([{ path: DOCUMENT_PATH, message: 'the file is not UTF-8 text' }], { source: path, cause: err });
   }
-  return parseConfig(text, path, { files: options.files ?? hostFiles });
+  return parseConfig(text, path, { files: options.files ?? hostFiles, ...(options.notes === undefined ? {} : { notes: options.notes }) });
 }

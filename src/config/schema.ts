@@ -37,7 +37,7 @@ import {
   rangeMessage,
   serverNameField,
 } from './fields.js';
-import { fileIssues, type ConfigFiles } from './files.js';
+import { fileIssues, type ConfigFiles, type ConfigNote, type FileNote } from './files.js';
 import { formatPath, issueOrder, type Locator, type RawIssue, type SectionKeys } from './issues.js';
 import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS, HOUR_MS, MAX_VIPS } from './limits.js';
 import { expect, show } from './messages.js';
@@ -259,14 +259,24 @@ function schemaIssues(error: z.ZodError): RawIssue[] {
  *   passes one; without it issues carry no line numbers).
  * @param options.files when given, the files named by vrrp.auth and apiserver.health (keyFile,
  *   caFile, clientCertFile, clientKeyFile, tokenFile) are read through it and checked; a missing
- *   or malformed file is an issue on its setting. Without it, files are not looked at.
+ *   or malformed file is an issue on its setting, except a health file (caFile, clientCertFile,
+ *   clientKeyFile, tokenFile) that does not exist yet: the checks wait for it (a note). Without
+ *   it, files are not looked at.
+ * @param options.notes receives those notes (one per missing health file), also when the
+ *   configuration turns out invalid.
  * @throws ConfigError (code BALLAST_E_CONFIG) listing every problem found, in declaration order.
  */
-export function validateConfig(value: unknown, options: { source?: string; locate?: Locator; files?: ConfigFiles } = {}): Config {
+export function validateConfig(value: unknown, options: { source?: string; locate?: Locator; files?: ConfigFiles; notes?: ConfigNote[] } = {}): Config {
   const result = configSchema.safeParse(value);
   const raw: RawIssue[] = result.success ? [] : schemaIssues(result.error);
   raw.push(...crossFieldIssues(value));
-  if (options.files !== undefined) raw.push(...fileIssues(value, options.files));
+  const waits: FileNote[] = [];
+  if (options.files !== undefined) raw.push(...fileIssues(value, options.files, waits));
+  for (const w of waits) {
+    const at = options.locate?.(w.path, false);
+    const base = { path: formatPath(w.path), file: w.file, message: w.message };
+    options.notes?.push(at === undefined ? base : { ...base, line: at.line, column: at.column });
+  }
   if (result.success && raw.length === 0) return deepFreeze(result.data);
   raw.sort(issueOrder(SECTION_KEYS));
   const issues = raw.map((r): ConfigIssue => {

@@ -92,6 +92,12 @@ export interface BackendHealth {
   reason: string | null;
   /** Consecutive results of the latest kind: passes when the last check passed, else failures. */
   consecutive: number;
+  /**
+   * Present while the latest failure is a file the checks need that does not exist yet (cause
+   * `waitingForFile`): the setting (`apiserver.health.caFile`) and the file. Such a backend is
+   * not ready (no traffic) until the file appears and `rise` checks pass.
+   */
+  waitingFor?: { setting: string; path: string };
 }
 
 /**
@@ -217,15 +223,19 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * list). A new array of new objects; see {@link BackendHealth} for the fields.
    */
   snapshot(o: { family?: 4 | 6 } = {}): BackendHealth[] {
-    return this.#list(o.family).map((e) => ({
-      address: e.address,
-      state: e.health.state,
-      healthy: e.health.state === 'up',
-      lastCheck: e.lastCheck === null ? null : new Date(e.lastCheck).toISOString(),
-      lastLatencyMs: e.lastLatencyMs,
-      reason: e.health.reason?.message ?? null,
-      consecutive: e.last === 'pass' ? e.health.passes : e.health.failures,
-    }));
+    return this.#list(o.family).map((e) => {
+      const cause = e.health.reason?.cause;
+      return {
+        address: e.address,
+        state: e.health.state,
+        healthy: e.health.state === 'up',
+        lastCheck: e.lastCheck === null ? null : new Date(e.lastCheck).toISOString(),
+        lastLatencyMs: e.lastLatencyMs,
+        reason: e.health.reason?.message ?? null,
+        consecutive: e.last === 'pass' ? e.health.passes : e.health.failures,
+        ...(cause?.kind === 'waitingForFile' && e.last === 'fail' ? { waitingFor: { setting: cause.setting, path: cause.path } } : {}),
+      };
+    });
   }
 
   /**

@@ -60,8 +60,9 @@ export interface ProbeSettings {
  * - `error`, when not ok: the message for people: an errno name for network failures
  *   (`ECONNREFUSED`, `ECONNRESET`, `EHOSTUNREACH`, `ETIMEDOUT`…), `timeout` (our deadline),
  *   `tls: <code>: <message>` (verification or handshake failure), `http <status>` (a non-2xx
- *   answer), `aborted` (the caller's signal), or `cannot read <setting> <path>: <code>` /
- *   `tokenFile <path> is empty` (a local file).
+ *   answer), `aborted` (the caller's signal), `cannot read <setting> <path>: <code>` /
+ *   `tokenFile <path> is empty` (a local file), or `waiting for apiserver.health.<setting> <path>
+ *   (it does not exist yet)` (cause `waitingForFile`: the file is looked for again at every check).
  */
 export interface ProbeResult {
   ok: boolean;
@@ -155,7 +156,9 @@ interface Credentials {
 /**
  * Makes a {@link Probe} for these settings. The files they name are read on the first check and
  * again whenever they change (inode, size or mtime), so rotated CAs, client certificates and
- * tokens are picked up without a restart; the TLS context is rebuilt only then.
+ * tokens are picked up without a restart; the TLS context is rebuilt only then. A file that does
+ * not exist yet (also one whose directory is missing) fails the check with cause
+ * `waitingForFile`, and is looked for again at the next one: the first check after it appears uses it.
  *
  * @param settings see {@link ProbeSettings}; `timeoutMs` must be > 0.
  * @param deps.files the file system (default: the host's).
@@ -178,20 +181,32 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
         return await cache.get(path);
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
+        // not there yet (the CA before kubeadm init): a wait, checked again at every check
+        if (code === 'ENOENT') {
+          const full = `apiserver.health.${setting}`;
+          return { cause: { kind: 'waitingForFile', setting: full, path }, message: `waiting for ${full} ${path} (it does not exist yet)` };
+        }
         return local(setting, `cannot read ${setting} ${path}: ${code ?? (err as Error).message}`);
       }
     };
-    const [ca, cert, key, token] = await Promise.all([
+    const loaded = await Promise.all([
       load('caFile', settings.caFile),
       load('clientCertFile', settings.clientCertFile),
       load('clientKeyFile', settings.clientKeyFile),
       load('tokenFile', settings.tokenFile),
     ]);
-    for (const f of [ca, cert, key, token]) if (f !== undefined && 'cause' in f) return f;
+    const [ca, cert, key, token] = loaded;
+    // a file that exists but cannot be used says more than one still to come
+    const failures = loaded.filter((f): f is Failure => f !== undefined && 'cause' in f);
+    const unusable = failures.find((f) => f.cause.kind !== 'waitingForFile');
+    if (unusable !== undefined) return unusable;
+    const waiting = failures[0];
     const file = (f: typeof ca): { version: string; data: Buffer } | undefined => (f === undefined || 'cause' in f ? undefined : f);
     const [caF, certF, keyF, tokenF] = [file(ca), file(cert), file(key), file(token)];
     const ctxKey = `${caF?.version}|${certF?.version}|${keyF?.version}`;
-    if (context?.key !== ctxKey) {
+    // the TLS files that are there are still checked while another is awaited (half a pair is not)
+    const tlsWaiting = [ca, cert, key].some((f) => f !== undefined && 'cause' in f);
+    if (context?.key !== ctxKey && !(tlsWaiting && (certF === undefined) !== (keyF === undefined))) {
       try {
         context = {
           key: ctxKey,
@@ -212,6 +227,8 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
       if (bearer === '') return local('tokenFile', `tokenFile ${settings.tokenFile} is empty`);
       if (/[^\x21-\x7e]/.test(bearer)) return local('tokenFile', `tokenFile ${settings.tokenFile} holds characters a bearer token cannot have`);
     }
+    if (waiting !== undefined) return waiting;
+    if (context === undefined) return local('caFile', 'tls: no TLS context');
     return { secureContext: context.value, token: bearer };
   };
 

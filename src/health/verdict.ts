@@ -14,6 +14,7 @@
  *   http          an HTTP answer (non-2xx: /readyz 500 …)      unready   a process answered: drain
  *   tls           handshake or verification failure            unready   a process answered
  *   localFile     this node cannot read its CA / cert / token  unready   says nothing about the backend
+ *   waitingForFile  a file the checks need does not exist yet  unready   (the CA before kubeadm init)
  *   aborted       the checker aborted its own check            unready   nothing was learnt
  *   refused       ECONNREFUSED                                 dead      reset its flows
  *   reset         ECONNRESET / EPIPE, answer cut short         dead
@@ -34,6 +35,12 @@ export type Cause =
   | { readonly kind: 'tls'; readonly code: string | null }
   /** A file the check needs (`setting`: caFile, clientCertFile, clientKeyFile, tokenFile) cannot be used. */
   | { readonly kind: 'localFile'; readonly setting: string }
+  /**
+   * A file the check needs does not exist yet (ENOENT, also a missing directory): the CA before
+   * `kubeadm init`, a token not yet issued. `setting` is the full one (`apiserver.health.caFile`),
+   * `path` the file. The checks go on and use the file as soon as it appears.
+   */
+  | { readonly kind: 'waitingForFile'; readonly setting: string; readonly path: string }
   | { readonly kind: 'aborted' }
   | { readonly kind: 'refused' }
   | { readonly kind: 'reset' }
@@ -91,6 +98,7 @@ export function failureState(cause: Cause): 'unready' | 'dead' {
     case 'http':
     case 'tls':
     case 'localFile':
+    case 'waitingForFile':
     case 'aborted':
       return 'unready';
     case 'refused':

@@ -40,6 +40,7 @@ export function createMetrics(): Metrics {
     foreign: new Counter({ name: 'ballast_vrrp_foreign_adverts_total', help: 'Adverts for our VRID listing other addresses than our VIPs (another group or a misconfigured peer)', labelNames: labels, registers: [registry] }),
   };
   const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend', 'state'], registers: [registry] });
+  const backendWaiting = new Gauge({ name: 'ballast_backend_waiting_for_file', help: '1 while the checks of the backend wait for a file that does not exist yet (setting, path: the CA before kubeadm init)', labelNames: ['backend', 'setting', 'path'], registers: [registry] });
   const backendLatency = new Gauge({ name: 'ballast_backend_check_latency_seconds', help: 'Latency of the last /readyz check of the backend', labelNames: ['backend'], registers: [registry] });
   const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
@@ -81,8 +82,10 @@ export function createMetrics(): Metrics {
       }
       backendUp.reset();
       backendLatency.reset();
+      backendWaiting.reset();
       for (const b of doc.backends) {
         backendUp.set({ backend: b.address, state: b.state }, b.healthy ? 1 : 0);
+        if (b.waitingFor) backendWaiting.set({ backend: b.address, setting: b.waitingFor.setting, path: b.waitingFor.path }, 1);
         if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
       }
       if (doc.dataplane.mode === 'nftables') {

@@ -151,7 +151,11 @@ function formatLocal(l: LocalStatus): string {
 }
 
 function backendRows(d: CommonStatus): [string, string][] {
-  return d.backends.map((b): [string, string] => ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`]);
+  return d.backends.map((b): [string, string] => {
+    // a file still to come (the CA before kubeadm init) is what the operator must read first
+    if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)`];
+    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`];
+  });
 }
 
 function aligned(rows: [string, string][]): string {

@@ -21,10 +21,10 @@
  */
 import { performance } from 'node:perf_hooks';
 import { encodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6 } from './packet.js';
-import { VrrpMachine, type AnnounceReason, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
+import { checkReconfigure, VrrpMachine, type AnnounceReason, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
 import { netlinkErrno } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
-import { canonicalAddress, type AddressFamily } from '../net/address.js';
+import { addressFamily, canonicalAddress, type AddressFamily } from '../net/address.js';
 import { AdvertAuth } from './auth.js';
 import { FILTER_WARNINGS, filterAdvert, type ReceivedAdvert } from './filters.js';
 import { openNativeEdge, type OpenEdge, type VrrpEdge } from './edge.js';
@@ -47,6 +47,12 @@ export interface EngineOptions {
    */
   unicast: boolean;
   peers: string[];
+  /**
+   * vrrp.acceptFrom `members`: only adverts from these sources (same family; for IPv6 multicast
+   * the link-local addresses the adverts come from) are heard, the rest are dropped as
+   * `notMember` and logged once per source. Null or absent: any source (vrrp.acceptFrom `any`).
+   */
+  members?: string[] | null;
   /**
    * Shared keys of authenticated adverts (docs/auth.md; the first signs, all verify), or null for plain RFC 9568 adverts.
    * With a key, adverts without a valid trailer are dropped (`authMissing`, `authFailed`, `replayed`).
@@ -75,6 +81,33 @@ export interface EngineOptions {
   owner: boolean;
 }
 
+/**
+ * A change of a running engine's parameters (a reload), each optional; absent = unchanged.
+ * A change of vrid, interface or family is not a reconfigure (the agent hands over and rejoins).
+ */
+export interface EngineReconfigure {
+  /** The whole new VIP set, same family. VIPs that stay are never removed; see state.ts `MachineReconfigure`. */
+  vips?: string[];
+  /** The configured base priority, 1..254 (setPriority still sets the effective one). Not for the owner (255). */
+  priority?: number;
+  /** Advertisement_Interval, centiseconds 1..4095, from the next advert. */
+  advertisementIntervalCs?: number;
+  preempt?: boolean;
+  /** ms. */
+  preemptDelayMs?: number;
+  /** Unicast: the whole send list (and the allowlist of sources). Our own address is ignored. */
+  peers?: string[];
+  /** acceptFrom members: the sources whose adverts are heard; null = any. */
+  members?: string[] | null;
+  /** As in {@link EngineOptions}: frames per VIP, ms between them, ms to the repeat burst, ms between refresh bursts. */
+  announce?: { count: number; spacingMs: number; repeatAfterMs: number; refreshMs: number };
+  /** ms (0 = permanent). Ignored by the owner. */
+  vipLifetimeMs?: number;
+}
+
+/** Most sources logged once each per kind of drop; the rest only count (a flood of forged sources cannot grow memory). */
+export const LOGGED_SOURCES_MAX = 256;
+
 /** What the engine reports about itself. */
 export interface EngineStatus {
   state: VrrpState;
@@ -97,7 +130,7 @@ export interface EngineCounters {
   advertsSent: number;
   advertsReceived: number;
   sendErrors: number;
-  /** Received packets dropped, by reason (the codec's §7.1 checks, plus `notPeer`, `own`, `malformedIpHeader`). */
+  /** Received packets dropped, by reason (the codec's §7.1 checks, plus `notPeer`, `notMember`, `own`, `malformedIpHeader`). */
   dropped: Record<string, number>;
   transitions: number;
   announcementsSent: number;
@@ -144,7 +177,12 @@ export class VrrpEngine {
   /** The interface was found deleted (reported once). */
   private interfaceGone = false;
   private linkRunning: boolean;
-  private readonly frames: Buffer[];
+  /** The options as they are now: a reconfigure changes vips, peers, announce, the timers' values. */
+  private readonly opts: EngineOptions;
+  /** The announce frame of each VIP, in VIP order. */
+  private frames = new Map<string, Buffer>();
+  /** acceptFrom members (canonical text), or null for any source. */
+  private members: ReadonlySet<string> | null;
   private readonly auth: AdvertAuth | null;
   private readonly now: () => number;
   private readonly counters: EngineCounters = {
@@ -158,10 +196,18 @@ export class VrrpEngine {
   };
 
   private constructor(
-    private readonly opts: EngineOptions,
+    options: EngineOptions,
     private readonly emit: (ev: EngineEvent) => void,
     deps: EngineDeps,
   ) {
+    const opts: EngineOptions = {
+      ...options,
+      vips: options.vips.map(canonicalAddress),
+      peers: options.peers.map(canonicalAddress),
+      announce: { ...options.announce },
+    };
+    this.opts = opts;
+    this.members = memberSet(options.members);
     this.machine = new VrrpMachine({
       vrid: opts.vrid,
       priority: opts.priority,
@@ -169,7 +215,7 @@ export class VrrpEngine {
       preempt: opts.preempt,
       preemptDelayMs: opts.preemptDelayMs,
       primaryAddress: opts.primaryAddress,
-      vips: opts.vips.map(canonicalAddress),
+      vips: opts.vips,
       manageVips: !opts.owner,
       announce: { repeatAfterMs: opts.announce.repeatAfterMs, refreshMs: opts.announce.refreshMs },
       vipLifetimeMs: opts.owner ? 0 : opts.vipLifetimeMs,
@@ -177,8 +223,16 @@ export class VrrpEngine {
     this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
     this.now = deps.now ?? (() => performance.now());
     this.linkRunning = opts.linkRunning;
-    const mac = parseMac(opts.mac);
-    this.frames = opts.vips.map((v) => (opts.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
+    this.makeFrames();
+  }
+
+  /** Re-makes the announce frames for today's VIPs (kept ones reuse theirs). */
+  private makeFrames(): void {
+    const o = this.opts;
+    const mac = parseMac(o.mac);
+    const next = new Map<string, Buffer>();
+    for (const v of o.vips) next.set(v, this.frames.get(v) ?? (o.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
+    this.frames = next;
   }
 
   /**
@@ -233,6 +287,75 @@ export class VrrpEngine {
   /** Holds (true) or releases preemption of a lower-priority Active router; see MachineEvent `preemptHold`. */
   setPreemptHold(hold: boolean): void {
     this.feed({ type: 'preemptHold', now: this.now(), hold });
+  }
+
+  /**
+   * Changes the running election's parameters (see {@link EngineReconfigure}; the machine's
+   * rules are state.ts `MachineReconfigure`). Everything is checked first: a patch that cannot
+   * apply changes nothing. Resolves once the address changes it asked for are done (an
+   * announce burst for added VIPs may still be running); a failing address change is logged,
+   * as for any other address change.
+   * @throws Error saying why (an address of the other family, a number out of range, a priority
+   *   change of the owner), before anything changed.
+   */
+  async reconfigure(patch: EngineReconfigure): Promise<void> {
+    if (this.stopped) throw new Error('the election engine is stopped');
+    const o = this.opts;
+    const fam = (list: unknown, what: string, allowEmpty = true): string[] => {
+      if (!Array.isArray(list)) throw new Error(`${what} must be a list of addresses`);
+      const out: string[] = [];
+      for (const a of list as unknown[]) {
+        if (typeof a !== 'string' || addressFamily(a) === null) throw new Error(`${what}: ${JSON.stringify(a)} is not an IP address`);
+        if (addressFamily(a) !== o.family) throw new Error(`${what}: ${a} is IPv${addressFamily(a)}, but this election is IPv${o.family}`);
+        const c = canonicalAddress(a);
+        if (!out.includes(c)) out.push(c);
+      }
+      if (!allowEmpty && out.length === 0) throw new Error(`${what} must not be empty`);
+      return out;
+    };
+    const vips = patch.vips !== undefined ? fam(patch.vips, 'vips') : undefined;
+    const peers = patch.peers !== undefined ? fam(patch.peers, 'peers').filter((p) => p !== o.primaryAddress) : undefined;
+    if (peers !== undefined && !o.unicast && peers.length > 0) throw new Error('peers: this election is multicast (peers are for unicast mode)');
+    const members = patch.members === undefined ? undefined : patch.members === null ? null : fam(patch.members, 'members');
+    const a = patch.announce;
+    if (a !== undefined) {
+      if (!Number.isInteger(a.count) || a.count < 0) throw new Error(`announce.count must be an integer >= 0, got ${a.count}`);
+      if (!(Number.isFinite(a.spacingMs) && a.spacingMs >= 0)) throw new Error(`announce.spacingMs must be >= 0, got ${a.spacingMs}`);
+    }
+    const machinePatch = {
+      ...(vips !== undefined ? { vips } : {}),
+      ...(patch.priority !== undefined ? { priority: patch.priority } : {}),
+      ...(patch.advertisementIntervalCs !== undefined ? { advertisementIntervalCs: patch.advertisementIntervalCs } : {}),
+      ...(patch.preempt !== undefined ? { preempt: patch.preempt } : {}),
+      ...(patch.preemptDelayMs !== undefined ? { preemptDelayMs: patch.preemptDelayMs } : {}),
+      ...(a !== undefined ? { announce: { repeatAfterMs: a.repeatAfterMs, refreshMs: a.refreshMs } } : {}),
+      ...(patch.vipLifetimeMs !== undefined && !o.owner ? { vipLifetimeMs: patch.vipLifetimeMs } : {}),
+    };
+    try {
+      checkReconfigure(machinePatch, o.owner);
+    } catch (err) {
+      throw new Error((err as Error).message);
+    }
+    // checked: from here on nothing throws
+    if (vips !== undefined) o.vips = vips;
+    if (peers !== undefined) o.peers = peers;
+    if (members !== undefined) this.members = memberSet(members);
+    if (patch.priority !== undefined) o.priority = patch.priority;
+    if (patch.advertisementIntervalCs !== undefined) o.advertisementIntervalCs = patch.advertisementIntervalCs;
+    if (patch.preempt !== undefined) o.preempt = patch.preempt;
+    if (patch.preemptDelayMs !== undefined) o.preemptDelayMs = patch.preemptDelayMs;
+    if (a !== undefined) o.announce = { count: a.count, spacingMs: a.spacingMs, repeatAfterMs: a.repeatAfterMs, refreshMs: a.refreshMs };
+    if (patch.vipLifetimeMs !== undefined && !o.owner) o.vipLifetimeMs = patch.vipLifetimeMs;
+    this.makeFrames();
+    let addressesDone: Promise<void> | null = null;
+    for (const action of this.machine.handle({ type: 'reconfigure', now: this.now(), ...machinePatch })) {
+      // the caller waits for the address changes, not for a whole announce burst
+      if (action.type === 'announce') addressesDone ??= this.vipQueue;
+      this.carryOut(action);
+    }
+    this.schedule();
+    this.log('info', 'election reconfigured', { changed: Object.keys(patch).filter((k) => patch[k as keyof EngineReconfigure] !== undefined) });
+    await (addressesDone ?? this.vipQueue);
   }
 
   /** A snapshot for `/status`. */
@@ -304,9 +427,9 @@ export class VrrpEngine {
         if (a.reason === 'restored') this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
         return this.enqueue(async () => {
           await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
-          if (a.reason === 'becameActive') {
+          if (a.reason === 'becameActive' || a.reason === 'added') {
             this.vipsHeld = true;
-            this.log('info', 'VIPs added', { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs });
+            this.log('info', 'VIPs added', { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
           }
         });
       case 'renewVips':
@@ -321,6 +444,7 @@ export class VrrpEngine {
           // only what the kernel did remove: a VIP already gone is not reported
           const fields = { vips: removed.map((r) => r.address), addresses: removed.map((r) => `${r.address}/${r.prefixLen}`), interface: o.ifname };
           if (a.reason === 'released') this.log('info', 'VIPs removed', fields);
+          else if (a.reason === 'removed') this.log('info', 'VIPs removed', { ...fields, reason: 'reconfigured' });
           else if (!this.started) this.log('warn', 'removed a VIP left on the interface by an earlier run', fields);
           else this.log('warn', 'a VIP was added to the interface while this node is not master; removing it', fields);
         });
@@ -335,7 +459,8 @@ export class VrrpEngine {
           this.log(first ? 'info' : 'debug', 'heard a lower-priority master: announcing the VIPs again', { source: a.source });
         }
         const epoch = this.activeEpoch;
-        return this.enqueue(() => this.announce(epoch, a.reason));
+        const vips = a.vips;
+        return this.enqueue(() => this.announce(epoch, a.reason, vips));
       }
     }
   }
@@ -386,13 +511,15 @@ export class VrrpEngine {
    * IPv6): `count` frames per VIP, `spacingMs` apart; stops when the machine has left the
    * Active period the burst was asked in.
    */
-  private async announce(epoch: number, reason: AnnounceReason): Promise<void> {
+  private async announce(epoch: number, reason: AnnounceReason, only?: readonly string[]): Promise<void> {
     const { count, spacingMs } = this.opts.announce;
     let sent = 0;
     for (let i = 0; i < count; i++) {
       if (i > 0 && spacingMs > 0) await new Promise((r) => setTimeout(r, spacingMs));
       if (epoch !== this.activeEpoch || this.stopped || !this.edge) break;
-      for (const f of this.frames) {
+      // today's frames: a VIP removed by a reconfigure during the burst is no longer announced
+      const frames = only ? only.map((v) => this.frames.get(v)).filter((f) => f !== undefined) : [...this.frames.values()];
+      for (const f of frames) {
         try {
           this.edge.sendFrame(f);
           this.counters.announcementsSent++;
@@ -403,7 +530,7 @@ export class VrrpEngine {
       }
     }
     const kind = this.opts.family === 4 ? 'gratuitous ARP' : 'unsolicited neighbour advertisement';
-    this.log('debug', `sent ${kind}`, { frames: sent, vips: this.opts.vips, reason });
+    this.log('debug', `sent ${kind}`, { frames: sent, vips: only ?? this.opts.vips, reason });
   }
 
   /**
@@ -462,13 +589,13 @@ export class VrrpEngine {
 
   private onPacket(p: ReceivedAdvert): void {
     const o = this.opts;
-    const r = filterAdvert(p, { family: o.family, vrid: o.vrid, primaryAddress: o.primaryAddress, unicast: o.unicast, peers: o.peers, vips: o.vips, auth: this.auth });
+    const r = filterAdvert(p, { family: o.family, vrid: o.vrid, primaryAddress: o.primaryAddress, unicast: o.unicast, peers: o.peers, members: this.members, vips: o.vips, auth: this.auth });
     if (!r.ok) {
       this.counters.dropped[r.reason] = (this.counters.dropped[r.reason] ?? 0) + 1;
       const text = FILTER_WARNINGS[r.reason];
       if (text === undefined) return;
       if (r.reason === 'vrrpv2') this.warnOnce('vrrpv2', text, { source: p.source, detail: r.detail });
-      else this.warnOnce(`${r.reason}:${p.source}`, text, r.reason === 'notPeer' ? { source: p.source, peers: o.peers } : { source: p.source });
+      else this.warnOnce(`${r.reason}:${p.source}`, text, r.reason === 'notPeer' ? { source: p.source, peers: o.peers } : r.reason === 'notMember' ? { source: p.source, members: [...(this.members ?? [])] } : { source: p.source });
       return;
     }
     this.counters.advertsReceived++;
@@ -479,9 +606,16 @@ export class VrrpEngine {
     this.feed({ type: 'advert', now: this.now(), priority: r.advert.priority, maxAdvertIntervalCs: r.advert.maxAdvertIntervalCs, source: p.source });
   }
 
+  /** Keys already logged, at most {@link LOGGED_SOURCES_MAX}; `unlogged` counts the warnings left out past the cap. */
   private readonly warned = new Set<string>();
+  private unlogged = 0;
   private warnOnce(key: string, msg: string, fields: Record<string, unknown>): void {
     if (this.warned.has(key)) return;
+    if (this.warned.size >= LOGGED_SOURCES_MAX) {
+      // a flood of forged sources: one line says so, then the drop counters carry the rest
+      if (this.unlogged++ === 0) this.log('warn', `more than ${LOGGED_SOURCES_MAX} sources to warn about: further ones are only counted (see the dropped counters)`, { first: fields });
+      return;
+    }
     this.warned.add(key);
     this.log('warn', msg, fields);
   }
@@ -489,4 +623,9 @@ export class VrrpEngine {
   private log(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>): void {
     this.emit(fields ? { type: 'log', level, msg, fields } : { type: 'log', level, msg });
   }
+}
+
+/** The acceptFrom filter's set: canonical text, or null for any source. */
+function memberSet(members: readonly string[] | null | undefined): ReadonlySet<string> | null {
+  return members ? new Set(members.map(canonicalAddress)) : null;
 }

@@ -3,9 +3,13 @@
  * before the state machine hears of it. Pure except for the authenticator's replay memory, which
  * the caller owns and passes in.
  *
- *   own source ─► peer allowlist ─► auth trailer (present? valid? newer?) ─► codec (§7.1) ─► address list
- *     'own'        'notPeer'         'authUnexpected' 'authMissing'            DropReason     accepted, `foreign`
- *                                    'authFailed' 'replayed'                                  when it differs
+ *   own source ─► peer allowlist ─► members ─► auth trailer (present? valid? newer?) ─► codec (§7.1) ─► address list
+ *     'own'        'notPeer'     'notMember'  'authUnexpected' 'authMissing'          DropReason     accepted, `foreign`
+ *                                             'authFailed' 'replayed'                                when it differs
+ *
+ * The members filter (vrrp.acceptFrom, docs/auth.md) compares the source address only: anyone on
+ * the segment can forge it. It keeps a stranger's adverts (another cluster on the same VRID, a
+ * test box) out of the election; it is not authentication.
  *
  * RFC 9568 §7.1 (receiving): TTL 255 for multicast, version, checksum, VRID, address count and
  * interval are the codec's (packet.ts); "MAY check that the addresses match, and SHOULD log"
@@ -16,7 +20,7 @@ import { hasAuthTrailer, type AdvertAuth, type AuthDropReason } from './auth.js'
 import { canonicalAddress, type AddressFamily } from '../net/address.js';
 
 /** Why the filters dropped a packet (also the drop counter's label). */
-export type FilterDropReason = DropReason | AuthDropReason | 'own' | 'notPeer' | 'authUnexpected';
+export type FilterDropReason = DropReason | AuthDropReason | 'own' | 'notPeer' | 'notMember' | 'authUnexpected';
 
 /** A received packet, as the raw socket reports it (native.ts `ReceivedPacket`, without the ifindex). */
 export interface ReceivedAdvert {
@@ -37,6 +41,8 @@ export interface FilterContext {
   /** Unicast: only `peers` may speak. */
   unicast: boolean;
   peers: readonly string[];
+  /** acceptFrom members: only these sources (canonical text) may speak; null or absent = any. */
+  members?: ReadonlySet<string> | null;
   vips: readonly string[];
   /** The verifier of authenticated adverts, or null when auth is off. Its replay memory moves forward on an accepted packet. */
   auth: AdvertAuth | null;
@@ -64,6 +70,7 @@ export type FilterResult =
 export function filterAdvert(p: ReceivedAdvert, ctx: FilterContext): FilterResult {
   if (p.source === ctx.primaryAddress) return { ok: false, reason: 'own' };
   if (ctx.unicast && !ctx.peers.includes(p.source)) return { ok: false, reason: 'notPeer' };
+  if (ctx.members && !ctx.members.has(p.source)) return { ok: false, reason: 'notMember' };
   let payload = p.payload;
   if (!ctx.auth && hasAuthTrailer(payload, ctx.family)) return { ok: false, reason: 'authUnexpected' };
   if (ctx.auth) {
@@ -83,6 +90,8 @@ export function filterAdvert(p: ReceivedAdvert, ctx: FilterContext): FilterResul
  */
 export const FILTER_WARNINGS: Partial<Record<FilterDropReason | 'foreign', string>> = {
   notPeer: 'an advert from an address that is not in vrrp.peers was dropped (a node missing from this list, or a stranger on the VRID: this node cannot hear it, and it may hold the VIP too)',
+  notMember:
+    'an advert from an address that is not a member (not a backend node, not in vrrp.peers) was dropped: a stranger on this VRID, or a new node this one does not know yet (vrrp.acceptFrom: any accepts every source)',
   authUnexpected: 'an authenticated advert was dropped: that node uses vrrp.auth and this one does not (configure the same vrrp.auth.keyFile here)',
   authMissing: 'an advert without an authentication trailer was dropped (auth is on here: is the sender a keepalived, or a ballast without vrrp.auth?)',
   authFailed: 'an advert with a wrong HMAC was dropped (a different vrrp.auth key, or a forged packet)',

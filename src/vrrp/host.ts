@@ -1,9 +1,9 @@
 /**
  * The main thread's handle on the election worker (worker.ts): starts it, asks it for status,
- * passes priority changes, and stops it.
+ * passes priority changes and reconfigurations, and stops it.
  */
 import { Worker } from 'node:worker_threads';
-import type { EngineEvent, EngineOptions, EngineStatus } from './engine.js';
+import type { EngineEvent, EngineOptions, EngineReconfigure, EngineStatus } from './engine.js';
 import type { FromWorker, ToWorker } from './worker.js';
 
 /** The engine could not start; `code`/`syscall` come from the failing call (errno name). */
@@ -18,6 +18,7 @@ export class EngineStartError extends Error {
 export class VrrpHost {
   private nextId = 1;
   private readonly pending = new Map<number, (s: EngineStatus) => void>();
+  private readonly reconfiguring = new Map<number, (error: string | undefined) => void>();
   private stopping: Promise<void> | null = null;
   private exited = false;
 
@@ -49,6 +50,10 @@ export class VrrpHost {
             host.pending.get(m.id)?.(m.status);
             host.pending.delete(m.id);
             break;
+          case 'reconfigured':
+            host.reconfiguring.get(m.id)?.(m.error);
+            host.reconfiguring.delete(m.id);
+            break;
           case 'stopped':
             break;
           default:
@@ -61,6 +66,8 @@ export class VrrpHost {
       });
       worker.on('exit', (code) => {
         host.exited = true;
+        for (const answer of host.reconfiguring.values()) answer('the election worker exited');
+        host.reconfiguring.clear();
         if (!started) reject(new EngineStartError(`election worker exited with code ${code} before starting`));
         else if (!host.stopping) onEvent({ type: 'crash', error: new Error(`election worker exited with code ${code}`) });
       });
@@ -86,6 +93,31 @@ export class VrrpHost {
   /** Sets the advertised priority (1..254). */
   setPriority(priority: number): void {
     this.send({ type: 'priority', priority });
+  }
+
+  /**
+   * Changes the running election (see engine.ts `EngineReconfigure`: VIPs added or removed
+   * individually, priority, interval and preempt settings from the next advert, unicast peers,
+   * acceptFrom members, announce and lifetime settings). Resolves once the worker applied it
+   * (the address changes done); rejects with an Error saying why when the patch cannot apply
+   * (then nothing changed), when the worker is gone, or when it does not answer within
+   * `timeoutMs` (ms).
+   */
+  reconfigure(patch: EngineReconfigure, timeoutMs = 5000): Promise<void> {
+    if (this.exited || this.stopping) return Promise.reject(new Error('the election is stopped'));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.reconfiguring.delete(id);
+        reject(new Error('the election worker did not answer the reconfigure'));
+      }, timeoutMs);
+      this.reconfiguring.set(id, (error) => {
+        clearTimeout(t);
+        if (error === undefined) resolve();
+        else reject(new Error(`cannot reconfigure the election: ${error}`));
+      });
+      this.send({ type: 'reconfigure', id, patch });
+    });
   }
 
   /** Holds or releases preemption (policy: not before this node can serve). */

@@ -94,7 +94,44 @@ export type MachineEvent =
    * Which of our VIPs are on the interface now (any prefix length), as rtnetlink reports them:
    * at start-up and after someone else changed the interface's addresses.
    */
-  | { type: 'vipsObserved'; now: number; present: readonly string[] };
+  | { type: 'vipsObserved'; now: number; present: readonly string[] }
+  /**
+   * Not in the RFC (RFC 9568 §6.1 parameters are set at start): the operator changed some of the
+   * parameters at run time (a reload). Only the fields given change; see {@link MachineReconfigure}.
+   */
+  | ({ type: 'reconfigure'; now: number } & MachineReconfigure);
+
+/**
+ * The parameters a running machine may change (each optional; absent = unchanged). VRID, primary
+ * address, family and ownership are not among them: those need a new group membership.
+ *
+ * - `vips`: the whole new set. While Active (and managing the VIPs) the added ones are added and
+ *   announced, the removed ones removed and their connections reset; the kept ones are never
+ *   touched and the Adver_Timer does not move. In any other state only the list changes.
+ * - `priority`: the configured (base) priority, 1..254. The effective priority follows it unless
+ *   the policy has lowered it (effective ≠ old base), in which case the policy's next
+ *   `priority` event decides. Takes effect from the next advert / decision.
+ * - `advertisementIntervalCs`: from the next advert. Active: the next advert is due at
+ *   min(the running deadline, last advert + new interval), never before now, and carries the new
+ *   Max Adver Int, so Backups learn it (§6.4.2) before any gap longer than the old interval;
+ *   after it the adverts follow the new interval. Backup that has not heard an Active router yet
+ *   (Master_Adver_Interval is still its own, §6.4.1): Master_Adver_Interval becomes the new one
+ *   and the Master_Down_Timer is recomputed from when it was last started, never in the past.
+ * - `preempt`, `preemptDelayMs`: from the next lower-priority advert (the delay still counts
+ *   from startup).
+ * - `announce.refreshMs` restarts the refresh timer while Active; `announce.repeatAfterMs`
+ *   applies from the next time the router becomes Active.
+ * - `vipLifetimeMs`: while Active, the held VIPs are renewed at once with the new lifetime.
+ */
+export interface MachineReconfigure {
+  vips?: readonly string[];
+  priority?: number;
+  advertisementIntervalCs?: number;
+  preempt?: boolean;
+  preemptDelayMs?: number;
+  announce?: { repeatAfterMs: number; refreshMs: number };
+  vipLifetimeMs?: number;
+}
 
 /** Why the machine left a state: one short machine-readable word, logged as `reason`. */
 export type TransitionReason =
@@ -120,7 +157,9 @@ export type AnnounceReason =
   /** An Active router heard one it beats: the other side of a healed partition may have announced itself. */
   | 'healedPartition'
   /** Something else removed a VIP and the machine put it back. */
-  | 'restored';
+  | 'restored'
+  /** A reconfigure added VIPs while Active (the burst covers the added ones only). */
+  | 'added';
 
 /** Outputs, to be carried out in order. */
 export type MachineAction =
@@ -137,21 +176,25 @@ export type MachineAction =
       previousMaster?: string;
     }
   /** Add these VIPs (as /32 or /128, with the configured lifetime). */
-  | { type: 'addVips'; vips: readonly string[]; reason: 'becameActive' | 'restored' }
+  | { type: 'addVips'; vips: readonly string[]; reason: 'becameActive' | 'restored' | 'added' }
   /** Add these held VIPs again, which renews their valid lifetime. */
   | { type: 'renewVips'; vips: readonly string[] }
   /**
    * Remove these VIPs whatever their prefix length: `released` on leaving Active, `stray` when
-   * they were found on the interface while this router is not Active (two holders are worse than none).
+   * they were found on the interface while this router is not Active (two holders are worse than
+   * none), `removed` when a reconfigure dropped them from the set while Active.
    */
-  | { type: 'removeVips'; vips: readonly string[]; reason: 'released' | 'stray' }
+  | { type: 'removeVips'; vips: readonly string[]; reason: 'released' | 'stray' | 'removed' }
   /**
    * Reset the connections whose local address is one of these just-released VIPs: they can never
    * get another packet, and a reset makes their clients reconnect (to the new holder) at once.
    */
   | { type: 'destroyVipSockets'; vips: readonly string[] }
-  /** Send an announce burst for every VIP; `source` is the beaten router for `healedPartition`. */
-  | { type: 'announce'; reason: AnnounceReason; source?: string };
+  /**
+   * Send an announce burst for every VIP, or only for `vips` when given (`added`); `source` is
+   * the beaten router for `healedPartition`.
+   */
+  | { type: 'announce'; reason: AnnounceReason; source?: string; vips?: readonly string[] };
 
 /** What `/status` reports. Times are the machine's monotonic ms. */
 export interface MachineSnapshot {
@@ -186,6 +229,28 @@ export function masterDownIntervalMs(priority: number, masterAdverIntervalCs: nu
   return 3 * masterAdverIntervalCs * 10 + skewTimeMs(priority, masterAdverIntervalCs);
 }
 
+/**
+ * Checks a reconfigure before anything changes.
+ * @throws RangeError naming the first parameter outside its range (RFC 9568 §6.1), or when the
+ *   address owner's priority (255) would change (that needs a new group membership).
+ */
+export function checkReconfigure(r: MachineReconfigure, owner: boolean): void {
+  if (r.priority !== undefined) {
+    if (owner) throw new RangeError('the address owner (priority 255) cannot change its priority at run time: that is a new group membership');
+    if (!Number.isInteger(r.priority) || r.priority < 1 || r.priority > 254) throw new RangeError(`priority must be 1..254, got ${r.priority}`);
+  }
+  const i = r.advertisementIntervalCs;
+  if (i !== undefined && (!Number.isInteger(i) || i < 1 || i > 4095)) throw new RangeError(`advertisementIntervalCs must be 1..4095, got ${i}`);
+  if (r.preempt !== undefined && typeof r.preempt !== 'boolean') throw new RangeError(`preempt must be a boolean, got ${String(r.preempt)}`);
+  if (r.preemptDelayMs !== undefined && !(Number.isFinite(r.preemptDelayMs) && r.preemptDelayMs >= 0)) throw new RangeError(`preemptDelayMs must be >= 0, got ${r.preemptDelayMs}`);
+  if (r.announce !== undefined) {
+    const { repeatAfterMs, refreshMs } = r.announce;
+    if (!(Number.isFinite(repeatAfterMs) && repeatAfterMs >= 0) || !(Number.isFinite(refreshMs) && refreshMs >= 0)) throw new RangeError('announce.repeatAfterMs and announce.refreshMs must be >= 0');
+  }
+  if (r.vipLifetimeMs !== undefined && !(Number.isFinite(r.vipLifetimeMs) && r.vipLifetimeMs >= 0)) throw new RangeError(`vipLifetimeMs must be >= 0, got ${r.vipLifetimeMs}`);
+  if (r.vips !== undefined && (!Array.isArray(r.vips) || r.vips.some((v) => typeof v !== 'string'))) throw new RangeError('vips must be a list of addresses');
+}
+
 /** The deadlines of ballast's own outputs while Active, ms, each null when not running. */
 interface ActiveTimers {
   repeat: number | null;
@@ -198,7 +263,7 @@ interface ActiveTimers {
  * events in time order.
  */
 export class VrrpMachine {
-  private readonly cfg: Required<MachineConfig>;
+  private cfg: Required<MachineConfig>;
   private current: VrrpState = 'initialize';
   private effective: number;
   private masterAdverIntervalCs: number;
@@ -208,8 +273,12 @@ export class VrrpMachine {
   private startedAt = 0;
   /** Adver_Timer deadline, ms, or null when not running. */
   private adverTimer: number | null = null;
+  /** When the last advert was sent while Active, ms (an interval change paces the next one from it). */
+  private lastAdvertAt = 0;
   /** Master_Down_Timer deadline, ms, or null when not running. */
   private masterDownTimer: number | null = null;
+  /** When the Master_Down_Timer was last (re)started, ms. */
+  private masterDownStartedAt = 0;
   private readonly active: ActiveTimers = { repeat: null, refresh: null, renew: null };
   private lastHealAnnounce = -Infinity;
   /** Set by the `preemptHold` event. */
@@ -299,6 +368,9 @@ export class VrrpMachine {
       case 'vipsObserved':
         this.onVipsObserved(event.present, out);
         break;
+      case 'reconfigure':
+        this.onReconfigure(event, out);
+        break;
       case 'linkDown':
         if (this.current !== 'fault') {
           // the link is gone: nothing can be sent, so no priority-0 advert; the peers' Master_Down_Timer covers us
@@ -328,7 +400,7 @@ export class VrrpMachine {
     }
     // §6.4.1: Master_Adver_Interval = Advertisement_Interval, Master_Down_Timer = Master_Down_Interval
     this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;
-    this.masterDownTimer = now + this.masterDownMs();
+    this.restartMasterDown(now, this.masterDownMs());
     this.downReason = 'masterDown';
     this.enter('backup', now, reason, out);
   }
@@ -347,7 +419,7 @@ export class VrrpMachine {
     if (this.current === 'active' && this.adverTimer !== null && this.adverTimer <= now) {
       // §6.4.3: Adver_Timer fired: send, and reset it to Advertisement_Interval
       out.push({ type: 'send', priority: this.effective });
-      this.adverTimer = now + this.advertisementMs();
+      this.restartAdverTimer(now);
     }
     if (this.current === 'active') {
       const t = this.active;
@@ -375,7 +447,7 @@ export class VrrpMachine {
     if (this.current === 'backup') {
       if (ev.priority === 0) {
         // §6.4.2: the Active router resigned: take over after Skew_Time only
-        this.masterDownTimer = ev.now + this.skewMs();
+        this.restartMasterDown(ev.now, this.skewMs());
         this.downReason = 'resigned';
         this.masterPriority = 0;
         this.masterAddress = ev.source;
@@ -386,7 +458,7 @@ export class VrrpMachine {
         this.masterAdverIntervalCs = ev.maxAdvertIntervalCs;
         this.masterAddress = ev.source;
         this.masterPriority = ev.priority;
-        this.masterDownTimer = ev.now + this.masterDownMs();
+        this.restartMasterDown(ev.now, this.masterDownMs());
         this.downReason = 'masterDown';
       }
       else {
@@ -401,7 +473,7 @@ export class VrrpMachine {
       if (ev.priority === 0) {
         // §6.4.3: another router resigned while we are Active: assert ourselves at once
         out.push({ type: 'send', priority: this.effective });
-        this.adverTimer = ev.now + this.advertisementMs();
+        this.restartAdverTimer(ev.now);
         return;
       }
       const higher = ev.priority > this.effective;
@@ -418,7 +490,7 @@ export class VrrpMachine {
         this.masterAdverIntervalCs = ev.maxAdvertIntervalCs;
         this.masterAddress = ev.source;
         this.masterPriority = ev.priority;
-        this.masterDownTimer = ev.now + this.masterDownMs();
+        this.restartMasterDown(ev.now, this.masterDownMs());
         this.downReason = 'masterDown';
         this.enter('backup', ev.now, higher ? 'higherPriority' : 'addressTieBreak', out, `${ev.source} priority ${ev.priority}`);
         this.release(out);
@@ -429,7 +501,7 @@ export class VrrpMachine {
       // of up to one Advertisement_Interval.
       if (compareAddresses(ev.source, this.cfg.primaryAddress) !== 0) {
         out.push({ type: 'send', priority: this.effective });
-        this.adverTimer = ev.now + this.advertisementMs();
+        this.restartAdverTimer(ev.now);
         // not in the RFC: the other side of the partition may have announced itself, and clients
         // may hold its MAC for the VIP: claim it again (rate-limited, keepalived's garp_lower_prio_repeat)
         if (this.cfg.vips.length > 0 && ev.now - this.lastHealAnnounce >= HEAL_ANNOUNCE_MIN_INTERVAL_MS) {
@@ -460,6 +532,77 @@ export class VrrpMachine {
     if (stray.length > 0) out.push({ type: 'removeVips', vips: stray, reason: 'stray' });
   }
 
+  /** See {@link MachineReconfigure}: everything is checked before anything changes. */
+  private onReconfigure(ev: Extract<MachineEvent, { type: 'reconfigure' }>, out: MachineAction[]): void {
+    checkReconfigure(ev, this.cfg.priority === 255);
+    const now = ev.now;
+    const old = this.cfg;
+    const next: Required<MachineConfig> = {
+      ...old,
+      vips: ev.vips !== undefined ? [...new Set(ev.vips)] : old.vips,
+      priority: ev.priority ?? old.priority,
+      advertisementIntervalCs: ev.advertisementIntervalCs ?? old.advertisementIntervalCs,
+      preempt: ev.preempt ?? old.preempt,
+      preemptDelayMs: ev.preemptDelayMs ?? old.preemptDelayMs,
+      announce: ev.announce ? { ...ev.announce } : old.announce,
+      vipLifetimeMs: old.manageVips ? (ev.vipLifetimeMs ?? old.vipLifetimeMs) : 0,
+    };
+    this.cfg = next;
+    // the policy's lowered priority stays until the policy speaks again
+    if (this.effective === old.priority) this.effective = next.priority;
+    const active = this.current === 'active';
+
+    if (next.advertisementIntervalCs !== old.advertisementIntervalCs) {
+      if (active && this.adverTimer !== null) {
+        // the next advert carries the new Max Adver Int; it is never later than the old deadline,
+        // so Backups (whose Master_Down_Interval still uses the old interval) hear it in time
+        this.masterAdverIntervalCs = next.advertisementIntervalCs;
+        this.adverTimer = Math.max(now, Math.min(this.adverTimer, this.lastAdvertAt + this.advertisementMs()));
+      } else if (this.current === 'backup' && this.masterAddress === null && this.downReason === 'masterDown') {
+        // §6.4.1: with no Active router heard yet, Master_Adver_Interval is our own interval
+        this.masterAdverIntervalCs = next.advertisementIntervalCs;
+        this.recomputeMasterDown(now);
+      }
+    }
+    if (next.priority !== old.priority && this.current === 'backup' && this.masterAddress === null && this.downReason === 'masterDown') {
+      // Skew_Time depends on our priority: nobody heard yet, so the running timer is all ours
+      this.recomputeMasterDown(now);
+    }
+
+    if (active) {
+      const t = this.active;
+      if (next.announce.refreshMs !== old.announce.refreshMs) t.refresh = next.announce.refreshMs > 0 ? now + next.announce.refreshMs : null;
+      const kept = new Set(next.vips);
+      const before = new Set(old.vips);
+      const removed = old.vips.filter((v) => !kept.has(v));
+      const added = next.vips.filter((v) => !before.has(v));
+      if (next.manageVips && removed.length > 0) {
+        out.push({ type: 'removeVips', vips: removed, reason: 'removed' });
+        out.push({ type: 'destroyVipSockets', vips: removed });
+      }
+      if (added.length > 0) {
+        if (next.manageVips) out.push({ type: 'addVips', vips: added, reason: 'added' });
+        out.push({ type: 'announce', reason: 'added', vips: added });
+      }
+      if (next.manageVips && next.vipLifetimeMs !== old.vipLifetimeMs) {
+        // the held VIPs carry the old lifetime: re-add them with the new one now
+        const renew = next.vips.filter((v) => before.has(v));
+        if (renew.length > 0) out.push({ type: 'renewVips', vips: renew });
+      }
+      if (next.manageVips && (next.vipLifetimeMs !== old.vipLifetimeMs || (added.length > 0 && t.renew === null))) {
+        t.renew = next.vipLifetimeMs > 0 && next.vips.length > 0 ? now + next.vipLifetimeMs / 3 : null;
+      }
+      if (next.vips.length === 0) t.repeat = t.refresh = t.renew = null;
+      else if (old.vips.length === 0 && t.refresh === null && next.announce.refreshMs > 0) t.refresh = now + next.announce.refreshMs;
+    }
+  }
+
+  /** Master_Down_Timer from when it was last started, with today's Master_Down_Interval; never in the past. */
+  private recomputeMasterDown(now: number): void {
+    if (this.masterDownTimer === null) return;
+    this.masterDownTimer = Math.max(now, this.masterDownStartedAt + this.masterDownMs());
+  }
+
   private onPriority(priority: number): void {
     if (!Number.isInteger(priority) || priority < 1 || priority > 255) throw new RangeError(`priority must be 1..255, got ${priority}`);
     this.effective = priority;
@@ -481,7 +624,7 @@ export class VrrpMachine {
     out.push({ type: 'send', priority: this.effective });
     const previous = this.current === 'backup' ? this.masterAddress : null;
     this.masterDownTimer = null;
-    this.adverTimer = now + this.advertisementMs();
+    this.restartAdverTimer(now);
     this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;
     this.enter('active', now, reason, out);
     const t = out[out.length - 1];
@@ -512,6 +655,17 @@ export class VrrpMachine {
       this.masterPriority = null;
     }
     out.push(detail === undefined ? { type: 'transition', from, to, reason } : { type: 'transition', from, to, reason, detail });
+  }
+
+  /** An advert was just sent: the Adver_Timer restarts at Advertisement_Interval (§6.4.3). */
+  private restartAdverTimer(now: number): void {
+    this.lastAdvertAt = now;
+    this.adverTimer = now + this.advertisementMs();
+  }
+
+  private restartMasterDown(now: number, ms: number): void {
+    this.masterDownStartedAt = now;
+    this.masterDownTimer = now + ms;
   }
 
   private stopTimers(): void {

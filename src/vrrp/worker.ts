@@ -3,13 +3,14 @@
  * {@link ToWorker} messages and receives {@link FromWorker} ones; see host.ts for the other side.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineStatus } from './engine.js';
+import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
 
 /** Main thread → worker. */
 export type ToWorker =
   | { type: 'status'; id: number }
   | { type: 'priority'; priority: number }
   | { type: 'preemptHold'; hold: boolean }
+  | { type: 'reconfigure'; id: number; patch: EngineReconfigure }
   | { type: 'shutdown' };
 
 /** Worker → main thread. */
@@ -17,6 +18,8 @@ export type FromWorker =
   | EngineEvent
   | { type: 'started'; status: EngineStatus }
   | { type: 'status'; id: number; status: EngineStatus }
+  /** The answer to `reconfigure`: applied, or the reason it was refused (nothing changed then). */
+  | { type: 'reconfigured'; id: number; error?: string }
   | { type: 'failed'; error: { message: string; code?: string; syscall?: string } }
   | { type: 'stopped' };
 
@@ -44,6 +47,12 @@ port.on('message', (m: ToWorker) => {
   if (m.type === 'status') post({ type: 'status', id: m.id, status: engine.status() });
   else if (m.type === 'priority') engine.setPriority(m.priority);
   else if (m.type === 'preemptHold') engine.setPreemptHold(m.hold);
+  else if (m.type === 'reconfigure') {
+    engine.reconfigure(m.patch).then(
+      () => post({ type: 'reconfigured', id: m.id }),
+      (err: unknown) => post({ type: 'reconfigured', id: m.id, error: (err as Error).message }),
+    );
+  }
   else if (m.type === 'shutdown') {
     void engine.stop().then(() => {
       post({ type: 'stopped' });

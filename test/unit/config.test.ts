@@ -9,6 +9,7 @@ import {
   CONFIG_FIELDS,
   ConfigError,
   formatDuration,
+  formatNote,
   hostFiles,
   loadConfig,
   parseAuthKeys,
@@ -18,6 +19,7 @@ import {
   type Config,
   type ConfigFiles,
   type ConfigIssue,
+  type ConfigNote,
 } from '../../src/config/index.js';
 import { BallastError } from '../../src/errors.js';
 
@@ -837,11 +839,58 @@ describe('files named by the configuration', () => {
     expect(c.apiserver.health.caFile).toBe(join(dir, 'ca.crt'));
   });
 
-  it('reports a missing CA file as a config error naming apiserver.health.caFile', () => {
+  it('a missing CA file (and its missing directory) is no error but a note: the checks wait for it (before kubeadm init)', () => {
     const missing = join(dir, 'nope', 'ca.crt');
-    expect(loadIssues(health({ caFile: missing }))).toStrictEqual([
-      { path: 'apiserver.health.caFile', message: `cannot read ${missing}: no such file (ENOENT)`, line: 9, column: 13 },
+    const notes: ConfigNote[] = [];
+    const c = loadConfig(file('wait.yaml', health({ caFile: missing })), { notes });
+    expect(c.apiserver.health.caFile).toBe(missing);
+    expect(notes).toStrictEqual([
+      {
+        path: 'apiserver.health.caFile',
+        file: missing,
+        message: `${missing} does not exist yet: the health checks wait for it (the backends are not ready until it appears; expected before kubeadm init / join)`,
+        line: 9,
+        column: 13,
+      },
     ]);
+    expect(formatNote(notes[0]!)).toBe(`line 9: apiserver.health.caFile: note: ${notes[0]!.message}`);
+    expect(loadIssues(health({ caFile: missing }))).toStrictEqual([]);
+  });
+
+  it('every health file may be missing (a note each); malformed ones stay errors beside the notes', () => {
+    const notes: ConfigNote[] = [];
+    const h = { caFile: '/ca.crt', clientCertFile: '/c.crt', clientKeyFile: '/c.key', tokenFile: '/t' };
+    expect(validateIssues({ apiserver: { health: h } }, {}, notes)).toStrictEqual([]);
+    expect(notes.map((n) => [n.path, n.file])).toStrictEqual([
+      ['apiserver.health.caFile', '/ca.crt'],
+      ['apiserver.health.clientCertFile', '/c.crt'],
+      ['apiserver.health.clientKeyFile', '/c.key'],
+      ['apiserver.health.tokenFile', '/t'],
+    ]);
+    const more: ConfigNote[] = [];
+    expect(validateIssues({ apiserver: { health: h } }, { '/ca.crt': 'hello\n', '/t': '' }, more)).toStrictEqual([
+      { path: 'apiserver.health.caFile', message: '/ca.crt holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)' },
+      { path: 'apiserver.health.tokenFile', message: '/t is empty: it must hold the bearer token' },
+    ]);
+    expect(more.map((n) => n.path)).toStrictEqual(['apiserver.health.clientCertFile', 'apiserver.health.clientKeyFile']);
+  });
+
+  it('a missing vrrp.auth.keyFile stays an error (the election needs it); ENOTDIR and EACCES stay errors', () => {
+    const notes: ConfigNote[] = [];
+    expect(validateIssues({ vrrp: { auth: { keyFile: '/k' } } }, {}, notes)).toStrictEqual([{ path: 'vrrp.auth.keyFile', message: 'cannot read /k: no such file (ENOENT)' }]);
+    expect(notes).toStrictEqual([]);
+    const fail = (code: string): ConfigFiles => ({
+      readFile: () => {
+        throw Object.assign(new Error(code), { code });
+      },
+    });
+    expect(validateIssues({ apiserver: { health: { caFile: '/f/ca.crt' } } }, fail('ENOTDIR'), notes)).toStrictEqual([
+      { path: 'apiserver.health.caFile', message: 'cannot read /f/ca.crt: a component of the path is not a directory (ENOTDIR)' },
+    ]);
+    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, fail('EACCES'), notes)).toStrictEqual([
+      { path: 'apiserver.health.tokenFile', message: 'cannot read /t: permission denied (EACCES)' },
+    ]);
+    expect(notes).toStrictEqual([]);
   });
 
   it('reports a CA path that is a directory', () => {
@@ -883,9 +932,8 @@ describe('files named by the configuration', () => {
     expect(validateIssues({ apiserver: { health: h } }, { '/c.crt': 'x', '/c.key': TEST_KEY })).toStrictEqual([
       { path: 'apiserver.health.clientCertFile', message: '/c.crt holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)' },
     ]);
-    expect(validateIssues({ apiserver: { health: h } }, { '/c.key': TEST_KEY })).toStrictEqual([
-      { path: 'apiserver.health.clientCertFile', message: 'cannot read /c.crt: no such file (ENOENT)' },
-    ]);
+    // the certificate not there yet: a wait (its key is checked against it once it exists)
+    expect(validateIssues({ apiserver: { health: h } }, { '/c.key': TEST_KEY })).toStrictEqual([]);
   });
 
   it.each([
@@ -899,16 +947,16 @@ describe('files named by the configuration', () => {
     ]);
   });
 
-  it('reports a missing token file', () => {
-    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, {})).toStrictEqual([
-      { path: 'apiserver.health.tokenFile', message: 'cannot read /t: no such file (ENOENT)' },
-    ]);
+  it('a missing token file is a note, not an issue', () => {
+    const notes: ConfigNote[] = [];
+    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, {}, notes)).toStrictEqual([]);
+    expect(notes.map((n) => n.path)).toStrictEqual(['apiserver.health.tokenFile']);
   });
 
   it('reports file problems together with every other problem', () => {
     const issues = validateIssues(
       { vrrp: { vrid: 0 }, apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/ca.crt', tokenFile: '/t' } } },
-      {},
+      { '/ca.crt': 'x', '/t': '' },
     );
     expect(issues.map((i) => i.path)).toStrictEqual(['vrrp.vrid', 'apiserver.health.caFile', 'apiserver.health.tokenFile']);
   });
@@ -922,11 +970,11 @@ describe('files named by the configuration', () => {
 });
 
 /** The issues validateConfig reports for the minimal config merged with `over`, reading files from `files`. */
-function validateIssues(over: Plain, files: Record<string, string> | ConfigFiles): readonly ConfigIssue[] {
+function validateIssues(over: Plain, files: Record<string, string> | ConfigFiles, notes?: ConfigNote[]): readonly ConfigIssue[] {
   const reader = typeof (files as ConfigFiles).readFile === 'function' ? (files as ConfigFiles) : fakeFiles(files as Record<string, string>);
   const value = { vips: ['10.0.0.100'], ...over, vrrp: { vrid: 51, ...(over.vrrp as Plain | undefined) } };
   try {
-    validateConfig(value, { files: reader });
+    validateConfig(value, { files: reader, ...(notes === undefined ? {} : { notes }) });
   } catch (err) {
     if (err instanceof ConfigError) return err.issues;
     throw err;

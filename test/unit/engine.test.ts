@@ -3,11 +3,12 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 import type { PrefixedAddress } from '../../src/vip/netlink.js';
+import { gratuitousArpFrame, parseMac } from '../../src/vip/frames.js';
 
 const VIP = '10.0.0.100';
 const opts: EngineOptions = {
@@ -38,7 +39,10 @@ class FakeEdge implements VrrpEdge {
   addresses: PrefixedAddress[] = [];
   calls: string[] = [];
   adverts: { priority: number; destination: string }[] = [];
+  /** Every advert with its time (fake clock, ms), Max Adver Int and address list. */
+  sent: { at: number; priority: number; destination: string; intervalCs: number; addresses: string[] }[] = [];
   frames = 0;
+  frameBytes: Buffer[] = [];
   destroyed: string[] = [];
   inputs!: EdgeInputs;
   /** When false, removal is refused silently (the kernel said EADDRNOTAVAIL): nothing is removed. */
@@ -47,10 +51,12 @@ class FakeEdge implements VrrpEdge {
     const r = decodeAdvertisement(payload, { family: 4, source: '10.0.0.12', destination, ttl: 255, checkTtl: true });
     if (!r.ok) throw new Error(`bad advert: ${r.reason}`);
     this.adverts.push({ priority: r.advert.priority, destination });
+    this.sent.push({ at: Date.now(), priority: r.advert.priority, destination, intervalCs: r.advert.maxAdvertIntervalCs, addresses: [...r.advert.addresses] });
     this.calls.push(`send ${r.advert.priority}`);
   }
-  sendFrame(): void {
+  sendFrame(frame: Buffer): void {
     this.frames++;
+    this.frameBytes.push(frame);
   }
   async addVips(vips: readonly string[], lifetimeS: number): Promise<void> {
     this.calls.push(`add ${vips.join(',')} ${lifetimeS}`);
@@ -89,8 +95,8 @@ const open: OpenEdge = async (_o, inputs) => {
 };
 const start = (over: Partial<EngineOptions> = {}) => VrrpEngine.start({ ...opts, ...over }, (e) => events.push(e), { openEdge: open, now: () => Date.now() });
 const logs = (msg: string) => events.filter((e) => e.type === 'log' && e.msg === msg).map((e) => (e.type === 'log' ? e.fields : undefined));
-const advertFrom = (source: string, priority: number) => ({
-  payload: encodeAdvertisement({ vrid: 51, priority, maxAdvertIntervalCs: 10, addresses: [VIP] }, { family: 4, checksum: 'rfc5798', source, destination: '224.0.0.18' }),
+const advertFrom = (source: string, priority: number, maxAdvertIntervalCs = 10) => ({
+  payload: encodeAdvertisement({ vrid: 51, priority, maxAdvertIntervalCs, addresses: [VIP] }, { family: 4, checksum: 'rfc5798', source, destination: '224.0.0.18' }),
   source,
   destination: '224.0.0.18',
   ttl: 255,
@@ -228,5 +234,208 @@ describe('VrrpEngine carries out the machine through the edge', () => {
     expect(e.status()).toMatchObject({ state: 'active', vipsHeld: true });
     await e.stop();
     expect(edge.calls).toStrictEqual(['send 255', 'send 0', 'close']);
+  });
+});
+
+/** The longest time between two consecutive adverts in `sent` from `from` on, ms. */
+const longestGap = (sent: { at: number }[], from = 0): number => {
+  let gap = 0;
+  for (let i = from + 1; i < sent.length; i++) gap = Math.max(gap, sent[i]!.at - sent[i - 1]!.at);
+  return gap;
+};
+
+describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
+  const V2 = '10.0.0.101';
+  const V3 = '10.0.0.102';
+  const becomeActive = async (over: Partial<EngineOptions> = {}) => {
+    const e = await start(over);
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, over.advertisementIntervalCs ?? 10)) + 50);
+    expect(e.status().state).toBe('active');
+    edge.calls = [];
+    edge.sent = [];
+    edge.frameBytes = [];
+    edge.destroyed = [];
+    return e;
+  };
+
+  it('removing one of two VIPs while Active: only that one is removed and reset; the other is never touched; adverts go on without a gap longer than one interval and list one VIP from the next advert', async () => {
+    const e = await becomeActive({ vips: [VIP, V2] });
+    await vi.advanceTimersByTimeAsync(250);
+    const before = edge.sent.length;
+    await e.reconfigure({ vips: [VIP] });
+    expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual(['remove 10.0.0.101']);
+    expect(edge.destroyed).toStrictEqual([V2]);
+    expect(edge.addresses).toStrictEqual([{ address: VIP, prefixLen: 32 }]);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual(['remove 10.0.0.101']);
+    expect(longestGap(edge.sent)).toBeLessThanOrEqual(100);
+    expect(edge.sent.slice(0, before).every((s) => s.addresses.join() === `${VIP},${V2}`)).toBe(true);
+    expect(edge.sent.slice(before).map((s) => s.addresses)).toStrictEqual(new Array(edge.sent.length - before).fill([VIP]));
+    expect(edge.sent.length - before).toBe(5);
+    expect(logs('VIPs removed')).toStrictEqual([{ vips: [V2], addresses: ['10.0.0.101/32'], interface: 'eth0', reason: 'reconfigured' }]);
+    expect(e.status()).toMatchObject({ state: 'active', vipsHeld: true, counters: { transitions: 2 } });
+    await e.stop();
+  });
+
+  it('adding a VIP while Active: added, announced alone (count frames), in the adverts from the next one; the kept VIP is not re-added', async () => {
+    const e = await becomeActive();
+    await e.reconfigure({ vips: [VIP, V3] });
+    expect(edge.calls).toStrictEqual(['add 10.0.0.102 0']);
+    const g = gratuitousArpFrame(parseMac(opts.mac), V3);
+    expect(edge.frameBytes).toStrictEqual([g, g]);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(edge.sent.map((s) => s.addresses)).toStrictEqual([[VIP, V3]]);
+    // a later burst (the VIP watch restoring one) announces both
+    edge.frameBytes = [];
+    edge.addresses = [];
+    edge.inputs.addressesChanged();
+    await vi.advanceTimersByTimeAsync(25);
+    expect(edge.frameBytes.length).toBe(4);
+    await e.stop();
+    expect(edge.calls.at(-2)).toBe('remove 10.0.0.100,10.0.0.102');
+  });
+
+  it('a longer interval while Active: the next advert comes no later than the old interval and carries the new Max Adver Int, the following ones at the new interval', async () => {
+    const e = await becomeActive();
+    await vi.advanceTimersByTimeAsync(60);
+    const last = edge.sent.at(-1)!.at;
+    await e.reconfigure({ advertisementIntervalCs: 100 });
+    await vi.advanceTimersByTimeAsync(2100);
+    const after = edge.sent.filter((s) => s.at > last);
+    expect(after.map((s) => s.intervalCs)).toStrictEqual([100, 100, 100]);
+    expect(after[0]!.at - last).toBeLessThanOrEqual(100);
+    expect(after[1]!.at - after[0]!.at).toBe(1000);
+    expect(after[2]!.at - after[1]!.at).toBe(1000);
+    expect(e.status()).toMatchObject({ state: 'active', masterAdverIntervalMs: 1000 });
+    await e.stop();
+  });
+
+  it('a shorter interval while Active: the next advert is due one new interval after the last one', async () => {
+    const e = await becomeActive({ advertisementIntervalCs: 100 });
+    await vi.advanceTimersByTimeAsync(1000);
+    const last = edge.sent.at(-1)!.at;
+    await e.reconfigure({ advertisementIntervalCs: 10 });
+    await vi.advanceTimersByTimeAsync(400);
+    const after = edge.sent.filter((s) => s.at > last);
+    expect(after.length).toBeGreaterThanOrEqual(3);
+    expect(after.every((s) => s.intervalCs === 10)).toBe(true);
+    expect(longestGap(after)).toBe(100);
+    await e.stop();
+  });
+
+  it('a patch that cannot apply rejects saying why and changes nothing', async () => {
+    const e = await becomeActive({ unicast: true, peers: ['10.0.0.13'] });
+    const status = e.status();
+    await expect(e.reconfigure({ vips: [VIP, 'fd00::100'] })).rejects.toThrow('vips: fd00::100 is IPv6, but this election is IPv4');
+    await expect(e.reconfigure({ vips: [VIP, 'nonsense'] })).rejects.toThrow('vips: "nonsense" is not an IP address');
+    await expect(e.reconfigure({ vips: [V2], advertisementIntervalCs: 0 })).rejects.toThrow('advertisementIntervalCs must be 1..4095, got 0');
+    await expect(e.reconfigure({ vips: [V2], priority: 255 })).rejects.toThrow('priority must be 1..254, got 255');
+    await expect(e.reconfigure({ peers: ['10.0.0.14'], preemptDelayMs: -1 })).rejects.toThrow('preemptDelayMs must be >= 0, got -1');
+    await expect(e.reconfigure({ peers: ['fd00::13'] })).rejects.toThrow('peers: fd00::13 is IPv6, but this election is IPv4');
+    await expect(e.reconfigure({ members: ['10.0.0.13'], announce: { count: 1.5, spacingMs: 0, repeatAfterMs: 0, refreshMs: 0 } })).rejects.toThrow('announce.count must be an integer >= 0, got 1.5');
+    await vi.advanceTimersByTimeAsync(300);
+    expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual([]);
+    expect(edge.sent.every((s) => s.destination === '10.0.0.13' && s.intervalCs === 10 && s.priority === 100 && s.addresses.join() === VIP)).toBe(true);
+    expect(e.status()).toMatchObject({ state: 'active', priority: status.priority, masterAdverIntervalMs: 100 });
+    // the members were not set either: a stranger in the peer list is still heard
+    edge.inputs.packet(advertFrom('10.0.0.13', 200));
+    expect(e.status().state).toBe('backup');
+    await e.stop();
+  });
+
+  it('the owner cannot change its priority (that is a new group membership)', async () => {
+    edge.addresses = [{ address: VIP, prefixLen: 24 }];
+    const e = await start({ priority: 255, owner: true });
+    await expect(e.reconfigure({ priority: 200 })).rejects.toThrow('the address owner (priority 255) cannot change its priority at run time');
+    await e.stop();
+  });
+
+  it('unicast peers: adverts go to the new list from the next advert (a removed peer gets none, an added one within one interval); our own address is ignored', async () => {
+    const e = await becomeActive({ unicast: true, peers: ['10.0.0.13', '10.0.0.14'] });
+    await vi.advanceTimersByTimeAsync(30);
+    const t = Date.now();
+    await e.reconfigure({ peers: ['10.0.0.14', '10.0.0.15', '10.0.0.12'] });
+    await vi.advanceTimersByTimeAsync(300);
+    const after = edge.sent.filter((s) => s.at > t);
+    expect(after.length).toBe(6);
+    expect(after.filter((s) => s.destination === '10.0.0.13')).toStrictEqual([]);
+    expect(after[0]!.at - t).toBeLessThanOrEqual(100);
+    expect(after.slice(0, 2).map((s) => s.destination)).toStrictEqual(['10.0.0.14', '10.0.0.15']);
+    // the removed peer is no longer heard either (unicast: only peers speak)
+    edge.inputs.packet(advertFrom('10.0.0.13', 200));
+    expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notPeer: 1 } } });
+    await e.stop();
+  });
+
+  it('multicast cannot be given peers', async () => {
+    const e = await start();
+    await expect(e.reconfigure({ peers: ['10.0.0.13'] })).rejects.toThrow('peers: this election is multicast');
+    await e.stop();
+  });
+});
+
+describe('VrrpEngine acceptFrom members', () => {
+  it('a stranger with a higher priority and Max Adver Int 4095 is dropped as notMember, logged once, and changes nothing (no transition, its interval is not adopted)', async () => {
+    const e = await start({ members: ['10.0.0.11', '10.0.0.13'] });
+    await vi.advanceTimersByTimeAsync(400);
+    expect(e.status().state).toBe('active');
+    edge.calls = [];
+    for (let i = 0; i < 5; i++) {
+      edge.inputs.packet(advertFrom('10.0.0.66', 254, 4095));
+      await vi.advanceTimersByTimeAsync(100);
+    }
+    expect(e.status()).toMatchObject({ state: 'active', masterAdverIntervalMs: 100, counters: { transitions: 2, advertsReceived: 0, dropped: { notMember: 5 } } });
+    expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual([]);
+    const warn = events.filter((x) => x.type === 'log' && x.level === 'warn');
+    expect(warn).toHaveLength(1);
+    expect(warn[0]).toMatchObject({ fields: { source: '10.0.0.66', members: ['10.0.0.11', '10.0.0.13'] } });
+    // a member is heard
+    edge.inputs.packet(advertFrom('10.0.0.13', 200));
+    expect(e.status()).toMatchObject({ state: 'backup', masterAddress: '10.0.0.13' });
+    await e.stop();
+  });
+
+  it('as a Backup, a stranger does not reset the Master_Down_Timer: the Backup takes over on time', async () => {
+    const e = await start({ members: ['10.0.0.13'] });
+    await vi.advanceTimersByTimeAsync(200);
+    edge.inputs.packet(advertFrom('10.0.0.66', 254, 4095));
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) - 200 + 1);
+    expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notMember: 1 } } });
+    await e.stop();
+  });
+
+  it('reconfigure members null (acceptFrom any): the stranger is heard again (the filter is what kept it out)', async () => {
+    const e = await start({ members: ['10.0.0.13'] });
+    await vi.advanceTimersByTimeAsync(400);
+    await e.reconfigure({ members: null });
+    edge.inputs.packet(advertFrom('10.0.0.66', 254, 4095));
+    expect(e.status()).toMatchObject({ state: 'backup', masterAddress: '10.0.0.66', masterAdverIntervalMs: 40950 });
+    await e.stop();
+  });
+
+  it('reconfigure members: a newly listed member is heard, a removed one is dropped', async () => {
+    const e = await start({ members: ['10.0.0.13'] });
+    await vi.advanceTimersByTimeAsync(400);
+    await e.reconfigure({ members: ['10.0.0.14'] });
+    edge.inputs.packet(advertFrom('10.0.0.13', 200));
+    expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notMember: 1 } } });
+    edge.inputs.packet(advertFrom('10.0.0.14', 200));
+    expect(e.status()).toMatchObject({ state: 'backup', masterAddress: '10.0.0.14' });
+    await e.stop();
+  });
+
+  it('the once-per-source log is bounded: past LOGGED_SOURCES_MAX sources one line says so, the counter counts them all', async () => {
+    const e = await start({ members: ['10.0.0.13'] });
+    const n = LOGGED_SOURCES_MAX + 44;
+    for (let i = 0; i < n; i++) {
+      const src = `10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`;
+      edge.inputs.packet(advertFrom(src, 200));
+      edge.inputs.packet(advertFrom(src, 200));
+    }
+    const warn = events.filter((x) => x.type === 'log' && x.level === 'warn');
+    expect(warn).toHaveLength(LOGGED_SOURCES_MAX + 1);
+    expect(warn.at(-1)).toMatchObject({ msg: `more than ${LOGGED_SOURCES_MAX} sources to warn about: further ones are only counted (see the dropped counters)` });
+    expect(e.status().counters.dropped).toStrictEqual({ notMember: 2 * n });
+    await e.stop();
   });
 });

@@ -32,6 +32,15 @@ describe('receive filters (one module, in order)', () => {
     expect(filterAdvert({ ...packet(), payload: Buffer.alloc(3) }, u)).toStrictEqual({ ok: false, reason: 'notPeer' });
     expect(filterAdvert(packet({ source: '10.0.0.13', destination: '10.0.0.12' }), u)).toMatchObject({ ok: true });
   });
+  it('members: drops a source outside the set as notMember, before auth and the payload; null is any source', () => {
+    const m = { ...ctx, members: new Set(['10.0.0.13']) };
+    expect(filterAdvert({ ...packet(), payload: Buffer.alloc(3) }, m)).toStrictEqual({ ok: false, reason: 'notMember' });
+    expect(filterAdvert(packet({ source: '10.0.0.13' }), m)).toMatchObject({ ok: true });
+    expect(filterAdvert(packet({ source: '10.0.0.12' }), m)).toStrictEqual({ ok: false, reason: 'own' });
+    expect(filterAdvert(packet(), { ...ctx, members: null })).toMatchObject({ ok: true });
+    // unicast: a member that is not a peer is still notPeer (the peer list comes first)
+    expect(filterAdvert(packet({ source: '10.0.0.13', destination: '10.0.0.12' }), { ...m, unicast: true, peers: ['10.0.0.14'] })).toStrictEqual({ ok: false, reason: 'notPeer' });
+  });
   it('auth off: an advert with a trailer is authUnexpected', () => {
     const p = packet();
     const signed = new AdvertAuth(KEY, 4, 1).sign(p.payload, p.source, p.destination);
@@ -60,6 +69,6 @@ describe('receive filters (one module, in order)', () => {
     expect(filterAdvert(packet({ addresses: ['10.0.0.101', '10.0.0.100'] }), two)).toMatchObject({ ok: true, foreign: false });
   });
   it('has an operator text for each misconfiguration reason', () => {
-    expect(Object.keys(FILTER_WARNINGS).sort()).toStrictEqual(['authFailed', 'authMissing', 'authUnexpected', 'foreign', 'notPeer', 'replayed', 'vrrpv2']);
+    expect(Object.keys(FILTER_WARNINGS).sort()).toStrictEqual(['authFailed', 'authMissing', 'authUnexpected', 'foreign', 'notMember', 'notPeer', 'replayed', 'vrrpv2']);
   });
 });

@@ -73,9 +73,9 @@ describe('createProbe over loopback: the cause of real failures', () => {
     const port = await listen((s) => s.end('HTTP/1.1 400 Bad Request\r\n\r\n'));
     expect(await createProbe(settings())({ host: '127.0.0.1', port })).toMatchObject({ ok: false, cause: { kind: 'network', code: 'EPROTO' }, error: 'EPROTO' });
   });
-  it('a CA file that cannot be read: localFile (this node’s problem, never a reset)', async () => {
+  it('a CA file that does not exist yet: waitingForFile (this node’s wait, never a reset)', async () => {
     const r = await createProbe(settings({ caFile: '/nonexistent/ca.crt', insecureSkipVerify: false }))({ host: '127.0.0.1', port: closedPort });
-    expect(r).toMatchObject({ ok: false, cause: { kind: 'localFile', setting: 'caFile' }, error: 'cannot read caFile /nonexistent/ca.crt: ENOENT' });
+    expect(r).toMatchObject({ ok: false, cause: { kind: 'waitingForFile', setting: 'apiserver.health.caFile', path: '/nonexistent/ca.crt' }, error: 'waiting for apiserver.health.caFile /nonexistent/ca.crt (it does not exist yet)' });
     expect(failureState(r.cause)).toBe('unready');
   });
   it('an aborted check: aborted', async () => {

@@ -93,6 +93,8 @@ describe('VRRP conformance (RFC 9568 §6.4 and ballast outputs)', () => {
       'send', 'transition', 'addVips', 'renewVips', 'removeVips', 'destroyVipSockets', 'announce',
       'addVips:becameActive', 'addVips:restored', 'removeVips:released', 'removeVips:stray',
       'announce:becameActive', 'announce:repeat', 'announce:refresh', 'announce:healedPartition', 'announce:restored',
+      // reconfigure (a reload)
+      'addVips:added', 'removeVips:removed', 'announce:added',
     ];
     expect(required.filter((r) => !seen.has(r))).toStrictEqual([]);
   });
