@@ -361,7 +361,7 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
     running.resolved = resolved;
   } else if (plan.election && running.election) {
     // from the next advert; rejects (nothing changed) when the engine refuses it
-    await running.election.host.reconfigure(plan.election);
+    await running.election.reconfigure(plan.election);
   }
   if (locks && plan.vips.removed.length > 0) locks.releaseVips(plan.vips.removed);
 
