@@ -305,4 +305,22 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
       await l.proc.stop('SIGTERM', 3000);
     }
   });
+
+  it('(f) `ballast reload` of a new admin.listen and log level: exit 0; the answer comes on the old address, the agent then answers on the new one only; debug lines appear', async () => {
+    const [a1] = await startAgents(lab, settings(), agents);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    const before = await transitions(a1!);
+    writeFileSync(a1!.configPath, agentConfig(lab, a1!.node, { priority: 200, balance: true, adminPort: 9651, extra: { log: { level: 'debug' } } }));
+    // --config would read the NEW admin.listen, where nothing listens yet: the old address is given
+    const r = await lab.exec(a1!.node.netns, [process.execPath, cliPath(), 'reload', '--admin', '127.0.0.1:9641'], { allowFail: true, timeoutMs: 30_000 });
+    expect([r.code, r.stderr]).toStrictEqual([0, '']);
+    expect(r.stdout).toMatch(/^reloaded \(\d+ ms\): changed: admin\.listen\.port, log\.level\n  - log level set\n  - admin endpoint re-run\n$/);
+    const get = (port: number) => lab.exec(a1!.node.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `127.0.0.1:${port}`], { allowFail: true, timeoutMs: 5000 });
+    const now = await get(9651);
+    expect(now.code).toBe(0);
+    expect(JSON.parse(now.stdout)).toMatchObject({ state: 'master', reload: { last: { ok: true, trigger: 'admin', changed: ['admin.listen.port', 'log.level'] } } });
+    expect((await get(9641)).code).toBe(3);
+    await waitFor(() => a1!.logLines().some((l) => l.level === 'debug'), { timeoutMs: 3000, what: 'a debug line (the policy logs one per evaluation)' });
+    expect((JSON.parse((await get(9651)).stdout) as ElectionStatusDocument).counters.transitions).toBe(before);
+  });
 });
