@@ -52,7 +52,8 @@ export interface DiscoveryPhase extends PhaseHandle {
 export function startDiscovery(
   ctx: AgentContext,
   config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; election: ElectionPhase | null },
+  inputs: { checker: HealthChecker; followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
+    election: () => ElectionPhase | null },
 ): Promise<DiscoveryPhase> {
   return runPhase(ctx, 'discovery', async (own) => {
     const { checker, followers: f, election } = inputs;
@@ -75,7 +76,7 @@ export function startDiscovery(
       // the election hears of members only from discovery (without it, the seed is in its config)
       if (key !== lastMembers && cfg.discovery !== null) {
         lastMembers = key;
-        void feedElection(election, members, log);
+        void feedElection(election(), members, log);
       }
     };
 
