@@ -17,14 +17,14 @@
  *     through the backend once the CA appears.
  * Adverts every 100 ms, checks every 200 ms, rise/fall 2.
  */
-import { copyFileSync, existsSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, probeOnce, runProber } from '../../lab/lab.js';
 import { agentConfig, cliPath, connectFrom, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
 import { formatStatus } from '../../src/observe/status.js';
-import { SockLb } from '../../src/native.js';
+import { teardownFullAgentLab } from '../support/leftovers.js';
 import { needs, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bboot';
@@ -57,21 +57,8 @@ describe.skipIf(needs('root'))('bootstrap before the CA exists (root; skipped ot
       await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
     }
   });
-  afterAll(async () => {
-    try {
-      if (pinDir && existsSync(pinDir)) SockLb.detach(pinDir);
-      if (pinDir) rmSync(`/run/ballast/${basename(pinDir)}.lock`, { force: true });
-      if (pinDir) {
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty, or gone */
-        }
-      }
-    } finally {
-      await lab?.teardown();
-    }
-  });
+  // the pins (a failed case may leave them), their lock file and empty parent, then the lab
+  afterAll(() => teardownFullAgentLab({ lab, ...(pinDir === undefined ? {} : { pinDir }) }));
 
   /** n1's settings: the final config, with its backends and its CA at `caFile`. */
   const settings = (caFile: string, backends: string[], over: Partial<AgentSettings> = {}, extra: Record<string, unknown> = {}): AgentSettings => ({
@@ -158,7 +145,8 @@ describe.skipIf(needs('root'))('bootstrap before the CA exists (root; skipped ot
     await lab.startApiservers();
     const t0 = Date.now();
     const up = await waitFor(() => a1.status(), (d) => d.backends[0]?.healthy === true, { timeoutMs: 10_000, intervalMs: 20, what: 'the backend up' });
-    const upMs = Date.now() - t0;
+    // timed by the agent's own log line (each `ballast status` poll is a new Node process)
+    const upMs = logTime(a1, (l) => l.msg === 'backend health' && l.to === 'up')! - t0;
     const bound = (RISE + 1) * INTERVAL_MS * 1.1 + TIMEOUT_MS + MARGIN_MS;
     expect('waitingFor' in up.backends[0]!).toBe(false);
     const served = await runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 20, durationMs: 600, timeoutMs: 500 }).done;
@@ -199,7 +187,7 @@ describe.skipIf(needs('root'))('bootstrap before the CA exists (root; skipped ot
     copyFileSync(lab.ca.certFile, caFile);
     const t0 = Date.now();
     await waitFor(() => a.anyStatus(), (d) => d.local.mode === 'ebpf' && d.local.backends.length === 1, { timeoutMs: 10_000, intervalMs: 20, what: 'the local endpoint with its backend' });
-    const upMs = Date.now() - t0;
+    const upMs = logTime(a, (l) => l.msg === 'backend health' && l.to === 'up')! - t0;
     const bound = (RISE + 1) * INTERVAL_MS * 1.1 + TIMEOUT_MS + MARGIN_MS;
     const c = await connectFrom(lab, n1, { address: '127.0.0.1', port: 7443, tls: true, count: 10, cgroup });
     console.log(`bootstrap worker: local endpoint served ${upMs} ms after the CA appeared (bound ${Math.round(bound)} ms); ${c.ok}/10 connections via 127.0.0.1:7443 to ${JSON.stringify(c.nodes)}`);
