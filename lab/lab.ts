@@ -199,6 +199,7 @@ const SCRIPTS = {
   'ebpf-endpoint': 'lab/ebpf-endpoint',
   'proxy-endpoint': 'lab/proxy-endpoint',
   'inject-vrrp': 'lab/inject-vrrp',
+  'vrrp-host': 'lab/vrrp-host',
   'fuzz-vrrp': 'lab/fuzz-vrrp',
   'block-main-thread': 'lab/block-main-thread',
   prober: 'lab/clients/prober',

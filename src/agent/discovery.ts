@@ -25,7 +25,7 @@ import { Discovery, loadCredentials, type BackendSource, type CredentialSource, 
 import { canonicalAddress } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import type { Logger } from '../observe/log.js';
-import type { ElectionPhase } from './election.js';
+import { updateMembership, type ElectionPhase } from './election.js';
 import type { HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
@@ -52,10 +52,11 @@ export interface DiscoveryPhase extends PhaseHandle {
 export function startDiscovery(
   ctx: AgentContext,
   config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; election: ElectionPhase | null; ownAddress: string | null },
+  inputs: { checker: HealthChecker; followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
+    election: () => ElectionPhase | null },
 ): Promise<DiscoveryPhase> {
   return runPhase(ctx, 'discovery', async (own) => {
-    const { checker, followers: f, election, ownAddress } = inputs;
+    const { checker, followers: f, election } = inputs;
     const { log } = ctx;
     let cfg = config;
     let current: SourcedBackend[] = cfg.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const }));
@@ -75,7 +76,7 @@ export function startDiscovery(
       // the election hears of members only from discovery (without it, the seed is in its config)
       if (key !== lastMembers && cfg.discovery !== null) {
         lastMembers = key;
-        void feedElection(election, cfg, members, ownAddress, log);
+        void feedElection(election(), members, log);
       }
     };
 
@@ -142,30 +143,16 @@ export function membersOf(set: readonly SourcedBackend[]): string[] {
 }
 
 /**
- * The one place the election hears of membership (discovery's member set changed): when an
- * election runs and its config asks for it (`vrrp.discoveredPeers`: the unicast send list is the
- * listed peers plus the members; `vrrp.acceptFrom: members`: adverts are heard from the members
- * and the listed peers only), patches it through VrrpHost.reconfigure. The caller's own address
- * is left out. A failed patch is logged; the election keeps its previous list.
- *
- * MERGE NOTE: the vrrp helper's branch has `updateMembership(election, { discovered }, log)` in
- * src/agent/election.ts (membership.ts computes peers and members, queued). Once that is in main,
- * this body becomes `await updateMembership(election, { discovered: members }, log)` (in a
- * try/catch that logs), and the computation below goes.
+ * Gives the election the members discovery found (node addresses of the current backends): its
+ * unicast peers (with `vrrp.peers: discovered`) and acceptFrom members follow them, through
+ * {@link updateMembership} (membership.ts decides; this node's own addresses are left out there).
+ * Never throws: a refused change is logged and the election keeps its previous membership.
+ * @param election null when no election runs (a worker with the local endpoint only): no call.
  */
-export async function feedElection(election: ElectionPhase | null, config: Config, members: readonly string[], ownAddress: string | null, log: Logger): Promise<void> {
-  const v = config.vrrp as (Config['vrrp'] & { discoveredPeers?: boolean; acceptFrom?: 'members' | 'any' }) | null;
-  if (election === null || v === null) return;
-  const own = ownAddress === null ? null : canonicalAddress(ownAddress);
-  const sameFamily = members.filter((m) => (config.family === 6) === m.includes(':'));
-  const union = [...new Set([...v.peers.map(canonicalAddress), ...sameFamily])].filter((a) => a !== own);
-  const patch: { peers?: string[]; members?: string[] | null } = {};
-  if (v.discoveredPeers === true && v.unicast) patch.peers = union;
-  if (v.acceptFrom === 'members') patch.members = union;
-  if (patch.peers === undefined && patch.members === undefined) return;
+export async function feedElection(election: ElectionPhase | null, members: readonly string[], log: Logger): Promise<void> {
+  if (election === null) return;
   try {
-    await election.host.reconfigure(patch);
-    log.info({ ...patch }, 'discovery: election members updated');
+    await updateMembership(election, { discovered: members }, log);
   } catch (err) {
     log.warn({ err: (err as Error).message }, 'discovery: cannot update the election members; it keeps the previous ones');
   }

@@ -12,7 +12,7 @@ import { formatDuration, parseDuration } from './duration.js';
 import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseRoleHostPort, type HostPortRule } from './addresses.js';
 import { durationMs, HEALTH_INTERVAL, HEALTH_TIMEOUT } from './fields.js';
 import { isRecord, type RawIssue, type Segment } from './issues.js';
-import { DEFAULTS, MAX_VIPS } from './limits.js';
+import { DEFAULTS, DISCOVERED, MAX_VIPS } from './limits.js';
 
 /** The VIPs of the raw input that parse: their family (of the first) and index by canonical text. */
 interface RawVips {
@@ -27,7 +27,8 @@ interface RawVips {
 export function crossFieldIssues(raw: unknown): RawIssue[] {
   if (!isRecord(raw)) return [];
   const vips = rawVips(raw);
-  const withVips = vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
+  const withVips =
+    vips === undefined ? [] : [...peerIssues(raw, vips), ...discoveredIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
   return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw), ...discoveryIssues(raw)];
 }
 
@@ -268,8 +269,32 @@ function unicastIssues(raw: Record<string, unknown>): RawIssue[] {
       },
     ];
   }
+  if (singleNode === true && (peers === DISCOVERED || (Array.isArray(peers) && peers.includes(DISCOVERED)))) {
+    return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers is ${DISCOVERED}: a single node has no peers; remove one of the two` }];
+  }
   if (singleNode === true && Array.isArray(peers) && peers.length > 0) {
     return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers lists ${peers.length} address${peers.length === 1 ? '' : 'es'}: a single node has no peers; remove one of the two` }];
+  }
+  return [];
+}
+
+/**
+ * `vrrp.peers: discovered` needs someone to discover, and IPv4: IPv6 adverts come from link-local
+ * addresses (RFC 9568 §5.1.2.1), which are not the apiservers' node addresses, so a discovered
+ * IPv6 peer could never be told apart from a stranger.
+ */
+function discoveredIssues(raw: Record<string, unknown>, vips: RawVips): RawIssue[] {
+  const peers = at(raw, 'vrrp', 'peers');
+  const list = peers === DISCOVERED ? [DISCOVERED] : Array.isArray(peers) ? peers : [];
+  const index = list.indexOf(DISCOVERED);
+  if (index < 0) return [];
+  const path = peers === DISCOVERED ? ['vrrp', 'peers'] : ['vrrp', 'peers', index];
+  if (vips.family === 6) {
+    return [{ path, message: `${DISCOVERED} is for IPv4 groups: IPv6 adverts come from link-local addresses (RFC 9568 §5.1.2.1), not the apiservers' node addresses; list the other nodes' link-local addresses` }];
+  }
+  const listed = list.filter((p) => p !== DISCOVERED).length;
+  if (listed === 0 && rawBackends(raw).length === 0 && raw.discovery === undefined) {
+    return [{ path, message: `${DISCOVERED} needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends` }];
   }
   return [];
 }

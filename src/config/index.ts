@@ -27,6 +27,7 @@ export {
   type DataplaneVipMode,
   type DiscoveryConfig,
   type HealthConfig,
+  type KeepOnStop,
   type ListenAddress,
   type LocalEndpointConfig,
   type LogConfig,

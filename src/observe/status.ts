@@ -20,8 +20,40 @@ export function statusState(s: VrrpState): StatusState {
 /** The node-local endpoint's part of /status. */
 export type LocalStatus = (LocalDataplaneStatus & { failures: number; lastError: string | null }) | { mode: 'off'; reason: string };
 
+/** What one reload did (the last one is in /status, and POST /reload answers with it). Times: ISO 8601. */
+export interface ReloadResult {
+  /** Applied (true), or refused / failed: then `problems` says why. */
+  ok: boolean;
+  /** When it ended. */
+  at: string;
+  /** What asked for it: SIGHUP, POST /reload (`ballast reload`), or a call of Agent.reload. */
+  trigger: 'signal' | 'admin' | 'api';
+  /** The configuration file read (absent for Agent.reload with a Config). */
+  source?: string;
+  /** Each problem as `ballast validate` prints it (`line 3: vrrp.vrid: must be …`); empty when ok. */
+  problems: string[];
+  /** The settings that differ from the running config (`vrrp.priority`, `vips`, …). */
+  changed: string[];
+  /** What was done, in a few words per action (empty when refused). */
+  actions: string[];
+  /** Whether the election was handed over (stopped and started again: a new group membership). */
+  handover: boolean;
+  /** How long it took, ms. */
+  durationMs: number;
+}
+
+/** The reload part of /status. */
+export interface ReloadStatus {
+  /** The last reload's result; null before the first. */
+  last: ReloadResult | null;
+  /** When the running configuration was last loaded successfully: the start, or the last applied reload (ISO 8601). */
+  lastSuccessAt: string;
+}
+
 /** What every agent reports: backends, the VIP data plane, the local endpoint. */
 export interface CommonStatus {
+  /** The configuration reloads (absent from documents built without an agent, e.g. in tests). */
+  reload?: ReloadStatus;
   /** The apiservers and their health (empty when no backends are configured), each with where it came from (the agent always sets `source`). */
   backends: (BackendHealth & { source?: BackendSource })[];
   /** Backend discovery's state and counters; absent without a `discovery` section. */
@@ -54,8 +86,10 @@ export interface ElectionStatusDocument extends CommonStatus {
   family: 4 | 6;
   primaryAddress: string;
   mode: 'multicast' | 'unicast';
-  /** Unicast peers (empty in multicast mode, and for a single node). */
+  /** Unicast peers (empty in multicast mode, and for a single node): the engine's current list. */
   peers: string[];
+  /** vrrp.acceptFrom members the engine hears now, or null for any source (absent from older engines). */
+  members?: string[] | null;
   /** Whether adverts are authenticated (vrrp.auth). */
   auth: boolean;
   advertisementIntervalMs: number;
@@ -78,16 +112,17 @@ export function statusDocument(
     effectivePriority: s.effectivePriority,
     masterAddress: s.masterAddress,
     masterPriority: s.masterPriority,
-    vips: [...fixed.vips],
+    vips: [...(s.vips ?? fixed.vips)],
     vipsHeld: s.vipsHeld,
     since: s.since,
     interface: fixed.interface,
     family: fixed.family,
     primaryAddress: fixed.primaryAddress,
     mode: fixed.unicast ? 'unicast' : 'multicast',
-    peers: [...fixed.peers],
+    peers: [...(s.peers ?? fixed.peers)],
+    ...(s.members !== undefined ? { members: s.members } : {}),
     auth: fixed.auth,
-    advertisementIntervalMs: fixed.advertisementIntervalMs,
+    advertisementIntervalMs: s.advertisementIntervalMs ?? fixed.advertisementIntervalMs,
     masterAdverIntervalMs: s.masterAdverIntervalMs,
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
@@ -96,7 +131,16 @@ export function statusDocument(
     ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
     dataplane: common.dataplane,
     local: common.local,
+    ...(common.reload ? { reload: common.reload } : {}),
   };
+}
+
+/** The `reload:` line of `ballast status`; null before the first reload. */
+function formatReload(r: ReloadStatus | undefined): [string, string][] {
+  const last = r?.last;
+  if (!last) return [];
+  const what = last.ok ? `applied (${last.changed.length === 0 ? 'nothing changed' : last.changed.join(', ')})` : `FAILED: ${last.problems.join('; ')}`;
+  return [['reload', `${last.at} ${what}`]];
 }
 
 function formatDataplane(d: StatusDocument['dataplane']): string {
@@ -134,7 +178,7 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d)]);
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...formatReload(d.reload)]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
@@ -151,6 +195,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['dataplane', formatDataplane(d.dataplane)],
     ['local', formatLocal(d.local)],
     ...backendRows(d),
+    ...formatReload(d.reload),
   ];
   return aligned(rows);
 }

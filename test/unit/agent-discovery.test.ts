@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { feedElection, membersOf } from '../../src/agent/discovery.js';
+import { membershipOf } from '../../src/agent/membership.js';
 import type { ElectionPhase } from '../../src/agent/election.js';
 import { parseConfig, type Config } from '../../src/config/index.js';
 import type { SourcedBackend } from '../../src/discovery/index.js';
@@ -19,9 +20,19 @@ const withVrrp = (extra: Record<string, unknown>, peers = ['10.0.0.11', '10.0.0.
   const c = parseConfig(`vrrp:\n  vrid: 51\n  peers: [${peers.join(', ')}]\nvips: [10.0.0.100]\n`);
   return { ...c, vrrp: { ...c.vrrp!, ...extra } } as Config;
 };
-const fakeElection = (fail = false) => {
+/** An election phase whose engine records the patches it is given (or refuses them). */
+const fakeElection = (config: Config, fail = false) => {
   const patches: unknown[] = [];
-  const election = { phase: 'election', undo: async () => undefined, host: { reconfigure: async (p: unknown) => (fail ? Promise.reject(new Error('family mismatch')) : void patches.push(p)) } } as unknown as ElectionPhase;
+  const host = { reconfigure: async (p: unknown) => (fail ? Promise.reject(new Error('family mismatch')) : void patches.push(p)) };
+  const own = ['10.0.0.11'];
+  const election = {
+    phase: 'election',
+    undo: async () => undefined,
+    host,
+    membership: membershipOf(config, { own, discovered: null }),
+    membershipInputs: { config, own, discovered: null },
+    membershipQueue: Promise.resolve(),
+  } as unknown as ElectionPhase;
   return { election, patches };
 };
 
@@ -30,22 +41,24 @@ describe('discovery phase: members and the election feed', () => {
     expect(membersOf(set('10.0.0.11:6443', '10.0.0.12:6443', '10.0.0.11:8443', '[fd00:0::1]:6443'))).toStrictEqual(['10.0.0.11', '10.0.0.12', 'fd00::1']);
   });
   it('discoveredPeers: the listed peers plus the members of the family, own address left out; acceptFrom members: the same list', async () => {
-    const { election, patches } = fakeElection();
-    await feedElection(election, withVrrp({ discoveredPeers: true, acceptFrom: 'members' }), ['10.0.0.11', '10.0.0.13', 'fd00::1'], '10.0.0.11', log);
-    expect(patches).toStrictEqual([{ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.12', '10.0.0.13'] }]);
+    const config = withVrrp({ discoveredPeers: true, acceptFrom: 'members' });
+    const { election, patches } = fakeElection(config);
+    await feedElection(election, ['10.0.0.11', '10.0.0.13', 'fd00::1'], log);
+    expect(patches).toStrictEqual([{ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.13', '10.0.0.12'] }]);
   });
-  it('nothing asked for (no discoveredPeers, acceptFrom any or absent), no election, or no vrrp: no call', async () => {
-    const { election, patches } = fakeElection();
-    await feedElection(election, withVrrp({ acceptFrom: 'any' }), ['10.0.0.13'], '10.0.0.11', log);
-    await feedElection(election, withVrrp({}), ['10.0.0.13'], '10.0.0.11', log);
-    await feedElection(null, withVrrp({ discoveredPeers: true }), ['10.0.0.13'], '10.0.0.11', log);
+  it('no change of membership (acceptFrom any, listed peers only), or no election: no call', async () => {
+    const { election, patches } = fakeElection(withVrrp({ acceptFrom: 'any', discoveredPeers: false }));
+    await feedElection(election, ['10.0.0.13'], log);
+    await feedElection(null, ['10.0.0.13'], log);
     expect(patches).toStrictEqual([]);
   });
-  it('a refused patch is logged; the election keeps its list', async () => {
-    const { election } = fakeElection(true);
+  it('a refused patch is logged; the election keeps its membership', async () => {
+    const { election } = fakeElection(withVrrp({ discoveredPeers: true }), true);
+    const before = election.membership;
     logs.length = 0;
-    await feedElection(election, withVrrp({ discoveredPeers: true }), ['10.0.0.13'], '10.0.0.11', log);
+    await feedElection(election, ['10.0.0.13'], log);
     expect(logs).toStrictEqual(['WARN discovery: cannot update the election members; it keeps the previous ones']);
+    expect(election.membership).toBe(before);
   });
 });
 
@@ -84,7 +97,7 @@ describe('the discovery phase with a checker (no network)', () => {
     const config = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\n');
     const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }) });
     const ctx = { log: { ...log, error: () => undefined, child: () => log } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: null, ownAddress: null });
+    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null });
     expect([...phase.sources()]).toStrictEqual([['10.0.0.11:6443', 'seed']]);
     expect(phase.stats()).toBeNull();
     const next = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n');
@@ -106,7 +119,7 @@ describe('the discovery phase with a checker (no network)', () => {
       const config = parseConfig(`vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${join(dir, 'b.json')}\n`);
       const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
       const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: null, ownAddress: null }).then(() => null, (e: unknown) => e);
+      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null }).then(() => null, (e: unknown) => e);
       expect(err).toBeInstanceOf(ConfigError);
       expect((err as InstanceType<typeof ConfigError>).issues[0]?.path).toBe('discovery.kubeconfig');
       expect((err as InstanceType<typeof ConfigError>).issues[0]?.message).toContain(join(dir, 'admin.conf'));
