@@ -86,6 +86,21 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     return proc;
   }
 
+  /**
+   * Starts n1 and n2 with `s`, waits for n1 to hold the VIP, then watches: n1's address events
+   * and its adverts (as n2 receives them). `before`: both transition counters; `t0`: when watching began (+500 ms).
+   */
+  async function watchedPair(s: AgentSettings[]) {
+    const [a1, a2] = await startAgents(lab, s, agents);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    await sleep(500);
+    const before = [await transitions(a1!), await transitions(a2!)];
+    const mon = await monitorAddresses(lab.nodes[0]!);
+    const cap = await captureAdverts();
+    await sleep(500);
+    return { a1: a1!, a2: a2!, before, mon, cap, t0: Date.now() };
+  }
+
   /** `ballast reload --config FILE` in the agent's namespace. */
   const ballastReload = (a: LabAgent) => lab.exec(a.node.netns, [process.execPath, cliPath(), 'reload', '--config', a.configPath], { allowFail: true, timeoutMs: 30_000 });
 
@@ -147,15 +162,8 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
 
   it('(b) a reload that removes one of two VIPs: the other is never absent from the interface; adverts keep their rhythm; no transition', async () => {
     const [vipB] = extraVips();
-    const [a1, a2] = await startAgents(lab, settings({ vips: [lab.vip4, vipB!] }), agents);
-    await waitForHolder(lab, lab.vip4, 'n1');
+    const { a1, a2, before, mon, cap, t0 } = await watchedPair(settings({ vips: [lab.vip4, vipB!] }));
     await waitForHolder(lab, vipB!, 'n1');
-    await sleep(500);
-    const before = [await transitions(a1!), await transitions(a2!)];
-    const mon = await monitorAddresses(lab.nodes[0]!);
-    const cap = await captureAdverts();
-    await sleep(500);
-    const t0 = Date.now();
     const logged = await reloadAll([a2!, a1!], settings({ vips: [lab.vip4] }).reverse());
     for (const l of logged) expect(l).toMatchObject({ msg: 'configuration reloaded', changed: ['vips'], handover: false });
     await waitFor(() => lab.holders(vipB!), (h) => h.length === 0, { timeoutMs: 2000, intervalMs: 10, what: `${vipB} to be gone` });
@@ -178,14 +186,7 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
 
   it('(c) a reload that adds a VIP and changes the interval to 200 ms: added and announced, adverts at 200 ms from the next one, no failover', async () => {
     const [, vipC] = extraVips();
-    const [a1, a2] = await startAgents(lab, settings(), agents);
-    await waitForHolder(lab, lab.vip4, 'n1');
-    await sleep(500);
-    const before = [await transitions(a1!), await transitions(a2!)];
-    const mon = await monitorAddresses(lab.nodes[0]!);
-    const cap = await captureAdverts();
-    await sleep(500);
-    const t0 = Date.now();
+    const { a1, a2, before, mon, cap, t0 } = await watchedPair(settings());
     const logged = await reloadAll([a2!, a1!], settings({ vips: [lab.vip4, vipC!], advertisementInterval: '200ms' }).reverse());
     const t1 = Date.now();
     for (const l of logged) expect(l).toMatchObject({ msg: 'configuration reloaded', handover: false });
