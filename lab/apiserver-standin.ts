@@ -3,12 +3,25 @@
  * ballast's health checks and for clients that measure which node served them.
  *
  *   node dist/lab/apiserver-standin.js --name n1 --cert C --key K [--port 6443] [--host ::]
- *        [--unready]
+ *        [--unready] [--store DIR --address A] [--token T] [--shutdown-delay MS]
  *
  *   GET /readyz   200 "ok", or 500 "[-]lab-readiness failed …" while unready
  *   GET /livez    200 "ok"
  *   GET /version  200 kube-apiserver-like JSON whose extra `node` field names the node
+ *   GET /apis/discovery.k8s.io/v1/namespaces/default/endpointslices[?labelSelector=…]
+ *                 the `kubernetes` Service's EndpointSliceList (with --store; see below)
+ *       …?watch=true&resourceVersion=N[&allowWatchBookmarks=true][&timeoutSeconds=S]
+ *                 newline-delimited watch events {type, object} from N on; N below the store's
+ *                 compaction floor: one ERROR event (Status 410 Expired), then the stream ends
+ *   GET …/endpointslices/kubernetes   the slice itself (404 Status while it does not exist)
  *   anything else 404
+ *
+ * With --store DIR (lab/endpointslice-store.ts) the stand-ins of a lab share one store, as
+ * apiservers share etcd: this one adds --address to the `kubernetes` slice when it starts ready
+ * and removes it on SIGTERM / SIGINT (as the apiserver's endpoint reconciler does), then keeps
+ * serving for --shutdown-delay ms (kube-apiserver's --shutdown-delay-duration) before it closes. With --token,
+ * the /apis paths need `Authorization: Bearer T` (else 401 Status JSON); /readyz, /livez and
+ * /version stay open, as kube-apiserver's default RBAC allows them to anyone.
  *   every response carries `x-ballast-lab-node: <name>`
  *
  * Signals: SIGUSR1 → unready, SIGUSR2 → ready (one line printed per signal, also when the
@@ -23,6 +36,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { addressTypeOf, appendChange, StoreTail, type SliceObject, type StoreEvent } from './endpointslice-store.js';
 
 /** Options of `startStandin`. */
 export interface StandinOptions {
@@ -33,6 +47,14 @@ export interface StandinOptions {
   host: string;
   ready: boolean;
   log?: (line: string) => void;
+  /** the shared EndpointSlice store's directory: serve the `kubernetes` slice from it */
+  store?: string;
+  /** this apiserver's address in the slice (with `store`) */
+  address?: string;
+  /** required as `Authorization: Bearer <token>` on /apis paths; absent: no authentication */
+  token?: string;
+  /** ms between BOOKMARK events on a watch that allows them (default 5000) */
+  bookmarkMs?: number;
 }
 
 /** A running stand-in: flip readiness, or close (resolves once the server is closed). */
@@ -40,7 +62,52 @@ export interface Standin {
   server: https.Server;
   setReady(ready: boolean): void;
   isReady(): boolean;
+  /** Removes this stand-in's address from the slice (with a store); the graceful-shutdown step. */
+  leave(): void;
+  /** Ends every open watch stream (the server stays up): clients resume from their resourceVersion. */
+  endWatches(): void;
   close(): Promise<void>;
+}
+
+const SLICES = '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices';
+const SERVICE_LABEL = 'kubernetes.io/service-name';
+
+/** The `kubernetes` EndpointSlice as kube-apiserver serves it. */
+export function sliceObject(s: SliceObject, port = 6443): object {
+  const type = addressTypeOf(s.addresses[0] ?? '0.0.0.0');
+  return {
+    kind: 'EndpointSlice',
+    apiVersion: 'discovery.k8s.io/v1',
+    metadata: {
+      name: 'kubernetes',
+      namespace: 'default',
+      uid: `00000000-0000-4000-8000-${String(s.createdAt).padStart(12, '0')}`,
+      resourceVersion: String(s.resourceVersion),
+      generation: 1,
+      creationTimestamp: '2024-08-13T00:00:00Z',
+      labels: { [SERVICE_LABEL]: 'kubernetes', 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' },
+    },
+    addressType: type,
+    endpoints: s.addresses.filter((a) => addressTypeOf(a) === type).map((a) => ({ addresses: [a], conditions: { ready: true, serving: true, terminating: false } })),
+    ports: [{ name: 'https', port, protocol: 'TCP' }],
+  };
+}
+
+/** A Status object (the API's error body). */
+function statusObject(code: number, reason: string, message: string): object {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+}
+
+/** Whether a labelSelector (equality terms, comma-separated) matches the slice's labels. */
+function selects(selector: string | null): boolean {
+  if (selector === null || selector === '') return true;
+  const labels: Record<string, string> = { [SERVICE_LABEL]: 'kubernetes', 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' };
+  return selector.split(',').every((term) => {
+    const m = /^\s*([^=!\s]+)\s*(==|=|!=)\s*([^\s]*)\s*$/.exec(term);
+    if (m === null) return /^\s*([^=!\s]+)\s*$/.test(term) ? labels[term.trim()] !== undefined : false;
+    const v = labels[m[1]!];
+    return m[2] === '!=' ? v !== m[3] : v === m[3];
+  });
 }
 
 /** Starts the HTTPS stand-in and resolves once it listens. */
@@ -61,7 +128,95 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
     node: opts.name,
   });
 
+  const tail = opts.store === undefined ? null : new StoreTail(opts.store);
+  const watches = new Set<ServerResponse>();
+  let joined = false;
+
+  /** The API paths (only with a store). @returns false when `path` is not one of them. */
+  const api = (req: IncomingMessage, res: ServerResponse, url: URL, json: (status: number, body: object) => void): boolean => {
+    if (!url.pathname.startsWith('/apis/')) return false;
+    if (opts.token !== undefined && req.headers.authorization !== `Bearer ${opts.token}`) {
+      json(401, statusObject(401, 'Unauthorized', 'Unauthorized'));
+      return true;
+    }
+    if (tail === null || (url.pathname !== SLICES && url.pathname !== `${SLICES}/kubernetes`)) {
+      json(404, statusObject(404, 'NotFound', 'the server could not find the requested resource'));
+      return true;
+    }
+    tail.read();
+    const q = url.searchParams;
+    const floor = tail.floor();
+    const rvParam = q.get('resourceVersion');
+    const rv = rvParam === null || rvParam === '' ? null : Number(rvParam);
+    if (rv !== null && !Number.isInteger(rv)) {
+      json(400, statusObject(400, 'BadRequest', `invalid resourceVersion ${JSON.stringify(rvParam)}`));
+      return true;
+    }
+    if (url.pathname !== SLICES) {
+      const sl = tail.state.slice;
+      if (sl === null) json(404, statusObject(404, 'NotFound', 'endpointslices.discovery.k8s.io "kubernetes" not found'));
+      else json(200, sliceObject(sl, opts.port));
+      return true;
+    }
+    const matched = selects(q.get('labelSelector'));
+    if (q.get('watch') !== 'true' && q.get('watch') !== '1') {
+      // a list at an exact old version the store no longer has is 410 (rv 0 / absent: the latest)
+      if (rv !== null && rv !== 0 && rv < floor) {
+        json(410, statusObject(410, 'Expired', `too old resource version: ${rv} (${floor})`));
+        return true;
+      }
+      const sl = tail.state.slice;
+      json(200, {
+        kind: 'EndpointSliceList',
+        apiVersion: 'discovery.k8s.io/v1',
+        metadata: { resourceVersion: String(tail.state.version) },
+        items: sl !== null && matched ? [sliceObject(sl, opts.port)] : [],
+      });
+      return true;
+    }
+    // watch
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked', 'x-ballast-lab-node': opts.name });
+    // the client waits for the headers before it reads events: send them now, not with the first event
+    res.flushHeaders();
+    const emit = (type: string, object: object): void => void (res.writableEnded || res.destroyed ? undefined : res.write(`${JSON.stringify({ type, object })}\n`));
+    if (rv !== null && rv !== 0 && rv < floor) {
+      emit('ERROR', statusObject(410, 'Expired', `too old resource version: ${rv} (${floor})`));
+      res.end();
+      return true;
+    }
+    const render = (e: StoreEvent): object => sliceObject(e.slice, opts.port);
+    let unsubscribe = (): void => undefined;
+    const end = (): void => {
+      unsubscribe();
+      clearInterval(bookmarks);
+      clearTimeout(timeout);
+      watches.delete(res);
+      if (!res.writableEnded) res.end();
+    };
+    watches.add(res);
+    if (matched) {
+      if (rv === null || rv === 0) {
+        // no version: the current state first, as synthetic ADDED
+        if (tail.state.slice !== null) emit('ADDED', sliceObject(tail.state.slice, opts.port));
+      } else {
+        for (const h of tail.history) if (h.rv > rv) emit(h.event.type, render(h.event));
+      }
+      unsubscribe = tail.subscribe((_rv, e) => {
+        if (e !== null) emit(e.type, render(e));
+      });
+    }
+    const bookmarks = setInterval(() => {
+      if (q.get('allowWatchBookmarks') === 'true') emit('BOOKMARK', { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: String(tail.state.version) } });
+    }, opts.bookmarkMs ?? 5000);
+    const seconds = Number(q.get('timeoutSeconds') ?? '');
+    const timeout = setTimeout(end, Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1800_000);
+    req.once('close', end);
+    res.once('close', end);
+    return true;
+  };
+
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
+    const json = (status: number, body: object): void => send(status, JSON.stringify(body), 'application/json');
     const send = (status: number, body: string, type = 'text/plain; charset=utf-8'): void => {
       res.writeHead(status, {
         'content-type': type,
@@ -72,8 +227,9 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
       res.end(req.method === 'HEAD' ? undefined : body);
     };
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, 'method not allowed\n');
-    const path = new URL(req.url ?? '/', 'https://standin.invalid').pathname;
-    switch (path) {
+    const url = new URL(req.url ?? '/', 'https://standin.invalid');
+    if (api(req, res, url, json)) return;
+    switch (url.pathname) {
       case '/readyz':
         // the body mimics kube-apiserver's failed-check listing
         return ready ? send(200, 'ok') : send(500, '[-]lab-readiness failed: reason withheld\nreadyz check failed\n');
@@ -105,9 +261,23 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
       server.off('error', reject);
       server.on('error', (e) => log(`${tag} server error: ${e.message}`));
       const where = opts.host.includes(':') ? `[${opts.host}]:${opts.port}` : `${opts.host}:${opts.port}`;
-      log(`${tag} listening on ${where} ready=${ready}`);
+      if (opts.store !== undefined && opts.address !== undefined && ready) {
+        appendChange(opts.store, { op: 'add', address: opts.address, by: opts.name });
+        joined = true;
+      }
+      log(`${tag} listening on ${where} ready=${ready}${joined ? ` joined the kubernetes EndpointSlice as ${opts.address}` : ''}`);
+      const leave = (): void => {
+        if (!joined || opts.store === undefined || opts.address === undefined) return;
+        joined = false;
+        appendChange(opts.store, { op: 'remove', address: opts.address, by: opts.name });
+        log(`${tag} left the kubernetes EndpointSlice`);
+      };
       resolve({
         server,
+        leave,
+        endWatches: () => {
+          for (const w of watches) w.end();
+        },
         isReady: () => ready,
         setReady(next: boolean) {
           const changed = next !== ready;
@@ -115,6 +285,9 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
           log(`${tag} ready=${ready}${changed ? '' : ' (unchanged)'}`);
         },
         close() {
+          leave();
+          for (const w of watches) w.end();
+          tail?.close();
           return new Promise<void>((done) => {
             server.close(() => done());
             // keep-alive, in-flight and half-handshaken connections would hold close() open
@@ -137,12 +310,18 @@ async function main(argv: string[]): Promise<void> {
       port: { type: 'string', default: '6443' },
       host: { type: 'string', default: '::' },
       unready: { type: 'boolean', default: false },
+      store: { type: 'string' },
+      address: { type: 'string' },
+      token: { type: 'string' },
+      'shutdown-delay': { type: 'string', default: '0' },
     },
     strict: true,
   });
   if (!values.name || !values.cert || !values.key) throw new TypeError('--name, --cert and --key are required');
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new TypeError(`--port must be 1..65535, got ${values.port}`);
+  const delay = Number(values['shutdown-delay']);
+  if (!Number.isInteger(delay) || delay < 0) throw new TypeError(`--shutdown-delay must be a whole number of ms, got ${values['shutdown-delay']}`);
   const standin = await startStandin({
     name: values.name,
     cert: readFileSync(values.cert),
@@ -150,6 +329,9 @@ async function main(argv: string[]): Promise<void> {
     port,
     host: values.host,
     ready: !values.unready,
+    ...(values.store === undefined ? {} : { store: values.store }),
+    ...(values.address === undefined ? {} : { address: values.address }),
+    ...(values.token === undefined ? {} : { token: values.token }),
   });
   process.on('SIGUSR1', () => standin.setReady(false));
   process.on('SIGUSR2', () => standin.setReady(true));
@@ -158,9 +340,13 @@ async function main(argv: string[]): Promise<void> {
     if (stopping) return;
     stopping = true;
     process.stdout.write(`apiserver-standin ${values.name}: ${signal}, shutting down\n`);
-    // bounded: exit even if a socket refuses to close
-    setTimeout(() => process.exit(0), 2000).unref();
-    void standin.close().then(() => process.exit(0));
+    // like kube-apiserver's --shutdown-delay-duration: out of the slice first, still serving for a while
+    standin.leave();
+    setTimeout(() => {
+      // bounded: exit even if a socket refuses to close
+      setTimeout(() => process.exit(0), 2000).unref();
+      void standin.close().then(() => process.exit(0));
+    }, delay);
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));

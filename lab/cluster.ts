@@ -23,6 +23,8 @@ export interface AgentSettings {
   checksum?: 'rfc5798' | 'rfc9568';
   /** Unicast peers; absent = multicast. */
   peers?: string[];
+  /** vrrp.acceptFrom; absent = the default (members). */
+  acceptFrom?: 'members' | 'any';
   /** The admin endpoint's port on 127.0.0.1 (default 9641); two agents in one node need two. */
   adminPort?: number;
   /** IPv4 (default) or IPv6 VIP. */
@@ -61,6 +63,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
       preempt: s.preempt ?? true,
       preemptDelay: s.preemptDelay ?? '0s',
       ...(s.peers === undefined ? {} : { peers: s.peers }),
+      ...(s.acceptFrom === undefined ? {} : { acceptFrom: s.acceptFrom }),
       checksum: s.checksum ?? 'rfc5798',
       ...(s.authKeyFile === undefined ? {} : { auth: { keyFile: s.authKeyFile } }),
     },

@@ -5,10 +5,11 @@
  *
  *   node dist/lab/inject-vrrp.js --ifname eth0 --source 10.78.216.13 --dest 224.0.0.18 \
  *     --vrid 51 --priority 254 --vip 10.78.216.100 [--count 20] [--interval 100] \
- *     [--key-file /path] [--checksum rfc5798|rfc9568]
+ *     [--key-file /path] [--checksum rfc5798|rfc9568] [--max-adver-int CS]
  *
  * `--dest` may be given more than once (unicast to several nodes). With `--key-file` the
- * adverts carry the docs/auth.md trailer signed with that key.
+ * adverts carry the docs/auth.md trailer signed with that key. `--max-adver-int` (centiseconds,
+ * 1..4095) is the Max Adver Int the adverts carry; default the sending interval.
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -30,6 +31,7 @@ const { values: a } = parseArgs({
     interval: { type: 'string', default: '100' },
     'key-file': { type: 'string' },
     checksum: { type: 'string', default: 'rfc5798' },
+    'max-adver-int': { type: 'string' },
   },
 });
 if (!a.source || !a.dest?.length || !a.vip?.length) {
@@ -40,6 +42,7 @@ const family = addressFamily(a.source);
 if (family === null) throw new Error(`--source ${a.source} is not an IP address`);
 const count = Math.min(1000, Math.max(1, Number(a.count)));
 const intervalMs = Math.max(10, Number(a.interval));
+const maxAdvertIntervalCs = a['max-adver-int'] === undefined ? Math.round(intervalMs / 10) : Math.min(4095, Math.max(1, Number(a['max-adver-int'])));
 let auth: AdvertAuth | null = null;
 if (a['key-file']) {
   const key = parseAuthKeys(readFileSync(a['key-file']));
@@ -51,7 +54,7 @@ let sent = 0;
 const tick = (): void => {
   for (const destination of a.dest!) {
     const msg = encodeAdvertisement(
-      { vrid: Number(a.vrid), priority: Number(a.priority), maxAdvertIntervalCs: Math.round(intervalMs / 10), addresses: a.vip! },
+      { vrid: Number(a.vrid), priority: Number(a.priority), maxAdvertIntervalCs, addresses: a.vip! },
       { family, checksum: a.checksum === 'rfc9568' ? 'rfc9568' : 'rfc5798', source: a.source!, destination },
     );
     sock.send(auth ? auth.sign(msg, a.source!, destination) : msg, destination);

@@ -44,6 +44,7 @@ import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { findCgroup2Root } from '../src/dataplane/ebpf.js';
 import { sleep, waitFor } from './wait.js';
+import { appendChange, compactStore, initStore, type SliceChange } from './endpointslice-store.js';
 import type { ProbeResult, ReachResult, Summary } from './clients/prober.js';
 
 export type { Outage, ProbeResult, ReachResult, Summary } from './clients/prober.js';
@@ -198,6 +199,7 @@ const SCRIPTS = {
   'ebpf-endpoint': 'lab/ebpf-endpoint',
   'proxy-endpoint': 'lab/proxy-endpoint',
   'inject-vrrp': 'lab/inject-vrrp',
+  'vrrp-host': 'lab/vrrp-host',
   'fuzz-vrrp': 'lab/fuzz-vrrp',
   'block-main-thread': 'lab/block-main-thread',
   prober: 'lab/clients/prober',
@@ -601,6 +603,7 @@ export class Lab {
   /** node name → cgroup dir, for the cgroups made so far */
   readonly #cgroups = new Map<string, string>();
   #apiserverPort = 6443;
+  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
   #down: Promise<void> | undefined;
   #gone = false;
 
@@ -1016,12 +1019,48 @@ export class Lab {
   /**
    * Starts one TLS stand-in apiserver per node (port default 6443, dual-stack) and resolves
    * once each one answers /readyz 200 from the client namespace over IPv4 with the lab CA.
+   * @param opts.store the stand-ins share one EndpointSlice store ({@link sliceStore}), each adds
+   *   its node's IPv4 address (IPv6 in an IPv6 lab with `storeFamily: 6`) to the `kubernetes`
+   *   slice when it starts and removes it on SIGTERM, as kube-apiservers do;
+   * @param opts.token the bearer token the /apis paths require (see {@link writeKubeconfig});
+   * @param opts.shutdownDelayMs how long a stopped stand-in keeps serving after it left the slice.
    */
-  async startApiservers(opts: { port?: number } = {}): Promise<void> {
+  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
     this.#apiserverPort = opts.port ?? 6443;
+    this.#apiserverOpts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0 };
     compiledScript('apiserver-standin');
     compiledScript('prober');
-    await Promise.all(this.nodes.map((n) => this.startApiserver(n)));
+    await Promise.all((opts.nodes ?? this.nodes).map((n) => this.startApiserver(n)));
+  }
+
+  /** The shared EndpointSlice store's directory (lab/endpointslice-store.ts), created on first use. */
+  sliceStore(): string {
+    const dir = join(this.dir, 'endpointslices');
+    initStore(dir);
+    return dir;
+  }
+
+  /** Writes one change to the shared store, as if an apiserver had (e.g. removes an address whose stand-in still runs). */
+  sliceChange(change: SliceChange): void {
+    appendChange(this.sliceStore(), change);
+  }
+
+  /** Compacts the shared store: watches and lists from an older resourceVersion get 410. @returns the floor. */
+  compactSlices(): number {
+    return compactStore(this.sliceStore());
+  }
+
+  /**
+   * Writes a kubeconfig for `node` like kubeadm's admin.conf: server = https://VIP:port (the
+   * lab's vip4, or vip6 with family 6), the lab CA inline, a bearer token user.
+   * @returns its path (in the lab directory).
+   */
+  async writeKubeconfig(node: LabNode, opts: { token: string; family?: 4 | 6; port?: number; path?: string }): Promise<string> {
+    const vip = opts.family === 6 ? `[${this.vip6}]` : this.vip4;
+    const path = opts.path ?? join(this.dir, `kubeconfig-${node.name}.yaml`);
+    const text = kubeconfigYaml(`https://${vip}:${opts.port ?? this.#apiserverPort}`, await readFile(this.ca.certFile), opts.token);
+    await writeFile(path, text, { mode: 0o600 });
+    return path;
   }
 
   /**
@@ -1034,12 +1073,16 @@ export class Lab {
     if (running?.running) return;
     const script = compiledScript('apiserver-standin');
     const { certFile, keyFile } = await this.serverCert(node);
+    const o = this.#apiserverOpts;
     const p = this.#spawn(
       node.netns,
       [
         process.execPath, script,
         '--name', node.name, '--cert', certFile, '--key', keyFile,
         '--port', String(this.#apiserverPort), '--host', this.ipv6 ? '::' : '0.0.0.0',
+        ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
+        ...(o.token === undefined ? [] : ['--token', o.token]),
+        ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
       ],
       { logFile: `apiserver-${node.name}.log` },
     );
@@ -1184,6 +1227,33 @@ function hasPing(): boolean {
 }
 
 // ---------------------------------------------------------------------------------------------
+/**
+ * A kubeconfig (YAML text) like kubeadm's admin.conf: one cluster at `server` with the CA (PEM)
+ * inline, one user with a bearer token, one current context.
+ */
+export function kubeconfigYaml(server: string, caPem: Buffer, token: string): string {
+  return [
+    'apiVersion: v1',
+    'kind: Config',
+    'clusters:',
+    '- name: lab',
+    '  cluster:',
+    `    server: ${server}`,
+    `    certificate-authority-data: ${caPem.toString('base64')}`,
+    'users:',
+    '- name: admin',
+    '  user:',
+    `    token: ${token}`,
+    'contexts:',
+    '- name: admin@lab',
+    '  context:',
+    '    cluster: lab',
+    '    user: admin',
+    'current-context: admin@lab',
+    '',
+  ].join('\n');
+}
+
 // the prober, from the client namespace
 
 /**

@@ -4,6 +4,7 @@
  *   ballast run --config FILE          run the agent (foreground; SIGTERM/SIGINT stop it cleanly)
  *   ballast validate --config FILE     check a configuration file and exit (0 ok, 2 invalid)
  *   ballast status [--admin ADDR] [--json]
+ *   ballast cleanup [--config FILE]    remove what ballast left on this node (the uninstall)
  *   ballast reload [--admin ADDR | --config FILE] [--json]
  *                                      ask the running agent to re-read its file (SIGHUP does the same)
  *
@@ -13,7 +14,7 @@ import { get, request } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { formatNote, loadConfig, type ConfigNote } from './config/index.js';
+import { formatNote, loadConfig, parseConfig, type Config, type ConfigNote } from './config/index.js';
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
@@ -22,6 +23,7 @@ import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import { startAgent, type Agent } from './agent/index.js';
 import { checkEbpf } from './dataplane/ebpf.js';
+import { cleanupNode } from './agent/cleanup.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
 
@@ -196,6 +198,29 @@ async function status(opts: { admin: { host: string; port: number }; json?: bool
 }
 
 /**
+ * `ballast cleanup`: what an uninstall runs after the agent stopped (a stop is a restart and
+ * keeps the eBPF local endpoint serving). A configuration that cannot be read only costs its VIPs.
+ */
+async function cleanup(o: { config?: string }): Promise<number> {
+  let config: Config | null = null;
+  if (o.config !== undefined) {
+    try {
+      // its files are not looked at: a missing CA or key must not stop an uninstall
+      config = parseConfig(readFileSync(o.config, 'utf8'), o.config);
+    } catch (err) {
+      process.stderr.write(`ballast cleanup: cannot use ${o.config} (${(err as Error).message.split('\n')[0]}); its VIPs are not removed\n`);
+    }
+  }
+  const r = await cleanupNode(config);
+  for (const line of r.removed) process.stdout.write(`removed ${line}\n`);
+  if (r.removed.length === 0 && r.inUse.length === 0) process.stdout.write('nothing of ballast left on this node\n');
+  if (r.inUse.length > 0) {
+    throw createError('BALLAST_E_ALREADY_RUNNING', `a running ballast agent holds ${r.inUse.join(', ')}: left alone; stop the agent first`);
+  }
+  return 0;
+}
+
+/**
  * Where `ballast reload` finds the agent: `--admin`, else `admin.listen` of `--config`'s file
  * (read leniently: the file may be the invalid one being reloaded), else the default. An
  * unspecified listen address (0.0.0.0, ::) is reached on loopback.
@@ -328,6 +353,13 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
         else process.stdout.write(`ebpf: not available; dataplane.local: ebpf falls back to the proxy here:\n${r.reasons.map((x) => `  - ${x}`).join('\n')}\n`);
         return r.ok ? 0 : 1;
       });
+    });
+  program
+    .command('cleanup')
+    .description('remove everything ballast left on this node (the uninstall): the VIPs of --config, the nftables tables, every eBPF pin and lock file; a running agent\'s are left alone (exit 2)')
+    .option('-c, --config <file>', 'also remove the VIPs this configuration names')
+    .action((o: { config?: string }) => {
+      result = cleanup(o);
     });
   program
     .command('status')

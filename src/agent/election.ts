@@ -14,17 +14,50 @@ import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
 import { backendsOfNode, type HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
 
 /** The running election. */
 export interface ElectionPhase extends PhaseHandle {
   host: VrrpHost;
+  /** Who is in the group now: the unicast peers and the acceptFrom members (see membership.ts). */
+  membership: Membership;
+  /** The inputs of {@link membership}; {@link updateMembership} changes them. */
+  membershipInputs: { config: Config; own: readonly string[]; discovered: readonly string[] | null };
+  /** The last membership change in flight (changes apply one after another). */
+  membershipQueue: Promise<void>;
   /**
    * A reload: host.reconfigure(patch) (from the next advert), and a new VIP set is also what the
    * crash path removes from then on.
    * @throws Error when the engine refuses the patch (nothing changed).
    */
   reconfigure(patch: EngineReconfigure): Promise<void>;
+}
+
+/**
+ * Recomputes the membership when discovery found a new member set (`discovered`: node
+ * addresses) or a reload brought a new `config`, and gives the running engine the new peers and
+ * members (host.reconfigure) when they changed. This node's own addresses are never peers.
+ * Calls apply in order. Resolves with the membership in force afterwards.
+ * @throws Error from the engine when it refuses the change (then the old membership stays).
+ */
+export function updateMembership(election: ElectionPhase, change: { discovered?: readonly string[] | null; config?: Config }, log?: Logger): Promise<Membership> {
+  const run = election.membershipQueue.then(async () => {
+    const inputs = { ...election.membershipInputs, ...(change.config ? { config: change.config } : {}), ...(change.discovered !== undefined ? { discovered: change.discovered } : {}) };
+    const next = membershipOf(inputs.config, inputs);
+    if (!sameMembership(next, election.membership)) {
+      await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members });
+      log?.info({ peers: next.peers, members: next.members ?? 'any' }, 'election membership changed');
+    }
+    election.membershipInputs = inputs;
+    election.membership = next;
+    return next;
+  });
+  election.membershipQueue = run.then(
+    () => undefined,
+    () => undefined,
+  );
+  return run;
 }
 
 /**
@@ -43,7 +76,11 @@ export function startElection(
     const { log } = ctx;
     const v = config.vrrp!;
     const { iface } = resolved;
-    const opts = engineOptions(config, resolved, authKeys);
+    const ownAddresses = iface.addresses.map((a) => a.address);
+    const membership = membershipOf(config, { own: ownAddresses, discovered: null });
+    if (membership.anyBecause) log.info({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
+    else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
+    const opts = engineOptions(config, resolved, authKeys, membership);
     let crashed = false;
     let fatal = false;
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
@@ -92,12 +129,12 @@ export function startElection(
       await host.reconfigure(patch);
       if (patch.vips) vips = [...patch.vips];
     };
-    return { host, reconfigure };
+    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered: null }, membershipQueue: Promise.resolve() };
   });
 }
 
 /** The engine's options: the config's vrrp section and what preflight found on the interface. */
-function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Buffer[] | null): EngineOptions {
+function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Buffer[] | null, membership: Membership): EngineOptions {
   const v = config.vrrp!;
   const { iface, primary } = resolved;
   return {
@@ -108,7 +145,8 @@ function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Bu
     preemptDelayMs: v.preemptDelayMs,
     checksum: v.checksum,
     unicast: v.unicast,
-    peers: [...v.peers],
+    peers: membership.peers,
+    members: membership.members,
     authKeys,
     vips: [...config.vips],
     family: config.family,

@@ -1,9 +1,10 @@
 /**
  * The agent: start-up is a list of phases, each undone on one cleanup stack.
  *
- *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► (discovery)
- *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,
- *    locks)                                                      worker)     health)           passive detection)
+ *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► discovery
+ *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,   (owns the
+ *    locks)                                                      worker)     health)           passive          backend set)
+ *                                                                                              detection)
  *
  * Stop, a failed start, a signal during start-up and the fatal events (the interface was
  * deleted, the election worker died) are the same thing: one unwind of the stack, last phase
@@ -25,7 +26,8 @@ import { ReloadUnavailable } from '../observe/admin.js';
 import type { Logger } from '../observe/log.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase, type AdminPhase } from './admin.js';
-import { startElection, type ElectionPhase } from './election.js';
+import { startElection, updateMembership, type ElectionPhase } from './election.js';
+import { startDiscovery, type DiscoveryPhase } from './discovery.js';
 import { startHealth, type HealthFollowers, type HealthPhase } from './health.js';
 import { startLocalEndpoint, type LocalEndpointPhase } from './local-endpoint.js';
 import { throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
@@ -76,6 +78,7 @@ interface Running {
   election: ElectionPhase | null;
   priority: PriorityPhase | null;
   health: HealthPhase | null;
+  discovery: DiscoveryPhase | null;
 }
 
 /**
@@ -95,7 +98,7 @@ export async function startAgent(
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
-  const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null };
+  const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null, discovery: null };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };
   const followers: HealthFollowers = { lb: null, localLb: null, balancing: null };
   const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
@@ -215,7 +218,10 @@ async function startPhases(
     log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version }, 'starting (no election: local endpoint only)');
   }
   if (checker) running.health = await phase(() => startHealth(ctx, config, { checker, followers, local }));
-  // discovery (next issue) is the next phase: it feeds the checker's backend set
+  // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
+  if (checker) {
+    running.discovery = await phase(() => startDiscovery(ctx, config, { checker, followers, election: () => running.election }));
+  }
 }
 
 /** What the phases (and a reload) are given. */
@@ -347,7 +353,8 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
 
   // 3. the checker: kept backends keep their state
   if (checker && plan.health) checker.reconfigure(next.apiserver.health);
-  if (checker && plan.backends) await applySeedBackends(checker, next, followers);
+  if (running.discovery && (plan.backends || plan.discovery)) await running.discovery.reconfigure(next);
+  else if (checker && plan.backends) await applySeedBackends(checker, next, followers);
 
   // 4. an added VIP is balanced before it is on the interface; a removed one until it is gone
   const iface = resolved?.iface;
@@ -363,6 +370,7 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
     // from the next advert; rejects (nothing changed) when the engine refuses it
     await running.election.reconfigure(plan.election);
   }
+  if (plan.membership && !handover && running.election) await updateMembership(running.election, { config: next }, log);
   if (locks && plan.vips.removed.length > 0) locks.releaseVips(plan.vips.removed);
 
   // 6. the VIP data plane for exactly the new VIPs
@@ -447,6 +455,8 @@ async function handOver(
     const e = await startElection(ctx, c, { resolved: r, authKeys: keys, checker, followers });
     stack.replace('election', () => e.undo());
     running.election = e;
+    // the new group hears of the members discovery found, as the old one had
+    if (running.discovery && c.discovery !== null) await updateMembership(e, { discovered: running.discovery.members() }, log).catch(() => undefined);
     if (checker) {
       const p = await startPriority(ctx, c, { iface: r.iface, host: e.host, checker, followers, dataplaneReady: dataplaneReady(c, followers) });
       stack.replace('election policy', () => p.undo());
@@ -469,9 +479,12 @@ async function handOver(
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
 async function statusOf(config: Config, checker: HealthChecker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload']): Promise<StatusDocument> {
+  const sources = running.discovery?.sources();
+  const stats = running.discovery?.stats() ?? null;
   const common = {
     ...(reload ? { reload } : {}),
-    backends: checker?.snapshot() ?? [],
+    backends: (checker?.snapshot() ?? []).map((b) => ({ ...b, source: sources?.get(b.address) ?? ('seed' as const) })),
+    ...(stats === null ? {} : { discovery: stats }),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
   };

@@ -2,7 +2,7 @@
  * What this configuration's data planes leave on the system, and what a SIGKILLed earlier run of
  * it may have left: its VIPs on the interface, ballast's nftables tables (`table ip ballast`,
  * `table ip6 ballast`) and the eBPF pins of its local-endpoint cgroup. Preflight registers their removal right after it has
- * taken the locks, so that a clean stop with `dataplane.keepOnStop: false` at any moment of
+ * taken the locks, so that a clean stop with `dataplane.keepOnStop: none` at any moment of
  * start-up — also before the data-plane phases ran — leaves nothing of ballast's.
  */
 import { existsSync, rmdirSync } from 'node:fs';

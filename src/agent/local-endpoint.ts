@@ -26,14 +26,15 @@ export interface LocalEndpointPhase extends PhaseHandle {
 /**
  * Opens the local endpoint's data plane and has it follow the checker's verdicts (one
  * subscription; `followers.localLb` for /status, cleared by the undo, which closes the data plane
- * unless dataplane.keepOnStop).
+ * unless dataplane.keepOnStop is `none`).
  * @throws BallastError as {@link startLocalDataplane}.
  */
 export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers; ebpf: Preflight['ebpf'] }): Promise<LocalEndpointPhase> {
   return runPhase(ctx, 'local endpoint', async (own) => {
     const { checker, followers } = inputs;
     const { log } = ctx;
-    const keep = config.dataplane.keepOnStop;
+    // a stop is a restart unless keepOnStop: none (the eBPF programs keep serving, the next start adopts them)
+    const keep = config.dataplane.keepOnStop !== 'none';
     const local = await startLocalDataplane(config, log, ctx.signal, inputs.ebpf);
     own.defer('local endpoint data plane', () => local.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });

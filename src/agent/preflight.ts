@@ -1,10 +1,11 @@
 /**
  * Phase 1, preflight: what must hold before anything on the system changes — capabilities, the
  * auth keys, the interface and its addresses, the addresses the config binds — and the locks
- * that keep a second agent from fighting this one. Its undo releases the locks, and — with
- * `dataplane.keepOnStop: false` — first removes what this config's data planes leave behind,
- * also when a SIGKILLed earlier run left it (see leftovers.ts): a stop at any moment after
- * preflight leaves nothing of ballast's.
+ * that keep a second agent from fighting this one. Its undo releases the locks, and first
+ * removes what this config's data planes leave behind that `dataplane.keepOnStop` does not keep
+ * (the nftables table unless `all`, the eBPF pins only with `none`), also when a SIGKILLed
+ * earlier run left it (see leftovers.ts): a stop at any moment after preflight leaves nothing
+ * of ballast's but what the setting keeps.
  *
  * Preflight is not cancelled by a stop: it is short (no waits but netlink and the locks), and it
  * is what a stop needs to remove an earlier run's leftovers safely (the locks say no other
@@ -48,9 +49,10 @@ export interface Preflight extends PhaseHandle {
 /**
  * Runs the checks, then takes the locks: with an election the VRID lock and one lock per VIP,
  * without one the local-endpoint lock; with the eBPF local endpoint the lock of its cgroup's pin
- * directory. Then, unless dataplane.keepOnStop, registers the removal of the nftables tables
- * (with the nftables VIP data plane) and of the pins (with the eBPF local endpoint), so that a
- * stop removes them even when the data-plane phases never ran (a killed earlier run left them).
+ * directory. Then registers the removal of the nftables tables (with the nftables VIP data
+ * plane, unless dataplane.keepOnStop is `all`) and of the pins (with the eBPF local endpoint,
+ * only when it is `none`), so that a stop removes them even when the data-plane phases never
+ * ran (a killed earlier run left them).
  * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_CONFIG_READ, the interface errors of
  *   {@link resolveInterface}, BALLAST_E_LOCAL_ENDPOINT_ADDRESS, BALLAST_E_ADMIN_ADDRESS,
  *   BALLAST_E_ALREADY_RUNNING, BALLAST_E_NETLINK, BALLAST_E_SOCKET, BALLAST_E_CGROUP (a wrong
@@ -103,8 +105,8 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     }
     const keep = config.dataplane.keepOnStop;
     const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family) : null;
-    if (tables && !keep) own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
-    if (ebpf && !keep) {
+    if (tables && keep !== 'all') own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
+    if (ebpf && keep === 'none') {
       const { pinDir } = ebpf;
       own.defer('eBPF pins (also an earlier run\'s)', () => removePins(pinDir, ctx.log));
     }

@@ -10,7 +10,9 @@
  *     vipLifetime
  *   vips, apiserver.port                         VIP data plane: the nftables table re-rendered
  *                                                  (one atomic replace; conntrack keeps flows)
- *   apiserver.backends                           checker: the backend set (kept states stay)
+ *   apiserver.backends, discovery                the backend set (through the discovery phase; kept states stay)
+ *   vrrp.peers, discoveredPeers, acceptFrom,     election membership (membership.ts): peers and
+ *     apiserver.backends                           acceptFrom members, from the next advert
  *   apiserver.health.*                           checker: its settings (kept states stay)
  *   vrrp.priority, policy.*, backends, health    election policy: its options (new base priority)
  *   vips, apiserver.port, backends, health       passive detection: restarted with the new flows
@@ -52,6 +54,10 @@ export interface ReloadPlan {
   readonly policy: boolean;
   /** Passive detection's inputs (the flows it follows, its timeout). */
   readonly passive: boolean;
+  /** The election's peers and acceptFrom members (membership.ts): listed peers, `discovered`, acceptFrom, the seed's hosts. */
+  readonly membership: boolean;
+  /** The discovery phase's settings (a changed `discovery` section restarts the watch). */
+  readonly discovery: boolean;
   /** Re-run the local endpoint phase. */
   readonly localEndpoint: boolean;
   /** Re-run the admin phase. */
@@ -89,6 +95,9 @@ const APPLIED = [
   'vrrp.preempt',
   'vrrp.preemptDelayMs',
   'vrrp.peers',
+  'vrrp.discoveredPeers',
+  'vrrp.acceptFrom',
+  'discovery',
   'apiserver.port',
   'apiserver.backends',
   'apiserver.health',
@@ -154,7 +163,6 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     if (a.advertisementIntervalCs !== b.advertisementIntervalCs) patch.advertisementIntervalCs = b.advertisementIntervalCs;
     if (a.preempt !== b.preempt) patch.preempt = b.preempt;
     if (a.preemptDelayMs !== b.preemptDelayMs) patch.preemptDelayMs = b.preemptDelayMs;
-    if (has('vrrp.peers')) patch.peers = [...b.peers];
     if (has('announce')) patch.announce = { ...next.announce };
     if (cur.vipLifetimeMs !== next.vipLifetimeMs) patch.vipLifetimeMs = next.vipLifetimeMs;
     if (Object.keys(patch).length > 0) election = patch;
@@ -177,6 +185,8 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     passive: has('vips') || has('apiserver.port') || backends || has('apiserver.health.timeoutMs'),
     localEndpoint: next.localEndpoint !== null && next.dataplane.local !== 'off' && (has('localEndpoint.addresses') || has('localEndpoint.force') || ebpfVips),
     admin: has('admin.listen'),
+    membership: next.vrrp !== null && handover.length === 0 && (has('vrrp.peers') || has('vrrp.discoveredPeers') || has('vrrp.acceptFrom') || backends),
+    discovery: has('discovery'),
   };
 }
 
@@ -190,6 +200,8 @@ export function describePlan(p: ReloadPlan): string[] {
   if (p.vips.removed.length > 0) out.push(`VIPs removed: ${p.vips.removed.join(', ')}`);
   if (p.election) out.push(`election reconfigured (${Object.keys(p.election).join(', ')}), from the next advert`);
   if (p.backends) out.push('backend set replaced (kept backends keep their state)');
+  if (p.discovery) out.push('discovery restarted with the new settings (the backend set stays until it answers)');
+  if (p.membership) out.push('election peers / acceptFrom members recomputed');
   if (p.health) out.push('health check settings replaced (kept backends keep their state)');
   if (p.vipDataplane) out.push('VIP data plane reprogrammed (one atomic nftables replace)');
   if (p.policy) out.push('election policy updated');

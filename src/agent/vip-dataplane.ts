@@ -31,7 +31,7 @@ export interface VipDataplanePhase extends PhaseHandle {
  * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
  * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
  * removes the table (through `tables`, preflight's removal: one attempt per stop), unless
- * dataplane.keepOnStop. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
+ * dataplane.keepOnStop is `all`. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
  * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
@@ -44,7 +44,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const applier = new NftablesApplier();
     tables.rearm();
     own.defer('nftables table', async () => {
-      if (!config.dataplane.keepOnStop) await tables.remove();
+      if (config.dataplane.keepOnStop !== 'all') await tables.remove();
     });
     const a = applier;
     const plane = new LoadBalancer(

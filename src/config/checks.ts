@@ -12,7 +12,7 @@ import { formatDuration, parseDuration } from './duration.js';
 import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseRoleHostPort, type HostPortRule } from './addresses.js';
 import { durationMs, HEALTH_INTERVAL, HEALTH_TIMEOUT } from './fields.js';
 import { isRecord, type RawIssue, type Segment } from './issues.js';
-import { DEFAULTS, MAX_VIPS } from './limits.js';
+import { DEFAULTS, DISCOVERED, MAX_VIPS } from './limits.js';
 
 /** The VIPs of the raw input that parse: their family (of the first) and index by canonical text. */
 interface RawVips {
@@ -27,8 +27,9 @@ interface RawVips {
 export function crossFieldIssues(raw: unknown): RawIssue[] {
   if (!isRecord(raw)) return [];
   const vips = rawVips(raw);
-  const withVips = vips === undefined ? [] : [...peerIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
-  return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw)];
+  const withVips =
+    vips === undefined ? [] : [...peerIssues(raw, vips), ...discoveredIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
+  return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw), ...discoveryIssues(raw)];
 }
 
 /** `raw[a][b]…`, or undefined where a step is not a mapping. */
@@ -225,6 +226,25 @@ function roleIssues(raw: Record<string, unknown>): RawIssue[] {
   return [];
 }
 
+/** `discovery` needs exactly one source of credentials: a kubeconfig or inCluster. */
+function discoveryIssues(raw: Record<string, unknown>): RawIssue[] {
+  const d = raw.discovery;
+  if (!isRecord(d)) return [];
+  const kubeconfig = d.kubeconfig !== undefined && d.kubeconfig !== '' && d.kubeconfig !== null;
+  if (kubeconfig && d.inCluster === true) {
+    return [{ path: ['discovery', 'inCluster'], message: 'is true while discovery.kubeconfig is set: use one of them (the kubeconfig, or the pod\'s service account)' }];
+  }
+  if (!kubeconfig && d.inCluster !== true && d.kubeconfig !== null) {
+    return [{ path: ['discovery', 'kubeconfig'], message: 'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)' }];
+  }
+  // discovery reads the slices from a backend the checks find ready: it needs one to start from
+  const listed = at(raw, 'apiserver', 'backends');
+  if (!Array.isArray(listed) || listed.length === 0) {
+    return [{ path: ['apiserver', 'backends'], message: 'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)' }];
+  }
+  return [];
+}
+
 /** `vrrp.auth` without a key file (a required setting inside an optional section). */
 function authIssues(raw: Record<string, unknown>): RawIssue[] {
   if (!isRecord(raw.vrrp) || !isRecord(raw.vrrp.auth)) return [];
@@ -249,8 +269,32 @@ function unicastIssues(raw: Record<string, unknown>): RawIssue[] {
       },
     ];
   }
+  if (singleNode === true && (peers === DISCOVERED || (Array.isArray(peers) && peers.includes(DISCOVERED)))) {
+    return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers is ${DISCOVERED}: a single node has no peers; remove one of the two` }];
+  }
   if (singleNode === true && Array.isArray(peers) && peers.length > 0) {
     return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers lists ${peers.length} address${peers.length === 1 ? '' : 'es'}: a single node has no peers; remove one of the two` }];
+  }
+  return [];
+}
+
+/**
+ * `vrrp.peers: discovered` needs someone to discover, and IPv4: IPv6 adverts come from link-local
+ * addresses (RFC 9568 §5.1.2.1), which are not the apiservers' node addresses, so a discovered
+ * IPv6 peer could never be told apart from a stranger.
+ */
+function discoveredIssues(raw: Record<string, unknown>, vips: RawVips): RawIssue[] {
+  const peers = at(raw, 'vrrp', 'peers');
+  const list = peers === DISCOVERED ? [DISCOVERED] : Array.isArray(peers) ? peers : [];
+  const index = list.indexOf(DISCOVERED);
+  if (index < 0) return [];
+  const path = peers === DISCOVERED ? ['vrrp', 'peers'] : ['vrrp', 'peers', index];
+  if (vips.family === 6) {
+    return [{ path, message: `${DISCOVERED} is for IPv4 groups: IPv6 adverts come from link-local addresses (RFC 9568 §5.1.2.1), not the apiservers' node addresses; list the other nodes' link-local addresses` }];
+  }
+  const listed = list.filter((p) => p !== DISCOVERED).length;
+  if (listed === 0 && rawBackends(raw).length === 0 && raw.discovery === undefined) {
+    return [{ path, message: `${DISCOVERED} needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends` }];
   }
   return [];
 }

@@ -157,7 +157,7 @@ export const interfaceField = z
  * A list of addresses, checked as a whole so that every element's problem is reported:
  * each element parses, all are one family, none repeats.
  */
-export function addressList(opts: { role: 'vip' | 'peer'; label: string; min: number; max: number; what: string; default?: string }) {
+export function addressList(opts: { role: 'vip' | 'peer'; label: string; min: number; max: number; what: string; default?: string; keyword?: string }) {
   return z
     .array(z.unknown(), { error: expect(opts.what, opts.default === undefined ? {} : { default: opts.default }) })
     .transform((list, ctx) => {
@@ -170,7 +170,13 @@ export function addressList(opts: { role: 'vip' | 'peer'; label: string; min: nu
       const out: string[] = [];
       let first: { index: number; family: AddressFamily } | undefined;
       const seen = new Map<string, number>();
+      let keyword = false;
       list.forEach((item, i) => {
+        // a word that stands for addresses found at run time (vrrp.peers: discovered)
+        if (opts.keyword !== undefined && item === opts.keyword) {
+          keyword = true;
+          return;
+        }
         const r = checkAddress(item, opts.role);
         if (typeof r === 'string') return fail([i], r, item);
         if (first === undefined) {
@@ -187,7 +193,7 @@ export function addressList(opts: { role: 'vip' | 'peer'; label: string; min: nu
         out.push(r.text);
       });
       if (ctx.issues.length > before) return z.NEVER;
-      return { family: first?.family ?? 4, addresses: out };
+      return { family: first?.family ?? 4, addresses: out, keyword };
     });
 }
 

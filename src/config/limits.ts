@@ -18,12 +18,16 @@ export const HOUR_MS = 3_600_000;
 export const MINUTE_MS = 60_000;
 
 /** Defaults, as they would be written in the file. */
+/** The word in `vrrp.peers` that stands for the discovered apiservers' node addresses. */
+export const DISCOVERED = 'discovered';
+
 export const DEFAULTS = Object.freeze({
   priority: 100,
   advertisementInterval: '1s',
   preempt: true,
   preemptDelay: '0s',
   checksum: 'rfc5798',
+  acceptFrom: 'members',
   announceCount: 5,
   announceSpacing: '0ms',
   announceRepeatAfter: '5s',
@@ -32,6 +36,7 @@ export const DEFAULTS = Object.freeze({
   apiserverPort: 6443,
   healthPath: '/readyz',
   healthInsecureSkipVerify: false,
+  discoveryLastKnownFile: '/var/lib/ballast/backends.json',
   healthInterval: '1s',
   /** the timeout's default is this or the interval, whichever is shorter */
   healthTimeout: '1s',
@@ -39,7 +44,7 @@ export const DEFAULTS = Object.freeze({
   healthFall: 2,
   dataplaneVip: 'nftables',
   dataplaneLocal: 'ebpf',
-  dataplaneKeepOnStop: false,
+  dataplaneKeepOnStop: 'localEndpoint' as const,
   localEndpoint: '127.0.0.1:7443',
   unhealthyPriorityWeight: 50,
   adminListen: '127.0.0.1:9641',

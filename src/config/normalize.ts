@@ -5,11 +5,14 @@
  *   - `family`: the VIPs' (without an election: the first backend's, 4 when there is none);
  *   - `vrrp.advertisementIntervalCs`: what the Max Adver Int field carries (RFC 9568 §5.2.7);
  *   - `vrrp.unicast`: peers given, or a single node;
+ *   - `vrrp.discoveredPeers`: `discovered` in (or as) `vrrp.peers`; `peers` keeps the listed addresses;
  *   - `vrrp.owner`: priority 255, the address owner (RFC 9568 §1.6);
  *   - `apiserver.health.timeoutMs` when unset: 1 s or the interval, whichever is shorter;
- *   - `apiserver.health.settleMs`: how long until every backend has had its first verdict.
+ *   - `apiserver.health.settleMs`: how long until every backend has had its first verdict;
+ *   - `discovery`: null unless a kubeconfig or inCluster is set; lastKnownFile's default.
  */
 import { defaultHealthTimeoutMs } from './fields.js';
+import { DEFAULTS } from './limits.js';
 import type { ParsedConfig } from './schema.js';
 import type { Config, HealthConfig, VrrpConfig } from './types.js';
 
@@ -49,6 +52,8 @@ function normalizeVrrp(v: ParsedConfig['vrrp']): VrrpConfig | null {
     preemptDelayMs: v.preemptDelay,
     unicast: v.peers !== undefined || v.singleNode,
     peers: v.peers?.addresses ?? [],
+    discoveredPeers: v.peers?.keyword ?? false,
+    acceptFrom: v.acceptFrom,
     checksum: v.checksum,
     owner: v.priority === 255,
     auth: v.auth?.keyFile === undefined ? null : { keyFile: v.auth.keyFile },
@@ -70,6 +75,14 @@ export function normalize(c: ParsedConfig): Config {
       c.localEndpoint === undefined
         ? null
         : { addresses: c.localEndpoint.address, force: c.localEndpoint.force, ...optional('cgroup', c.localEndpoint.cgroup) },
+    discovery:
+      c.discovery === undefined || (c.discovery.kubeconfig === undefined && !c.discovery.inCluster)
+        ? null
+        : {
+            ...optional('kubeconfig', c.discovery.kubeconfig),
+            inCluster: c.discovery.inCluster,
+            lastKnownFile: c.discovery.lastKnownFile ?? DEFAULTS.discoveryLastKnownFile,
+          },
     policy: { unhealthyPriorityWeight: c.policy.unhealthyPriorityWeight, ...optional('localBackend', c.policy.localBackend) },
     admin: { listen: c.admin.listen },
     log: { level: c.log.level },

@@ -39,11 +39,11 @@ import {
 } from './fields.js';
 import { fileIssues, type ConfigFiles, type ConfigNote, type FileNote } from './files.js';
 import { formatPath, issueOrder, type Locator, type RawIssue, type SectionKeys } from './issues.js';
-import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS, HOUR_MS, MAX_VIPS } from './limits.js';
+import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS, DISCOVERED, HOUR_MS, MAX_VIPS } from './limits.js';
 import { expect, show } from './messages.js';
 import { normalize } from './normalize.js';
 import { unknownKeyMessage } from './suggest.js';
-import { LOG_LEVELS, type Config } from './types.js';
+import { LOG_LEVELS, type Config, type KeepOnStop } from './types.js';
 
 export type { Locator } from './issues.js';
 
@@ -84,14 +84,24 @@ const vrrpShape = {
   }),
   preempt: boolField(DEFAULTS.preempt),
   preemptDelay: durationField({ min: 0, max: HOUR_MS, default: DEFAULTS.preemptDelay, range: rangeMessage('0s', '1h') }),
-  peers: addressList({
-    role: 'peer',
-    label: 'vrrp.peers',
-    min: 0,
-    max: Number.MAX_SAFE_INTEGER,
-    what: 'a list of IP addresses (leave it out for multicast)',
-    default: 'absent (multicast)',
-  }).optional(),
+  // `discovered` alone stands for [discovered]: the discovered apiservers' node addresses
+  peers: z
+    .preprocess(
+      (v) => (v === DISCOVERED ? [DISCOVERED] : v),
+      addressList({
+        role: 'peer',
+        label: 'vrrp.peers',
+        min: 0,
+        max: Number.MAX_SAFE_INTEGER,
+        what: `a list of IP addresses and/or the word ${DISCOVERED}, or ${DISCOVERED} alone (leave it out for multicast)`,
+        default: 'absent (multicast)',
+        keyword: DISCOVERED,
+      }),
+    )
+    .optional(),
+  acceptFrom: z
+    .enum(['members', 'any'], { error: expect('"members" (adverts only from known nodes) or "any"', { default: DEFAULTS.acceptFrom }) })
+    .default(DEFAULTS.acceptFrom),
   singleNode: boolField(false),
   checksum: z
     .enum(['rfc5798', 'rfc9568'], { error: expect('"rfc5798" or "rfc9568"', { default: DEFAULTS.checksum }) })
@@ -140,7 +150,13 @@ const dataplaneShape = {
     .enum(['nftables', 'none'], { error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }) })
     .default(DEFAULTS.dataplaneVip),
   local: z.enum(['ebpf', 'proxy', 'off'], { error: expect('"ebpf", "proxy" or "off"', { default: DEFAULTS.dataplaneLocal }) }).default(DEFAULTS.dataplaneLocal),
-  keepOnStop: boolField(DEFAULTS.dataplaneKeepOnStop),
+  // true / false: what the setting was before it named what it keeps (all / none)
+  keepOnStop: z
+    .union([z.boolean(), z.enum(['none', 'localEndpoint', 'all'])], {
+      error: expect('"localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none', { default: DEFAULTS.dataplaneKeepOnStop }),
+    })
+    .transform((v): KeepOnStop => (v === true ? 'all' : v === false ? 'none' : v))
+    .default(DEFAULTS.dataplaneKeepOnStop),
 };
 
 const policyShape = {
@@ -155,6 +171,13 @@ const localEndpointShape = {
   address: localEndpointAddressField,
   force: boolField(false),
   cgroup: fileField('/sys/fs/cgroup'),
+};
+
+/** `discovery`: the kubernetes EndpointSlices feed the backend set (see src/discovery/). */
+const discoveryShape = {
+  kubeconfig: fileField('/etc/kubernetes/admin.conf'),
+  inCluster: boolField(false),
+  lastKnownFile: fileField(DEFAULTS.discoveryLastKnownFile),
 };
 
 const adminShape = { listen: listenField() };
@@ -181,6 +204,7 @@ const rootShape = {
   apiserver: section(z.strictObject(apiserverShape, { error: mappingError })),
   dataplane: section(z.strictObject(dataplaneShape, { error: mappingError })),
   localEndpoint: optionalSection(z.strictObject(localEndpointShape, { error: mappingError })),
+  discovery: optionalSection(z.strictObject(discoveryShape, { error: mappingError })),
   policy: section(z.strictObject(policyShape, { error: mappingError })),
   admin: section(z.strictObject(adminShape, { error: mappingError })),
   log: section(z.strictObject(logShape, { error: mappingError })),
@@ -196,6 +220,7 @@ const SECTION_KEYS: SectionKeys = {
   'apiserver.health': Object.keys(healthShape),
   dataplane: Object.keys(dataplaneShape),
   localEndpoint: Object.keys(localEndpointShape),
+  discovery: Object.keys(discoveryShape),
   policy: Object.keys(policyShape),
   admin: Object.keys(adminShape),
   log: Object.keys(logShape),

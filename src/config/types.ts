@@ -35,8 +35,22 @@ export interface VrrpConfig {
    * adverts from anyone else are dropped. False = multicast (224.0.0.18 / ff02::12).
    */
   readonly unicast: boolean;
-  /** Unicast peers (canonical text, same family as the VIPs); empty in multicast mode and for a single node. */
+  /**
+   * Unicast peers as listed (canonical text, same family as the VIPs), without the word
+   * `discovered`; empty in multicast mode and for a single node.
+   */
   readonly peers: readonly string[];
+  /**
+   * `vrrp.peers` contains (or is) `discovered`: the peers are also the node addresses of the
+   * apiservers (the seed backends' hosts until discovery answers), this node's own excluded.
+   */
+  readonly discoveredPeers: boolean;
+  /**
+   * Whose adverts are heard: `members` (default) = only the known nodes (the backends' hosts,
+   * the peers, discovered members; any source when none is known), `any` = every source.
+   * A source-address filter, not authentication (docs/auth.md).
+   */
+  readonly acceptFrom: 'members' | 'any';
   /** Checksum rule for adverts. */
   readonly checksum: ChecksumMode;
   /** Priority 255: this node owns the VIPs as its own addresses (RFC 9568 §1.6). Derived once here. */
@@ -131,11 +145,16 @@ export interface DataplaneConfig {
    */
   readonly local: DataplaneLocalMode;
   /**
-   * Keep the nftables table (and, `ebpf`, the pinned programs) when the agent stops cleanly, so
-   * clients keep being balanced while it restarts.
+   * What a clean stop leaves in place (a stop is a restart; `ballast cleanup` is the uninstall):
+   * `localEndpoint` (default) the eBPF local endpoint's pinned programs and maps, still
+   * balancing this node's clients to the last ready set, adopted by the next start; `all` also
+   * the nftables table; `none` nothing. The VIPs are always removed (a stopped agent must not hold them).
    */
-  readonly keepOnStop: boolean;
+  readonly keepOnStop: KeepOnStop;
 }
+
+/** See {@link DataplaneConfig.keepOnStop}. */
+export type KeepOnStop = 'none' | 'localEndpoint' | 'all';
 
 /** How the node-local endpoint is served: see {@link DataplaneConfig.local}. */
 export type DataplaneLocalMode = 'ebpf' | 'proxy' | 'off';
@@ -165,6 +184,19 @@ export interface PolicyConfig {
   readonly localBackend?: BackendAddress;
 }
 
+/**
+ * The `discovery` section, normalized: the `kubernetes` Service's EndpointSlices (namespace
+ * default) feed the backend set, merged with `apiserver.backends` (the seed) and the last-known file.
+ */
+export interface DiscoveryConfig {
+  /** kubeconfig to read the EndpointSlices with (kubeadm's /etc/kubernetes/admin.conf, or the kubelet's); absent with inCluster. A missing file is waited for. */
+  readonly kubeconfig?: string;
+  /** Use the pod's service account (KUBERNETES_SERVICE_HOST and /var/run/secrets/kubernetes.io/serviceaccount). */
+  readonly inCluster: boolean;
+  /** Where the last discovered set is kept across restarts (default /var/lib/ballast/backends.json). */
+  readonly lastKnownFile: string;
+}
+
 /** The validated, normalized, deep-frozen configuration. */
 export interface Config {
   /**
@@ -192,6 +224,8 @@ export interface Config {
   readonly dataplane: DataplaneConfig;
   /** The node-local API endpoint; null when `localEndpoint` is absent. */
   readonly localEndpoint: LocalEndpointConfig | null;
+  /** Backend discovery; null when the section is absent (the backends are `apiserver.backends` only). */
+  readonly discovery: DiscoveryConfig | null;
   readonly policy: PolicyConfig;
   readonly admin: AdminConfig;
   readonly log: LogConfig;

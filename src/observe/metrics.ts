@@ -51,7 +51,11 @@ export function createMetrics(): Metrics {
   // Prometheus's own names for this (prometheus_config_last_reload_successful, …)
   const reloadOk = new Gauge({ name: 'ballast_config_last_reload_successful', help: 'Whether the last configuration reload succeeded (1; also before the first reload) or failed (0)', registers: [registry] });
   const reloadAt = new Gauge({ name: 'ballast_config_last_reload_success_timestamp_seconds', help: 'When the configuration was last loaded successfully (the start, or the last applied reload), seconds since the epoch', registers: [registry] });
-  const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers)', labelNames: ['vrid', 'reason'], registers: [registry] });
+  const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers, non-members)', labelNames: ['vrid', 'reason'], registers: [registry] });
+  const backendInfo = new Gauge({ name: 'ballast_backend_info', help: '1 for each backend checked, with where it came from (source: seed, endpointslice or lastKnown)', labelNames: ['backend', 'source'], registers: [registry] });
+  const discEmpty = new Counter({ name: 'ballast_discovery_empty_kept_total', help: 'Empty discovered backend sets ignored (the last non-empty set kept)', registers: [registry] });
+  const discErrors = new Counter({ name: 'ballast_discovery_errors_total', help: 'EndpointSlice watch errors that restarted the watch (on another ready apiserver)', registers: [registry] });
+  const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
 
   return {
     registry,
@@ -79,6 +83,14 @@ export function createMetrics(): Metrics {
         for (const b of doc.local.backends) localBackends.set({ mode: doc.local.mode, backend: b }, 1);
         localReset.reset();
         localReset.inc(doc.local.socketsReset);
+      }
+      backendInfo.reset();
+      for (const b of doc.backends) backendInfo.set({ backend: b.address, source: b.source ?? 'seed' }, 1);
+      if (doc.discovery !== undefined) {
+        for (const [c, n] of [[discEmpty, doc.discovery.emptyKept], [discErrors, doc.discovery.errors], [discLists, doc.discovery.lists]] as const) {
+          c.reset();
+          c.inc(n);
+        }
       }
       backendUp.reset();
       backendLatency.reset();

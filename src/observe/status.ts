@@ -3,6 +3,7 @@
  */
 import type { EngineStatus } from '../vrrp/engine.js';
 import type { BackendHealth } from '../health/checker.js';
+import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 import type { LocalDataplaneStatus } from '../dataplane/local.js';
@@ -53,8 +54,10 @@ export interface ReloadStatus {
 export interface CommonStatus {
   /** The configuration reloads (absent from documents built without an agent, e.g. in tests). */
   reload?: ReloadStatus;
-  /** The apiservers and their health (empty when no backends are configured). */
-  backends: BackendHealth[];
+  /** The apiservers and their health (empty when no backends are configured), each with where it came from (the agent always sets `source`). */
+  backends: (BackendHealth & { source?: BackendSource })[];
+  /** Backend discovery's state and counters; absent without a `discovery` section. */
+  discovery?: DiscoveryStats;
   /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends, or no election). */
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
@@ -83,8 +86,10 @@ export interface ElectionStatusDocument extends CommonStatus {
   family: 4 | 6;
   primaryAddress: string;
   mode: 'multicast' | 'unicast';
-  /** Unicast peers (empty in multicast mode, and for a single node). */
+  /** Unicast peers (empty in multicast mode, and for a single node): the engine's current list. */
   peers: string[];
+  /** vrrp.acceptFrom members the engine hears now, or null for any source (absent from older engines). */
+  members?: string[] | null;
   /** Whether adverts are authenticated (vrrp.auth). */
   auth: boolean;
   advertisementIntervalMs: number;
@@ -107,21 +112,23 @@ export function statusDocument(
     effectivePriority: s.effectivePriority,
     masterAddress: s.masterAddress,
     masterPriority: s.masterPriority,
-    vips: [...fixed.vips],
+    vips: [...(s.vips ?? fixed.vips)],
     vipsHeld: s.vipsHeld,
     since: s.since,
     interface: fixed.interface,
     family: fixed.family,
     primaryAddress: fixed.primaryAddress,
     mode: fixed.unicast ? 'unicast' : 'multicast',
-    peers: [...fixed.peers],
+    peers: [...(s.peers ?? fixed.peers)],
+    ...(s.members !== undefined ? { members: s.members } : {}),
     auth: fixed.auth,
-    advertisementIntervalMs: fixed.advertisementIntervalMs,
+    advertisementIntervalMs: s.advertisementIntervalMs ?? fixed.advertisementIntervalMs,
     masterAdverIntervalMs: s.masterAdverIntervalMs,
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
     backends: common.backends,
+    ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
     dataplane: common.dataplane,
     local: common.local,
     ...(common.reload ? { reload: common.reload } : {}),
@@ -153,8 +160,9 @@ function formatLocal(l: LocalStatus): string {
 function backendRows(d: CommonStatus): [string, string][] {
   return d.backends.map((b): [string, string] => {
     // a file still to come (the CA before kubeadm init) is what the operator must read first
-    if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)`];
-    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}`];
+    const source = b.source === undefined ? '' : ` [${b.source}]`;
+    if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)${source}`];
+    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}${source}`];
   });
 }
 

@@ -124,6 +124,14 @@ export interface EngineStatus {
   skewTimeMs: number;
   vipsHeld: boolean;
   counters: EngineCounters;
+  /** The VIPs as they are now (a reconfigure changes them). */
+  vips?: string[];
+  /** Advertisement_Interval now, ms. */
+  advertisementIntervalMs?: number;
+  /** Unicast peers now ([] in multicast mode). */
+  peers?: string[];
+  /** acceptFrom members now, or null for any source. */
+  members?: string[] | null;
 }
 
 export interface EngineCounters {
@@ -313,7 +321,7 @@ export class VrrpEngine {
       if (!allowEmpty && out.length === 0) throw new Error(`${what} must not be empty`);
       return out;
     };
-    const vips = patch.vips !== undefined ? fam(patch.vips, 'vips') : undefined;
+    const vips = patch.vips !== undefined ? fam(patch.vips, 'vips', false) : undefined;
     const peers = patch.peers !== undefined ? fam(patch.peers, 'peers').filter((p) => p !== o.primaryAddress) : undefined;
     if (peers !== undefined && !o.unicast && peers.length > 0) throw new Error('peers: this election is multicast (peers are for unicast mode)');
     const members = patch.members === undefined ? undefined : patch.members === null ? null : fam(patch.members, 'members');
@@ -377,6 +385,10 @@ export class VrrpEngine {
       skewTimeMs: s.skewTimeMs,
       vipsHeld: this.vipsHeld,
       counters: { ...this.counters, dropped },
+      vips: [...this.opts.vips],
+      advertisementIntervalMs: this.opts.advertisementIntervalCs * 10,
+      peers: [...this.opts.peers],
+      members: this.members ? [...this.members] : null,
     };
   }
 

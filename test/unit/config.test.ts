@@ -108,6 +108,8 @@ describe('parseConfig: valid files', () => {
         preemptDelayMs: 0,
         unicast: false,
         peers: [],
+        discoveredPeers: false,
+        acceptFrom: 'members',
         checksum: 'rfc5798',
         owner: false,
         auth: null,
@@ -120,8 +122,9 @@ describe('parseConfig: valid files', () => {
         backends: [],
         health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
       localEndpoint: null,
+      discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
       admin: { listen: { host: '127.0.0.1', port: 9641 } },
       log: { level: 'info' },
@@ -154,7 +157,7 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
@@ -286,6 +289,36 @@ describe('parseConfig: valid files', () => {
       ['vrrp.singleNode', 'is true but vrrp.peers lists 2 addresses: a single node has no peers; remove one of the two'],
     ]);
     expect(issuesOf(yamlWith({ vrrp: { singleNode: 'yes' } }))[0]?.path).toBe('vrrp.singleNode');
+  });
+
+  it('peers: discovered alone, or mixed with addresses: discoveredPeers, peers keeps the listed addresses only', () => {
+    const seed = withBackend();
+    expect(parseConfig(yamlWith({ vrrp: { peers: 'discovered' }, ...seed })).vrrp).toMatchObject({ unicast: true, peers: [], discoveredPeers: true });
+    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2', 'discovered'] } })).vrrp).toMatchObject({ unicast: true, peers: ['10.0.0.2'], discoveredPeers: true });
+    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2'] } })).vrrp).toMatchObject({ peers: ['10.0.0.2'], discoveredPeers: false });
+    expect(issuesOf(yamlWith({ vrrp: { peers: ['discovered', 'nonsense'] } })).map((i) => i.path)).toStrictEqual(['vrrp.peers[1]']);
+    expect(issuesOf(yamlWith({ vrrp: { peers: 'everyone' } })).map((i) => i.path)).toStrictEqual(['vrrp.peers']);
+  });
+
+  it('peers: discovered needs a seed or discovery, is IPv4 only, and not with singleNode', () => {
+    expect(issuesOf(yamlWith({ vrrp: { peers: 'discovered' } })).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.peers', 'discovered needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends'],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { peers: ['fe80::2', 'discovered'] }, vips: ['fd00::100'] })).map((i) => [i.path, i.message])).toStrictEqual([
+      [
+        'vrrp.peers[1]',
+        "discovered is for IPv4 groups: IPv6 adverts come from link-local addresses (RFC 9568 §5.1.2.1), not the apiservers' node addresses; list the other nodes' link-local addresses",
+      ],
+    ]);
+    expect(issuesOf(yamlWith({ vrrp: { peers: 'discovered', singleNode: true }, ...withBackend() })).map((i) => [i.path, i.message])).toStrictEqual([
+      ['vrrp.singleNode', 'is true but vrrp.peers is discovered: a single node has no peers; remove one of the two'],
+    ]);
+  });
+
+  it('acceptFrom: members (default) or any; anything else is refused', () => {
+    expect(parseConfig(yamlWith({ vrrp: { acceptFrom: 'any' } })).vrrp!.acceptFrom).toBe('any');
+    expect(parseConfig(yamlWith({ vrrp: { acceptFrom: 'members' } })).vrrp!.acceptFrom).toBe('members');
+    expect(issuesOf(yamlWith({ vrrp: { acceptFrom: 'peers' } })).map((i) => i.path)).toStrictEqual(['vrrp.acceptFrom']);
   });
 
   it('auth: keyFile is required in vrrp.auth, absolute, and gives { keyFile }; absent = null', () => {
@@ -428,7 +461,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown key, far',
       { zzz: 1 },
       'zzz',
-      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, policy, admin, log)',
+      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log)',
     ],
     ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter, refresh)'],
 
@@ -537,7 +570,7 @@ describe('parseConfig: one message per invalid field', () => {
 
     // dataplane, policy
     ['dataplane.vip "ipvs"', { dataplane: { vip: 'ipvs' } }, 'dataplane.vip', 'must be "nftables" or "none" (VIP only, no load balancing), got "ipvs"'],
-    ['dataplane.keepOnStop "no"', { dataplane: { keepOnStop: 'no' } }, 'dataplane.keepOnStop', 'must be true or false, got "no" (YAML 1.2 reads yes/no/on/off as strings)'],
+    ['dataplane.keepOnStop "no"', { dataplane: { keepOnStop: 'no' } }, 'dataplane.keepOnStop', 'must be "localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none, got "no"'],
     ['dataplane not a mapping', { dataplane: 'nftables' }, 'dataplane', 'must be a mapping of settings (key: value), got "nftables"'],
     ['policy.unhealthyPriorityWeight -1', { policy: { unhealthyPriorityWeight: -1 } }, 'policy.unhealthyPriorityWeight', 'must be an integer from 0 to 254, got -1'],
     ['policy.unhealthyPriorityWeight 255', { policy: { unhealthyPriorityWeight: 255 } }, 'policy.unhealthyPriorityWeight', /^must be an integer from 0 to 254, got 255 \(the effective priority never goes below 1/],
@@ -694,7 +727,11 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const c = parseConfig(
       yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
     );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: true });
+    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all' });
+    // true / false are what the setting took before it named what it keeps
+    expect(parseConfig(yamlWith({ dataplane: { keepOnStop: false } })).dataplane.keepOnStop).toBe('none');
+    expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'none' } })).dataplane.keepOnStop).toBe('none');
+    expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'localEndpoint' } })).dataplane.keepOnStop).toBe('localEndpoint');
     expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
     const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
     expect(v6).toStrictEqual({ unhealthyPriorityWeight: 254, localBackend: { host: '::1', port: 6443, family: 6 } });

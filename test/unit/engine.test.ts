@@ -328,6 +328,7 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     const status = e.status();
     await expect(e.reconfigure({ vips: [VIP, 'fd00::100'] })).rejects.toThrow('vips: fd00::100 is IPv6, but this election is IPv4');
     await expect(e.reconfigure({ vips: [VIP, 'nonsense'] })).rejects.toThrow('vips: "nonsense" is not an IP address');
+    await expect(e.reconfigure({ vips: [] })).rejects.toThrow('vips must not be empty');
     await expect(e.reconfigure({ vips: [V2], advertisementIntervalCs: 0 })).rejects.toThrow('advertisementIntervalCs must be 1..4095, got 0');
     await expect(e.reconfigure({ vips: [V2], priority: 255 })).rejects.toThrow('priority must be 1..254, got 255');
     await expect(e.reconfigure({ peers: ['10.0.0.14'], preemptDelayMs: -1 })).rejects.toThrow('preemptDelayMs must be >= 0, got -1');
@@ -361,6 +362,7 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     expect(after.filter((s) => s.destination === '10.0.0.13')).toStrictEqual([]);
     expect(after[0]!.at - t).toBeLessThanOrEqual(100);
     expect(after.slice(0, 2).map((s) => s.destination)).toStrictEqual(['10.0.0.14', '10.0.0.15']);
+    expect(e.status()).toMatchObject({ peers: ['10.0.0.14', '10.0.0.15'], members: null, vips: [VIP], advertisementIntervalMs: 100 });
     // the removed peer is no longer heard either (unicast: only peers speak)
     edge.inputs.packet(advertFrom('10.0.0.13', 200));
     expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notPeer: 1 } } });
@@ -417,6 +419,7 @@ describe('VrrpEngine acceptFrom members', () => {
     const e = await start({ members: ['10.0.0.13'] });
     await vi.advanceTimersByTimeAsync(400);
     await e.reconfigure({ members: ['10.0.0.14'] });
+    expect(e.status().members).toStrictEqual(['10.0.0.14']);
     edge.inputs.packet(advertFrom('10.0.0.13', 200));
     expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notMember: 1 } } });
     edge.inputs.packet(advertFrom('10.0.0.14', 200));

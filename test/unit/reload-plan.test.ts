@@ -76,10 +76,10 @@ describe('planReload', () => {
     expect(actions(p)).toStrictEqual({ election: { priority: 150, preempt: false, preemptDelayMs: 2000 }, policy: true });
   });
 
-  it('backends: the checker set, the policy and passive detection; no election change', () => {
+  it('backends: the checker set, the policy, passive detection and the election membership (the seed hosts are members); no election patch', () => {
     const p = planReload(config(), config({ apiserver: 'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms' }));
     expect(p.changed).toStrictEqual(['apiserver.backends']);
-    expect(actions(p)).toStrictEqual({ backends: true, policy: true, passive: true });
+    expect(actions(p)).toStrictEqual({ backends: true, policy: true, passive: true, membership: true });
   });
 
   it('health settings: the checker settings and the policy (settle time); timeout also passive detection', () => {
@@ -119,11 +119,11 @@ describe('planReload', () => {
     expect(owner.election).toBeNull();
   });
 
-  it('multicast to unicast is a hand-over; a new unicast peer list is a patch', () => {
+  it('multicast to unicast is a hand-over; a new unicast peer list is a membership change (membership.ts computes the peers)', () => {
     const uni = (peers: string) => config({ vrrp: `vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 100ms\n  preempt: true\n  peers: [${peers}]` });
     expect(planReload(config(), uni('10.0.0.12')).handover).toStrictEqual(['vrrp.unicast']);
     const p = planReload(uni('10.0.0.12'), uni('10.0.0.12, 10.0.0.13'));
-    expect(actions(p)).toStrictEqual({ election: { peers: ['10.0.0.12', '10.0.0.13'] } });
+    expect(actions(p)).toStrictEqual({ membership: true });
   });
 
   it('a change of the VIPs family with dataplane.vip none is a hand-over; with the nftables data plane it needs a restart', () => {

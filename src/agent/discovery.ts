@@ -1,0 +1,159 @@
+/**
+ * Phase, discovery (the last one): owns the health checker's backend set. Without a `discovery`
+ * section the set is `apiserver.backends` (source `seed`); with one, src/discovery merges the
+ * seed, the `kubernetes` EndpointSlices and the last-known file, and every change of the merged
+ * set goes to checker.setBackends, then to the data planes:
+ *
+ *   set change ─► checker.setBackends ─► planes re-sync (VIP nftables, local endpoint) ─► policy
+ *                 (new: unknown until rise passes;        (left: out of the ruleset / map; its
+ *                  left: checks stop, no verdict)          established flows keep their conntrack
+ *                                                          NAT binding or socket: they drain)
+ *              └─► election members: unicast peers (vrrp.peers `discovered`) and the acceptFrom
+ *                  members, through VrrpHost.reconfigure ({@link feedElection})
+ *
+ * Nothing resets a backend that left the set: the checker emits no verdict for it (so no `dead`
+ * queues a reset), passive detection ignores a backend the checker no longer has, and the
+ * nftables apply replaces rules, not conntrack entries. The election never waits on discovery:
+ * this phase starts after it and only ever patches it.
+ */
+import { existsSync } from 'node:fs';
+import type { Config } from '../config/index.js';
+import { ConfigError } from '../errors.js';
+import type { HealthChecker } from '../health/checker.js';
+import type { Verdict } from '../health/verdict.js';
+import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../discovery/index.js';
+import { canonicalAddress } from '../net/address.js';
+import { formatHostPort } from '../net/hostport.js';
+import type { Logger } from '../observe/log.js';
+import { updateMembership, type ElectionPhase } from './election.js';
+import type { HealthFollowers } from './health.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+
+/** What the discovery phase exposes. */
+export interface DiscoveryPhase extends PhaseHandle {
+  /** Each backend's source, by `host:port` (IPv6 in brackets). */
+  sources(): Map<string, BackendSource>;
+  /** The node addresses (hosts) of the current backends, canonical, no repeats. */
+  members(): string[];
+  /** Discovery's counters and state; null without a `discovery` section. */
+  stats(): DiscoveryStats | null;
+  /**
+   * A reload: the new seed and discovery settings. A changed `discovery` section restarts the
+   * watch (the set stays until the new one answers); otherwise only the seed changes.
+   */
+  reconfigure(config: Config): Promise<void>;
+}
+
+/**
+ * Starts the phase: the first set goes to the checker at once (seed, or seed + last-known), then
+ * discovery runs in the background. A kubeconfig that is missing is waited for.
+ * @throws ConfigError (discovery.kubeconfig) when the kubeconfig exists but is malformed.
+ */
+export function startDiscovery(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { checker: HealthChecker; followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
+    election: () => ElectionPhase | null },
+): Promise<DiscoveryPhase> {
+  return runPhase(ctx, 'discovery', async (own) => {
+    const { checker, followers: f, election } = inputs;
+    const { log } = ctx;
+    let cfg = config;
+    let current: SourcedBackend[] = cfg.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const }));
+    let disc: Discovery | null = null;
+    let lastMembers = '';
+
+    const apply = (set: SourcedBackend[]): void => {
+      current = set;
+      checker.setBackends(set.map((s) => s.backend));
+      // the planes read the checker's verdicts: a new backend is unknown (no traffic), one that
+      // left is not in the set (no new connections; established ones untouched)
+      void f.lb?.sync();
+      void f.localLb?.sync();
+      f.balancing?.evaluate();
+      const members = membersOf(set);
+      const key = members.join(',');
+      // the election hears of members only from discovery (without it, the seed is in its config)
+      if (key !== lastMembers && cfg.discovery !== null) {
+        lastMembers = key;
+        void feedElection(election(), members, log);
+      }
+    };
+
+    const startWatch = async (c: Config): Promise<Discovery | null> => {
+      const d = c.discovery;
+      if (d === null) return null;
+      const credentials: CredentialSource = d.inCluster ? { kind: 'inCluster' } : { kind: 'kubeconfig', path: d.kubeconfig! };
+      if (credentials.kind === 'kubeconfig' && existsSync(credentials.path)) {
+        const loaded = await loadCredentials(credentials);
+        if (loaded.kind === 'invalid') throw new ConfigError([{ path: 'discovery.kubeconfig', message: loaded.reason }]);
+      }
+      const dd = new Discovery({
+        credentials,
+        lastKnownFile: d.lastKnownFile,
+        seed: c.apiserver.backends,
+        readyBackends: () => checker.verdicts().filter((v) => v.state === 'up').map((v) => v.backend),
+        defaultPort: c.apiserver.port,
+        log,
+      });
+      dd.on('change', apply);
+      apply(dd.current());
+      dd.start();
+      return dd;
+    };
+
+    const onVerdict = (_v: Verdict): void => disc?.readinessChanged();
+    checker.on('verdict', onVerdict);
+    own.defer('discovery readiness subscription', () => void checker.off('verdict', onVerdict));
+    disc = await startWatch(cfg);
+    if (disc === null) apply(current);
+    own.defer('discovery watch', async () => {
+      const d = disc;
+      disc = null;
+      await d?.stop();
+    });
+
+    return {
+      sources: () => new Map(current.map((s) => [formatHostPort(s.backend), s.source])),
+      members: () => membersOf(current),
+      stats: () => disc?.stats() ?? null,
+      async reconfigure(next: Config) {
+        const before = JSON.stringify(cfg.discovery);
+        cfg = next;
+        if (JSON.stringify(next.discovery) !== before) {
+          const old = disc;
+          disc = null;
+          await old?.stop();
+          disc = await startWatch(next);
+          if (disc === null) apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
+          log.info({ discovery: next.discovery === null ? 'off' : 'restarted' }, 'discovery: settings changed');
+        } else if (disc !== null) {
+          disc.setSeed(next.apiserver.backends);
+        } else {
+          apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
+        }
+      },
+    };
+  });
+}
+
+/** The hosts of a backend set, canonical, in order, no repeats. */
+export function membersOf(set: readonly SourcedBackend[]): string[] {
+  return [...new Set(set.map((s) => canonicalAddress(s.backend.host)))];
+}
+
+/**
+ * Gives the election the members discovery found (node addresses of the current backends): its
+ * unicast peers (with `vrrp.peers: discovered`) and acceptFrom members follow them, through
+ * {@link updateMembership} (membership.ts decides; this node's own addresses are left out there).
+ * Never throws: a refused change is logged and the election keeps its previous membership.
+ * @param election null when no election runs (a worker with the local endpoint only): no call.
+ */
+export async function feedElection(election: ElectionPhase | null, members: readonly string[], log: Logger): Promise<void> {
+  if (election === null) return;
+  try {
+    await updateMembership(election, { discovered: members }, log);
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'discovery: cannot update the election members; it keeps the previous ones');
+  }
+}

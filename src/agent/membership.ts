@@ -1,0 +1,70 @@
+/**
+ * Who is in the VRRP group, from the configuration and what discovery found: the unicast send
+ * list (`vrrp.peers`, with `discovered`) and the acceptFrom members (whose adverts are heard).
+ * Pure: the election phase (election.ts) starts the engine with it and calls
+ * {@link updateMembership} when discovery or a reload changes the inputs.
+ *
+ *   nodes   = the discovered apiservers' node addresses once discovery answered, else the seed
+ *             (the hosts of apiserver.backends), of the VIPs' family
+ *   peers   = listed vrrp.peers ∪ (discoveredPeers ? nodes : ∅), this node's own addresses removed
+ *   members = acceptFrom any → null (any source)
+ *             IPv6 multicast → null: the adverts come from link-local addresses (RFC 9568
+ *               §5.1.2.1), which neither the backends nor discovery know
+ *             nodes ∪ listed peers, or null when that is empty (nobody known)
+ */
+import type { Config } from '../config/index.js';
+import { addressFamily, canonicalAddress } from '../net/address.js';
+
+/** The inputs beyond the config. */
+export interface MembershipInputs {
+  /** This node's own addresses (any family, canonical or not): never a peer. */
+  own: readonly string[];
+  /** The discovered members' node addresses, or null before discovery answered (the seed counts then). */
+  discovered: readonly string[] | null;
+}
+
+/** What the engine is given (EngineOptions / EngineReconfigure `peers` and `members`). */
+export interface Membership {
+  /** Unicast send list (canonical, sorted as listed then as found); [] in multicast mode. */
+  peers: string[];
+  /** acceptFrom members (canonical), or null for any source. */
+  members: string[] | null;
+  /** Why `members` is null although acceptFrom is `members`; null otherwise. For the start-up log line. */
+  anyBecause: 'ipv6Multicast' | 'noneKnown' | null;
+}
+
+/**
+ * The membership for `config` (which has a vrrp section).
+ * @throws TypeError when an address in `inputs` is not an IP address.
+ */
+export function membershipOf(config: Config, inputs: MembershipInputs): Membership {
+  const v = config.vrrp!;
+  const own = new Set(inputs.own.map(canonicalAddress));
+  const seed = config.apiserver.backends.filter((b) => b.family === config.family).map((b) => b.host);
+  const nodes = uniq((inputs.discovered ?? seed).filter((a) => addressFamily(a) === config.family).map(canonicalAddress));
+  const listed = v.peers.map(canonicalAddress);
+  const peers = v.unicast ? uniq([...listed, ...(v.discoveredPeers ? nodes : [])]).filter((a) => !own.has(a)) : [];
+  if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null };
+  if (config.family === 6 && !v.unicast) return { peers, members: null, anyBecause: 'ipv6Multicast' };
+  const members = uniq([...nodes, ...listed, ...peers]).filter((a) => !own.has(a));
+  if (members.length === 0) return { peers, members: null, anyBecause: 'noneKnown' };
+  return { peers, members, anyBecause: null };
+}
+
+/** The operator's line for {@link Membership.anyBecause}. */
+export const ANY_BECAUSE: Record<'ipv6Multicast' | 'noneKnown', string> = {
+  ipv6Multicast:
+    'vrrp.acceptFrom is members, but IPv6 multicast adverts come from link-local addresses, which the backends and discovery do not know: adverts from any source are heard (use vrrp.auth, or unicast link-local peers, to restrict who may speak)',
+  noneKnown: 'vrrp.acceptFrom is members, but no member is known (no apiserver.backends, no vrrp.peers): adverts from any source are heard',
+};
+
+/** Same membership (order aside)? */
+export function sameMembership(a: Membership, b: Membership): boolean {
+  const same = (x: readonly string[] | null, y: readonly string[] | null): boolean =>
+    x === null || y === null ? x === y : x.length === y.length && [...x].sort().join() === [...y].sort().join();
+  return same(a.peers, b.peers) && same(a.members, b.members);
+}
+
+function uniq(list: readonly string[]): string[] {
+  return [...new Set(list)];
+}

@@ -1,0 +1,68 @@
+/**
+ * Credentials for the EndpointSlice watch: a kubeconfig file (kubeadm's /etc/kubernetes/admin.conf,
+ * or the kubelet's) or in-cluster (KUBERNETES_SERVICE_HOST and the service account's token and
+ * CA under /var/run/secrets/kubernetes.io/serviceaccount). Whatever server they name (normally
+ * the VIP), discovery talks to one ready apiserver directly: {@link forServer} replaces the
+ * server and keeps the CA (the apiserver's certificate carries its node address in its SANs).
+ */
+import { existsSync } from 'node:fs';
+import type { KubeConfig } from '@kubernetes/client-node';
+
+/** @kubernetes/client-node, loaded on first use: importing it takes seconds on a busy node, and an agent without discovery never needs it. */
+export type ClientModule = typeof import('@kubernetes/client-node');
+let client: Promise<ClientModule> | null = null;
+/** The client library (imported once, on the first call). */
+export function loadClient(): Promise<ClientModule> {
+  client ??= import('@kubernetes/client-node');
+  return client;
+}
+
+/** Where credentials come from. */
+export type CredentialSource = { kind: 'kubeconfig'; path: string } | { kind: 'inCluster' };
+
+/** What loading found: credentials, or a file not there yet (a wait), or a file that is malformed. */
+export type LoadedCredentials = { kind: 'ok'; kc: KubeConfig } | { kind: 'missing'; what: string } | { kind: 'invalid'; reason: string };
+
+const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+/** Loads the credentials now. Never rejects. */
+export async function loadCredentials(src: CredentialSource): Promise<LoadedCredentials> {
+  const { KubeConfig } = await loadClient();
+  const kc = new KubeConfig();
+  if (src.kind === 'inCluster') {
+    if (!process.env.KUBERNETES_SERVICE_HOST) return { kind: 'missing', what: 'KUBERNETES_SERVICE_HOST (not running in a pod)' };
+    if (!existsSync(`${SA_DIR}/token`)) return { kind: 'missing', what: `${SA_DIR}/token` };
+    try {
+      kc.loadFromCluster();
+    } catch (err) {
+      return { kind: 'invalid', reason: (err as Error).message };
+    }
+    return { kind: 'ok', kc };
+  }
+  if (!existsSync(src.path)) return { kind: 'missing', what: src.path };
+  try {
+    kc.loadFromFile(src.path);
+  } catch (err) {
+    return { kind: 'invalid', reason: `${src.path}: ${(err as Error).message}` };
+  }
+  const cluster = kc.getCurrentCluster();
+  if (cluster === null) return { kind: 'invalid', reason: `${src.path}: no current context naming a cluster (current-context: ${JSON.stringify(kc.getCurrentContext() ?? '')})` };
+  if (kc.getCurrentUser() === null) return { kind: 'invalid', reason: `${src.path}: the current context names no user` };
+  return { kind: 'ok', kc };
+}
+
+/**
+ * A copy of `kc` whose current cluster's server is `server` (e.g. `https://10.0.0.12:6443`);
+ * the CA, the TLS server name, the user and the context are kept.
+ */
+export function forServer(k8s: ClientModule, kc: KubeConfig, server: string): KubeConfig {
+  const current = kc.getCurrentCluster();
+  const out = new k8s.KubeConfig();
+  out.loadFromOptions({
+    clusters: kc.clusters.map((c) => (current !== null && c.name === current.name ? { ...c, server } : c)),
+    users: kc.users,
+    contexts: kc.contexts,
+    currentContext: kc.currentContext,
+  });
+  return out;
+}

@@ -1,0 +1,39 @@
+/**
+ * A throw-away CA and a server certificate (openssl), for tests that need real TLS on loopback.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** PEM files of a test CA and one server certificate signed by it. */
+export interface TestPki {
+  dir: string;
+  caFile: string;
+  ca: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  remove(): void;
+}
+
+/** Makes a CA and a server certificate whose SANs are `ips` (IP entries). @throws when openssl fails. */
+export function makeTestPki(ips: readonly string[]): TestPki {
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-pki-'));
+  const f = (n: string): string => join(dir, n);
+  const run = (args: string[]): void => void execFileSync('openssl', args, { stdio: 'pipe' });
+  run(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '1', '-subj', '/CN=ballast-test-ca']);
+  run(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=kube-apiserver']);
+  writeFileSync(f('ext.cnf'), `subjectAltName=${ips.map((ip) => `IP:${ip}`).join(',')}\nextendedKeyUsage=serverAuth\n`);
+  run(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '1', '-extfile', f('ext.cnf')]);
+  return {
+    dir,
+    caFile: f('ca.crt'),
+    ca: readFileSync(f('ca.crt')),
+    cert: readFileSync(f('server.crt')),
+    key: readFileSync(f('server.key')),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+/** A kubeconfig (YAML text) for `server` with the CA inline and a bearer token, like kubeadm's admin.conf. */
+export { kubeconfigYaml as kubeconfigText } from '../../lab/lab.js';

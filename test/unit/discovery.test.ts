@@ -1,0 +1,212 @@
+/**
+ * Discovery: the merge rules, the last-known file, and Discovery against stand-in apiservers on
+ * loopback (a real @kubernetes/client-node informer, real TLS).
+ */
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startStandin, type Standin } from '../../lab/apiserver-standin.js';
+import { appendChange } from '../../lab/endpointslice-store.js';
+import { waitFor } from '../../lab/wait.js';
+import { BackendSet, Discovery, readLastKnown, writeLastKnown, type DiscoveryLog } from '../../src/discovery/index.js';
+import { formatHostPort, parseHostPort, type HostPort } from '../../src/net/hostport.js';
+import { kubeconfigText, makeTestPki, type TestPki } from '../support/tls.js';
+
+const hp = (s: string): HostPort => parseHostPort(s);
+const names = (l: { backend: HostPort; source: string }[]): string[] => l.map((s) => `${formatHostPort(s.backend)} ${s.source}`);
+
+describe('BackendSet: the merge rules', () => {
+  it('before the API answers: seed, then last-known entries not in the seed', () => {
+    const s = new BackendSet([hp('10.0.0.11:6443')], [hp('10.0.0.12:6443'), hp('10.0.0.11:6443')]);
+    expect(names(s.current())).toStrictEqual(['10.0.0.11:6443 seed', '10.0.0.12:6443 lastKnown']);
+    expect(s.answered).toBe(false);
+  });
+  it('once the API answers, the discovered set replaces the seed and the last-known set; a later seed changes nothing', () => {
+    const s = new BackendSet([hp('10.0.0.11:6443')], [hp('10.0.0.13:6443')]);
+    expect(s.discovered([hp('10.0.0.12:6443'), hp('10.0.0.14:6443')])).toStrictEqual({ changed: true, keptOnEmpty: false });
+    expect(names(s.current())).toStrictEqual(['10.0.0.12:6443 endpointslice', '10.0.0.14:6443 endpointslice']);
+    expect(s.setSeed([hp('10.0.0.99:6443')])).toBe(false);
+    expect(s.discovered([hp('10.0.0.12:6443'), hp('10.0.0.14:6443')]).changed).toBe(false);
+  });
+  it('an empty answer keeps the last non-empty set and is counted', () => {
+    const s = new BackendSet([hp('10.0.0.11:6443')], []);
+    // empty before any answer: the seed stays
+    expect(s.discovered([])).toStrictEqual({ changed: false, keptOnEmpty: true });
+    expect(names(s.current())).toStrictEqual(['10.0.0.11:6443 seed']);
+    s.discovered([hp('10.0.0.12:6443')]);
+    expect(s.discovered([])).toStrictEqual({ changed: false, keptOnEmpty: true });
+    expect(names(s.current())).toStrictEqual(['10.0.0.12:6443 endpointslice']);
+    expect(s.emptyKept).toBe(2);
+  });
+  it('a backend that leaves is gone from the set (the checker drains it); one that joins is added', () => {
+    const s = new BackendSet([], []);
+    s.discovered([hp('10.0.0.11:6443'), hp('10.0.0.12:6443')]);
+    expect(s.discovered([hp('10.0.0.12:6443'), hp('10.0.0.13:6443')]).changed).toBe(true);
+    expect(s.backends().map(formatHostPort)).toStrictEqual(['10.0.0.12:6443', '10.0.0.13:6443']);
+  });
+});
+
+describe('the last-known file', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-lastknown-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  it('writes atomically (no temporary file left, the directory created) and reads back', () => {
+    const path = join(dir, 'sub', 'backends.json');
+    writeLastKnown(path, [hp('10.0.0.11:6443'), hp('[fd00::12]:6443')], new Date('2026-12-01T12:00:00Z'));
+    expect(JSON.parse(readFileSync(path, 'utf8'))).toStrictEqual({ version: 1, updated: '2026-12-01T12:00:00.000Z', backends: ['10.0.0.11:6443', '[fd00::12]:6443'] });
+    expect(readdirSync(join(dir, 'sub'))).toStrictEqual(['backends.json']);
+    const r = readLastKnown(path);
+    expect(r.kind === 'ok' && r.backends.map(formatHostPort)).toStrictEqual(['10.0.0.11:6443', '[fd00::12]:6443']);
+    // a second write replaces the first whole
+    writeLastKnown(path, [hp('10.0.0.13:6443')]);
+    const r2 = readLastKnown(path);
+    expect(r2.kind === 'ok' && r2.backends.map(formatHostPort)).toStrictEqual(['10.0.0.13:6443']);
+  });
+  it('a failed write leaves the old file whole', () => {
+    const sub = join(dir, 'ro');
+    writeLastKnown(join(sub, 'b.json'), [hp('10.0.0.11:6443')]);
+    chmodSync(sub, 0o500);
+    try {
+      // root ignores directory permissions: only assert when the write really failed
+      let failed = false;
+      try {
+        writeLastKnown(join(sub, 'b.json'), [hp('10.0.0.12:6443')]);
+      } catch {
+        failed = true;
+      }
+      const r = readLastKnown(join(sub, 'b.json'));
+      expect(r.kind === 'ok' && r.backends.map(formatHostPort)).toStrictEqual([failed ? '10.0.0.11:6443' : '10.0.0.12:6443']);
+    } finally {
+      chmodSync(sub, 0o700);
+    }
+  });
+  it('missing is missing; corrupt says why', () => {
+    expect(readLastKnown(join(dir, 'none.json'))).toStrictEqual({ kind: 'missing' });
+    const bad = (name: string, text: string): string => {
+      writeFileSync(join(dir, name), text);
+      const r = readLastKnown(join(dir, name));
+      return r.kind === 'corrupt' ? r.reason : `not corrupt: ${r.kind}`;
+    };
+    expect(bad('trunc.json', '{"version": 1, "backe')).toMatch(/^not JSON: /);
+    expect(bad('shape.json', '{"version": 2, "backends": []}')).toBe('expected {"version": 1, "backends": ["host:port", …]}');
+    expect(bad('entry.json', '{"version": 1, "backends": ["10.0.0.11:6443", "nonsense"]}')).toMatch(/^backends\[1\]: /);
+  });
+});
+
+describe('Discovery against stand-in apiservers on loopback', () => {
+  const PORT = 30_000 + ((process.pid + 5000) % 10_000);
+  const TOKEN = 'discovery-test-token-0123';
+  let pki: TestPki;
+  let dir: string;
+  let store: string;
+  const standins = new Map<string, Standin>();
+  let disc: Discovery | null = null;
+  const logs: string[] = [];
+  const log: DiscoveryLog = { info: (_o, m) => logs.push(m), warn: (_o, m) => logs.push(`WARN ${m}`), error: (_o, m) => logs.push(`ERROR ${m}`) };
+
+  beforeAll(() => {
+    pki = makeTestPki(['127.0.0.1', '127.0.0.2', '127.0.0.3']);
+  });
+  afterAll(() => pki.remove());
+  afterEach(async () => {
+    await disc?.stop();
+    disc = null;
+    await Promise.all([...standins.values()].map((s) => s.close()));
+    standins.clear();
+    rmSync(dir, { recursive: true, force: true });
+    logs.length = 0;
+  });
+  const setup = (): void => {
+    dir = mkdtempSync(join(tmpdir(), 'ballast-disc-'));
+    store = join(dir, 'store');
+  };
+  const start = async (host: string): Promise<void> => {
+    standins.set(host, await startStandin({ name: host, cert: pki.cert, key: pki.key, port: PORT, host, ready: true, store, address: host, token: TOKEN, log: () => undefined }));
+  };
+  const stop = async (host: string): Promise<void> => {
+    await standins.get(host)?.close();
+    standins.delete(host);
+  };
+  /** "ready per the health checks": here, the stand-ins that run */
+  const ready = (): HostPort[] => [...standins.keys()].sort().map((h) => hp(`${h}:${PORT}`));
+  const set = (): string[] => names(disc!.current());
+  const make = (seed: string[], o: { kubeconfig?: string } = {}): Discovery =>
+    new Discovery({
+      credentials: { kind: 'kubeconfig', path: o.kubeconfig ?? join(dir, 'admin.conf') },
+      lastKnownFile: join(dir, 'backends.json'),
+      seed: seed.map(hp),
+      readyBackends: ready,
+      defaultPort: 6443,
+      log,
+      backoffMs: 100,
+      maxBackoffMs: 400,
+      pollMs: 100,
+    });
+  // the kubeconfig names the "VIP" (nothing listens there): discovery must not use it
+  const writeKubeconfig = (): void => writeFileSync(join(dir, 'admin.conf'), kubeconfigText(`https://127.0.0.9:${PORT}`, pki.ca, TOKEN));
+
+  it('waits for the kubeconfig, then the discovered set replaces the seed; joins and leaves follow; the last-known file follows', async () => {
+    setup();
+    await start('127.0.0.1');
+    disc = make([`127.0.0.1:${PORT}`]);
+    const changes: string[][] = [];
+    disc.on('change', (l) => changes.push(names(l)));
+    disc.start();
+    expect(disc.stats().state).toBe('waiting-credentials');
+    expect(set()).toStrictEqual([`127.0.0.1:${PORT} seed`]);
+    writeKubeconfig();
+    await waitFor(() => set()[0]?.endsWith('endpointslice') === true, { timeoutMs: 5000, intervalMs: 20, what: 'the discovered set' });
+    expect(set()).toStrictEqual([`127.0.0.1:${PORT} endpointslice`]);
+    expect(disc.stats()).toMatchObject({ state: 'watching', server: `https://127.0.0.1:${PORT}`, lists: 1, errors: 0 });
+    await start('127.0.0.2');
+    await start('127.0.0.3');
+    await waitFor(() => set().length === 3, { timeoutMs: 5000, intervalMs: 20, what: 'two joins' });
+    expect(set()).toStrictEqual([`127.0.0.1:${PORT} endpointslice`, `127.0.0.2:${PORT} endpointslice`, `127.0.0.3:${PORT} endpointslice`]);
+    await stop('127.0.0.2');
+    await waitFor(() => set().length === 2, { timeoutMs: 5000, intervalMs: 20, what: 'the leave' });
+    expect(set()).toStrictEqual([`127.0.0.1:${PORT} endpointslice`, `127.0.0.3:${PORT} endpointslice`]);
+    const lk = readLastKnown(join(dir, 'backends.json'));
+    expect(lk.kind === 'ok' && lk.backends.map(formatHostPort)).toStrictEqual([`127.0.0.1:${PORT}`, `127.0.0.3:${PORT}`]);
+    // the slice emptied (e.g. deleted): the last non-empty set stays, counted, logged
+    appendChange(store, { op: 'delete' });
+    await waitFor(() => disc!.stats().emptyKept === 1, { timeoutMs: 5000, intervalMs: 20, what: 'the empty set to be seen' });
+    expect(set()).toStrictEqual([`127.0.0.1:${PORT} endpointslice`, `127.0.0.3:${PORT} endpointslice`]);
+    expect(logs).toContain('WARN discovery: the kubernetes EndpointSlices list no ready apiserver; the last non-empty set is kept');
+    expect(changes.at(-1)).toStrictEqual([`127.0.0.1:${PORT} endpointslice`, `127.0.0.3:${PORT} endpointslice`]);
+  });
+
+  it('the apiserver in use stops: the watch moves to another ready one', async () => {
+    setup();
+    await start('127.0.0.1');
+    await start('127.0.0.2');
+    writeKubeconfig();
+    disc = make([]);
+    disc.start();
+    await waitFor(() => set().length === 2, { timeoutMs: 5000, intervalMs: 20, what: 'the discovered set' });
+    const first = disc.stats().server!;
+    const firstHost = new URL(first).hostname;
+    await stop(firstHost);
+    // it is no longer "ready": tell discovery as the checker's verdict would
+    disc.readinessChanged();
+    await waitFor(() => disc!.stats().server !== null && disc!.stats().server !== first && disc!.stats().state === 'watching', { timeoutMs: 5000, intervalMs: 20, what: 'the move' });
+    await waitFor(() => set().length === 1, { timeoutMs: 5000, intervalMs: 20, what: 'the leave of the stopped one' });
+    expect(set()).toStrictEqual([`${firstHost === '127.0.0.1' ? '127.0.0.2' : '127.0.0.1'}:${PORT} endpointslice`]);
+  });
+
+  it('a restart with the API unreachable knows the members from the last-known file; a corrupt file is ignored', async () => {
+    setup();
+    writeLastKnown(join(dir, 'backends.json'), [hp('127.0.0.2:6443'), hp('127.0.0.3:6443')]);
+    writeKubeconfig();
+    disc = make(['127.0.0.1:6443']);
+    disc.start();
+    // no stand-in runs: nothing is ready, the set is seed + last-known
+    expect(set()).toStrictEqual(['127.0.0.1:6443 seed', '127.0.0.2:6443 lastKnown', '127.0.0.3:6443 lastKnown']);
+    await waitFor(() => disc!.stats().state === 'waiting-ready-backend', { timeoutMs: 10_000, intervalMs: 20, what: 'discovery to wait for a ready backend' });
+    await disc.stop();
+    writeFileSync(join(dir, 'backends.json'), '{"version":1,"backends":["127.0.0.2:6443",');
+    disc = make(['127.0.0.1:6443']);
+    expect(set()).toStrictEqual(['127.0.0.1:6443 seed']);
+    expect(logs.some((l) => l.startsWith('WARN discovery: the last-known backend file is corrupt'))).toBe(true);
+    expect(existsSync(join(dir, 'backends.json'))).toBe(true);
+  });
+});
