@@ -321,7 +321,14 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     expect(now.code).toBe(0);
     expect(JSON.parse(now.stdout)).toMatchObject({ state: 'master', reload: { last: { ok: true, trigger: 'admin', changed: ['admin.listen.port', 'log.level'] } } });
     expect((await get(9641)).code).toBe(3);
-    await waitFor(() => a1!.logLines().some((l) => l.level === 'debug'), { timeoutMs: 3000, what: 'a debug line (the policy logs one per evaluation)' });
+    // a health change makes the policy evaluate, which it logs at debug
+    expect(a1!.logLines().some((l) => l.level === 'debug')).toBe(false);
+    await lab.setReady(lab.nodes[1]!, false);
+    try {
+      await waitFor(() => a1!.logLines().some((l) => l.level === 'debug' && l.msg === 'policy'), { timeoutMs: 5000, what: 'a debug line (the policy logs one per evaluation)' });
+    } finally {
+      await lab.setReady(lab.nodes[1]!, true);
+    }
     expect((JSON.parse((await get(9651)).stdout) as ElectionStatusDocument).counters.transitions).toBe(before);
   });
 
