@@ -272,7 +272,7 @@ describe('probe (HTTPS over loopback, no root)', () => {
     writeFileSync(tokenFile, '\n');
     expect(await probe(target())).toMatchObject({ ok: false, error: `tokenFile ${tokenFile} is empty` });
     rmSync(tokenFile);
-    expect(await probe(target())).toMatchObject({ ok: false, error: `cannot read tokenFile ${tokenFile}: ENOENT` });
+    expect(await probe(target())).toMatchObject({ ok: false, error: `waiting for apiserver.health.tokenFile ${tokenFile} (it does not exist yet)` });
     expect(statSync(pki.dir).isDirectory()).toBe(true);
   });
 
@@ -344,10 +344,14 @@ describe('probe (HTTPS over loopback, no root)', () => {
     expect(r.latencyMs).toBeLessThan(1000);
   });
 
-  it('reports an unreadable CA file without connecting', async () => {
+  it('reports a missing CA file as waited for, without connecting', async () => {
     const before = srv.connections();
     const missing = join(pki.dir, 'missing.crt');
-    expect(await createProbe(settings({ caFile: missing }))(target())).toMatchObject({ ok: false, error: `cannot read caFile ${missing}: ENOENT` });
+    expect(await createProbe(settings({ caFile: missing }))(target())).toMatchObject({
+      ok: false,
+      error: `waiting for apiserver.health.caFile ${missing} (it does not exist yet)`,
+      cause: { kind: 'waitingForFile', setting: 'apiserver.health.caFile', path: missing },
+    });
     expect(srv.connections()).toBe(before);
   });
 });
