@@ -73,6 +73,8 @@ export const PRIORITIES = [200, 190, 180, 170, 160, 150] as const;
 export const LOCAL_ENDPOINT = '127.0.0.1:7443';
 
 const VRID = 51;
+/** The bearer token the stand-ins' /apis paths require (in every kubeconfig). */
+const TOKEN = 'ballast-lifecycle-token';
 const ADMIN_PORT = 9641;
 
 // ---------------------------------------------------------------------------------------------
@@ -90,6 +92,11 @@ export interface LifecycleOptions {
   vrrp?: 'unicast' | 'multicast';
   /** progress lines (the demo prints them); default: none */
   log?: (line: string) => void;
+  /**
+   * false: no `discovery` section (the seed only) and multicast VRRP — what an agent without
+   * discovery accepts; only steps 1 and 2 can hold then. Default true.
+   */
+  discovery?: boolean;
 }
 
 /** A protocol bound a cause is held to. */
@@ -290,6 +297,7 @@ const hp = (address: string, port = 6443): string => `${address}:${port}`;
 export class Lifecycle {
   readonly lab: Lab;
   readonly vrrpMode: 'unicast' | 'multicast';
+  readonly discovery: boolean;
   readonly members: Member[];
   /** the second VIP, added by step 6's reload */
   readonly vip2: string;
@@ -303,7 +311,8 @@ export class Lifecycle {
 
   private constructor(lab: Lab, o: LifecycleOptions, cgroups: string[]) {
     this.lab = lab;
-    this.vrrpMode = o.vrrp ?? 'unicast';
+    this.discovery = o.discovery ?? true;
+    this.vrrpMode = this.discovery ? (o.vrrp ?? 'unicast') : 'multicast';
     this.#log = o.log ?? (() => undefined);
     this.vip2 = `10.78.${lab.subnet}.101`;
     this.#vips = [lab.vip4];
@@ -341,6 +350,9 @@ export class Lifecycle {
     const lab = await Lab.create({ prefix: o.prefix, subnet: o.subnet, nodes: 7, ipv6: false });
     try {
       const cgroups = await Promise.all(lab.nodes.map((n) => lab.cgroup(n)));
+      // every stand-in started later shares one EndpointSlice store and requires the token;
+      // none starts now (nodes: [])
+      await lab.startApiservers({ store: true, token: TOKEN, nodes: [] });
       const lc = new Lifecycle(lab, o, cgroups);
       for (const m of lc.members) {
         mkdirSync(dirname(m.configPath), { recursive: true });
@@ -375,7 +387,7 @@ export class Lifecycle {
           fall: HEALTH.fall,
         },
       },
-      discovery: { kubeconfig: m.kubeconfig, lastKnownFile: m.lastKnownFile },
+      ...(this.discovery ? { discovery: { kubeconfig: m.kubeconfig, lastKnownFile: m.lastKnownFile } } : {}),
       admin: { listen: `127.0.0.1:${ADMIN_PORT}` },
       log: { level: 'info' },
     };
@@ -442,22 +454,15 @@ export class Lifecycle {
     return a.stop('SIGTERM');
   }
 
-  /** The CA file, then the kubeconfig (what kubeadm writes before the control plane starts). */
-  #writeCredentials(m: Member): void {
+  /**
+   * The CA file, then the kubeconfig (what kubeadm writes before the control plane starts): the
+   * lab's kubeadm-like admin.conf (server https://VIP:6443, the CA inline, the stand-ins' bearer
+   * token), which discovery must not use as its address (it talks to ready apiservers directly).
+   */
+  async #writeCredentials(m: Member): Promise<void> {
     mkdirSync(dirname(m.caFile), { recursive: true });
     copyFileSync(this.lab.ca.certFile, m.caFile);
-    // the server: a control-plane node's own apiserver; the worker's kubelet.conf names the VIP
-    // (kubeadm's controlPlaneEndpoint), which discovery must not use for its own watch
-    const server = m.role === 'worker' ? `https://${this.lab.vip4}:6443` : `https://${m.node.ipv4}:6443`;
-    const doc = {
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'lab', cluster: { server, 'certificate-authority': m.caFile } }],
-      users: [{ name: 'lab', user: { token: 'ballast-lab' } }],
-      contexts: [{ name: 'lab', context: { cluster: 'lab', user: 'lab' } }],
-      'current-context': 'lab',
-    };
-    writeFileSync(m.kubeconfig, stringify(doc));
+    await this.lab.writeKubeconfig(m.node, { token: TOKEN, path: m.kubeconfig });
   }
 
   async #startApiserver(m: Member): Promise<void> {
@@ -569,8 +574,9 @@ export class Lifecycle {
       m.agents.flatMap((a) =>
         a
           .logLines()
-          .filter((l) => l.msg === 'state change' && l.to === 'master' && typeof l.time === 'number' && l.time >= epoch && l.time <= until)
-          .map((l) => ({ node: m.node.name, time: l.time as number, reason: String(l.reason) })),
+          .filter((l) => l.msg === 'state change' && l.to === 'master')
+          .map((l) => ({ node: m.node.name, time: logTime(l), reason: String(l.reason) }))
+          .filter((x) => x.time >= epoch && x.time <= until),
       ),
     );
   }
@@ -639,7 +645,8 @@ export class Lifecycle {
     }
     n1.state = 'member';
     const lines = n1.agent!.logLines();
-    const electionStart = lines.find((l) => l.msg === 'state change' && l.from === 'init')?.time as number | undefined;
+    const first = lines.find((l) => l.msg === 'state change' && l.from === 'init');
+    const electionStart = first === undefined ? undefined : logTime(first);
     const mdi = masterDownIntervalMs(n1.priority, ADVERT_MS / 10);
     const upMs = electionStart === undefined || vipSeenAt === null ? Number.NaN : vipSeenAt - electionStart;
     s.check(
@@ -648,7 +655,7 @@ export class Lifecycle {
       `${Number.isNaN(upMs) ? 'no election start logged' : `${upMs} ms`} (${vipSeenAt === null ? '?' : vipSeenAt - spawnedAt} ms after the spawn)`,
     );
     const st = await this.#election(n1);
-    s.check('n1 is master, runs (no exit), its backends wait for the CA', st.state === 'master' && n1.agent!.proc.exited !== undefined && st.backends.length > 0 && st.backends.every((b) => !b.healthy && /CA|ca\.crt|waiting/i.test(b.reason ?? '')), st.backends.map((b) => `${b.address} ${b.state} (${b.reason})`).join(', '));
+    s.check('n1 is master, runs (no exit), its backends wait for the CA', st.state === 'master' && n1.agent!.proc.child.exitCode === null && st.backends.length > 0 && st.backends.every((b) => !b.healthy && b.waitingFor?.setting === 'apiserver.health.caFile' && b.waitingFor.path === n1.caFile), st.backends.map((b) => `${b.address} ${b.state} (${b.reason})`).join(', '));
 
     // the worker's ballast starts before it joins (no CA, no kubeconfig)
     await this.#startAgent(this.member('n7'));
@@ -673,12 +680,12 @@ export class Lifecycle {
     const n7 = this.member('n7');
     const quick = (r: Failed): boolean => (r.error === 'ECONNREFUSED' || r.error === 'ECONNRESET') && r.ms <= REFUSE_WITHIN_MS;
     const down = s.cause('no apiserver yet: refused or reset within 1 s', { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY }, ['vip'], quick);
-    this.#writeCredentials(n1);
+    await this.#writeCredentials(n1);
     await this.#startApiserver(n1);
     down.to = performance.now();
     s.cause("n1's apiserver is up: its check rises", this.#riseBound(), ['vip']);
     const t0 = performance.now();
-    await this.#poolsHave(hp(n1.node.ipv4), true).catch(() => 0);
+    await waitFor(() => this.#upBackends(n1), (up) => up.includes(hp(n1.node.ipv4)), { timeoutMs: 5000, intervalMs: 50, what: "n1's backend up on n1" }).catch(() => []);
     const riseMs = performance.now() - t0;
     const st = await this.#status(n1);
     const b1 = st.backends.find((b) => b.address === hp(n1.node.ipv4));
@@ -691,7 +698,7 @@ export class Lifecycle {
     await this.#localClient.started();
     const ldown = s.cause('the worker has not joined: refused', { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY }, ['local'], quick);
     ldown.from = Number.NEGATIVE_INFINITY;
-    this.#writeCredentials(n7);
+    await this.#writeCredentials(n7);
     ldown.to = performance.now();
     s.cause("the worker's CA appears: its check rises", this.#riseBound(), ['local']);
     n7.state = 'member';
@@ -724,7 +731,7 @@ export class Lifecycle {
   async #join(s: Step, m: Member): Promise<void> {
     this.#log(`  ${m.node.name} joins (priority ${m.priority})`);
     await this.#startAgent(m);
-    this.#writeCredentials(m);
+    await this.#writeCredentials(m);
     await this.#startApiserver(m);
     m.state = 'member';
     const ms = await this.#poolsHave(hp(m.node.ipv4), true).catch(() => Number.NaN);
@@ -912,6 +919,11 @@ function readCmdline(pid: number): string {
   } catch {
     return '?';
   }
+}
+
+/** A pino line's `time` (ISO 8601 in ballast's logs, or epoch ms) as epoch ms; NaN when absent. */
+function logTime(l: Record<string, unknown>): number {
+  return typeof l.time === 'number' ? l.time : Date.parse(String(l.time));
 }
 
 function sameSet(a: readonly string[], b: readonly string[]): boolean {
