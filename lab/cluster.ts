@@ -167,6 +167,8 @@ export interface RunAgentOptions {
   hostMounts?: boolean;
   /** how long the admin endpoint may take to answer, ms (default 10000) */
   timeoutMs?: number;
+  /** resolves true once the agent answers (default: `ballast status --json` succeeds) */
+  answers?: (agent: LabAgent) => Promise<boolean>;
 }
 
 /**
@@ -187,7 +189,7 @@ export async function runAgent(lab: Lab, node: LabNode, configPath: string, o: R
     await waitFor(
       async () => {
         if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
-        return agent.anyStatus().then(() => true, () => false);
+        return o.answers ? o.answers(agent).catch(() => false) : agent.anyStatus().then(() => true, () => false);
       },
       (ok) => ok,
       { timeoutMs: o.timeoutMs ?? 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
