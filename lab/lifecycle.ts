@@ -55,8 +55,13 @@ import type { ElectionStatusDocument, StatusDocument } from '../src/observe/stat
 
 /** Advertisement interval, ms (10 cs); doubled by the reload of step 6. */
 export const ADVERT_MS = 100;
-/** Health checks: interval and timeout ms, rise and fall in checks. */
-export const HEALTH = { intervalMs: 200, timeoutMs: 200, rise: 2, fall: 2 } as const;
+/**
+ * Health checks: interval and timeout ms, rise and fall in checks. 500 ms, not 200: with 7
+ * agents, 6 stand-ins and 2 clients on 2 shared cores (load average 10 while other work ran),
+ * 200 ms checks timed out twice in a row in bursts — every backend of an agent "dead" at once,
+ * its connections reset — which is the lab's CPU, not the protocol under test.
+ */
+export const HEALTH = { intervalMs: 500, timeoutMs: 500, rise: 2, fall: 2 } as const;
 /** The clients: one request every PROBE_INTERVAL_MS, each bounded by PROBE_TIMEOUT_MS (a hang shows as `timeout`). */
 export const PROBE_INTERVAL_MS = 10;
 export const PROBE_TIMEOUT_MS = 1000;
@@ -141,12 +146,12 @@ export interface Check {
 export interface StepFigures {
   step: number;
   title: string;
-  /** the causes of the step and the bound each one was held to */
-  causes: { name: string; bound: Bound }[];
+  /** the causes of the step, when each was taken (ms since the step began) and the bound it was held to */
+  causes: { name: string; atMs: number; bound: Bound }[];
   vip: ClientFigures;
   /** null before the local-endpoint client runs (step 1) */
   local: ClientFigures | null;
-  /** state changes to master during the step, over all agents */
+  /** state changes to master during the step, over all agents, without the brief ones (see Lifecycle #mastersSince) */
   vipMoves: number;
   checks: Check[];
   pass: boolean;
@@ -613,16 +618,40 @@ export class Lifecycle {
     return { name: `rise × interval + interval + timeout + ${MARGIN_MS} ms`, ms: HEALTH.rise * HEALTH.intervalMs + HEALTH.intervalMs + HEALTH.timeoutMs + MARGIN_MS };
   }
 
-  /** 'state change' to master of every agent ever started, at or after `epoch` (ms). */
-  #mastersSince(epoch: number, until = Date.now()): { node: string; time: number; reason: string }[] {
+  /**
+   * Every agent's 'state change' to master at or after `epoch` (ms), each with how long it stayed
+   * master (null: still is) and why it stopped. `brief`: it gave way to a higher priority within
+   * one advertisement interval + MARGIN_MS — after a priority-0 advert every Backup runs its own
+   * Skew_Time, and one whose timer fires before the new master's first advert reaches it (the
+   * Skew_Times of priorities 30 apart differ by 12 ms; loaded cores delay the advert more)
+   * becomes master for that long: RFC 9568's own resolution, not a move of the VIP.
+   */
+  #mastersSince(epoch: number, until = Date.now()): { node: string; time: number; reason: string; heldMs: number | null; brief: boolean }[] {
     return this.members.flatMap((m) =>
-      m.agents.flatMap((a) =>
-        a
-          .logLines()
-          .filter((l) => l.msg === 'state change' && l.to === 'master')
-          .map((l) => ({ node: m.node.name, time: logTime(l), reason: String(l.reason) }))
-          .filter((x) => x.time >= epoch && x.time <= until),
-      ),
+      m.agents.flatMap((a) => {
+        const changes = a.logLines().filter((l) => l.msg === 'state change');
+        return changes.flatMap((l, i) => {
+          if (l.to !== 'master') return [];
+          const time = logTime(l);
+          if (!(time >= epoch && time <= until)) return [];
+          const end = changes[i + 1];
+          const heldMs = end === undefined ? null : logTime(end) - time;
+          const brief = end !== undefined && end.reason === 'higherPriority' && heldMs !== null && heldMs <= this.#advertMs + MARGIN_MS;
+          return [{ node: m.node.name, time, reason: String(l.reason), heldMs, brief }];
+        });
+      }),
+    );
+  }
+
+  /** The check of a step's VIP moves: `expected` settled ones, the brief ones named in the detail. */
+  #movesCheck(s: Step, what: string, expected: number): void {
+    const all = this.#mastersSince(s.epoch0);
+    const settled = all.filter((x) => !x.brief);
+    const brief = all.filter((x) => x.brief);
+    s.check(
+      `${what} (${expected}), none extra`,
+      settled.length === expected,
+      `${settled.map((x) => `${x.node} (${x.reason})`).join(', ') || 'none'}${brief.length ? `; brief (gave way within ${this.#advertMs + MARGIN_MS} ms): ${brief.map((x) => `${x.node} ${x.heldMs} ms`).join(', ')}` : ''}`,
     );
   }
 
@@ -650,10 +679,10 @@ export class Lifecycle {
     const f: StepFigures = {
       step: s.n,
       title: s.title,
-      causes: s.causes.map((c) => ({ name: c.name, bound: c.bound })),
+      causes: s.causes.map((c) => ({ name: c.name, atMs: Number.isFinite(c.from) ? Math.round(c.from + PROBE_TIMEOUT_MS - s.t0) : 0, bound: c.bound })),
       vip,
       local,
-      vipMoves: this.#mastersSince(s.epoch0, epoch1).length,
+      vipMoves: this.#mastersSince(s.epoch0, epoch1).filter((x) => !x.brief).length,
       checks: s.checks,
       pass: s.checks.every((c) => c.ok) && vip.unexplained.length === 0 && (local?.unexplained.length ?? 0) === 0,
       wallMs: Math.round(t1 - s.t0),
@@ -699,7 +728,8 @@ export class Lifecycle {
       upMs >= 0 && upMs <= mdi + MARGIN_MS,
       `${Number.isNaN(upMs) ? 'no election start logged' : `${upMs} ms`} (${vipSeenAt === null ? '?' : vipSeenAt - spawnedAt} ms after the spawn)`,
     );
-    const st = await this.#election(n1);
+    // the first check reports the wait (before it the state is `unknown`)
+    const st = await waitFor(() => this.#election(n1), (d) => d.backends.length > 0 && d.backends.every((b) => b.waitingFor !== undefined), { timeoutMs: 3 * HEALTH.intervalMs + 2000, intervalMs: 50, what: "n1's backends waiting for the CA" }).catch(() => this.#election(n1));
     s.check('n1 is master, runs (no exit), its backends wait for the CA', st.state === 'master' && n1.agent!.proc.child.exitCode === null && st.backends.length > 0 && st.backends.every((b) => !b.healthy && b.waitingFor?.setting === 'apiserver.health.caFile' && b.waitingFor.path === n1.caFile), st.backends.map((b) => `${b.address} ${b.state} (${b.reason})`).join(', '));
 
     // the worker's ballast starts before it joins (no CA, no kubeconfig)
@@ -841,8 +871,7 @@ export class Lifecycle {
       const peers = await this.#peersFollow().then((p) => ({ ok: true, p }), (e: Error) => ({ ok: false, p: e.message }));
       s.check(`after ${old} left, unicast peers are the other members`, peers.ok, peers.p);
     }
-    const moves = this.#mastersSince(s.epoch0);
-    s.check(`one VIP move per leaving master (${mastersLeft}), none extra`, moves.length === mastersLeft, moves.map((x) => `${x.node} (${x.reason})`).join(', ') || 'none');
+    this.#movesCheck(s, 'one VIP move per leaving master', mastersLeft);
     await this.#sources(s, this.member('n4'));
     await this.#oneHolder(s);
     return this.#finish(s);
@@ -875,8 +904,7 @@ export class Lifecycle {
       const ok = await waitFor(() => this.#upBackends(m), (up) => sameSet(up, want), { timeoutMs: 5000, intervalMs: 100, what: `${m.node.name}'s pool whole` }).then(() => true, () => false);
       s.check(`${m.node.name}'s pool is whole again`, ok, (await this.#upBackends(m)).join(' '));
     }
-    const moves = this.#mastersSince(s.epoch0);
-    s.check(`one VIP move per restarted master (${mastersRestarted}), none extra`, moves.length === mastersRestarted, moves.map((x) => `${x.node} (${x.reason})`).join(', ') || 'none');
+    this.#movesCheck(s, 'one VIP move per restarted master', mastersRestarted);
     await this.#oneHolder(s);
     return this.#finish(s);
   }
@@ -929,7 +957,7 @@ export class Lifecycle {
       now.every((d) => d.advertisementIntervalMs === this.#advertMs && (d.state === 'master' || d.masterAdverIntervalMs === this.#advertMs)),
       now.map((d, i) => `${cp[i]!.node.name} ${d.state} advert ${d.advertisementIntervalMs} master ${d.masterAdverIntervalMs}`).join('; '),
     );
-    s.check('no VIP move during the reloads', this.#mastersSince(s.epoch0).length === 0, this.#mastersSince(s.epoch0).map((x) => x.node).join(',') || 'none');
+    this.#movesCheck(s, 'no VIP move during the reloads', 0);
     await this.#oneHolder(s);
     return this.#finish(s);
   }
@@ -1025,7 +1053,7 @@ export function formatStep(f: StepFigures): string {
     `step ${f.step} ${f.pass ? 'held' : 'FAILED'} (${(f.wallMs / 1000).toFixed(1)} s): ${f.title}`,
     `  ${client('VIP client', f.vip)}`,
     `  ${client('local-endpoint client', f.local)}`,
-    `  bounds: ${f.causes.length ? f.causes.map((c) => `${c.name} → ${fmtBound(c.bound)}`).join('; ') : 'none spent: no request may fail'}`,
+    `  bounds: ${f.causes.length ? f.causes.map((c) => `(+${c.atMs} ms) ${c.name} → ${fmtBound(c.bound)}`).join('; ') : 'none spent: no request may fail'}`,
     `  VIP moves: ${f.vipMoves}`,
     ...f.checks.map((c) => `  ${c.ok ? 'ok  ' : 'FAIL'} ${c.what}: ${c.detail}`),
   ];
