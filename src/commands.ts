@@ -5,10 +5,12 @@
  *   ballast validate --config FILE     check a configuration file and exit (0 ok, 2 invalid)
  *   ballast status [--admin ADDR] [--json]
  *   ballast cleanup [--config FILE]    remove what ballast left on this node (the uninstall)
+ *   ballast reload [--admin ADDR | --config FILE] [--json]
+ *                                      ask the running agent to re-read its file (SIGHUP does the same)
  *
  * Exit statuses come from the error registry (src/errors.ts, docs/errors.md).
  */
-import { get } from 'node:http';
+import { get, request } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -16,7 +18,8 @@ import { formatNote, loadConfig, parseConfig, type Config, type ConfigNote } fro
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
-import { formatStatus, type StatusDocument } from './observe/status.js';
+import { formatStatus, type ReloadResult, type StatusDocument } from './observe/status.js';
+import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import { startAgent, type Agent } from './agent/index.js';
 import { checkEbpf } from './dataplane/ebpf.js';
@@ -55,7 +58,8 @@ export interface StopSignals {
 
 /**
  * `ballast run`. A SIGTERM or SIGINT at any moment stops the agent cleanly, start-up included:
- * what was started is undone and the exit status is 0.
+ * what was started is undone and the exit status is 0. A SIGHUP reloads the configuration file
+ * (Agent.reloadFile): one during start-up waits for it, one during a stop is logged and ignored.
  */
 async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSignals): Promise<number> {
   const cancel = new AbortController();
@@ -63,6 +67,22 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
   let log: Logger | null = null;
   let agent: Agent | null = null;
   let firstSignal: NodeJS.Signals | null = null;
+  let hupBeforeStart = false;
+  const onHup = (): void => {
+    if (firstSignal !== null) {
+      log?.warn({ signal: 'SIGHUP' }, 'SIGHUP during the stop: the configuration is not reloaded');
+      return;
+    }
+    if (!agent) {
+      // a reload during start-up waits for it
+      hupBeforeStart = true;
+      log?.info({ signal: 'SIGHUP' }, 'SIGHUP during start-up: the configuration is reloaded once the agent runs');
+      return;
+    }
+    log?.info({ signal: 'SIGHUP', config: opts.config }, 'SIGHUP: reloading the configuration');
+    // the result is logged by the agent (one line, and each problem); only a refusal to start one is left
+    agent.reloadFile('signal').catch((err: Error) => log?.warn({ err: err.message }, 'SIGHUP: the configuration is not reloaded'));
+  };
   const onStop = (sig: NodeJS.Signals): void => {
     if (firstSignal !== null) {
       // double delivery is common (timeout(1), a signal to the process group): never skip the cleanup
@@ -78,8 +98,8 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
     cancel.abort();
   };
   stops.handle((sig) => {
-    // keepalived's reload signal: a reload is not implemented yet, and dying on it would leave the VIP behind
-    if (sig === 'SIGHUP') log?.warn('SIGHUP: configuration reload is not supported yet; restart the agent to apply a new configuration');
+    // keepalived's (and most daemons') reload signal
+    if (sig === 'SIGHUP') onHup();
     else onStop(sig);
   });
   // SIGUSR1 would otherwise open Node's inspector on 127.0.0.1:9229 in a root process; like
@@ -99,8 +119,22 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
   log = createLogger(opts.logLevel ?? config.log.level);
   if (firstSignal !== null) log.info({ signal: firstSignal }, 'signal received before start-up');
   // a file that does not exist yet (the CA before kubeadm init) is waited for, not an error
-  for (const n of notes) log.warn({ setting: n.path, file: n.file }, `${n.path}: ${n.message}`);
-  agent = await startAgent(config, log, { signal: cancel.signal });
+  const logNotes = (ns: readonly ConfigNote[]): void => {
+    for (const n of ns) log?.warn({ setting: n.path, file: n.file }, `${n.path}: ${n.message}`);
+  };
+  logNotes(notes);
+  agent = await startAgent(config, log, {
+    signal: cancel.signal,
+    load: () => {
+      const again: ConfigNote[] = [];
+      const next = loadConfig(opts.config, { notes: again });
+      logNotes(again);
+      return next;
+    },
+    source: opts.config,
+    ...(opts.logLevel ? { logLevel: opts.logLevel } : {}),
+  });
+  if (hupBeforeStart && firstSignal === null) onHup();
   return agent.done;
 }
 
@@ -186,6 +220,97 @@ async function cleanup(o: { config?: string }): Promise<number> {
   return 0;
 }
 
+/**
+ * Where `ballast reload` finds the agent: `--admin`, else `admin.listen` of `--config`'s file
+ * (read leniently: the file may be the invalid one being reloaded), else the default. An
+ * unspecified listen address (0.0.0.0, ::) is reached on loopback.
+ */
+export function reloadAddress(o: { admin?: HostPort; config?: string }, read: (path: string) => string = (p) => readFileSync(p, 'utf8')): HostPort {
+  if (o.admin) return o.admin;
+  let listen: unknown;
+  if (o.config !== undefined) {
+    try {
+      const doc = parseYaml(read(o.config)) as { admin?: { listen?: unknown } } | null;
+      listen = doc?.admin?.listen;
+    } catch {
+      listen = undefined;
+    }
+  }
+  const hp = typeof listen === 'string' ? tryParseHostPort(listen) : null;
+  if (hp === null || typeof hp === 'string') return parseAdmin(DEFAULT_ADMIN);
+  if (hp.host === '0.0.0.0') return { ...hp, host: '127.0.0.1' };
+  if (hp.host === '::') return { ...hp, host: '::1' };
+  return hp;
+}
+
+/** What POST /reload answered: the HTTP status and the parsed result. */
+export interface ReloadAnswer {
+  statusCode: number;
+  result: ReloadResult | { ok: false; problems: string[] };
+}
+
+/** POST /reload to the admin endpoint. @throws Error when nothing answers, or the answer is not a reload result. */
+export function postReload(addr: HostPort, timeoutMs = 30_000): Promise<ReloadAnswer> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: addr.host, port: addr.port, path: '/reload', method: 'POST', timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => {
+        let doc: unknown;
+        try {
+          doc = JSON.parse(body);
+        } catch {
+          return reject(new Error(`HTTP ${res.statusCode}: the answer is not a ballast agent's reload result: ${body.trim().slice(0, 200)}`));
+        }
+        const d = doc as { ok?: unknown; problems?: unknown };
+        if (typeof d.ok !== 'boolean' || !Array.isArray(d.problems)) return reject(new Error(`HTTP ${res.statusCode}: the answer is JSON but not a ballast agent's reload result`));
+        resolve({ statusCode: res.statusCode ?? 0, result: doc as ReloadAnswer['result'] });
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/**
+ * The text `ballast reload` prints for an answer, and its exit status: 0 applied, 2 refused (the
+ * problems, one per line as `ballast validate` prints them), 1 when the agent could not reload now.
+ */
+export function formatReload(a: ReloadAnswer, where: string): { code: number; stdout: string; stderr: string } {
+  const r = a.result;
+  if (r.ok && 'changed' in r) {
+    const what = r.changed.length === 0 ? 'nothing changed' : `changed: ${r.changed.join(', ')}\n${r.actions.map((x) => `  - ${x}`).join('\n')}`;
+    return { code: 0, stdout: `reloaded (${Math.round(r.durationMs)} ms): ${what}\n`, stderr: '' };
+  }
+  if (a.statusCode === 422) {
+    const n = r.problems.length;
+    const source = 'source' in r && r.source ? ` from ${r.source}` : '';
+    const lines = [`ballast: configuration not reloaded${source} (${n} ${n === 1 ? 'problem' : 'problems'}); the agent keeps running as before:`, ...r.problems.map((p) => `  ${p}`)];
+    return { code: 2, stdout: '', stderr: `${lines.join('\n')}\n` };
+  }
+  return { code: 1, stdout: '', stderr: `ballast: the agent at ${where} did not reload: ${r.problems.join('; ')} (BALLAST_E_RELOAD_UNREACHABLE)\n` };
+}
+
+async function reload(o: { admin?: HostPort; config?: string; json?: boolean }): Promise<number> {
+  const addr = reloadAddress(o);
+  const where = formatHostPort(addr);
+  let a: ReloadAnswer;
+  try {
+    a = await postReload(addr);
+  } catch (err) {
+    throw createError('BALLAST_E_RELOAD_UNREACHABLE', `no agent answers at ${where}: ${(err as Error).message}`, { cause: err });
+  }
+  const out = formatReload(a, where);
+  if (o.json) process.stdout.write(`${JSON.stringify(a.result, null, 2)}\n`);
+  else {
+    process.stdout.write(out.stdout);
+    process.stderr.write(out.stderr);
+  }
+  return out.code;
+}
+
 async function main(argv: string[], stops: StopSignals): Promise<number> {
   const program = new Command()
     .name('ballast')
@@ -243,6 +368,15 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .option('--json', 'print the /status JSON as is')
     .action((o: { admin?: { host: string; port: number }; json?: boolean }) => {
       result = status({ admin: o.admin ?? parseAdmin(DEFAULT_ADMIN), ...(o.json ? { json: true } : {}) });
+    });
+  program
+    .command('reload')
+    .description("ask the running agent to re-read its configuration file and apply what changed (as SIGHUP does); exit 0 if applied, 2 if refused (the problems are printed, nothing changed), 1 if no agent answers")
+    .option('-a, --admin <host:port>', `the admin endpoint of the agent (default: admin.listen of --config, else ${DEFAULT_ADMIN})`, parseAdmin)
+    .option('-c, --config <file>', 'the configuration file the agent runs with: its admin.listen says where the agent listens')
+    .option('--json', 'print the reload result as JSON')
+    .action((o: { admin?: HostPort; config?: string; json?: boolean }) => {
+      result = reload(o);
     });
   try {
     await program.parseAsync(argv);

@@ -104,6 +104,10 @@ export const ERRORS = {
     exitCode: 3,
     description: '`ballast status` could not reach the agent at admin.listen.',
   },
+  BALLAST_E_RELOAD_UNREACHABLE: {
+    exitCode: 1,
+    description: '`ballast reload` could not reach the agent at admin.listen, or the agent could not reload now (it is stopping).',
+  },
 } as const satisfies Readonly<Record<`BALLAST_E_${string}`, ErrorDefinition>>;
 
 /** A stable error code, one key of {@link ERRORS}. */
@@ -197,6 +201,18 @@ export class ConfigError extends BallastError {
   }
 
   /**
+   * One line per issue, as {@link format} prints them (without the indent): `line N: <path>:
+   * <reason>` when the line is known, else `<path>: <reason>`. A reload logs and returns these.
+   */
+  problemLines(): string[] {
+    return this.issues.map((i) => {
+      // a whole-document issue (YAML syntax) already names its line and column in its message
+      const at = i.line === undefined || i.path === DOCUMENT_PATH ? '' : `line ${i.line}: `;
+      return `${at}${i.path}: ${i.message}`;
+    });
+  }
+
+  /**
    * Text for the CLI to print to stderr before exiting with `exitCode` (2): a header naming the
    * source and the count, then one indented line per issue (`line N: <path>: <reason>` when the
    * line is known), then the code and where the settings are documented. Ends with a newline.
@@ -205,11 +221,7 @@ export class ConfigError extends BallastError {
     const n = this.issues.length;
     const where = this.source === undefined ? '' : ` in ${this.source}`;
     const lines = [`ballast: invalid configuration${where} (${n} ${n === 1 ? 'problem' : 'problems'}):`];
-    for (const i of this.issues) {
-      // a whole-document issue (YAML syntax) already names its line and column in its message
-      const at = i.line === undefined || i.path === DOCUMENT_PATH ? '' : `line ${i.line}: `;
-      lines.push(`  ${at}${i.path}: ${i.message}`);
-    }
+    for (const l of this.problemLines()) lines.push(`  ${l}`);
     lines.push(`(${this.code}; every setting is described in docs/config.md)`);
     return lines.join('\n') + '\n';
   }

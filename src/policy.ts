@@ -45,10 +45,21 @@ export class Policy {
   private prio: number | null = null;
 
   constructor(
-    private readonly o: PolicyOptions,
+    private o: PolicyOptions,
     private readonly target: PolicyTarget,
     private readonly startedAt: number,
   ) {}
+
+  /**
+   * New options (a reload: a new base priority, weight, local backend, settle time); the start
+   * time stays, so a settled node does not hold preemption again. The next {@link update} tells
+   * the election what changed.
+   */
+  reconfigure(o: PolicyOptions): void {
+    this.o = o;
+    // a new base priority must reach the engine even when the effective one looks the same
+    this.prio = null;
+  }
 
   /** Whether this node can serve, from a health snapshot. */
   canServe(snapshot: readonly BackendHealth[]): boolean {

@@ -8,8 +8,18 @@ import type { Config } from '../config/index.js';
 import { createError } from '../errors.js';
 import { startAdmin } from '../observe/admin.js';
 import { createMetrics } from '../observe/metrics.js';
-import type { StatusDocument } from '../observe/status.js';
+import type { ReloadResult, StatusDocument } from '../observe/status.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+
+/** The running admin endpoint. */
+export interface AdminPhase extends PhaseHandle {
+  /**
+   * For a re-run (reload): stops listening at once and gives the open connections `graceMs` to
+   * finish (the POST /reload that asked for the re-run is answered on one of them) before they
+   * are closed; resolves once the listener is closed. `undo` afterwards is a no-op.
+   */
+  release(graceMs?: number): Promise<void>;
+}
 
 /**
  * Listens on admin.listen.
@@ -17,9 +27,9 @@ import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
  * @throws BallastError BALLAST_E_ADMIN_ADDRESS (exit 2) when the address is not this node's,
  *   BALLAST_E_ADMIN_LISTEN (exit 1) for any other listen failure (the port is in use, …).
  */
-export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { status: () => Promise<StatusDocument> }): Promise<PhaseHandle> {
+export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { status: () => Promise<StatusDocument>; reload?: () => Promise<ReloadResult> }): Promise<AdminPhase> {
   return runPhase(ctx, 'admin', async (own) => {
-    const { status } = inputs;
+    const { status, reload } = inputs;
     const metrics = createMetrics();
     const where = formatHostPort(config.admin.listen);
     const admin = await startAdmin(config.admin.listen.host, config.admin.listen.port, {
@@ -28,18 +38,32 @@ export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { sta
         metrics.update(await status());
         return { contentType: metrics.registry.contentType, body: await metrics.registry.metrics() };
       },
+      ...(reload ? { reload } : {}),
     }).catch((err: unknown) => {
       if ((err as NodeJS.ErrnoException).code === 'EADDRNOTAVAIL') {
         throw createError('BALLAST_E_ADMIN_ADDRESS', `admin.listen: ${where} is not an address of this node: ${(err as Error).message}`, { cause: err });
       }
       throw createError('BALLAST_E_ADMIN_LISTEN', `cannot listen on ${where} for the admin endpoint: ${(err as Error).message}`, { cause: err });
     });
+    let released = false;
     own.defer('admin endpoint', async () => {
+      if (released) return;
       // close() waits for open connections; a status client must not hold up the exit
       const closed = new Promise<void>((r) => admin.close(() => r()));
       admin.closeAllConnections();
       await closed;
     });
-    return {};
+    const release = async (graceMs = 2000): Promise<void> => {
+      if (released) return;
+      released = true;
+      const closed = new Promise<void>((r) => admin.close(() => r()));
+      admin.closeIdleConnections();
+      const t = setTimeout(() => admin.closeAllConnections(), graceMs);
+      t.unref();
+      void closed.then(() => clearTimeout(t));
+      // the listening socket is closed once `listening` turns false (the handle closes on the next tick)
+      await new Promise<void>((r) => setImmediate(r));
+    };
+    return { release };
   });
 }

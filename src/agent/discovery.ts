@@ -52,7 +52,8 @@ export interface DiscoveryPhase extends PhaseHandle {
 export function startDiscovery(
   ctx: AgentContext,
   config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; election: ElectionPhase | null },
+  inputs: { checker: HealthChecker; followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
+    election: () => ElectionPhase | null },
 ): Promise<DiscoveryPhase> {
   return runPhase(ctx, 'discovery', async (own) => {
     const { checker, followers: f, election } = inputs;
@@ -75,16 +76,16 @@ export function startDiscovery(
       // the election hears of members only from discovery (without it, the seed is in its config)
       if (key !== lastMembers && cfg.discovery !== null) {
         lastMembers = key;
-        void feedElection(election, members, log);
+        void feedElection(election(), members, log);
       }
     };
 
-    const startWatch = (c: Config): Discovery | null => {
+    const startWatch = async (c: Config): Promise<Discovery | null> => {
       const d = c.discovery;
       if (d === null) return null;
       const credentials: CredentialSource = d.inCluster ? { kind: 'inCluster' } : { kind: 'kubeconfig', path: d.kubeconfig! };
       if (credentials.kind === 'kubeconfig' && existsSync(credentials.path)) {
-        const loaded = loadCredentials(credentials);
+        const loaded = await loadCredentials(credentials);
         if (loaded.kind === 'invalid') throw new ConfigError([{ path: 'discovery.kubeconfig', message: loaded.reason }]);
       }
       const dd = new Discovery({
@@ -104,7 +105,7 @@ export function startDiscovery(
     const onVerdict = (_v: Verdict): void => disc?.readinessChanged();
     checker.on('verdict', onVerdict);
     own.defer('discovery readiness subscription', () => void checker.off('verdict', onVerdict));
-    disc = startWatch(cfg);
+    disc = await startWatch(cfg);
     if (disc === null) apply(current);
     own.defer('discovery watch', async () => {
       const d = disc;
@@ -123,7 +124,7 @@ export function startDiscovery(
           const old = disc;
           disc = null;
           await old?.stop();
-          disc = startWatch(next);
+          disc = await startWatch(next);
           if (disc === null) apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
           log.info({ discovery: next.discovery === null ? 'off' : 'restarted' }, 'discovery: settings changed');
         } else if (disc !== null) {

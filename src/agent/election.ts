@@ -9,7 +9,7 @@ import type { HealthChecker } from '../health/checker.js';
 import type { Logger } from '../observe/log.js';
 import { statusState } from '../observe/status.js';
 import { removeLeftoverVips } from './leftovers.js';
-import type { EngineEvent, EngineOptions } from '../vrrp/engine.js';
+import type { EngineEvent, EngineOptions, EngineReconfigure } from '../vrrp/engine.js';
 import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
 import { backendsOfNode, type HealthFollowers } from './health.js';
@@ -26,6 +26,12 @@ export interface ElectionPhase extends PhaseHandle {
   membershipInputs: { config: Config; own: readonly string[]; discovered: readonly string[] | null };
   /** The last membership change in flight (changes apply one after another). */
   membershipQueue: Promise<void>;
+  /**
+   * A reload: host.reconfigure(patch) (from the next advert), and a new VIP set is also what the
+   * crash path removes from then on.
+   * @throws Error when the engine refuses the patch (nothing changed).
+   */
+  reconfigure(patch: EngineReconfigure): Promise<void>;
 }
 
 /**
@@ -111,13 +117,19 @@ export function startElection(
     } catch (err) {
       throw engineError(err);
     }
+    // what the crash path removes: the VIPs as the last reconfigure set them
+    let vips: readonly string[] = config.vips;
     own.defer('election', async () => {
       if (!crashed) await host.stop();
       // the worker died holding them: removed from the main thread, first (preflight's undo would
       // too, but only after the data planes are unwound)
-      else if (!opts.owner) await removeLeftoverVips(iface.ifindex, config.vips, log);
+      else if (!opts.owner) await removeLeftoverVips(iface.ifindex, vips, log);
     });
-    return { host, membership, membershipInputs: { config, own: ownAddresses, discovered: null }, membershipQueue: Promise.resolve() };
+    const reconfigure = async (patch: EngineReconfigure): Promise<void> => {
+      await host.reconfigure(patch);
+      if (patch.vips) vips = [...patch.vips];
+    };
+    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered: null }, membershipQueue: Promise.resolve() };
   });
 }
 

@@ -31,6 +31,12 @@ export interface HealthFollowers {
   balancing: { evaluate(): void } | null;
 }
 
+/** The running health phase. */
+export interface HealthPhase extends PhaseHandle {
+  /** A reload changed what passive detection follows (VIPs, port, backends, timeout): it restarts with `config`. */
+  restartPassive(config: Config): Promise<void>;
+}
+
 /**
  * Logs health changes and verdicts, re-evaluates the policy at each change, starts passive
  * detection, syncs the local endpoint and starts the checks. The undo stops passive detection
@@ -42,7 +48,7 @@ export function startHealth(
   ctx: AgentContext,
   config: Config,
   inputs: { checker: HealthChecker; followers: HealthFollowers; local: LocalDataplane | null },
-): Promise<PhaseHandle> {
+): Promise<HealthPhase> {
   return runPhase(ctx, 'health', async (own) => {
     const { checker, followers: f, local } = inputs;
     const { log } = ctx;
@@ -60,7 +66,8 @@ export function startHealth(
       checker.off('change', onChange);
       checker.off('verdict', onVerdict);
     });
-    const watch = startPassiveDetection(config, checker, log, local !== null && local.mode === 'ebpf');
+    const direct = local !== null && local.mode === 'ebpf';
+    let watch = startPassiveDetection(config, checker, log, direct);
     own.defer('passive detection', () => watch?.stop());
     if (local?.mode === 'ebpf' && !(config.vrrp !== null && config.dataplane.vip === 'nftables')) {
       log.info(
@@ -73,7 +80,11 @@ export function startHealth(
     checker.start();
     own.defer('health checks', () => checker.stop());
     f.balancing?.evaluate();
-    return {};
+    const restartPassive = async (next: Config): Promise<void> => {
+      await watch?.stop();
+      watch = startPassiveDetection(next, checker, log, direct);
+    };
+    return { restartPassive };
   });
 }
 

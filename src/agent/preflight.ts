@@ -35,6 +35,8 @@ export interface Preflight extends PhaseHandle {
   authKeys: Buffer[] | null;
   /** null without an election (no vrrp section). */
   resolved: ResolvedInterface | null;
+  /** The election's instance and VIP locks (a reload changes them); null without an election. */
+  locks: ElectionLocks | null;
   /** The removal of ballast's nftables tables (shared with the VIP data plane's undo); null without the nftables VIP data plane. */
   tables: TableRemoval | null;
   /**
@@ -71,13 +73,12 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     const all = await listAllInterfaces();
     checkBindAddresses(config, all);
     const resolved = v ? resolveInterface(config, all) : null;
+    let locks: ElectionLocks | null = null;
     if (v && resolved) {
-      const lock = await acquireInstanceLock(resolved.iface.ifname, config.family, v.vrid);
-      own.defer('instance lock', () => lock.close());
-      for (const vip of config.vips) {
-        const l = await acquireVipLock(vip);
-        own.defer(`VIP lock ${vip}`, () => l.close());
-      }
+      const l = (locks = new ElectionLocks());
+      own.defer('election locks', () => l.close());
+      (await l.instance(resolved.iface.ifname, config.family, v.vrid))();
+      await l.addVips(config.vips);
       if (config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) {
         const l = await acquireTableLock(config.family);
         own.defer('nftables table lock', () => l.close());
@@ -109,8 +110,67 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       const { pinDir } = ebpf;
       own.defer('eBPF pins (also an earlier run\'s)', () => removePins(pinDir, ctx.log));
     }
-    return { authKeys, resolved, tables, ebpf };
+    return { authKeys, resolved, locks, tables, ebpf };
   });
+}
+
+/**
+ * The election's locks, held for the agent's life and changed by a reload: the instance lock
+ * (VRID, interface, family: {@link acquireInstanceLock}) and one per VIP ({@link acquireVipLock}).
+ */
+export class ElectionLocks {
+  #instance: { key: string; lock: NetServer } | null = null;
+  readonly #vips = new Map<string, NetServer>();
+
+  /**
+   * Takes the instance lock of `ifname`, `family`, `vrid` (nothing when it is the one held).
+   * @returns the release of the previous one: call it once the old election has stopped.
+   * @throws BallastError BALLAST_E_ALREADY_RUNNING, BALLAST_E_SOCKET (the previous lock is still held then).
+   */
+  async instance(ifname: string, family: 4 | 6, vrid: number): Promise<() => void> {
+    const key = `${ifname}:${family}:${vrid}`;
+    if (this.#instance?.key === key) return () => undefined;
+    const lock = await acquireInstanceLock(ifname, family, vrid);
+    const old = this.#instance;
+    this.#instance = { key, lock };
+    return () => void old?.lock.close();
+  }
+
+  /**
+   * Takes the lock of each VIP not held yet; all or nothing: when one fails, those taken by this
+   * call are released before the error is thrown.
+   * @throws BallastError BALLAST_E_ALREADY_RUNNING naming the VIP another agent holds.
+   */
+  async addVips(vips: readonly string[]): Promise<void> {
+    const taken: string[] = [];
+    try {
+      for (const vip of vips) {
+        const c = canonicalAddress(vip);
+        if (this.#vips.has(c)) continue;
+        this.#vips.set(c, await acquireVipLock(c));
+        taken.push(c);
+      }
+    } catch (err) {
+      this.releaseVips(taken);
+      throw err;
+    }
+  }
+
+  /** Releases the locks of `vips` (those held). */
+  releaseVips(vips: readonly string[]): void {
+    for (const vip of vips) {
+      const c = canonicalAddress(vip);
+      this.#vips.get(c)?.close();
+      this.#vips.delete(c);
+    }
+  }
+
+  /** Releases every lock. */
+  close(): void {
+    this.releaseVips([...this.#vips.keys()]);
+    this.#instance?.lock.close();
+    this.#instance = null;
+  }
 }
 
 /**
@@ -118,7 +178,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
  * read that counts, in case the file changed since).
  * @throws BallastError BALLAST_E_CONFIG_READ when it cannot be read or is no key.
  */
-function readAuthKeys(path: string): Buffer[] {
+export function readAuthKeys(path: string): Buffer[] {
   let bytes: Buffer;
   try {
     bytes = readRegularFile(path);
@@ -131,7 +191,7 @@ function readAuthKeys(path: string): Buffer[] {
 }
 
 /** Every interface of this network namespace with its addresses. @throws BallastError BALLAST_E_NETLINK. */
-async function listAllInterfaces(): Promise<InterfaceInfo[]> {
+export async function listAllInterfaces(): Promise<InterfaceInfo[]> {
   const rt = openRtnl();
   try {
     return await listInterfaces(rt);

@@ -6,11 +6,17 @@
 import type { Config } from '../config/index.js';
 import type { HealthChecker } from '../health/checker.js';
 import { formatHostPort } from '../net/hostport.js';
-import { Policy } from '../policy.js';
+import { Policy, type PolicyOptions } from '../policy.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
 import type { VrrpHost } from '../vrrp/host.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import type { HealthFollowers } from './health.js';
+
+/** The running election policy. */
+export interface PriorityPhase extends PhaseHandle {
+  /** A reload: the policy takes `config`'s base priority, weight, local backend and settle time, and re-evaluates. */
+  reconfigure(config: Config): void;
+}
 
 /**
  * Creates the policy and subscribes it to health (`followers.balancing`).
@@ -20,31 +26,19 @@ export function startPriority(
   ctx: AgentContext,
   config: Config,
   inputs: { iface: InterfaceInfo; host: VrrpHost; checker: HealthChecker; followers: HealthFollowers; dataplaneReady: boolean },
-): Promise<PhaseHandle> {
+): Promise<PriorityPhase> {
   return runPhase(ctx, 'election policy', async (own) => {
     const { iface, host, checker, followers, dataplaneReady } = inputs;
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));
-    const localBackend = config.policy.localBackend
-      ? formatHostPort(config.policy.localBackend)
-      : (api.backends.filter((b) => local.has(b.host)).map(formatHostPort)[0] ?? null);
+    let family = config.family;
 
     // the settle time starts now: the first checks start now, after the first apply
-    const policy = new Policy(
-      {
-        priority: config.vrrp!.priority,
-        weight: config.policy.unhealthyPriorityWeight,
-        mode: config.dataplane.vip,
-        localBackend,
-        settleMs: api.health.settleMs,
-      },
-      host,
-      performance.now(),
-    );
+    const policy = new Policy(policyOptions(config, local), host, performance.now());
     const evaluate = (): void => {
       // only the VIP's family can serve the VIP (other backends serve a local endpoint of theirs)
-      const ours = checker.snapshot({ family: config.family });
+      const ours = checker.snapshot({ family });
       const r = policy.update(ours, dataplaneReady, performance.now());
       log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
     };
@@ -56,6 +50,20 @@ export function startPriority(
     own.defer('policy health subscription', () => {
       followers.balancing = null;
     });
-    return {};
+    const reconfigure = (next: Config): void => {
+      family = next.family;
+      policy.reconfigure(policyOptions(next, local));
+      evaluate();
+    };
+    return { reconfigure };
   });
+}
+
+/** The policy's options from a config; `local`: this node's addresses (to find its own apiserver). */
+function policyOptions(config: Config, local: ReadonlySet<string>): PolicyOptions {
+  const api = config.apiserver;
+  const localBackend = config.policy.localBackend
+    ? formatHostPort(config.policy.localBackend)
+    : (api.backends.filter((b) => local.has(b.host)).map(formatHostPort)[0] ?? null);
+  return { priority: config.vrrp!.priority, weight: config.policy.unhealthyPriorityWeight, mode: config.dataplane.vip, localBackend, settleMs: api.health.settleMs };
 }

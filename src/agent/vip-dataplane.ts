@@ -17,6 +17,16 @@ import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import type { HealthFollowers } from './health.js';
 import type { TableRemoval } from './leftovers.js';
 
+/** The running VIP data plane. */
+export interface VipDataplanePhase extends PhaseHandle {
+  /**
+   * A reload: the table for `vips` (and `config`'s port, `iface`'s addresses), applied now in one
+   * transaction (established flows keep their conntrack NAT).
+   * @throws BallastError BALLAST_E_DATAPLANE when nft refused it (the previous table stays).
+   */
+  reconfigure(config: Config, vips: readonly string[], iface: InterfaceInfo): Promise<void>;
+}
+
 /**
  * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
  * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
@@ -25,7 +35,7 @@ import type { TableRemoval } from './leftovers.js';
  * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
-export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers; tables: TableRemoval }): Promise<PhaseHandle> {
+export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers; tables: TableRemoval }): Promise<VipDataplanePhase> {
   return runPhase(ctx, 'VIP data plane', async (own) => {
     const { iface, checker, followers, tables } = inputs;
     const { log } = ctx;
@@ -56,7 +66,13 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     own.defer('VIP data plane health subscription', () => {
       followers.lb = null;
     });
-    return {};
+    const reconfigure = async (next: Config, vips: readonly string[], at: InterfaceInfo): Promise<void> => {
+      plane.reconfigure({ family: next.family, vips, port: next.apiserver.port, local: new Set(at.addresses.map((a) => a.address)) });
+      const before = lb.status().failures;
+      await lb.sync();
+      if (lb.status().failures > before) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
+    };
+    return { reconfigure };
   });
 }
 

@@ -71,11 +71,22 @@ export const VIP_PLANE_MESSAGES = {
 /** The nftables data plane of the VIPs of one family. */
 export class LoadBalancer implements Plane {
   readonly #deps: LoadBalancerDeps;
-  readonly #o: VipPlaneOptions;
+  #o: VipPlaneOptions;
   readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0 };
 
   constructor(deps: LoadBalancerDeps, o: VipPlaneOptions) {
     this.#deps = deps;
+    this.#o = o;
+  }
+
+  /**
+   * New VIPs, port or local addresses (a reload); the family stays. Takes effect at the next
+   * apply (Reconciler.sync), which replaces the table in one transaction: established flows keep
+   * their conntrack NAT.
+   * @throws RangeError when `o.family` differs from the plane's.
+   */
+  reconfigure(o: VipPlaneOptions): void {
+    if (o.family !== this.#o.family) throw new RangeError(`the VIP data plane serves IPv${this.#o.family}, not IPv${o.family}`);
     this.#o = o;
   }
 

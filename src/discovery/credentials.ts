@@ -6,7 +6,16 @@
  * server and keeps the CA (the apiserver's certificate carries its node address in its SANs).
  */
 import { existsSync } from 'node:fs';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
+
+/** @kubernetes/client-node, loaded on first use: importing it takes seconds on a busy node, and an agent without discovery never needs it. */
+export type ClientModule = typeof import('@kubernetes/client-node');
+let client: Promise<ClientModule> | null = null;
+/** The client library (imported once, on the first call). */
+export function loadClient(): Promise<ClientModule> {
+  client ??= import('@kubernetes/client-node');
+  return client;
+}
 
 /** Where credentials come from. */
 export type CredentialSource = { kind: 'kubeconfig'; path: string } | { kind: 'inCluster' };
@@ -16,8 +25,9 @@ export type LoadedCredentials = { kind: 'ok'; kc: KubeConfig } | { kind: 'missin
 
 const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
-/** Loads the credentials now. Never throws. */
-export function loadCredentials(src: CredentialSource): LoadedCredentials {
+/** Loads the credentials now. Never rejects. */
+export async function loadCredentials(src: CredentialSource): Promise<LoadedCredentials> {
+  const { KubeConfig } = await loadClient();
   const kc = new KubeConfig();
   if (src.kind === 'inCluster') {
     if (!process.env.KUBERNETES_SERVICE_HOST) return { kind: 'missing', what: 'KUBERNETES_SERVICE_HOST (not running in a pod)' };
@@ -45,9 +55,9 @@ export function loadCredentials(src: CredentialSource): LoadedCredentials {
  * A copy of `kc` whose current cluster's server is `server` (e.g. `https://10.0.0.12:6443`);
  * the CA, the TLS server name, the user and the context are kept.
  */
-export function forServer(kc: KubeConfig, server: string): KubeConfig {
+export function forServer(k8s: ClientModule, kc: KubeConfig, server: string): KubeConfig {
   const current = kc.getCurrentCluster();
-  const out = new KubeConfig();
+  const out = new k8s.KubeConfig();
   out.loadFromOptions({
     clusters: kc.clusters.map((c) => (current !== null && c.name === current.name ? { ...c, server } : c)),
     users: kc.users,

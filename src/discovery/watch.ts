@@ -18,10 +18,10 @@
 import { EventEmitter } from 'node:events';
 import { existsSync, watch as fsWatch, type FSWatcher } from 'node:fs';
 import { dirname } from 'node:path';
-import { DiscoveryV1Api, makeInformer, type Informer, type KubeConfig, type ObjectCache, type V1EndpointSlice } from '@kubernetes/client-node';
+import type { Informer, KubeConfig, ObjectCache, V1EndpointSlice } from '@kubernetes/client-node';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
-import { forServer, loadCredentials, type CredentialSource } from './credentials.js';
+import { forServer, loadClient, loadCredentials, type ClientModule, type CredentialSource } from './credentials.js';
 import { readLastKnown, writeLastKnown } from './lastknown.js';
 import { BackendSet, type SourcedBackend } from './merge.js';
 
@@ -83,6 +83,9 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
   readonly #o: DiscoveryOptions;
   readonly #set: BackendSet;
   #kc: KubeConfig | null = null;
+  #k8s: ClientModule | null = null;
+  /** a credentials load is under way (the file watch and the poll may both fire) */
+  #loading = false;
   #informer: (Informer<V1EndpointSlice> & ObjectCache<V1EndpointSlice>) | null = null;
   #server: HostPort | null = null;
   #state: DiscoveryState = 'waiting-credentials';
@@ -114,9 +117,13 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     return { state: this.#state, server: this.#server === null ? null : `https://${formatHostPort(this.#server)}`, emptyKept: this.#set.emptyKept, ...this.#stats };
   }
 
-  /** Starts: credentials (or a wait for them), then the watch against a ready backend. Idempotent. */
+  /**
+   * Starts: credentials (or a wait for them), then the watch against a ready backend. Returns at
+   * once (the client library loads in the background). Idempotent.
+   */
   start(): void {
     if (this.#stopped || this.#kc !== null || this.#fileWatch !== null || this.#poll !== null) return;
+    this.#state = 'waiting-credentials';
     this.#tryCredentials();
   }
 
@@ -160,31 +167,44 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
   }
 
   #tryCredentials(): void {
-    if (this.#stopped) return;
-    const c = loadCredentials(this.#o.credentials);
-    if (c.kind === 'ok') {
-      this.#clearWait();
-      this.#kc = c.kc;
-      this.#o.log.info({ credentials: this.#describe() }, 'discovery: credentials loaded');
-      this.#connect();
-      return;
-    }
-    if (this.#fileWatch === null && this.#poll === null) {
-      if (c.kind === 'missing') this.#o.log.info({ waitingFor: c.what }, 'discovery: waiting for the credentials (after kubeadm init / join); the seed and last-known backends serve meanwhile');
-      else this.#o.log.error({ reason: c.reason }, 'discovery: the credentials are malformed; waiting for them to change');
-      this.#state = 'waiting-credentials';
-      const cred = this.#o.credentials;
-      if (cred.kind === 'kubeconfig') {
-        const dir = dirname(cred.path);
-        try {
-          if (existsSync(dir)) this.#fileWatch = fsWatch(dir, () => this.#tryCredentials());
-        } catch {
-          this.#fileWatch = null;
+    if (this.#stopped || this.#loading || this.#kc !== null) return;
+    this.#loading = true;
+    void Promise.all([loadCredentials(this.#o.credentials), loadClient()])
+      .then(([c, k8s]) => {
+        this.#loading = false;
+        if (this.#stopped || this.#kc !== null) return;
+        if (c.kind === 'ok') {
+          this.#clearWait();
+          this.#kc = c.kc;
+          this.#k8s = k8s;
+          this.#o.log.info({ credentials: this.#describe() }, 'discovery: credentials loaded');
+          this.#connect();
+          return;
         }
+        if (this.#fileWatch === null && this.#poll === null) this.#wait(c.kind === 'missing' ? { what: c.what } : { reason: c.reason });
+      })
+      .catch((err: unknown) => {
+        this.#loading = false;
+        this.#o.log.error({ err: (err as Error).message }, 'discovery: cannot load the Kubernetes client library');
+      });
+  }
+
+  /** Waits for the credentials to appear or change: fs.watch on the kubeconfig's directory and a poll. */
+  #wait(why: { what: string } | { reason: string }): void {
+    if ('what' in why) this.#o.log.info({ waitingFor: why.what }, 'discovery: waiting for the credentials (after kubeadm init / join); the seed and last-known backends serve meanwhile');
+    else this.#o.log.error({ reason: why.reason }, 'discovery: the credentials are malformed; waiting for them to change');
+    this.#state = 'waiting-credentials';
+    const cred = this.#o.credentials;
+    if (cred.kind === 'kubeconfig') {
+      const dir = dirname(cred.path);
+      try {
+        if (existsSync(dir)) this.#fileWatch = fsWatch(dir, () => this.#tryCredentials());
+      } catch {
+        this.#fileWatch = null;
       }
-      this.#poll = setInterval(() => this.#tryCredentials(), this.#o.pollMs ?? 1000);
-      this.#poll.unref?.();
     }
+    this.#poll = setInterval(() => this.#tryCredentials(), this.#o.pollMs ?? 1000);
+    this.#poll.unref?.();
   }
 
   #describe(): string {
@@ -194,7 +214,8 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
 
   /** Picks a ready backend (the next one after the last used) and starts the informer on it. */
   #connect(): void {
-    if (this.#stopped || this.#kc === null) return;
+    if (this.#stopped || this.#kc === null || this.#k8s === null) return;
+    const k8s = this.#k8s;
     const ready = this.#o.readyBackends();
     if (ready.length === 0) {
       if (this.#state !== 'waiting-ready-backend') this.#o.log.info({}, 'discovery: no apiserver is ready yet per the health checks; waiting');
@@ -208,8 +229,8 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     this.#server = server;
     const gen = ++this.#generation;
     const url = `https://${formatHostPort(server)}`;
-    const kc = forServer(this.#kc, url);
-    const api = kc.makeApiClient(DiscoveryV1Api);
+    const kc = forServer(k8s, this.#kc, url);
+    const api = kc.makeApiClient(k8s.DiscoveryV1Api);
     this.#state = 'listing';
     const list = async () => {
       const l = await api.listNamespacedEndpointSlice({ namespace: 'default', labelSelector: SELECTOR });
@@ -221,7 +242,7 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
       }
       return l;
     };
-    const inf = makeInformer<V1EndpointSlice>(kc, SLICES_PATH, list, SELECTOR);
+    const inf = k8s.makeInformer<V1EndpointSlice>(kc, SLICES_PATH, list, SELECTOR);
     this.#informer = inf;
     const onEvent = (): void => {
       if (gen === this.#generation) this.#answer(inf.list(), 'watch');

@@ -170,8 +170,10 @@ const JITTER = 0.1;
  *   checker.start();
  */
 export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
-  readonly #settings: CheckerSettings;
-  readonly #probe: Probe;
+  #settings: CheckerSettings;
+  #probe: Probe;
+  /** the probe was injected (tests): a reconfigure keeps it */
+  readonly #ownProbe: boolean;
   readonly #clock: Clock;
   readonly #random: () => number;
   readonly #logger: HealthLogger | undefined;
@@ -193,6 +195,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     checkHysteresisOptions(h);
     this.#settings = h;
     this.#probe = options.probe ?? createProbe(h);
+    this.#ownProbe = options.probe === undefined;
     this.#clock = options.clock ?? systemClock;
     this.#random = options.random ?? Math.random;
     this.#logger = options.logger;
@@ -323,6 +326,30 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     }
     for (const [address, e] of this.#entries) if (!next.has(address)) this.#retire(e);
     this.#entries = next;
+  }
+
+  /**
+   * Takes new settings (a reload): every backend keeps its state, counts and verdict; the next
+   * check of each uses the new probe (path, TLS files, timeout) and the new rise / fall. A check
+   * running now finishes with the old probe and counts. With a new interval, each waiting backend's
+   * next check is rescheduled at a random offset within the new interval (no wait of the old,
+   * longer one). No event is emitted.
+   * @throws RangeError as the constructor (the settings are then left unchanged).
+   */
+  reconfigure(settings: CheckerSettings): void {
+    if (!(settings.intervalMs > 0) || !Number.isFinite(settings.intervalMs)) {
+      throw new RangeError(`intervalMs must be a positive number of milliseconds, got ${settings.intervalMs}`);
+    }
+    checkHysteresisOptions(settings);
+    const interval = settings.intervalMs !== this.#settings.intervalMs;
+    this.#settings = settings;
+    if (this.#ownProbe) this.#probe = createProbe(settings);
+    if (!interval || !this.#started || this.#stopped) return;
+    for (const e of this.#entries.values()) {
+      if (e.timer === undefined) continue;
+      this.#clock.clearTimeout(e.timer);
+      this.#schedule(e, this.#random() * settings.intervalMs);
+    }
   }
 
   /**

@@ -1,9 +1,19 @@
 /**
  * The admin HTTP endpoint (node:http), meant for localhost: GET /status (JSON), GET /healthz,
- * GET /metrics (Prometheus text format).
+ * GET /metrics (Prometheus text format), POST /reload (re-read the configuration file).
+ *
+ * POST /reload answers with the {@link ReloadResult} as JSON: 200 when it was applied, 422 when
+ * it was refused (an invalid file, a change a reload cannot make, a VIP another agent holds:
+ * `problems` says which; nothing changed), 503 when the agent cannot reload now (stopping), with
+ * `{ ok: false, problems: [why] }`. `ballast reload` maps these to exit 0, 2 and 1.
  */
 import { createServer, type Server } from 'node:http';
-import type { StatusDocument } from './status.js';
+import type { ReloadResult, StatusDocument } from './status.js';
+
+/** A reload the agent refuses to start (it is stopping): 503, not a failed reload. */
+export class ReloadUnavailable extends Error {
+  override name = 'ReloadUnavailable';
+}
 
 /** What the admin server asks of the agent. */
 export interface AdminHandlers {
@@ -11,6 +21,8 @@ export interface AdminHandlers {
   status(): Promise<StatusDocument>;
   /** The Prometheus exposition: content type and body. */
   metrics(): Promise<{ contentType: string; body: string }>;
+  /** Re-reads the configuration file and applies it; rejects with {@link ReloadUnavailable} when the agent cannot reload now. Absent: 404. */
+  reload?(): Promise<ReloadResult>;
 }
 
 /**
@@ -20,6 +32,19 @@ export interface AdminHandlers {
 export async function startAdmin(host: string, port: number, h: AdminHandlers): Promise<Server> {
   const server = createServer((req, res) => {
     const url = (req.url ?? '/').split('?')[0];
+    if (url === '/reload' && h.reload) {
+      if (req.method !== 'POST') {
+        res.writeHead(405, { allow: 'POST' }).end();
+        return;
+      }
+      // the body is not read (there is none to read): drain it so the connection stays usable
+      req.resume();
+      h.reload().then(
+        (r) => res.writeHead(r.ok ? 200 : 422, { 'content-type': 'application/json' }).end(`${JSON.stringify(r)}\n`),
+        (err: Error) => res.writeHead(err instanceof ReloadUnavailable ? 503 : 500, { 'content-type': 'application/json' }).end(`${JSON.stringify({ ok: false, problems: [err.message] })}\n`),
+      );
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
@@ -46,7 +71,7 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       );
       return;
     }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /status, /healthz or /metrics\n');
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /status, /healthz, /metrics or POST /reload\n');
   });
   server.keepAliveTimeout = 5000;
   await new Promise<void>((resolve, reject) => {

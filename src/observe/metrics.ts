@@ -48,6 +48,9 @@ export function createMetrics(): Metrics {
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
+  // Prometheus's own names for this (prometheus_config_last_reload_successful, …)
+  const reloadOk = new Gauge({ name: 'ballast_config_last_reload_successful', help: 'Whether the last configuration reload succeeded (1; also before the first reload) or failed (0)', registers: [registry] });
+  const reloadAt = new Gauge({ name: 'ballast_config_last_reload_success_timestamp_seconds', help: 'When the configuration was last loaded successfully (the start, or the last applied reload), seconds since the epoch', registers: [registry] });
   const dropped = new Counter({ name: 'ballast_vrrp_packets_dropped_total', help: 'Received VRRP packets dropped, by reason (RFC 9568 §7.1 checks, other VRIDs, non-peers, non-members)', labelNames: ['vrid', 'reason'], registers: [registry] });
   const backendInfo = new Gauge({ name: 'ballast_backend_info', help: '1 for each backend checked, with where it came from (source: seed, endpointslice or lastKnown)', labelNames: ['backend', 'source'], registers: [registry] });
   const discEmpty = new Counter({ name: 'ballast_discovery_empty_kept_total', help: 'Empty discovered backend sets ignored (the last non-empty set kept)', registers: [registry] });
@@ -70,6 +73,10 @@ export function createMetrics(): Metrics {
         }
         dropped.reset();
         for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
+      }
+      if (doc.reload) {
+        reloadOk.set(doc.reload.last === null || doc.reload.last.ok ? 1 : 0);
+        reloadAt.set(Date.parse(doc.reload.lastSuccessAt) / 1000);
       }
       localBackends.reset();
       if (doc.local.mode !== 'off') {

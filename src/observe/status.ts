@@ -20,8 +20,40 @@ export function statusState(s: VrrpState): StatusState {
 /** The node-local endpoint's part of /status. */
 export type LocalStatus = (LocalDataplaneStatus & { failures: number; lastError: string | null }) | { mode: 'off'; reason: string };
 
+/** What one reload did (the last one is in /status, and POST /reload answers with it). Times: ISO 8601. */
+export interface ReloadResult {
+  /** Applied (true), or refused / failed: then `problems` says why. */
+  ok: boolean;
+  /** When it ended. */
+  at: string;
+  /** What asked for it: SIGHUP, POST /reload (`ballast reload`), or a call of Agent.reload. */
+  trigger: 'signal' | 'admin' | 'api';
+  /** The configuration file read (absent for Agent.reload with a Config). */
+  source?: string;
+  /** Each problem as `ballast validate` prints it (`line 3: vrrp.vrid: must be …`); empty when ok. */
+  problems: string[];
+  /** The settings that differ from the running config (`vrrp.priority`, `vips`, …). */
+  changed: string[];
+  /** What was done, in a few words per action (empty when refused). */
+  actions: string[];
+  /** Whether the election was handed over (stopped and started again: a new group membership). */
+  handover: boolean;
+  /** How long it took, ms. */
+  durationMs: number;
+}
+
+/** The reload part of /status. */
+export interface ReloadStatus {
+  /** The last reload's result; null before the first. */
+  last: ReloadResult | null;
+  /** When the running configuration was last loaded successfully: the start, or the last applied reload (ISO 8601). */
+  lastSuccessAt: string;
+}
+
 /** What every agent reports: backends, the VIP data plane, the local endpoint. */
 export interface CommonStatus {
+  /** The configuration reloads (absent from documents built without an agent, e.g. in tests). */
+  reload?: ReloadStatus;
   /** The apiservers and their health (empty when no backends are configured), each with where it came from (the agent always sets `source`). */
   backends: (BackendHealth & { source?: BackendSource })[];
   /** Backend discovery's state and counters; absent without a `discovery` section. */
@@ -99,7 +131,16 @@ export function statusDocument(
     ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
     dataplane: common.dataplane,
     local: common.local,
+    ...(common.reload ? { reload: common.reload } : {}),
   };
+}
+
+/** The `reload:` line of `ballast status`; null before the first reload. */
+function formatReload(r: ReloadStatus | undefined): [string, string][] {
+  const last = r?.last;
+  if (!last) return [];
+  const what = last.ok ? `applied (${last.changed.length === 0 ? 'nothing changed' : last.changed.join(', ')})` : `FAILED: ${last.problems.join('; ')}`;
+  return [['reload', `${last.at} ${what}`]];
 }
 
 function formatDataplane(d: StatusDocument['dataplane']): string {
@@ -137,7 +178,7 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d)]);
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...formatReload(d.reload)]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
@@ -154,6 +195,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['dataplane', formatDataplane(d.dataplane)],
     ['local', formatLocal(d.local)],
     ...backendRows(d),
+    ...formatReload(d.reload),
   ];
   return aligned(rows);
 }

@@ -163,6 +163,51 @@ describe.skipIf(needs('root') ?? needs('tcpdump'))('vrrp.acceptFrom and peers th
     console.log(`peers reconfigured: removed peer's last advert ${(Math.max(...toN2!) - sentAt).toFixed(1)} ms after the request (applied after ${appliedAt - sentAt} ms), added peer's first after ${firstMs.toFixed(1)} ms, kept peer's largest gap ${maxGap.toFixed(1)} ms`);
   });
 
+  it('engine level, VIPs: removing one of two VIPs never removes the other from the interface, adverts keep their rhythm and list one address from the next one; an added VIP is added and announced', async () => {
+    const [n1, n2] = lab.nodes;
+    const base = lab.vip4.slice(0, lab.vip4.lastIndexOf('.') + 1);
+    const [second, third] = [`${base}101`, `${base}102`];
+    const e = await engine(n1!.netns, ['--vip', second, '--priority', '200', '--interval-cs', String(INTERVAL_MS / 10)]);
+    await waitFor(() => lab.holders(second), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: masterDownIntervalMs(200, INTERVAL_MS / 10) + 1000, what: 'n1 to hold both VIPs' });
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
+    const monitor = lab.spawn(n1!.netns, ['ip', '-o', 'monitor', 'address']);
+    procs.push(monitor);
+    const adverts = lab.spawn(n2!.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '-v', '--immediate-mode', '-tt', 'ip proto 112 and src host', n1!.ipv4]);
+    procs.push(adverts);
+    const garp = lab.spawn(n2!.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', 'arp and src host', third]);
+    procs.push(garp);
+    await adverts.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
+    await garp.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
+    await sleep(300);
+    const removed = await e.reconfigure({ vips: [lab.vip4] });
+    expect(removed).toMatchObject({ ok: true });
+    await sleep(400);
+    const added = await e.reconfigure({ vips: [lab.vip4, third] });
+    expect(added).toMatchObject({ ok: true });
+    await sleep(400);
+    await Promise.all([monitor.stop('SIGINT', 3000), adverts.stop('SIGINT', 3000), garp.stop('SIGINT', 3000)]);
+    const deleted = monitor.output().split('\n').filter((l) => l.startsWith('Deleted'));
+    expect(deleted.filter((l) => l.includes(` ${lab.vip4}/`))).toStrictEqual([]);
+    expect(deleted.filter((l) => l.includes(` ${second}/`))).toHaveLength(1);
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
+    expect((await lab.holders(third)).map((n) => n.name)).toStrictEqual(['n1']);
+    expect(await lab.holders(second)).toStrictEqual([]);
+    // each advert: its time and how many addresses it lists
+    const text = adverts.output();
+    // tcpdump -v: "addrs: A" for one address, "addrs(2): A,B" for more
+    const sent = [...text.matchAll(/^(\d+\.\d+) IP [^\n]*\n[^\n]*? addrs(?:\((\d+)\))?: /gm)].map((m) => ({ at: Number(m[1]) * 1000, n: m[2] === undefined ? 1 : Number(m[2]) }));
+    expect(sent.length).toBeGreaterThanOrEqual(10);
+    const gaps = sent.slice(1).map((x, i) => x.at - sent[i]!.at);
+    expect(Math.max(...gaps)).toBeLessThanOrEqual(INTERVAL_MS + MARGIN_MS);
+    const at = (t: unknown) => t as number;
+    expect(sent.filter((x) => x.at < at(removed.sentAt)).every((x) => x.n === 2)).toBe(true);
+    expect(sent.filter((x) => x.at > at(removed.at) && x.at < at(added.sentAt)).map((x) => x.n).every((n) => n === 1)).toBe(true);
+    expect(sent.filter((x) => x.at > at(added.at)).map((x) => x.n).every((n) => n === 2)).toBe(true);
+    // the added VIP was announced: one gratuitous ARP (announce count 1 in vrrp-host), from the new address
+    expect([...garp.output().matchAll(new RegExp(`ARP, Request who-has ${third.replace(/\./g, '\\.')} \\(ff:ff:ff:ff:ff:ff\\) tell ${third.replace(/\./g, '\\.')},`, 'g'))]).toHaveLength(1);
+    console.log(`VIPs reconfigured: the kept VIP never deleted, ${sent.length} adverts with the largest gap ${Math.max(...gaps).toFixed(1)} ms`);
+  });
+
   it('engine level, multicast: a stranger outside the members is dropped; a reconfigure that makes it a member lets it take over (discovery adding a node)', async () => {
     const [n1, n2] = lab.nodes;
     const e = await engine(n1!.netns, ['--priority', '200', '--interval-cs', String(INTERVAL_MS / 10), '--member', n2!.ipv4]);

@@ -19,13 +19,14 @@
  *     next start adopts them with their backends.
  * Adverts every 100 ms, checks every 200 ms, rise/fall 2.
  */
-import { existsSync, rmdirSync, rmSync } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber, type ProberRun } from '../../lab/lab.js';
 import { cliPath, connectFrom, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
-import { cgroupPrograms, SockLb } from '../../src/native.js';
+import { cgroupPrograms } from '../../src/native.js';
+import { teardownFullAgentLab } from '../support/leftovers.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'brrst';
@@ -62,21 +63,8 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     for (const p of probers.splice(0)) await p.stop().catch(() => undefined);
     await Promise.all(agents.splice(0).map((a) => a?.stop('SIGTERM').catch(() => undefined)));
   });
-  afterAll(async () => {
-    try {
-      if (pinDir && existsSync(pinDir)) SockLb.detach(pinDir);
-      if (pinDir) rmSync(`/run/ballast/${basename(pinDir)}.lock`, { force: true });
-      if (pinDir) {
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty, or gone */
-        }
-      }
-    } finally {
-      await lab?.teardown();
-    }
-  });
+  // the pins (a failed case may leave them), their lock file and empty parent, then the lab
+  afterAll(() => teardownFullAgentLab({ lab, ...(pinDir === undefined ? {} : { pinDir }) }));
 
   const settingsOf = (i: number): AgentSettings => ({
     priority: PRIORITIES[i]!,

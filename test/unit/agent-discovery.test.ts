@@ -97,7 +97,7 @@ describe('the discovery phase with a checker (no network)', () => {
     const config = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\n');
     const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }) });
     const ctx = { log: { ...log, error: () => undefined, child: () => log } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: null });
+    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null });
     expect([...phase.sources()]).toStrictEqual([['10.0.0.11:6443', 'seed']]);
     expect(phase.stats()).toBeNull();
     const next = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n');
@@ -119,7 +119,7 @@ describe('the discovery phase with a checker (no network)', () => {
       const config = parseConfig(`vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${join(dir, 'b.json')}\n`);
       const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
       const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: null }).then(() => null, (e: unknown) => e);
+      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null }).then(() => null, (e: unknown) => e);
       expect(err).toBeInstanceOf(ConfigError);
       expect((err as InstanceType<typeof ConfigError>).issues[0]?.path).toBe('discovery.kubeconfig');
       expect((err as InstanceType<typeof ConfigError>).issues[0]?.message).toContain(join(dir, 'admin.conf'));

@@ -201,7 +201,7 @@ describe('Discovery against stand-in apiservers on loopback', () => {
     disc.start();
     // no stand-in runs: nothing is ready, the set is seed + last-known
     expect(set()).toStrictEqual(['127.0.0.1:6443 seed', '127.0.0.2:6443 lastKnown', '127.0.0.3:6443 lastKnown']);
-    expect(disc.stats().state).toBe('waiting-ready-backend');
+    await waitFor(() => disc!.stats().state === 'waiting-ready-backend', { timeoutMs: 10_000, intervalMs: 20, what: 'discovery to wait for a ready backend' });
     await disc.stop();
     writeFileSync(join(dir, 'backends.json'), '{"version":1,"backends":["127.0.0.2:6443",');
     disc = make(['127.0.0.1:6443']);

@@ -550,3 +550,46 @@ describe('HealthChecker: verdicts', () => {
     expect(checker.backends({ family: 4 }).map((b) => formatAddress(b))).toStrictEqual(['10.0.0.11:6443', '10.0.0.12:6443']);
   });
 });
+
+describe('HealthChecker: reconfigure (a reload)', () => {
+  it('keeps every backend state and emits nothing; the new interval and rise apply to the next checks', async () => {
+    const { clock, fake, checker, changes, verdicts } = setup({ random: () => 0.5 });
+    fake.set('10.0.0.12:6443', 'fail');
+    checker.start();
+    await clock.advance(3_000);
+    const before = checker.snapshot().map((b) => [b.address, b.state]);
+    expect(before).toStrictEqual([
+      ['10.0.0.11:6443', 'up'],
+      ['10.0.0.12:6443', 'down'],
+      ['[fd00::13]:6443', 'up'],
+    ]);
+    const nChanges = changes.length;
+    const nVerdicts = verdicts.length;
+    const at = clock.t - T0;
+    checker.reconfigure({ ...HEALTH, intervalMs: 200, rise: 3 });
+    expect(checker.snapshot().map((b) => [b.address, b.state])).toStrictEqual(before);
+    expect(changes).toHaveLength(nChanges);
+    expect(verdicts).toHaveLength(nVerdicts);
+    // rescheduled within the new interval, then every 200 ms ±10%
+    await clock.advance(1_000);
+    const starts = fake.startsOf('10.0.0.11:6443').filter((s) => s >= at);
+    expect(starts[0]! - at).toBeLessThan(200);
+    const gaps = starts.slice(1).map((s, i) => s - starts[i]!);
+    expect(Math.min(...gaps)).toBeGreaterThanOrEqual(180);
+    expect(Math.max(...gaps)).toBeLessThanOrEqual(220);
+    // rise 3: the failing backend needs three passes now, not two
+    fake.set('10.0.0.12:6443', 'pass');
+    const from = fake.startsOf('10.0.0.12:6443').length;
+    await clock.advance(1_000);
+    const ups = changes.slice(nChanges).filter((c) => c.backend === '10.0.0.12:6443' && c.to === 'up');
+    expect(ups).toHaveLength(1);
+    const passesBeforeUp = fake.calls.filter((c) => c.address === '10.0.0.12:6443').slice(from).filter((c) => c.end !== undefined && c.end <= ups[0]!.at).length;
+    expect(passesBeforeUp).toBe(3);
+  });
+
+  it('refuses invalid settings and keeps the old ones', () => {
+    const { checker } = setup();
+    expect(() => checker.reconfigure({ ...HEALTH, intervalMs: 0 })).toThrow(RangeError);
+    expect(() => checker.reconfigure({ ...HEALTH, rise: 0 })).toThrow(RangeError);
+  });
+});

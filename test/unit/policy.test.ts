@@ -202,3 +202,27 @@ describe('Policy: mode none follows the local apiserver only', () => {
     expect(p.canServe([])).toBe(true);
   });
 });
+
+describe('Policy.reconfigure (a reload)', () => {
+  it('a new base priority reaches the election at the next update, lowered the same way when nothing is healthy; no new hold', () => {
+    const { p, calls } = policy();
+    p.update(all('up'), true, START + 10);
+    expect(calls).toStrictEqual(['hold false', 'priority 150']);
+    calls.length = 0;
+    p.reconfigure({ priority: 200, weight: 100, mode: 'nftables', localBackend: B1, settleMs: SETTLE_MS });
+    expect(p.update(all('up'), true, START + 20)).toStrictEqual({ priority: 200, hold: false });
+    expect(calls).toStrictEqual(['priority 200']);
+    calls.length = 0;
+    expect(p.update(all('down'), true, START + 30)).toStrictEqual({ priority: 100, hold: false });
+    expect(calls).toStrictEqual(['priority 100']);
+  });
+  it('keeps the start time: the settle deadline still counts from the start, not from the reload', () => {
+    const { p, calls } = policy();
+    p.update(all('up'), true, START + 10);
+    calls.length = 0;
+    // a new backend, still unknown, 1600 ms after the start; the new settle time is 1200 ms
+    p.reconfigure({ priority: 150, weight: 100, mode: 'nftables', localBackend: B1, settleMs: 1.5 * SETTLE_MS });
+    expect(p.update([...all('up'), bh('10.0.0.14:6443', 'unknown')], true, START + 2 * SETTLE_MS)).toStrictEqual({ priority: 150, hold: false });
+    expect(calls).toStrictEqual(['priority 150']);
+  });
+});
