@@ -11,8 +11,13 @@
  *   step 2  the CA, n1's apiserver and its kubeconfig appear (what `kubeadm init` does); the
  *           worker n7 joins (CA and kubeconfig appear there too): the VIP client and the worker's
  *           local-endpoint client are served
- *   step 3  n2 and n3 join (their ballast first, then CA, kubeconfig, apiserver): their apiservers
- *           enter every pool through discovery, nothing is edited on n1
+ *   step 3  n2 and n3 join: their apiservers enter every pool through discovery, nothing is edited
+ *           on n1. Multicast: ballast first, then kubeadm join (CA, kubeconfig, apiserver).
+ *           Unicast (`peers: discovered`): kubeadm join first, then ballast — the members send
+ *           adverts only to apiservers already in the `kubernetes` EndpointSlice, so a joining
+ *           node's ballast that runs before its apiserver registered hears nobody and takes the
+ *           VIP as a second master until then (measured: 0.8 s of duplicate VIP, refused and
+ *           timed-out requests)
  *   step 4  n4, n5, n6 replace n1, n2, n3 one at a time: the new node joins, then the old one
  *           leaves (ballast stopped, apiserver stopped gracefully: it takes itself out of the
  *           `kubernetes` EndpointSlice); unicast peers follow
