@@ -11,7 +11,7 @@
  * is what a stop needs to remove an earlier run's leftovers safely (the locks say no other
  * running agent uses them). A stop during it takes effect right after it.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer, type Server as NetServer } from 'node:net';
 import type { Config } from '../config/index.js';
 import { describeReadError, parseAuthKeys, readRegularFile } from '../config/files.js';
@@ -103,6 +103,11 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         ebpf = { cgroup, pinDir };
       }
     }
+    if (config.localEndpoint !== null && config.dataplane.local !== 'ebpf' && config.apiserver.backends.length > 0) {
+      // a stop keeps the eBPF programs (keepOnStop): a config that now serves the endpoint
+      // another way would be shadowed by them, so they go, unless another agent holds them
+      await removeKeptPins(config.localEndpoint.cgroup, ctx.log);
+    }
     const keep = config.dataplane.keepOnStop;
     const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family) : null;
     if (tables && keep !== 'all') own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
@@ -170,6 +175,27 @@ export class ElectionLocks {
     this.releaseVips([...this.#vips.keys()]);
     this.#instance?.lock.close();
     this.#instance = null;
+  }
+}
+
+/**
+ * Removes the pins an earlier run kept for `cgroup` (default: the hierarchy's root) when no
+ * running agent holds their lock; a failure is logged, never fatal (the endpoint then still
+ * rewrites to the kept backends, and `ballast cleanup` removes them).
+ */
+async function removeKeptPins(cgroup: string | undefined, log: AgentContext['log']): Promise<void> {
+  try {
+    const dir = cgroup ?? (await cgroup2Root());
+    const pinDir = pinDirFor(dir);
+    if (!existsSync(pinDir)) return;
+    const lock = lockPinDir(pinDir, dir);
+    try {
+      removePins(pinDir, log);
+    } finally {
+      lock.release();
+    }
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'cannot remove the eBPF local endpoint an earlier run kept; `ballast cleanup` removes it');
   }
 }
 

@@ -13,7 +13,7 @@
 import { writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab, LabNode, LabProcess } from '../../lab/lab.js';
-import { agentConfig, cliPath, resetElectionLab, startAgents, startLongconn, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { agentConfig, cliPath, resetElectionLab, startAgent, startAgents, startLongconn, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import type { ElectionStatusDocument } from '../../src/observe/status.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -321,7 +321,37 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     expect(now.code).toBe(0);
     expect(JSON.parse(now.stdout)).toMatchObject({ state: 'master', reload: { last: { ok: true, trigger: 'admin', changed: ['admin.listen.port', 'log.level'] } } });
     expect((await get(9641)).code).toBe(3);
-    await waitFor(() => a1!.logLines().some((l) => l.level === 'debug'), { timeoutMs: 3000, what: 'a debug line (the policy logs one per evaluation)' });
+    // a health change makes the policy evaluate, which it logs at debug
+    expect(a1!.logLines().some((l) => l.level === 'debug')).toBe(false);
+    await lab.setReady(lab.nodes[1]!, false);
+    try {
+      await waitFor(() => a1!.logLines().some((l) => l.level === 'debug' && l.msg === 'policy'), { timeoutMs: 5000, what: 'a debug line (the policy logs one per evaluation)' });
+    } finally {
+      await lab.setReady(lab.nodes[1]!, true);
+    }
     expect((JSON.parse((await get(9651)).stdout) as ElectionStatusDocument).counters.transitions).toBe(before);
+  });
+
+  it('(g) a reload adding a VIP that another ballast on this host manages is refused whole: exit 2 naming it, nothing changed', async () => {
+    const [, vipX] = extraVips();
+    const [a1] = await startAgents(lab, settings(), agents);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    // a second agent in n1's namespace: another VRID, VIP X, no data plane
+    const other = await startAgent(lab, lab.nodes[0]!, { priority: 100, vrid: 60, adminPort: 9652, extra: { vips: [vipX], dataplane: { vip: 'none', local: 'off' } } });
+    agents.push(other);
+    await waitForHolder(lab, vipX!, 'n1');
+    const before = await transitions(a1!);
+    // the new file also changes the priority: that must not be applied either
+    writeFileSync(a1!.configPath, agentConfig(lab, a1!.node, { priority: 180, balance: true, extra: { vips: [lab.vip4, vipX!] } }));
+    const r = await ballastReload(a1!);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`another ballast agent already manages the VIP ${vipX} (vips) in this network namespace`);
+    expect(r.stderr).toContain('(BALLAST_E_ALREADY_RUNNING)');
+    const st = await a1!.status();
+    expect([st.vips, st.priority, st.state, st.counters.transitions]).toStrictEqual([[lab.vip4], 200, 'master', before]);
+    expect(st.reload?.last).toMatchObject({ ok: false, changed: ['vips', 'vrrp.priority'] });
+    // the other agent still holds its VIP
+    expect((await other.status()).vipsHeld).toBe(true);
+    expect((await lab.holders(vipX!)).map((n) => n.name)).toStrictEqual(['n1']);
   });
 });

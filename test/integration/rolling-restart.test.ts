@@ -159,7 +159,7 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     expect(programsAfter).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
   }, 180_000);
 
-  it('a stop keeps the local endpoint serving; `ballast cleanup` is the uninstall: refuses what a running agent holds (exit 2), then removes pins, lock file, table and VIP', async () => {
+  it('a stop keeps the local endpoint serving (a switch to the proxy removes it at start); `ballast cleanup` is the uninstall: refuses what a running agent holds (exit 2), then removes pins, lock file, table and VIP', async () => {
     const n3 = lab.nodes[2]!;
     const a3 = await start(2);
     await waitFor(() => a3.anyStatus(), (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 local endpoint with 3 backends' });
@@ -182,6 +182,22 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     const served = await connectFrom(lab, n3, { address: '127.0.0.1', port: 7443, tls: true, count: 10, cgroup });
     expect(served).toMatchObject({ ok: 10 });
     expect((await lab.exec(n3.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code).not.toBe(0);
+
+    // the same node now configured for the proxy: the kept programs would shadow it, so its start removes them
+    const proxied = await startAgent(lab, n3, { ...settingsOf(2), extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { local: 'proxy', keepOnStop: 'none' } } });
+    agents[2] = proxied;
+    expect(existsSync(pinDir)).toBe(false);
+    expect(proxied.logLines().some((l) => l.msg === 'eBPF pins an earlier run left removed')).toBe(true);
+    await waitFor(() => proxied.anyStatus(), (s) => s.local.mode === 'proxy' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 proxy with 3 backends' });
+    expect((await connectFrom(lab, n3, { address: '127.0.0.1', port: 7443, tls: true, count: 5, cgroup })).ok).toBe(5);
+    expect(await proxied.stop('SIGTERM')).toBe(0);
+    agents[2] = undefined;
+    // and back to ebpf, stopped: the pins are kept again, for cleanup to find
+    const again3 = await start(2);
+    await waitFor(() => again3.anyStatus(), (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 ebpf again' });
+    expect(await again3.stop('SIGTERM')).toBe(0);
+    agents[2] = undefined;
+    expect(existsSync(pinDir)).toBe(true);
 
     // a VIP a killed master left, for cleanup to find
     await lab.exec(n3.netns, ['ip', 'addr', 'add', `${lab.vip4}/32`, 'dev', 'eth0']);
