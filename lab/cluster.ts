@@ -149,22 +149,50 @@ export function cliPath(): string {
 export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Promise<LabAgent> {
   const configPath = join(lab.dir, `${node.name}-ballast${s.adminPort === undefined ? '' : `-${s.adminPort}`}.yaml`);
   writeFileSync(configPath, agentConfig(lab, node, s));
-  const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
+  return runAgent(lab, node, configPath, {
     logFile: join(lab.dir, `${node.name}-ballast${s.adminPort === undefined ? '' : `-${s.adminPort}`}.log`),
+    ...(s.adminPort === undefined ? {} : { adminPort: s.adminPort }),
     ...(s.env ? { env: s.env } : {}),
     ...(s.hostMounts ? { hostMounts: true } : {}),
   });
-  const agent = new LabAgent(lab, node, proc, configPath, s.adminPort);
+}
+
+/** How {@link runAgent} starts `ballast run` (see AgentSettings for env and hostMounts). */
+export interface RunAgentOptions {
+  /** the agent's output is appended here (relative paths are under lab.dir) */
+  logFile: string;
+  /** the admin port the config's `admin.listen` names (default 9641) */
+  adminPort?: number;
+  env?: Record<string, string>;
+  hostMounts?: boolean;
+  /** how long the admin endpoint may take to answer, ms (default 10000) */
+  timeoutMs?: number;
+  /** resolves true once the agent answers (default: `ballast status --json` succeeds) */
+  answers?: (agent: LabAgent) => Promise<boolean>;
+}
+
+/**
+ * Starts `ballast run --config configPath` in `node` with a config file the caller wrote;
+ * resolves once its admin endpoint answers.
+ * @throws Error when the agent exits during start or does not answer within `timeoutMs` (it is SIGKILLed then).
+ */
+export async function runAgent(lab: Lab, node: LabNode, configPath: string, o: RunAgentOptions): Promise<LabAgent> {
+  const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
+    logFile: o.logFile,
+    ...(o.env ? { env: o.env } : {}),
+    ...(o.hostMounts ? { hostMounts: true } : {}),
+  });
+  const agent = new LabAgent(lab, node, proc, configPath, o.adminPort);
   let exited: number | null | undefined;
   void proc.exited.then((c) => (exited = c));
   try {
     await waitFor(
       async () => {
         if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
-        return agent.anyStatus().then(() => true, () => false);
+        return o.answers ? o.answers(agent).catch(() => false) : agent.anyStatus().then(() => true, () => false);
       },
       (ok) => ok,
-      { timeoutMs: 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
+      { timeoutMs: o.timeoutMs ?? 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
     );
   } catch (err) {
     // a half-started agent would hold the instance lock and break whatever runs next

@@ -14,6 +14,7 @@ import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
 import { backendsOfNode, type HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
 
@@ -77,7 +78,8 @@ export function startElection(
     const v = config.vrrp!;
     const { iface } = resolved;
     const ownAddresses = iface.addresses.map((a) => a.address);
-    const membership = membershipOf(config, { own: ownAddresses, discovered: null });
+    const discovered = lastKnownNodes(config);
+    const membership = membershipOf(config, { own: ownAddresses, discovered });
     if (membership.anyBecause) log.info({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
     const opts = engineOptions(config, resolved, authKeys, membership);
@@ -129,7 +131,7 @@ export function startElection(
       await host.reconfigure(patch);
       if (patch.vips) vips = [...patch.vips];
     };
-    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered: null }, membershipQueue: Promise.resolve() };
+    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered }, membershipQueue: Promise.resolve() };
   });
 }
 
@@ -174,4 +176,20 @@ function engineError(err: unknown): BallastError {
   if (e.code === 'BALLAST_E_ADDON_MISSING') return createError('BALLAST_E_ADDON_MISSING', detail, { cause: err });
   if (e.syscall) return createError('BALLAST_E_SOCKET', detail, { cause: err });
   return createError('BALLAST_E_NETLINK', detail, { cause: err });
+}
+
+/**
+ * The node addresses the election starts with when discovery keeps a last-known file: the seed's
+ * hosts and the file's (the set the discovery phase feeds a moment later, read here because that
+ * phase starts last, after the election, and only once @kubernetes/client-node has loaded — 2 s on
+ * a loaded machine, longer than a Master_Down_Interval). Without it a restarted node whose seed
+ * nodes were all replaced hears none of the current members (their adverts are not from a peer or
+ * member), becomes a second master after Master_Down_Interval and, with the higher priority,
+ * takes the VIP back: an extra move per restart. null (the seed alone) without discovery or a
+ * usable file.
+ */
+function lastKnownNodes(config: Config): string[] | null {
+  if (config.discovery === null) return null;
+  const set = seedAndLastKnown(config.apiserver.backends, config.discovery.lastKnownFile);
+  return set === null ? null : [...new Set(set.map((b) => b.host))];
 }

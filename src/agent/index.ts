@@ -22,6 +22,7 @@ import { formatHostPort } from '../net/hostport.js';
 import type { Config, LogLevel } from '../config/index.js';
 import { ConfigError, isBallastError } from '../errors.js';
 import { HealthChecker } from '../health/checker.js';
+import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import type { Logger } from '../observe/log.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
@@ -101,7 +102,11 @@ export async function startAgent(
   const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null, discovery: null };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };
   const followers: HealthFollowers = { lb: null, localLb: null, balancing: null };
-  const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, logger: log }) : null;
+  // the seed plus the last-known set from the start: the discovery phase, which feeds the set
+  // later, runs last; until then the planes must not drop what a restart inherited (the eBPF
+  // local endpoint's map) for a seed whose nodes may all have been replaced
+  const initial = config.discovery === null ? null : seedAndLastKnown(config.apiserver.backends, config.discovery.lastKnownFile);
+  const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: initial ?? config.apiserver.backends, logger: log }) : null;
 
   let finish!: (code: number) => void;
   const done = new Promise<number>((r) => (finish = r));

@@ -84,3 +84,15 @@ export function writeLastKnown(path: string, backends: readonly HostPort[], now:
     // some file systems refuse fsync on a directory; the rename is still atomic
   }
 }
+
+/**
+ * The set an agent starts with before its discovery phase runs: the seed, then the last-known
+ * file's backends not in it (the order discovery's merge uses before the API answers). null when
+ * the file is missing, corrupt or empty (then the seed alone). Never throws.
+ */
+export function seedAndLastKnown<T extends HostPort>(seed: readonly T[], path: string): (T | HostPort)[] | null {
+  const read = readLastKnown(path);
+  if (read.kind !== 'ok' || read.backends.length === 0) return null;
+  const inSeed = new Set(seed.map(formatHostPort));
+  return [...seed, ...read.backends.filter((b) => !inSeed.has(formatHostPort(b)))];
+}
