@@ -10,7 +10,7 @@
  * leaves nothing (test/support/leftovers.ts).
  */
 import { writeFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
 import { probeOnce } from '../../lab/lab.js';
 import { agentConfig, resetElectionLab, startAgents, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
@@ -34,11 +34,12 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
   beforeAll(async () => {
     lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, apiservers: true });
   });
+  afterEach(async () => {
+    await resetElectionLab(lab, agents);
+    agents = [];
+    for (const n of lab.nodes) for (const f of ['ip', 'ip6']) await lab.exec(n.netns, ['nft', 'delete', 'table', f, 'ballast'], { allowFail: true });
+  });
   afterAll(async () => {
-    if (lab) {
-      await resetElectionLab(lab, agents);
-      for (const n of lab.nodes) for (const f of ['ip', 'ip6']) await lab.exec(n.netns, ['nft', 'delete', 'table', f, 'ballast'], { allowFail: true });
-    }
     await lab?.teardown();
   });
 
@@ -132,5 +133,30 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
       expect(await leftoversOn(lab, n, { pinDir: pinDirFor(cgroup), cgroup, pgids: [pgids[i]!] })).toStrictEqual([]);
     }
     expect(await lockState('ballast:nftables:ip6:ballast')).toBe('free');
+  });
+
+  it('the IPv6 table lock held by another process in n1: the reload fails naming the table, nothing changed (new locks given back)', async () => {
+    const [a1] = await startAgents(lab, settings(4).slice(0, 1), agents);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    const before = (await a1!.status()).counters.transitions;
+    // another ballast with the IPv6 VIP data plane, as far as the lock goes
+    const other = lab.spawn(lab.nodes[0]!.netns, [process.execPath, '-e', "require('net').createServer().listen({path:'\\0ballast:nftables:ip6:ballast'},()=>console.log('held'))"]);
+    try {
+      await other.waitForOutput(/held/, { timeoutMs: 5000, includeExisting: true });
+      writeFileSync(a1!.configPath, agentConfig(lab, a1!.node, settings(6)[0]!));
+      a1!.proc.kill('SIGHUP');
+      const r = await waitFor(() => results(a1!)[0], { timeoutMs: 10_000, intervalMs: 20, what: 'n1 to log its reload' });
+      expect(r).toMatchObject({ msg: 'configuration reload failed; the running state stays (what was applied before the failure is listed in the log above)', changed: ['apiserver.backends', 'family', 'vips'] });
+      expect(r.problems).toStrictEqual([expect.stringMatching(/^another ballast agent already programs the nftables table ip6 ballast .*\(BALLAST_E_ALREADY_RUNNING\)$/)]);
+      expect(a1!.logLines().some((l) => typeof l.msg === 'string' && l.msg.startsWith('reload: hand-over'))).toBe(false);
+      const st = await a1!.status();
+      expect([st.family, st.vips, st.state, st.counters.transitions, st.reload?.last?.ok]).toStrictEqual([4, [lab.vip4], 'master', before, false]);
+      expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
+      expect([(await nft(0, 'ip')).code, (await nft(0, 'ip6')).code === 0]).toStrictEqual([0, false]);
+      // the new instance lock (IPv6, VRID 51) and the IPv6 VIP's were given back; the IPv4 table's is still held
+      expect([await lockState('ballast:eth0:ipv6:vrid51'), await lockState(`ballast:vip:${lab.vip6}`), await lockState('ballast:nftables:ip:ballast')]).toStrictEqual(['free', 'free', 'EADDRINUSE']);
+    } finally {
+      await other.stop('SIGTERM', 2000);
+    }
   });
 });
