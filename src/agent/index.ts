@@ -32,7 +32,7 @@ import { startDiscovery, type DiscoveryPhase } from './discovery.js';
 import { startHealth, type HealthFollowers, type HealthPhase } from './health.js';
 import { startLocalEndpoint, type LocalEndpointPhase } from './local-endpoint.js';
 import { throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
-import { checkBindAddresses, listAllInterfaces, preflight, readAuthKeys, resolveInterface, type Preflight, type ResolvedInterface } from './preflight.js';
+import { checkBindAddresses, listAllInterfaces, preflight, readAuthKeys, resolveInterface, type LockSwap, type Preflight, type ResolvedInterface } from './preflight.js';
 import { startPriority, type PriorityPhase } from './priority.js';
 import { describePlan, planReload, RESTART, type ReloadPlan } from './reload-plan.js';
 import { CleanupStack } from './stack.js';
@@ -254,6 +254,7 @@ interface ReloadOutcome {
 
 /** Each problem of a refused reload, as `ballast validate` prints it (ConfigError), or the error's own words. */
 function problemsOf(err: unknown): string[] {
+  if (err instanceof HandoverFailed) return [...problemsOf(err.cause), err.outcome];
   if (err instanceof ConfigError) return err.problemLines();
   if (isBallastError(err)) return [`${err.message} (${err.code})`];
   return [err instanceof Error ? err.message : String(err)];
@@ -331,7 +332,12 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
   const handover = plan.handover.length > 0;
 
   // 1. what may fail because of the host: nothing has changed yet
-  let releaseInstance: () => void = () => undefined;
+  const swaps: LockSwap[] = [];
+  /** Gives up the new locks (hand-over): the old ones are still held. */
+  const abortLocks = (): void => {
+    for (const s of swaps) s.abort();
+    if (locks && plan.vips.added.length > 0) locks.releaseVips(plan.vips.added);
+  };
   let resolved = running.resolved;
   let authKeys = running.preflight?.authKeys ?? null;
   if (handover || plan.admin || plan.localEndpoint) {
@@ -340,17 +346,17 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
     if (handover) {
       resolved = resolveInterface(next, all);
       authKeys = next.vrrp!.auth ? readAuthKeys(next.vrrp!.auth.keyFile) : null;
-      if (locks) releaseInstance = await locks.instance(resolved.iface.ifname, next.family, next.vrrp!.vrid);
+      if (locks) swaps.push(await locks.instance(resolved.iface.ifname, next.family, next.vrrp!.vrid));
     }
   }
-  if (locks && plan.vips.added.length > 0) {
-    try {
-      await locks.addVips(plan.vips.added);
-    } catch (err) {
-      // the new instance lock (hand-over) goes too: the old one is still held
-      if (handover && running.resolved) await locks.instance(running.resolved.iface.ifname, cur.family, cur.vrrp!.vrid).then((r) => r());
-      throw err;
-    }
+  try {
+    // the VIP data plane moves to the other family: its table lock (another ballast may program that table)
+    if (locks && plan.vipFamily) swaps.push(await locks.table(plan.vipFamily.to));
+    if (locks && plan.vips.added.length > 0) await locks.addVips(plan.vips.added);
+  } catch (err) {
+    // addVips took none of the VIPs when it throws; the new instance / table locks go
+    for (const s of swaps) s.abort();
+    throw err;
   }
 
   // 2. at once
@@ -368,8 +374,18 @@ async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: Rel
 
   // 5. the election
   if (handover && resolved) {
-    await handOver(ctx, cur, next, resolved, authKeys, deps, plan);
-    releaseInstance();
+    try {
+      await handOver(ctx, cur, next, resolved, authKeys, deps, plan);
+    } catch (err) {
+      // the old group was rejoined (or the agent exits): its locks and backends are the ones in force
+      abortLocks();
+      if (checker && (plan.backends || plan.discovery)) {
+        if (running.discovery) await running.discovery.reconfigure(cur).catch(() => undefined);
+        else await applySeedBackends(checker, cur, followers);
+      }
+      throw err;
+    }
+    for (const s of swaps) s.commit();
     running.resolved = resolved;
   } else if (plan.election && running.election) {
     // from the next advert; rejects (nothing changed) when the engine refuses it
@@ -432,10 +448,28 @@ async function applySeedBackends(checker: HealthChecker, next: Config, followers
 }
 
 /**
+ * A hand-over that did not go through: the failure (`cause`) and what was done about it
+ * (`outcome`: the old group rejoined, or the agent exits), both in the reload's problems.
+ */
+class HandoverFailed extends Error {
+  override name = 'HandoverFailed';
+  constructor(
+    override readonly cause: unknown,
+    readonly outcome: string,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause));
+  }
+}
+
+/**
  * A change of group membership (VRID, interface, family, checksum, auth, mode): the election
  * phase stops (priority 0 if Active, VIPs removed) and starts again with `next`, in its slot;
- * the policy follows the new engine. When the new one does not start, the old config's election
- * is started again and the error thrown; when that fails too, the agent exits (ctx.fail(1)).
+ * the policy follows the new engine. A family change under the nftables VIP data plane
+ * (plan.vipFamily) re-runs that plane in its slot between the two: the old family's table goes
+ * (unless keepOnStop is all), the new family's is programmed (the caller holds its lock).
+ * When a step fails, the old config's data plane and election are started again and a
+ * HandoverFailed thrown; when that fails too, the agent exits (ctx.fail(1)).
+ * @throws HandoverFailed (its cause: BallastError, or the engine's Error).
  */
 async function handOver(
   ctx: AgentContext,
@@ -449,14 +483,31 @@ async function handOver(
   const { log } = ctx;
   const { running, stack, checker, followers } = deps;
   const old = running.resolved!;
-  log.warn({ changed: plan.handover, from: { vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family }, to: { vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family } }, 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one');
+  const tables = running.preflight?.tables ?? null;
+  log.warn(
+    { changed: plan.handover, from: { vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family }, to: { vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family }, ...(plan.vipFamily ? { vipDataplane: plan.vipFamily } : {}) },
+    'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one',
+  );
   const oldPolicy = stack.replace('election policy', null);
   running.priority = null;
   await oldPolicy?.();
   const oldElection = stack.replace('election', null);
   running.election = null;
   await oldElection?.();
+  /** The VIP data plane for `c`'s family, in its slot (the other family's table removed first). */
+  const movePlane = async (c: Config, r: ResolvedInterface): Promise<void> => {
+    const undo = stack.replace('VIP data plane', null);
+    running.vipDataplane = null;
+    await undo?.();
+    const from = tables!.family;
+    tables!.retarget(c.family);
+    const h = await startVipDataplane(ctx, c, { iface: r.iface, checker: checker!, followers, tables: tables! });
+    stack.replace('VIP data plane', () => h.undo());
+    running.vipDataplane = h;
+    log.info({ from, to: c.family, removed: c.dataplane.keepOnStop === 'all' ? null : `table ${from === 4 ? 'ip' : 'ip6'} ballast`, table: `${c.family === 4 ? 'ip' : 'ip6'} ballast` }, 'reload: hand-over: VIP data plane moved to the new family');
+  };
   const start = async (c: Config, r: ResolvedInterface, keys: Buffer[] | null): Promise<void> => {
+    if (plan.vipFamily && checker && tables && tables.family !== c.family) await movePlane(c, r);
     const e = await startElection(ctx, c, { resolved: r, authKeys: keys, checker, followers });
     stack.replace('election', () => e.undo());
     running.election = e;
@@ -472,12 +523,24 @@ async function handOver(
   try {
     await start(next, resolved, authKeys);
   } catch (err) {
-    log.error({ err: (err as Error).message }, 'reload: hand-over: the new election did not start; rejoining with the running configuration');
-    await start(cur, old, running.preflight?.authKeys ?? null).catch((e2: unknown) => {
-      log.fatal({ err: (e2 as Error).message }, 'reload: hand-over: the running configuration\'s election did not start again either; exiting');
+    log.error({ err: (err as Error).message }, 'reload: hand-over: the new group could not be joined; rejoining with the running configuration');
+    // whatever of the new group started goes first (its slots are refilled by the rejoin)
+    for (const slot of ['election policy', 'election'] as const) {
+      const undo = stack.replace(slot, null);
+      await undo?.();
+    }
+    running.priority = null;
+    running.election = null;
+    const back = `rejoined the old group (VRID ${cur.vrrp!.vrid}, ${old.iface.ifname}, IPv${cur.family}) with the running configuration`;
+    try {
+      await start(cur, old, running.preflight?.authKeys ?? null);
+    } catch (e2) {
+      log.fatal({ err: (e2 as Error).message }, "reload: hand-over: the running configuration's election did not start again either; exiting");
       ctx.fail(1);
-    });
-    throw err;
+      throw new HandoverFailed(err, `hand-over failed; rejoining the old group failed too (${(e2 as Error).message}): the agent exits`);
+    }
+    log.warn({ vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family }, `reload: hand-over: ${back}`);
+    throw new HandoverFailed(err, `hand-over failed: ${back}`);
   }
   log.info({ vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family }, 'reload: hand-over: joined the group');
 }

@@ -49,7 +49,7 @@ export class TableRemoval {
   readonly #applier: NftablesApplier;
   #done: Promise<void> | null = null;
 
-  readonly #family: 4 | 6;
+  #family: 4 | 6;
 
   /**
    * @param family the VIPs' family: only its table is this agent's (an agent of the other family
@@ -71,6 +71,20 @@ export class TableRemoval {
 
   /** The tables are (about to be) programmed again: the next {@link remove} runs nft again. */
   rearm(): void {
+    this.#done = null;
+  }
+
+  /** The family whose table {@link remove} deletes. */
+  get family(): 4 | 6 {
+    return this.#family;
+  }
+
+  /**
+   * The VIPs' family changed (a reload's hand-over; the caller holds `family`'s table lock): the
+   * next removals are of that family's table. Rearms.
+   */
+  retarget(family: 4 | 6): void {
+    this.#family = family;
     this.#done = null;
   }
 }

@@ -35,7 +35,7 @@ export interface Preflight extends PhaseHandle {
   authKeys: Buffer[] | null;
   /** null without an election (no vrrp section). */
   resolved: ResolvedInterface | null;
-  /** The election's instance and VIP locks (a reload changes them); null without an election. */
+  /** The election's instance, VIP and nftables table locks (a reload changes them); null without an election. */
   locks: ElectionLocks | null;
   /** The removal of ballast's nftables tables (shared with the VIP data plane's undo); null without the nftables VIP data plane. */
   tables: TableRemoval | null;
@@ -77,12 +77,9 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     if (v && resolved) {
       const l = (locks = new ElectionLocks());
       own.defer('election locks', () => l.close());
-      (await l.instance(resolved.iface.ifname, config.family, v.vrid))();
+      (await l.instance(resolved.iface.ifname, config.family, v.vrid)).commit();
       await l.addVips(config.vips);
-      if (config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) {
-        const l = await acquireTableLock(config.family);
-        own.defer('nftables table lock', () => l.close());
-      }
+      if (config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) (await l.table(config.family)).commit();
       // a stop before the election ran: the VIPs a killed master left go too (the owner's are its own addresses)
       if (!v.owner) {
         const { ifindex } = resolved.iface;
@@ -120,25 +117,69 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
 }
 
 /**
+ * A lock taken in place of the one held (a reload's hand-over): both are held until one of the
+ * two calls. Each call does something once; later calls do nothing.
+ */
+export interface LockSwap {
+  /** The change went through: releases the previous lock. */
+  commit(): void;
+  /** The change was given up: releases the new lock; the previous one is the held one again. */
+  abort(): void;
+}
+
+/** A held lock, named by what it locks. */
+type Held = { key: string; lock: NetServer } | null;
+
+/**
  * The election's locks, held for the agent's life and changed by a reload: the instance lock
- * (VRID, interface, family: {@link acquireInstanceLock}) and one per VIP ({@link acquireVipLock}).
+ * (VRID, interface, family: {@link acquireInstanceLock}), one per VIP ({@link acquireVipLock})
+ * and, with the nftables VIP data plane, its family's table lock ({@link acquireTableLock}).
  */
 export class ElectionLocks {
-  #instance: { key: string; lock: NetServer } | null = null;
+  #instance: Held = null;
+  #table: Held = null;
   readonly #vips = new Map<string, NetServer>();
 
   /**
    * Takes the instance lock of `ifname`, `family`, `vrid` (nothing when it is the one held).
-   * @returns the release of the previous one: call it once the old election has stopped.
+   * @returns commit once the old election has stopped; abort when the hand-over is given up.
    * @throws BallastError BALLAST_E_ALREADY_RUNNING, BALLAST_E_SOCKET (the previous lock is still held then).
    */
-  async instance(ifname: string, family: 4 | 6, vrid: number): Promise<() => void> {
-    const key = `${ifname}:${family}:${vrid}`;
-    if (this.#instance?.key === key) return () => undefined;
-    const lock = await acquireInstanceLock(ifname, family, vrid);
-    const old = this.#instance;
-    this.#instance = { key, lock };
-    return () => void old?.lock.close();
+  instance(ifname: string, family: 4 | 6, vrid: number): Promise<LockSwap> {
+    return this.#swap('instance', `${ifname}:${family}:${vrid}`, () => acquireInstanceLock(ifname, family, vrid));
+  }
+
+  /**
+   * Takes the nftables table lock of `family` (nothing when it is the one held): a reload that
+   * moves the VIP data plane to the other family.
+   * @returns commit once the old family's table is gone; abort when the hand-over is given up.
+   * @throws BallastError BALLAST_E_ALREADY_RUNNING (another agent programs that table), BALLAST_E_SOCKET.
+   */
+  table(family: 4 | 6): Promise<LockSwap> {
+    return this.#swap('table', `ip${family === 4 ? '' : '6'}`, () => acquireTableLock(family));
+  }
+
+  async #swap(which: 'instance' | 'table', key: string, acquire: () => Promise<NetServer>): Promise<LockSwap> {
+    const get = (): Held => (which === 'instance' ? this.#instance : this.#table);
+    const set = (h: Held): void => void (which === 'instance' ? (this.#instance = h) : (this.#table = h));
+    const old = get();
+    if (old?.key === key) return { commit: () => undefined, abort: () => undefined };
+    const next = { key, lock: await acquire() };
+    set(next);
+    let settled = false;
+    return {
+      commit: () => {
+        if (settled) return;
+        settled = true;
+        old?.lock.close();
+      },
+      abort: () => {
+        if (settled) return;
+        settled = true;
+        next.lock.close();
+        if (get() === next) set(old);
+      },
+    };
   }
 
   /**
@@ -173,6 +214,8 @@ export class ElectionLocks {
   /** Releases every lock. */
   close(): void {
     this.releaseVips([...this.#vips.keys()]);
+    this.#table?.lock.close();
+    this.#table = null;
     this.#instance?.lock.close();
     this.#instance = null;
   }

@@ -21,6 +21,8 @@
  *   admin.listen                                 admin: the phase re-run
  *   interface, family, vrrp.vrid, checksum,      hand-over: the election stops (priority 0 if
  *     auth, unicast on/off, owner (255)            Active, VIPs removed) and starts again
+ *   family (nftables VIP data plane)             within the hand-over: the VIP data plane re-run
+ *                                                  for the new family (its table and lock)
  *   anything else (see RESTART)                  not applied: the reload is refused, nothing changes
  *
  * Durations are compared in the units Config carries them in (ms, cs).
@@ -48,8 +50,13 @@ export interface ReloadPlan {
   readonly backends: boolean;
   /** The checker's settings (apiserver.health). */
   readonly health: boolean;
-  /** The VIP data plane's ruleset inputs (VIPs, port). */
+  /** The VIP data plane's ruleset inputs (VIPs, port), same family. */
   readonly vipDataplane: boolean;
+  /**
+   * The VIPs' family changed under the nftables VIP data plane: within the hand-over the plane is
+   * re-run for `to` (the new family's table and lock; the old family's table removed). null otherwise.
+   */
+  readonly vipFamily: { readonly from: 4 | 6; readonly to: 4 | 6 } | null;
   /** The election policy's options. */
   readonly policy: boolean;
   /** Passive detection's inputs (the flows it follows, its timeout). */
@@ -77,7 +84,6 @@ export const RESTART: Readonly<Record<string, string>> = {
   localEndpoint: 'adding or removing the local endpoint',
   'localEndpoint.cgroup': "the local endpoint's cgroup",
   'apiserver.backends (none ↔ some)': 'turning load balancing on or off',
-  'family (with the nftables VIP data plane)': "the VIP data plane's address family (its table and lock are per family)",
 };
 
 /** Changed paths that need a new group membership: a hand-over. */
@@ -146,7 +152,8 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
   }
   if ((cur.apiserver.backends.length === 0) !== (next.apiserver.backends.length === 0)) restart.add('apiserver.backends (none ↔ some)');
   const nft = (c: Config): boolean => c.vrrp !== null && c.dataplane.vip === 'nftables' && c.apiserver.backends.length > 0;
-  if (cur.family !== next.family && (nft(cur) || nft(next))) restart.add('family (with the nftables VIP data plane)');
+  // the plane is on in both or neither (vrrp, dataplane.vip and none ↔ some backends are restarts)
+  const vipFamily = cur.family !== next.family && nft(cur) && nft(next) ? { from: cur.family, to: next.family } : null;
   const handover = cur.vrrp !== null && next.vrrp !== null ? HANDOVER.filter(has) : [];
 
   const before = new Set(cur.vips);
@@ -180,7 +187,8 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     logLevel: has('log.level'),
     backends,
     health,
-    vipDataplane: lbOn && (has('vips') || has('apiserver.port') || has('interface')),
+    vipDataplane: lbOn && vipFamily === null && (has('vips') || has('apiserver.port') || has('interface')),
+    vipFamily,
     policy: next.vrrp !== null && (has('vrrp.priority') || has('policy') || backends || health),
     passive: has('vips') || has('apiserver.port') || backends || has('apiserver.health.timeoutMs'),
     localEndpoint: next.localEndpoint !== null && next.dataplane.local !== 'off' && (has('localEndpoint.addresses') || has('localEndpoint.force') || ebpfVips),
@@ -204,6 +212,7 @@ export function describePlan(p: ReloadPlan): string[] {
   if (p.membership) out.push('election peers / acceptFrom members recomputed');
   if (p.health) out.push('health check settings replaced (kept backends keep their state)');
   if (p.vipDataplane) out.push('VIP data plane reprogrammed (one atomic nftables replace)');
+  if (p.vipFamily) out.push(`VIP data plane moved from IPv${p.vipFamily.from} to IPv${p.vipFamily.to} (within the hand-over: the new family's table and lock; the old family's table removed unless keepOnStop is all)`);
   if (p.policy) out.push('election policy updated');
   if (p.passive) out.push('passive detection restarted');
   if (p.localEndpoint) out.push('local endpoint re-run');

@@ -40,14 +40,17 @@ export function cmdline(pid: number): string {
 export const pinLockPath = (pinDir: string): string => `${LOCK_DIR}/${basename(pinDir)}.lock`;
 
 /**
- * What is left of ballast on `node` (IPv4 VIP, `table ip ballast`) and on the host (the pins of
+ * What is left of ballast on `node` (the lab's IPv4 and IPv6 VIPs, `table ip ballast`, `table ip6 ballast`) and on the host (the pins of
  * `pinDir`, programs on `cgroup`, the pins' lock file, live processes of each group in `pgids`),
  * as findings; empty when nothing is.
  */
 export async function leftoversOn(lab: Lab, node: LabNode, o: { pinDir: string; cgroup: string; pgids: readonly number[] }): Promise<string[]> {
   const found: string[] = [];
-  if ((await lab.addresses(node)).some((a) => a.address === lab.vip4)) found.push(`VIP ${lab.vip4} on eth0`);
-  if ((await lab.exec(node.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code === 0) found.push('table ip ballast');
+  const addresses = await lab.addresses(node);
+  for (const vip of [lab.vip4, lab.vip6]) if (addresses.some((a) => a.address === vip)) found.push(`VIP ${vip} on eth0`);
+  for (const family of ['ip', 'ip6']) {
+    if ((await lab.exec(node.netns, ['nft', 'list', 'table', family, 'ballast'], { allowFail: true })).code === 0) found.push(`table ${family} ballast`);
+  }
   if (existsSync(o.pinDir)) found.push(`BPF pins ${o.pinDir}: ${readdirSync(o.pinDir).join(', ')}`);
   const progs = cgroupPrograms(o.cgroup).filter((p) => p.ids.length > 0);
   if (progs.length > 0) found.push(`programs on the cgroup: ${progs.map((p) => p.attachType).join(', ')}`);

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/index.js';
-import { resolveInterface } from '../../src/agent/preflight.js';
+import { acquireInstanceLock, ElectionLocks, resolveInterface } from '../../src/agent/preflight.js';
 import type { InterfaceAddress, InterfaceInfo } from '../../src/vip/netlink.js';
 
 const addr = (address: string, prefixLen: number, more: Partial<InterfaceAddress> = {}): InterfaceAddress => ({
@@ -37,5 +37,46 @@ describe('resolveInterface: a VIP that is the node address', () => {
   it('takes an IPv6 VIP/64 beside the node address (no secondary flag in IPv6) for a leftover, and sends from the link-local', () => {
     const r = resolveInterface(config('fd00::100'), [eth0(addr('fe80::11', 64), addr('fd00::11', 64), addr('fd00::100', 64))]);
     expect(r.primary).toBe('fe80::11');
+  });
+});
+
+describe('ElectionLocks: a hand-over swaps a lock (commit releases the old one, abort the new one)', () => {
+  /** Whether the instance lock of `ifname` / `vrid` can be taken now (it is released at once). */
+  const free = async (ifname: string, vrid: number): Promise<boolean> => {
+    try {
+      (await acquireInstanceLock(ifname, 4, vrid)).close();
+      return true;
+    } catch (err) {
+      expect((err as { code?: string }).code).toBe('BALLAST_E_ALREADY_RUNNING');
+      return false;
+    }
+  };
+  const ifname = `unit${process.pid}`;
+
+  it('commit: the new lock held, the old one released; the same key again is a no-op', async () => {
+    const l = new ElectionLocks();
+    (await l.instance(ifname, 4, 1)).commit();
+    const swap = await l.instance(ifname, 4, 2);
+    expect([await free(ifname, 1), await free(ifname, 2)]).toStrictEqual([false, false]);
+    swap.commit();
+    swap.abort(); // settled: does nothing
+    expect([await free(ifname, 1), await free(ifname, 2)]).toStrictEqual([true, false]);
+    (await l.instance(ifname, 4, 2)).abort(); // the held one: nothing taken, nothing released
+    expect(await free(ifname, 2)).toBe(false);
+    l.close();
+    expect(await free(ifname, 2)).toBe(true);
+  });
+
+  it('abort: the new lock released, the old one still held and the one close() releases', async () => {
+    const l = new ElectionLocks();
+    (await l.instance(ifname, 4, 3)).commit();
+    const swap = await l.instance(ifname, 4, 4);
+    swap.abort();
+    expect([await free(ifname, 3), await free(ifname, 4)]).toStrictEqual([false, true]);
+    // the held one is the old one again: asking for it takes nothing
+    (await l.instance(ifname, 4, 3)).commit();
+    expect(await free(ifname, 3)).toBe(false);
+    l.close();
+    expect(await free(ifname, 3)).toBe(true);
   });
 });

@@ -126,13 +126,42 @@ describe('planReload', () => {
     expect(actions(p)).toStrictEqual({ membership: true });
   });
 
-  it('a change of the VIPs family with dataplane.vip none is a hand-over; with the nftables data plane it needs a restart', () => {
+  it('a change of the VIPs family with dataplane.vip none is a hand-over of the election only', () => {
     const v6 = { vips: 'vips: ["fd00::100"]', apiserver: '', localEndpoint: '', dataplane: 'dataplane:\n  vip: none\n  local: off' };
     const v4 = { vips: 'vips: [10.0.0.100]', apiserver: '', localEndpoint: '', dataplane: 'dataplane:\n  vip: none\n  local: off' };
-    expect(planReload(config(v4), config(v6)).handover).toStrictEqual(['family']);
-    expect(planReload(config(v4), config(v6)).restart).toStrictEqual([]);
-    const p = planReload(config(), config({ vips: 'vips: ["fd00::100"]', apiserver: 'apiserver:\n  backends: ["[fd00::11]:6443"]\n  health:\n    insecureSkipVerify: true', localEndpoint: 'localEndpoint:\n  address: "[::1]:7443"' }));
-    expect(p.restart).toContain('family (with the nftables VIP data plane)');
+    const p = planReload(config(v4), config(v6));
+    expect(p.changed).toStrictEqual(['family', 'vips']);
+    expect(actions(p)).toStrictEqual({ handover: ['family'], vips: { added: ['fd00::100'], removed: ['10.0.0.100'] }, passive: true });
+  });
+
+  it('a change of the VIPs family with the nftables data plane is a hand-over that moves the plane (not a restart, no same-family reprogram)', () => {
+    const health = '  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms';
+    const six = { interface: 'interface: eth0', vips: 'vips: ["fd00::100"]', apiserver: `apiserver:\n  port: 6443\n  backends: ["[fd00::11]:6443", "[fd00::12]:6443"]\n${health}`, localEndpoint: '', dataplane: 'dataplane:\n  local: off' };
+    const four = { ...six, vips: 'vips: [10.0.0.100, 10.0.0.101]', apiserver: `apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443]\n${health}` };
+    const p = planReload(config(four), config(six));
+    expect(p.changed).toStrictEqual(['apiserver.backends', 'family', 'vips']);
+    expect(p.restart).toStrictEqual([]);
+    expect(actions(p)).toStrictEqual({
+      handover: ['family'],
+      vips: { added: ['fd00::100'], removed: ['10.0.0.100', '10.0.0.101'] },
+      vipFamily: { from: 4, to: 6 },
+      backends: true,
+      policy: true,
+      passive: true,
+    });
+    expect(describePlan(p)).toStrictEqual([
+      'hand-over: election stopped (priority 0 if master, VIPs removed) and started again (family)',
+      'VIPs added: fd00::100',
+      'VIPs removed: 10.0.0.100, 10.0.0.101',
+      'backend set replaced (kept backends keep their state)',
+      "VIP data plane moved from IPv4 to IPv6 (within the hand-over: the new family's table and lock; the old family's table removed unless keepOnStop is all)",
+      'election policy updated',
+      'passive detection restarted',
+    ]);
+    // and back; the same family keeps the in-place reprogram
+    expect(planReload(config(six), config(four)).vipFamily).toStrictEqual({ from: 6, to: 4 });
+    const same = planReload(config(four), config({ ...four, vips: 'vips: [10.0.0.100]' }));
+    expect([same.vipFamily, same.vipDataplane, same.handover]).toStrictEqual([null, true, []]);
   });
 
   it('what a reload cannot apply is listed in restart (the reload is refused as a whole)', () => {
