@@ -48,7 +48,8 @@ export function updateMembership(election: ElectionPhase, change: { discovered?:
     const next = membershipOf(inputs.config, inputs);
     if (!sameMembership(next, election.membership)) {
       await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members });
-      log?.info({ peers: next.peers, members: next.members ?? 'any' }, 'election membership changed');
+      if (next.anyBecause) log?.warn({ peers: next.peers, members: 'any' }, `election membership changed: ${ANY_BECAUSE[next.anyBecause]}`);
+      else log?.info({ peers: next.peers, members: next.members }, 'election membership changed');
     }
     election.membershipInputs = inputs;
     election.membership = next;
@@ -80,7 +81,7 @@ export function startElection(
     const ownAddresses = iface.addresses.map((a) => a.address);
     const discovered = lastKnownNodes(config);
     const membership = membershipOf(config, { own: ownAddresses, discovered });
-    if (membership.anyBecause) log.info({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
+    if (membership.anyBecause) log.warn({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
     const opts = engineOptions(config, resolved, authKeys, membership);
     let crashed = false;

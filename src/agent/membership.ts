@@ -10,7 +10,9 @@
  *   members = acceptFrom any → null (any source)
  *             IPv6 multicast → null: the adverts come from link-local addresses (RFC 9568
  *               §5.1.2.1), which neither the backends nor discovery know
- *             nodes ∪ listed peers, or null when that is empty (nobody known)
+ *             nodes ∪ listed peers (own addresses left out: its own adverts are dropped anyway),
+ *               possibly empty (this node is the only one known: nobody else may speak), or
+ *               null when nothing at all is known (no seed, no peers, nothing discovered)
  */
 import type { Config } from '../config/index.js';
 import { addressFamily, canonicalAddress } from '../net/address.js';
@@ -46,16 +48,18 @@ export function membershipOf(config: Config, inputs: MembershipInputs): Membersh
   const peers = v.unicast ? uniq([...listed, ...(v.discoveredPeers ? nodes : [])]).filter((a) => !own.has(a)) : [];
   if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null };
   if (config.family === 6 && !v.unicast) return { peers, members: null, anyBecause: 'ipv6Multicast' };
-  const members = uniq([...nodes, ...listed, ...peers]).filter((a) => !own.has(a));
-  if (members.length === 0) return { peers, members: null, anyBecause: 'noneKnown' };
-  return { peers, members, anyBecause: null };
+  // this node counts as known: a group of one (node 1 alone, its own apiserver the only seed)
+  // hears nobody, which is right; only a group nobody is known of at all hears any source
+  const known = uniq([...nodes, ...listed, ...peers]);
+  if (known.length === 0) return { peers, members: null, anyBecause: 'noneKnown' };
+  return { peers, members: known.filter((a) => !own.has(a)), anyBecause: null };
 }
 
 /** The operator's line for {@link Membership.anyBecause}. */
 export const ANY_BECAUSE: Record<'ipv6Multicast' | 'noneKnown', string> = {
   ipv6Multicast:
     'vrrp.acceptFrom is members, but IPv6 multicast adverts come from link-local addresses, which the backends and discovery do not know: adverts from any source are heard (use vrrp.auth, or unicast link-local peers, to restrict who may speak)',
-  noneKnown: 'vrrp.acceptFrom is members, but no member is known (no apiserver.backends, no vrrp.peers): adverts from any source are heard',
+  noneKnown: 'vrrp.acceptFrom is members, but no member is known (no apiserver.backends of the VIPs\' family, no vrrp.peers, nothing discovered): adverts from any source are heard; any host on this segment can take the VIP (set vrrp.auth, or list the nodes)',
 };
 
 /** Same membership (order aside)? */

@@ -38,6 +38,8 @@ describe('receive filters (one module, in order)', () => {
     expect(filterAdvert(packet({ source: '10.0.0.13' }), m)).toMatchObject({ ok: true });
     expect(filterAdvert(packet({ source: '10.0.0.12' }), m)).toStrictEqual({ ok: false, reason: 'own' });
     expect(filterAdvert(packet(), { ...ctx, members: null })).toMatchObject({ ok: true });
+    // an empty set (this node is the only member known) hears nobody, not anybody
+    expect(filterAdvert(packet(), { ...ctx, members: new Set<string>() })).toStrictEqual({ ok: false, reason: 'notMember' });
     // unicast: a member that is not a peer is still notPeer (the peer list comes first)
     expect(filterAdvert(packet({ source: '10.0.0.13', destination: '10.0.0.12' }), { ...m, unicast: true, peers: ['10.0.0.14'] })).toStrictEqual({ ok: false, reason: 'notPeer' });
   });

@@ -23,6 +23,11 @@ describe('membershipOf', () => {
     expect(membershipOf(config({ acceptFrom: 'any' }), { own, discovered: null })).toStrictEqual({ peers: [], members: null, anyBecause: null });
   });
 
+  it('this node is the only one known (node 1 alone: its own apiserver is the seed, or discovery lists only it): nobody else may speak — not any source', () => {
+    expect(membershipOf(config({}, ['10.0.0.12:6443']), { own, discovered: null })).toStrictEqual({ peers: [], members: [], anyBecause: null });
+    expect(membershipOf(config({}), { own, discovered: ['10.0.0.12'] })).toStrictEqual({ peers: [], members: [], anyBecause: null });
+  });
+
   it('no backends and no peers: any source, and says why', () => {
     expect(membershipOf(config({}, []), { own, discovered: null })).toStrictEqual({ peers: [], members: null, anyBecause: 'noneKnown' });
   });
