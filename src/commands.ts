@@ -15,6 +15,7 @@ import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { formatNote, loadConfig, parseConfig, type Config, type ConfigNote } from './config/index.js';
+import { describeReadError } from './config/files.js';
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
@@ -224,20 +225,36 @@ async function cleanup(o: { config?: string }): Promise<number> {
  * Where `ballast reload` finds the agent: `--admin`, else `admin.listen` of `--config`'s file
  * (read leniently: the file may be the invalid one being reloaded), else the default. An
  * unspecified listen address (0.0.0.0, ::) is reached on loopback.
+ * @param note called with a line for the operator when `--config`'s file gives no usable
+ *   `admin.listen` and the default is asked instead.
+ * @throws BallastError BALLAST_E_CONFIG_READ (exit 2) when `--config`'s file cannot be read: a
+ *   mistyped path must not send the reload to whichever agent listens on the default address.
  */
-export function reloadAddress(o: { admin?: HostPort; config?: string }, read: (path: string) => string = (p) => readFileSync(p, 'utf8')): HostPort {
+export function reloadAddress(
+  o: { admin?: HostPort; config?: string },
+  read: (path: string) => string = (p) => readFileSync(p, 'utf8'),
+  note: (line: string) => void = () => undefined,
+): HostPort {
   if (o.admin) return o.admin;
+  if (o.config === undefined) return parseAdmin(DEFAULT_ADMIN);
+  let text: string;
+  try {
+    text = read(o.config);
+  } catch (err) {
+    throw createError('BALLAST_E_CONFIG_READ', `cannot read ${o.config}: ${describeReadError(err)}; give the agent's file, or --admin ADDR`, { cause: err });
+  }
   let listen: unknown;
-  if (o.config !== undefined) {
-    try {
-      const doc = parseYaml(read(o.config)) as { admin?: { listen?: unknown } } | null;
-      listen = doc?.admin?.listen;
-    } catch {
-      listen = undefined;
-    }
+  try {
+    const doc = parseYaml(text) as { admin?: { listen?: unknown } } | null;
+    listen = doc?.admin?.listen;
+  } catch {
+    listen = undefined;
   }
   const hp = typeof listen === 'string' ? tryParseHostPort(listen) : null;
-  if (hp === null || typeof hp === 'string') return parseAdmin(DEFAULT_ADMIN);
+  if (hp === null || typeof hp === 'string') {
+    if (listen !== undefined) note(`${o.config}: admin.listen is not a host:port; asking the default ${DEFAULT_ADMIN}`);
+    return parseAdmin(DEFAULT_ADMIN);
+  }
   if (hp.host === '0.0.0.0') return { ...hp, host: '127.0.0.1' };
   if (hp.host === '::') return { ...hp, host: '::1' };
   return hp;
@@ -294,7 +311,7 @@ export function formatReload(a: ReloadAnswer, where: string): { code: number; st
 }
 
 async function reload(o: { admin?: HostPort; config?: string; json?: boolean }): Promise<number> {
-  const addr = reloadAddress(o);
+  const addr = reloadAddress(o, undefined, (line) => process.stderr.write(`ballast reload: ${line}\n`));
   const where = formatHostPort(addr);
   let a: ReloadAnswer;
   try {

@@ -93,7 +93,14 @@ describe('reloadAddress', () => {
     expect(reloadAddress({ config: '/any.yaml' }, read)).toMatchObject({ host: '127.0.0.1', port: 9701 });
     expect(reloadAddress({ config: '/any6.yaml' }, read)).toMatchObject({ host: '::1', port: 9702 });
     expect(reloadAddress({ config: '/bad.yaml' }, read)).toMatchObject({ host: '127.0.0.1', port: 9641 });
-    expect(reloadAddress({ config: '/missing.yaml' }, read)).toMatchObject({ host: '127.0.0.1', port: 9641 });
+    expect(reloadAddress({}, read)).toMatchObject({ host: '127.0.0.1', port: 9641 });
+  });
+  it('a --config file that cannot be read is an error (exit 2), not a reload sent to the default address; a bad admin.listen is said', () => {
+    expect(() => reloadAddress({ config: '/missing.yaml' }, read)).toThrow(expect.objectContaining({ code: 'BALLAST_E_CONFIG_READ', message: expect.stringMatching(/^cannot read \/missing\.yaml: /) }));
+    const notes: string[] = [];
+    files['/badlisten.yaml'] = 'admin:\n  listen: nowhere\n';
+    expect(reloadAddress({ config: '/badlisten.yaml' }, read, (l) => notes.push(l))).toMatchObject({ host: '127.0.0.1', port: 9641 });
+    expect(notes).toStrictEqual(['/badlisten.yaml: admin.listen is not a host:port; asking the default 127.0.0.1:9641']);
     expect(reloadAddress({}, read)).toMatchObject({ host: '127.0.0.1', port: 9641 });
   });
 });
