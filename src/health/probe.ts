@@ -16,6 +16,7 @@ import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import tls, { type PeerCertificate, type SecureContext } from 'node:tls';
+import { parsePemCertificates } from '../config/files.js';
 import type { Cause, Failure } from './verdict.js';
 
 /** At most this much of a response body is read; the rest is discarded with the connection. */
@@ -112,7 +113,9 @@ export function describeFailure(err: unknown, handshaking: boolean): Failure {
   // an errno during the handshake (a reset) is a network failure, not a TLS one
   if (tlsCode || (handshaking && e?.syscall === undefined && code !== undefined && !/^E[A-Z]+$/.test(code))) {
     // the code first: the message can be long (it lists the certificate's names) and is clipped
-    return { cause: { kind: 'tls', code: code ?? null }, message: clip(`tls: ${code === undefined ? '' : `${code}: `}${e.message}`) };
+    // Node appends a hint about its own command line (--use-system-ca) that does not apply to ballast
+    const text = e.message.replace(/; if the root CA is installed locally, try running Node\.js with --use-system-ca$/, '');
+    return { cause: { kind: 'tls', code: code ?? null }, message: clip(`tls: ${code === undefined ? '' : `${code}: `}${text}`) };
   }
   if (code === undefined) return { cause: { kind: 'failed' }, message: clip(e instanceof Error ? e.message : String(err)) };
   return { cause: causeOfCode(code), message: code };
@@ -203,6 +206,12 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
     const waiting = failures[0];
     const file = (f: typeof ca): { version: string; data: Buffer } | undefined => (f === undefined || 'cause' in f ? undefined : f);
     const [caF, certF, keyF, tokenF] = [file(ca), file(cert), file(key), file(token)];
+    // a CA file that holds no certificate would make every server look wrong ("unable to verify
+    // the first certificate"): say what `ballast validate` says about it instead
+    for (const [setting, f, path] of [['caFile', caF, settings.caFile], ['clientCertFile', certF, settings.clientCertFile]] as const) {
+      const certs = f === undefined ? null : parsePemCertificates(f.data.toString('utf8'));
+      if (typeof certs === 'string') return local(setting, `${setting} ${path} ${certs}`);
+    }
     const ctxKey = `${caF?.version}|${certF?.version}|${keyF?.version}`;
     // the TLS files that are there are still checked while another is awaited (half a pair is not)
     const tlsWaiting = [ca, cert, key].some((f) => f !== undefined && 'cause' in f);

@@ -67,6 +67,14 @@ describe('probe: a file that does not exist yet', () => {
     const r = await createProbe({ path: '/readyz', timeoutMs: 2000, insecureSkipVerify: false, tokenFile: empty, caFile: join(dir, 'none', 'ca.crt') })({ host: '127.0.0.1', port });
     expect(r).toMatchObject({ ok: false, cause: { kind: 'localFile', setting: 'tokenFile' }, error: `tokenFile ${empty} is empty` });
   });
+  it('a CA file that holds no certificate (junk, or empty) is localFile in validate\'s words, not a TLS failure of the server', async () => {
+    const junk = join(dir, 'junk-ca.crt');
+    for (const text of ['junk\n', '']) {
+      writeFileSync(junk, text);
+      const r = await createProbe({ path: '/readyz', timeoutMs: 2000, insecureSkipVerify: false, caFile: junk })({ host: '127.0.0.1', port });
+      expect(r).toMatchObject({ ok: false, cause: { kind: 'localFile', setting: 'caFile' }, error: `caFile ${junk} holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)` });
+    }
+  });
 });
 
 /** A clock whose timers run only when the test advances it (in time order). */

@@ -21,6 +21,12 @@ describe('describeFailure: the cause from the code, the message as before', () =
     [errno('ENETUNREACH'), { kind: 'unreachable', code: 'ENETUNREACH' }, 'ENETUNREACH', 'dead'],
     [errno('EADDRNOTAVAIL'), { kind: 'network', code: 'EADDRNOTAVAIL' }, 'EADDRNOTAVAIL', 'dead'],
     [Object.assign(new Error('certificate has expired'), { code: 'CERT_HAS_EXPIRED' }), { kind: 'tls', code: 'CERT_HAS_EXPIRED' }, 'tls: CERT_HAS_EXPIRED: certificate has expired', 'unready'],
+    [
+      Object.assign(new Error('unable to verify the first certificate; if the root CA is installed locally, try running Node.js with --use-system-ca'), { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' }),
+      { kind: 'tls', code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' },
+      'tls: UNABLE_TO_VERIFY_LEAF_SIGNATURE: unable to verify the first certificate',
+      'unready',
+    ],
     [Object.assign(new Error('wrong version number'), { code: 'ERR_SSL_WRONG_VERSION_NUMBER' }), { kind: 'tls', code: 'ERR_SSL_WRONG_VERSION_NUMBER' }, 'tls: ERR_SSL_WRONG_VERSION_NUMBER: wrong version number', 'unready'],
     [Object.assign(new Error('The operation was aborted'), { name: 'AbortError' }), { kind: 'aborted' }, 'aborted', 'unready'],
     [new Error('something odd'), { kind: 'failed' }, 'something odd', 'dead'],
