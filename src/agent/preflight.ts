@@ -83,7 +83,8 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       // a stop before the election ran: the VIPs a killed master left go too (the owner's are its own addresses)
       if (!v.owner) {
         const { ifindex } = resolved.iface;
-        own.defer('VIPs (an earlier run\'s)', () => removeLeftoverVips(ifindex, config.vips, ctx.log));
+        // the VIPs locked now, not the start-up ones: a reload may have given some up to another agent
+        own.defer('VIPs (an earlier run\'s)', () => removeLeftoverVips(ifindex, l.vips(), ctx.log));
       }
     } else {
       const lock = await acquireEndpointLock();
@@ -139,6 +140,11 @@ export class ElectionLocks {
   #instance: Held = null;
   #table: Held = null;
   readonly #vips = new Map<string, NetServer>();
+
+  /** The VIPs whose locks are held now (canonical text, in the order they were taken). */
+  vips(): string[] {
+    return [...this.#vips.keys()];
+  }
 
   /**
    * Takes the instance lock of `ifname`, `family`, `vrid` (nothing when it is the one held).

@@ -67,6 +67,18 @@ describe('ElectionLocks: a hand-over swaps a lock (commit releases the old one, 
     expect(await free(ifname, 2)).toBe(true);
   });
 
+  it('vips(): the VIPs whose locks are held now (what a stop removes as leftovers), after a reload gave some up', async () => {
+    const l = new ElectionLocks();
+    const a = `198.51.100.${(process.pid % 200) + 1}`;
+    const b = `2001:db8::${(process.pid % 65000).toString(16)}`;
+    await l.addVips([a, b]);
+    expect(l.vips()).toStrictEqual([a, b]);
+    l.releaseVips([a]);
+    expect(l.vips()).toStrictEqual([b]);
+    l.close();
+    expect(l.vips()).toStrictEqual([]);
+  });
+
   it('abort: the new lock released, the old one still held and the one close() releases', async () => {
     const l = new ElectionLocks();
     (await l.instance(ifname, 4, 3)).commit();
