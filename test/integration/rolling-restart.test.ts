@@ -16,7 +16,12 @@
  *   - a backup restart (n3) costs the VIP client nothing;
  *   - n3's local-endpoint client gets no failed NEW connection across n3's restart: a clean stop
  *     leaves the eBPF programs attached (dataplane.keepOnStop default: localEndpoint) and the
- *     next start adopts them with their backends.
+ *     next start adopts them with their backends;
+ *   - and none across the other nodes' restarts either: a booting agent starves the 2 shared
+ *     cores and a stand-in apiserver answers late (measured 160-380 ms, over the 200 ms check
+ *     deadline); its kernel accepted the connections, so its checks fail as `slow` (unready: new
+ *     connections avoid it, in-flight ones finish), never `timeout` (dead: n3's local endpoint
+ *     would destroy the in-flight requests, ECONNABORTED).
  * Adverts every 100 ms, checks every 200 ms, rise/fall 2.
  */
 import { existsSync, readFileSync } from 'node:fs';
