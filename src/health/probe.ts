@@ -59,7 +59,9 @@ export interface ProbeSettings {
  * - `cause`: what happened, typed (see verdict.ts): `{kind: 'http', status}` for any answer,
  *   else the failure's kind, decided here from the error's code (never from its text).
  * - `error`, when not ok: the message for people: an errno name for network failures
- *   (`ECONNREFUSED`, `ECONNRESET`, `EHOSTUNREACH`, `ETIMEDOUT`…), `timeout` (our deadline),
+ *   (`ECONNREFUSED`, `ECONNRESET`, `EHOSTUNREACH`, `ETIMEDOUT`…), `timeout` (our deadline, before
+ *   the TCP connection was established: cause `timeout`), `timeout after connect` (our deadline,
+ *   the connection established but TLS or the answer late: cause `slow`),
  *   `tls: <code>: <message>` (verification or handshake failure), `http <status>` (a non-2xx
  *   answer), `aborted` (the caller's signal), `cannot read <setting> <path>: <code>` /
  *   `tokenFile <path> is empty` (a local file), or `waiting for apiserver.health.<setting> <path>
@@ -119,6 +121,16 @@ export function describeFailure(err: unknown, handshaking: boolean): Failure {
   }
   if (code === undefined) return { cause: { kind: 'failed' }, message: clip(e instanceof Error ? e.message : String(err)) };
   return { cause: causeOfCode(code), message: code };
+}
+
+/**
+ * The failure of a check whose deadline passed: `timeout` (dead) when no TCP connection was
+ * established (no SYN-ACK: the host or its port is gone), `slow` (unready) when the backend's
+ * kernel accepted the connection but TLS or the answer did not come in time.
+ * @param connected whether the TCP connection was established before the deadline.
+ */
+export function deadlineFailure(connected: boolean): Failure {
+  return connected ? { cause: { kind: 'slow' }, message: 'timeout after connect' } : { cause: { kind: 'timeout' }, message: 'timeout' };
 }
 
 /** The cause of a connection error by its code. */
@@ -259,6 +271,8 @@ function probeWith(
     let done = false;
     let req: ReturnType<typeof https.request> | undefined;
     let handshaking = false;
+    /** the backend's kernel accepted the TCP connection (SYN-ACK seen) */
+    let connected = false;
     const finish = (r: Omit<ProbeResult, 'latencyMs'>): void => {
       if (done) return;
       done = true;
@@ -269,7 +283,11 @@ function probeWith(
       resolve({ ...r, latencyMs: elapsed() });
     };
     const fail = (f: Failure, status?: number): void => finish({ ok: false, ...(status === undefined ? {} : { status }), cause: f.cause, error: f.message });
-    const deadline = setTimeout(() => fail({ cause: { kind: 'timeout' }, message: 'timeout' }), settings.timeoutMs);
+    // The deadline is judged in the check phase of the loop iteration it fires in, after that
+    // iteration's poll phase: when this process itself was not scheduled for a while (a loaded
+    // machine), what the backend sent meanwhile (the SYN-ACK, the answer) is read first, and a
+    // check answered in time is not failed by a timer that ran late.
+    const deadline = setTimeout(() => setImmediate(() => fail(deadlineFailure(connected))), settings.timeoutMs);
     const onAbort = (): void => fail({ cause: { kind: 'aborted' }, message: 'aborted' });
     if (signal?.aborted) return onAbort();
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -302,6 +320,7 @@ function probeWith(
         req = r;
         r.on('socket', (socket) => {
           socket.once('connect', () => {
+            connected = true;
             handshaking = true;
           });
           socket.once('secureConnect', () => {

@@ -16,9 +16,14 @@
  *   localFile     this node cannot read its CA / cert / token  unready   says nothing about the backend
  *   waitingForFile  a file the checks need does not exist yet  unready   (the CA before kubeadm init)
  *   aborted       the checker aborted its own check            unready   nothing was learnt
+ *   slow          the check's deadline, after the backend's     unready   its kernel accepted the
+ *                 kernel accepted the TCP connection                      connection: the host is up and
+ *                 (TLS or the answer did not come in time)                the port served; a slow (loaded)
+ *                                                                         apiserver's clients must not be reset
  *   refused       ECONNREFUSED                                 dead      reset its flows
  *   reset         ECONNRESET / EPIPE, answer cut short         dead
- *   timeout       the check's deadline, ETIMEDOUT              dead
+ *   timeout       the check's deadline before any SYN-ACK,     dead
+ *                 ETIMEDOUT
  *   unreachable   EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, …      dead
  *   network       any other errno / socket error code          dead
  *   failed        an error without a code (the probe threw)    dead
@@ -44,7 +49,13 @@ export type Cause =
   | { readonly kind: 'aborted' }
   | { readonly kind: 'refused' }
   | { readonly kind: 'reset' }
+  /** No TCP connection within the deadline (no SYN-ACK), or ETIMEDOUT. */
   | { readonly kind: 'timeout' }
+  /**
+   * The deadline passed after the backend's kernel accepted the TCP connection: the TLS
+   * handshake or the answer did not come in time (an overloaded or stalled process).
+   */
+  | { readonly kind: 'slow' }
   /** `code`: the errno name (EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENETDOWN). */
   | { readonly kind: 'unreachable'; readonly code: string }
   /** Any other error code from the connection (`code`: errno name or Node's code). */
@@ -100,6 +111,7 @@ export function failureState(cause: Cause): 'unready' | 'dead' {
     case 'localFile':
     case 'waitingForFile':
     case 'aborted':
+    case 'slow':
       return 'unready';
     case 'refused':
     case 'reset':

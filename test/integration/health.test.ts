@@ -308,7 +308,7 @@ describe('probe (HTTPS over loopback, no root)', () => {
     const port = (mute.address() as AddressInfo).port;
     try {
       const r = await createProbe(settings({ timeoutMs: 200 }))({ host: '127.0.0.1', port });
-      expect(r).toMatchObject({ ok: false, error: 'timeout' });
+      expect(r).toMatchObject({ ok: false, cause: { kind: 'slow' }, error: 'timeout after connect' });
       expect(r.latencyMs).toBeGreaterThanOrEqual(199);
       expect(r.latencyMs).toBeLessThan(400);
       // the server sees the connection closed: the probe destroyed it
@@ -321,7 +321,7 @@ describe('probe (HTTPS over loopback, no root)', () => {
     }
     // headers arrive, the body stalls
     const stalled = await createProbe(settings({ path: '/stall', timeoutMs: 200 }))(target());
-    expect(stalled).toMatchObject({ ok: false, error: 'timeout' });
+    expect(stalled).toMatchObject({ ok: false, cause: { kind: 'slow' }, error: 'timeout after connect' });
     await sleep(100);
     expect(srv.open()).toBe(0);
   });

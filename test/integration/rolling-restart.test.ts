@@ -16,11 +16,16 @@
  *   - a backup restart (n3) costs the VIP client nothing;
  *   - n3's local-endpoint client gets no failed NEW connection across n3's restart: a clean stop
  *     leaves the eBPF programs attached (dataplane.keepOnStop default: localEndpoint) and the
- *     next start adopts them with their backends.
+ *     next start adopts them with their backends;
+ *   - and none across the other nodes' restarts either: a booting agent starves the 2 shared
+ *     cores and a stand-in apiserver answers late (measured 160-380 ms, over the 200 ms check
+ *     deadline); its kernel accepted the connections, so its checks fail as `slow` (unready: new
+ *     connections avoid it, in-flight ones finish), never `timeout` (dead: n3's local endpoint
+ *     would destroy the in-flight requests, ECONNABORTED).
  * Adverts every 100 ms, checks every 200 ms, rise/fall 2.
  */
-import { existsSync } from 'node:fs';
-import { basename } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber, type ProberRun } from '../../lab/lab.js';
 import { cliPath, connectFrom, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
@@ -100,6 +105,8 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     const local = runProber(lab, { url: 'https://127.0.0.1:7443/version', intervalMs: PROBE_MS, durationMs: 120_000, timeoutMs: PROBE_TIMEOUT_MS, netns: lab.nodes[2]!.netns, cgroup, logFile: 'prober-local.log' });
     probers.push(vip, local);
     await waitFor(async () => vip.results().length > 20 && local.results().length > 20, (ok) => ok, { timeoutMs: 10_000, what: 'both probers running' });
+    // the local prober's clock as an epoch (to within one probe interval): to place agent log lines on it
+    const localEpoch = Date.now() - local.now();
 
     /** Restarts node i's agent; returns the VIP prober's window [from, to] (its clock) around it. */
     const restart = async (i: number): Promise<{ from: number; to: number; masterChangesAfterReturn: string[] }> => {
@@ -142,6 +149,19 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     );
     const failures = (sum: typeof vipSum): string => sum.results.filter((r) => !r.ok).map((r) => `${Math.round(r.t)}:${(r as { error: string }).error}:${Math.round(r.ms)}`).join(' ');
     console.log(`windows (prober ms): n2 ${Math.round(r2.from)}-${Math.round(r2.to)}, n1 ${Math.round(r1.from)}-${Math.round(r1.to)}, n3 ${Math.round(r3.from)}-${Math.round(r3.to)}; VIP failures (t:error:ms): ${failures(vipSum)}; local failures: ${failures(localSum)}`);
+    if (localSum.failed > 0) {
+      // what n3's agent decided about its backends (verdicts, resets, passive detection), on the local prober's clock
+      // (the log file: both of n3's runs, the one stopped by its restart too)
+      const lines = readFileSync(join(lab.dir, 'n3-ballast.log'), 'utf8').split('\n').flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      });
+      const judged = lines.filter((l) => /dead|verdict|reset|backend health|taken out/.test(String(l.msg)));
+      console.log(`n3 agent, health lines (local prober ms): ${judged.map((l) => `${Math.round(Date.parse(String(l.time)) - localEpoch)} ${JSON.stringify({ ...l, level: undefined, time: undefined, pid: undefined })}`).join('\n  ')}`);
+    }
     // each master restart: at most one window, no longer than the bound
     expect(out2.length).toBeLessThanOrEqual(1);
     expect(out1.length).toBeLessThanOrEqual(1);

@@ -4,10 +4,13 @@
  * server, a server that does not speak TLS, a missing CA file, an abort). The message stays what
  * it always was; only the typed cause decides drain vs reset (verdict.ts).
  */
+import https from 'node:https';
 import net from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createProbe, describeFailure, type ProbeSettings } from '../../src/health/probe.js';
+import { createProbe, deadlineFailure, describeFailure, type ProbeSettings } from '../../src/health/probe.js';
 import { failureState } from '../../src/health/verdict.js';
+import { makeTestPki } from '../support/tls.js';
 
 const errno = (code: string, syscall = 'connect'): NodeJS.ErrnoException => Object.assign(new Error(`${syscall} ${code}`), { code, syscall });
 
@@ -69,9 +72,40 @@ describe('createProbe over loopback: the cause of real failures', () => {
     const port = await listen((s) => s.resetAndDestroy());
     expect(await createProbe(settings())({ host: '127.0.0.1', port })).toMatchObject({ ok: false, cause: { kind: 'reset' }, error: 'ECONNRESET' });
   });
-  it('a server that accepts and never answers: timeout (the deadline)', async () => {
+  // the kernel accepted the connection: the host is up and the port served; a slow process is
+  // drained, never reset (a loaded apiserver's clients are not thrown onto the others)
+  it('a server that accepts and never answers: slow (the deadline after connect), unready', async () => {
     const port = await listen(() => undefined);
-    expect(await createProbe(settings({ timeoutMs: 150 }))({ host: '127.0.0.1', port })).toMatchObject({ ok: false, cause: { kind: 'timeout' }, error: 'timeout' });
+    const r = await createProbe(settings({ timeoutMs: 150 }))({ host: '127.0.0.1', port });
+    expect(r).toMatchObject({ ok: false, cause: { kind: 'slow' }, error: 'timeout after connect' });
+    expect(failureState(r.cause)).toBe('unready');
+  });
+  it('the deadline before any TCP connection (no SYN-ACK): timeout, dead', () => {
+    const f = deadlineFailure(false);
+    expect(f).toStrictEqual({ cause: { kind: 'timeout' }, message: 'timeout' });
+    expect(failureState(f.cause)).toBe('dead');
+  });
+  // the rolling-restart lab: on 2 loaded cores the agent itself was not scheduled past the
+  // deadline; the answer was in its socket already, and the late timer must not fail the check
+  it('an answer that arrived while this process was not running: the late deadline timer does not fail the check', async () => {
+    const pki = makeTestPki(['127.0.0.1']);
+    const srv = https.createServer({ key: pki.key, cert: pki.cert }, (_req, res) => {
+      res.end('ok');
+      // the answer is written; now this process is "descheduled" past the client's deadline
+      const until = performance.now() + 250;
+      while (performance.now() < until) {
+        // busy: neither timers nor I/O run
+      }
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+    try {
+      const r = await createProbe(settings({ timeoutMs: 150 }))({ host: '127.0.0.1', port: (srv.address() as net.AddressInfo).port });
+      expect(r).toMatchObject({ ok: true, status: 200, cause: { kind: 'http', status: 200 } });
+      expect(r.latencyMs).toBeGreaterThanOrEqual(250);
+    } finally {
+      await new Promise((r) => srv.close(r));
+      pki.remove();
+    }
   });
   // OpenSSL reports the plain-text answer as the errno EPROTO on the write: classified by its
   // code as before (the old text rule also made it dead), not by reading the message
