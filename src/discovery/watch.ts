@@ -98,12 +98,13 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
   #generation = 0;
   readonly #stats = { lists: 0, errors: 0, lastChange: null as string | null, lastError: null as string | null };
 
-  /** Reads the last-known file (a corrupt one is logged and ignored). Nothing else runs until {@link start}. */
+  /** Reads the last-known file (a corrupt or unusable one is logged and ignored). Nothing else runs until {@link start}. */
   constructor(o: DiscoveryOptions) {
     super();
     this.#o = o;
     const lk = readLastKnown(o.lastKnownFile);
     if (lk.kind === 'corrupt') o.log.warn({ file: o.lastKnownFile, reason: lk.reason }, 'discovery: the last-known backend file is corrupt; ignored');
+    if (lk.kind === 'unusable') o.log.warn({ file: o.lastKnownFile, reason: lk.reason }, 'discovery: the last-known backend file cannot be used; ignored');
     if (lk.kind === 'ok') o.log.info({ file: o.lastKnownFile, backends: lk.backends.map(formatHostPort), updated: lk.updated }, 'discovery: last-known backends read');
     this.#set = new BackendSet(o.seed, lk.kind === 'ok' ? lk.backends : []);
   }

@@ -2,7 +2,7 @@
  * Discovery: the merge rules, the last-known file, and Discovery against stand-in apiservers on
  * loopback (a real @kubernetes/client-node informer, real TLS).
  */
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -90,6 +90,19 @@ describe('the last-known file', () => {
     expect(bad('trunc.json', '{"version": 1, "backe')).toMatch(/^not JSON: /);
     expect(bad('shape.json', '{"version": 2, "backends": []}')).toBe('expected {"version": 1, "backends": ["host:port", …]}');
     expect(bad('entry.json', '{"version": 1, "backends": ["10.0.0.11:6443", "nonsense"]}')).toMatch(/^backends\[1\]: /);
+  });
+  it('a path that cannot hold the file is unusable, not corrupt, and logged as such', () => {
+    mkdirSync(join(dir, 'isdir.json'));
+    expect(readLastKnown(join(dir, 'isdir.json'))).toStrictEqual({ kind: 'unusable', reason: 'it is a directory' });
+    writeFileSync(join(dir, 'plain'), 'x');
+    expect(readLastKnown(join(dir, 'plain', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
+    expect(readLastKnown(join(dir, 'plain', 'a', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
+    const logged: [string, object][] = [];
+    const log: DiscoveryLog = { info: () => undefined, warn: (o, m) => logged.push([m, o]), error: (o, m) => logged.push([m, o]) };
+    const file = join(dir, 'plain', 'backends.json');
+    const d = new Discovery({ credentials: { kind: 'inCluster' }, lastKnownFile: file, seed: [hp('10.0.0.11:6443')], readyBackends: () => [], defaultPort: 6443, log });
+    expect(logged).toStrictEqual([['discovery: the last-known backend file cannot be used; ignored', { file, reason: `its directory ${join(dir, 'plain')} is not a directory` }]]);
+    expect(names(d.current())).toStrictEqual(['10.0.0.11:6443 seed']);
   });
 });
 
