@@ -1,6 +1,7 @@
 /**
  * The files a configuration names (vrrp.auth.keyFile, apiserver.health.caFile, clientCertFile,
- * clientKeyFile, tokenFile): do they exist, and do they hold what they should? Checked by loadConfig and
+ * clientKeyFile, tokenFile, discovery.kubeconfig, discovery.lastKnownFile, and the service-account
+ * token of discovery.inCluster): do they exist, and do they hold what they should? Checked by loadConfig and
  * `ballast validate` through an injected reader, so validateConfig itself stays pure and tests
  * can hand it a fake file system.
  *
@@ -9,7 +10,9 @@
  */
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
-import { AUTH_KEY_MIN_LENGTH } from './limits.js';
+import { dirname } from 'node:path';
+import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from '../discovery/kubeconfig.js';
+import { AUTH_KEY_MIN_LENGTH, DEFAULTS } from './limits.js';
 
 /** Reads files for the checks: the host's file system, or a fake in tests. */
 export interface ConfigFiles {
@@ -52,10 +55,11 @@ export interface FileIssue {
 }
 
 /**
- * A file a health setting names that does not exist yet (ENOENT, also when a directory on its
- * path is missing): not an error. Before `kubeadm init` / `join` there is no
- * /etc/kubernetes/pki/ca.crt, and the VIP must exist before the first apiserver; the health
- * checks report the backends as waiting for the file and start using it when it appears.
+ * A file a health or discovery setting names that does not exist yet (ENOENT, also when a
+ * directory on its path is missing): not an error. Before `kubeadm init` / `join` there is no
+ * /etc/kubernetes/pki/ca.crt nor admin.conf, and the VIP must exist before the first apiserver;
+ * the health checks report the backends as waiting for the file, discovery waits for its
+ * kubeconfig (or the pod's service-account token), and each starts using it when it appears.
  */
 export interface FileNote {
   /** The setting's path, e.g. `['apiserver', 'health', 'caFile']`. */
@@ -81,8 +85,16 @@ export function formatNote(n: ConfigNote): string {
   return `${n.line === undefined ? '' : `line ${n.line}: `}${n.path}: note: ${n.message}`;
 }
 
-/** The health settings whose file may be missing at start (waited for); vrrp.auth.keyFile may not. */
-const WAITABLE = new Set(['caFile', 'clientCertFile', 'clientKeyFile', 'tokenFile']);
+const HEALTH_WAIT = 'the health checks wait for it (the backends are not ready until it appears; expected before kubeadm init / join)';
+/** The settings whose file may be missing at start, and who waits for it; vrrp.auth.keyFile may not be missing. */
+const WAITABLE = new Map([
+  ['apiserver.health.caFile', HEALTH_WAIT],
+  ['apiserver.health.clientCertFile', HEALTH_WAIT],
+  ['apiserver.health.clientKeyFile', HEALTH_WAIT],
+  ['apiserver.health.tokenFile', HEALTH_WAIT],
+  ['discovery.kubeconfig', 'discovery waits for it (it appears after kubeadm init / join)'],
+  ['discovery.inCluster', 'discovery waits for it (it is mounted in a pod with a service account; validate may run outside one)'],
+]);
 
 /** Why a file could not be read, for an operator: `no such file (ENOENT)`. */
 export function describeReadError(err: unknown): string {
@@ -104,6 +116,30 @@ export function describeReadError(err: unknown): string {
     default:
       return err instanceof Error ? err.message : String(err);
   }
+}
+
+/**
+ * Why `path` cannot be a file ballast writes and reads (discovery.lastKnownFile), from the error
+ * reading it gave: `it is a directory`, `its directory /x is not a directory` (ENOTDIR: the nearest
+ * ancestor that exists and is not a directory, found through `files`), `it is not a regular file`.
+ * @returns the reason, or null when the error is of another kind (ENOENT, EACCES, …).
+ */
+export function unusableFilePath(path: string, err: unknown, files: ConfigFiles = hostFiles): string | null {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (code === 'EISDIR') return 'it is a directory';
+  if (code === 'ENOTREG') return 'it is not a regular file (a device, FIFO or socket)';
+  if (code !== 'ENOTDIR') return null;
+  for (let d = dirname(path); d !== dirname(d); d = dirname(d)) {
+    let c: string | undefined;
+    try {
+      files.readFile(d);
+    } catch (e) {
+      c = (e as NodeJS.ErrnoException | undefined)?.code;
+    }
+    if (c === undefined || c === 'ENOTREG' || c === 'EFBIG') return `its directory ${d} is not a directory`;
+    if (c !== 'ENOENT' && c !== 'ENOTDIR') break;
+  }
+  return 'a component of its path is not a directory (ENOTDIR)';
 }
 
 const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;
@@ -167,15 +203,19 @@ const filePath = (v: unknown): string | undefined =>
  * schema): caFile and clientCertFile must hold PEM certificates, clientKeyFile a PEM private
  * key matching clientCertFile, tokenFile one non-empty line.
  *
- * A health file (caFile, clientCertFile, clientKeyFile, tokenFile) that does not exist (ENOENT)
- * is no issue but a {@link FileNote} pushed to `notes`: the checks wait for it. One that exists
+ * discovery.kubeconfig must be a kubeconfig discovery can use (see kubeconfigProblem), and
+ * discovery.lastKnownFile (or its default) a path that can be a file: not a directory, its
+ * directory not a file (see {@link unusableFilePath}); its contents are the agent's concern (a
+ * corrupt file is ignored). A health file (caFile, clientCertFile, clientKeyFile, tokenFile),
+ * discovery.kubeconfig, or with discovery.inCluster the service-account token, that does not
+ * exist (ENOENT) is no issue but a {@link FileNote} pushed to `notes`: it is waited for. One that exists
  * and cannot be read (a directory, EACCES, a device) or is malformed is an issue, and so is a
  * missing vrrp.auth.keyFile (the election cannot run without it). A missing client certificate
  * leaves its key unchecked against it (and the other way round): both are checked when they exist.
  *
- * @param raw the configuration value; `vrrp.auth` and `apiserver.health` are looked at.
+ * @param raw the configuration value; `vrrp.auth`, `apiserver.health` and `discovery` are looked at.
  * @param files how to read (see {@link hostFiles}).
- * @param notes receives a note per missing health file, when given.
+ * @param notes receives a note per missing file that is waited for, when given.
  * @returns one issue per bad file, each naming its setting; empty when all is well.
  */
 export function fileIssues(raw: unknown, files: ConfigFiles, notes?: FileNote[]): FileIssue[] {
@@ -185,13 +225,33 @@ export function fileIssues(raw: unknown, files: ConfigFiles, notes?: FileNote[])
   const auth = isRecord(raw.vrrp) ? raw.vrrp.auth : undefined;
   authKeyIssue(reader(auth, ['vrrp', 'auth', 'keyFile']), out);
   const health = isRecord(raw.apiserver) ? raw.apiserver.health : undefined;
-  if (!isRecord(health)) return out;
-  const read = (key: string) => reader(health, ['apiserver', 'health', key]);
-  certificatesOf(read('caFile'), out);
-  const clientCert = certificatesOf(read('clientCertFile'), out)?.[0];
-  clientKeyIssue(read('clientKeyFile'), clientCert, out);
-  tokenIssue(read('tokenFile'), out);
+  if (isRecord(health)) {
+    const read = (key: string) => reader(health, ['apiserver', 'health', key]);
+    certificatesOf(read('caFile'), out);
+    const clientCert = certificatesOf(read('clientCertFile'), out)?.[0];
+    clientKeyIssue(read('clientKeyFile'), clientCert, out);
+    tokenIssue(read('tokenFile'), out);
+  }
+  if (isRecord(raw.discovery)) discoveryFileIssues(raw.discovery, files, reader, out);
   return out;
+}
+
+/** discovery.kubeconfig, the service-account token of inCluster, discovery.lastKnownFile (see {@link fileIssues}). */
+function discoveryFileIssues(d: Record<string, unknown>, files: ConfigFiles, reader: ReturnType<typeof readerOf>, out: FileIssue[]): void {
+  const kc = reader(d, ['discovery', 'kubeconfig']);
+  const problem = kc === undefined ? null : kubeconfigProblem(kc.bytes.toString('utf8'));
+  if (kc !== undefined && problem !== null) out.push({ path: kc.at, message: `${kc.path}: ${problem}` });
+  if (d.inCluster === true) reader({ inCluster: SERVICE_ACCOUNT_TOKEN }, ['discovery', 'inCluster']);
+  if (d.kubeconfig === undefined && d.inCluster !== true) return;
+  const at = ['discovery', 'lastKnownFile'];
+  const path = d.lastKnownFile === undefined || d.lastKnownFile === '' ? DEFAULTS.discoveryLastKnownFile : filePath(d.lastKnownFile);
+  if (path === undefined) return;
+  try {
+    files.readFile(path);
+  } catch (err) {
+    const why = unusableFilePath(path, err, files);
+    if (why !== null) out.push({ path: at, message: `${path} cannot be used: ${why}; discovery writes the last-known backend set to this file` });
+  }
 }
 
 /** A file a setting names, read: the setting's path, the file's path and its bytes. */
@@ -203,7 +263,7 @@ interface ReadFile {
 
 /**
  * `read(section, at)`: the file named by the last key of `at` in `section`, or undefined when the
- * setting is not a well-formed path (its own issue), the health file does not exist yet (a note
+ * setting is not a well-formed path (its own issue), a waited-for file does not exist yet (a note
  * in `notes`) or the file cannot be read (an issue in `out`).
  */
 function readerOf(files: ConfigFiles, out: FileIssue[], notes: FileNote[]): (section: unknown, at: (string | number)[]) => ReadFile | undefined {
@@ -214,8 +274,9 @@ function readerOf(files: ConfigFiles, out: FileIssue[], notes: FileNote[]): (sec
     try {
       return { at, path, bytes: files.readFile(path) };
     } catch (err) {
-      if (at[0] === 'apiserver' && WAITABLE.has(key) && (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
-        notes.push({ path: at, file: path, message: `${path} does not exist yet: the health checks wait for it (the backends are not ready until it appears; expected before kubeadm init / join)` });
+      const waiter = WAITABLE.get(at.join('.'));
+      if (waiter !== undefined && (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
+        notes.push({ path: at, file: path, message: `${path} does not exist yet: ${waiter}` });
         return undefined;
       }
       out.push({ path: at, message: `cannot read ${path}: ${describeReadError(err)}` });

@@ -6,7 +6,10 @@
  * server and keeps the CA (the apiserver's certificate carries its node address in its SANs).
  */
 import { existsSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { describeReadError, readRegularFile } from '../config/files.js';
+import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from './kubeconfig.js';
 
 /** @kubernetes/client-node, loaded on first use: importing it takes seconds on a busy node, and an agent without discovery never needs it. */
 export type ClientModule = typeof import('@kubernetes/client-node');
@@ -23,15 +26,17 @@ export type CredentialSource = { kind: 'kubeconfig'; path: string } | { kind: 'i
 /** What loading found: credentials, or a file not there yet (a wait), or a file that is malformed. */
 export type LoadedCredentials = { kind: 'ok'; kc: KubeConfig } | { kind: 'missing'; what: string } | { kind: 'invalid'; reason: string };
 
-const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-
-/** Loads the credentials now. Never rejects. */
+/**
+ * Loads the credentials now. A kubeconfig is read as a regular file (a directory or a device is
+ * `invalid`), checked by {@link kubeconfigProblem} (what `ballast validate` checks), then loaded
+ * by the client (relative certificate paths resolved against the file's directory). Never rejects.
+ */
 export async function loadCredentials(src: CredentialSource): Promise<LoadedCredentials> {
   const { KubeConfig } = await loadClient();
   const kc = new KubeConfig();
   if (src.kind === 'inCluster') {
     if (!process.env.KUBERNETES_SERVICE_HOST) return { kind: 'missing', what: 'KUBERNETES_SERVICE_HOST (not running in a pod)' };
-    if (!existsSync(`${SA_DIR}/token`)) return { kind: 'missing', what: `${SA_DIR}/token` };
+    if (!existsSync(SERVICE_ACCOUNT_TOKEN)) return { kind: 'missing', what: SERVICE_ACCOUNT_TOKEN };
     try {
       kc.loadFromCluster();
     } catch (err) {
@@ -39,9 +44,18 @@ export async function loadCredentials(src: CredentialSource): Promise<LoadedCred
     }
     return { kind: 'ok', kc };
   }
-  if (!existsSync(src.path)) return { kind: 'missing', what: src.path };
+  let text: string;
   try {
-    kc.loadFromFile(src.path);
+    text = readRegularFile(src.path).toString('utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { kind: 'missing', what: src.path };
+    return { kind: 'invalid', reason: `${src.path}: cannot read it: ${describeReadError(err)}` };
+  }
+  const problem = kubeconfigProblem(text);
+  if (problem !== null) return { kind: 'invalid', reason: `${src.path}: ${problem}` };
+  try {
+    kc.loadFromString(text);
+    kc.makePathsAbsolute(dirname(src.path));
   } catch (err) {
     return { kind: 'invalid', reason: `${src.path}: ${(err as Error).message}` };
   }

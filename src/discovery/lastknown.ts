@@ -7,26 +7,31 @@
  * Written atomically: a temporary file in the same directory, fsync, rename over the old one,
  * fsync of the directory; a crash leaves either the old or the new file, never a part of one.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { describeReadError, readRegularFile, unusableFilePath } from '../config/files.js';
 import { formatHostPort, tryParseHostPort, type HostPort } from '../net/hostport.js';
 
 /** What reading the file found. */
 export type LastKnownRead =
   | { kind: 'ok'; backends: HostPort[]; updated: string | null }
   | { kind: 'missing' }
+  /** the path cannot hold the file (a directory, its directory a file, a device): `reason` says what (`its directory /x is not a directory`) */
+  | { kind: 'unusable'; reason: string }
   /** unreadable, not JSON, or not the expected shape: `reason` says what (the caller logs it and ignores the file) */
   | { kind: 'corrupt'; reason: string };
 
-/** Reads the last-known set. Never throws. */
+/** Reads the last-known set (a regular file of at most 1 MiB). Never throws. */
 export function readLastKnown(path: string): LastKnownRead {
   let text: string;
   try {
-    text = readFileSync(path, 'utf8');
+    text = readRegularFile(path).toString('utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return { kind: 'missing' };
-    return { kind: 'corrupt', reason: `cannot read it: ${(err as Error).message}` };
+    const why = unusableFilePath(path, err);
+    if (why !== null) return { kind: 'unusable', reason: why };
+    return { kind: 'corrupt', reason: `cannot read it: ${describeReadError(err)}` };
   }
   let doc: unknown;
   try {
@@ -88,7 +93,7 @@ export function writeLastKnown(path: string, backends: readonly HostPort[], now:
 /**
  * The set an agent starts with before its discovery phase runs: the seed, then the last-known
  * file's backends not in it (the order discovery's merge uses before the API answers). null when
- * the file is missing, corrupt or empty (then the seed alone). Never throws.
+ * the file is missing, unusable, corrupt or empty (then the seed alone). Never throws.
  */
 export function seedAndLastKnown<T extends HostPort>(seed: readonly T[], path: string): (T | HostPort)[] | null {
   const read = readLastKnown(path);

@@ -16,7 +16,7 @@
  * the watch to another one.
  */
 import { EventEmitter } from 'node:events';
-import { existsSync, watch as fsWatch, type FSWatcher } from 'node:fs';
+import { existsSync, statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Informer, KubeConfig, ObjectCache, V1EndpointSlice } from '@kubernetes/client-node';
 import { addressFamily, canonicalAddress } from '../net/address.js';
@@ -93,17 +93,20 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
   #timer: ReturnType<typeof setTimeout> | null = null;
   #fileWatch: FSWatcher | null = null;
   #poll: ReturnType<typeof setInterval> | null = null;
+  /** what the wait last logged (the outcome and the file's identity): a poll that finds the same logs nothing */
+  #reported: string | null = null;
   #attempt = 0;
   /** bumped at each (re)start of the informer: events of an older one are ignored */
   #generation = 0;
   readonly #stats = { lists: 0, errors: 0, lastChange: null as string | null, lastError: null as string | null };
 
-  /** Reads the last-known file (a corrupt one is logged and ignored). Nothing else runs until {@link start}. */
+  /** Reads the last-known file (a corrupt or unusable one is logged and ignored). Nothing else runs until {@link start}. */
   constructor(o: DiscoveryOptions) {
     super();
     this.#o = o;
     const lk = readLastKnown(o.lastKnownFile);
     if (lk.kind === 'corrupt') o.log.warn({ file: o.lastKnownFile, reason: lk.reason }, 'discovery: the last-known backend file is corrupt; ignored');
+    if (lk.kind === 'unusable') o.log.warn({ file: o.lastKnownFile, reason: lk.reason }, 'discovery: the last-known backend file cannot be used; ignored');
     if (lk.kind === 'ok') o.log.info({ file: o.lastKnownFile, backends: lk.backends.map(formatHostPort), updated: lk.updated }, 'discovery: last-known backends read');
     this.#set = new BackendSet(o.seed, lk.kind === 'ok' ? lk.backends : []);
   }
@@ -181,7 +184,8 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
           this.#connect();
           return;
         }
-        if (this.#fileWatch === null && this.#poll === null) this.#wait(c.kind === 'missing' ? { what: c.what } : { reason: c.reason });
+        this.#report(c);
+        if (this.#fileWatch === null && this.#poll === null) this.#wait();
       })
       .catch((err: unknown) => {
         this.#loading = false;
@@ -189,10 +193,23 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
       });
   }
 
+  /**
+   * Logs why the credentials cannot be used, once per change: the first time, and whenever the
+   * outcome or the kubeconfig file itself (inode, size, mtime) differs from what was last logged.
+   * Missing: info; present but unusable: error naming the file and the problem.
+   */
+  #report(c: { kind: 'missing'; what: string } | { kind: 'invalid'; reason: string }): void {
+    const cred = this.#o.credentials;
+    const st = cred.kind === 'kubeconfig' ? statSync(cred.path, { throwIfNoEntry: false }) : undefined;
+    const key = `${c.kind}\0${c.kind === 'missing' ? c.what : c.reason}\0${st === undefined ? '' : `${st.ino}:${st.size}:${st.mtimeMs}`}`;
+    if (key === this.#reported) return;
+    this.#reported = key;
+    if (c.kind === 'missing') this.#o.log.info({ waitingFor: c.what }, 'discovery: waiting for the credentials (after kubeadm init / join); the seed and last-known backends serve meanwhile');
+    else this.#o.log.error({ credentials: this.#describe(), reason: c.reason }, 'discovery: the credentials cannot be used; waiting for them to change');
+  }
+
   /** Waits for the credentials to appear or change: fs.watch on the kubeconfig's directory and a poll. */
-  #wait(why: { what: string } | { reason: string }): void {
-    if ('what' in why) this.#o.log.info({ waitingFor: why.what }, 'discovery: waiting for the credentials (after kubeadm init / join); the seed and last-known backends serve meanwhile');
-    else this.#o.log.error({ reason: why.reason }, 'discovery: the credentials are malformed; waiting for them to change');
+  #wait(): void {
     this.#state = 'waiting-credentials';
     const cred = this.#o.credentials;
     if (cred.kind === 'kubeconfig') {

@@ -161,7 +161,8 @@ describe('parseConfig: valid files', () => {
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
-    expect(files.read).toStrictEqual(['/etc/kubernetes/pki/ca.crt']);
+    // and its discovery section's kubeconfig (missing: a note) and last-known file (checked as a path)
+    expect(files.read).toStrictEqual(['/etc/kubernetes/pki/ca.crt', '/etc/kubernetes/admin.conf', '/var/lib/ballast/backends.json']);
     const text = readFileSync(path, 'utf8');
     const doc = parseDocument(text);
     // settings that switch a mode on are shown commented out, with an example value

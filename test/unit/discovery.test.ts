@@ -2,7 +2,7 @@
  * Discovery: the merge rules, the last-known file, and Discovery against stand-in apiservers on
  * loopback (a real @kubernetes/client-node informer, real TLS).
  */
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -90,6 +90,59 @@ describe('the last-known file', () => {
     expect(bad('trunc.json', '{"version": 1, "backe')).toMatch(/^not JSON: /);
     expect(bad('shape.json', '{"version": 2, "backends": []}')).toBe('expected {"version": 1, "backends": ["host:port", …]}');
     expect(bad('entry.json', '{"version": 1, "backends": ["10.0.0.11:6443", "nonsense"]}')).toMatch(/^backends\[1\]: /);
+  });
+  it('a path that cannot hold the file is unusable, not corrupt, and logged as such', () => {
+    mkdirSync(join(dir, 'isdir.json'));
+    expect(readLastKnown(join(dir, 'isdir.json'))).toStrictEqual({ kind: 'unusable', reason: 'it is a directory' });
+    writeFileSync(join(dir, 'plain'), 'x');
+    expect(readLastKnown(join(dir, 'plain', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
+    expect(readLastKnown(join(dir, 'plain', 'a', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
+    const logged: [string, object][] = [];
+    const log: DiscoveryLog = { info: () => undefined, warn: (o, m) => logged.push([m, o]), error: (o, m) => logged.push([m, o]) };
+    const file = join(dir, 'plain', 'backends.json');
+    const d = new Discovery({ credentials: { kind: 'inCluster' }, lastKnownFile: file, seed: [hp('10.0.0.11:6443')], readyBackends: () => [], defaultPort: 6443, log });
+    expect(logged).toStrictEqual([['discovery: the last-known backend file cannot be used; ignored', { file, reason: `its directory ${join(dir, 'plain')} is not a directory` }]]);
+    expect(names(d.current())).toStrictEqual(['10.0.0.11:6443 seed']);
+  });
+});
+
+describe('Discovery waiting for its kubeconfig', () => {
+  let dir: string;
+  let disc: Discovery | null = null;
+  afterEach(async () => {
+    await disc?.stop();
+    disc = null;
+    rmSync(dir, { recursive: true, force: true });
+  });
+  it('a kubeconfig that appears malformed is logged (file and problem) once per change, not per poll; a valid one starts discovery', async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ballast-disc-wait-'));
+    const path = join(dir, 'admin.conf');
+    const logged: [string, string, Record<string, unknown>][] = [];
+    const at = (level: string) => (o: object, m: string) => void logged.push([level, m, o as Record<string, unknown>]);
+    const log: DiscoveryLog = { info: at('info'), warn: at('warn'), error: at('error') };
+    disc = new Discovery({ credentials: { kind: 'kubeconfig', path }, lastKnownFile: join(dir, 'backends.json'), seed: [hp('127.0.0.1:6443')], readyBackends: () => [], defaultPort: 6443, log, pollMs: 20 });
+    disc.start();
+    const errors = () => logged.filter(([l]) => l === 'error');
+    await waitFor(() => logged.some(([, m]) => m.startsWith('discovery: waiting for the credentials')), { timeoutMs: 10_000, intervalMs: 10, what: 'the wait' });
+    writeFileSync(path, 'clusters: [\n');
+    await waitFor(() => errors().length === 1, { timeoutMs: 5000, intervalMs: 10, what: 'the first error' });
+    // many polls (20 ms) later, still one line for the one change
+    await new Promise((r) => setTimeout(r, 300));
+    expect(errors()).toStrictEqual([['error', 'discovery: the credentials cannot be used; waiting for them to change', { credentials: path, reason: expect.stringMatching(new RegExp(`^${path}: not YAML: `)) }]]);
+    writeFileSync(path, 'hello: world\n');
+    await waitFor(() => errors().length === 2, { timeoutMs: 5000, intervalMs: 10, what: 'the second error' });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(errors().map(([, , o]) => o.reason)).toStrictEqual([expect.stringMatching(/: not YAML: /), `${path}: not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)`]);
+    expect(disc.stats().state).toBe('waiting-credentials');
+    const pki = makeTestPki(['127.0.0.1']);
+    try {
+      writeFileSync(path, kubeconfigText('https://127.0.0.9:6443', pki.ca, 'tok'));
+    } finally {
+      pki.remove();
+    }
+    await waitFor(() => logged.some(([l, m]) => l === 'info' && m === 'discovery: credentials loaded'), { timeoutMs: 5000, intervalMs: 10, what: 'the credentials to load' });
+    expect(errors().length).toBe(2);
+    await waitFor(() => disc!.stats().state === 'waiting-ready-backend', { timeoutMs: 5000, intervalMs: 10, what: 'discovery to start' });
   });
 });
 
