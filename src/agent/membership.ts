@@ -11,6 +11,10 @@
  *             IPv6 multicast → null: the adverts come from link-local addresses (RFC 9568
  *               §5.1.2.1), which neither the backends nor discovery know
  *             nodes ∪ listed peers, or null when that is empty (nobody known)
+ *   standby = members non-null (membership in force) and none of this node's own addresses is
+ *             among nodes ∪ listed peers: the others drop our adverts (and in unicast mode with
+ *             `discovered` do not even send to us), so the engine stays Backup and listens
+ *             instead of becoming a second master (state.ts MachineEvent `standby`)
  */
 import type { Config } from '../config/index.js';
 import { addressFamily, canonicalAddress } from '../net/address.js';
@@ -31,6 +35,11 @@ export interface Membership {
   members: string[] | null;
   /** Why `members` is null although acceptFrom is `members`; null otherwise. For the start-up log line. */
   anyBecause: 'ipv6Multicast' | 'noneKnown' | null;
+  /**
+   * Membership is in force and this node is not itself a member (none of its own addresses is
+   * a discovered / seed node or a listed peer): it must not become Active (EngineOptions `standby`).
+   */
+  standby: boolean;
 }
 
 /**
@@ -44,11 +53,12 @@ export function membershipOf(config: Config, inputs: MembershipInputs): Membersh
   const nodes = uniq((inputs.discovered ?? seed).filter((a) => addressFamily(a) === config.family).map(canonicalAddress));
   const listed = v.peers.map(canonicalAddress);
   const peers = v.unicast ? uniq([...listed, ...(v.discoveredPeers ? nodes : [])]).filter((a) => !own.has(a)) : [];
-  if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null };
-  if (config.family === 6 && !v.unicast) return { peers, members: null, anyBecause: 'ipv6Multicast' };
+  if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null, standby: false };
+  if (config.family === 6 && !v.unicast) return { peers, members: null, anyBecause: 'ipv6Multicast', standby: false };
   const members = uniq([...nodes, ...listed, ...peers]).filter((a) => !own.has(a));
-  if (members.length === 0) return { peers, members: null, anyBecause: 'noneKnown' };
-  return { peers, members, anyBecause: null };
+  if (members.length === 0) return { peers, members: null, anyBecause: 'noneKnown', standby: false };
+  const self = [...nodes, ...listed].some((a) => own.has(a));
+  return { peers, members, anyBecause: null, standby: !self };
 }
 
 /** The operator's line for {@link Membership.anyBecause}. */
@@ -58,11 +68,11 @@ export const ANY_BECAUSE: Record<'ipv6Multicast' | 'noneKnown', string> = {
   noneKnown: 'vrrp.acceptFrom is members, but no member is known (no apiserver.backends, no vrrp.peers): adverts from any source are heard',
 };
 
-/** Same membership (order aside)? */
+/** Same membership (order aside, standby included)? */
 export function sameMembership(a: Membership, b: Membership): boolean {
   const same = (x: readonly string[] | null, y: readonly string[] | null): boolean =>
     x === null || y === null ? x === y : x.length === y.length && [...x].sort().join() === [...y].sort().join();
-  return same(a.peers, b.peers) && same(a.members, b.members);
+  return same(a.peers, b.peers) && same(a.members, b.members) && a.standby === b.standby;
 }
 
 function uniq(list: readonly string[]): string[] {
