@@ -12,12 +12,16 @@
  *           worker n7 joins (CA and kubeconfig appear there too): the VIP client and the worker's
  *           local-endpoint client are served
  *   step 3  n2 and n3 join: their apiservers enter every pool through discovery, nothing is edited
- *           on n1. Multicast: ballast first, then kubeadm join (CA, kubeconfig, apiserver).
- *           Unicast (`peers: discovered`): kubeadm join first, then ballast — the members send
- *           adverts only to apiservers already in the `kubernetes` EndpointSlice, so a joining
- *           node's ballast that runs before its apiserver registered hears nobody and takes the
- *           VIP as a second master until then (measured: 0.8 s of duplicate VIP, refused and
- *           timed-out requests)
+ *           on n1. A node that is not in the seed (n4..n6, step 4) joins in the natural order,
+ *           ballast first, then kubeadm join (CA, kubeconfig, apiserver): until its apiserver is
+ *           in the `kubernetes` EndpointSlice it is no member (the others drop its adverts;
+ *           unicast `peers: discovered` does not even send to it), so it stays Backup and
+ *           listens (vrrp.acceptFrom, docs/auth.md) instead of taking the VIP as a second master.
+ *           n2 and n3 are in the seed (`apiserver.backends`), so before their own discovery
+ *           answers they count themselves members, while n1 (whose discovery lists only n1)
+ *           neither hears nor, in unicast, sends to them: in unicast they still join kubeadm
+ *           first, then ballast (the seed-node asymmetry the standby rule does not cover;
+ *           multicast: ballast first, they hear n1's adverts)
  *   step 4  n4, n5, n6 replace n1, n2, n3 one at a time: the new node joins, then the old one
  *           leaves (ballast stopped, apiserver stopped gracefully: it takes itself out of the
  *           `kubernetes` EndpointSlice); unicast peers follow
@@ -808,18 +812,18 @@ export class Lifecycle {
   }
 
   /**
-   * A control-plane node joins. Multicast: its ballast first, then (kubeadm join) CA, kubeconfig,
-   * apiserver. Unicast with `peers: discovered`: kubeadm join first, then ballast — the members
-   * send adverts only to the discovered apiservers, so a ballast that starts before its node's
-   * apiserver is in the EndpointSlice hears nobody and takes the VIP as a second master (see the
-   * file comment).
+   * A control-plane node joins: its ballast first, then (kubeadm join) CA, kubeconfig,
+   * apiserver. Until discovery lists its apiserver a node outside the seed is no member and
+   * stays Backup; a seed node in unicast mode joins kubeadm first (see the file comment). The
+   * step's master count shows any second master.
    */
   async #join(s: Step, m: Member): Promise<void> {
-    this.#log(`  ${m.node.name} joins (priority ${m.priority}, ${this.vrrpMode === 'unicast' ? 'kubeadm join, then ballast' : 'ballast, then kubeadm join'})`);
-    if (this.vrrpMode === 'multicast') await this.#startAgent(m);
+    const apiserverFirst = this.vrrpMode === 'unicast' && this.seed().includes(hp(m.node.ipv4));
+    this.#log(`  ${m.node.name} joins (priority ${m.priority}, ${apiserverFirst ? 'kubeadm join, then ballast (a seed node)' : 'ballast, then kubeadm join'})`);
+    if (!apiserverFirst) await this.#startAgent(m);
     await this.#writeCredentials(m);
     await this.#startApiserver(m);
-    if (this.vrrpMode === 'unicast') await this.#startAgent(m);
+    if (apiserverFirst) await this.#startAgent(m);
     m.state = 'member';
     const ms = await this.#poolsHave(hp(m.node.ipv4), true).catch(() => Number.NaN);
     s.check(`${m.node.name}'s apiserver is in every running pool through discovery`, !Number.isNaN(ms), Number.isNaN(ms) ? 'not within 8 s' : `${ms.toFixed(0)} ms after it was ready`);
@@ -836,6 +840,8 @@ export class Lifecycle {
     const peers = await this.#peersFollow().then((p) => ({ ok: true, p }), (e: Error) => ({ ok: false, p: e.message }));
     s.check('unicast peers are the other members', peers.ok, peers.p);
     await this.#oneHolder(s);
+    // a joining node is no member until discovery lists it: it must not become master meanwhile
+    this.#movesCheck(s, 'no master while n2 and n3 join', 0);
     return this.#finish(s);
   }
 

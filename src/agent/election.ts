@@ -47,9 +47,9 @@ export function updateMembership(election: ElectionPhase, change: { discovered?:
     const inputs = { ...election.membershipInputs, ...(change.config ? { config: change.config } : {}), ...(change.discovered !== undefined ? { discovered: change.discovered } : {}) };
     const next = membershipOf(inputs.config, inputs);
     if (!sameMembership(next, election.membership)) {
-      await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members });
-      if (next.anyBecause) log?.warn({ peers: next.peers, members: 'any' }, `election membership changed: ${ANY_BECAUSE[next.anyBecause]}`);
-      else log?.info({ peers: next.peers, members: next.members }, 'election membership changed');
+      await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members, standby: next.standby });
+      if (next.anyBecause) log?.warn({ peers: next.peers, members: 'any', standby: next.standby }, `election membership changed: ${ANY_BECAUSE[next.anyBecause]}`);
+      else log?.info({ peers: next.peers, members: next.members, standby: next.standby }, 'election membership changed');
     }
     election.membershipInputs = inputs;
     election.membership = next;
@@ -150,6 +150,7 @@ function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Bu
     unicast: v.unicast,
     peers: membership.peers,
     members: membership.members,
+    standby: membership.standby,
     authKeys,
     vips: [...config.vips],
     family: config.family,

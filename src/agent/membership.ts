@@ -13,6 +13,10 @@
  *             nodes ∪ listed peers (own addresses left out: its own adverts are dropped anyway),
  *               possibly empty (this node is the only one known: nobody else may speak), or
  *               null when nothing at all is known (no seed, no peers, nothing discovered)
+ *   standby = members non-null (membership in force) and none of this node's own addresses is
+ *             among nodes ∪ listed peers: the others drop our adverts (and in unicast mode with
+ *             `discovered` do not even send to us), so the engine stays Backup and listens
+ *             instead of becoming a second master (state.ts MachineEvent `standby`)
  */
 import type { Config } from '../config/index.js';
 import { addressFamily, canonicalAddress } from '../net/address.js';
@@ -33,6 +37,11 @@ export interface Membership {
   members: string[] | null;
   /** Why `members` is null although acceptFrom is `members`; null otherwise. For the start-up log line. */
   anyBecause: 'ipv6Multicast' | 'noneKnown' | null;
+  /**
+   * Membership is in force and this node is not itself a member (none of its own addresses is
+   * a discovered / seed node or a listed peer): it must not become Active (EngineOptions `standby`).
+   */
+  standby: boolean;
 }
 
 /**
@@ -46,13 +55,14 @@ export function membershipOf(config: Config, inputs: MembershipInputs): Membersh
   const nodes = uniq((inputs.discovered ?? seed).filter((a) => addressFamily(a) === config.family).map(canonicalAddress));
   const listed = v.peers.map(canonicalAddress);
   const peers = v.unicast ? uniq([...listed, ...(v.discoveredPeers ? nodes : [])]).filter((a) => !own.has(a)) : [];
-  if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null };
-  if (config.family === 6 && !v.unicast) return { peers, members: null, anyBecause: 'ipv6Multicast' };
+  if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null, standby: false };
+  if (config.family === 6 && !v.unicast) return { peers, members: null, anyBecause: 'ipv6Multicast', standby: false };
   // this node counts as known: a group of one (node 1 alone, its own apiserver the only seed)
   // hears nobody, which is right; only a group nobody is known of at all hears any source
   const known = uniq([...nodes, ...listed, ...peers]);
-  if (known.length === 0) return { peers, members: null, anyBecause: 'noneKnown' };
-  return { peers, members: known.filter((a) => !own.has(a)), anyBecause: null };
+  if (known.length === 0) return { peers, members: null, anyBecause: 'noneKnown', standby: false };
+  const self = [...nodes, ...listed].some((a) => own.has(a));
+  return { peers, members: known.filter((a) => !own.has(a)), anyBecause: null, standby: !self };
 }
 
 /** The operator's line for {@link Membership.anyBecause}. */
@@ -62,11 +72,11 @@ export const ANY_BECAUSE: Record<'ipv6Multicast' | 'noneKnown', string> = {
   noneKnown: 'vrrp.acceptFrom is members, but no member is known (no apiserver.backends of the VIPs\' family, no vrrp.peers, nothing discovered): adverts from any source are heard; any host on this segment can take the VIP (set vrrp.auth, or list the nodes)',
 };
 
-/** Same membership (order aside)? */
+/** Same membership (order aside, standby included)? */
 export function sameMembership(a: Membership, b: Membership): boolean {
   const same = (x: readonly string[] | null, y: readonly string[] | null): boolean =>
     x === null || y === null ? x === y : x.length === y.length && [...x].sort().join() === [...y].sort().join();
-  return same(a.peers, b.peers) && same(a.members, b.members);
+  return same(a.peers, b.peers) && same(a.members, b.members) && a.standby === b.standby;
 }
 
 function uniq(list: readonly string[]): string[] {

@@ -90,6 +90,8 @@ export interface ElectionStatusDocument extends CommonStatus {
   peers: string[];
   /** vrrp.acceptFrom members the engine hears now, or null for any source (absent from older engines). */
   members?: string[] | null;
+  /** Not a member of the group (vrrp.acceptFrom members): held in Backup until discovery lists this node (absent from older engines). */
+  standby?: boolean;
   /** Whether adverts are authenticated (vrrp.auth). */
   auth: boolean;
   advertisementIntervalMs: number;
@@ -121,6 +123,7 @@ export function statusDocument(
     mode: fixed.unicast ? 'unicast' : 'multicast',
     peers: [...(s.peers ?? fixed.peers)],
     ...(s.members !== undefined ? { members: s.members } : {}),
+    ...(s.standby !== undefined ? { standby: s.standby } : {}),
     auth: fixed.auth,
     advertisementIntervalMs: s.advertisementIntervalMs ?? fixed.advertisementIntervalMs,
     masterAdverIntervalMs: s.masterAdverIntervalMs,

@@ -54,6 +54,12 @@ export interface EngineOptions {
    */
   members?: string[] | null;
   /**
+   * Not a member of the group yet (vrrp.acceptFrom `members`, none of this node's addresses is a
+   * member): the others drop our adverts, so the machine stays Backup and listens (state.ts
+   * MachineEvent `standby`). Absent: false.
+   */
+  standby?: boolean;
+  /**
    * Shared keys of authenticated adverts (docs/auth.md; the first signs, all verify), or null for plain RFC 9568 adverts.
    * With a key, adverts without a valid trailer are dropped (`authMissing`, `authFailed`, `replayed`).
    */
@@ -99,11 +105,17 @@ export interface EngineReconfigure {
   peers?: string[];
   /** acceptFrom members: the sources whose adverts are heard; null = any. */
   members?: string[] | null;
+  /** Not a member (see {@link EngineOptions.standby}); set while Active, the router resigns (priority 0) into Backup. */
+  standby?: boolean;
   /** As in {@link EngineOptions}: frames per VIP, ms between them, ms to the repeat burst, ms between refresh bursts. */
   announce?: { count: number; spacingMs: number; repeatAfterMs: number; refreshMs: number };
   /** ms (0 = permanent). Ignored by the owner. */
   vipLifetimeMs?: number;
 }
+
+/** Logged once when this node stops / starts being a member of the group (EngineOptions `standby`). */
+export const STANDBY_ON = 'not a member of the group yet: listening as Backup until discovery lists this node';
+export const STANDBY_OFF = 'a member of the group now: normal VRRP rules apply';
 
 /** Most sources logged once each per kind of drop; the rest only count (a flood of forged sources cannot grow memory). */
 export const LOGGED_SOURCES_MAX = 256;
@@ -132,6 +144,8 @@ export interface EngineStatus {
   peers?: string[];
   /** acceptFrom members now, or null for any source. */
   members?: string[] | null;
+  /** Not a member of the group: held in Backup until discovery lists this node (EngineOptions `standby`). */
+  standby?: boolean;
 }
 
 export interface EngineCounters {
@@ -282,6 +296,10 @@ export class VrrpEngine {
     }
     this.started = true;
     if (o.preemptHoldAtStart) this.feed({ type: 'preemptHold', now: this.now(), hold: true });
+    if (o.standby === true) {
+      this.log('info', STANDBY_ON, {});
+      this.feed({ type: 'standby', now: this.now(), standby: true });
+    }
     if (!o.linkRunning) this.feed({ type: 'linkDown', now: this.now() });
     this.feed({ type: 'startup', now: this.now() });
   }
@@ -325,6 +343,7 @@ export class VrrpEngine {
     const peers = patch.peers !== undefined ? fam(patch.peers, 'peers').filter((p) => p !== o.primaryAddress) : undefined;
     if (peers !== undefined && !o.unicast && peers.length > 0) throw new Error('peers: this election is multicast (peers are for unicast mode)');
     const members = patch.members === undefined ? undefined : patch.members === null ? null : fam(patch.members, 'members');
+    if (patch.standby !== undefined && typeof patch.standby !== 'boolean') throw new Error(`standby must be a boolean, got ${String(patch.standby)}`);
     const a = patch.announce;
     if (a !== undefined) {
       if (!Number.isInteger(a.count) || a.count < 0) throw new Error(`announce.count must be an integer >= 0, got ${a.count}`);
@@ -361,6 +380,12 @@ export class VrrpEngine {
       if (action.type === 'announce') addressesDone ??= this.vipQueue;
       this.carryOut(action);
     }
+    const standby = patch.standby;
+    if (standby !== undefined && standby !== (o.standby === true)) {
+      o.standby = standby;
+      this.log('info', standby ? STANDBY_ON : STANDBY_OFF, {});
+      for (const action of this.machine.handle({ type: 'standby', now: this.now(), standby })) this.carryOut(action);
+    }
     this.schedule();
     this.log('info', 'election reconfigured', { changed: Object.keys(patch).filter((k) => patch[k as keyof EngineReconfigure] !== undefined) });
     await (addressesDone ?? this.vipQueue);
@@ -389,6 +414,7 @@ export class VrrpEngine {
       advertisementIntervalMs: this.opts.advertisementIntervalCs * 10,
       peers: [...this.opts.peers],
       members: this.members ? [...this.members] : null,
+      standby: s.standby,
     };
   }
 

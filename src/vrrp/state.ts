@@ -91,6 +91,17 @@ export type MachineEvent =
    */
   | { type: 'preemptHold'; now: number; hold: boolean }
   /**
+   * Not in the RFC: while set, this router is not (yet) a member of the group (vrrp.acceptFrom
+   * `members` and none of its addresses is among them): the others drop its adverts, so it must
+   * never become Active. A Backup stays Backup: when its Master_Down_Timer fires it is re-armed
+   * for a fresh Master_Down_Interval (never a deadline in the past) and nothing is sent; it never
+   * preempts (as if Preempt_Mode were false); the owner (255) starts as a Backup too. Setting it
+   * while Active resigns as a shutdown does (a priority-0 advert, the VIPs released), into Backup.
+   * Clearing it changes nothing at once: the running Master_Down_Timer (at most one
+   * Master_Down_Interval away) then decides as usual.
+   */
+  | { type: 'standby'; now: number; standby: boolean }
+  /**
    * Which of our VIPs are on the interface now (any prefix length), as rtnetlink reports them:
    * at start-up and after someone else changed the interface's addresses.
    */
@@ -144,7 +155,9 @@ export type TransitionReason =
   | 'addressTieBreak'
   | 'shutdown'
   | 'linkDown'
-  | 'linkUp';
+  | 'linkUp'
+  /** Resigned: this router stopped being a member of the group (MachineEvent `standby`). */
+  | 'notMember';
 
 /** Why an announce burst (gratuitous ARP / unsolicited NA) is sent. */
 export type AnnounceReason =
@@ -214,6 +227,8 @@ export interface MachineSnapshot {
   masterDownIntervalMs: number;
   /** When the current state was entered, monotonic ms. */
   since: number;
+  /** Not a member of the group: held in Backup (MachineEvent `standby`). */
+  standby: boolean;
 }
 
 /** At most one healed-partition announce burst per this many ms (a peer that cannot hear us would otherwise cause one per advert). */
@@ -283,6 +298,8 @@ export class VrrpMachine {
   private lastHealAnnounce = -Infinity;
   /** Set by the `preemptHold` event. */
   private preemptHeld = false;
+  /** Set by the `standby` event. */
+  private standingBy = false;
   /** What set the running Master_Down_Timer: silence, or a priority-0 advert. */
   private downReason: 'masterDown' | 'resigned' | 'preempt' = 'masterDown';
   private lastNow = -Infinity;
@@ -334,6 +351,7 @@ export class VrrpMachine {
       skewTimeMs: skewTimeMs(this.effective, this.masterAdverIntervalCs),
       masterDownIntervalMs: masterDownIntervalMs(this.effective, this.masterAdverIntervalCs),
       since: this.enteredAt,
+      standby: this.standingBy,
     };
   }
 
@@ -365,6 +383,9 @@ export class VrrpMachine {
       case 'preemptHold':
         this.preemptHeld = event.hold;
         break;
+      case 'standby':
+        this.onStandby(event.now, event.standby, out);
+        break;
       case 'vipsObserved':
         this.onVipsObserved(event.present, out);
         break;
@@ -393,7 +414,7 @@ export class VrrpMachine {
   /** RFC 9568 §6.4.1: Initialize, on Startup. */
   private startup(now: number, out: MachineAction[], reason: TransitionReason): void {
     this.startedAt = now;
-    if (this.effective === 255) {
+    if (this.effective === 255 && !this.standingBy) {
       // §6.4.1: the owner advertises and goes Active at once
       this.becomeActive(now, out, 'owner');
       return;
@@ -438,9 +459,29 @@ export class VrrpMachine {
       }
     }
     if (this.current === 'backup' && this.masterDownTimer !== null && this.masterDownTimer <= now) {
+      if (this.standingBy) {
+        // not a member: the others would not hear us; keep listening for a fresh Master_Down_Interval
+        this.restartMasterDown(now, this.masterDownMs());
+        this.downReason = 'masterDown';
+      }
       // §6.4.2: Master_Down_Timer fired
-      this.becomeActive(now, out, this.downReason);
+      else this.becomeActive(now, out, this.downReason);
     }
+  }
+
+  /** See MachineEvent `standby`. */
+  private onStandby(now: number, standby: boolean, out: MachineAction[]): void {
+    if (standby === this.standingBy) return;
+    this.standingBy = standby;
+    if (!standby || this.current !== 'active') return;
+    // §6.4.3 Shutdown's priority 0, so that a member takes over after its Skew_Time; then Backup
+    out.push({ type: 'send', priority: 0 });
+    this.stopTimers();
+    this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;
+    this.restartMasterDown(now, this.masterDownMs());
+    this.downReason = 'masterDown';
+    this.enter('backup', now, 'notMember', out);
+    this.release(out);
   }
 
   private onAdvert(ev: Extract<MachineEvent, { type: 'advert' }>, out: MachineAction[]): void {
@@ -612,7 +653,7 @@ export class VrrpMachine {
 
   /** §6.4.2 Preempt_Mode, with the optional delay after startup and the policy's hold. */
   private preempting(now: number): boolean {
-    return this.cfg.preempt && !this.preemptHeld && now - this.startedAt >= this.cfg.preemptDelayMs;
+    return this.cfg.preempt && !this.preemptHeld && !this.standingBy && now - this.startedAt >= this.cfg.preemptDelayMs;
   }
 
   /**

@@ -44,7 +44,8 @@ describe('discovery phase: members and the election feed', () => {
     const config = withVrrp({ discoveredPeers: true, acceptFrom: 'members' });
     const { election, patches } = fakeElection(config);
     await feedElection(election, ['10.0.0.11', '10.0.0.13', 'fd00::1'], log);
-    expect(patches).toStrictEqual([{ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.13', '10.0.0.12'] }]);
+    expect(election.membership.standby).toBe(false);
+    expect(patches).toStrictEqual([{ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.13', '10.0.0.12'], standby: false }]);
   });
   it('no change of membership (acceptFrom any, listed peers only), or no election: no call', async () => {
     const { election, patches } = fakeElection(withVrrp({ acceptFrom: 'any', discoveredPeers: false }));

@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -424,6 +424,38 @@ describe('VrrpEngine acceptFrom members', () => {
     expect(e.status()).toMatchObject({ state: 'active', counters: { dropped: { notMember: 1 } } });
     edge.inputs.packet(advertFrom('10.0.0.14', 200));
     expect(e.status()).toMatchObject({ state: 'backup', masterAddress: '10.0.0.14' });
+    await e.stop();
+  });
+
+  it('standby (not a member) at start: logged once, no advert and no takeover over three Master_Down_Intervals; cleared, Active within one', async () => {
+    const e = await start({ members: ['10.0.0.13'], standby: true });
+    await vi.advanceTimersByTimeAsync(Math.ceil(3 * masterDownIntervalMs(100, 10)) + 1);
+    expect(e.status()).toMatchObject({ state: 'backup', standby: true });
+    expect(edge.sent).toStrictEqual([]);
+    expect(logs(STANDBY_ON)).toHaveLength(1);
+    await e.reconfigure({ standby: false });
+    expect(logs(STANDBY_OFF)).toHaveLength(1);
+    expect(e.status()).toMatchObject({ state: 'backup', standby: false });
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 1);
+    expect(e.status().state).toBe('active');
+    expect(edge.sent.map((x) => x.priority)).toStrictEqual([100]);
+    await e.stop();
+  });
+
+  it('standby set while Active: resigns (priority 0, VIP removed) into Backup, logged once; the same value again changes nothing', async () => {
+    const e = await start({ members: ['10.0.0.13'] });
+    await vi.advanceTimersByTimeAsync(400);
+    expect(e.status()).toMatchObject({ state: 'active', standby: false });
+    edge.calls = [];
+    await e.reconfigure({ standby: true });
+    expect(edge.calls).toStrictEqual(['send 0', 'remove 10.0.0.100']);
+    expect(e.status()).toMatchObject({ state: 'backup', standby: true, vipsHeld: false });
+    await e.reconfigure({ standby: true });
+    expect(logs(STANDBY_ON)).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(Math.ceil(2 * masterDownIntervalMs(100, 10)) + 1);
+    expect(e.status().state).toBe('backup');
+    expect(edge.calls).toStrictEqual(['send 0', 'remove 10.0.0.100']);
+    await expect(e.reconfigure({ standby: 'yes' as unknown as boolean })).rejects.toThrow('standby must be a boolean, got yes');
     await e.stop();
   });
 

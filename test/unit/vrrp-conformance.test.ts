@@ -95,6 +95,8 @@ describe('VRRP conformance (RFC 9568 §6.4 and ballast outputs)', () => {
       'announce:becameActive', 'announce:repeat', 'announce:refresh', 'announce:healedPartition', 'announce:restored',
       // reconfigure (a reload)
       'addVips:added', 'removeVips:removed', 'announce:added',
+      // not a member (acceptFrom members)
+      'active>backup:notMember',
     ];
     expect(required.filter((r) => !seen.has(r))).toStrictEqual([]);
   });
