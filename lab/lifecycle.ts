@@ -17,11 +17,9 @@
  *           in the `kubernetes` EndpointSlice it is no member (the others drop its adverts;
  *           unicast `peers: discovered` does not even send to it), so it stays Backup and
  *           listens (vrrp.acceptFrom, docs/auth.md) instead of taking the VIP as a second master.
- *           n2 and n3 are in the seed (`apiserver.backends`), so before their own discovery
- *           answers they count themselves members, while n1 (whose discovery lists only n1)
- *           neither hears nor, in unicast, sends to them: in unicast they still join kubeadm
- *           first, then ballast (the seed-node asymmetry the standby rule does not cover;
- *           multicast: ballast first, they hear n1's adverts)
+ *           n2 and n3 are in the seed (`apiserver.backends`) and join in the same order: n1
+ *           keeps hearing (and, unicast, sending to) a seed host the EndpointSlices have not
+ *           listed yet — it is joining — so they hear n1 and stay Backup (membership.ts)
  *   step 4  n4, n5, n6 replace n1, n2, n3 one at a time: the new node joins, then the old one
  *           leaves (ballast stopped, apiserver stopped gracefully: it takes itself out of the
  *           `kubernetes` EndpointSlice); unicast peers follow
@@ -814,16 +812,14 @@ export class Lifecycle {
   /**
    * A control-plane node joins: its ballast first, then (kubeadm join) CA, kubeconfig,
    * apiserver. Until discovery lists its apiserver a node outside the seed is no member and
-   * stays Backup; a seed node in unicast mode joins kubeadm first (see the file comment). The
-   * step's master count shows any second master.
+   * stays Backup; a seed node is heard as one still joining (see the file comment). The step's
+   * master count shows any second master.
    */
   async #join(s: Step, m: Member): Promise<void> {
-    const apiserverFirst = this.vrrpMode === 'unicast' && this.seed().includes(hp(m.node.ipv4));
-    this.#log(`  ${m.node.name} joins (priority ${m.priority}, ${apiserverFirst ? 'kubeadm join, then ballast (a seed node)' : 'ballast, then kubeadm join'})`);
-    if (!apiserverFirst) await this.#startAgent(m);
+    this.#log(`  ${m.node.name} joins (priority ${m.priority}, ballast, then kubeadm join)`);
+    await this.#startAgent(m);
     await this.#writeCredentials(m);
     await this.#startApiserver(m);
-    if (apiserverFirst) await this.#startAgent(m);
     m.state = 'member';
     const ms = await this.#poolsHave(hp(m.node.ipv4), true).catch(() => Number.NaN);
     s.check(`${m.node.name}'s apiserver is in every running pool through discovery`, !Number.isNaN(ms), Number.isNaN(ms) ? 'not within 8 s' : `${ms.toFixed(0)} ms after it was ready`);

@@ -76,7 +76,7 @@ export function startDiscovery(
       // the election hears of members only from discovery (without it, the seed is in its config)
       if (key !== lastMembers && cfg.discovery !== null) {
         lastMembers = key;
-        void feedElection(election(), members, log);
+        void feedElection(election(), members, confirmedOf(set), log);
       }
     };
 
@@ -137,6 +137,11 @@ export function startDiscovery(
   });
 }
 
+/** The hosts of the backends the EndpointSlices listed, canonical, no repeats. */
+export function confirmedOf(set: readonly SourcedBackend[]): string[] {
+  return membersOf(set.filter((s) => s.source === 'endpointslice'));
+}
+
 /** The hosts of a backend set, canonical, in order, no repeats. */
 export function membersOf(set: readonly SourcedBackend[]): string[] {
   return [...new Set(set.map((s) => canonicalAddress(s.backend.host)))];
@@ -148,11 +153,13 @@ export function membersOf(set: readonly SourcedBackend[]): string[] {
  * {@link updateMembership} (membership.ts decides; this node's own addresses are left out there).
  * Never throws: a refused change is logged and the election keeps its previous membership.
  * @param election null when no election runs (a worker with the local endpoint only): no call.
+ * @param confirmed the hosts of `members` that came from the EndpointSlices (membership.ts: a seed
+ *   host not yet listed is still waited for; one listed and then gone has left).
  */
-export async function feedElection(election: ElectionPhase | null, members: readonly string[], log: Logger): Promise<void> {
+export async function feedElection(election: ElectionPhase | null, members: readonly string[], confirmed: readonly string[], log: Logger): Promise<void> {
   if (election === null) return;
   try {
-    await updateMembership(election, { discovered: members }, log);
+    await updateMembership(election, { discovered: members, confirmed }, log);
   } catch (err) {
     log.warn({ err: (err as Error).message }, 'discovery: cannot update the election members; it keeps the previous ones');
   }

@@ -24,7 +24,7 @@ export interface ElectionPhase extends PhaseHandle {
   /** Who is in the group now: the unicast peers and the acceptFrom members (see membership.ts). */
   membership: Membership;
   /** The inputs of {@link membership}; {@link updateMembership} changes them. */
-  membershipInputs: { config: Config; own: readonly string[]; discovered: readonly string[] | null };
+  membershipInputs: { config: Config; own: readonly string[]; discovered: readonly string[] | null; confirmed?: readonly string[] };
   /** The last membership change in flight (changes apply one after another). */
   membershipQueue: Promise<void>;
   /**
@@ -37,14 +37,21 @@ export interface ElectionPhase extends PhaseHandle {
 
 /**
  * Recomputes the membership when discovery found a new member set (`discovered`: node
- * addresses) or a reload brought a new `config`, and gives the running engine the new peers and
+ * addresses; `confirmed`: those of them the EndpointSlices listed, accumulated over the run) or
+ * a reload brought a new `config`, and gives the running engine the new peers and
  * members (host.reconfigure) when they changed. This node's own addresses are never peers.
  * Calls apply in order. Resolves with the membership in force afterwards.
  * @throws Error from the engine when it refuses the change (then the old membership stays).
  */
-export function updateMembership(election: ElectionPhase, change: { discovered?: readonly string[] | null; config?: Config }, log?: Logger): Promise<Membership> {
+export function updateMembership(
+  election: ElectionPhase,
+  change: { discovered?: readonly string[] | null; confirmed?: readonly string[]; config?: Config },
+  log?: Logger,
+): Promise<Membership> {
   const run = election.membershipQueue.then(async () => {
-    const inputs = { ...election.membershipInputs, ...(change.config ? { config: change.config } : {}), ...(change.discovered !== undefined ? { discovered: change.discovered } : {}) };
+    // hosts the EndpointSlices listed once stay confirmed for the run (membership.ts: retired when gone)
+    const confirmed = [...new Set([...(election.membershipInputs.confirmed ?? []), ...(change.confirmed ?? [])])];
+    const inputs = { ...election.membershipInputs, confirmed, ...(change.config ? { config: change.config } : {}), ...(change.discovered !== undefined ? { discovered: change.discovered } : {}) };
     const next = membershipOf(inputs.config, inputs);
     if (!sameMembership(next, election.membership)) {
       await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members, standby: next.standby });
@@ -80,7 +87,11 @@ export function startElection(
     const { iface } = resolved;
     const ownAddresses = iface.addresses.map((a) => a.address);
     const discovered = lastKnownNodes(config);
-    const membership = membershipOf(config, { own: ownAddresses, discovered });
+    // a first run (no last-known file) waits for the seed hosts the slices have not listed yet
+    // (they are joining); a restart treats the seed as listed before (the file has no history,
+    // and a retired seed host must not come back as a peer)
+    const confirmed = discovered === null ? [] : config.apiserver.backends.map((b) => b.host);
+    const membership = membershipOf(config, { own: ownAddresses, discovered, confirmed });
     if (membership.anyBecause) log.warn({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
     const opts = engineOptions(config, resolved, authKeys, membership);
@@ -132,7 +143,7 @@ export function startElection(
       await host.reconfigure(patch);
       if (patch.vips) vips = [...patch.vips];
     };
-    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered }, membershipQueue: Promise.resolve() };
+    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve() };
   });
 }
 

@@ -4,8 +4,10 @@
  * Pure: the election phase (election.ts) starts the engine with it and calls
  * {@link updateMembership} when discovery or a reload changes the inputs.
  *
- *   nodes   = the discovered apiservers' node addresses once discovery answered, else the seed
- *             (the hosts of apiserver.backends), of the VIPs' family
+ *   nodes   = the discovered apiservers' node addresses once discovery answered, plus the seed
+ *             hosts it has not listed yet in this run (not joined yet: they must be heard to
+ *             join without a second master); before that the seed (the hosts of
+ *             apiserver.backends); of the VIPs' family
  *   peers   = listed vrrp.peers ∪ (discoveredPeers ? nodes : ∅), this node's own addresses removed
  *   members = acceptFrom any → null (any source)
  *             IPv6 multicast → null: the adverts come from link-local addresses (RFC 9568
@@ -27,6 +29,14 @@ export interface MembershipInputs {
   own: readonly string[];
   /** The discovered members' node addresses, or null before discovery answered (the seed counts then). */
   discovered: readonly string[] | null;
+  /**
+   * The hosts the EndpointSlices have listed at least once in this run. A seed host not among
+   * them has not joined yet (its apiserver has not registered): it stays a node — sent to and
+   * heard — so that it can join without becoming a second master; once listed and then gone, it
+   * left (retired) and is dropped like any other. Absent: not tracked — once discovery answered
+   * the seed no longer counts.
+   */
+  confirmed?: readonly string[];
 }
 
 /** What the engine is given (EngineOptions / EngineReconfigure `peers` and `members`). */
@@ -52,7 +62,9 @@ export function membershipOf(config: Config, inputs: MembershipInputs): Membersh
   const v = config.vrrp!;
   const own = new Set(inputs.own.map(canonicalAddress));
   const seed = config.apiserver.backends.filter((b) => b.family === config.family).map((b) => b.host);
-  const nodes = uniq((inputs.discovered ?? seed).filter((a) => addressFamily(a) === config.family).map(canonicalAddress));
+  const confirmed = new Set((inputs.confirmed ?? []).map(canonicalAddress));
+  const pending = inputs.discovered === null || inputs.confirmed === undefined ? [] : seed.filter((h) => !confirmed.has(canonicalAddress(h)));
+  const nodes = uniq([...(inputs.discovered ?? seed), ...pending].filter((a) => addressFamily(a) === config.family).map(canonicalAddress));
   const listed = v.peers.map(canonicalAddress);
   const peers = v.unicast ? uniq([...listed, ...(v.discoveredPeers ? nodes : [])]).filter((a) => !own.has(a)) : [];
   if (v.acceptFrom === 'any') return { peers, members: null, anyBecause: null, standby: false };

@@ -43,21 +43,21 @@ describe('discovery phase: members and the election feed', () => {
   it('discoveredPeers: the listed peers plus the members of the family, own address left out; acceptFrom members: the same list', async () => {
     const config = withVrrp({ discoveredPeers: true, acceptFrom: 'members' });
     const { election, patches } = fakeElection(config);
-    await feedElection(election, ['10.0.0.11', '10.0.0.13', 'fd00::1'], log);
+    await feedElection(election, ['10.0.0.11', '10.0.0.13', 'fd00::1'], ['10.0.0.11', '10.0.0.13', 'fd00::1'], log);
     expect(election.membership.standby).toBe(false);
     expect(patches).toStrictEqual([{ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.13', '10.0.0.12'], standby: false }]);
   });
   it('no change of membership (acceptFrom any, listed peers only), or no election: no call', async () => {
     const { election, patches } = fakeElection(withVrrp({ acceptFrom: 'any', discoveredPeers: false }));
-    await feedElection(election, ['10.0.0.13'], log);
-    await feedElection(null, ['10.0.0.13'], log);
+    await feedElection(election, ['10.0.0.13'], ['10.0.0.13'], log);
+    await feedElection(null, ['10.0.0.13'], ['10.0.0.13'], log);
     expect(patches).toStrictEqual([]);
   });
   it('a refused patch is logged; the election keeps its membership', async () => {
     const { election } = fakeElection(withVrrp({ discoveredPeers: true }), true);
     const before = election.membership;
     logs.length = 0;
-    await feedElection(election, ['10.0.0.13'], log);
+    await feedElection(election, ['10.0.0.13'], ['10.0.0.13'], log);
     expect(logs).toStrictEqual(['WARN discovery: cannot update the election members; it keeps the previous ones']);
     expect(election.membership).toBe(before);
   });

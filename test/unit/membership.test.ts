@@ -19,6 +19,17 @@ describe('membershipOf', () => {
     expect(membershipOf(config({}), { own, discovered: ['10.0.0.21', '10.0.0.12', '10.0.0.21'] })).toStrictEqual({ peers: [], members: ['10.0.0.21'], anyBecause: null, standby: false });
   });
 
+  it('a seed host the EndpointSlices have not listed yet stays a node (it is joining: heard and, unicast, sent to); once listed and then gone it has left', () => {
+    // discovery answered with n1 (.11) and n3 (.13) only; n2 is this node, so take n1's view: own = .11
+    const n1 = ['10.0.0.11'];
+    const uni = config({ peers: ['discovered'] });
+    expect(membershipOf(uni, { own: n1, discovered: ['10.0.0.11'], confirmed: ['10.0.0.11'] })).toMatchObject({ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.12', '10.0.0.13'] });
+    // .12 was listed once and is gone now: it left; .13 never listed: still joining
+    expect(membershipOf(uni, { own: n1, discovered: ['10.0.0.11'], confirmed: ['10.0.0.11', '10.0.0.12'] })).toMatchObject({ peers: ['10.0.0.13'], members: ['10.0.0.13'] });
+    // before discovery answered: the seed, whatever was confirmed
+    expect(membershipOf(uni, { own: n1, discovered: null, confirmed: ['10.0.0.12'] })).toMatchObject({ peers: ['10.0.0.12', '10.0.0.13'] });
+  });
+
   it('acceptFrom any: members null, no reason to log', () => {
     expect(membershipOf(config({ acceptFrom: 'any' }), { own, discovered: null })).toStrictEqual({ peers: [], members: null, anyBecause: null, standby: false });
   });
