@@ -15,8 +15,9 @@
  *             nodes ∪ listed peers (own addresses left out: its own adverts are dropped anyway),
  *               possibly empty (this node is the only one known: nobody else may speak), or
  *               null when nothing at all is known (no seed, no peers, nothing discovered)
- *   standby = members non-null (membership in force) and none of this node's own addresses is
- *             among nodes ∪ listed peers: the others drop our adverts (and in unicast mode with
+ *   standby = members non-null (membership in force), nodes non-empty (the seed or discovery
+ *             say who the members are: listed peers alone name the others, not this node) and
+ *             none of this node's own addresses is among nodes ∪ listed peers: the others drop our adverts (and in unicast mode with
  *             `discovered` do not even send to us), so the engine stays Backup and listens
  *             instead of becoming a second master (state.ts MachineEvent `standby`)
  */
@@ -73,7 +74,9 @@ export function membershipOf(config: Config, inputs: MembershipInputs): Membersh
   // hears nobody, which is right; only a group nobody is known of at all hears any source
   const known = uniq([...nodes, ...listed, ...peers]);
   if (known.length === 0) return { peers, members: null, anyBecause: 'noneKnown', standby: false };
-  const self = [...nodes, ...listed].some((a) => own.has(a));
+  // only the nodes (seed, discovery) can leave this node out: listed peers name the others, and
+  // a node that only lists peers is a member by its own configuration (the others list it)
+  const self = nodes.length === 0 || [...nodes, ...listed].some((a) => own.has(a));
   return { peers, members: known.filter((a) => !own.has(a)), anyBecause: null, standby: !self };
 }
 

@@ -30,6 +30,11 @@ describe('membershipOf', () => {
     expect(membershipOf(uni, { own: n1, discovered: null, confirmed: ['10.0.0.12'] })).toMatchObject({ peers: ['10.0.0.12', '10.0.0.13'] });
   });
 
+  it('listed peers and no seed (a hand-written unicast group, keepalived interop): a member by its own configuration, never standby', () => {
+    const c = validateConfig({ vrrp: { vrid: 51, peers: ['10.0.0.11', '10.0.0.13'] }, vips: ['10.0.0.100'] });
+    expect(membershipOf(c, { own, discovered: null })).toStrictEqual({ peers: ['10.0.0.11', '10.0.0.13'], members: ['10.0.0.11', '10.0.0.13'], anyBecause: null, standby: false });
+  });
+
   it('acceptFrom any: members null, no reason to log', () => {
     expect(membershipOf(config({ acceptFrom: 'any' }), { own, discovered: null })).toStrictEqual({ peers: [], members: null, anyBecause: null, standby: false });
   });
