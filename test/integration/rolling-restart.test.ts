@@ -162,10 +162,13 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
       const judged = lines.filter((l) => /dead|verdict|reset|backend health|taken out/.test(String(l.msg)));
       console.log(`n3 agent, health lines (local prober ms): ${judged.map((l) => `${Math.round(Date.parse(String(l.time)) - localEpoch)} ${JSON.stringify({ ...l, level: undefined, time: undefined, pid: undefined })}`).join('\n  ')}`);
     }
-    // each master restart: at most one window, no longer than the bound
-    expect(out2.length).toBeLessThanOrEqual(1);
-    expect(out1.length).toBeLessThanOrEqual(1);
-    for (const o of [...out2, ...out1]) expect(o.ms).toBeLessThanOrEqual(bound);
+    // each master restart: its failed requests all fall in one window no longer than the bound,
+    // from the first failure's start to the last one's end (the resign resets the requests in
+    // flight on the old holder while others already reach the new one, so the prober may see
+    // two short outages with a success between them: still one Skew_Time window)
+    const span = (os: { from: number; to: number }[]): number => (os.length === 0 ? 0 : Math.max(...os.map((o) => o.to)) - Math.min(...os.map((o) => o.from)));
+    expect(span(out2)).toBeLessThanOrEqual(bound);
+    expect(span(out1)).toBeLessThanOrEqual(bound);
     // a backup's restart costs the VIP client nothing
     expect(out3).toStrictEqual([]);
     // the takeovers went to the other equal-priority node, and nobody took the VIP back
