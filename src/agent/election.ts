@@ -17,6 +17,7 @@ import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
+import { canonicalAddress } from '../net/address.js';
 
 /** The running election. */
 export interface ElectionPhase extends PhaseHandle {
@@ -87,10 +88,13 @@ export function startElection(
     const { iface } = resolved;
     const ownAddresses = iface.addresses.map((a) => a.address);
     const discovered = lastKnownNodes(config);
-    // a first run (no last-known file) waits for the seed hosts the slices have not listed yet
-    // (they are joining); a restart treats the seed as listed before (the file has no history,
-    // and a retired seed host must not come back as a peer)
-    const confirmed = discovered === null ? [] : config.apiserver.backends.map((b) => b.host);
+    // the first run of a seed node (the initial control plane: no last-known file yet) waits for
+    // the seed hosts the slices have not listed yet (they are joining); a restart, or a node that
+    // joins later (not in the seed), treats the seed as listed before: it may have retired already
+    // (the file keeps no history), and a retired seed host must not come back as a peer
+    const seedHosts = config.apiserver.backends.map((b) => b.host);
+    const inSeed = seedHosts.some((h) => ownAddresses.some((a) => canonicalAddress(a) === canonicalAddress(h)));
+    const confirmed = discovered === null && inSeed ? [] : seedHosts;
     const membership = membershipOf(config, { own: ownAddresses, discovered, confirmed });
     if (membership.anyBecause) log.warn({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
