@@ -17,8 +17,9 @@
  *               null when nothing at all is known (no seed, no peers, nothing discovered)
  *   standby = members non-null (membership in force), nodes non-empty (the seed or discovery
  *             say who the members are: listed peers alone name the others, not this node) and
- *             none of this node's own addresses is among nodes ∪ listed peers: the others drop our adverts (and in unicast mode with
- *             `discovered` do not even send to us), so the engine stays Backup and listens
+ *             none of this node's own addresses is among nodes ∪ listed peers: the others drop
+ *             our adverts (and in unicast mode with `discovered` do not even send to us), so
+ *             the engine stays Backup and listens
  *             instead of becoming a second master (state.ts MachineEvent `standby`)
  */
 import type { Config } from '../config/index.js';
