@@ -116,6 +116,7 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     return this.#set.current();
   }
 
+  /** Discovery's state and counters (lists, watch errors, empty answers kept), for /status and /metrics. Never throws. */
   stats(): DiscoveryStats {
     return { state: this.#state, server: this.#server === null ? null : `https://${formatHostPort(this.#server)}`, emptyKept: this.#set.emptyKept, ...this.#stats };
   }

@@ -113,8 +113,9 @@ export interface EngineReconfigure {
   vipLifetimeMs?: number;
 }
 
-/** Logged once when this node stops / starts being a member of the group (EngineOptions `standby`). */
+/** Logged once when this node is found to be in no member source (EngineOptions `standby` set; docs/auth.md). */
 export const STANDBY_ON = 'not a member of the group yet: listening as Backup until discovery lists this node';
+/** Logged once when standby is cleared: from then on RFC 9568 §6.4 rules apply (a silent group: Active within one Master_Down_Interval). */
 export const STANDBY_OFF = 'a member of the group now: normal VRRP rules apply';
 
 /** Most sources logged once each per kind of drop; the rest only count (a flood of forged sources cannot grow memory). */
