@@ -18,8 +18,12 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # linux-libc-dev (<linux/bpf.h>, <linux/inet_diag.h>) and pkg-config (CMake finds libbpf with it);
 # util-linux for nsenter (the lab's BPF loader keeps the machine's mounts); bpftool to inspect
 # attached programs by hand;
-# nginx with its stream module (a dynamic module in Debian) as kubespray's node-local proxy for the bench.
-PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream)
+# nginx with its stream module (a dynamic module in Debian) as kubespray's node-local proxy for the bench;
+# for the release artefacts and their tests: dpkg-dev (dpkg-deb), buildah and umoci (the OCI image,
+# built from nothing), podman and crun (the image run as a lab node), prometheus (promtool and a
+# real server for the alert test), chromium (the status page in a real browser), socat (the
+# systemd notify socket in the Type=notify test).
+PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -39,12 +43,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || { [ $own_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
   if [ $own_policy = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
-  # the keepalived, haproxy and nginx packages enable their own services (nginx would listen on
+  # the keepalived, haproxy, nginx and prometheus packages enable their own services (nginx would listen on
   # port 80 of the machine); the lab starts its own
   if command -v systemctl >/dev/null 2>&1; then
     systemctl disable --now keepalived >/dev/null 2>&1 || true
     systemctl disable --now haproxy >/dev/null 2>&1 || true
     systemctl disable --now nginx >/dev/null 2>&1 || true
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
   fi
 fi
 
