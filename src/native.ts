@@ -215,8 +215,9 @@ function isAddon(value: unknown): value is Addon {
 /**
  * The package root: the nearest directory above this file whose package.json is ballast's.
  * This file runs as src/native.ts (vitest) and as dist/src/native.js (after tsc).
+ * @throws Error when no such directory is found.
  */
-function packageRoot(): string {
+export function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
     const manifest = join(dir, 'package.json');

@@ -1,14 +1,28 @@
 /**
- * Prometheus metrics (prom-client), served at GET /metrics on the admin listener.
+ * Prometheus metrics (prom-client), served at GET /metrics on the admin listener. Names follow
+ * https://prometheus.io/docs/practices/naming/ (units in the name, `_total` counters, durations
+ * `_duration_seconds`, `_info` = 1 with the facts as labels); docs/metrics.md lists them.
  *
  * The election's counters live in the worker; they are read from the latest status document
  * at scrape time, so a scrape costs one message round trip to the worker and nothing on the
  * advert path.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { packageRoot } from '../native.js';
 import type { StatusDocument } from './status.js';
 
 const STATES = ['init', 'backup', 'master', 'fault'] as const;
+/** A backend's health states (health/hysteresis.ts BackendState), one ballast_backend_state series each. */
+const BACKEND_STATES = ['unknown', 'up', 'down'] as const;
+
+/** The version in ballast's package.json (the package root found as native.ts finds it). @throws Error when it cannot be read. */
+export function ballastVersion(): string {
+  const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as { version?: unknown };
+  if (typeof pkg.version !== 'string') throw new Error('ballast: package.json has no version');
+  return pkg.version;
+}
 
 /** The registry and the hook that refreshes it from a status document before each scrape. */
 export interface Metrics {
@@ -18,13 +32,17 @@ export interface Metrics {
 }
 
 /**
- * Creates ballast's metrics in a fresh registry (plus Node's process metrics, prefixed
- * `ballast_`). Counters mirror the worker's cumulative counters, so they only ever grow while
- * the agent runs.
+ * Creates ballast's metrics in a fresh registry, plus prom-client's process metrics under their
+ * standard names (`process_*`, `nodejs_*`, no prefix: stock Node.js dashboards work) and
+ * `ballast_build_info{version,node_version} 1`. Counters mirror the worker's cumulative
+ * counters, so they only ever grow while the agent runs.
+ * @param build.version default: package.json's ({@link ballastVersion}).
  */
-export function createMetrics(): Metrics {
+export function createMetrics(build: { version?: string } = {}): Metrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'ballast_' });
+  collectDefaultMetrics({ register: registry });
+  new Gauge({ name: 'ballast_build_info', help: 'Always 1; the labels say which ballast runs (version) on which Node.js (node_version)', labelNames: ['version', 'node_version'], registers: [registry] })
+    .set({ version: build.version ?? ballastVersion(), node_version: process.version }, 1);
   const labels = ['vrid'] as const;
   const state = new Gauge({ name: 'ballast_vrrp_state', help: 'VRRP state of this node: 1 for the current state, 0 for the others', labelNames: ['vrid', 'state'], registers: [registry] });
   const priority = new Gauge({ name: 'ballast_vrrp_priority', help: 'Configured VRRP priority', labelNames: labels, registers: [registry] });
@@ -39,12 +57,13 @@ export function createMetrics(): Metrics {
     announcementsSent: new Counter({ name: 'ballast_announcements_sent_total', help: 'Gratuitous ARP / unsolicited NA frames sent', labelNames: labels, registers: [registry] }),
     foreign: new Counter({ name: 'ballast_vrrp_foreign_adverts_total', help: 'Adverts for our VRID listing other addresses than our VIPs (another group or a misconfigured peer)', labelNames: labels, registers: [registry] }),
   };
-  const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend', 'state'], registers: [registry] });
+  const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend'], registers: [registry] });
+  const backendState = new Gauge({ name: 'ballast_backend_state', help: 'Health state of the backend: 1 for the current state (unknown before its first verdict, up, down), 0 for the others', labelNames: ['backend', 'state'], registers: [registry] });
   const backendWaiting = new Gauge({ name: 'ballast_backend_waiting_for_file', help: '1 while the checks of the backend wait for a file that does not exist yet (setting, path: the CA before kubeadm init)', labelNames: ['backend', 'setting', 'path'], registers: [registry] });
-  const backendLatency = new Gauge({ name: 'ballast_backend_check_latency_seconds', help: 'Latency of the last /readyz check of the backend', labelNames: ['backend'], registers: [registry] });
+  const backendLatency = new Gauge({ name: 'ballast_backend_check_duration_seconds', help: 'How long the last /readyz check of the backend took', labelNames: ['backend'], registers: [registry] });
   const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
-  const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_seconds', help: 'Duration of the last nftables apply', registers: [registry] });
+  const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_duration_seconds', help: 'How long the last nftables apply took', registers: [registry] });
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
@@ -93,10 +112,12 @@ export function createMetrics(): Metrics {
         }
       }
       backendUp.reset();
+      backendState.reset();
       backendLatency.reset();
       backendWaiting.reset();
       for (const b of doc.backends) {
-        backendUp.set({ backend: b.address, state: b.state }, b.healthy ? 1 : 0);
+        backendUp.set({ backend: b.address }, b.healthy ? 1 : 0);
+        for (const s of BACKEND_STATES) backendState.set({ backend: b.address, state: s }, b.state === s ? 1 : 0);
         if (b.waitingFor) backendWaiting.set({ backend: b.address, setting: b.waitingFor.setting, path: b.waitingFor.path }, 1);
         if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
       }

@@ -137,7 +137,7 @@ describe('checker: waiting for the CA, then up within rise × interval', () => {
     metrics.update(doc);
     const text = await metrics.registry.metrics();
     expect(text).toContain('ballast_backend_waiting_for_file{backend="10.0.0.11:6443",setting="apiserver.health.caFile",path="/etc/kubernetes/pki/ca.crt"} 1');
-    expect(text).toContain('ballast_backend_up{backend="10.0.0.11:6443",state="down"} 0');
+    expect(text).toContain('ballast_backend_up{backend="10.0.0.11:6443"} 0');
 
     // the file appears at t = 2000 (after the check at 1500): up at the second passing check,
     // 2500 and 3500, i.e. within rise × interval of its appearance

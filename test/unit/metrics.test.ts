@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createMetrics } from '../../src/observe/metrics.js';
+import { readFileSync } from 'node:fs';
+import { ballastVersion, createMetrics } from '../../src/observe/metrics.js';
 import type { ElectionStatusDocument, StatusDocument } from '../../src/observe/status.js';
 
 const doc: ElectionStatusDocument = {
@@ -40,12 +41,17 @@ describe('metrics', () => {
       expect(text.split('\n')).toContain(line);
     }
     for (const line of [
-      'ballast_backend_up{backend="10.0.0.11:6443",state="up"} 1',
-      'ballast_backend_up{backend="10.0.0.12:6443",state="down"} 0',
-      'ballast_backend_check_latency_seconds{backend="10.0.0.11:6443"} 0.012',
+      'ballast_backend_up{backend="10.0.0.11:6443"} 1',
+      'ballast_backend_up{backend="10.0.0.12:6443"} 0',
+      'ballast_backend_state{backend="10.0.0.11:6443",state="up"} 1',
+      'ballast_backend_state{backend="10.0.0.11:6443",state="down"} 0',
+      'ballast_backend_state{backend="10.0.0.11:6443",state="unknown"} 0',
+      'ballast_backend_state{backend="10.0.0.12:6443",state="down"} 1',
+      'ballast_backend_state{backend="10.0.0.12:6443",state="up"} 0',
+      'ballast_backend_check_duration_seconds{backend="10.0.0.11:6443"} 0.012',
       'ballast_dataplane_applies_total 3',
       'ballast_dataplane_apply_failures_total 1',
-      'ballast_dataplane_last_apply_seconds 0.0045',
+      'ballast_dataplane_last_apply_duration_seconds 0.0045',
       'ballast_dataplane_flushed_connections_total 7',
     ]) {
       expect(text.split('\n')).toContain(line);
@@ -53,7 +59,18 @@ describe('metrics', () => {
     expect(text.split('\n')).toContain('ballast_local_endpoint_backend{mode="ebpf",backend="10.0.0.11:6443"} 1');
     expect(text.split('\n')).toContain('ballast_local_endpoint_sockets_reset_total 2');
     expect(text).toContain('# TYPE ballast_vrrp_adverts_sent_total counter');
-    expect(text).toContain('ballast_process_cpu_user_seconds_total');
+  });
+  it('process metrics under their standard names, and ballast_build_info', async () => {
+    const text = await createMetrics({ version: '1.2.3' }).registry.metrics();
+    const lines = text.split('\n');
+    expect(lines).toContain('# TYPE process_cpu_user_seconds_total counter');
+    expect(lines).toContain('# TYPE nodejs_eventloop_lag_seconds gauge');
+    expect(lines).toContain('# TYPE process_resident_memory_bytes gauge');
+    expect(text).not.toMatch(/^ballast_(process|nodejs)_/m);
+    expect(lines).toContain(`ballast_build_info{version="1.2.3",node_version="${process.version}"} 1`);
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    expect(ballastVersion()).toBe(pkg.version);
+    expect((await createMetrics().registry.metrics()).split('\n')).toContain(`ballast_build_info{version="${pkg.version}",node_version="${process.version}"} 1`);
   });
   it('counters follow the worker across scrapes instead of adding up', async () => {
     const m = createMetrics();
