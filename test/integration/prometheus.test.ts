@@ -1,0 +1,196 @@
+/**
+ * A real Prometheus (Debian's prometheus package, 2.42) scraping three real agents on a lab,
+ * with the shipped rules (deploy/prometheus/ballast.rules.yaml): BallastNoVipHolder fires when
+ * every node loses the VIP and clears when one takes it back.
+ *
+ * Topology: Prometheus runs in the lab's client namespace and scrapes each agent's admin endpoint
+ * on the node's lab address (admin.listen 10.78.S.1x:9641). To make every node lose the VIP while
+ * it stays scrapeable, each node's eth0 is unplugged (Lab.linkDown: no carrier, the election goes
+ * to Fault and lets the VIP go) while the scrapes take a second path: a veth pair from the client
+ * namespace straight into each node, with a /32 route each way (more specific than the LAN's /24).
+ *
+ * The rules file is the real one with every `for:` shortened to 2s (its 30s is meant for a 15 s
+ * scrape interval, see docs/alerts.md); the test checks that nothing else differs. Scrape and
+ * evaluation interval: 1 s. Bounds: the alert fires no sooner than `for` after the last node let
+ * the VIP go, and within scrape + evaluation + for + evaluation (+ margin) of it; it clears within
+ * Master_Down_Interval + scrape + evaluation (+ margin) of the link coming back.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse, stringify } from 'yaml';
+import type { Lab, LabNode, LabProcess } from '../../lab/lab.js';
+import { agentConfig, cliPath, runAgent, waitForSingleHolder, type LabAgent } from '../../lab/cluster.js';
+import { ADDED_ELSEWHERE, RULES_FILE, alertRules, exposedNames, namesInUse, type RulesFile } from '../support/monitoring.js';
+import { needs, startLab, waitFor } from '../support/index.js';
+
+const PREFIX = 'bprom';
+const SUBNET = 107;
+const ADMIN_PORT = 9641;
+const WEB_PORT = 9090;
+/** scrape_interval = evaluation_interval, ms */
+const STEP_MS = 1000;
+/** every rule's `for:` in the test, ms */
+const FOR_MS = 2000;
+/** Scheduling on 2 shared cores, the API poll period (100 ms), a scrape that takes a while. */
+const MARGIN_MS = 1500;
+
+const onPath = (cmd: string): boolean => {
+  try {
+    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+};
+const missing = needs('root', 'ip') ?? (onPath('prometheus') && onPath('curl') ? null : 'no prometheus or curl on PATH (apt-get install prometheus curl)');
+
+interface PromAlert {
+  labels: Record<string, string>;
+  state: 'pending' | 'firing';
+  activeAt: string;
+  value: string;
+}
+
+describe.skipIf(missing)('a real Prometheus with the shipped rules (root, prometheus; skipped otherwise)', () => {
+  let lab: Lab;
+  const agents: LabAgent[] = [];
+  let prom: LabProcess | undefined;
+  let promPid = 0;
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-prometheus-'));
+  const web = (): string => `http://${lab.client.ipv4}:${WEB_PORT}`;
+
+  /** GET `path` of Prometheus's API from the client namespace; the `data` of its answer. */
+  async function api<T>(path: string, query?: string): Promise<T> {
+    const argv = ['curl', '-sf', '--max-time', '2', ...(query === undefined ? [] : ['-G', '--data-urlencode', `query=${query}`]), `${web()}${path}`];
+    const r = await lab.exec(lab.client.netns, argv, { timeoutMs: 4000 });
+    const body = JSON.parse(r.stdout) as { status: string; data: T };
+    if (body.status !== 'success') throw new Error(`${path}: ${r.stdout}`);
+    return body.data;
+  }
+  const alerts = async (name: string): Promise<PromAlert[]> => (await api<{ alerts: PromAlert[] }>('/api/v1/alerts')).alerts.filter((a) => a.labels.alertname === name);
+
+  /** A veth from the client namespace into `node` and /32 routes both ways: the scrape path that does not cross the LAN bridge. */
+  async function scrapePath(node: LabNode, i: number): Promise<void> {
+    const outside = `${PREFIX}p${i + 1}`;
+    const inside = `${PREFIX}mon`;
+    await lab.exec(lab.client.netns, ['ip', 'link', 'add', outside, 'type', 'veth', 'peer', 'name', inside, 'netns', node.netns]);
+    await lab.exec(lab.client.netns, ['ip', 'link', 'set', outside, 'up']);
+    await lab.exec(node.netns, ['ip', 'link', 'set', inside, 'up']);
+    await lab.exec(lab.client.netns, ['ip', 'route', 'add', `${node.ipv4}/32`, 'dev', outside, 'src', lab.client.ipv4]);
+    await lab.exec(node.netns, ['ip', 'route', 'add', `${lab.client.ipv4}/32`, 'dev', inside, 'src', node.ipv4]);
+  }
+
+  beforeAll(async () => {
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
+    await Promise.all(lab.nodes.map((n, i) => scrapePath(n, i)));
+    const priorities = [150, 100, 50];
+    const started = await Promise.all(
+      lab.nodes.map((n, i) => {
+        const configPath = join(lab.dir, `${n.name}-ballast.yaml`);
+        writeFileSync(configPath, agentConfig(lab, n, { priority: priorities[i]!, extra: { admin: { listen: `${n.ipv4}:${ADMIN_PORT}` } } }));
+        return runAgent(lab, n, configPath, {
+          logFile: join(lab.dir, `${n.name}-ballast.log`),
+          answers: async () => (await lab.exec(n.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${n.ipv4}:${ADMIN_PORT}`], { allowFail: true, timeoutMs: 5000 })).code === 0,
+        });
+      }),
+    );
+    agents.push(...started);
+  });
+
+  afterAll(async () => {
+    if (prom) await prom.stop('SIGTERM', 5000).catch(() => undefined);
+    await Promise.all(agents.map((a) => a.stop('SIGTERM').catch(() => undefined)));
+    await lab?.teardown();
+    rmSync(dir, { recursive: true, force: true });
+    // no leftovers: the server is gone (by its PID) and so is its storage
+    if (promPid > 0) expect(() => process.kill(promPid, 0)).toThrow();
+    expect(existsSync(dir)).toBe(false);
+  });
+
+  it('scrapes the agents, evaluates every rule, and BallastNoVipHolder fires when every node loses the VIP and clears when one takes it back', async () => {
+    // the real rules with only `for:` shortened
+    const original = parse(readFileSync(RULES_FILE, 'utf8')) as RulesFile;
+    const shortened: RulesFile = { groups: original.groups.map((g) => ({ ...g, rules: g.rules.map((r) => (r.for === undefined ? r : { ...r, for: `${FOR_MS / 1000}s` })) })) };
+    const withoutFor = (f: RulesFile): unknown => f.groups.map((g) => ({ ...g, rules: g.rules.map(({ for: _for, ...rest }) => rest) }));
+    expect(withoutFor(shortened)).toEqual(withoutFor(original));
+    expect(original.groups[0]!.rules.find((r) => r.alert === 'BallastNoVipHolder')?.for).toBe('30s');
+    const rulesFile = join(dir, 'ballast.rules.yaml');
+    writeFileSync(rulesFile, stringify(shortened));
+
+    const configFile = join(dir, 'prometheus.yml');
+    writeFileSync(configFile, stringify({
+      global: { scrape_interval: `${STEP_MS / 1000}s`, evaluation_interval: `${STEP_MS / 1000}s`, scrape_timeout: '900ms' },
+      rule_files: [rulesFile],
+      scrape_configs: [{ job_name: 'ballast', static_configs: [{ targets: lab.nodes.map((n) => `${n.ipv4}:${ADMIN_PORT}`), labels: { cluster: 'lab' } }] }],
+    }));
+    prom = lab.spawn(lab.client.netns, [
+      'prometheus', `--config.file=${configFile}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=${lab.client.ipv4}:${WEB_PORT}`,
+      '--storage.tsdb.retention.time=1h', '--log.level=warn',
+    ], { logFile: join(dir, 'prometheus.log') });
+    promPid = prom.pid;
+
+    // every agent scraped (through the side path), every rule loaded and evaluating without error
+    const targets = await waitFor(
+      () => api<{ activeTargets: { health: string; scrapeUrl: string }[] }>('/api/v1/targets').catch(() => ({ activeTargets: [] })),
+      (d) => d.activeTargets.length === 3 && d.activeTargets.every((t) => t.health === 'up'),
+      { timeoutMs: 15_000, intervalMs: 200, what: 'Prometheus to scrape the three agents' },
+    );
+    expect(targets.activeTargets.map((t) => t.scrapeUrl).sort()).toEqual(lab.nodes.map((n) => `http://${n.ipv4}:${ADMIN_PORT}/metrics`));
+    const rules = await waitFor(
+      () => api<{ groups: { rules: { name: string; health: string; lastEvaluation: string }[] }[] }>('/api/v1/rules'),
+      (d) => d.groups.flatMap((g) => g.rules).every((r) => r.health === 'ok'),
+      { timeoutMs: 5000, intervalMs: 200, what: 'every rule evaluated' },
+    );
+    expect(rules.groups.flatMap((g) => g.rules.map((r) => r.name)).sort()).toEqual(alertRules().map((r) => r.alert).sort());
+
+    // what the agent really exports covers every name the rules and the dashboard use
+    const exposition = await lab.exec(lab.client.netns, ['curl', '-sf', '--max-time', '2', `http://${lab.nodes[0]!.ipv4}:${ADMIN_PORT}/metrics`]);
+    const exported = exposedNames(exposition.stdout);
+    expect([...namesInUse()].filter(([n]) => !exported.has(n) && !ADDED_ELSEWHERE.has(n))).toEqual([]);
+    const build = await api<{ result: { metric: Record<string, string> }[] }>('/api/v1/query', 'ballast_build_info');
+    expect(build.result.map((r) => r.metric.instance).sort()).toEqual(lab.nodes.map((n) => `${n.ipv4}:${ADMIN_PORT}`));
+    expect(build.result.every((r) => r.metric.cluster === 'lab' && r.metric.node_version === process.version)).toBe(true);
+
+    // one holder, seen by Prometheus too, and the alert quiet
+    await waitForSingleHolder(lab, lab.vip4);
+    await waitFor(async () => (await api<{ result: { value: [number, string] }[] }>('/api/v1/query', 'sum by (cluster, vrid) (ballast_vip_held)')).result.map((r) => r.value[1]), (v) => v.length === 1 && v[0] === '1', { timeoutMs: 5000, intervalMs: 200, what: 'Prometheus to see one holder' });
+    // (an evaluation before the holder's first scrape can have made it pending: the next one clears it)
+    await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' });
+
+    // every node unplugged: each goes to Fault and lets the VIP go; the side path still scrapes
+    const t0 = Date.now();
+    await Promise.all(lab.nodes.map((n) => lab.linkDown(n)));
+    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 0, { timeoutMs: 3000, intervalMs: 20, what: 'no node to hold the VIP' });
+    const tGone = Date.now();
+    const firing = await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.some((x) => x.state === 'firing'), { timeoutMs: STEP_MS * 3 + FOR_MS + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastNoVipHolder to fire' });
+    const tFire = Date.now();
+    expect(firing).toHaveLength(1);
+    expect(firing[0]!.labels).toMatchObject({ alertname: 'BallastNoVipHolder', cluster: 'lab', vrid: '51', severity: 'critical' });
+    const activeAt = Date.parse(firing[0]!.activeAt);
+    // pending only once the VIP was gone (Prometheus's own clock: this machine's)
+    expect(activeAt).toBeGreaterThanOrEqual(t0 - 50);
+    // fired no sooner than `for` after it went pending, and within scrape + evaluation + for + evaluation of the VIP going
+    expect(tFire - activeAt).toBeGreaterThanOrEqual(FOR_MS);
+    expect(tFire - tGone).toBeLessThanOrEqual(STEP_MS * 3 + FOR_MS + MARGIN_MS);
+    // the agents stayed scrapeable, and say why: every node in fault
+    const states = await api<{ result: { metric: Record<string, string> }[] }>('/api/v1/query', 'ballast_vrrp_state == 1');
+    expect(states.result.map((r) => r.metric.state)).toEqual(['fault', 'fault', 'fault']);
+
+    // one node plugged back in: it takes the VIP after Master_Down_Interval, and the alert clears
+    const t1 = Date.now();
+    await lab.linkUp(lab.nodes[1]!);
+    await waitForSingleHolder(lab, lab.vip4, 5000);
+    const tHeld = Date.now();
+    await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastNoVipHolder to clear' });
+    const tClear = Date.now();
+    const masterDownMs = (await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${lab.nodes[1]!.ipv4}:${ADMIN_PORT}`]).then((r) => JSON.parse(r.stdout) as { masterDownIntervalMs: number })).masterDownIntervalMs;
+    expect(tClear - tHeld).toBeLessThanOrEqual(STEP_MS * 2 + MARGIN_MS);
+    expect(tHeld - t1).toBeLessThanOrEqual(masterDownMs + MARGIN_MS + 1000);
+    console.log(`[prometheus] VIP gone ${tGone - t0} ms after the unplug; BallastNoVipHolder pending ${activeAt - tGone} ms after that, firing ${tFire - tGone} ms after (for ${FOR_MS} ms, scrape = evaluation = ${STEP_MS} ms); ` +
+      `VIP back ${tHeld - t1} ms after the replug (Master_Down_Interval ${masterDownMs} ms), alert cleared ${tClear - tHeld} ms after that`);
+    for (const n of [lab.nodes[0]!, lab.nodes[2]!]) await lab.linkUp(n);
+  });
+});
