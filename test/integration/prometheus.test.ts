@@ -45,7 +45,10 @@ const onPath = (cmd: string): boolean => {
     return false;
   }
 };
-const missing = needs('root', 'ip') ?? (onPath('prometheus') && onPath('curl') ? null : 'no prometheus or curl on PATH (apt-get install prometheus curl)');
+const missing = needs('root', 'ip') ?? (onPath('prometheus') ? null : 'no prometheus on PATH (apt-get install prometheus)');
+
+/** A GET with Node's fetch, run inside a lab namespace: prints the body, exits 1 on a non-2xx answer, 2 when unreachable. */
+const GET_SCRIPT = `fetch(process.argv[1], { signal: AbortSignal.timeout(2000) }).then(async (r) => { process.stdout.write(await r.text()); process.exit(r.ok ? 0 : 1); }, (e) => { console.error(String(e)); process.exit(2); })`;
 
 interface PromAlert {
   labels: Record<string, string>;
@@ -62,12 +65,13 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
   const dir = mkdtempSync(join(tmpdir(), 'ballast-prometheus-'));
   const web = (): string => `http://${lab.client.ipv4}:${WEB_PORT}`;
 
-  /** GET `path` of Prometheus's API from the client namespace; the `data` of its answer. */
+  /** GET `url` from the client namespace; the body. @throws when it does not answer 2xx. */
+  const get = async (url: string): Promise<string> => (await lab.exec(lab.client.netns, [process.execPath, '-e', GET_SCRIPT, url], { timeoutMs: 5000 })).stdout;
+  /** GET `path` of Prometheus's API (with `query`, URL-encoded); the `data` of its answer. */
   async function api<T>(path: string, query?: string): Promise<T> {
-    const argv = ['curl', '-sf', '--max-time', '2', ...(query === undefined ? [] : ['-G', '--data-urlencode', `query=${query}`]), `${web()}${path}`];
-    const r = await lab.exec(lab.client.netns, argv, { timeoutMs: 4000 });
-    const body = JSON.parse(r.stdout) as { status: string; data: T };
-    if (body.status !== 'success') throw new Error(`${path}: ${r.stdout}`);
+    const text = await get(`${web()}${path}${query === undefined ? '' : `?query=${encodeURIComponent(query)}`}`);
+    const body = JSON.parse(text) as { status: string; data: T };
+    if (body.status !== 'success') throw new Error(`${path}: ${text}`);
     return body.data;
   }
   const alerts = async (name: string): Promise<PromAlert[]> => (await api<{ alerts: PromAlert[] }>('/api/v1/alerts')).alerts.filter((a) => a.labels.alertname === name);
@@ -93,6 +97,7 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
         writeFileSync(configPath, agentConfig(lab, n, { priority: priorities[i]!, extra: { admin: { listen: `${n.ipv4}:${ADMIN_PORT}` } } }));
         return runAgent(lab, n, configPath, {
           logFile: join(lab.dir, `${n.name}-ballast.log`),
+          timeoutMs: 20_000,
           answers: async () => (await lab.exec(n.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${n.ipv4}:${ADMIN_PORT}`], { allowFail: true, timeoutMs: 5000 })).code === 0,
         });
       }),
@@ -147,8 +152,7 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     expect(rules.groups.flatMap((g) => g.rules.map((r) => r.name)).sort()).toEqual(alertRules().map((r) => r.alert).sort());
 
     // what the agent really exports covers every name the rules and the dashboard use
-    const exposition = await lab.exec(lab.client.netns, ['curl', '-sf', '--max-time', '2', `http://${lab.nodes[0]!.ipv4}:${ADMIN_PORT}/metrics`]);
-    const exported = exposedNames(exposition.stdout);
+    const exported = exposedNames(await get(`http://${lab.nodes[0]!.ipv4}:${ADMIN_PORT}/metrics`));
     expect([...namesInUse()].filter(([n]) => !exported.has(n) && !ADDED_ELSEWHERE.has(n))).toEqual([]);
     const build = await api<{ result: { metric: Record<string, string> }[] }>('/api/v1/query', 'ballast_build_info');
     expect(build.result.map((r) => r.metric.instance).sort()).toEqual(lab.nodes.map((n) => `${n.ipv4}:${ADMIN_PORT}`));
