@@ -15,7 +15,6 @@
  * the VIP go, and within scrape + evaluation + for + evaluation (+ margin) of it; it clears within
  * Master_Down_Interval + scrape + evaluation (+ margin) of the link coming back.
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -37,15 +36,7 @@ const FOR_MS = 2000;
 /** Scheduling on 2 shared cores, the API poll period (100 ms), a scrape that takes a while. */
 const MARGIN_MS = 1500;
 
-const onPath = (cmd: string): boolean => {
-  try {
-    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-};
-const missing = needs('root', 'ip') ?? (onPath('prometheus') ? null : 'no prometheus on PATH (apt-get install prometheus)');
+const missing = needs('root', 'ip', 'prometheus');
 
 /** A GET with Node's fetch, run inside a lab namespace: prints the body, exits 1 on a non-2xx answer, 2 when unreachable. */
 const GET_SCRIPT = `fetch(process.argv[1], { signal: AbortSignal.timeout(2000) }).then(async (r) => { process.stdout.write(await r.text()); process.exit(r.ok ? 0 : 1); }, (e) => { console.error(String(e)); process.exit(2); })`;

@@ -24,11 +24,11 @@ export type Need =
   /** root, kernel ≥ 5.14, a cgroup v2 hierarchy and the BPF object built (the cgroup socket programs) */
   | 'bpf'
   /** an executable; the Debian package scripts/setup.sh installs */
-  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump'
+  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool'
   /** a peer daemon of the lab (lab/peers/) */
   | 'keepalived' | 'haproxy' | 'nginx';
 
-const PACKAGE: Record<string, string> = { ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump' };
+const PACKAGE: Record<string, string> = { ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus' };
 
 function executable(path: string): boolean {
   try {
@@ -61,6 +61,8 @@ function missing(need: Need): string | null {
     case 'nft':
     case 'conntrack':
     case 'tcpdump':
+    case 'prometheus':
+    case 'promtool':
       return onPath(need) ? null : `no ${need} on PATH (apt-get install ${PACKAGE[need]})`;
     case 'keepalived':
       return executable(KEEPALIVED_PATH) ? null : `no ${KEEPALIVED_PATH} (apt-get install keepalived)`;

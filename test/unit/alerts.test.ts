@@ -15,6 +15,7 @@ import { createMetrics } from '../../src/observe/metrics.js';
 import { STATUS_DOC } from '../support/status-doc.js';
 import { ADDED_ELSEWHERE, RULES_FILE, alertRules, dashboard, dashboardExprs, exposedNames, metricNames, namesInUse } from '../support/monitoring.js';
 import { packageRoot } from '../../lab/lab.js';
+import { needs } from '../support/index.js';
 
 const run = promisify(execFile);
 const TESTS_DIR = join(packageRoot(), 'deploy', 'prometheus', 'tests');
@@ -38,7 +39,7 @@ interface PromtoolTests {
   tests: { alert_rule_test?: { alertname: string; eval_time: string; exp_alerts: unknown[] }[] }[];
 }
 
-describe('alerting rules', () => {
+describe.skipIf(needs('promtool'))('alerting rules (promtool; skipped otherwise)', () => {
   const rules = alertRules();
   // every promtool run starts at once (they take most of this file's time), each test awaits its own
   const runs = new Map<string, Promise<{ code: number; out: string }>>();
@@ -137,7 +138,7 @@ describe('Grafana dashboard', () => {
     }
   });
 
-  it('promtool check rules accepts every dashboard expression (written as recording rules into a temp file)', async () => {
+  it.skipIf(needs('promtool'))('promtool check rules accepts every dashboard expression (written as recording rules into a temp file)', async () => {
     const exprs = dashboardExprs();
     expect(exprs.length).toBeGreaterThan(30);
     const file = join(tmp, 'dashboard.rules.yaml');
