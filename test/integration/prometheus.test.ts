@@ -1,7 +1,8 @@
 /**
  * A real Prometheus (Debian's prometheus package, 2.42) scraping three real agents on a lab,
  * with the shipped rules (deploy/prometheus/ballast.rules.yaml): BallastNoVipHolder fires when
- * every node loses the VIP and clears when one takes it back.
+ * every node loses the VIP and clears when one takes it back; BallastMultipleVipHolders fires
+ * while VRRP is blocked between the nodes (a split brain: each holds the VIP) and clears after.
  *
  * Topology: Prometheus runs in the lab's client namespace and scrapes each agent's admin endpoint
  * on the node's lab address (admin.listen 10.78.S.1x:9641). To make every node lose the VIP while
@@ -21,7 +22,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import type { Lab, LabNode, LabProcess } from '../../lab/lab.js';
-import { agentConfig, cliPath, runAgent, waitForSingleHolder, type LabAgent } from '../../lab/cluster.js';
+import { agentConfig, blockVrrp, cliPath, runAgent, waitForSingleHolder, type LabAgent } from '../../lab/cluster.js';
 import { ADDED_ELSEWHERE, RULES_FILE, alertRules, exposedNames, namesInUse, type RulesFile } from '../support/monitoring.js';
 import { needs, startLab, waitFor } from '../support/index.js';
 
@@ -97,6 +98,7 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
   });
 
   afterAll(async () => {
+    if (lab) await blockVrrp(lab, false).catch(() => undefined);
     if (prom) await prom.stop('SIGTERM', 5000).catch(() => undefined);
     await Promise.all(agents.map((a) => a.stop('SIGTERM').catch(() => undefined)));
     await lab?.teardown();
@@ -187,5 +189,30 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     console.log(`[prometheus] VIP gone ${tGone - t0} ms after the unplug; BallastNoVipHolder pending ${activeAt - tGone} ms after that, firing ${tFire - tGone} ms after (for ${FOR_MS} ms, scrape = evaluation = ${STEP_MS} ms); ` +
       `VIP back ${tHeld - t1} ms after the replug (Master_Down_Interval ${masterDownMs} ms), alert cleared ${tClear - tHeld} ms after that`);
     for (const n of [lab.nodes[0]!, lab.nodes[2]!]) await lab.linkUp(n);
+  });
+
+  it('BallastMultipleVipHolders fires while VRRP is blocked between the nodes (each takes the VIP) and clears once they hear each other', async () => {
+    await waitForSingleHolder(lab, lab.vip4, 5000);
+    await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' });
+    const t0 = Date.now();
+    await blockVrrp(lab, true);
+    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 3, { timeoutMs: 5000, intervalMs: 20, what: 'every node to take the VIP' });
+    const tSplit = Date.now();
+    const firing = await waitFor(() => alerts('BallastMultipleVipHolders'), (a) => a.some((x) => x.state === 'firing'), { timeoutMs: STEP_MS * 3 + FOR_MS + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastMultipleVipHolders to fire' });
+    const tFire = Date.now();
+    expect(firing).toHaveLength(1);
+    expect(firing[0]!.labels).toMatchObject({ alertname: 'BallastMultipleVipHolders', cluster: 'lab', vrid: '51', severity: 'critical' });
+    expect(Number(firing[0]!.value)).toBe(3);
+    expect(tFire - Date.parse(firing[0]!.activeAt)).toBeGreaterThanOrEqual(FOR_MS);
+    expect(tFire - tSplit).toBeLessThanOrEqual(STEP_MS * 3 + FOR_MS + MARGIN_MS);
+    await blockVrrp(lab, false);
+    const t1 = Date.now();
+    await waitForSingleHolder(lab, lab.vip4, 5000);
+    const tOne = Date.now();
+    await waitFor(() => alerts('BallastMultipleVipHolders'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastMultipleVipHolders to clear' });
+    const tClear = Date.now();
+    expect(tClear - tOne).toBeLessThanOrEqual(STEP_MS * 2 + MARGIN_MS);
+    expect(await alerts('BallastNoVipHolder')).toEqual([]);
+    console.log(`[prometheus] split brain ${tSplit - t0} ms after blocking VRRP; BallastMultipleVipHolders firing ${tFire - tSplit} ms after; one holder ${tOne - t1} ms after unblocking, alert cleared ${tClear - tOne} ms after that`);
   });
 });
