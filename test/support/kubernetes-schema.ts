@@ -1,6 +1,6 @@
 /**
  * Validation of Kubernetes objects against the published schemas, for the manifests and the
- * examples (test/unit/manifest*.test.ts). Nothing here describes a shape by hand:
+ * examples (test/unit/manifest.test.ts). Nothing here describes a shape by hand:
  *
  * - Built-in kinds (Pod, DaemonSet, ConfigMap, ServiceAccount, Role, RoleBinding): kubernetes-models'
  *   runtime validation, compiled from the Kubernetes OpenAPI schema (`new Pod(obj).validate()`:
