@@ -101,6 +101,16 @@ function load(path: string, io: ManifestIo): Config {
   return config;
 }
 
+/** Runs `fn`; a ConfigError it throws about the configuration (no source yet) names `path`. */
+function about<T>(path: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof ConfigError && err.source === undefined) throw new ConfigError(err.issues, { source: path, cause: err });
+    throw err;
+  }
+}
+
 function emit(text: string, output: string | undefined, io: ManifestIo): void {
   if (output === undefined) io.stdout(text);
   else (io.write ?? writeAtomic)(resolve(output), text);
@@ -142,7 +152,7 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
       Promise.resolve().then(() => {
         const configPath = nodePath(o);
         const config = load(o.config, io);
-        const pod = staticPod(config, { configPath, image: o.image ?? defaultImage });
+        const pod = about(o.config, () => staticPod(config, { configPath, image: o.image ?? defaultImage }));
         emit(toYaml([pod], header('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', configPath)), o.output, io);
         return 0;
       }),
@@ -153,7 +163,7 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
       Promise.resolve().then(() => {
         const configPath = nodePath(o);
         const config = load(o.config, io);
-        const objects = daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image: o.image ?? defaultImage });
+        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image: o.image ?? defaultImage }));
         emit(toYaml(objects, header("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", configPath)), o.output, io);
         return 0;
       }),

@@ -337,7 +337,7 @@ describe('the command line', () => {
     // valid, but not for a DaemonSet: the same exit status
     const r = await manifest('daemonset', '--config', write('cp2.yaml', CP));
     expect([r.code, r.stdout]).toStrictEqual([2, '']);
-    expect(r.stderr).toContain('vrrp: the DaemonSet runs the node-local endpoint');
+    expect(r.stderr).toContain(`ballast: invalid configuration in ${join(dir, 'cp2.yaml')} (1 problem):\n  vrrp: the DaemonSet runs the node-local endpoint`);
   });
 
   it('daemonset, rbac and systemd', async () => {
