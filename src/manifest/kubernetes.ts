@@ -19,8 +19,9 @@
  *   from hostPath mounts; discovery uses a kubeconfig file. A missing file (the CA, admin.conf
  *   before `kubeadm init`) is waited for by the agent, so those directories are
  *   DirectoryOrCreate: the pod starts before kubeadm writes them.
- * - No `privileged`: the capabilities of AGENT_CAPABILITIES are added, all others dropped,
- *   root (runAsUser 0) because the agent opens raw sockets and loads BPF as root.
+ * - No `privileged`: the capabilities of AGENT_CAPABILITIES are added (CAP_BPF only with the
+ *   eBPF local endpoint: AGENT_CAPABILITIES_EBPF_FREE), all others dropped; root (runAsUser 0),
+ *   as the agent's files (pins, /run/ballast, /etc/kubernetes) are root's.
  * - /sys/fs/bpf and /sys/fs/cgroup are mounted only when the configuration runs the eBPF local
  *   endpoint (`localEndpoint` with `dataplane.local: ebpf`). /sys/fs/bpf with HostToContainer
  *   propagation: the pins live on the host's bpffs (systemd mounts it at boot), so the next pod
@@ -52,7 +53,7 @@ import type { IRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v
 import { stringify } from 'yaml';
 import type { Config } from '../config/index.js';
 import { ConfigError, type ConfigIssue } from '../errors.js';
-import { AGENT_CAPABILITIES } from './capabilities.js';
+import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from './capabilities.js';
 
 /** The configuration file the agent reads by default (also the image's default command). */
 export const DEFAULT_CONFIG_PATH = '/etc/ballast/ballast.yaml';
@@ -154,9 +155,12 @@ function probeHost(config: Config): string {
   return h;
 }
 
-/** Kubernetes names capabilities without the CAP_ prefix (NET_ADMIN). */
-function kubernetesCapabilities(): string[] {
-  return AGENT_CAPABILITIES.map((c) => c.replace(/^CAP_/, ''));
+/**
+ * The capabilities to add, in Kubernetes' spelling (without the CAP_ prefix: NET_ADMIN):
+ * AGENT_CAPABILITIES, or AGENT_CAPABILITIES_EBPF_FREE without the eBPF local endpoint.
+ */
+export function kubernetesCapabilities(config: Config): string[] {
+  return (usesEbpf(config) ? AGENT_CAPABILITIES : AGENT_CAPABILITIES_EBPF_FREE).map((c) => c.replace(/^CAP_/, ''));
 }
 
 /** The pod spec shared by the static pod and the DaemonSet's template. */
@@ -192,7 +196,7 @@ function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: str
       runAsGroup: 0,
       privileged: false,
       allowPrivilegeEscalation: false,
-      capabilities: { add: kubernetesCapabilities(), drop: ['ALL'] },
+      capabilities: { add: kubernetesCapabilities(config), drop: ['ALL'] },
     },
     resources: { requests: { cpu: '50m', memory: '64Mi' } },
     startupProbe: { httpGet: healthz, periodSeconds: 2, timeoutSeconds: 2, failureThreshold: 30 },

@@ -22,16 +22,16 @@ import { closeSync, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, rea
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { afterAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ConfigError, loadConfig, parseConfig, type Config, type ConfigNote } from '../../src/config/index.js';
 import { exitCodeOf, isBallastError } from '../../src/errors.js';
-import { AGENT_CAPABILITIES } from '../../src/manifest/capabilities.js';
+import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/manifest/capabilities.js';
+import { systemdUnit } from '../../src/manifest/systemd.js';
 import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/manifest/cli.js';
 import { daemonSet, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
 import { validateBuiltin, validateKubeadmConfigPart, validateKubeadmControlPlane } from '../support/kubernetes-schema.js';
 
-vi.mock('../../src/manifest/systemd.js', () => ({ systemdUnit: (o: { configPath: string }) => `[Unit]\n# unit for ${o.configPath}\n` }));
 
 const dir = mkdtempSync(join(tmpdir(), 'bman-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -101,6 +101,10 @@ describe('ballast manifest static-pod', () => {
     validateBuiltin(proxy);
     expect(mounts(proxy.spec as never)).toStrictEqual(['/etc/ballast ro Directory', '/etc/kubernetes/pki ro DirectoryOrCreate', '/run/ballast rw DirectoryOrCreate', '/var/lib/ballast rw DirectoryOrCreate']);
     expect(proxy.spec!.containers[0]!.livenessProbe!.httpGet).toMatchObject({ host: '127.0.0.1', port: 9700 });
+    // no CAP_BPF without the eBPF programs
+    expect(proxy.spec!.containers[0]!.securityContext!.capabilities!.add).toStrictEqual(AGENT_CAPABILITIES_EBPF_FREE.map((x) => x.replace(/^CAP_/, '')));
+    expect(AGENT_CAPABILITIES).toContain('CAP_BPF');
+    expect(AGENT_CAPABILITIES_EBPF_FREE).not.toContain('CAP_BPF');
     const v6 = staticPod(
       cfg({
         vrrp: { vrid: 51, auth: { keyFile: join(dir, 'vrrp.key') } },
@@ -352,7 +356,8 @@ describe('the command line', () => {
     const binding = (parseAllDocuments(rb.stdout) as unknown as { toJS(): { kind: string; subjects?: { name: string }[] } }[]).map((d) => d.toJS()).find((o) => o.kind === 'RoleBinding')!;
     expect(binding.subjects!.map((s) => s.name)).toStrictEqual(['ballast', 'ballast', 'other']);
     const sd = await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', '/etc/ballast/ballast.yaml');
-    expect(sd).toStrictEqual({ code: 0, stdout: '[Unit]\n# unit for /etc/ballast/ballast.yaml\n', stderr: expect.stringContaining('note') });
+    expect(sd).toStrictEqual({ code: 0, stdout: systemdUnit({ configPath: '/etc/ballast/ballast.yaml' }), stderr: expect.stringContaining('note') });
+    expect(sd.stdout).toContain('/etc/ballast/ballast.yaml');
     expect((await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', 'relative.yaml')).code).toBe(2);
   });
 });
