@@ -35,7 +35,9 @@ const NODE_FS: AtomicWriteOps = { openSync, writeSync: (fd, d, o, l) => writeSyn
 /**
  * Writes `text` to `path` so that a reader sees either the old file or the whole new one: a
  * temporary file `.<name>.<random>.tmp` in the same directory (mode 0644, created exclusively),
- * written in full, fsync'ed, renamed over `path`, then the directory fsync'ed.
+ * written in full, fsync'ed, renamed over `path`, then the directory fsync'ed. The leading dot
+ * matters in /etc/kubernetes/manifests: the kubelet ignores hidden files there, so it never
+ * starts the half-written one.
  * @throws BallastError BALLAST_E_OUTPUT (exit 1) when any step fails; the temporary file is
  *   removed and an existing `path` is untouched.
  */
