@@ -259,7 +259,12 @@ describe('--output: written atomically', () => {
     expect(readFileSync(f, 'utf8')).toBe('new\n');
     // the disk fills up half-way through the write
     let calls = 0;
+    const opened: string[] = [];
     const full = ops({
+      openSync: (p, flags, mode) => {
+        opened.push(String(p));
+        return openSync(p, flags, mode);
+      },
       writeSync: (fd, data, off, len) => {
         if (calls++ === 0) return writeSync(fd, data, off, Math.min(len, 4));
         throw Object.assign(new Error('no space left on device'), { code: 'ENOSPC' });
@@ -276,6 +281,9 @@ describe('--output: written atomically', () => {
     expect((err as Error).message).toMatch(/ENOSPC/);
     expect(readFileSync(f, 'utf8')).toBe('new\n');
     expect(readdirSync(d)).toStrictEqual(['ballast.yaml']);
+    // a hidden name in the same directory: the kubelet skips hidden files in its manifests directory
+    expect(opened).toHaveLength(1);
+    expect(opened[0]).toMatch(new RegExp(`^${d}/\\.ballast\\.yaml\\.[0-9a-f]{12}\\.tmp$`));
     // a real failure: the target is a directory (rename fails), and a directory that does not exist
     const sub = join(d, 'sub');
     mkdirSync(join(sub, 'inner'), { recursive: true });
