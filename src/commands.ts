@@ -7,6 +7,8 @@
  *   ballast cleanup [--config FILE]    remove what ballast left on this node (the uninstall)
  *   ballast reload [--admin ADDR | --config FILE] [--json]
  *                                      ask the running agent to re-read its file (SIGHUP does the same)
+ *   ballast manifest static-pod | daemonset | rbac | systemd [--config FILE] [--image REF] [--output FILE]
+ *                                      what an operator commits (src/manifest/cli.ts)
  *
  * Exit statuses come from the error registry (src/errors.ts, docs/errors.md).
  */
@@ -25,6 +27,7 @@ import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.
 import { startAgent, type Agent } from './agent/index.js';
 import { checkEbpf } from './dataplane/ebpf.js';
 import { cleanupNode } from './agent/cleanup.js';
+import { addManifestCommand } from './manifest/cli.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
 
@@ -395,6 +398,7 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .action((o: { admin?: HostPort; config?: string; json?: boolean }) => {
       result = reload(o);
     });
+  addManifestCommand(program, (r) => (result = r), packageVersion());
   try {
     await program.parseAsync(argv);
   } catch (err) {

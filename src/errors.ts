@@ -108,6 +108,10 @@ export const ERRORS = {
     exitCode: 1,
     description: '`ballast reload` could not reach the agent at admin.listen, or the agent could not reload now (it is stopping).',
   },
+  BALLAST_E_OUTPUT: {
+    exitCode: 1,
+    description: '`ballast manifest --output FILE` could not write FILE; an existing FILE is left as it was.',
+  },
 } as const satisfies Readonly<Record<`BALLAST_E_${string}`, ErrorDefinition>>;
 
 /** A stable error code, one key of {@link ERRORS}. */
