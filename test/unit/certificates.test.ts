@@ -5,8 +5,12 @@
  */
 import { X509Certificate } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { certificateCoverage, certificateNeeds, examineCertificate } from '../../src/check/certificates.js';
+import { certificateCoverage, certificateNeeds, examineCertificate, type NeededName } from '../../src/check/certificates.js';
 import { parseConfig } from '../../src/config/index.js';
+import { CERT_MISSING_MSG, CERT_OK_MSG, CertificateTracker } from '../../src/health/certificates.js';
+import { parseHostPort } from '../../src/net/hostport.js';
+import { createMetrics } from '../../src/observe/metrics.js';
+import { formatStatus, type EndpointOnlyStatusDocument } from '../../src/observe/status.js';
 import { makeCertificate } from '../support/tls.js';
 
 const full = makeCertificate({ sans: ['DNS:kubernetes', 'DNS:*.api.example.com', 'IP:10.0.0.100', 'IP:127.0.0.1', 'IP:fd00:0:0:0:0:0:0:11', 'IP:::1'] });
@@ -87,5 +91,83 @@ describe('examineCertificate', () => {
     expect(examineCertificate(x, needs, notAfter - 10 * 86_400_000 - 1000)).toMatchObject({ expiry: 'soon', daysLeft: 10 });
     expect(examineCertificate(x, needs, notAfter - 30 * 86_400_000)).toMatchObject({ expiry: 'soon', daysLeft: 30 });
     expect(examineCertificate(x, needs, notAfter + 1)).toMatchObject({ expiry: 'expired' });
+  });
+});
+
+describe('CertificateTracker: one log line per certificate change, never per check', () => {
+  const vipOnly = (): NeededName[] => [{ kind: 'ip', value: '10.0.0.100', role: 'the VIP' }];
+  const noVip = makeCertificate({ sans: ['IP:10.0.0.12'] });
+  const peer = (pem: Buffer): { fingerprint256: string; raw: Buffer } => {
+    const x = new X509Certificate(pem);
+    return { fingerprint256: x.fingerprint256, raw: x.raw };
+  };
+  const b11 = parseHostPort('10.0.0.11:6443');
+  const b12 = parseHostPort('10.0.0.12:6443');
+
+  it('warns once for a certificate lacking the VIP, infos once for a good one, again only on rotation', () => {
+    const lines: [string, string, Record<string, unknown>][] = [];
+    const log = { info: (o: object, m: string) => lines.push(['info', m, o as Record<string, unknown>]), warn: (o: object, m: string) => lines.push(['warn', m, o as Record<string, unknown>]) };
+    const t = new CertificateTracker(vipOnly, log, () => Date.parse('2026-12-01T12:00:00Z'));
+    for (let i = 0; i < 5; i++) {
+      t.observe(b11, peer(full));
+      t.observe(b12, peer(noVip));
+    }
+    expect(lines.map(([l, m, o]) => [l, m, o.backend, o.missing])).toStrictEqual([
+      ['info', CERT_OK_MSG, '10.0.0.11:6443', []],
+      ['warn', CERT_MISSING_MSG, '10.0.0.12:6443', ['10.0.0.100']],
+    ]);
+    expect(t.get('10.0.0.12:6443')).toMatchObject({ missing: ['10.0.0.100'], lacks: ['certificate lacks IP SAN 10.0.0.100 (the VIP)'], subject: 'CN=kube-apiserver', since: '2026-12-01T12:00:00.000Z' });
+    expect(t.get('10.0.0.13:6443')).toBeUndefined();
+    // rotation to a good certificate: one info line, nothing missing
+    t.observe(b12, peer(full));
+    t.observe(b12, peer(full));
+    expect(lines.slice(2).map(([l, , o]) => [l, o.backend, o.why, o.missing])).toStrictEqual([['info', '10.0.0.12:6443', 'changed', []]]);
+    expect(t.get('10.0.0.12:6443')?.missing).toStrictEqual([]);
+    // a reload that needs another name: one line per certificate whose verdict changed
+    t.setNeeds(() => [{ kind: 'ip', value: '10.0.0.12', role: 'the backend' }]);
+    expect(lines.slice(3).map(([l, , o]) => [l, o.backend, o.why, o.missing])).toStrictEqual([
+      ['warn', '10.0.0.11:6443', 'needs changed', ['10.0.0.12']],
+      ['warn', '10.0.0.12:6443', 'needs changed', ['10.0.0.12']],
+    ]);
+    t.retain(new Set(['10.0.0.11:6443']));
+    expect([t.size, t.get('10.0.0.12:6443')]).toStrictEqual([1, undefined]);
+  });
+});
+
+describe('the certificate in ballast status and the metrics', () => {
+  const cert = (missing: string[], notAfter: string) => ({
+    subject: 'CN=kube-apiserver', issuer: 'CN=ca', notAfter, fingerprint256: 'AA:BB', missing,
+    lacks: missing.map((m) => `certificate lacks IP SAN ${m} (the VIP)`), since: '2026-12-01T00:00:00.000Z',
+  });
+  const doc: EndpointOnlyStatusDocument = {
+    state: 'none',
+    backends: [
+      { address: '10.0.0.11:6443', state: 'up', healthy: true, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1, certificate: cert([], '2027-12-01T00:00:00.000Z') },
+      { address: '10.0.0.12:6443', state: 'up', healthy: true, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1, certificate: cert(['10.0.0.100'], '2027-12-01T00:00:00.000Z') },
+      { address: '10.0.0.13:6443', state: 'up', healthy: true, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1, certificate: cert([], '2026-12-11T00:00:00.000Z') },
+      { address: '10.0.0.14:6443', state: 'down', healthy: false, lastCheck: null, lastLatencyMs: null, reason: 'ECONNREFUSED', consecutive: 1 },
+    ],
+    dataplane: { mode: 'off', reason: 'x' },
+    local: { mode: 'off', reason: 'x' },
+  };
+  it('one line per backend with a problem: the missing SAN, an expiry within 30 days', () => {
+    const rows = formatStatus(doc, Date.parse('2026-12-01T00:00:00Z')).split('\n').filter((l) => l.startsWith('certificate:'));
+    expect(rows).toStrictEqual([
+      'certificate: 10.0.0.12:6443: certificate lacks IP SAN 10.0.0.100 (the VIP); clients using those names fail with ERR_TLS_CERT_ALTNAME_INVALID',
+      'certificate: 10.0.0.13:6443: certificate expires on 2026-12-11T00:00:00.000Z (in 10 days)',
+    ]);
+  });
+  it('ballast_backend_certificate_san_missing and _expiry_timestamp_seconds for backends with a certificate', async () => {
+    const m = createMetrics();
+    m.update(doc);
+    const text = (await m.registry.metrics()).split('\n').filter((l) => l.startsWith('ballast_backend_certificate_'));
+    expect(text).toStrictEqual([
+      'ballast_backend_certificate_san_missing{backend="10.0.0.11:6443"} 0',
+      'ballast_backend_certificate_san_missing{backend="10.0.0.12:6443"} 1',
+      'ballast_backend_certificate_san_missing{backend="10.0.0.13:6443"} 0',
+      `ballast_backend_certificate_expiry_timestamp_seconds{backend="10.0.0.11:6443"} ${Date.parse('2027-12-01T00:00:00Z') / 1000}`,
+      `ballast_backend_certificate_expiry_timestamp_seconds{backend="10.0.0.12:6443"} ${Date.parse('2027-12-01T00:00:00Z') / 1000}`,
+      `ballast_backend_certificate_expiry_timestamp_seconds{backend="10.0.0.13:6443"} ${Date.parse('2026-12-11T00:00:00Z') / 1000}`,
+    ]);
   });
 });
