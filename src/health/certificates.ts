@@ -9,25 +9,15 @@
  * that use another name (its own address, a DNS name), so it is reported, not drained.
  */
 import { X509Certificate } from 'node:crypto';
-import { examineCertificate, type NeededName } from '../check/certificates.js';
+import { examineCertificate, type CertificateFindings, type NeededName } from '../check/certificates.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 
-/** backends[].certificate in /status: the backend's current serving certificate as examined. */
-export interface BackendCertificate {
-  /** One-line subject and issuer (`CN=kube-apiserver, O=…`). */
-  subject: string;
-  issuer: string;
-  /** notAfter, ISO 8601. */
-  notAfter: string;
-  /** SHA-256 fingerprint (OpenSSL's colon-separated hex). */
-  fingerprint256: string;
-  /** The names clients use that it lacks as SANs: canonical IPs and DNS names; empty when it covers them all. */
-  missing: string[];
-  /** One sentence per missing name (`certificate lacks IP SAN 10.0.0.100 (the VIP)`). */
-  lacks: string[];
-  /** When this certificate was first seen (ISO 8601). */
-  since: string;
-}
+/**
+ * backends[].certificate in /status: the backend's current serving certificate as examined
+ * (subject, issuer, notAfter ISO 8601, fingerprint256, `missing`: the names clients use that it
+ * lacks, `lacks`: one sentence each; see CertificateFindings), and when it was first seen (ISO 8601).
+ */
+export type BackendCertificate = Pick<CertificateFindings, 'subject' | 'issuer' | 'notAfter' | 'fingerprint256' | 'missing' | 'lacks'> & { since: string };
 
 /** The part of a pino logger the tracker uses. */
 export interface CertificateLogger {
