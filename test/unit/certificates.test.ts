@@ -4,14 +4,19 @@
  * certificate whose only name is its CN (ignored: no SAN, every name missing).
  */
 import { X509Certificate } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
-import { certificateCoverage, certificateNeeds, examineCertificate, type NeededName } from '../../src/check/certificates.js';
-import { parseConfig } from '../../src/config/index.js';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { certificateCoverage, certificateNeeds, checkBackendCertificates, examineCertificate, type NeededName } from '../../src/check/certificates.js';
+import { createProbe } from '../../src/health/probe.js';
+import { parseConfig, type Config } from '../../src/config/index.js';
 import { CERT_MISSING_MSG, CERT_OK_MSG, CertificateTracker } from '../../src/health/certificates.js';
 import { parseHostPort } from '../../src/net/hostport.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { formatStatus, type EndpointOnlyStatusDocument } from '../../src/observe/status.js';
-import { makeCertificate } from '../support/tls.js';
+import { makeCertificate, makeTestPki, type TestPki } from '../support/tls.js';
 
 const full = makeCertificate({ sans: ['DNS:kubernetes', 'DNS:*.api.example.com', 'IP:10.0.0.100', 'IP:127.0.0.1', 'IP:fd00:0:0:0:0:0:0:11', 'IP:::1'] });
 const cnOnly = makeCertificate({ sans: [], cn: '10.0.0.100' });
@@ -169,5 +174,49 @@ describe('the certificate in ballast status and the metrics', () => {
       `ballast_backend_certificate_expiry_timestamp_seconds{backend="10.0.0.12:6443"} ${Date.parse('2027-12-01T00:00:00Z') / 1000}`,
       `ballast_backend_certificate_expiry_timestamp_seconds{backend="10.0.0.13:6443"} ${Date.parse('2026-12-11T00:00:00Z') / 1000}`,
     ]);
+  });
+});
+
+describe('over loopback: the probe keeps the peer certificate, checkBackendCertificates judges it', () => {
+  let pki: TestPki;
+  let server: https.Server;
+  let port = 0;
+  beforeAll(async () => {
+    // the certificate covers 127.0.0.1 only: not the second local endpoint address the config names
+    pki = makeTestPki(['127.0.0.1']);
+    server = https.createServer({ cert: pki.cert, key: pki.key }, (_req, res) => res.end('ok'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    await new Promise<void>((r) => server.close(() => r()));
+    pki.remove();
+  });
+
+  it('a passing check carries the certificate it was served', async () => {
+    const r = await createProbe({ path: '/readyz', timeoutMs: 2000, caFile: pki.caFile, insecureSkipVerify: false })({ host: '127.0.0.1', port });
+    const x = new X509Certificate(pki.cert);
+    expect([r.ok, r.peerCertificate?.fingerprint256, r.peerCertificate?.raw.equals(x.raw)]).toStrictEqual([true, x.fingerprint256, true]);
+    const refused = await createProbe({ path: '/readyz', timeoutMs: 2000, caFile: pki.caFile, insecureSkipVerify: false })({ host: '127.0.0.1', port: 1 });
+    expect([refused.ok, refused.peerCertificate]).toStrictEqual([false, undefined]);
+  });
+
+  it('no election: the local endpoint address and the backend itself; a missing CA file is a warning for all', async () => {
+    // a loopback backend is refused by the schema: parsed with a node address, then pointed here
+    const config = (ca: string): Config => {
+      const c = parseConfig(`apiserver:\n  backends: ["10.0.0.11:6443"]\n  health:\n    caFile: ${ca}\nlocalEndpoint:\n  address: ["127.0.0.1:7443", "127.0.0.2:7443"]\ndataplane:\n  local: proxy\n`);
+      return { ...c, apiserver: { ...c.apiserver, backends: [{ host: '127.0.0.1', port, family: 4 }] } };
+    };
+    // judged 60 days ago: the one-day certificate is far from expiry then
+    const rs = await checkBackendCertificates(config(pki.caFile), { now: () => Date.now() - 60 * 86_400_000 });
+    expect(rs.map((r) => [r.id, r.title, r.status, r.detail])).toStrictEqual([
+      ['backend-certificate', `serving certificate of backend 127.0.0.1:${port}`, 'fail', `backend 127.0.0.1:${port}: certificate lacks IP SAN 127.0.0.2 (a local endpoint address, localEndpoint 127.0.0.2:7443).`],
+    ]);
+    const missing = join(pki.dir, 'not-yet.crt');
+    const waiting = await checkBackendCertificates(config(missing));
+    expect(waiting.map((r) => [r.status, r.detail])).toStrictEqual([['warn', `cannot check the backends' certificates: waiting for apiserver.health.caFile ${missing} (it does not exist yet)`]]);
+    const empty = join(pki.dir, 'empty.crt');
+    writeFileSync(empty, '');
+    expect((await checkBackendCertificates(config(empty)))[0]!.status).toBe('fail');
   });
 });
