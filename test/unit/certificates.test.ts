@@ -6,10 +6,11 @@
 import { X509Certificate } from 'node:crypto';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { certificateCoverage, certificateNeeds, checkBackendCertificates, examineCertificate, type NeededName } from '../../src/check/certificates.js';
+import { backendsToCheck, certificateCoverage, certificateNeeds, checkBackendCertificates, examineCertificate, type NeededName } from '../../src/check/certificates.js';
 import { createProbe } from '../../src/health/probe.js';
 import { parseConfig, type Config } from '../../src/config/index.js';
 import { CERT_MISSING_MSG, CERT_OK_MSG, CertificateTracker } from '../../src/health/certificates.js';
@@ -80,6 +81,21 @@ describe('certificateNeeds', () => {
     ]);
     const same = parseConfig(`${base}    serverName: 10.0.0.100\n`);
     expect(certificateNeeds(same, same.apiserver.backends[0]!).map((n) => n.value)).toStrictEqual(['10.0.0.100']);
+  });
+});
+
+describe('backendsToCheck', () => {
+  it('the seed, then the last-known file\'s others; the seed alone without the file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ballast-lastknown-'));
+    try {
+      const file = join(dir, 'backends.json');
+      const c = parseConfig(`vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: ["10.0.0.11:6443"]\n  health:\n    insecureSkipVerify: true\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${file}\n`);
+      expect(backendsToCheck(c).map((b) => `${b.host}:${b.port}`)).toStrictEqual(['10.0.0.11:6443']);
+      writeFileSync(file, JSON.stringify({ version: 1, backends: ['10.0.0.12:6443', '10.0.0.11:6443'] }));
+      expect(backendsToCheck(c).map((b) => `${b.host}:${b.port}`)).toStrictEqual(['10.0.0.11:6443', '10.0.0.12:6443']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
