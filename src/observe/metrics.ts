@@ -97,16 +97,18 @@ export function createMetrics(): Metrics {
       backendUp.reset();
       backendLatency.reset();
       backendWaiting.reset();
-      certMissing.reset();
-      certExpiry.reset();
       for (const b of doc.backends) {
-        if (b.certificate) {
-          certMissing.set({ backend: b.address }, b.certificate.missing.length > 0 ? 1 : 0);
-          certExpiry.set({ backend: b.address }, Date.parse(b.certificate.notAfter) / 1000);
-        }
         backendUp.set({ backend: b.address, state: b.state }, b.healthy ? 1 : 0);
         if (b.waitingFor) backendWaiting.set({ backend: b.address, setting: b.waitingFor.setting, path: b.waitingFor.path }, 1);
         if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
+      }
+      // the backends' serving certificates (src/health/certificates.ts), once a check saw one
+      certMissing.reset();
+      certExpiry.reset();
+      for (const b of doc.backends) {
+        if (!b.certificate) continue;
+        certMissing.set({ backend: b.address }, b.certificate.missing.length > 0 ? 1 : 0);
+        certExpiry.set({ backend: b.address }, Date.parse(b.certificate.notAfter) / 1000);
       }
       if (doc.dataplane.mode === 'nftables') {
         dpApplies.reset();
