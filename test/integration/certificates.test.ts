@@ -82,13 +82,17 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
     expect(rs[0]!.detail).toContain(`SANs cover ${lab.vip4} (the VIP), 127.0.0.1 (a local endpoint address), ${n1.ipv4} (the backend's own address`);
   });
 
-  it('ballast check --config --json: exit 2, the backend-certificate failure names n2 and the SAN', async () => {
+  it('ballast check --config [--json]: exit 2, the backend-certificate failure names n2 and the SAN', async () => {
     const r = await lab.exec(n1.netns, [process.execPath, cliPath(), 'check', '--config', configPath, '--json'], { timeoutMs: 20_000, allowFail: true });
     expect(r.code, r.stderr).toBe(2);
     const report = JSON.parse(r.stdout) as CheckReport;
     const mine = report.checks.filter((c) => c.id === 'backend-certificate');
     expect(mine.map((c) => [c.title, c.status])).toStrictEqual([[title(n1), 'ok'], [title(n2), 'fail'], [title(n3), 'ok']]);
     expect(mine[1]!.detail).toContain(`backend ${addr(n2)}: certificate lacks IP SAN ${lab.vip4} (the VIP)`);
+    // and for a person: the same exit status, the sentence on stdout
+    const text = await lab.exec(n1.netns, [process.execPath, cliPath(), 'check', '--config', configPath], { timeoutMs: 20_000, allowFail: true });
+    expect(text.code, text.stderr).toBe(2);
+    expect(text.stdout).toContain(`backend ${addr(n2)}: certificate lacks IP SAN ${lab.vip4} (the VIP)`);
   });
 
   describe('the running agent', () => {
