@@ -25,7 +25,8 @@
  *   every response carries `x-ballast-lab-node: <name>`
  *
  * Signals: SIGUSR1 → unready, SIGUSR2 → ready (one line printed per signal, also when the
- * state does not change, so a caller can wait for the acknowledgement); SIGTERM / SIGINT →
+ * state does not change, so a caller can wait for the acknowledgement); SIGHUP → re-read --cert
+ * and --key for new connections (`certificate reloaded` printed); SIGTERM / SIGINT →
  * stop listening, close every connection (keep-alive ones too), exit 0.
  * With --host :: the socket is dual-stack (ipv6Only false), so IPv4 clients reach it too,
  * including on addresses (the VIP) added after it started listening.
@@ -332,6 +333,15 @@ async function main(argv: string[]): Promise<void> {
     ...(values.store === undefined ? {} : { store: values.store }),
     ...(values.address === undefined ? {} : { address: values.address }),
     ...(values.token === undefined ? {} : { token: values.token }),
+  });
+  // a rotated certificate: new connections get the files' current pair
+  process.on('SIGHUP', () => {
+    try {
+      standin.server.setSecureContext({ cert: readFileSync(values.cert!), key: readFileSync(values.key!) });
+      process.stdout.write(`apiserver-standin ${values.name}: certificate reloaded\n`);
+    } catch (err) {
+      process.stdout.write(`apiserver-standin ${values.name}: certificate reload failed: ${(err as Error).message}\n`);
+    }
   });
   process.on('SIGUSR1', () => standin.setReady(false));
   process.on('SIGUSR2', () => standin.setReady(true));

@@ -38,9 +38,9 @@
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, existsSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, type WriteStream } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, isAbsolute, join } from 'node:path';
+import { basename, dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { findCgroup2Root } from '../src/dataplane/ebpf.js';
 import { sleep, waitFor } from './wait.js';
@@ -755,10 +755,10 @@ export class Lab {
     }
   }
 
-  async #makeCa(): Promise<void> {
+  async #makeCa(ca: { certFile: string; keyFile: string } = this.ca, cn = `ballast lab CA ${this.prefix}`): Promise<void> {
     const pki = join(this.dir, 'pki');
     await run('mkdir', ['-p', '-m', '0700', pki]);
-    const cnf = join(pki, 'ca.cnf');
+    const cnf = join(pki, `${basename(ca.certFile, '.crt')}.cnf`);
     await writeFile(
       cnf,
       [
@@ -766,7 +766,7 @@ export class Lab {
         'distinguished_name = dn',
         'prompt = no',
         '[dn]',
-        `CN = ballast lab CA ${this.prefix}`,
+        `CN = ${cn}`,
         '[ca_ext]',
         'basicConstraints = critical,CA:TRUE,pathlen:0',
         'keyUsage = critical,keyCertSign,cRLSign',
@@ -777,7 +777,7 @@ export class Lab {
     await run('openssl', [
       'req', '-x509', '-config', cnf, '-extensions', 'ca_ext',
       '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
-      '-keyout', this.ca.keyFile, '-out', this.ca.certFile, '-days', '1',
+      '-keyout', ca.keyFile, '-out', ca.certFile, '-days', '1',
     ]);
   }
 
@@ -787,12 +787,41 @@ export class Lab {
    * localhost. PEM file paths in `dir`.
    */
   async serverCert(node: LabNode): Promise<{ certFile: string; keyFile: string }> {
+    const certFile = join(this.dir, 'pki', `${node.name}.crt`);
+    if (existsSync(certFile)) return { certFile, keyFile: join(this.dir, 'pki', `${node.name}.key`) };
+    return this.issueServerCert(node);
+  }
+
+  /**
+   * The SANs {@link serverCert} gives `node`: `DNS:name` and `IP:address` entries.
+   */
+  defaultSans(node: LabNode): string[] {
+    return ['DNS:kubernetes', 'DNS:kubernetes.default.svc', 'DNS:localhost', `IP:${node.ipv4}`, `IP:${node.ipv6}`, `IP:${this.vip4}`, `IP:${this.vip6}`, 'IP:127.0.0.1', 'IP:::1'];
+  }
+
+  /**
+   * (Re)issues `node`'s serving certificate and key (new key, new serial) where
+   * {@link serverCert} keeps them, replacing what is there: a running stand-in serves it after
+   * {@link reloadApiserverCert}, a started one at once.
+   * @param opts.sans the SubjectAltNames (`DNS:x`, `IP:a`; default {@link defaultSans}); `[]` = none (a CN-only certificate)
+   * @param opts.omit entries of the default SANs to leave out (e.g. `IP:${lab.vip4}`)
+   * @param opts.days validity from now in days (default 1)
+   * @param opts.otherCa sign with a second CA (made on first use) that nothing trusts
+   */
+  async issueServerCert(node: LabNode, opts: { sans?: readonly string[]; omit?: readonly string[]; days?: number; otherCa?: boolean } = {}): Promise<{ certFile: string; keyFile: string }> {
+    this.#endpointOf(node);
     const pki = join(this.dir, 'pki');
     const certFile = join(pki, `${node.name}.crt`);
     const keyFile = join(pki, `${node.name}.key`);
-    if (existsSync(certFile)) return { certFile, keyFile };
     const cnf = join(pki, `${node.name}.cnf`);
     const csr = join(pki, `${node.name}.csr`);
+    const omit = new Set(opts.omit ?? []);
+    const sans = (opts.sans ?? this.defaultSans(node)).filter((e) => !omit.has(e));
+    let ca = this.ca;
+    if (opts.otherCa) {
+      ca = { certFile: join(pki, 'other-ca.crt'), keyFile: join(pki, 'other-ca.key') };
+      if (!existsSync(ca.certFile)) await this.#makeCa(ca, 'ballast lab other CA');
+    }
     await writeFile(
       cnf,
       [
@@ -808,27 +837,35 @@ export class Lab {
         'extendedKeyUsage = serverAuth',
         'subjectKeyIdentifier = hash',
         'authorityKeyIdentifier = keyid',
-        'subjectAltName = @alt',
-        '[alt]',
-        'DNS.1 = kubernetes',
-        'DNS.2 = kubernetes.default.svc',
-        'DNS.3 = localhost',
-        `IP.1 = ${node.ipv4}`,
-        `IP.2 = ${node.ipv6}`,
-        `IP.3 = ${this.vip4}`,
-        `IP.4 = ${this.vip6}`,
-        'IP.5 = 127.0.0.1',
-        'IP.6 = ::1',
+        ...(sans.length === 0 ? [] : [`subjectAltName = ${sans.join(',')}`]),
         '',
       ].join('\n'),
     );
-    await run('openssl', ['req', '-new', '-config', cnf, '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', keyFile, '-out', csr]);
+    // written next to the old pair and renamed over it: a stand-in re-reading them never sees half a pair
+    await run('openssl', ['req', '-new', '-config', cnf, '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${keyFile}.new`, '-out', csr]);
     await run('openssl', [
-      'x509', '-req', '-in', csr, '-CA', this.ca.certFile, '-CAkey', this.ca.keyFile,
-      '-set_serial', `0x01${randomBytes(15).toString('hex')}`, '-days', '1',
-      '-extfile', cnf, '-extensions', 'server_ext', '-out', certFile,
+      'x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile,
+      '-set_serial', `0x01${randomBytes(15).toString('hex')}`, '-days', String(opts.days ?? 1),
+      '-extfile', cnf, '-extensions', 'server_ext', '-out', `${certFile}.new`,
     ]);
+    await rename(`${keyFile}.new`, keyFile);
+    await rename(`${certFile}.new`, certFile);
     return { certFile, keyFile };
+  }
+
+  /**
+   * Makes `node`'s running stand-in re-read its certificate and key (SIGHUP; new connections get
+   * the new pair); resolves once it acknowledged.
+   * @throws when no stand-in runs on `node`, or it could not load the files.
+   */
+  async reloadApiserverCert(node: LabNode): Promise<void> {
+    this.#endpointOf(node);
+    const p = this.#apiservers.get(node.name);
+    if (!p?.running) throw new Error(`ballast lab: no stand-in apiserver runs on ${node.name}`);
+    const ack = p.waitForOutput(/certificate (reloaded|reload failed.*)/, { timeoutMs: 5000 });
+    p.kill('SIGHUP');
+    const m = await ack;
+    if (m[1] !== 'reloaded') throw new Error(`ballast lab: the stand-in on ${node.name}: ${m[0]}`);
   }
 
   #checkNetns(netns: string): void {

@@ -26,6 +26,7 @@ import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import { startAgent, type Agent } from './agent/index.js';
 import { checkEbpf } from './dataplane/ebpf.js';
+import { runCertificateCheckCli } from './check/certificates-cli.js';
 import { cleanupNode } from './agent/cleanup.js';
 import { addManifestCommand } from './manifest/cli.js';
 
@@ -366,7 +367,10 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .command('check')
     .description('say whether this host can run the eBPF local endpoint (dataplane.local: ebpf), and why not; exit 0 if it can, 1 if not')
     .option('--json', 'print { ok, reasons } as JSON')
-    .action((o: { json?: boolean }) => {
+    // TEMPORARY (checkcert): until checknet's runChecks; see src/check/certificates-cli.ts
+    .option('-c, --config <file>', 'check the serving certificates of the backends of this configuration')
+    .action((o: { json?: boolean; config?: string }) => {
+      if (o.config !== undefined) return void (result = runCertificateCheckCli(o.config, o.json === true));
       result = checkEbpf().then((r) => {
         if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
         else if (r.ok) process.stdout.write('ebpf: ok: this host can run the eBPF local endpoint (cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup)\n');

@@ -107,7 +107,11 @@ function main(argv: string[]): void {
   }
   checker.on('change', (c) => print({ event: 'change', ...c, backend: formatHostPort(c.backend), at: iso(c.at) }));
   if (input.checks) {
-    checker.on('check', (c) => print({ event: 'check', address: formatHostPort(c.backend), ...c.result, at: iso(c.at) }));
+    // the certificate's DER would be a kilobyte of JSON per check: its fingerprint says which it was
+    checker.on('check', (c) => {
+      const { peerCertificate, ...result } = c.result;
+      print({ event: 'check', address: formatHostPort(c.backend), ...result, ...(peerCertificate ? { peerFingerprint256: peerCertificate.fingerprint256 } : {}), at: iso(c.at) });
+    });
   }
   const snapshot = (): void => print({ event: 'snapshot', backends: checker.snapshot() });
   print({ event: 'start', at: iso(Date.now()), backends: checker.snapshot().map((b) => b.address) });

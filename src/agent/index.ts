@@ -19,6 +19,8 @@
 import { formatHostPort } from '../net/hostport.js';
 import type { Config, LogLevel } from '../config/index.js';
 import { HealthChecker } from '../health/checker.js';
+import { CertificateTracker } from '../health/certificates.js';
+import { certificateNeeds } from '../check/certificates.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import type { Logger } from '../observe/log.js';
@@ -91,6 +93,14 @@ export async function startAgent(
   // local endpoint's map) for a seed whose nodes may all have been replaced
   const initial = config.discovery === null ? null : seedAndLastKnown(config.apiserver.backends, config.discovery.lastKnownFile);
   const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: initial ?? config.apiserver.backends, logger: log }) : null;
+  // each backend's serving certificate, from the checks' handshakes: reported, never a health input
+  const certificates = checker ? new CertificateTracker((b) => certificateNeeds(reloads.current, b), log) : null;
+  if (checker && certificates) {
+    checker.on('check', (c) => {
+      if (c.result.peerCertificate) certificates.observe(c.backend, c.result.peerCertificate);
+      if (certificates.size > checker.backends().length) certificates.retain(new Set(checker.snapshot().map((b) => b.address)));
+    });
+  }
 
   let finish!: (code: number) => void;
   const done = new Promise<number>((r) => (finish = r));
@@ -112,7 +122,7 @@ export async function startAgent(
   };
   const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code) };
 
-  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt });
+  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt });
 
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
@@ -125,6 +135,7 @@ export async function startAgent(
       if (r.ok) {
         reloads.current = r.config!;
         reloads.lastSuccessAt = r.result.at;
+        certificates?.setNeeds((b) => certificateNeeds(reloads.current, b));
       }
       return r.result;
     };
@@ -214,12 +225,15 @@ async function startPhases(
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
-async function statusOf(config: Config, checker: HealthChecker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload']): Promise<StatusDocument> {
+async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload']): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   const stats = running.discovery?.stats() ?? null;
   const common = {
     ...(reload ? { reload } : {}),
-    backends: (checker?.snapshot() ?? []).map((b) => ({ ...b, source: sources?.get(b.address) ?? ('seed' as const) })),
+    backends: (checker?.snapshot() ?? []).map((b) => {
+      const certificate = certificates?.get(b.address);
+      return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
+    }),
     ...(stats === null ? {} : { discovery: stats }),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },

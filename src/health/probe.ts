@@ -73,6 +73,12 @@ export interface ProbeResult {
   latencyMs: number;
   cause: Cause;
   error?: string;
+  /**
+   * The backend's serving certificate, when the TLS handshake completed (whatever the answer):
+   * `raw` is its DER, `fingerprint256` OpenSSL's colon-separated SHA-256. What the agent's
+   * certificate tracker (src/health/certificates.ts) follows.
+   */
+  peerCertificate?: { fingerprint256: string; raw: Buffer };
 }
 
 /** Runs one check of `target`; never rejects (every failure is a result). `signal` aborts it. */
@@ -163,32 +169,24 @@ class FileCache {
 }
 
 /** What a check sends and verifies with, from the current files. */
-interface Credentials {
+export interface ProbeCredentials {
   secureContext: SecureContext;
   token: string | undefined;
 }
 
 /**
- * Makes a {@link Probe} for these settings. The files they name are read on the first check and
- * again whenever they change (inode, size or mtime), so rotated CAs, client certificates and
- * tokens are picked up without a restart; the TLS context is rebuilt only then. A file that does
- * not exist yet (also one whose directory is missing) fails the check with cause
- * `waitingForFile`, and is looked for again at the next one: the first check after it appears uses it.
- *
- * @param settings see {@link ProbeSettings}; `timeoutMs` must be > 0.
+ * The TLS context (CA, client certificate and key) and the bearer token of `settings`, read
+ * from their files on each call and rebuilt only when one of them changed (inode, size, mtime).
+ * What {@link createProbe} and `ballast check` (src/check/certificates.ts) connect with.
  * @param deps.files the file system (default: the host's).
- * @returns the probe function; it never rejects.
- * @throws RangeError when `timeoutMs` is not a positive number or `path` does not start with "/".
+ * @returns a function resolving to the credentials, or the {@link Failure} (cause `localFile`
+ *   or `waitingForFile`) that says which file cannot be used; it never rejects.
  */
-export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles } = {}): Probe {
-  if (!(settings.timeoutMs > 0) || !Number.isFinite(settings.timeoutMs)) {
-    throw new RangeError(`timeoutMs must be a positive number of milliseconds, got ${settings.timeoutMs}`);
-  }
-  if (!settings.path.startsWith('/')) throw new RangeError(`path must start with "/", got ${JSON.stringify(settings.path)}`);
+export function createCredentials(settings: ProbeSettings, deps: { files?: ProbeFiles } = {}): () => Promise<ProbeCredentials | Failure> {
   const cache = new FileCache(deps.files ?? hostProbeFiles);
   let context: { key: string; value: SecureContext } | undefined;
 
-  const credentials = async (): Promise<Credentials | Failure> => {
+  return async (): Promise<ProbeCredentials | Failure> => {
     const local = (setting: string, message: string): Failure => ({ cause: { kind: 'localFile', setting }, message });
     const load = async (setting: string, path: string | undefined): Promise<{ version: string; data: Buffer } | Failure | undefined> => {
       if (path === undefined || path === '') return undefined;
@@ -252,7 +250,27 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
     if (context === undefined) return local('caFile', 'tls: no TLS context');
     return { secureContext: context.value, token: bearer };
   };
+}
 
+
+/**
+ * Makes a {@link Probe} for these settings. The files they name are read on the first check and
+ * again whenever they change (inode, size or mtime), so rotated CAs, client certificates and
+ * tokens are picked up without a restart; the TLS context is rebuilt only then. A file that does
+ * not exist yet (also one whose directory is missing) fails the check with cause
+ * `waitingForFile`, and is looked for again at the next one: the first check after it appears uses it.
+ *
+ * @param settings see {@link ProbeSettings}; `timeoutMs` must be > 0.
+ * @param deps.files the file system (default: the host's).
+ * @returns the probe function; it never rejects.
+ * @throws RangeError when `timeoutMs` is not a positive number or `path` does not start with "/".
+ */
+export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles } = {}): Probe {
+  if (!(settings.timeoutMs > 0) || !Number.isFinite(settings.timeoutMs)) {
+    throw new RangeError(`timeoutMs must be a positive number of milliseconds, got ${settings.timeoutMs}`);
+  }
+  if (!settings.path.startsWith('/')) throw new RangeError(`path must start with "/", got ${JSON.stringify(settings.path)}`);
+  const credentials = createCredentials(settings, deps);
   return (target, signal) => probeWith(target, settings, credentials, signal);
 }
 
@@ -262,7 +280,7 @@ export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles 
 function probeWith(
   target: ProbeTarget,
   settings: ProbeSettings,
-  credentials: () => Promise<Credentials | Failure>,
+  credentials: () => Promise<ProbeCredentials | Failure>,
   signal: AbortSignal | undefined,
 ): Promise<ProbeResult> {
   const start = performance.now();
@@ -273,6 +291,8 @@ function probeWith(
     let handshaking = false;
     /** the backend's kernel accepted the TCP connection (SYN-ACK seen) */
     let connected = false;
+    /** the serving certificate, once the handshake completed */
+    let peer: ProbeResult['peerCertificate'];
     const finish = (r: Omit<ProbeResult, 'latencyMs'>): void => {
       if (done) return;
       done = true;
@@ -280,7 +300,7 @@ function probeWith(
       signal?.removeEventListener('abort', onAbort);
       // the connection is never reused: destroying it also ends a body we stopped reading
       req?.destroy();
-      resolve({ ...r, latencyMs: elapsed() });
+      resolve({ ...r, latencyMs: elapsed(), ...(peer === undefined ? {} : { peerCertificate: peer }) });
     };
     const fail = (f: Failure, status?: number): void => finish({ ok: false, ...(status === undefined ? {} : { status }), cause: f.cause, error: f.message });
     // The deadline is judged in the check phase of the loop iteration it fires in, after that
@@ -325,6 +345,9 @@ function probeWith(
           });
           socket.once('secureConnect', () => {
             handshaking = false;
+            const c = (socket as tls.TLSSocket).getPeerCertificate();
+            // an empty object when the server sent none (an anonymous cipher: not with verification)
+            if (c.raw !== undefined) peer = { fingerprint256: c.fingerprint256, raw: c.raw };
           });
         });
         r.on('error', (err) => fail(describeFailure(err, handshaking)));

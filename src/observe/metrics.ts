@@ -74,6 +74,8 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const backendInfo = new Gauge({ name: 'ballast_backend_info', help: '1 for each backend checked, with where it came from (source: seed, endpointslice or lastKnown)', labelNames: ['backend', 'source'], registers: [registry] });
   const discEmpty = new Counter({ name: 'ballast_discovery_empty_kept_total', help: 'Empty discovered backend sets ignored (the last non-empty set kept)', registers: [registry] });
   const discErrors = new Counter({ name: 'ballast_discovery_errors_total', help: 'EndpointSlice watch errors that restarted the watch (on another ready apiserver)', registers: [registry] });
+  const certMissing = new Gauge({ name: 'ballast_backend_certificate_san_missing', help: "1 when the backend's serving certificate lacks a SAN clients use (a VIP, a local endpoint address, the health checks' server name), 0 when it covers them", labelNames: ['backend'], registers: [registry] });
+  const certExpiry = new Gauge({ name: 'ballast_backend_certificate_expiry_timestamp_seconds', help: "notAfter of the backend's serving certificate, seconds since the epoch", labelNames: ['backend'], registers: [registry] });
   const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
 
   return {
@@ -120,6 +122,14 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         for (const s of BACKEND_STATES) backendState.set({ backend: b.address, state: s }, b.state === s ? 1 : 0);
         if (b.waitingFor) backendWaiting.set({ backend: b.address, setting: b.waitingFor.setting, path: b.waitingFor.path }, 1);
         if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
+      }
+      // the backends' serving certificates (src/health/certificates.ts), once a check saw one
+      certMissing.reset();
+      certExpiry.reset();
+      for (const b of doc.backends) {
+        if (!b.certificate) continue;
+        certMissing.set({ backend: b.address }, b.certificate.missing.length > 0 ? 1 : 0);
+        certExpiry.set({ backend: b.address }, Date.parse(b.certificate.notAfter) / 1000);
       }
       if (doc.dataplane.mode === 'nftables') {
         dpApplies.reset();

@@ -7,6 +7,7 @@ import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 import type { LocalDataplaneStatus } from '../dataplane/local.js';
+import type { BackendCertificate } from '../health/certificates.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
 export type StatusState = 'init' | 'backup' | 'master' | 'fault';
@@ -54,8 +55,12 @@ export interface ReloadStatus {
 export interface CommonStatus {
   /** The configuration reloads (absent from documents built without an agent, e.g. in tests). */
   reload?: ReloadStatus;
-  /** The apiservers and their health (empty when no backends are configured), each with where it came from (the agent always sets `source`). */
-  backends: (BackendHealth & { source?: BackendSource })[];
+  /**
+   * The apiservers and their health (empty when no backends are configured), each with where it
+   * came from (the agent always sets `source`) and, once a check completed a TLS handshake, its
+   * serving certificate (`missing`: the names clients use that it lacks; see docs/check.md).
+   */
+  backends: (BackendHealth & { source?: BackendSource; certificate?: BackendCertificate })[];
   /** Backend discovery's state and counters; absent without a `discovery` section. */
   discovery?: DiscoveryStats;
   /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends, or no election). */
@@ -169,6 +174,24 @@ function backendRows(d: CommonStatus): [string, string][] {
   });
 }
 
+/** Days before notAfter from which `ballast status` shows a certificate's expiry (as `ballast check` warns). */
+const CERT_EXPIRY_ROW_DAYS = 30;
+
+/** One `certificate:` line per backend whose certificate lacks a name clients use, or expires within 30 days. */
+function certificateRows(d: CommonStatus, now: number): [string, string][] {
+  return d.backends.flatMap((b): [string, string][] => {
+    const c = b.certificate;
+    if (c === undefined) return [];
+    const problems = [...c.lacks];
+    const left = Date.parse(c.notAfter) - now;
+    if (left <= 0) problems.push(`certificate expired on ${c.notAfter}`);
+    else if (left <= CERT_EXPIRY_ROW_DAYS * 86_400_000) problems.push(`certificate expires on ${c.notAfter} (in ${Math.floor(left / 86_400_000)} days)`);
+    if (problems.length === 0) return [];
+    const clients = c.missing.length > 0 ? '; clients using those names fail with ERR_TLS_CERT_ALTNAME_INVALID' : '';
+    return [['certificate', `${b.address}: ${problems.join('; ')}${clients}`]];
+  });
+}
+
 function aligned(rows: [string, string][]): string {
   const w = Math.max(...rows.map(([k]) => k.length)) + 1;
   return rows.map(([k, v]) => `${`${k}:`.padEnd(w)} ${v}`).join('\n');
@@ -181,7 +204,7 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...formatReload(d.reload)]);
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload)]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
@@ -198,6 +221,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['dataplane', formatDataplane(d.dataplane)],
     ['local', formatLocal(d.local)],
     ...backendRows(d),
+    ...certificateRows(d, now),
     ...formatReload(d.reload),
   ];
   return aligned(rows);

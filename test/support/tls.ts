@@ -37,3 +37,20 @@ export function makeTestPki(ips: readonly string[]): TestPki {
 
 /** A kubeconfig (YAML text) for `server` with the CA inline and a bearer token, like kubeadm's admin.conf. */
 export { kubeconfigYaml as kubeconfigText } from '../../lab/lab.js';
+
+/**
+ * A self-signed certificate (PEM) with exactly these SubjectAltNames (`DNS:x`, `IP:a`; none:
+ * a CN-only certificate), subject CN `cn`, valid `days` from now. For tests of SAN matching.
+ * @throws when openssl fails.
+ */
+export function makeCertificate(opts: { sans: readonly string[]; cn?: string; days?: number }): Buffer {
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-cert-'));
+  try {
+    const f = (n: string): string => join(dir, n);
+    writeFileSync(f('ext.cnf'), `[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = ${opts.cn ?? 'kube-apiserver'}\n[ext]\nbasicConstraints = critical,CA:FALSE\n${opts.sans.length === 0 ? '' : `subjectAltName = ${opts.sans.join(',')}\n`}`);
+    execFileSync('openssl', ['req', '-x509', '-config', f('ext.cnf'), '-extensions', 'ext', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', f('k.pem'), '-out', f('c.pem'), '-days', String(opts.days ?? 1)], { stdio: 'pipe' });
+    return readFileSync(f('c.pem'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
