@@ -21,6 +21,7 @@ import type { Config, LogLevel } from '../config/index.js';
 import { HealthChecker } from '../health/checker.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ReloadUnavailable } from '../observe/admin.js';
+import { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase } from './admin.js';
@@ -110,9 +111,10 @@ export async function startAgent(
     })();
     return stopping;
   };
-  const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code) };
+  const history = new ElectionHistory();
+  const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code), history };
 
-  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt });
+  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history);
 
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
@@ -214,7 +216,7 @@ async function startPhases(
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
-async function statusOf(config: Config, checker: HealthChecker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload']): Promise<StatusDocument> {
+async function statusOf(config: Config, checker: HealthChecker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   const stats = running.discovery?.stats() ?? null;
   const common = {
@@ -227,7 +229,11 @@ async function statusOf(config: Config, checker: HealthChecker | null, followers
   const fixed = electionFacts(config, running.resolved);
   if (!fixed) return { state: 'none', ...common };
   if (!running.election) throw new Error('the election engine is not running');
-  return statusDocument(await running.election.host.status(), fixed, common);
+  const engine = await running.election.host.status();
+  // since when the master the engine names now is heard (not an earlier one's time)
+  const heard = history.currentMaster();
+  const masterSince = heard !== null && heard.address === engine.masterAddress ? heard.since : null;
+  return statusDocument(engine, fixed, common, { transitions: history.transitions(), masterSince, priorityReason: running.priority?.reason() ?? null });
 }
 
 /** The parts of /status that do not change while the election runs; null without an election. */
