@@ -173,7 +173,7 @@ const CSS = `
 :root{color-scheme:light;--fg:#1d2330;--dim:#6b7280;--line:#d9dee7;--head:#26324a;--ok:#1f7a3a;--warn:#9a6700;--bad:#b42318;--off:#4b5563}
 *{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:#f5f7fa}
 header{background:var(--head);color:#fff;padding:10px 18px;display:flex;gap:16px;align-items:baseline;flex-wrap:wrap}
-header h1{font-size:18px;margin:0}header .meta{opacity:.85}
+header h1{font-size:18px;margin:0}header .meta{opacity:.85}header .dim{color:#c8d0dd}
 main{padding:14px 18px;display:grid;grid-template-columns:1fr 1fr;gap:14px}
 section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:10px 12px;min-width:0}
 section.wide{grid-column:1/-1}h2{font-size:14px;margin:0 0 8px;text-transform:uppercase;letter-spacing:.04em;color:var(--head)}
