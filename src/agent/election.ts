@@ -119,8 +119,7 @@ export function startElection(
         ctx.history?.master(ev.address, new Date().toISOString());
         const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
         const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
-        // IPv6 multicast adverts come from link-local addresses, which no list of nodes holds
-        if (known.size > 0 && !known.has(canonicalAddress(ev.address)) && !ev.address.toLowerCase().startsWith('fe80:')) {
+        if (isStranger(ev.address, known)) {
           log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
         } else {
           log.info(fields, 'new master');
@@ -170,7 +169,7 @@ export function startElection(
  * The nodes this one knows of (canonical): the discovered ones (or the seed's hosts before
  * discovery answered), the listed vrrp.peers, and the membership's peers and members.
  */
-function knownNodes(inputs: { config: Config; discovered: readonly string[] | null }, m: Membership): Set<string> {
+export function knownNodes(inputs: { config: Config; discovered: readonly string[] | null }, m: Membership): Set<string> {
   const seed = inputs.config.apiserver.backends.map((b) => b.host);
   const listed = inputs.config.vrrp?.peers ?? [];
   const canon = (a: string): string => {
@@ -181,6 +180,16 @@ function knownNodes(inputs: { config: Config; discovered: readonly string[] | nu
     }
   };
   return new Set([...(inputs.discovered ?? seed), ...listed, ...m.peers, ...(m.members ?? [])].map(canon));
+}
+
+/**
+ * Whether a new master at `address` is none of the `known` nodes (see {@link knownNodes}). Not
+ * when nothing is known, nor for an IPv6 link-local address (multicast adverts come from those,
+ * and no list of nodes holds them).
+ */
+export function isStranger(address: string, known: ReadonlySet<string>): boolean {
+  if (known.size === 0 || address.toLowerCase().startsWith('fe80:')) return false;
+  return !known.has(canonicalAddress(address));
 }
 
 /** The engine's options: the config's vrrp section and what preflight found on the interface. */

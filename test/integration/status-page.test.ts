@@ -104,6 +104,9 @@ describe.skipIf(needs('root') ?? needs('chromium'))('the status page in headless
     const doc = await waitFor(() => backup.status(), (d) => d.state === 'backup' && d.masterAddress === n1.ipv4 && d.backends.length === 2 && d.backends.every((b) => b.state === 'up'), { timeoutMs: 5000, intervalMs: 100, what: 'n2 backup with both backends up' });
     expect(doc.lastTransition).toMatchObject({ from: 'init', to: 'backup', reason: 'startup' });
     expect(doc.masterSince).toEqual(expect.any(String));
+    // n1 is a seed backend's node: a known member, logged as the new master (no stranger warning)
+    expect(backup.logLines().filter((l) => l.msg === 'new master')).toMatchObject([{ level: 'info', master: n1.ipv4, priority: 150, previous: null }]);
+    expect(backup.logLines().some((l) => String(l.msg).startsWith('the new master is not one of the known members'))).toBe(false);
 
     const url = `http://127.0.0.1:${backup.adminPort}/`;
     const tPage = performance.now();
