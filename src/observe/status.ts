@@ -160,10 +160,10 @@ export function statusDocument(
   };
 }
 
-/** The `last change:` line of `ballast status`; none without a recorded change. */
+/** The `changed:` line of `ballast status` (the last state change); none without a recorded change. */
 function formatTransition(t: TransitionRecord | null | undefined): [string, string][] {
   if (!t) return [];
-  return [['last change', `${t.from} → ${t.to} (${t.reason}${t.detail ? `: ${t.detail}` : ''}) at ${t.at}`]];
+  return [['changed', `${t.from} → ${t.to} (${t.reason}${t.detail ? `: ${t.detail}` : ''}) at ${t.at}`]];
 }
 
 /** The `reload:` line of `ballast status`; null before the first reload. */
