@@ -43,6 +43,7 @@ export interface PolicyOptions {
 export class Policy {
   private hold: boolean | null = null;
   private prio: number | null = null;
+  private why: string | null = null;
 
   constructor(
     private o: PolicyOptions,
@@ -71,6 +72,25 @@ export class Policy {
   }
 
   /**
+   * Why this node cannot serve, for the operator (the priority cut's reason), or null when it
+   * can: "no ready backend (…)" in nftables mode, "the local apiserver … is down" in mode none.
+   */
+  cannotServeBecause(snapshot: readonly BackendHealth[]): string | null {
+    if (this.canServe(snapshot)) return null;
+    if (this.o.mode === 'none') {
+      const local = snapshot.find((b) => b.address === this.o.localBackend)!;
+      return `the local apiserver ${local.address} is down${local.reason ? ` (${local.reason})` : ''} (dataplane.vip: none)`;
+    }
+    const each = snapshot.slice(0, 5).map((b) => `${b.address} ${b.state}${b.reason ? `: ${b.reason}` : ''}`);
+    return `no ready backend (${each.join(', ')}${snapshot.length > 5 ? `, and ${snapshot.length - 5} more` : ''})`;
+  }
+
+  /** The reason for the priority the last {@link update} set: why it is lowered, or null at the configured priority (also while not settled). */
+  reason(): string | null {
+    return this.why;
+  }
+
+  /**
    * Re-evaluates. `dataplaneReady`: the data plane has been applied at least once (always true
    * in mode none). `now`: monotonic ms.
    * @returns the effective priority and whether preemption is held, after this update.
@@ -79,7 +99,9 @@ export class Policy {
     const verdictsIn = snapshot.every((b) => b.state !== 'unknown') || now - this.startedAt >= this.o.settleMs;
     const settled = verdictsIn && dataplaneReady;
     const hold = !settled;
-    const priority = settled ? effectivePriority(this.o.priority, this.o.weight, this.canServe(snapshot)) : this.o.priority;
+    const why = settled ? this.cannotServeBecause(snapshot) : null;
+    const priority = settled ? effectivePriority(this.o.priority, this.o.weight, why === null) : this.o.priority;
+    this.why = priority === this.o.priority ? null : why;
     if (hold !== this.hold) {
       this.hold = hold;
       this.target.setPreemptHold(hold);

@@ -105,6 +105,8 @@ export function startElection(
       if (ev.type === 'transition') {
         const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
         log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
+        ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
+        if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
           // the old master went silent: its node, and so its apiserver, is most likely gone
           // (a resign is a clean agent stop: its apiserver may well still serve)
@@ -112,6 +114,15 @@ export function startElection(
           for (const b of backendsOfNode(checker.backends(), ev.previousMaster)) {
             if (checker.markDead(b, { kind: 'nodeDown', node: ev.previousMaster }, 'node down (VRRP Master_Down)')) log.warn({ backend: formatHostPort(b) }, 'backend of the silent master taken out');
           }
+        }
+      } else if (ev.type === 'master') {
+        ctx.history?.master(ev.address, new Date().toISOString());
+        const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
+        const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
+        if (isStranger(ev.address, known)) {
+          log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
+        } else {
+          log.info(fields, 'new master');
         }
       } else if (ev.type === 'log') {
         log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
@@ -129,6 +140,8 @@ export function startElection(
         ctx.fail(1);
       }
     };
+    // the handle, once started: the membership it holds is the one in force
+    let phase: Omit<ElectionPhase, 'phase' | 'undo'> | null = null;
     let host: VrrpHost;
     try {
       host = await VrrpHost.start(opts, onEvent);
@@ -147,8 +160,36 @@ export function startElection(
       await host.reconfigure(patch);
       if (patch.vips) vips = [...patch.vips];
     };
-    return { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve() };
+    phase = { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve() };
+    return phase;
   });
+}
+
+/**
+ * The nodes this one knows of (canonical): the discovered ones (or the seed's hosts before
+ * discovery answered), the listed vrrp.peers, and the membership's peers and members.
+ */
+export function knownNodes(inputs: { config: Config; discovered: readonly string[] | null }, m: Membership): Set<string> {
+  const seed = inputs.config.apiserver.backends.map((b) => b.host);
+  const listed = inputs.config.vrrp?.peers ?? [];
+  const canon = (a: string): string => {
+    try {
+      return canonicalAddress(a);
+    } catch {
+      return a.toLowerCase();
+    }
+  };
+  return new Set([...(inputs.discovered ?? seed), ...listed, ...m.peers, ...(m.members ?? [])].map(canon));
+}
+
+/**
+ * Whether a new master at `address` is none of the `known` nodes (see {@link knownNodes}). Not
+ * when nothing is known, nor for an IPv6 link-local address (multicast adverts come from those,
+ * and no list of nodes holds them).
+ */
+export function isStranger(address: string, known: ReadonlySet<string>): boolean {
+  if (known.size === 0 || address.toLowerCase().startsWith('fe80:')) return false;
+  return !known.has(canonicalAddress(address));
 }
 
 /** The engine's options: the config's vrrp section and what preflight found on the interface. */

@@ -14,6 +14,7 @@ import type { Reconciler } from '../dataplane/reconcile.js';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 import type { Logger } from '../observe/log.js';
+import { pinoSink, RateLimitedLog } from '../observe/ratelimit.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
 /**
@@ -104,7 +105,8 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
     Math.max(200, Math.min(1000, api.health.timeoutMs)),
     direct ? api.backends : [],
   );
-  let lostLogged = -Infinity;
+  // one line per burst of losses, then one per window with the count
+  const limited = new RateLimitedLog(pinoSink(log));
   return watchConntrack(
     tracker,
     (v) => {
@@ -115,12 +117,7 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
     {
       onExit: (code, err) => log.warn({ code, err }, 'conntrack event watch ended: passive detection is off (it needs CAP_NET_ADMIN and ctnetlink, module nf_conntrack_netlink)'),
       // a burst overflowed the socket buffer: some flows are not followed; active checks still are
-      onLost: () => {
-        const now = performance.now();
-        if (now - lostLogged < 10_000) return;
-        lostLogged = now;
-        log.warn({}, 'conntrack events were lost (receive buffer full); passive detection missed some connections');
-      },
+      onLost: () => void limited.log('warn', 'lost', {}, 'conntrack events were lost (receive buffer full); passive detection missed some connections'),
     },
   );
 }

@@ -23,6 +23,7 @@ import { CertificateTracker } from '../health/certificates.js';
 import { certificateNeeds } from '../check/certificates.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ReloadUnavailable } from '../observe/admin.js';
+import { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase } from './admin.js';
@@ -120,9 +121,10 @@ export async function startAgent(
     })();
     return stopping;
   };
-  const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code) };
+  const history = new ElectionHistory();
+  const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code), history };
 
-  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt });
+  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history);
 
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
@@ -225,7 +227,7 @@ async function startPhases(
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
-async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload']): Promise<StatusDocument> {
+async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   const stats = running.discovery?.stats() ?? null;
   const common = {
@@ -241,7 +243,11 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
   const fixed = electionFacts(config, running.resolved);
   if (!fixed) return { state: 'none', ...common };
   if (!running.election) throw new Error('the election engine is not running');
-  return statusDocument(await running.election.host.status(), fixed, common);
+  const engine = await running.election.host.status();
+  // since when the master the engine names now is heard (not an earlier one's time)
+  const heard = history.currentMaster();
+  const masterSince = heard !== null && heard.address === engine.masterAddress ? heard.since : null;
+  return statusDocument(engine, fixed, common, { transitions: history.transitions(), masterSince, priorityReason: running.priority?.reason() ?? null });
 }
 
 /** The parts of /status that do not change while the election runs; null without an election. */

@@ -7,6 +7,7 @@
  * stack only ever holds whole phases. Reload (next issue) is then: undo one phase's handle, run the
  * phase again with the new config.
  */
+import type { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
 import { CleanupStack } from './stack.js';
 
@@ -24,6 +25,8 @@ export interface AgentContext {
    * the agent unwinds everything and exits with `exitCode`. Returns at once.
    */
   fail(exitCode: number): void;
+  /** The election's state changes and master, for /status (absent in tests that build a context by hand). */
+  readonly history?: ElectionHistory;
 }
 
 /** What a started phase exposes, and how to undo it. */

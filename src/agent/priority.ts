@@ -16,6 +16,8 @@ import type { HealthFollowers } from './health.js';
 export interface PriorityPhase extends PhaseHandle {
   /** A reload: the policy takes `config`'s base priority, weight, local backend and settle time, and re-evaluates. */
   reconfigure(config: Config): void;
+  /** Why the advertised priority is below the configured one now, or null when it is not (Policy.reason). */
+  reason(): string | null;
 }
 
 /**
@@ -36,11 +38,24 @@ export function startPriority(
 
     // the settle time starts now: the first checks start now, after the first apply
     const policy = new Policy(policyOptions(config, local), host, performance.now());
+    // the engine starts at the configured priority; each change after that is logged with its reason
+    let current = config;
+    let advertised = config.vrrp!.priority;
+    let cut = false;
     const evaluate = (): void => {
       // only the VIP's family can serve the VIP (other backends serve a local endpoint of theirs)
       const ours = checker.snapshot({ family });
       const r = policy.update(ours, dataplaneReady, performance.now());
       log.debug({ priority: r.priority, preemptHold: r.hold }, 'policy');
+      if (r.priority === advertised) return;
+      const configured = current.vrrp!.priority;
+      const fields = { from: advertised, to: r.priority, configured, weight: current.policy.unhealthyPriorityWeight };
+      advertised = r.priority;
+      const why = policy.reason();
+      if (why !== null) log.warn({ ...fields, reason: why }, `election priority lowered to ${r.priority}: ${why}`);
+      else if (cut) log.info({ ...fields, reason: 'this node can serve again' }, `election priority restored to ${r.priority}: this node can serve again`);
+      else log.info({ ...fields, reason: 'reconfigured' }, `election priority now ${r.priority} (reconfigured)`);
+      cut = why !== null;
     };
     // the settle deadline passes without an event: look again then
     const settleTimer = setTimeout(evaluate, api.health.settleMs + 10);
@@ -52,10 +67,11 @@ export function startPriority(
     });
     const reconfigure = (next: Config): void => {
       family = next.family;
+      current = next;
       policy.reconfigure(policyOptions(next, local));
       evaluate();
     };
-    return { reconfigure };
+    return { reconfigure, reason: () => policy.reason() };
   });
 }
 

@@ -34,6 +34,7 @@
  * which destroys its piped connections with a RST so their clients reconnect at once.
  */
 import net from 'node:net';
+import { RateLimitedLog } from '../observe/ratelimit.js';
 import type { LocalBackend, LocalDataplane, LocalDataplaneStatus, LocalEndpoint } from './local.js';
 import { addressFamily, canonicalAddress, hostPort, type AddressFamily } from '../net/address.js';
 
@@ -329,33 +330,34 @@ export class ProxyLocalDataplane implements LocalDataplane {
   #updates = 0;
   #socketsReset = 0;
   #closed: Promise<void> | null = null;
-  /** last log time per key (ms, monotonic), and lines suppressed since */
-  readonly #logged = new Map<string, { at: number; suppressed: number }>();
+  /** per-connection failures: the first, then one line per second with the count (observe/ratelimit.ts) */
+  readonly #limited: RateLimitedLog;
   readonly #hooks: SessionHooks;
 
   private constructor(listeners: Listener[], log: ProxyLog, connectTimeoutMs: number) {
     this.#listeners = listeners;
     this.#log = log;
+    this.#limited = new RateLimitedLog((level, fields, msg) => (level === 'error' ? log.error(fields, msg) : level === 'warn' ? log.warn(fields, msg) : log.info(fields, msg)), { windowMs: LOG_EVERY_MS });
     this.connectTimeoutMs = connectTimeoutMs;
     this.#hooks = {
       connectTimeoutMs,
       pick: (s) => this.#pick(s),
       failure: (s, backend, error, next) => {
         if (next) this.#counters.failedOver++;
-        this.#rateLog(`fail ${keyOf(backend)}`, (suppressed) =>
-          this.#log.warn(
-            { endpoint: s.listener.name, backend: keyOf(backend), err: error, next: next ? keyOf(next) : null, ...(suppressed ? { suppressed } : {}) },
-            next ? 'local proxy: backend failed before answering; trying the next one' : 'local proxy: backend failed before answering; none left to try',
-          ),
+        this.#limited.log(
+          'warn',
+          `fail ${keyOf(backend)}`,
+          { endpoint: s.listener.name, backend: keyOf(backend), err: error, next: next ? keyOf(next) : null },
+          next ? 'local proxy: backend failed before answering; trying the next one' : 'local proxy: backend failed before answering; none left to try',
         );
       },
       rejected: (s, afterFailures) => {
         this.#counters.rejected++;
-        this.#rateLog(`none ${s.listener.name}`, (suppressed) =>
-          this.#log.warn(
-            { endpoint: s.listener.name, tried: s.tried.size, ...(suppressed ? { suppressed } : {}) },
-            afterFailures ? 'local proxy: every ready backend failed; client reset' : 'local proxy: no ready backend for this endpoint; client reset',
-          ),
+        this.#limited.log(
+          'warn',
+          `none ${s.listener.name}`,
+          { endpoint: s.listener.name, tried: s.tried.size },
+          afterFailures ? 'local proxy: every ready backend failed; client reset' : 'local proxy: no ready backend for this endpoint; client reset',
         );
       },
       piped: () => void this.#counters.piped++,
@@ -499,6 +501,7 @@ export class ProxyLocalDataplane implements LocalDataplane {
       const closing = this.#listeners.map((l) => new Promise<void>((r) => l.server.close(() => r())));
       for (const s of [...this.#sessions]) s.teardown('close');
       await Promise.all(closing);
+      this.#limited.close();
       this.#log.info({ endpoints: this.#listeners.map((l) => l.name) }, 'local proxy closed');
     })();
     return this.#closed;
@@ -537,20 +540,5 @@ export class ProxyLocalDataplane implements LocalDataplane {
     const s = new Session(this.#hooks, sock, l);
     this.#sessions.add(s);
     s.start();
-  }
-
-  #rateLog(key: string, emit: (suppressed: number) => void): void {
-    const now = performance.now();
-    const e = this.#logged.get(key);
-    if (e && now - e.at < LOG_EVERY_MS) {
-      e.suppressed++;
-      return;
-    }
-    emit(e?.suppressed ?? 0);
-    this.#logged.set(key, { at: now, suppressed: 0 });
-    // bounded: keys not logged for a minute are forgotten
-    if (this.#logged.size > 256) {
-      for (const [k, v] of this.#logged) if (now - v.at > 60_000) this.#logged.delete(k);
-    }
   }
 }

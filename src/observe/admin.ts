@@ -1,6 +1,7 @@
 /**
- * The admin HTTP endpoint (node:http), meant for localhost: GET /status (JSON), GET /healthz,
- * GET /metrics (Prometheus text format), POST /reload (re-read the configuration file).
+ * The admin HTTP endpoint (node:http), meant for localhost: GET / (the status page, HTML: page.ts),
+ * GET /status (JSON), GET /healthz, GET /metrics (Prometheus text format), POST /reload (re-read
+ * the configuration file).
  *
  * POST /reload answers with the {@link ReloadResult} as JSON: 200 when it was applied, 422 when
  * it was refused (an invalid file, a change a reload cannot make, a VIP another agent holds:
@@ -8,7 +9,11 @@
  * `{ ok: false, problems: [why] }`. `ballast reload` maps these to exit 0, 2 and 1.
  */
 import { createServer, type Server } from 'node:http';
+import { escapeHtml, renderStatusPage } from './page.js';
 import type { ReloadResult, StatusDocument } from './status.js';
+
+/** The page has no script and no external asset: the browser is told to load none. */
+const PAGE_HEADERS = { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'", 'cache-control': 'no-store' };
 
 /** A reload the agent refuses to start (it is stopping): 503, not a failed reload. */
 export class ReloadUnavailable extends Error {
@@ -64,6 +69,13 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       );
       return;
     }
+    if (url === '/') {
+      h.status().then(
+        (doc) => res.writeHead(200, PAGE_HEADERS).end(renderStatusPage(doc)),
+        (err: Error) => res.writeHead(503, PAGE_HEADERS).end(`<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5"><title>ballast: election engine not answering</title></head><body><h1>ballast</h1><p>The election engine is not answering: ${escapeHtml(err.message)}</p></body></html>\n`),
+      );
+      return;
+    }
     if (url === '/metrics') {
       h.metrics().then(
         (m) => res.writeHead(200, { 'content-type': m.contentType }).end(m.body),
@@ -71,7 +83,7 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       );
       return;
     }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /status, /healthz, /metrics or POST /reload\n');
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /, /status, /healthz, /metrics or POST /reload\n');
   });
   server.keepAliveTimeout = 5000;
   await new Promise<void>((resolve, reject) => {

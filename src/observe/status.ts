@@ -8,6 +8,9 @@ import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 import type { LocalDataplaneStatus } from '../dataplane/local.js';
 import type { BackendCertificate } from '../health/certificates.js';
+import type { TransitionRecord } from './history.js';
+
+export type { TransitionRecord };
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
 export type StatusState = 'init' | 'backup' | 'master' | 'fault';
@@ -104,6 +107,21 @@ export interface ElectionStatusDocument extends CommonStatus {
   masterDownIntervalMs: number;
   skewTimeMs: number;
   counters: EngineStatus['counters'];
+  /** The last state change: from, to, the machine's reason, when (ISO 8601); null before the first (absent from documents built without an agent). */
+  lastTransition?: TransitionRecord | null;
+  /** The last state changes (at most 20), oldest first (absent without an agent). */
+  transitions?: TransitionRecord[];
+  /** The master heard now (ours when master) and since when it is heard (ISO 8601); null before any (absent without an agent). */
+  masterSince?: string | null;
+  /** Why the advertised priority is below the configured one (the policy's reason), or null (absent without an agent or a policy). */
+  priorityReason?: string | null;
+}
+
+/** The agent's election memory that goes into /status (see history.ts). */
+export interface ElectionExtras {
+  transitions: TransitionRecord[];
+  masterSince: string | null;
+  priorityReason: string | null;
 }
 
 /** Builds the document from the engine's status and the static facts of this instance. */
@@ -111,6 +129,7 @@ export function statusDocument(
   s: EngineStatus,
   fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; unicast: boolean; peers: readonly string[]; auth: boolean; advertisementIntervalMs: number },
   common: CommonStatus = { backends: [], dataplane: { mode: 'off', reason: 'no apiserver.backends configured' }, local: { mode: 'off', reason: 'no localEndpoint configured' } },
+  extras?: ElectionExtras,
 ): ElectionStatusDocument {
   return {
     state: statusState(s.state),
@@ -135,12 +154,21 @@ export function statusDocument(
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
+    ...(extras
+      ? { lastTransition: extras.transitions.at(-1) ?? null, transitions: extras.transitions, masterSince: extras.masterSince, priorityReason: extras.priorityReason }
+      : {}),
     backends: common.backends,
     ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
     dataplane: common.dataplane,
     local: common.local,
     ...(common.reload ? { reload: common.reload } : {}),
   };
+}
+
+/** The `changed:` line of `ballast status` (the last state change); none without a recorded change. */
+function formatTransition(t: TransitionRecord | null | undefined): [string, string][] {
+  if (!t) return [];
+  return [['changed', `${t.from} → ${t.to} (${t.reason}${t.detail ? `: ${t.detail}` : ''}) at ${t.at}`]];
 }
 
 /** The `reload:` line of `ballast status`; null before the first reload. */
@@ -211,8 +239,9 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
   const rows: [string, string][] = [
     ['state', `${d.state} (since ${d.since}, ${age}s ago)`],
     ['vrid', String(d.vrid)],
-    ['priority', d.effectivePriority === d.priority ? String(d.priority) : `${d.priority} (advertising ${d.effectivePriority})`],
-    ['master', d.masterAddress === null ? 'unknown' : `${d.masterAddress}${d.masterPriority === null ? '' : ` (priority ${d.masterPriority})`}`],
+    ['priority', d.effectivePriority === d.priority ? String(d.priority) : `${d.priority} (advertising ${d.effectivePriority}${d.priorityReason ? `: ${d.priorityReason}` : ''})`],
+    ['master', d.masterAddress === null ? 'unknown' : `${d.masterAddress}${d.masterPriority === null ? '' : ` (priority ${d.masterPriority})`}${d.masterSince ? `, heard since ${d.masterSince}` : ''}`],
+    ...formatTransition(d.lastTransition),
     ['vips', `${d.vips.join(', ')} (${d.vipsHeld ? 'held here' : 'not held here'})`],
     ['interface', `${d.interface}, IPv${d.family}, ${d.mode}${d.mode === 'unicast' ? ` (peers: ${d.peers.join(' ') || 'none, single node'})` : ''}${d.auth ? ', authenticated' : ''}, source ${d.primaryAddress}`],
     ['timers', `advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`],

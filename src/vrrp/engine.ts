@@ -28,6 +28,7 @@ import { addressFamily, canonicalAddress, type AddressFamily } from '../net/addr
 import { AdvertAuth } from './auth.js';
 import { FILTER_WARNINGS, filterAdvert, type ReceivedAdvert } from './filters.js';
 import { openNativeEdge, type OpenEdge, type VrrpEdge } from './edge.js';
+import { RateLimitedLog } from '../observe/ratelimit.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -166,7 +167,12 @@ export type EngineEvent =
   | { type: 'transition'; from: VrrpState; to: VrrpState; reason: string; detail?: string; previousMaster?: string; at: string }
   | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; msg: string; fields?: Record<string, unknown> }
   /** The interface was deleted: the engine cannot go on (the agent exits so its supervisor restarts it). */
-  | { type: 'interfaceGone'; ifname: string };
+  | { type: 'interfaceGone'; ifname: string }
+  /**
+   * A Backup heard a new Active router (another source than the last one; not a resign): the
+   * agent tells whether it is one of the known members (agent/election.ts).
+   */
+  | { type: 'master'; address: string; priority: number; previous: string | null };
 
 /** What the engine is given besides its options: the OS edge and the clock (tests pass fakes). */
 export interface EngineDeps {
@@ -208,6 +214,8 @@ export class VrrpEngine {
   private members: ReadonlySet<string> | null;
   private readonly auth: AdvertAuth | null;
   private readonly now: () => number;
+  /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (observe/ratelimit.ts). */
+  private readonly limited: RateLimitedLog;
   private readonly counters: EngineCounters = {
     advertsSent: 0,
     advertsReceived: 0,
@@ -245,6 +253,7 @@ export class VrrpEngine {
     });
     this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
     this.now = deps.now ?? (() => performance.now());
+    this.limited = new RateLimitedLog((level, fields, msg) => this.log(level, msg, fields), { now: this.now });
     this.linkRunning = opts.linkRunning;
     this.makeFrames();
   }
@@ -282,7 +291,7 @@ export class VrrpEngine {
       { family: o.family, ifname: o.ifname, ifindex: o.ifindex, primaryAddress: o.primaryAddress, joinGroup: !o.unicast },
       {
         packet: (p) => this.onPacket(p),
-        socketError: (err) => this.log('error', 'VRRP socket error', { code: err.code, syscall: err.syscall, error: err.message }),
+        socketError: (err) => this.limited.log('error', `socket:${err.code ?? err.message}`, { code: err.code, syscall: err.syscall, error: err.message }, 'VRRP socket error'),
         link: (running) => this.onLink(running),
         addressesChanged: () => this.onAddressesChanged(),
       },
@@ -432,12 +441,41 @@ export class VrrpEngine {
     await this.vipQueue;
     this.edge?.close();
     this.edge = null;
+    // the counts of lines left out are not lost with the engine
+    this.limited.close();
   }
 
   private feed(ev: MachineEvent): void {
     if (this.stopped) return;
     for (const a of this.machine.handle(ev)) this.carryOut(a);
+    if (ev.type === 'advert') this.watchMaster(ev);
     this.schedule();
+  }
+
+  /** The Master_Adver_Interval and the master a Backup adopted last (logged when they change). */
+  private seenIntervalCs: number | null = null;
+  private seenMaster: string | null = null;
+
+  /**
+   * What an advert made the machine adopt, told once per change: a Backup sets
+   * Master_Adver_Interval from the Active router's advert (RFC 9568 §6.4.2), which moves its
+   * Master_Down_Interval away from what this node's own setting implies; and a new master.
+   */
+  private watchMaster(ev: Extract<MachineEvent, { type: 'advert' }>): void {
+    const s = this.machine.snapshot();
+    if (s.state !== 'backup' || ev.priority === 0 || s.masterAddress !== ev.source) return;
+    const ours = this.opts.advertisementIntervalCs;
+    const adopted = s.masterAdverIntervalCs;
+    if (adopted !== (this.seenIntervalCs ?? ours)) {
+      const fields = { master: ev.source, masterAdverIntervalCs: adopted, advertisementIntervalCs: ours, masterDownIntervalMs: round3(s.masterDownIntervalMs) };
+      if (adopted === ours) this.log('info', 'the master advertises our advertisement interval again', fields);
+      else this.log('warn', `adopted the master's advertisement interval (RFC 9568 §6.4.2): ${adopted} cs, ours is ${ours} cs`, fields);
+    }
+    this.seenIntervalCs = adopted;
+    if (ev.source !== this.seenMaster) {
+      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster });
+      this.seenMaster = ev.source;
+    }
   }
 
   /** Sleeps until the machine's next deadline, then ticks. */
@@ -460,6 +498,11 @@ export class VrrpEngine {
         if (a.from === 'active') this.activeEpoch++;
         // the owner adds nothing: its VIPs are its own addresses, held while Active
         if (o.owner) this.vipsHeld = a.to === 'active';
+        // Active: the interval is ours and the master is us; the next master heard is new again
+        if (a.to === 'active') {
+          this.seenIntervalCs = null;
+          this.seenMaster = o.primaryAddress;
+        }
         this.emit({ ...a, at: new Date().toISOString() });
         return;
       case 'addVips':
@@ -518,10 +561,9 @@ export class VrrpEngine {
         this.counters.advertsSent++;
       } catch (err) {
         this.counters.sendErrors++;
-        // one line per error kind would be better under a storm; the counter carries the rate
-        if (this.counters.sendErrors <= 10 || this.counters.sendErrors % 100 === 0) {
-          this.log('warn', 'cannot send advertisement', { destination, error: (err as Error).message, sendErrors: this.counters.sendErrors });
-        }
+        // one key per kind of error, not per peer: 252 unreachable peers are one line per window
+        const e = err as Error & { code?: string };
+        this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
       }
     }
   }
@@ -533,7 +575,8 @@ export class VrrpEngine {
         this.startError ??= err;
         return;
       }
-      this.log('error', 'address change failed', { error: (err as Error).message, code: netlinkErrno(err) });
+      const code = netlinkErrno(err);
+      this.limited.log('error', `address:${code ?? (err as Error).message}`, { error: (err as Error).message, code }, 'address change failed');
     });
   }
 
@@ -564,7 +607,8 @@ export class VrrpEngine {
           this.counters.announcementsSent++;
           sent++;
         } catch (err) {
-          this.log('warn', 'cannot send announcement', { error: (err as Error).message });
+          const e = err as Error & { code?: string };
+          this.limited.log('warn', `announce:${e.code ?? e.message}`, { error: e.message, ...(e.code ? { code: e.code } : {}) }, 'cannot send announcement');
         }
       }
     }
@@ -584,7 +628,7 @@ export class VrrpEngine {
         const n = this.edge?.destroySockets(vip) ?? 0;
         if (n > 0) this.log('info', 'connections on a released VIP destroyed (their clients reconnect to the new holder)', { vip, sockets: n });
       } catch (err) {
-        this.log('warn', 'cannot destroy the connections on a released VIP', { vip, error: (err as Error).message });
+        this.limited.log('warn', `destroy:${vip}`, { vip, error: (err as Error).message }, 'cannot destroy the connections on a released VIP');
       }
     }
   }
@@ -662,6 +706,10 @@ export class VrrpEngine {
   private log(level: 'debug' | 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>): void {
     this.emit(fields ? { type: 'log', level, msg, fields } : { type: 'log', level, msg });
   }
+}
+
+function round3(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
 }
 
 /** The acceptFrom filter's set: canonical text, or null for any source. */

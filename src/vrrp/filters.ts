@@ -3,9 +3,14 @@
  * before the state machine hears of it. Pure except for the authenticator's replay memory, which
  * the caller owns and passes in.
  *
- *   own source ─► peer allowlist ─► members ─► auth trailer (present? valid? newer?) ─► codec (§7.1) ─► address list
- *     'own'        'notPeer'     'notMember'  'authUnexpected' 'authMissing'          DropReason     accepted, `foreign`
- *                                             'authFailed' 'replayed'                                when it differs
+ *   own source ─► peer allowlist ─► members ─► codec (§7.1) ─► auth trailer (present? valid? newer?) ─► address list
+ *     'own'        'notPeer'     'notMember'   DropReason     'authUnexpected' 'authMissing'          accepted, `foreign`
+ *                                                             'authFailed' 'replayed'                 when it differs
+ *
+ * The codec's checks come before the trailer's: an advert for another VRID, or from a VRRPv2
+ * router, is counted as that (`vrid`, `vrrpv2`), not as `authMissing` with a hint about a
+ * keepalived or a ballast without auth on this group. With auth on, the codec reads the message
+ * without its trailer (when one is there); only a message that passes it is worth an HMAC.
  *
  * The members filter (vrrp.acceptFrom, docs/auth.md) compares the source address only: anyone on
  * the segment can forge it. It keeps a stranger's adverts (another cluster on the same VRID, a
@@ -16,7 +21,7 @@
  * is the `foreign` flag here: such an advert still counts (a peer mid-migration), but is logged.
  */
 import { decodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6, type Advertisement, type DropReason } from './packet.js';
-import { hasAuthTrailer, type AdvertAuth, type AuthDropReason } from './auth.js';
+import { AUTH_TRAILER_LENGTH, hasAuthTrailer, type AdvertAuth, type AuthDropReason } from './auth.js';
 import { canonicalAddress, type AddressFamily } from '../net/address.js';
 
 /** Why the filters dropped a packet (also the drop counter's label). */
@@ -71,16 +76,17 @@ export function filterAdvert(p: ReceivedAdvert, ctx: FilterContext): FilterResul
   if (p.source === ctx.primaryAddress) return { ok: false, reason: 'own' };
   if (ctx.unicast && !ctx.peers.includes(p.source)) return { ok: false, reason: 'notPeer' };
   if (ctx.members && !ctx.members.has(p.source)) return { ok: false, reason: 'notMember' };
-  let payload = p.payload;
-  if (!ctx.auth && hasAuthTrailer(payload, ctx.family)) return { ok: false, reason: 'authUnexpected' };
+  const payload = p.payload;
+  const trailer = hasAuthTrailer(payload, ctx.family);
+  const message = trailer ? payload.subarray(0, payload.length - AUTH_TRAILER_LENGTH) : payload;
+  const multicast = p.destination === VRRP_MULTICAST_V4 || p.destination === VRRP_MULTICAST_V6;
+  const r = decodeAdvertisement(message, { family: ctx.family, source: p.source, destination: p.destination, ttl: p.ttl, checkTtl: multicast }, ctx.vrid);
+  if (!r.ok) return { ok: false, reason: r.reason, detail: r.detail };
+  if (!ctx.auth && trailer) return { ok: false, reason: 'authUnexpected' };
   if (ctx.auth) {
     const a = ctx.auth.verify(payload, p.source, p.destination);
     if (!a.ok) return { ok: false, reason: a.reason };
-    payload = a.message;
   }
-  const multicast = p.destination === VRRP_MULTICAST_V4 || p.destination === VRRP_MULTICAST_V6;
-  const r = decodeAdvertisement(payload, { family: ctx.family, source: p.source, destination: p.destination, ttl: p.ttl, checkTtl: multicast }, ctx.vrid);
-  if (!r.ok) return { ok: false, reason: r.reason, detail: r.detail };
   return { ok: true, advert: r.advert, foreign: !sameAddresses(r.advert.addresses, ctx.vips) };
 }
 

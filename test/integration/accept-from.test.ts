@@ -96,6 +96,9 @@ describe.skipIf(needs('root') ?? needs('tcpdump'))('vrrp.acceptFrom and peers th
     await stranger(1);
     // the advert went out before the injector exited: n1 has yielded by now, or within a poll
     await waitFor(() => a1!.status(), (s) => s.state === 'backup', { timeoutMs: 1000, what: 'n1 to yield to the stranger' });
+    // what an operator is told (issue 11 item 7): a master none of the known nodes, and its interval adopted
+    expect(a1!.logLines().filter((l) => String(l.msg).startsWith('the new master is not one of the known members'))).toMatchObject([{ level: 'warn', master: lab.client.ipv4, priority: 254 }]);
+    expect(a1!.logLines().filter((l) => String(l.msg).startsWith("adopted the master's advertisement interval"))).toMatchObject([{ level: 'warn', master: lab.client.ipv4, masterAdverIntervalCs: 4095, advertisementIntervalCs: INTERVAL_MS / 10 }]);
     // n1's last advert makes n2 follow n1, which is silent now: n2 takes over after its Master_Down_Interval
     await waitForHolder(lab, lab.vip4, 'n2', masterDownIntervalMs(100, INTERVAL_MS / 10) + 1000);
     const s1 = await a1!.status();

@@ -26,9 +26,11 @@ export type Need =
   /** an executable; the Debian package scripts/setup.sh installs */
   | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool'
   /** a peer daemon of the lab (lab/peers/) */
-  | 'keepalived' | 'haproxy' | 'nginx';
+  | 'keepalived' | 'haproxy' | 'nginx'
+  /** Debian's Chromium, for the status page in a real headless browser */
+  | 'chromium';
 
-const PACKAGE: Record<string, string> = { ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus' };
+const PACKAGE: Record<string, string> = { ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus', chromium: 'chromium' };
 
 function executable(path: string): boolean {
   try {
@@ -63,6 +65,7 @@ function missing(need: Need): string | null {
     case 'tcpdump':
     case 'prometheus':
     case 'promtool':
+    case 'chromium':
       return onPath(need) ? null : `no ${need} on PATH (apt-get install ${PACKAGE[need]})`;
     case 'keepalived':
       return executable(KEEPALIVED_PATH) ? null : `no ${KEEPALIVED_PATH} (apt-get install keepalived)`;

@@ -474,3 +474,61 @@ describe('VrrpEngine acceptFrom members', () => {
     await e.stop();
   });
 });
+
+describe('what the engine tells the operator, once per change or rate-limited', () => {
+  it('a send error to 252 unreachable peers: one line (one key per error, not per peer), then one per 10 s window with the count', async () => {
+    edge.sendAdvert = () => {
+      throw Object.assign(new Error('sendto: Network is unreachable'), { code: 'ENETUNREACH', syscall: 'sendto' });
+    };
+    const peers = Array.from({ length: 252 }, (_, i) => `10.9.${Math.floor(i / 200)}.${(i % 200) + 1}`);
+    // 500 ms keeps the test fast (each advert is encoded per peer); the interval does not change what is logged
+    const e = await start({ unicast: true, peers, advertisementIntervalCs: 50 });
+    const lines = () => events.filter((x) => x.type === 'log' && x.msg.startsWith('cannot send advertisement'));
+    // Master_Down (about 1.6 s), then adverts every 500 ms, each to 252 peers
+    const down = masterDownIntervalMs(100, 50);
+    await vi.advanceTimersByTimeAsync(Math.ceil(down) + 3500);
+    expect(e.status().counters.sendErrors).toBe(252 * 8);
+    expect(lines()).toHaveLength(1);
+    expect(lines()[0]).toMatchObject({ level: 'warn', msg: 'cannot send advertisement', fields: { destination: peers[0], code: 'ENETUNREACH', sendErrors: 1 } });
+    // the window ends 10 s after the first line: one summary with the count of the ones left out
+    await vi.advanceTimersByTimeAsync(6400);
+    expect(lines()).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(200);
+    const summary = lines()[1];
+    expect(lines()).toHaveLength(2);
+    expect(summary).toMatchObject({ level: 'warn', fields: { code: 'ENETUNREACH' } });
+    const repeated = summary?.type === 'log' ? (summary.fields?.repeated as number) : 0;
+    expect(summary?.type === 'log' && summary.msg).toBe(`cannot send advertisement (repeated ${repeated} times in the last 10 s)`);
+    expect(summary?.type === 'log' && summary.fields?.sendErrors).toBe(repeated + 1);
+    // stop: the count since the last summary is written, nothing is lost
+    const before = e.status().counters.sendErrors;
+    await e.stop();
+    const last = lines().at(-1);
+    expect(lines()).toHaveLength(3);
+    expect(last?.type === 'log' && (last.fields?.repeated as number) + repeated + 1).toBe(before + 252);
+  });
+
+  it('a Backup adopting another Master_Adver_Interval says so once per change, with both values in centiseconds; a new master is an event', async () => {
+    const e = await start();
+    edge.inputs.packet(advertFrom('10.0.0.11', 200, 100));
+    edge.inputs.packet(advertFrom('10.0.0.11', 200, 100));
+    const adopted = events.filter((x) => x.type === 'log' && x.msg.startsWith("adopted the master's advertisement interval"));
+    expect(adopted).toStrictEqual([
+      {
+        type: 'log',
+        level: 'warn',
+        msg: "adopted the master's advertisement interval (RFC 9568 §6.4.2): 100 cs, ours is 10 cs",
+        fields: { master: '10.0.0.11', masterAdverIntervalCs: 100, advertisementIntervalCs: 10, masterDownIntervalMs: masterDownIntervalMs(100, 100) },
+      },
+    ]);
+    expect(events.filter((x) => x.type === 'master')).toStrictEqual([{ type: 'master', address: '10.0.0.11', priority: 200, previous: null }]);
+    // another master with our interval: a new master, and the interval is ours again
+    edge.inputs.packet(advertFrom('10.0.0.13', 220, 10));
+    expect(events.filter((x) => x.type === 'master').at(-1)).toStrictEqual({ type: 'master', address: '10.0.0.13', priority: 220, previous: '10.0.0.11' });
+    expect(logs('the master advertises our advertisement interval again')).toStrictEqual([{ master: '10.0.0.13', masterAdverIntervalCs: 10, advertisementIntervalCs: 10, masterDownIntervalMs: Math.round(masterDownIntervalMs(100, 10) * 1000) / 1000 }]);
+    // a resign (priority 0) is not a new master
+    edge.inputs.packet(advertFrom('10.0.0.13', 0, 10));
+    expect(events.filter((x) => x.type === 'master')).toHaveLength(2);
+    await e.stop();
+  });
+});

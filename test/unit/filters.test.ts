@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { AdvertAuth } from '../../src/vrrp/auth.js';
 import { filterAdvert, FILTER_WARNINGS, type FilterContext, type ReceivedAdvert } from '../../src/vrrp/filters.js';
 import { encodeAdvertisement } from '../../src/vrrp/packet.js';
+import { fixturePath, ipOfFrame, readPcap } from '../support/pcap.js';
 
 const KEY = Buffer.from('0123456789abcdef0123456789abcdef');
 const ctx: FilterContext = { family: 4, vrid: 51, primaryAddress: '10.0.0.12', unicast: false, peers: [], vips: ['10.0.0.100'], auth: null };
@@ -69,6 +70,34 @@ describe('receive filters (one module, in order)', () => {
     expect(filterAdvert(packet({ addresses: ['10.0.0.101'] }), ctx)).toMatchObject({ ok: true, foreign: true });
     const two = { ...ctx, vips: ['10.0.0.100', '10.0.0.101'] };
     expect(filterAdvert(packet({ addresses: ['10.0.0.101', '10.0.0.100'] }), two)).toMatchObject({ ok: true, foreign: false });
+  });
+  describe('auth on, real keepalived 2.2.7 captures (test/fixtures, VRID 51): the VRID and the version come before the trailer', () => {
+    /** The first advert of a capture, as the raw socket reports it. */
+    const captured = (file: string): ReceivedAdvert => {
+      const ip = ipOfFrame(readPcap(fixturePath(file))[0]!.data);
+      return { payload: ip.payload, source: ip.source, destination: ip.destination, ttl: ip.ttl };
+    };
+    const on = (vrid: number, family: 4 | 6 = 4): FilterContext => ({ family, vrid, primaryAddress: family === 4 ? '10.77.0.99' : 'fe80::99', unicast: false, peers: [], vips: [family === 4 ? '10.77.0.100' : 'fd77::100'], auth: new AdvertAuth(KEY, family, 1) });
+    it('a VRRPv3 advert of another VRID is vrid (not authMissing)', () => {
+      const p = captured('keepalived-vrrp3-ipv4.pcap');
+      expect(filterAdvert(p, on(52))).toStrictEqual({ ok: false, reason: 'vrid', detail: 'VRID 51, expected 52' });
+      expect(filterAdvert(captured('keepalived-vrrp3-ipv6.pcap'), on(52, 6))).toStrictEqual({ ok: false, reason: 'vrid', detail: 'VRID 51, expected 52' });
+      // our VRID: a keepalived without the trailer is what authMissing's hint is about
+      expect(filterAdvert(p, on(51))).toStrictEqual({ ok: false, reason: 'authMissing' });
+      // the same with auth off: the same reasons as before (another VRID; ours accepted)
+      expect(filterAdvert(p, { ...on(52), auth: null })).toMatchObject({ ok: false, reason: 'vrid' });
+      expect(filterAdvert(p, { ...on(51), auth: null })).toMatchObject({ ok: true, advert: { vrid: 51, priority: 150 } });
+    });
+    it('a VRRPv2 advert is vrrpv2, whatever its VRID', () => {
+      const p = captured('keepalived-vrrp2-ipv4.pcap');
+      expect(filterAdvert(p, on(51))).toMatchObject({ ok: false, reason: 'vrrpv2' });
+      expect(filterAdvert(p, on(52))).toMatchObject({ ok: false, reason: 'vrrpv2' });
+    });
+    it('a signed advert of another VRID is vrid before its HMAC is looked at', () => {
+      const p = packet({ vrid: 52 });
+      const wrong = new AdvertAuth(Buffer.from('ffffffffffffffffffffffffffffffff'), 4, 1).sign(p.payload, p.source, p.destination);
+      expect(filterAdvert({ ...p, payload: wrong }, { ...ctx, auth: new AdvertAuth(KEY, 4, 1) })).toMatchObject({ ok: false, reason: 'vrid' });
+    });
   });
   it('has an operator text for each misconfiguration reason', () => {
     expect(Object.keys(FILTER_WARNINGS).sort()).toStrictEqual(['authFailed', 'authMissing', 'authUnexpected', 'foreign', 'notMember', 'notPeer', 'replayed', 'vrrpv2']);

@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { validateConfig } from '../../src/config/index.js';
 import { membershipOf, sameMembership } from '../../src/agent/membership.js';
+import { isStranger, knownNodes } from '../../src/agent/election.js';
 
 const config = (vrrp: Record<string, unknown>, backends: string[] = ['10.0.0.11:6443', '10.0.0.12:6443', '10.0.0.13:6443'], vips = ['10.0.0.100']) =>
   validateConfig({ vrrp: { vrid: 51, ...vrrp }, vips, apiserver: { backends, health: { insecureSkipVerify: true } } });
@@ -117,5 +118,22 @@ describe('membershipOf', () => {
       expect(standby(config({}, ['[fd00::11]:6443'], ['fd00::100']), ['fd00::99'], null)).toBe(false);
       expect(standby(config({}, []), ['10.0.0.99'], null)).toBe(false);
     });
+  });
+});
+
+describe('knownNodes / isStranger: is a new master one of the nodes this one knows?', () => {
+  it('seed or discovered nodes, listed peers, the membership; link-local and an empty set never warn', () => {
+    const c = config({ acceptFrom: 'any' }, ['10.0.0.11:6443', '10.0.0.12:6443']);
+    const m = { peers: [], members: null, anyBecause: null, standby: false };
+    const seed = knownNodes({ config: c, discovered: null }, m);
+    expect([...seed].sort()).toStrictEqual(['10.0.0.11', '10.0.0.12']);
+    expect(isStranger('10.0.0.12', seed)).toBe(false);
+    expect(isStranger('10.0.0.66', seed)).toBe(true);
+    // once discovery answered, its nodes count (the seed no longer does), and the membership's too
+    const found = knownNodes({ config: c, discovered: ['10.0.0.13'] }, { ...m, members: ['10.0.0.14'] });
+    expect([...found].sort()).toStrictEqual(['10.0.0.13', '10.0.0.14']);
+    expect(isStranger('10.0.0.11', found)).toBe(true);
+    expect(isStranger('fe80::1', found)).toBe(false);
+    expect(isStranger('10.0.0.66', new Set())).toBe(false);
   });
 });

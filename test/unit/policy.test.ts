@@ -226,3 +226,31 @@ describe('Policy.reconfigure (a reload)', () => {
     expect(calls).toStrictEqual(['priority 150']);
   });
 });
+
+describe('Policy.reason: why the priority is cut, for the log and /status', () => {
+  it('nftables: names each backend with its state and reason; null once one serves, and while held', () => {
+    const { p } = policy();
+    p.update(all('unknown'), true, START);
+    expect(p.reason()).toBeNull();
+    p.update([bh(B1, 'down', 'ECONNREFUSED'), bh(B2, 'down', 'http 500'), bh(B3, 'down', 'timeout')], true, START + 900);
+    expect(p.reason()).toBe(`no ready backend (${B1} down: ECONNREFUSED, ${B2} down: http 500, ${B3} down: timeout)`);
+    p.update([bh(B1, 'up'), bh(B2, 'down', 'http 500'), bh(B3, 'down')], true, START + 1000);
+    expect(p.reason()).toBeNull();
+  });
+  it('nftables: more than five backends are summed up', () => {
+    const { p } = policy();
+    const many = Array.from({ length: 7 }, (_, i) => bh(`10.0.0.${i + 1}:6443`, 'down'));
+    p.update(many, true, START + 900);
+    expect(p.reason()).toBe('no ready backend (10.0.0.1:6443 down, 10.0.0.2:6443 down, 10.0.0.3:6443 down, 10.0.0.4:6443 down, 10.0.0.5:6443 down, and 2 more)');
+  });
+  it('mode none: the local apiserver down', () => {
+    const { p } = policy({ mode: 'none' });
+    p.update([bh(B1, 'down', 'timeout'), bh(B2, 'up'), bh(B3, 'up')], true, START + 900);
+    expect(p.reason()).toBe(`the local apiserver ${B1} is down (timeout) (dataplane.vip: none)`);
+  });
+  it('a weight of 0 (or the owner) cuts nothing, so there is no reason', () => {
+    const { p } = policy({ weight: 0 });
+    expect(p.update(all('down'), true, START + 900).priority).toBe(150);
+    expect(p.reason()).toBeNull();
+  });
+});

@@ -89,4 +89,20 @@ describe('status document', () => {
     expect(text).toContain('master:    unknown');
     expect(text).toContain('(not held here)');
   });
+  it('the last state change (from, to, reason, at), the transitions ring, since when the master is heard, and why the priority is cut', () => {
+    const transitions = [
+      { from: 'init' as const, to: 'backup' as const, reason: 'startup', at: '2026-11-29T19:59:58.000Z' },
+      { from: 'backup' as const, to: 'master' as const, reason: 'masterDown', at: '2026-11-29T20:00:00.000Z' },
+    ];
+    const d = statusDocument({ ...engine, effectivePriority: 50 }, fixed, undefined, { transitions, masterSince: '2026-11-29T20:00:00.000Z', priorityReason: 'no ready backend (10.0.0.11:6443 down: timeout)' });
+    expect(d).toMatchObject({ lastTransition: transitions[1], transitions, masterSince: '2026-11-29T20:00:00.000Z', priorityReason: 'no ready backend (10.0.0.11:6443 down: timeout)' });
+    const text = formatStatus(d, Date.parse('2026-11-29T20:00:10.000Z'));
+    expect(text).toContain('changed:   backup → master (masterDown) at 2026-11-29T20:00:00.000Z');
+    expect(text).toContain('priority:  150 (advertising 50: no ready backend (10.0.0.11:6443 down: timeout))');
+    expect(text).toContain('master:    10.0.0.11 (priority 150), heard since 2026-11-29T20:00:00.000Z');
+    // none recorded yet: null, and no line
+    const none = statusDocument(engine, fixed, undefined, { transitions: [], masterSince: null, priorityReason: null });
+    expect(none.lastTransition).toBeNull();
+    expect(formatStatus(none, 0)).not.toContain('changed:');
+  });
 });
