@@ -72,8 +72,10 @@ rm -rf "$lib/node_modules/.package-lock.json" "$lib/node_modules/.bin" "$lib/nod
 rm -rf "$lib/package-lock.json" "$lib/node_modules/.bin"
 find "$lib/node_modules" -mindepth 1 -maxdepth 1 -type d -name "@*" -empty -delete
 # type declarations and source maps are for editors and debuggers, never loaded at run time
-# (42 MB of the 106 MB, most of it @kubernetes/client-node's)
+# (42 MB of the 106 MB, most of it @kubernetes/client-node's); @types/* packages hold nothing else
+find "$lib/node_modules" -type d -path '*/node_modules/@types' -prune -exec rm -rf {} +
 find "$lib/node_modules" -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete
+find "$lib/node_modules" -mindepth 1 -type d -empty -delete
 for dev in vitest @vitest vite typescript cmake-js; do
   [ ! -e "$lib/node_modules/$dev" ] || die "a development package is in the stage: node_modules/$dev"
 done
