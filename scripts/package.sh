@@ -91,8 +91,9 @@ else
   mv "$out/node/LICENSE" "$lib/bin/LICENSE.node"
   rm -rf "$out/node"
 fi
-# the registry's binary carries its debug information (18 MB): dropped, as Debian strips binaries
-strip --strip-debug "$lib/bin/node"
+# the registry's binary carries its debug information and symbol table (18 MB): dropped, as Debian
+# strips binaries (the dynamic symbols the addon links against stay)
+strip "$lib/bin/node"
 [ "$("$lib/bin/node" --version)" = "v$NODE_VERSION" ] || die "the staged node does not run"
 
 # --- ballast on PATH, the unit, the example configuration --------------------------------------
