@@ -96,9 +96,12 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     expect(v.stdout.trim().split('\n').at(-1)).toBe(`${CONFFILE}: ok (2 files to wait for)`);
   });
 
-  it('the installed unit passes systemd-analyze verify and bounds the capabilities to AGENT_CAPABILITIES', async () => {
+  it('the installed unit passes systemd-analyze verify, rates ≤ 4.1 in systemd-analyze security and bounds the capabilities to AGENT_CAPABILITIES', async () => {
     const r = await sh(['systemd-analyze', 'verify', UNIT]);
     expect(r).toEqual({ code: 0, stdout: '', stderr: '' });
+    // systemd's own rating of the sandboxing (10 = an unsandboxed root service); see docs/install.md
+    const sec = await sh(['systemd-analyze', 'security', '--offline=true', UNIT]);
+    expect(Number(/Overall exposure level for ballast\.service: ([\d.]+)/.exec(sec.stdout)?.[1])).toBeLessThanOrEqual(4.1);
     const unit = readFileSync(UNIT, 'utf8');
     expect(unit).toMatch(/^Type=notify$/m);
     expect(unit).toMatch(/^ExecStart=\/usr\/bin\/ballast run --config \/etc\/ballast\/ballast\.yaml$/m);

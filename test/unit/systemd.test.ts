@@ -59,6 +59,7 @@ describe('systemdUnit', () => {
       RestrictNamespaces: 'yes',
       LockPersonality: 'yes',
       SystemCallArchitectures: 'native',
+      UMask: '0077',
     });
     expect(service.MemoryDenyWriteExecute).toBeUndefined();
     expect(service.User).toBeUndefined();
