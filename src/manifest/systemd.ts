@@ -126,6 +126,8 @@ LockPersonality=yes
 RestrictRealtime=yes
 # no SUID/SGID files created
 RestrictSUIDSGID=yes
+# what it writes (the last-known backends, lock files) is root's alone
+UMask=0077
 # only x86-64 system calls (no 32-bit ABI)
 SystemCallArchitectures=native
 # NOT MemoryDenyWriteExecute=: Node's V8 JIT needs writable-executable memory
