@@ -18,6 +18,7 @@ import { formatNote, loadConfig, parseConfig, type Config, type ConfigNote } fro
 import { describeReadError } from './config/files.js';
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
 import { createLogger, type Logger } from './observe/log.js';
+import { serviceManagerFromEnv } from './observe/notify.js';
 import { LOG_LEVELS, type LogLevel } from './config/index.js';
 import { formatStatus, type ReloadResult, type StatusDocument } from './observe/status.js';
 import { parse as parseYaml } from 'yaml';
@@ -115,6 +116,8 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
       (err: Error) => log?.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
     );
   });
+  // read (and removed from the environment the agent's children get) before anything runs
+  const serviceManager = serviceManagerFromEnv();
   const notes: ConfigNote[] = [];
   const config = loadConfig(opts.config, { notes });
   log = createLogger(opts.logLevel ?? config.log.level);
@@ -134,6 +137,7 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
     },
     source: opts.config,
     ...(opts.logLevel ? { logLevel: opts.logLevel } : {}),
+    serviceManager,
   });
   if (hupBeforeStart && firstSignal === null) onHup();
   return agent.done;
