@@ -1,11 +1,12 @@
-// ballast.node: the raw VRRP socket, the packet socket, the BPF socket load balancer and
-// sock_diag (see src/native.ts, the only
+// ballast.node: the raw VRRP socket, the packet socket, the BPF socket load balancer,
+// sock_diag and the sd_notify(3) datagram (see src/native.ts, the only
 // module that loads this). Context-aware: every environment (main thread, each worker) gets
 // its own class constructors as instance data, and nothing global holds a napi value.
 #include <napi.h>
 
 #include "bpf_loader.h"
 #include "file_lock.h"
+#include "notify.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
 #include "vrrp_socket.h"
@@ -31,6 +32,7 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("destroySockets", Napi::Function::New<DestroySockets>(env, "destroySockets"));
     exports.Set("lockFile", Napi::Function::New<LockFile>(env, "lockFile"));
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
+    exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
   }
 
  private:

@@ -16,18 +16,17 @@ import { get, request } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { formatNote, loadConfig, parseConfig, type Config, type ConfigNote } from './config/index.js';
+import type { Config, ConfigNote } from './config/index.js';
 import { describeReadError } from './config/files.js';
 import { ConfigError, createError, exitCodeOf, isBallastError } from './errors.js';
-import { createLogger, type Logger } from './observe/log.js';
-import { LOG_LEVELS, type LogLevel } from './config/index.js';
+import type { Logger } from './observe/log.js';
+import { LOG_LEVELS, type LogLevel } from './config/types.js';
 import { formatStatus, type ReloadResult, type StatusDocument } from './observe/status.js';
 import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
-import { startAgent, type Agent } from './agent/index.js';
+import type { Agent } from './agent/index.js';
 import { checkEbpf } from './dataplane/ebpf.js';
 import { runCertificateCheckCli } from './check/certificates-cli.js';
-import { cleanupNode } from './agent/cleanup.js';
 import { addManifestCommand } from './manifest/cli.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
@@ -119,6 +118,16 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
       (err: Error) => log?.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
     );
   });
+  // the agent's modules load here, not with this file: `ballast status` and `reload` (run by
+  // operators and probes, often) start in a fraction of the time without them
+  const [{ loadConfig }, { createLogger }, { startAgent }, { serviceManagerFromEnv }] = await Promise.all([
+    import('./config/index.js'),
+    import('./observe/log.js'),
+    import('./agent/index.js'),
+    import('./observe/notify.js'),
+  ]);
+  // read (and removed from the environment the agent's children get) before anything runs
+  const serviceManager = serviceManagerFromEnv();
   const notes: ConfigNote[] = [];
   const config = loadConfig(opts.config, { notes });
   log = createLogger(opts.logLevel ?? config.log.level);
@@ -138,6 +147,7 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
     },
     source: opts.config,
     ...(opts.logLevel ? { logLevel: opts.logLevel } : {}),
+    serviceManager,
   });
   if (hupBeforeStart && firstSignal === null) onHup();
   return agent.done;
@@ -207,6 +217,7 @@ async function status(opts: { admin: { host: string; port: number }; json?: bool
  * keeps the eBPF local endpoint serving). A configuration that cannot be read only costs its VIPs.
  */
 async function cleanup(o: { config?: string }): Promise<number> {
+  const [{ parseConfig }, { cleanupNode }] = await Promise.all([import('./config/index.js'), import('./agent/cleanup.js')]);
   let config: Config | null = null;
   if (o.config !== undefined) {
     try {
@@ -355,7 +366,7 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .description('check a configuration file; exit 0 if valid, 2 if not')
     .requiredOption('-c, --config <file>', 'YAML configuration file')
     .action((o: { config: string }) => {
-      result = Promise.resolve().then(() => {
+      result = import('./config/index.js').then(({ loadConfig, formatNote }) => {
         const notes: ConfigNote[] = [];
         loadConfig(o.config, { notes });
         for (const n of notes) process.stdout.write(`${o.config}: ${formatNote(n)}\n`);

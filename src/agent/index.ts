@@ -25,6 +25,7 @@ import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
+import { createNotifier, type ServiceManager } from '../observe/notify.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase } from './admin.js';
 import { startElection } from './election.js';
@@ -74,6 +75,9 @@ export interface Agent {
  * @param opts.signal aborting it stops the agent: during start-up the phase under way finishes
  *   (or stops at its next check; an nft under way is killed), everything started is unwound, and
  *   the returned agent's `done` resolves 0 (startAgent itself resolves then, it does not reject).
+ * @param opts.serviceManager where to send sd_notify(3) messages (observe/notify.ts: READY=1 once
+ *   the election has its first state, watchdog pings, RELOADING=1 / READY=1 around a reload,
+ *   STOPPING=1); null or absent: none.
  *   Preflight always runs, even when the signal was aborted before startAgent: its undo removes
  *   what a killed earlier run left (VIPs, tables, pins), which needs its locks.
  * @throws BallastError (see errors.ts) when a phase fails — in that case everything started was
@@ -82,7 +86,7 @@ export interface Agent {
 export async function startAgent(
   config: Config,
   log: Logger,
-  opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel } = {},
+  opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel; serviceManager?: ServiceManager | null } = {},
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
@@ -110,6 +114,7 @@ export async function startAgent(
   /** The one way down: cancel the start, let the phase under way settle, unwind, exit `code`. */
   const stopWith = (code: number): Promise<void> => {
     stopping ??= (async () => {
+      notifier.stopping();
       cancel.abort();
       await started.catch(() => undefined);
       // a reload under way finishes first (its phase starts see the abort and stop early)
@@ -125,6 +130,8 @@ export async function startAgent(
   const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code), history };
 
   const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history);
+  // the watchdog's gate is a round trip to the election worker (none runs: nothing to wait for)
+  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: (ms) => running.election?.host.status(ms).then(() => undefined) ?? Promise.resolve() });
 
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
@@ -132,7 +139,8 @@ export async function startAgent(
     const run = async (): Promise<ReloadResult> => {
       await started;
       if (stopping) throw new ReloadUnavailable('the agent is stopping; the configuration was not reloaded');
-      const r = await runReload(ctx, reloads.current, get, { stack, running, followers, checker, status, reload: reloadAdmin, logLevel: opts.logLevel, trigger, source });
+      notifier.reloading();
+      const r = await runReload(ctx, reloads.current, get, { stack, running, followers, checker, status, reload: reloadAdmin, logLevel: opts.logLevel, trigger, source }).finally(() => notifier.ready());
       reloads.last = r.result;
       if (r.ok) {
         reloads.current = r.config!;
@@ -154,7 +162,7 @@ export async function startAgent(
 
   const onAbort = (): void => void stopWith(0);
   // started first: a stop (also one requested before startAgent) waits for the phase under way
-  started = startPhases(ctx, config, { stack, running, followers, checker, status, reload: opts.load ? reloadAdmin : undefined });
+  started = startPhases(ctx, config, { stack, running, followers, checker, status, reload: opts.load ? reloadAdmin : undefined }, () => notifier.ready());
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
@@ -162,6 +170,7 @@ export async function startAgent(
   } catch (err) {
     // cancelled: stopWith is unwinding, and `done` tells when it is over
     if (!cancel.signal.aborted) {
+      notifier.stopping();
       stopping = stack.unwind();
       await stopping;
       opts.signal?.removeEventListener('abort', onAbort);
@@ -173,13 +182,16 @@ export async function startAgent(
 
 /**
  * The phases in order, whichever the config asks for; each one's undo goes on `stack` as soon as
- * it has started, and a stop is checked for before and after each.
+ * it has started, and a stop is checked for before and after each. `ready` is called (and
+ * awaited) once the election has its first state (the engine's start emits it), or, without an
+ * election, once every phase is up.
  * @throws StartAborted when ctx.signal is aborted; a phase's error otherwise.
  */
 async function startPhases(
   ctx: AgentContext,
   config: Config,
   deps: PhaseDeps,
+  ready: () => Promise<void>,
 ): Promise<void> {
   const { stack, running, followers, checker, status, reload } = deps;
   const { log } = ctx;
@@ -215,6 +227,8 @@ async function startPhases(
     );
     if (checker && pre.tables) running.vipDataplane = await phase(() => startVipDataplane(ctx, config, { iface, checker, followers, tables: pre.tables! }));
     const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
+    // the engine's first state came with its start (VrrpHost.start resolves after it)
+    await ready();
     if (checker) running.priority = await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers) }));
   } else {
     log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version }, 'starting (no election: local endpoint only)');
@@ -224,6 +238,7 @@ async function startPhases(
   if (checker) {
     running.discovery = await phase(() => startDiscovery(ctx, config, { checker, followers, election: () => running.election }));
   }
+  if (!running.election) await ready();
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
