@@ -55,6 +55,7 @@ export function createMetrics(): Metrics {
   const backendInfo = new Gauge({ name: 'ballast_backend_info', help: '1 for each backend checked, with where it came from (source: seed, endpointslice or lastKnown)', labelNames: ['backend', 'source'], registers: [registry] });
   const discEmpty = new Counter({ name: 'ballast_discovery_empty_kept_total', help: 'Empty discovered backend sets ignored (the last non-empty set kept)', registers: [registry] });
   const discErrors = new Counter({ name: 'ballast_discovery_errors_total', help: 'EndpointSlice watch errors that restarted the watch (on another ready apiserver)', registers: [registry] });
+  const foreignFirewall = new Gauge({ name: 'ballast_foreign_firewall_rules', help: 'Base chains of other firewalls on the node (nftables tables not ours, iptables-legacy) that drop or may drop traffic to the VIP or the backends (docs/check.md, foreign-firewall)', registers: [registry] });
   const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
 
   return {
@@ -84,6 +85,7 @@ export function createMetrics(): Metrics {
         localReset.reset();
         localReset.inc(doc.local.socketsReset);
       }
+      if (doc.foreignFirewall) foreignFirewall.set(doc.foreignFirewall.rules.length);
       backendInfo.reset();
       for (const b of doc.backends) backendInfo.set({ backend: b.address, source: b.source ?? 'seed' }, 1);
       if (doc.discovery !== undefined) {

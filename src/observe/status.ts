@@ -7,6 +7,7 @@ import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 import type { LocalDataplaneStatus } from '../dataplane/local.js';
+import type { ForeignFirewallStatus } from '../check/watch.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
 export type StatusState = 'init' | 'backup' | 'master' | 'fault';
@@ -62,6 +63,8 @@ export interface CommonStatus {
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
   local: LocalStatus;
+  /** Other firewalls on the node that drop (or may drop) traffic to the VIP or the backends (src/check/watch.ts); absent until the agent's first look. */
+  foreignFirewall?: ForeignFirewallStatus;
 }
 
 /** /status of an agent without an election (`vrrp` absent: a node that only serves the local endpoint). */
