@@ -365,7 +365,7 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .command('check')
     .description('preflight, kubeadm-style: is this node ready to run ballast with --config (interface, VIP probe, VRRP on the VRID, forwarding, nftables, eBPF, ports, other firewalls, backend certificates)? Without --config, the host checks only. Exit 0 all ok, 1 warnings, 2 failures (docs/check.md)')
     .option('-c, --config <file>', 'YAML configuration file to check the node against')
-    .option('--json', 'print the report (CheckReport: { config, checks: [{ id, title, status, detail, fix? }] }) as JSON')
+    .option('--json', 'print the report as JSON: with --config the CheckReport { config, checks: [{ id, title, status, detail, fix? }] }, without it { ok, reasons } of the eBPF check')
     .action((o: { config?: string; json?: boolean }) => {
       result = checkCommand(o, (path) => loadConfig(path));
     });

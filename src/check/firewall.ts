@@ -145,7 +145,7 @@ function inPrefix(a: number[], net: number[], len: number): boolean {
 type Elem = unknown;
 type Lookup = (setName: string) => Elem[] | null;
 
-function valueHolds(right: unknown, v: string | number, kind: 'addr' | 'port' | 'name' | 'word', sets: Lookup): Tri {
+function valueHolds(right: unknown, v: string | number, kind: 'addr' | 'port' | 'name' | 'word' | 'proto', sets: Lookup): Tri {
   if (typeof right === 'string' && right.startsWith('@')) {
     const elems = sets(right.slice(1));
     if (elems === null) return null;
@@ -178,6 +178,8 @@ function valueHolds(right: unknown, v: string | number, kind: 'addr' | 'port' | 
     return null;
   }
   if (kind === 'port') return typeof right === 'number' ? right === v : null;
+  // a transport protocol by name or number (TCP: `tcp`, 6)
+  if (kind === 'proto') return typeof right === 'string' ? right === 'tcp' : typeof right === 'number' ? right === 6 : null;
   if (kind === 'addr') {
     if (typeof right !== 'string') return null;
     const a = ipBytes(String(v));
@@ -214,7 +216,7 @@ function nftMatch(m: { op?: unknown; left?: unknown; right?: unknown }, flow: Fl
       // the match carries its own family: an ip match never matches an IPv6 packet
       if ((protocol === 'ip') !== (flow.family === 4)) return false;
       if (field === 'daddr') value = valueHolds(m.right, flow.daddr, 'addr', sets);
-      else if (field === 'protocol' || field === 'nexthdr') value = valueHolds(m.right, 'tcp', 'word', sets) ?? valueHolds(m.right, 6, 'port', sets);
+      else if (field === 'protocol' || field === 'nexthdr') value = valueHolds(m.right, 'tcp', 'proto', sets);
       else return null;
     } else if (protocol === 'tcp' || protocol === 'th') {
       if (field === 'dport') value = valueHolds(m.right, flow.dport, 'port', sets);
@@ -227,7 +229,7 @@ function nftMatch(m: { op?: unknown; left?: unknown; right?: unknown }, flow: Fl
     }
   } else if (left.meta) {
     const k = (left.meta as { key?: string }).key;
-    if (k === 'l4proto') value = anyOf([valueHolds(m.right, 'tcp', 'word', sets), valueHolds(m.right, 6, 'port', sets)]);
+    if (k === 'l4proto') value = valueHolds(m.right, 'tcp', 'proto', sets);
     else if (k === 'nfproto') value = valueHolds(m.right, flow.family === 4 ? 'ipv4' : 'ipv6', 'word', sets);
     else if (k === 'iifname' && flow.iif !== undefined) value = valueHolds(m.right, flow.iif, 'name', sets);
     else if (k === 'oifname' && flow.oif !== undefined) value = valueHolds(m.right, flow.oif, 'name', sets);

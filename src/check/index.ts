@@ -3,7 +3,7 @@
  * or fail, and how to fix a warn or a fail (report.ts); docs/check.md lists every check id.
  *
  *   ballast check --config /etc/ballast/ballast.yaml       the node against that configuration
- *   ballast check                                          the host checks only (eBPF, privileges)
+ *   ballast check                                          the host check only (the eBPF local endpoint)
  *
  * Exit status: 0 all ok, 1 the worst is a warning, 2 a check failed (exitStatus in report.ts);
  * a configuration that does not validate exits 2 with `ballast validate`'s message.
@@ -415,10 +415,13 @@ function privilegesResult(): CheckResult {
   return fail('privileges', title, `this process lacks ${missing.join(' and ')}: the agent cannot run, and the probes below are skipped`, 'run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN');
 }
 
-/** The host checks alone (no configuration): privileges and the eBPF local endpoint. */
+/**
+ * The host checks alone (no configuration): the eBPF local endpoint, as `ballast check` did
+ * before it took a configuration (exit 0 when the host can run it, 1 when not).
+ */
 export async function runHostChecks(): Promise<{ report: CheckReport; ebpf: { ok: boolean; reasons: string[] } }> {
   const e = await checkEbpf();
-  return { report: { config: '', checks: [privilegesResult(), ebpfResult(e, false)] }, ebpf: e };
+  return { report: { config: '', checks: [ebpfResult(e, false)] }, ebpf: e };
 }
 
 /**
@@ -536,23 +539,20 @@ export function formatReport(report: CheckReport): string {
 }
 
 /**
- * `ballast check`: with `config`, {@link runChecks} on that file; without, the host checks only.
- * Prints the report (text, or `--json` = the CheckReport; without a configuration the JSON also
- * carries the eBPF check's `ok` and `reasons` at the top, the shape `ballast check --json` had
- * before it took a configuration).
+ * `ballast check`: with `config`, {@link runChecks} on that file; without, the host check only.
+ * Prints the report as text (formatReport) or, with `json`, the CheckReport. Without a
+ * configuration `--json` keeps the shape it had before the preflight: `{ ok, reasons }` of the
+ * eBPF check (docs/check.md).
  * @returns the exit status: 0 / 1 / 2 (exitStatus).
  * @throws ConfigError (exit 2) when the file does not validate.
  */
 export async function checkCommand(o: { config?: string; json?: boolean }, load: (path: string) => Config): Promise<number> {
-  let report: CheckReport;
-  let extra: Record<string, unknown> = {};
   if (o.config === undefined) {
     const h = await runHostChecks();
-    report = h.report;
-    extra = { ok: h.ebpf.ok, reasons: h.ebpf.reasons };
-  } else {
-    report = await runChecks(load(o.config), { source: o.config });
+    process.stdout.write(o.json ? `${JSON.stringify(h.ebpf)}\n` : formatReport(h.report));
+    return exitStatus(h.report.checks);
   }
-  process.stdout.write(o.json ? `${JSON.stringify({ ...report, ...extra }, null, 2)}\n` : formatReport(report));
+  const report = await runChecks(load(o.config), { source: o.config });
+  process.stdout.write(o.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
   return exitStatus(report.checks);
 }
