@@ -169,7 +169,7 @@ export async function startAgent(
     await started;
     if (!cancel.signal.aborted) {
       stack.defer('foreign firewall watch', () => firewall.stop());
-      await firewall.start();
+      firewall.start();
     }
   } catch (err) {
     // cancelled: stopWith is unwinding, and `done` tells when it is over

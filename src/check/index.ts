@@ -349,8 +349,8 @@ async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>,
 // ---------------------------------------------------------------------------------------------
 // foreign firewalls
 
-/** Runs `iptables-legacy-save` / `ip6tables-legacy-save` when installed; '' when not. */
-async function legacySave(family: 4 | 6): Promise<string | null> {
+/** Runs `iptables-legacy-save` / `ip6tables-legacy-save` when installed; null when not (or it fails). */
+export async function legacySave(family: 4 | 6): Promise<string | null> {
   const name = family === 4 ? 'iptables-legacy-save' : 'ip6tables-legacy-save';
   const dirs = (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').concat(['/usr/sbin', '/sbin']);
   const path = dirs.map((d) => `${d}/${name}`).find((p) => existsSync(p));
@@ -362,9 +362,15 @@ async function legacySave(family: 4 | 6): Promise<string | null> {
 /**
  * Every finding of the other firewalls on this node for `hooks`: nft tables that are not
  * ballast's (iptables-nft's among them), and iptables-legacy when installed.
+ * @param nft runs `nft` (the JSON listing); @param legacy gives the iptables-legacy-save text (default: run it).
  * @returns the findings and how many base chains were looked at; `error` when nft could not be read.
  */
-export async function foreignFirewall(hooks: readonly HookFlows[], family: 4 | 6, nft: Executor): Promise<{ findings: FirewallFinding[]; chains: number; legacy: boolean; error?: string }> {
+export async function foreignFirewall(
+  hooks: readonly HookFlows[],
+  family: 4 | 6,
+  nft: Executor,
+  legacy: (family: 4 | 6) => Promise<string | null> = legacySave,
+): Promise<{ findings: FirewallFinding[]; chains: number; legacy: boolean; error?: string }> {
   const findings: FirewallFinding[] = [];
   let chains = 0;
   let error: string | undefined;
@@ -379,7 +385,7 @@ export async function foreignFirewall(hooks: readonly HookFlows[], family: 4 | 6
   } catch (err) {
     error = `cannot read the nftables ruleset: ${(err as Error).message}`;
   }
-  const text = await legacySave(family).catch(() => null);
+  const text = await legacy(family).catch(() => null);
   if (text) findings.push(...analyseIptablesSave(text, family, hooks));
   return { findings, chains, legacy: text !== null, ...(error ? { error } : {}) };
 }

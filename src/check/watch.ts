@@ -36,6 +36,8 @@ export interface ForeignFirewallWatchOptions {
   /** the flows to judge, computed at each look (the configuration and the interface may change) */
   flows: () => Promise<{ family: 4 | 6; hooks: HookFlows[] } | null>;
   nft: Executor;
+  /** the iptables-legacy-save text (default: run it when installed) */
+  legacy?: (family: 4 | 6) => Promise<string | null>;
   pollMs?: number;
 }
 
@@ -47,6 +49,7 @@ export class ForeignFirewallWatch {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> = Promise.resolve();
   #stopped = false;
+  #busy = false;
 
   constructor(o: ForeignFirewallWatchOptions) {
     this.#o = o;
@@ -57,12 +60,17 @@ export class ForeignFirewallWatch {
     return this.#last;
   }
 
-  /** Looks once (and logs), then every pollMs until {@link stop}. Never rejects. */
-  async start(): Promise<void> {
-    await this.#look(true);
-    if (this.#stopped) return;
+  /**
+   * Starts: looks once now (logging what it finds), then every pollMs until {@link stop}.
+   * Returns at once; never throws (a failed look is logged).
+   */
+  start(): void {
+    if (this.#stopped || this.#timer) return;
+    this.#running = this.#look(true);
     this.#timer = setInterval(() => {
-      this.#running = this.#running.then(() => this.#look(false));
+      // a look still under way (an nft that hangs until its 5 s limit) is not queued behind
+      if (this.#busy) return;
+      this.#running = this.#look(false);
     }, this.#o.pollMs ?? FOREIGN_FIREWALL_POLL_MS);
     this.#timer.unref();
   }
@@ -77,10 +85,11 @@ export class ForeignFirewallWatch {
   async #look(first: boolean): Promise<void> {
     if (this.#stopped) return;
     const { log } = this.#o;
+    this.#busy = true;
     try {
       const f = await this.#o.flows();
       if (f === null || this.#stopped) return;
-      const r = await foreignFirewall(f.hooks, f.family, this.#o.nft);
+      const r = await foreignFirewall(f.hooks, f.family, this.#o.nft, this.#o.legacy);
       const checkedAt = new Date().toISOString();
       if (r.error) {
         if (this.#last?.error !== r.error) log.warn({ err: r.error }, 'foreign firewall: cannot read the ruleset; other firewalls are not watched');
@@ -99,6 +108,8 @@ export class ForeignFirewallWatch {
       this.#last = { checkedAt, rules: r.findings };
     } catch (err) {
       log.warn({ err: (err as Error).message }, 'foreign firewall: the look failed');
+    } finally {
+      this.#busy = false;
     }
   }
 }

@@ -13,6 +13,10 @@ import { formatReport, judgeSpeakers, reservedInSubnet } from '../../src/check/i
 import { arpClaim, arpProbeFrame, dadSolicitationFrame, ndClaim, neighborDiscoveryFilter, parseVrrpFrame, vrrpFilter } from '../../src/check/probe.js';
 import { parseConfig } from '../../src/config/index.js';
 import { fixturePath, readPcap } from '../support/pcap.js';
+import { ForeignFirewallWatch } from '../../src/check/watch.js';
+import type { Executor } from '../../src/dataplane/apply.js';
+import type { Logger } from '../../src/observe/log.js';
+import { waitFor } from '../../lab/wait.js';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'nft');
 const ruleset = JSON.parse(readFileSync(join(FIXTURES, 'foreign-ruleset.json'), 'utf8')) as unknown;
@@ -202,5 +206,29 @@ describe('judgeSpeakers', () => {
     expect(formatReport({ config: 'x.yaml', checks: [{ id: 'a', title: 'A', status: 'ok', detail: 'fine' }, { id: 'b', title: 'B', status: 'fail', detail: 'broken', fix: 'mend it' }] })).toBe(
       '[ok] a: A\n       fine\n[fail] b: B\n       broken\n       fix: mend it\nx.yaml: 1 ok, 0 warnings, 1 failed: this node is not ready to run ballast\n',
     );
+  });
+});
+
+describe('ForeignFirewallWatch', () => {
+  it('logs at start, then one line per change; status holds the last look', async () => {
+    const lines: string[] = [];
+    const log = { warn: (_o: unknown, m: string) => lines.push(`warn ${m}`), info: (_o: unknown, m: string) => lines.push(`info ${m}`) } as unknown as Logger;
+    const empty = { nftables: [{ metainfo: { version: '1.0.6' } }] };
+    const docs: unknown[] = [empty, ruleset, ruleset, empty];
+    const nft: Executor = async () => ({ code: 0, stdout: JSON.stringify(docs.shift() ?? empty), stderr: '' });
+    const only = flowsFor({ family: 4, vips: ['10.78.105.100'], port: 6443, backends: [], nodeAddresses: new Set(), ifname: 'eth0' });
+    const w = new ForeignFirewallWatch({ log, nft, legacy: async () => null, flows: async () => ({ family: 4, hooks: only.filter((h) => h.hook === 'input') }), pollMs: 10 });
+    w.start();
+    await waitFor(() => docs.length, (n) => n === 0, { timeoutMs: 2000, intervalMs: 5, what: 'four looks' });
+    await new Promise((r) => setTimeout(r, 30));
+    await w.stop();
+    expect(lines).toStrictEqual([
+      'info foreign firewall: none of 0 base chains of other tables drops traffic to the VIP or the backends',
+      'warn foreign firewall: drops traffic ballast serves: nft table inet fw, chain input (hook input): rule handle 9 drops TCP to the VIP 10.78.105.100:6443',
+      'warn foreign firewall: drops traffic ballast serves: nft table ip filter, chain INPUT (hook input): rule handle 3 drops TCP to the VIP 10.78.105.100:6443',
+      'info foreign firewall: no longer in the way: nft table inet fw, chain input (hook input): rule handle 9 drops TCP to the VIP 10.78.105.100:6443',
+      'info foreign firewall: no longer in the way: nft table ip filter, chain INPUT (hook input): rule handle 3 drops TCP to the VIP 10.78.105.100:6443',
+    ]);
+    expect(w.status()?.rules).toStrictEqual([]);
   });
 });
