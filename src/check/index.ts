@@ -17,8 +17,7 @@
  */
 import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import type { Config } from '../config/index.js';
-import { acquireInstanceLock } from '../agent/preflight.js';
-import { listAllInterfaces, missingCapabilities } from '../agent/preflight.js';
+import { acquireInstanceLock, listAllInterfaces, missingCapabilities } from '../agent/preflight.js';
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';

@@ -149,6 +149,13 @@ function formatReload(r: ReloadStatus | undefined): [string, string][] {
   return [['reload', `${last.at} ${what}`]];
 }
 
+/** One `firewall` row per foreign chain in the way (docs/check.md); none when nothing is. */
+function formatFirewall(f: ForeignFirewallStatus | undefined): [string, string][] {
+  if (!f) return [];
+  if (f.error) return [['firewall', `not watched: ${f.error}`]];
+  return f.rules.map((r) => ['firewall', `${r.severity === 'fail' ? 'drops' : 'may drop'}: ${r.detail}`]);
+}
+
 function formatDataplane(d: StatusDocument['dataplane']): string {
   if (d.mode === 'none') return 'none (VIP only)';
   if (d.mode === 'off') return `off: ${d.reason}`;
@@ -184,7 +191,7 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...formatReload(d.reload)]);
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
@@ -202,6 +209,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['local', formatLocal(d.local)],
     ...backendRows(d),
     ...formatReload(d.reload),
+    ...formatFirewall(d.foreignFirewall),
   ];
   return aligned(rows);
 }
