@@ -13,10 +13,12 @@
  * about 5 s in all; those figures protect a host configuring an address on a link that may just
  * have come up (switch ports in STP listening, a peer's DAD still running). The preflight runs on
  * a link that is up and asks a host that HOLDS the address, whose kernel answers an ARP request
- * or a DAD solicitation within microseconds on a LAN. So: {@link PROBE_COUNT} probes
- * {@link PROBE_SPACING_MS} apart (against a lost frame), then {@link PROBE_WAIT_MS} of listening:
- * half a second. A host that does not answer within 300 ms of three requests would not answer
- * the RFC's probes either, and would not keep clients either.
+ * or a DAD solicitation at once. So: {@link PROBE_COUNT} probes {@link PROBE_SPACING_MS} apart
+ * (against a lost frame), then {@link PROBE_WAIT_MS} of listening, 1.2 s in all. The listening
+ * is a second, not less, because some answers are delayed on purpose: an anycast address (the
+ * IPv6 Subnet-Router anycast every forwarding node holds) answers after a random delay of up to
+ * MAX_ANYCAST_DELAY_TIME = 1 s (RFC 4861 §7.2.7), and Linux delays proxy ARP / proxy NDP and
+ * anycast answers by up to proxy_delay (0.8 s by default, ip-sysctl.rst).
  */
 import { addressToBytes, bytesToAddress } from '../net/address.js';
 import { PacketSocket, VrrpSocket, type ReceivedFrame } from '../native.js';
@@ -27,8 +29,8 @@ import { macToString } from '../vip/frames.js';
 export const PROBE_COUNT = 3;
 /** Gap between two probes, ms. */
 export const PROBE_SPACING_MS = 100;
-/** Listening after the last probe, ms. */
-export const PROBE_WAIT_MS = 300;
+/** Listening after the last probe, ms: covers the 1 s anycast / 0.8 s proxy delay (file comment). */
+export const PROBE_WAIT_MS = 1000;
 /** How often the packet sockets are drained, ms. */
 export const POLL_MS = 5;
 

@@ -2,12 +2,12 @@
  * `ballast check --config FILE --json` on a lab of three nodes (prefix bchk, subnet 105), run
  * inside n1's namespace as an operator would run it on the node: a clean lab, then one problem
  * at a time — the VIP answered by another host (IPv4 ARP and IPv6 DAD), keepalived VRRPv2 and
- * VRRPv3 groups on our VRID, a foreign nftables table with a drop policy (and the running agent
- * noticing it appear), the VIP on the network / broadcast / subnet-router anycast address,
+ * VRRPv3 groups on our VRID, foreign nftables tables with a drop policy (and the running agent
+ * warning at its start and noticing one appear), the VIP on the network / broadcast / subnet-router anycast address,
  * forwarding off, a port taken by another process.
  *
  * Bounds: one check run is the VRRP listen (3 × Advertisement_Interval: 300 ms at 100 ms, 3 s at
- * 1 s) beside the VIP probe (3 probes 100 ms apart + 300 ms = 500 ms), plus Node's start and nft.
+ * 1 s) beside the VIP probe (3 probes 100 ms apart + 1 s = 1.2 s), plus Node's start and nft.
  * The agent's firewall watch polls every 5 s (FOREIGN_FIREWALL_POLL_MS): a new table is logged
  * within one poll plus 1 s.
  */
@@ -129,7 +129,9 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
       expect(inUse!.status).toBe('fail');
       expect(inUse!.detail).toContain(`the host with MAC ${c.mac} answered our DAD solicitation`);
       // IPv6 forwarding is on in the lab's nodes, so the kernels of n2 and n3 hold fd78:105:: (the
-      // subnet-router anycast address, RFC 4291 §2.6.1) and answer for it: in use, too
+      // subnet-router anycast address, RFC 4291 §2.6.1) and answer for it: in use, too. Their
+      // answers come after a random delay (Linux: up to proxy_delay 0.8 s; RFC 4861 §7.2.7), which
+      // the probe's 1 s of listening covers
       expect(anycast!.status).toBe('fail');
       expect(anycast!.detail).toContain(`the host with MAC ${lab.nodes[2]!.mac} answered our DAD solicitation`);
       expect(anycast!.detail).toContain(`the host with MAC ${lab.nodes[1]!.mac} answered our DAD solicitation`);
@@ -172,33 +174,49 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     }
   }, 20_000);
 
-  it('a foreign nftables table with policy drop on input: a warning in check, and the running agent logs it when it appears', async () => {
-    // loopback stays open (the admin endpoint), ssh too; nothing accepts the VIP port
-    const table = 'table inet hostfw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\tiifname "lo" accept\n\t\ttcp dport 22 accept\n\t}\n}\n';
-    const path = join(lab.dir, 'hostfw.nft');
-    writeFileSync(path, table);
+  it('foreign nftables tables with policy drop: warned at the agent\'s start, logged when one appears, in /status and the metric; a warning in check', async () => {
+    // input: loopback stays open (the admin endpoint), ssh too; nothing accepts the VIP port.
+    // forward: a drop policy and nothing else, which stops the DNAT to the other nodes' apiservers
+    const input = 'table inet hostfw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\tiifname "lo" accept\n\t\ttcp dport 22 accept\n\t}\n}\n';
+    const forward = 'table ip hostfw2 {\n\tchain filter_fwd {\n\t\ttype filter hook forward priority 0; policy drop;\n\t}\n}\n';
+    writeFileSync(join(lab.dir, 'hostfw.nft'), input);
+    writeFileSync(join(lab.dir, 'hostfw2.nft'), forward);
+    await lab.exec(n1().netns, ['nft', '-f', join(lab.dir, 'hostfw.nft')]);
     const agent = await runAgent(lab, n1(), config('agent'), { logFile: join(lab.dir, 'n1-check-agent.log') });
     try {
-      await lab.exec(n1().netns, ['nft', '-f', path]);
+      // at start: the table already there
+      await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table inet hostfw, chain input \(hook input\): policy drop, and no rule provably accepts TCP to the VIP 10\.78\.105\.100:6443/, {
+        timeoutMs: 2000,
+        includeExisting: true,
+      });
+      // appearing while it runs: logged within one poll
+      await lab.exec(n1().netns, ['nft', '-f', join(lab.dir, 'hostfw2.nft')]);
       const added = Date.now();
-      const line = await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table inet hostfw, chain input \(hook input\): policy drop, and no rule provably accepts TCP to the VIP 10\.78\.105\.100:6443/, {
+      await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table ip hostfw2, chain filter_fwd \(hook forward\): policy drop, and no rule provably accepts TCP to the remote backend 10\.78\.105\.12:6443/, {
         timeoutMs: FOREIGN_FIREWALL_POLL_MS + 1000,
       });
-      expect(line).not.toBeNull();
       console.log(`the agent logged the new table ${Date.now() - added} ms after it appeared`);
-      const status = JSON.parse(await agent.admin('/status')) as { foreignFirewall?: { rules: { severity: string; table: string; chain: string }[] } };
-      expect(status.foreignFirewall?.rules.map((x) => `${x.severity} ${x.table} ${x.chain}`)).toContain('warn hostfw input');
-      expect(await agent.admin('/metrics')).toMatch(/^ballast_foreign_firewall_rules [1-9]\d*$/m);
+      const status = JSON.parse(await agent.admin('/status')) as { foreignFirewall?: { rules: { severity: string; table: string; chain: string; flow: string }[] } };
+      expect(status.foreignFirewall?.rules.map((x) => `${x.severity} ${x.table} ${x.chain} ${x.flow}`)).toStrictEqual([
+        'warn hostfw input TCP to the VIP 10.78.105.100:6443',
+        'warn hostfw input TCP to the local backend 10.78.105.11:6443',
+        'warn hostfw2 filter_fwd TCP to the remote backend 10.78.105.12:6443',
+        'warn hostfw2 filter_fwd TCP to the remote backend 10.78.105.13:6443',
+      ]);
+      expect(await agent.admin('/metrics')).toMatch(/^ballast_foreign_firewall_rules 4$/m);
+      // one line per change: each finding logged once
+      expect(agent.proc.output().match(/foreign firewall: may drop/g)?.length).toBe(4);
       await agent.stop();
       const r = await check(config('firewall'));
       const [c] = r.byId.get('foreign-firewall')!;
       expect(c!.status).toBe('warn');
       expect(c!.detail).toContain('nft table inet hostfw, chain input (hook input): policy drop, and no rule provably accepts TCP to the VIP 10.78.105.100:6443');
-      expect(c!.detail).toContain('TCP to the local backend 10.78.105.11:6443');
+      expect(c!.detail).toContain('nft table ip hostfw2, chain filter_fwd (hook forward): policy drop, and no rule provably accepts TCP to the remote backend 10.78.105.13:6443');
       expect(r.code).toBe(1);
     } finally {
       await agent.stop('SIGKILL');
       await lab.exec(n1().netns, ['nft', 'delete', 'table', 'inet', 'hostfw'], { allowFail: true });
+      await lab.exec(n1().netns, ['nft', 'delete', 'table', 'ip', 'hostfw2'], { allowFail: true });
     }
   }, 20_000);
 });
