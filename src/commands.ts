@@ -4,6 +4,8 @@
  *   ballast run --config FILE          run the agent (foreground; SIGTERM/SIGINT stop it cleanly)
  *   ballast validate --config FILE     check a configuration file and exit (0 ok, 2 invalid)
  *   ballast status [--admin ADDR] [--json]
+ *   ballast check [--config FILE] [--json]
+ *                                      preflight: ok / warn / fail per check (src/check/, docs/check.md)
  *   ballast cleanup [--config FILE]    remove what ballast left on this node (the uninstall)
  *   ballast reload [--admin ADDR | --config FILE] [--json]
  *                                      ask the running agent to re-read its file (SIGHUP does the same)
@@ -25,8 +27,6 @@ import { formatStatus, type ReloadResult, type StatusDocument } from './observe/
 import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import type { Agent } from './agent/index.js';
-import { checkEbpf } from './dataplane/ebpf.js';
-import { runCertificateCheckCli } from './check/certificates-cli.js';
 import { addManifestCommand } from './manifest/cli.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
@@ -376,18 +376,11 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     });
   program
     .command('check')
-    .description('say whether this host can run the eBPF local endpoint (dataplane.local: ebpf), and why not; exit 0 if it can, 1 if not')
-    .option('--json', 'print { ok, reasons } as JSON')
-    // TEMPORARY (checkcert): until checknet's runChecks; see src/check/certificates-cli.ts
-    .option('-c, --config <file>', 'check the serving certificates of the backends of this configuration')
-    .action((o: { json?: boolean; config?: string }) => {
-      if (o.config !== undefined) return void (result = runCertificateCheckCli(o.config, o.json === true));
-      result = checkEbpf().then((r) => {
-        if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
-        else if (r.ok) process.stdout.write('ebpf: ok: this host can run the eBPF local endpoint (cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup)\n');
-        else process.stdout.write(`ebpf: not available; dataplane.local: ebpf falls back to the proxy here:\n${r.reasons.map((x) => `  - ${x}`).join('\n')}\n`);
-        return r.ok ? 0 : 1;
-      });
+    .description('preflight, kubeadm-style: is this node ready to run ballast with --config (interface, VIP probe, VRRP on the VRID, forwarding, nftables, eBPF, ports, other firewalls, backend certificates)? Without --config, the host checks only. Exit 0 all ok, 1 warnings, 2 failures (docs/check.md)')
+    .option('-c, --config <file>', 'YAML configuration file to check the node against')
+    .option('--json', 'print the report as JSON: with --config the CheckReport { config, checks: [{ id, title, status, detail, fix? }] }, without it { ok, reasons } of the eBPF check')
+    .action((o: { config?: string; json?: boolean }) => {
+      result = Promise.all([import('./check/index.js'), import('./config/index.js')]).then(([{ checkCommand }, { loadConfig }]) => checkCommand(o, (path) => loadConfig(path)));
     });
   program
     .command('cleanup')

@@ -166,7 +166,31 @@ interface RawPacketSocket {
   /** A fresh 6-byte copy on each read. */
   readonly hardwareAddress: Buffer;
   send(frame: Buffer): void;
+  receive(): ReceivedFrame | null;
   close(): void;
+}
+
+/** One frame read by {@link PacketSocket.receive}. */
+export interface ReceivedFrame {
+  /** The whole frame from the destination MAC on (no FCS); at most 2048 bytes, longer ones cut. */
+  frame: Buffer;
+  /** True for a frame this host sent itself (PACKET_OUTGOING, man 7 packet). */
+  outgoing: boolean;
+}
+
+/** Options of {@link PacketSocket.open}: what the socket receives. */
+export interface PacketSocketOptions {
+  /**
+   * EtherType to receive, host order: 0x0806 ARP, 0x0800 IPv4, 0x86dd IPv6; 0 or absent: the
+   * socket receives nothing (send only).
+   */
+  protocol?: number;
+  /**
+   * A classic BPF program (struct sock_filter[]: u16 code, u8 jt, u8 jf, u32 k, host order, 8
+   * bytes each; 1..256 instructions) attached with SO_ATTACH_FILTER before the socket is bound,
+   * so only frames it accepts are ever queued (Documentation/networking/filter.rst).
+   */
+  filter?: Buffer;
 }
 
 /** The raw SockLb object of the addon (native/bpf_loader.cc). */
@@ -190,7 +214,7 @@ interface Addon {
     onPacket: (packet: ReceivedPacket) => void,
     onError: (error: NativeError) => void,
   ) => RawVrrpSocket;
-  PacketSocket: new (ifname: string) => RawPacketSocket;
+  PacketSocket: new (ifname: string, protocol?: number, filter?: Buffer) => RawPacketSocket;
   SockLb: new (object: string, cgroup: string, pinDir: string) => RawSockLb;
   bpfDetach(pinDir: string): number;
   netnsCookie(): bigint;
@@ -449,15 +473,29 @@ export class PacketSocket {
   /**
    * Opens the socket on `ifname` and reads the interface's index and hardware address.
    * @param ifname interface name, 1..15 bytes.
-   * @throws TypeError when ifname is invalid.
+   * @param opts what to receive (default: nothing); see {@link PacketSocketOptions}.
+   * @throws TypeError when ifname, protocol or filter is invalid.
    * @throws NativeError EPERM from socket() without CAP_NET_RAW; ENODEV from ioctl(SIOCGIFINDEX)
-   *   for a missing interface.
+   *   for a missing interface; EINVAL "setsockopt(SO_ATTACH_FILTER)" for a filter the kernel refuses.
    * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
    */
-  static open(ifname: string): PacketSocket {
+  static open(ifname: string, opts: PacketSocketOptions = {}): PacketSocket {
     checkIfname(ifname);
+    const protocol = opts.protocol ?? 0;
+    if (!Number.isInteger(protocol) || protocol < 0 || protocol > 0xffff) throw new TypeError(`protocol must be an EtherType 0..65535, got ${String(protocol)}`);
+    if (opts.filter !== undefined) checkBuffer('filter', opts.filter, 8, 256 * 8);
     const { PacketSocket: Raw } = native();
-    return new PacketSocket(new Raw(ifname), ifname);
+    return new PacketSocket(new Raw(ifname, protocol, opts.filter), ifname);
+  }
+
+  /**
+   * The next queued frame, or null when none is (never blocks: the caller polls, e.g. from a
+   * timer). Only a socket opened with a `protocol` receives anything; it also sees this host's
+   * own frames of that type (`outgoing: true`).
+   * @throws NativeError EBADF when closed, ENETDOWN when the interface went down.
+   */
+  receive(): ReceivedFrame | null {
+    return this.#raw.receive();
   }
 
   /**

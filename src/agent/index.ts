@@ -38,6 +38,10 @@ import { startPriority } from './priority.js';
 import { dataplaneReady, runReload, type PhaseDeps, type Running } from './reload.js';
 import { CleanupStack } from './stack.js';
 import { dataplaneStatus, startVipDataplane } from './vip-dataplane.js';
+import { ForeignFirewallWatch } from '../check/watch.js';
+import { flowsFor } from '../check/firewall.js';
+import { commandExecutor } from '../dataplane/apply.js';
+import { listAllInterfaces } from './preflight.js';
 
 export { acquireEndpointLock, acquireInstanceLock, acquireVipLock, missingCapabilities, resolveInterface } from './preflight.js';
 export { backendsOfNode } from './health.js';
@@ -129,7 +133,24 @@ export async function startAgent(
   const history = new ElectionHistory();
   const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code), history };
 
-  const status = (): Promise<StatusDocument> => statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history);
+  // other firewalls on the node that would drop what ballast serves (src/check/watch.ts)
+  const firewall = new ForeignFirewallWatch({
+    log,
+    nft: commandExecutor(['nft']),
+    flows: async () => {
+      const c = reloads.current;
+      if (!c.vrrp && c.apiserver.backends.length === 0) return null;
+      const all = await listAllInterfaces();
+      const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
+      const ifname = running.resolved?.iface.ifname;
+      return { family: c.family, hooks: flowsFor({ family: c.family, vips: c.vips, port: c.apiserver.port, backends: c.apiserver.backends, nodeAddresses, ...(ifname ? { ifname } : {}) }) };
+    },
+  });
+  const status = (): Promise<StatusDocument> =>
+    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history).then((d) => {
+      const f = firewall.status();
+      return f ? { ...d, foreignFirewall: f } : d;
+    });
   // the watchdog's gate is a round trip to the election worker (none runs: nothing to wait for)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: (ms) => running.election?.host.status(ms).then(() => undefined) ?? Promise.resolve() });
 
@@ -167,6 +188,10 @@ export async function startAgent(
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
     await started;
+    if (!cancel.signal.aborted) {
+      stack.defer('foreign firewall watch', () => firewall.stop());
+      firewall.start();
+    }
   } catch (err) {
     // cancelled: stopWith is unwinding, and `done` tells when it is over
     if (!cancel.signal.aborted) {

@@ -10,6 +10,8 @@ import { canonicalAddress } from './address.js';
 export interface Listener {
   address: string;
   port: number;
+  /** the socket's inode (the `inode` column; 0 when absent): /proc/PID/fd/N links to `socket:[inode]` */
+  inode?: number;
 }
 
 /** The kernel writes each 32-bit word of the address in host byte order (little-endian here). */
@@ -40,7 +42,8 @@ export function parseProcNetTcp(text: string): Listener[] {
     const [hexAddr, hexPort] = (f[1] ?? '').split(':');
     const address = hexAddr ? decodeHexAddress(hexAddr) : null;
     const port = Number.parseInt(hexPort ?? '', 16);
-    if (address !== null && Number.isInteger(port)) out.push({ address, port });
+    const inode = Number.parseInt(f[9] ?? '', 10);
+    if (address !== null && Number.isInteger(port)) out.push({ address, port, ...(Number.isInteger(inode) ? { inode } : {}) });
   }
   return out;
 }

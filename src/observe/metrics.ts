@@ -76,6 +76,7 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const discErrors = new Counter({ name: 'ballast_discovery_errors_total', help: 'EndpointSlice watch errors that restarted the watch (on another ready apiserver)', registers: [registry] });
   const certMissing = new Gauge({ name: 'ballast_backend_certificate_san_missing', help: "1 when the backend's serving certificate lacks a SAN clients use (a VIP, a local endpoint address, the health checks' server name), 0 when it covers them", labelNames: ['backend'], registers: [registry] });
   const certExpiry = new Gauge({ name: 'ballast_backend_certificate_expiry_timestamp_seconds', help: "notAfter of the backend's serving certificate, seconds since the epoch", labelNames: ['backend'], registers: [registry] });
+  const foreignFirewall = new Gauge({ name: 'ballast_foreign_firewall_rules', help: 'Base chains of other firewalls on the node (nftables tables not ours, iptables-legacy) that drop or may drop traffic to the VIP or the backends (docs/check.md, foreign-firewall)', registers: [registry] });
   const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
 
   return {
@@ -105,6 +106,7 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         localReset.reset();
         localReset.inc(doc.local.socketsReset);
       }
+      if (doc.foreignFirewall) foreignFirewall.set(doc.foreignFirewall.rules.length);
       backendInfo.reset();
       for (const b of doc.backends) backendInfo.set({ backend: b.address, source: b.source ?? 'seed' }, 1);
       if (doc.discovery !== undefined) {

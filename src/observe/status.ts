@@ -11,6 +11,7 @@ import type { BackendCertificate } from '../health/certificates.js';
 import type { TransitionRecord } from './history.js';
 
 export type { TransitionRecord };
+import type { ForeignFirewallStatus } from '../check/watch.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
 export type StatusState = 'init' | 'backup' | 'master' | 'fault';
@@ -70,6 +71,8 @@ export interface CommonStatus {
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
   local: LocalStatus;
+  /** Other firewalls on the node that drop (or may drop) traffic to the VIP or the backends (src/check/watch.ts); absent until the agent's first look. */
+  foreignFirewall?: ForeignFirewallStatus;
 }
 
 /** /status of an agent without an election (`vrrp` absent: a node that only serves the local endpoint). */
@@ -179,6 +182,13 @@ function formatReload(r: ReloadStatus | undefined): [string, string][] {
   return [['reload', `${last.at} ${what}`]];
 }
 
+/** One `firewall` row per foreign chain in the way (docs/check.md); none when nothing is. */
+function formatFirewall(f: ForeignFirewallStatus | undefined): [string, string][] {
+  if (!f) return [];
+  if (f.error) return [['firewall', `not watched: ${f.error}`]];
+  return f.rules.map((r) => ['firewall', `${r.severity === 'fail' ? 'drops' : 'may drop'}: ${r.detail}`]);
+}
+
 function formatDataplane(d: StatusDocument['dataplane']): string {
   if (d.mode === 'none') return 'none (VIP only)';
   if (d.mode === 'off') return `off: ${d.reason}`;
@@ -232,7 +242,7 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload)]);
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
@@ -252,6 +262,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ...backendRows(d),
     ...certificateRows(d, now),
     ...formatReload(d.reload),
+    ...formatFirewall(d.foreignFirewall),
   ];
   return aligned(rows);
 }

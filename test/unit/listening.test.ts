@@ -15,15 +15,15 @@ const TCP6 = `  sl  local_address                         remote_address        
 `;
 
 describe('parseProcNetTcp', () => {
-  it('lists the listeners (st 0A) with decoded addresses, skipping connections and garbage', () => {
+  it('lists the listeners (st 0A) with decoded addresses and inodes, skipping connections and garbage', () => {
     expect(parseProcNetTcp(TCP)).toStrictEqual([
-      { address: '127.0.0.1', port: 7443 },
-      { address: '0.0.0.0', port: 6667 },
+      { address: '127.0.0.1', port: 7443, inode: 1001 },
+      { address: '0.0.0.0', port: 6667, inode: 1002 },
     ]);
     expect(parseProcNetTcp(TCP6)).toStrictEqual([
-      { address: '::1', port: 7443 },
-      { address: '::', port: 9001 },
-      { address: 'fd78::12', port: 6667 },
+      { address: '::1', port: 7443, inode: 2001 },
+      { address: '::', port: 9001, inode: 2002 },
+      { address: 'fd78::12', port: 6667, inode: 2003 },
     ]);
     expect(parseProcNetTcp('')).toStrictEqual([]);
   });

@@ -1,0 +1,563 @@
+/**
+ * `ballast check [--config FILE] [--json]`: a kubeadm-style preflight. Every check says ok, warn
+ * or fail, and how to fix a warn or a fail (report.ts); docs/check.md lists every check id.
+ *
+ *   ballast check --config /etc/ballast/ballast.yaml       the node against that configuration
+ *   ballast check                                          the host check only (the eBPF local endpoint)
+ *
+ * Exit status: 0 all ok, 1 the worst is a warning, 2 a check failed (exitStatus in report.ts);
+ * a configuration that does not validate exits 2 with `ballast validate`'s message.
+ *
+ * Changes nothing on the node: the probes are an ARP probe / a DAD solicitation (nobody learns
+ * anything from them), the ruleset is checked with `nft -c` (parsed and validated by the kernel
+ * in a batch that is never committed), the eBPF check attaches to a temporary cgroup of its own.
+ *
+ * The slow parts run side by side: the VRRP listen (3 × Advertisement_Interval), the VIP probe
+ * (half a second, probe.ts) and the backend certificates (certificates.ts, owned by checkcert).
+ */
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import type { Config } from '../config/index.js';
+import { acquireInstanceLock, listAllInterfaces, missingCapabilities } from '../agent/preflight.js';
+import { commandExecutor, type Executor } from '../dataplane/apply.js';
+import { checkEbpf } from '../dataplane/ebpf.js';
+import { renderRuleset } from '../dataplane/nftables.js';
+import { isBallastError } from '../errors.js';
+import { addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
+import { formatHostPort } from '../net/hostport.js';
+import { currentListeners, type Listener } from '../net/listening.js';
+import { chooseInterface, inSubnet, type InterfaceInfo } from '../vip/netlink.js';
+import { checkBackendCertificates } from './certificates.js';
+import { analyseIptablesSave, analyseNftRuleset, countForeignChains, flowsFor, type FirewallFinding, type HookFlows } from './firewall.js';
+import { listenForAdverts, probeAddress, PROBE_COUNT, PROBE_SPACING_MS, PROBE_WAIT_MS, type AddressClaim, type HeardAdvert } from './probe.js';
+import { exitStatus, type CheckReport, type CheckResult } from './report.js';
+
+export { exitStatus } from './report.js';
+export type { CheckReport, CheckResult } from './report.js';
+
+/** Options of {@link runChecks}. */
+export interface CheckOptions {
+  /** The configuration file's path, for the report. */
+  source: string;
+  /** How `nft` is run (default: `nft` on PATH, 5 s limit). */
+  nft?: Executor;
+  /** Listening time for VRRP adverts, ms (default 3 × Advertisement_Interval). */
+  vrrpListenMs?: number;
+  /** Timeout of one backend's TLS handshake, ms (passed to checkBackendCertificates). */
+  certificateTimeoutMs?: number;
+}
+
+const ok = (id: string, title: string, detail: string): CheckResult => ({ id, title, status: 'ok', detail });
+const warn = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'warn', detail, fix });
+const fail = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'fail', detail, fix });
+
+// ---------------------------------------------------------------------------------------------
+// the VIP's address
+
+/**
+ * Whether `vip` is the network address or (IPv4) the broadcast address of `prefixLen`, or
+ * (IPv6) the Subnet-Router anycast address (RFC 4291 §2.6.1: the prefix with all host bits 0).
+ * IPv4 /31 (RFC 3021) and /32, IPv6 /127 (RFC 6164) and /128 have neither.
+ * @returns 'network', 'broadcast', 'subnet-router anycast', or null.
+ */
+export function reservedInSubnet(vip: string, prefixLen: number): 'network' | 'broadcast' | 'subnet-router anycast' | null {
+  const b = addressToBytes(vip);
+  const bits = b.length * 8;
+  if (prefixLen >= bits - 1) return null;
+  let zeros = true;
+  let ones = true;
+  for (let bit = prefixLen; bit < bits; bit++) {
+    const set = (b[bit >> 3]! & (0x80 >> (bit & 7))) !== 0;
+    if (set) zeros = false;
+    else ones = false;
+  }
+  if (zeros) return b.length === 4 ? 'network' : 'subnet-router anycast';
+  if (ones && b.length === 4) return 'broadcast';
+  return null;
+}
+
+/** The interface's subnet addresses (not /32, /128, global scope) of the VIP's family that hold `vip`. */
+function subnetsHolding(iface: InterfaceInfo, vip: string): { address: string; prefixLen: number }[] {
+  const full = vip.includes(':') ? 128 : 32;
+  return iface.addresses.filter((a) => a.prefixLen < full && a.scope === 0 && inSubnet(vip, a.address, a.prefixLen));
+}
+
+function networkOf(address: string, prefixLen: number): string {
+  const b = addressToBytes(address);
+  for (let bit = prefixLen; bit < b.length * 8; bit++) b[bit >> 3]! &= ~(0x80 >> (bit & 7));
+  return `${bytesToAddress(b)}/${prefixLen}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ports: who listens
+
+/** The pid and command of the process holding the socket `inode`, from /proc/PID/fd (proc(5)). */
+export function socketOwner(inode: number | undefined, proc = '/proc'): { pid: number; command: string; cmdline: string } | null {
+  if (inode === undefined || inode === 0) return null;
+  const want = `socket:[${inode}]`;
+  let pids: string[];
+  try {
+    pids = readdirSync(proc).filter((d) => /^\d+$/.test(d));
+  } catch {
+    return null;
+  }
+  for (const pid of pids) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`${proc}/${pid}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      let target: string;
+      try {
+        target = readlinkSync(`${proc}/${pid}/fd/${fd}`);
+      } catch {
+        continue;
+      }
+      if (target !== want) continue;
+      const read = (f: string): string => {
+        try {
+          return readFileSync(`${proc}/${pid}/${f}`, 'utf8');
+        } catch {
+          return '';
+        }
+      };
+      return { pid: Number(pid), command: read('comm').trim(), cmdline: read('cmdline').split('\0').filter(Boolean).join(' ') };
+    }
+  }
+  return null;
+}
+
+/** A ballast agent's command line: `… cli.js run …` or `ballast run …`. */
+function isBallastAgent(cmdline: string): boolean {
+  return /(?:^|[/\s])(?:ballast|cli\.js)\s+run\b/.test(cmdline);
+}
+
+/** Listeners a connect() to address:port would reach: bound to it, or to the wildcard. */
+function listenersOn(address: string, port: number, all: readonly Listener[], exact = false): Listener[] {
+  const a = canonicalAddress(address);
+  const v4 = !a.includes(':');
+  return all.filter((l) => l.port === port && (l.address === a || (!exact && (l.address === '::' || (v4 && l.address === '0.0.0.0')))));
+}
+
+function describeOwner(l: Listener): { text: string; ballast: boolean } {
+  const o = socketOwner(l.inode);
+  const where = `${l.address.includes(':') ? `[${l.address}]` : l.address}:${l.port}`;
+  if (!o) return { text: `a process (not found in /proc) listens on ${where}`, ballast: false };
+  return { text: `${o.command} (pid ${o.pid}) listens on ${where}`, ballast: isBallastAgent(o.cmdline) };
+}
+
+function checkPorts(config: Config, listeners: readonly Listener[]): CheckResult[] {
+  const out: CheckResult[] = [];
+  const admin = config.admin.listen;
+  {
+    const title = `admin.listen ${formatHostPort(admin)} is free`;
+    const found = listenersOn(admin.host, admin.port, listeners).map(describeOwner);
+    const others = found.filter((f) => !f.ballast);
+    if (others.length > 0) out.push(fail('port-admin', title, `${others.map((f) => f.text).join('; ')}: the agent cannot bind its admin endpoint (EADDRINUSE)`, 'stop that process, or set admin.listen to a free port'));
+    else if (found.length > 0) out.push(ok('port-admin', title, `held by a running ballast agent: ${found.map((f) => f.text).join('; ')}`));
+    else out.push(ok('port-admin', title, 'nothing listens there'));
+  }
+  const le = config.localEndpoint;
+  if (le && config.dataplane.local !== 'off') {
+    for (const a of le.addresses) {
+      const title = `local endpoint ${formatHostPort(a)} is free`;
+      const found = listenersOn(a.host, a.port, listeners).map(describeOwner);
+      const others = found.filter((f) => !f.ballast);
+      const what = config.dataplane.local === 'ebpf' ? 'the eBPF connect() rewrite would shadow it (its clients would reach the apiservers instead)' : 'the proxy cannot bind it (EADDRINUSE)';
+      if (others.length > 0 && le.force) out.push(warn('port-local-endpoint', title, `${others.map((f) => f.text).join('; ')}; localEndpoint.force is set, so the agent starts anyway and ${what}`, 'move that service or the local endpoint to another port'));
+      else if (others.length > 0) out.push(fail('port-local-endpoint', title, `${others.map((f) => f.text).join('; ')}: the agent refuses to start (${what})`, 'stop that process, or give localEndpoint.address another port'));
+      else if (found.length > 0) out.push(ok('port-local-endpoint', title, `held by a running ballast agent: ${found.map((f) => f.text).join('; ')}`));
+      else out.push(ok('port-local-endpoint', title, 'nothing listens there'));
+    }
+  }
+  if (config.vrrp && config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) {
+    for (const vip of config.vips) {
+      const title = `no process is bound to the VIP ${formatHostPort({ host: vip, port: config.apiserver.port })} itself`;
+      const found = listenersOn(vip, config.apiserver.port, listeners, true).map(describeOwner).filter((f) => !f.ballast);
+      if (found.length > 0) out.push(warn('port-vip', title, `${found.map((f) => f.text).join('; ')}: the nftables data plane DNATs every connection to VIP:${config.apiserver.port} to a backend, so it never gets one`, 'bind that service to another address or port (an apiserver on the wildcard address is fine: it is a backend)'));
+      else out.push(ok('port-vip', title, 'nothing is bound to the VIP itself (wildcard listeners such as the local apiserver are backends, reached through the DNAT)'));
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// VRRP on our VRID
+
+/** Who is one of our group: the unicast peers and the backends' hosts (vrrp.acceptFrom members). */
+function knownMembers(config: Config): Set<string> {
+  return new Set([...(config.vrrp?.peers ?? []), ...config.apiserver.backends.map((b) => b.host)].map((a) => canonicalAddress(a)));
+}
+
+interface Speaker {
+  source: string;
+  mac: string;
+  version: number;
+  priority: number;
+  intervalMs: number;
+  addresses: string[];
+  count: number;
+  /** why it is not one of ours; null when it is */
+  foreign: string | null;
+}
+
+/**
+ * The routers heard on our VRID, one per source and version, each judged ours or foreign: a
+ * VRRPv2 advert (RFC 3768; ballast speaks v3 only) is foreign, so is one listing other addresses
+ * than our VIPs, and (IPv4, when members are known) one from a source that is none of them.
+ */
+export function judgeSpeakers(config: Config, heard: readonly HeardAdvert[], ownAddresses: ReadonlySet<string>): Speaker[] {
+  const v = config.vrrp!;
+  const vips = new Set(config.vips);
+  const members = knownMembers(config);
+  const bySource = new Map<string, Speaker>();
+  for (const a of heard) {
+    if (a.vrid !== v.vrid || ownAddresses.has(a.source)) continue;
+    const k = `${a.source} v${a.version}`;
+    const prev = bySource.get(k);
+    if (prev) {
+      prev.count++;
+      prev.priority = a.priority;
+      continue;
+    }
+    let foreign: string | null = null;
+    const same = a.addresses.length === vips.size && a.addresses.every((x) => vips.has(x));
+    if (a.version === 2) foreign = 'speaks VRRPv2 (RFC 3768: keepalived `version 2`, its default for IPv4); ballast speaks VRRPv3';
+    else if (!same) foreign = `advertises ${a.addresses.join(', ') || 'no address'}, not our VIPs ${config.vips.join(', ')}`;
+    else if (config.family === 4 && members.size > 0 && !members.has(a.source)) foreign = `is not one of our nodes (peers and backends: ${[...members].join(', ')})`;
+    bySource.set(k, { source: a.source, mac: a.mac, version: a.version, priority: a.priority, intervalMs: a.intervalMs, addresses: a.addresses, count: 1, foreign });
+  }
+  return [...bySource.values()];
+}
+
+function describeSpeaker(s: Speaker): string {
+  return `${s.source} (MAC ${s.mac}) VRRPv${s.version} priority ${s.priority} interval ${s.intervalMs} ms addresses ${s.addresses.join(', ') || '(none)'}, ${s.count} advert${s.count === 1 ? '' : 's'}`;
+}
+
+function vrrpResult(config: Config, heard: readonly HeardAdvert[], speakers: readonly Speaker[], listenMs: number, ifname: string): CheckResult {
+  const v = config.vrrp!;
+  const title = `no other VRRP group uses VRID ${v.vrid} on ${ifname}`;
+  const foreign = speakers.filter((s) => s.foreign !== null);
+  const others = [...new Set(heard.filter((a) => a.vrid !== v.vrid).map((a) => `${a.vrid} (v${a.version} from ${a.source})`))];
+  const otherText = others.length > 0 ? ` Other VRIDs heard: ${others.join(', ')}.` : '';
+  if (foreign.length > 0) {
+    return fail(
+      'vrrp-vrid',
+      title,
+      `heard in ${listenMs} ms on VRID ${v.vrid}: ${foreign.map((s) => `${describeSpeaker(s)}, which ${s.foreign}`).join('; ')}.${otherText}`,
+      `give this group another vrrp.vrid (one no router on the LAN uses${others.length > 0 ? '' : ', e.g. one not heard here'}), or stop the other group; two groups on one VRID fight over the master role (RFC 9568 §6.4)`,
+    );
+  }
+  const ours = speakers.filter((s) => s.foreign === null);
+  if (ours.length > 0) return ok('vrrp-vrid', title, `only our own group speaks on VRID ${v.vrid} (listened ${listenMs} ms): ${ours.map(describeSpeaker).join('; ')}.${otherText}`);
+  return ok('vrrp-vrid', title, `no advert for VRID ${v.vrid} in ${listenMs} ms (3 × Advertisement_Interval).${otherText}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the VIP in use
+
+const HOW: Record<AddressClaim['how'], string> = {
+  'arp-reply': 'answered our ARP probe',
+  'arp-announcement': 'announces it (ARP request from the address)',
+  'arp-probe': 'probes for it itself (RFC 5227)',
+  'neighbor-advertisement': 'answered our DAD solicitation (Neighbor Advertisement)',
+  'dad-probe': 'runs duplicate address detection for it itself (RFC 4862)',
+};
+
+/** Whether this node's own agent runs the instance (its instance lock is taken). */
+async function ownAgentRuns(ifname: string, family: 4 | 6, vrid: number): Promise<boolean> {
+  try {
+    const lock = await acquireInstanceLock(ifname, family, vrid);
+    lock.close();
+    return false;
+  } catch (err) {
+    return isBallastError(err) && err.code === 'BALLAST_E_ALREADY_RUNNING';
+  }
+}
+
+function vipInUseResult(vip: string, ifname: string, claims: readonly AddressClaim[], speakers: readonly Speaker[]): CheckResult {
+  const title = `VIP ${vip} is not in use on ${ifname}`;
+  // the master of our own group holds it: that is the point
+  const master = (c: AddressClaim): Speaker | undefined => speakers.find((s) => s.foreign === null && s.mac === c.mac && s.addresses.includes(vip));
+  const strangers = claims.filter((c) => !master(c));
+  if (strangers.length > 0) {
+    return fail(
+      'vip-in-use',
+      title,
+      `${strangers.map((c) => `the host with MAC ${c.mac} ${HOW[c.how]}`).join('; ')}: ${vip} is already in use on the LAN; taking it would split the traffic between that host and this group`,
+      `choose a VIP no host uses, or remove ${vip} from that host (find it by its MAC in the switch's table, or \`ip neigh\` on a neighbour)`,
+    );
+  }
+  if (claims.length > 0) return ok('vip-in-use', title, `held by the master of our own group: ${claims.map((c) => `${master(c)!.source} (MAC ${c.mac})`).join(', ')}`);
+  return ok('vip-in-use', title, `no answer to ${PROBE_COUNT} probes in ${(PROBE_COUNT - 1) * PROBE_SPACING_MS + PROBE_WAIT_MS} ms (ARP probe / DAD solicitation, RFC 5227 / RFC 4862)`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// IP forwarding, the ruleset
+
+function readSysctl(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
+function forwardingResult(config: Config, nodeAddresses: ReadonlySet<string>): CheckResult {
+  const key = config.family === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
+  const title = `${key} is on where the data plane forwards`;
+  const remote = config.apiserver.backends.filter((b) => !nodeAddresses.has(b.host));
+  if (!config.vrrp || config.dataplane.vip !== 'nftables' || remote.length === 0) {
+    return ok('ip-forwarding', title, 'not needed: no connection to the VIP is DNATed to another node here (no nftables VIP data plane, or no remote backend)');
+  }
+  const value = readSysctl(`/proc/sys/${key.replaceAll('.', '/')}`);
+  if (value === '1') return ok('ip-forwarding', title, `${key} = 1: connections to the VIP DNATed to ${remote.map(formatHostPort).join(', ')} are forwarded`);
+  return fail(
+    'ip-forwarding',
+    title,
+    `${key} = ${value ?? '(unreadable)'}: connections to the VIP that the nftables data plane DNATs to another node's apiserver (${remote.map(formatHostPort).join(', ')}) are forwarded traffic, which the kernel drops; clients would reach only this node's own apiserver`,
+    `sysctl -w ${key}=1, and make it permanent in /etc/sysctl.d/ (kubeadm's preflight asks for it too)`,
+  );
+}
+
+async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>, nft: Executor): Promise<CheckResult> {
+  const title = 'the kernel accepts the nftables ruleset of this configuration (nft -c)';
+  const text = renderRuleset({
+    family: config.family,
+    vips: [...config.vips],
+    port: config.apiserver.port,
+    backends: config.apiserver.backends.map((b) => ({ address: b.host, port: b.port, local: nodeAddresses.has(b.host) })),
+    masqueradeRemote: true,
+  });
+  let r;
+  try {
+    r = await nft(['-c', '-f', '-'], text);
+  } catch (err) {
+    return fail('nftables-ruleset', title, `cannot run nft: ${(err as Error).message}`, 'install nftables (apt install nftables)');
+  }
+  if (r.code === 0) return ok('nftables-ruleset', title, `the rendered ruleset (${text.split('\n').length - 1} lines: nat hooks prerouting/output/postrouting, numgen, a verdict map, dnat, masquerade, ct expressions) passes nft -c`);
+  return fail(
+    'nftables-ruleset',
+    title,
+    `nft -c refused it (exit ${r.code}${r.killed ? `, ${r.killed}` : ''}): ${r.stderr.trim().split('\n').slice(0, 6).join(' | ')}`,
+    'the kernel lacks an nftables module the data plane needs (nf_tables, nft_nat, nft_numgen, nft_ct, nft_masq, nft_counter): load them or use a kernel with them; or set dataplane.vip: none',
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// foreign firewalls
+
+/** Runs `iptables-legacy-save` / `ip6tables-legacy-save` when installed; null when not (or it fails). */
+export async function legacySave(family: 4 | 6): Promise<string | null> {
+  const name = family === 4 ? 'iptables-legacy-save' : 'ip6tables-legacy-save';
+  const dirs = (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').concat(['/usr/sbin', '/sbin']);
+  const path = dirs.map((d) => `${d}/${name}`).find((p) => existsSync(p));
+  if (!path) return null;
+  const r = await commandExecutor([path])([], '');
+  return r.code === 0 ? r.stdout : null;
+}
+
+/**
+ * Every finding of the other firewalls on this node for `hooks`: nft tables that are not
+ * ballast's (iptables-nft's among them), and iptables-legacy when installed.
+ * @param nft runs `nft` (the JSON listing); @param legacy gives the iptables-legacy-save text (default: run it).
+ * @returns the findings and how many base chains were looked at; `error` when nft could not be read.
+ */
+export async function foreignFirewall(
+  hooks: readonly HookFlows[],
+  family: 4 | 6,
+  nft: Executor,
+  legacy: (family: 4 | 6) => Promise<string | null> = legacySave,
+): Promise<{ findings: FirewallFinding[]; chains: number; legacy: boolean; error?: string }> {
+  const findings: FirewallFinding[] = [];
+  let chains = 0;
+  let error: string | undefined;
+  try {
+    const r = await nft(['-j', 'list', 'ruleset'], '');
+    if (r.code !== 0) error = `nft -j list ruleset exited ${r.code}: ${r.stderr.trim()}`;
+    else {
+      const doc: unknown = JSON.parse(r.stdout);
+      findings.push(...analyseNftRuleset(doc, hooks));
+      chains = countForeignChains(doc);
+    }
+  } catch (err) {
+    error = `cannot read the nftables ruleset: ${(err as Error).message}`;
+  }
+  const text = await legacy(family).catch(() => null);
+  if (text) findings.push(...analyseIptablesSave(text, family, hooks));
+  return { findings, chains, legacy: text !== null, ...(error ? { error } : {}) };
+}
+
+function firewallResult(r: Awaited<ReturnType<typeof foreignFirewall>>): CheckResult {
+  const title = 'no other firewall on this node drops traffic to the VIP or the backends';
+  if (r.error) return warn('foreign-firewall', title, `${r.error}; other firewalls were not checked`, 'install nftables and run the check as root');
+  const fails = r.findings.filter((f) => f.severity === 'fail');
+  const list = r.findings.map((f) => `${f.severity === 'fail' ? 'drops' : 'may drop'}: ${f.detail}`).join('; ');
+  const fix = 'add an accept rule for TCP to the VIP port and the backends before the drop (in that table: e.g. `tcp dport <port> accept`), or remove the rule; ballast never edits other tables';
+  if (fails.length > 0) return fail('foreign-firewall', title, list, fix);
+  if (r.findings.length > 0) return warn('foreign-firewall', title, list, fix);
+  return ok('foreign-firewall', title, `${r.chains} base chain${r.chains === 1 ? '' : 's'} of other nftables tables checked${r.legacy ? ', and iptables-legacy' : ''}: none drops it`);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+function ebpfResult(r: { ok: boolean; reasons: string[] }, configured: boolean): CheckResult {
+  const title = 'eBPF local endpoint (cgroup v2, BPF programs, sock_diag)';
+  if (r.ok) return ok('ebpf', title, 'cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup, and SOCK_DESTROY works');
+  return warn(
+    'ebpf',
+    title,
+    `not available here: ${r.reasons.join('; ')}${configured ? '; dataplane.local: ebpf falls back to the proxy' : ''}`,
+    'a kernel ≥ 5.14 with cgroup v2 mounted and CAP_BPF + CAP_NET_ADMIN (or root); or set dataplane.local: proxy',
+  );
+}
+
+function privilegesResult(): CheckResult {
+  const missing = missingCapabilities();
+  const title = 'privileges for raw sockets and netlink (CAP_NET_RAW, CAP_NET_ADMIN)';
+  if (missing.length === 0) return ok('privileges', title, 'this process has them');
+  return fail('privileges', title, `this process lacks ${missing.join(' and ')}: the agent cannot run, and the probes below are skipped`, 'run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN');
+}
+
+/**
+ * The host checks alone (no configuration): the eBPF local endpoint, as `ballast check` did
+ * before it took a configuration (exit 0 when the host can run it, 1 when not).
+ */
+export async function runHostChecks(): Promise<{ report: CheckReport; ebpf: { ok: boolean; reasons: string[] } }> {
+  const e = await checkEbpf();
+  return { report: { config: '', checks: [ebpfResult(e, false)] }, ebpf: e };
+}
+
+/**
+ * Runs every check of `config` on this node (see docs/check.md), in a fixed order.
+ * Resolves, never rejects: a check that cannot run reports why as a warn or a fail.
+ */
+export async function runChecks(config: Config, opts: CheckOptions): Promise<CheckReport> {
+  const nft = opts.nft ?? commandExecutor(['nft']);
+  const checks: CheckResult[] = [];
+  const priv = privilegesResult();
+  checks.push(priv);
+  let all: InterfaceInfo[] = [];
+  try {
+    all = await listAllInterfaces();
+  } catch (err) {
+    checks.push(fail('interface', 'the interface', (err as Error).message, 'run the check as root on the node'));
+  }
+  const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
+  const v = config.vrrp;
+  let iface: InterfaceInfo | null = null;
+  const certificates = checkBackendCertificates(config, opts.certificateTimeoutMs === undefined ? {} : { timeoutMs: opts.certificateTimeoutMs }).catch((err: Error): CheckResult[] => [
+    warn('backend-certificate', 'backend certificates', `the certificate checks did not run: ${err.message}`, 'see the error'),
+  ]);
+
+  if (v && all.length > 0) {
+    const vip = config.vips[0]!;
+    const chosen = chooseInterface(all, vip, config.interface);
+    const name = config.interface ?? 'the interface';
+    if (typeof chosen === 'string') {
+      checks.push(fail('interface', `${name} exists and holds the VIP's subnet`, chosen, config.interface === undefined ? 'set "interface" in the configuration' : 'fix "interface" in the configuration'));
+    } else {
+      iface = chosen;
+      const subnets = config.vips.map((x) => ({ vip: x, s: subnetsHolding(chosen, x) }));
+      const without = subnets.filter((x) => x.s.length === 0).map((x) => x.vip);
+      const title = `${chosen.ifname} is up and has an address in the VIP's subnet`;
+      if (!chosen.running) checks.push(fail('interface', title, `${chosen.ifname} is down (not IFF_UP and IFF_RUNNING)`, `ip link set ${chosen.ifname} up, and check its cable / carrier`));
+      else if (without.length > 0) checks.push(fail('interface', title, `${chosen.ifname} has no address whose subnet holds ${without.join(', ')} (it has ${chosen.addresses.filter((a) => a.family === config.family).map((a) => `${a.address}/${a.prefixLen}`).join(', ') || 'no address of that family'}): peers on the segment could not reach the VIP without a route`, 'choose a VIP in the subnet of the interface, or set "interface" to the one on that segment'));
+      else checks.push(ok('interface', title, subnets.map((x) => `${x.vip} is in ${x.s.map((s) => networkOf(s.address, s.prefixLen)).join(', ')}`).join('; ')));
+      for (const x of subnets) {
+        for (const s of x.s) {
+          const r = reservedInSubnet(x.vip, s.prefixLen);
+          const t = `VIP ${x.vip} is a host address of ${networkOf(s.address, s.prefixLen)}`;
+          if (r === null) checks.push(ok('vip-address', t, `neither the network${config.family === 4 ? ' nor the broadcast' : ' (subnet-router anycast)'} address`));
+          else checks.push(fail('vip-address', t, `${x.vip} is the ${r} address of ${networkOf(s.address, s.prefixLen)}${r === 'broadcast' ? ': packets to it go to every host on the segment' : r === 'network' ? ': hosts treat it as the subnet itself (and some as a broadcast)' : ': RFC 4291 §2.6.1 gives it to the subnet\'s routers'}`, 'choose a host address of the subnet for the VIP'));
+        }
+      }
+    }
+  }
+
+  // the slow listens side by side: VRRP adverts, the VIP probes, the certificates
+  if (v && iface && priv.status === 'ok' && iface.running) {
+    const listenMs = opts.vrrpListenMs ?? 3 * v.advertisementIntervalMs;
+    const own = await ownAgentRuns(iface.ifname, config.family, v.vrid);
+    const ifname = iface.ifname;
+    const onIface = new Set(iface.addresses.map((a) => a.address));
+    const adverts = listenForAdverts(ifname, config.family, listenMs).then(
+      (h) => ({ heard: h, error: null as string | null }),
+      (err: Error) => ({ heard: [] as HeardAdvert[], error: err.message }),
+    );
+    const probes = config.vips.map((vip) => {
+      if (onIface.has(vip)) return Promise.resolve({ vip, claims: [] as AddressClaim[], local: true, error: null as string | null });
+      return probeAddress(ifname, vip, config.family).then(
+        (claims) => ({ vip, claims, local: false, error: null as string | null }),
+        (err: Error) => ({ vip, claims: [] as AddressClaim[], local: false, error: err.message }),
+      );
+    });
+    const [a, ...p] = await Promise.all([adverts, ...probes]);
+    const speakers = judgeSpeakers(config, a.heard, nodeAddresses);
+    for (const r of p) {
+      const title = `VIP ${r.vip} is not in use on ${ifname}`;
+      if (r.error) checks.push(warn('vip-in-use', title, `the probe could not run: ${r.error}`, 'run the check as root'));
+      else if (r.local && v.owner) checks.push(ok('vip-in-use', title, `this node owns it (priority 255): ${ifname} has ${r.vip}`));
+      else if (r.local && own) checks.push(ok('vip-in-use', title, `held by this node's running agent (${ifname} has ${r.vip})`));
+      else if (r.local) checks.push(warn('vip-in-use', title, `${ifname} already has ${r.vip} and no ballast agent runs VRID ${v.vrid} here: left by a killed agent or by hand`, `ballast cleanup --config FILE removes it (or ip addr del ${r.vip} dev ${ifname})`));
+      else checks.push(vipInUseResult(r.vip, ifname, r.claims, speakers));
+    }
+    if (a.error) checks.push(warn('vrrp-vrid', `no other VRRP group uses VRID ${v.vrid} on ${ifname}`, `could not listen: ${a.error}`, 'run the check as root'));
+    else checks.push(vrrpResult(config, a.heard, speakers, listenMs, ifname));
+  }
+
+  checks.push(forwardingResult(config, nodeAddresses));
+  if (v && config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) checks.push(await rulesetResult(config, nodeAddresses, nft));
+  if (config.localEndpoint && config.dataplane.local === 'ebpf') checks.push(ebpfResult(await checkEbpf(), true));
+  checks.push(...checkPorts(config, currentListeners()));
+  if (v || config.apiserver.backends.length > 0) {
+    const hooks = flowsFor({
+      family: config.family,
+      vips: config.vips,
+      port: config.apiserver.port,
+      backends: config.apiserver.backends,
+      nodeAddresses,
+      ...(iface ? { ifname: iface.ifname } : {}),
+    });
+    checks.push(firewallResult(await foreignFirewall(hooks, config.family, nft)));
+  }
+  checks.push(...(await certificates));
+  return { config: opts.source, checks };
+}
+
+// ---------------------------------------------------------------------------------------------
+// output
+
+/** The report as kubeadm prints its preflight: `[ok] title: detail`, with `fix:` under a warn or fail. */
+export function formatReport(report: CheckReport): string {
+  const lines: string[] = [];
+  for (const c of report.checks) {
+    lines.push(`[${c.status}] ${c.id}: ${c.title}`);
+    lines.push(`       ${c.detail}`);
+    if (c.fix) lines.push(`       fix: ${c.fix}`);
+  }
+  const n = (s: CheckResult['status']): number => report.checks.filter((c) => c.status === s).length;
+  const code = exitStatus(report.checks);
+  lines.push(`${report.config ? `${report.config}: ` : ''}${n('ok')} ok, ${n('warn')} warning${n('warn') === 1 ? '' : 's'}, ${n('fail')} failed${code === 2 ? ': this node is not ready to run ballast' : code === 1 ? '' : ': ready'}`);
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * `ballast check`: with `config`, {@link runChecks} on that file; without, the host check only.
+ * Prints the report as text (formatReport) or, with `json`, the CheckReport. Without a
+ * configuration `--json` keeps the shape it had before the preflight: `{ ok, reasons }` of the
+ * eBPF check (docs/check.md).
+ * @returns the exit status: 0 / 1 / 2 (exitStatus).
+ * @throws ConfigError (exit 2) when the file does not validate.
+ */
+export async function checkCommand(o: { config?: string; json?: boolean }, load: (path: string) => Config): Promise<number> {
+  if (o.config === undefined) {
+    const h = await runHostChecks();
+    process.stdout.write(o.json ? `${JSON.stringify(h.ebpf)}\n` : formatReport(h.report));
+    return exitStatus(h.report.checks);
+  }
+  const report = await runChecks(load(o.config), { source: o.config });
+  process.stdout.write(o.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+  return exitStatus(report.checks);
+}

@@ -1,0 +1,227 @@
+/**
+ * `ballast check --config FILE --json` on a lab of three nodes (prefix bchk, subnet 105), run
+ * inside n1's namespace as an operator would run it on the node: a clean lab, then one problem
+ * at a time — the VIP answered by another host (IPv4 ARP and IPv6 DAD), keepalived VRRPv2 and
+ * VRRPv3 groups on our VRID, foreign nftables tables with a drop policy (and the running agent
+ * warning at its start and noticing one appear), the VIP on the network / broadcast / subnet-router anycast address,
+ * forwarding off, a port taken by another process.
+ *
+ * Bounds: one check run is the VRRP listen (3 × Advertisement_Interval: 300 ms at 100 ms, 3 s at
+ * 1 s) beside the VIP probe (3 probes 100 ms apart + 1 s = 1.2 s), plus Node's start and nft.
+ * The agent's firewall watch polls every 5 s (FOREIGN_FIREWALL_POLL_MS): a new table is logged
+ * within one poll plus 1 s.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Lab } from '../../lab/lab.js';
+import { agentConfig, cliPath, runAgent } from '../../lab/cluster.js';
+import { startKeepalived } from '../../lab/peers/keepalived.js';
+import type { CheckReport } from '../../src/check/report.js';
+import { FOREIGN_FIREWALL_POLL_MS } from '../../src/check/watch.js';
+import { needs, startLab, waitFor } from '../support/index.js';
+
+const why = needs('root', 'keepalived');
+
+describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped otherwise)', () => {
+  let lab: Lab;
+  const n1 = () => lab.nodes[0]!;
+
+  beforeAll(async () => {
+    lab = await startLab({ prefix: 'bchk', subnet: 105, nodes: 3, apiservers: true });
+  }, 30_000);
+  afterAll(async () => {
+    await lab?.teardown();
+  });
+
+  /** Writes a config for n1 (lab defaults: VRID 51, 100 ms, the three stand-ins as backends) with `extra` merged over it. */
+  function config(name: string, extra: Record<string, unknown> = {}, s: { advertisementInterval?: string; family?: 4 | 6 } = {}): string {
+    const path = join(lab.dir, `check-${name}.yaml`);
+    writeFileSync(path, agentConfig(lab, n1(), { priority: 100, balance: true, ...s, extra }));
+    return path;
+  }
+
+  async function check(path: string): Promise<{ code: number; report: CheckReport; byId: Map<string, CheckReport['checks']> }> {
+    const r = await lab.exec(n1().netns, [process.execPath, cliPath(), 'check', '--config', path, '--json'], { allowFail: true, timeoutMs: 20_000 });
+    let report: CheckReport;
+    try {
+      report = JSON.parse(r.stdout) as CheckReport;
+    } catch {
+      throw new Error(`ballast check exited ${r.code} without JSON:\n${r.stdout}\n${r.stderr}`);
+    }
+    const byId = new Map<string, CheckReport['checks']>();
+    for (const c of report.checks) byId.set(c.id, [...(byId.get(c.id) ?? []), c]);
+    return { code: r.code, report, byId };
+  }
+
+  /** `id:status` of every check but the backend certificates (checkcert's, asserted where they matter). */
+  const statuses = (report: CheckReport): string[] => report.checks.map((c) => `${c.id}:${c.status}`).filter((s) => !s.startsWith('backend-certificate:'));
+
+  it('a clean lab: every check ok, exit 0 (1 when the only warnings are the lab certificates\' expiry)', async () => {
+    const { code, report } = await check(config('clean'));
+    expect(statuses(report)).toStrictEqual([
+      'privileges:ok',
+      'interface:ok',
+      'vip-address:ok',
+      'vip-in-use:ok',
+      'vrrp-vrid:ok',
+      'ip-forwarding:ok',
+      'nftables-ruleset:ok',
+      'port-admin:ok',
+      'port-vip:ok',
+      'foreign-firewall:ok',
+    ]);
+    // the backend certificates (checkcert's checks, none while certificates.ts is a stub): one per
+    // backend, whose SANs the lab covers; the lab CA issues certificates valid for 1 day, so the
+    // only warning allowed is "expires … in 0 days (less than 30)" (EXPIRY_WARNING_DAYS)
+    const certs = report.checks.filter((c) => c.id === 'backend-certificate');
+    expect([0, lab.nodes.length]).toContain(certs.length);
+    const warned = certs.filter((c) => c.status !== 'ok');
+    for (const c of warned) expect(`${c.status} ${c.detail}`).toMatch(/^warn backend \S+: certificate expires on \S+, in [01] days \(less than 30\)\.$/);
+    expect(code).toBe(warned.length > 0 ? 1 : 0);
+  });
+
+  it('IPv4: the VIP answered by another host (the client, no agent), forwarding off, admin.listen taken: exit 2 naming the MAC and the process', async () => {
+    const c = lab.client;
+    await lab.exec(c.netns, ['ip', 'addr', 'add', `${lab.vip4}/24`, 'dev', 'eth0']);
+    await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=0']);
+    const socat = lab.spawn(n1().netns, ['socat', 'TCP-LISTEN:9641,bind=127.0.0.1,reuseaddr,fork', 'SYSTEM:true']);
+    try {
+      await waitFor(() => lab.exec(n1().netns, ['ss', '-Htln', 'sport = :9641']), (r) => r.stdout.includes('127.0.0.1:9641'), { timeoutMs: 3000, what: 'socat listening' });
+      const r = await check(config('problems4', { vips: [lab.vip4, '10.78.105.0', '10.78.105.255'] }));
+      expect(r.code).toBe(2);
+      expect(statuses(r.report)).toStrictEqual([
+        'privileges:ok',
+        'interface:ok',
+        'vip-address:ok',
+        'vip-address:fail',
+        'vip-address:fail',
+        'vip-in-use:fail',
+        'vip-in-use:ok',
+        'vip-in-use:ok',
+        'vrrp-vrid:ok',
+        'ip-forwarding:fail',
+        'nftables-ruleset:ok',
+        'port-admin:fail',
+        'port-vip:ok',
+        'port-vip:ok',
+        'port-vip:ok',
+        'foreign-firewall:ok',
+      ]);
+      const [inUse] = r.byId.get('vip-in-use')!;
+      // the lab's MACs are deterministic: 02:78:<subnet in hex>:00:00:<host>
+      expect(c.mac).toBe('02:78:69:00:00:50');
+      expect(inUse!.detail).toContain(`the host with MAC ${c.mac} answered our ARP probe`);
+      const [, network, broadcast] = r.byId.get('vip-address')!;
+      expect(network!.detail).toContain('10.78.105.0 is the network address of 10.78.105.0/24');
+      expect(broadcast!.detail).toContain('10.78.105.255 is the broadcast address of 10.78.105.0/24');
+      expect(r.byId.get('ip-forwarding')![0]!.detail).toContain('net.ipv4.ip_forward = 0');
+      expect(r.byId.get('port-admin')![0]!.detail).toContain(`socat (pid ${socat.pid}) listens on 127.0.0.1:9641`);
+    } finally {
+      await socat.stop('SIGKILL');
+      await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
+      await lab.exec(c.netns, ['ip', 'addr', 'del', `${lab.vip4}/24`, 'dev', 'eth0'], { allowFail: true });
+    }
+  });
+
+  it('IPv6: the VIP answered by another host (DAD solicitation), and the subnet-router anycast address as a VIP: exit 2', async () => {
+    const c = lab.client;
+    await lab.exec(c.netns, ['ip', 'addr', 'add', `${lab.vip6}/64`, 'dev', 'eth0', 'nodad']);
+    try {
+      const r = await check(config('problems6', { vips: [lab.vip6, 'fd78:105::'] }, { family: 6 }));
+      expect(r.code).toBe(2);
+      const [inUse, anycast] = r.byId.get('vip-in-use')!;
+      expect(inUse!.status).toBe('fail');
+      expect(inUse!.detail).toContain(`the host with MAC ${c.mac} answered our DAD solicitation`);
+      // IPv6 forwarding is on in the lab's nodes, so the kernels of n2 and n3 hold fd78:105:: (the
+      // subnet-router anycast address, RFC 4291 §2.6.1) and answer for it: in use, too. Their
+      // answers come after a random delay (Linux: up to proxy_delay 0.8 s; RFC 4861 §7.2.7), which
+      // the probe's 1 s of listening covers
+      expect(anycast!.status).toBe('fail');
+      expect(anycast!.detail).toContain(`the host with MAC ${lab.nodes[2]!.mac} answered our DAD solicitation`);
+      expect(anycast!.detail).toContain(`the host with MAC ${lab.nodes[1]!.mac} answered our DAD solicitation`);
+      const [, reserved] = r.byId.get('vip-address')!;
+      expect(reserved!.status).toBe('fail');
+      expect(reserved!.detail).toContain('fd78:105:: is the subnet-router anycast address of fd78:105::/64');
+    } finally {
+      await lab.exec(c.netns, ['ip', 'addr', 'del', `${lab.vip6}/64`, 'dev', 'eth0'], { allowFail: true });
+    }
+  });
+
+  it('keepalived VRRPv3 and VRRPv2 groups on our VRID: each reported with its version, exit 2', async () => {
+    const [, n2, n3] = lab.nodes;
+    // another service's VIP on our VRID 51; one group at a time (a v2 and a v3 keepalived on one VRID hear each other)
+    const v3 = await startKeepalived(lab, n3!, { vrid: 51, priority: 200, vrrpVersion: 3, advertIntervalS: 0.1, vips: ['10.78.105.202/32'] });
+    try {
+      await v3.waitForState('MASTER', { timeoutMs: 3000 });
+      const r = await check(config('vrrp3'));
+      expect(r.code).toBe(2);
+      const [c] = r.byId.get('vrrp-vrid')!;
+      expect(c!.status).toBe('fail');
+      expect(c!.detail).toMatch(new RegExp(`^heard in 300 ms on VRID 51: ${n3!.ipv4} \\(MAC ${n3!.mac}\\) VRRPv3 priority 200 interval 100 ms addresses 10\\.78\\.105\\.202, \\d+ adverts?, which advertises 10\\.78\\.105\\.202, not our VIPs 10\\.78\\.105\\.100\\.$`));
+    } finally {
+      await v3.stop('SIGKILL');
+      await lab.exec(n3!.netns, ['ip', 'addr', 'del', '10.78.105.202/32', 'dev', 'eth0'], { allowFail: true });
+    }
+    // priority 255 (the address owner) becomes MASTER at once; v2 adverts come every whole second
+    const v2 = await startKeepalived(lab, n2!, { vrid: 51, priority: 255, vrrpVersion: 2, advertIntervalS: 1, vips: ['10.78.105.201/32'] });
+    try {
+      await v2.waitForState('MASTER', { timeoutMs: 5000 });
+      // our interval 1 s: the check listens 3 s
+      const r = await check(config('vrrp2', {}, { advertisementInterval: '1s' }));
+      expect(r.code).toBe(2);
+      const [c] = r.byId.get('vrrp-vrid')!;
+      expect(c!.status).toBe('fail');
+      expect(c!.detail).toMatch(new RegExp(`^heard in 3000 ms on VRID 51: ${n2!.ipv4} \\(MAC ${n2!.mac}\\) VRRPv2 priority 255 interval 1000 ms addresses 10\\.78\\.105\\.201, \\d+ adverts?, which speaks VRRPv2`));
+    } finally {
+      await v2.stop('SIGKILL');
+      await lab.exec(n2!.netns, ['ip', 'addr', 'del', '10.78.105.201/32', 'dev', 'eth0'], { allowFail: true });
+    }
+  }, 20_000);
+
+  it('foreign nftables tables with policy drop: warned at the agent\'s start, logged when one appears, in /status and the metric; a warning in check', async () => {
+    // input: loopback stays open (the admin endpoint), ssh too; nothing accepts the VIP port.
+    // forward: a drop policy and nothing else, which stops the DNAT to the other nodes' apiservers
+    const input = 'table inet hostfw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\tiifname "lo" accept\n\t\ttcp dport 22 accept\n\t}\n}\n';
+    const forward = 'table ip hostfw2 {\n\tchain filter_fwd {\n\t\ttype filter hook forward priority 0; policy drop;\n\t}\n}\n';
+    writeFileSync(join(lab.dir, 'hostfw.nft'), input);
+    writeFileSync(join(lab.dir, 'hostfw2.nft'), forward);
+    await lab.exec(n1().netns, ['nft', '-f', join(lab.dir, 'hostfw.nft')]);
+    const agent = await runAgent(lab, n1(), config('agent'), { logFile: join(lab.dir, 'n1-check-agent.log') });
+    try {
+      // at start: the table already there
+      await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table inet hostfw, chain input \(hook input\): policy drop, and no rule provably accepts TCP to the VIP 10\.78\.105\.100:6443/, {
+        timeoutMs: 2000,
+        includeExisting: true,
+      });
+      // appearing while it runs: logged within one poll
+      await lab.exec(n1().netns, ['nft', '-f', join(lab.dir, 'hostfw2.nft')]);
+      const added = Date.now();
+      await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table ip hostfw2, chain filter_fwd \(hook forward\): policy drop, and no rule provably accepts TCP to the remote backend 10\.78\.105\.12:6443/, {
+        timeoutMs: FOREIGN_FIREWALL_POLL_MS + 1000,
+      });
+      console.log(`the agent logged the new table ${Date.now() - added} ms after it appeared`);
+      const status = JSON.parse(await agent.admin('/status')) as { foreignFirewall?: { rules: { severity: string; table: string; chain: string; flow: string }[] } };
+      expect(status.foreignFirewall?.rules.map((x) => `${x.severity} ${x.table} ${x.chain} ${x.flow}`)).toStrictEqual([
+        'warn hostfw input TCP to the VIP 10.78.105.100:6443',
+        'warn hostfw input TCP to the local backend 10.78.105.11:6443',
+        'warn hostfw2 filter_fwd TCP to the remote backend 10.78.105.12:6443',
+        'warn hostfw2 filter_fwd TCP to the remote backend 10.78.105.13:6443',
+      ]);
+      expect(await agent.admin('/metrics')).toMatch(/^ballast_foreign_firewall_rules 4$/m);
+      // one line per change: each finding logged once
+      expect(agent.proc.output().match(/foreign firewall: may drop/g)?.length).toBe(4);
+      await agent.stop();
+      const r = await check(config('firewall'));
+      const [c] = r.byId.get('foreign-firewall')!;
+      expect(c!.status).toBe('warn');
+      expect(c!.detail).toContain('nft table inet hostfw, chain input (hook input): policy drop, and no rule provably accepts TCP to the VIP 10.78.105.100:6443');
+      expect(c!.detail).toContain('nft table ip hostfw2, chain filter_fwd (hook forward): policy drop, and no rule provably accepts TCP to the remote backend 10.78.105.13:6443');
+      expect(r.code).toBe(1);
+    } finally {
+      await agent.stop('SIGKILL');
+      await lab.exec(n1().netns, ['nft', 'delete', 'table', 'inet', 'hostfw'], { allowFail: true });
+      await lab.exec(n1().netns, ['nft', 'delete', 'table', 'ip', 'hostfw2'], { allowFail: true });
+    }
+  }, 20_000);
+});
