@@ -38,7 +38,7 @@ const masterDownMs = (priority: number): number => 3 * ADVERT_MS + skewMs(priori
  */
 const CONTAINER_START_MARGIN_MS = 10_000;
 /** From the agent's first log line to its election running: preflight, the nftables table, the election worker. */
-const AGENT_START_MARGIN_MS = 2000;
+const AGENT_START_MARGIN_MS = 3000;
 /** podman stop's own start (it opens the storage before it signals) and the signal's delivery. */
 const STOP_MARGIN_MS = 3000;
 /** Measured (pkg's src/manifest/capabilities.ts AGENT_CAPABILITIES_EBPF_FREE): election, VIP and nftables, no eBPF. */
