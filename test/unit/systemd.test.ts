@@ -1,0 +1,84 @@
+/**
+ * systemdUnit() (src/manifest/systemd.ts): the options the package's unit must have, each with
+ * its reason on the line above, the capability list from capabilities.ts, and the paths.
+ * (systemd-analyze verify of the installed unit is in test/integration/package.test.ts.)
+ */
+import { describe, expect, it } from 'vitest';
+import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/manifest/capabilities.js';
+import { systemdUnit, WATCHDOG_SEC } from '../../src/manifest/systemd.js';
+
+/** `Key=value` lines of one [Section], in order. */
+function section(unit: string, name: string): [string, string][] {
+  const body = unit.split(/^\[/m).find((s) => s.startsWith(`${name}]`)) ?? '';
+  return body.split('\n').flatMap((l) => {
+    const m = /^([A-Za-z]+)=(.*)$/.exec(l);
+    return m ? [[m[1]!, m[2]!] as [string, string]] : [];
+  });
+}
+
+describe('systemdUnit', () => {
+  const unit = systemdUnit({ configPath: '/etc/ballast/ballast.yaml' });
+  const service = Object.fromEntries(section(unit, 'Service'));
+
+  it('runs ballast run under Type=notify with the watchdog, reload, restart policy and stop settings', () => {
+    expect(service).toMatchObject({
+      Type: 'notify',
+      NotifyAccess: 'main',
+      WatchdogSec: `${WATCHDOG_SEC}s`,
+      ExecStart: '/usr/bin/ballast run --config /etc/ballast/ballast.yaml',
+      ExecReload: '/usr/bin/ballast reload --config /etc/ballast/ballast.yaml',
+      Restart: 'on-failure',
+      RestartPreventExitStatus: '2 4',
+      KillSignal: 'SIGTERM',
+      KillMode: 'mixed',
+      TimeoutStopSec: '15s',
+    });
+    expect(service.ExecStartPre).toBeUndefined();
+    expect(Object.fromEntries(section(unit, 'Unit'))).toMatchObject({ Wants: 'network-online.target', After: 'network-online.target', Before: 'kubelet.service' });
+    expect(section(unit, 'Install')).toEqual([['WantedBy', 'multi-user.target']]);
+  });
+
+  it('bounds the capabilities to AGENT_CAPABILITIES and hardens the rest, without MemoryDenyWriteExecute (V8 JIT)', () => {
+    expect(service.CapabilityBoundingSet).toBe(AGENT_CAPABILITIES.join(' '));
+    expect(AGENT_CAPABILITIES).toEqual(['CAP_BPF', 'CAP_NET_ADMIN', 'CAP_NET_RAW']);
+    expect(AGENT_CAPABILITIES_EBPF_FREE).toEqual(['CAP_NET_ADMIN', 'CAP_NET_RAW']);
+    expect(service).toMatchObject({
+      NoNewPrivileges: 'yes',
+      ProtectSystem: 'strict',
+      ReadWritePaths: '/sys/fs/bpf',
+      RuntimeDirectory: 'ballast',
+      StateDirectory: 'ballast',
+      ConfigurationDirectory: 'ballast',
+      ProtectHome: 'yes',
+      PrivateTmp: 'yes',
+      ProtectKernelTunables: 'yes',
+      ProtectKernelModules: 'yes',
+      ProtectControlGroups: 'yes',
+      ProtectClock: 'yes',
+      RestrictAddressFamilies: 'AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET',
+      RestrictNamespaces: 'yes',
+      LockPersonality: 'yes',
+      SystemCallArchitectures: 'native',
+    });
+    expect(service.MemoryDenyWriteExecute).toBeUndefined();
+    expect(service.User).toBeUndefined();
+  });
+
+  it('says why on the line above every [Unit] ordering and [Service] option', () => {
+    const lines = unit.split('\n');
+    const uncommented = lines.flatMap((l, i) => (/^(Wants|After|Before|[A-Z][A-Za-z]+)=/.test(l) && !l.startsWith('Description=') && !l.startsWith('WantedBy=') && !lines[i - 1]!.startsWith('#') && !/^[A-Z][A-Za-z]+=/.test(lines[i - 1]!) ? [l] : []));
+    expect(uncommented).toEqual([]);
+    // and no two options share one comment except the pairs that belong together
+    const shared = lines.flatMap((l, i) => (/^[A-Z][A-Za-z]+=/.test(l) && /^[A-Z][A-Za-z]+=/.test(lines[i - 1] ?? '') ? [`${lines[i - 1]!.split('=')[0]} ${l.split('=')[0]}`] : []));
+    expect(shared.sort()).toEqual(['ProtectSystem ReadWritePaths', 'Restart RestartSec', 'RuntimeDirectory RuntimeDirectoryPreserve', 'Wants After']);
+  });
+
+  it('takes other paths, quoting those with spaces, and refuses relative ones or systemd specifiers', () => {
+    const u = systemdUnit({ configPath: '/srv/my cluster/ballast.yaml', binPath: '/opt/ballast/bin/ballast' });
+    expect(Object.fromEntries(section(u, 'Service')).ExecStart).toBe('/opt/ballast/bin/ballast run --config "/srv/my cluster/ballast.yaml"');
+    expect(systemdUnit({ configPath: '' })).toBe(unit);
+    expect(() => systemdUnit({ configPath: 'ballast.yaml' })).toThrow(TypeError);
+    expect(() => systemdUnit({ configPath: '/etc/ballast/%i.yaml' })).toThrow(/without newlines or '%'/);
+    expect(() => systemdUnit({ configPath: '/etc/ballast.yaml', binPath: 'ballast' })).toThrow(/binPath/);
+  });
+});
