@@ -15,9 +15,9 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { PackageURL } from 'packageurl-js';
@@ -344,19 +344,55 @@ export function sbomGaps(doc: SpdxDocument, rootfs: string, o: { app: string; ow
 
 /**
  * `npm sbom --sbom-format spdx --omit dev` of the package at `app` (its package.json and
- * production node_modules). npm checks the manifest's devDependencies are installed even with
- * --omit dev, so it runs on a copy (hard links) whose package.json has none.
+ * production node_modules), run on a mirror of their package.json files only (npm reads nothing
+ * else), where:
+ * - the root manifest has no devDependencies (npm checks them installed even with --omit dev);
+ * - a dependency a package declares but the stage does not ship (scripts/package.sh drops the
+ *   @types/* packages: type declarations, never loaded) is taken out of that package's manifest,
+ *   so npm lists what is there instead of failing with ESBOMPROBLEMS.
+ * @returns npm's document and the dependencies taken out ("dependent → dependency").
  */
-export function npmSbom(app: string): SpdxDocument {
+export function npmSbom(app: string): { doc: SpdxDocument; notShipped: string[] } {
   const tmp = mkdtempSync(join(tmpdir(), 'ballast-npm-sbom-'));
+  const notShipped: string[] = [];
   try {
-    const pkg = JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')) as Record<string, unknown>;
-    delete pkg.devDependencies;
-    delete pkg.scripts;
-    writeFileSync(join(tmp, 'package.json'), JSON.stringify(pkg, null, 2));
-    if (existsSync(join(app, 'node_modules'))) cpSync(join(app, 'node_modules'), join(tmp, 'node_modules'), { recursive: true, verbatimSymlinks: true });
+    type Manifest = Record<string, unknown> & { name?: string; dependencies?: Record<string, string>; optionalDependencies?: Record<string, string>; peerDependencies?: Record<string, string> };
+    const root = JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')) as Manifest;
+    delete root.devDependencies;
+    delete root.scripts;
+    writeFileSync(join(tmp, 'package.json'), JSON.stringify(root, null, 2));
+    // Node's resolution: dir/node_modules/dep, then each parent's node_modules up to the root
+    const resolvable = (dir: string, dep: string): boolean => {
+      for (let d = dir; ; d = dirname(d)) {
+        if (existsSync(join(d, 'node_modules', dep, 'package.json'))) return true;
+        if (d === app || d.length <= app.length) return false;
+      }
+    };
+    const walk = (nm: string): void => {
+      if (!existsSync(nm)) return;
+      for (const e of readdirSync(nm)) {
+        if (e.startsWith('.')) continue;
+        for (const d of e.startsWith('@') ? readdirSync(join(nm, e)).map((x) => join(nm, e, x)) : [join(nm, e)]) {
+          const pj = join(d, 'package.json');
+          if (!existsSync(pj)) continue;
+          const m = JSON.parse(readFileSync(pj, 'utf8')) as Manifest;
+          for (const field of ['dependencies', 'optionalDependencies', 'peerDependencies'] as const) {
+            for (const dep of Object.keys(m[field] ?? {})) {
+              if (resolvable(d, dep)) continue;
+              delete m[field]![dep];
+              if (field === 'dependencies') notShipped.push(`${m.name} → ${dep}`);
+            }
+          }
+          const mirror = join(tmp, relative(app, d));
+          mkdirSync(mirror, { recursive: true });
+          writeFileSync(join(mirror, 'package.json'), JSON.stringify(m));
+          walk(join(d, 'node_modules'));
+        }
+      }
+    };
+    walk(join(app, 'node_modules'));
     const out = execFileSync('npm', ['sbom', '--sbom-format', 'spdx', '--omit', 'dev'], { cwd: tmp, encoding: 'utf8', maxBuffer: 64 << 20, stdio: ['ignore', 'pipe', 'inherit'] });
-    return JSON.parse(out) as SpdxDocument;
+    return { doc: JSON.parse(out) as SpdxDocument, notShipped: notShipped.sort() };
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
@@ -378,7 +414,9 @@ function main(): void {
   }
   const app = v.app!;
   const nodeVersion = execFileSync(join(app, 'bin/node'), ['--version'], { encoding: 'utf8' }).trim().replace(/^v/, '');
-  const doc = imageSbom({ name: v.name!, version: v.version!, created: v.created!, npm: npmSbom(app), debian: debianPackagesIn(v.rootfs!), nodeVersion });
+  const npm = npmSbom(app);
+  if (npm.notShipped.length > 0) process.stderr.write(`[image] declared but not in the image (not listed): ${npm.notShipped.join(', ')}\n`);
+  const doc = imageSbom({ name: v.name!, version: v.version!, created: v.created!, npm: npm.doc, debian: debianPackagesIn(v.rootfs!), nodeVersion });
   writeFileSync(v.out!, `${JSON.stringify(doc, null, 2)}\n`);
   const debs = doc.packages.filter((p) => p.SPDXID.startsWith('SPDXRef-Package-deb-')).length;
   process.stderr.write(`[image] SBOM: ${doc.packages.length - 1} packages (${debs} Debian, ${doc.packages.length - debs - 3} npm dependencies, ballast, Node ${nodeVersion})\n`);
