@@ -35,7 +35,8 @@ const masterDownMs = (priority: number): number => 3 * ADVERT_MS + skewMs(priori
 /**
  * What `podman run` itself takes before the agent's first line runs (a Go program opening the
  * storage, conmon, crun, the overlay mount) plus the agent's own start (Node, the config, the
- * admin endpoint, the election worker): measured 2–4 s on 2 loaded cores; the bound leaves room.
+ * admin endpoint, the election worker): measured 1.5–1.7 s here when quiet, 6.3 s once on a cold
+ * cache with a load average of 13 on the 2 cores; the bound leaves room.
  */
 const CONTAINER_START_MARGIN_MS = 10_000;
 /** From the agent's first log line to its election running: preflight, the nftables table, the election worker. */
