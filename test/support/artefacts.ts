@@ -41,6 +41,7 @@ const INPUTS = [
   'scripts/package.sh',
   'scripts/node-runtime.sh',
   'scripts/image.sh',
+  'scripts/image-sbom.ts',
 ];
 
 /** SHA-256 (hex) over every input file's path and contents; a missing input counts as such. */
