@@ -15,13 +15,6 @@ export const RULES_FILE = join(packageRoot(), 'deploy', 'prometheus', 'ballast.r
 /** deploy/grafana/ballast.json */
 export const DASHBOARD_FILE = join(packageRoot(), 'deploy', 'grafana', 'ballast.json');
 
-/**
- * Metrics other issue-11 parts add to the agent (the certificate condition, the foreign-firewall
- * gauge): the rules and the dashboard use them already. A name here that the agent exports is
- * fine; once every part is in, this list is empty.
- */
-export const ADDED_ELSEWHERE: ReadonlySet<string> = new Set<string>([]);
-
 /** One alerting rule as the file has it. */
 export interface AlertRule {
   alert: string;

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { STATUS_DOC } from '../support/status-doc.js';
-import { ADDED_ELSEWHERE, RULES_FILE, alertRules, dashboard, dashboardExprs, exposedNames, metricNames, namesInUse } from '../support/monitoring.js';
+import { RULES_FILE, alertRules, dashboard, dashboardExprs, exposedNames, metricNames, namesInUse } from '../support/monitoring.js';
 import { packageRoot } from '../../lab/lab.js';
 import { needs } from '../support/index.js';
 
@@ -161,7 +161,7 @@ describe('metric names', () => {
     const exported = exposedNames(await m.registry.metrics());
     const used = namesInUse();
     expect(used.size).toBeGreaterThan(25);
-    const unknown = [...used].filter(([n]) => !exported.has(n) && !ADDED_ELSEWHERE.has(n));
+    const unknown = [...used].filter(([n]) => !exported.has(n));
     expect(unknown, 'names no agent exports').toEqual([]);
     // the process metrics the dashboard shows, under their standard names
     for (const n of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_p99_seconds']) expect(exported.has(n)).toBe(true);
@@ -175,7 +175,7 @@ describe('metric names', () => {
     const rows = new Set([...table.matchAll(/^\| `(ballast_\w+)` \|/gm)].map((m) => m[1]!));
     const ours = [...exported].filter((n) => n.startsWith('ballast_'));
     expect(ours.filter((n) => !rows.has(n))).toEqual([]);
-    expect([...rows].filter((n) => !exported.has(n) && !ADDED_ELSEWHERE.has(n))).toEqual([]);
+    expect([...rows].filter((n) => !exported.has(n))).toEqual([]);
     const processSection = doc.slice(doc.indexOf('## Process metrics'), doc.indexOf('## Renamed'));
     const named = [...processSection.matchAll(/`((?:process|nodejs)_[a-z_]+?)(?:\{\w+\})?`/g)].map((m) => m[1]!).filter((n) => !n.endsWith('_'));
     expect(named.length).toBeGreaterThan(10);
