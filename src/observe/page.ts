@@ -7,7 +7,7 @@
  *
  *   ┌ header: ballast · VRID · interface · this node's state ───────────── auto-refresh ┐
  *   │ VIP holder (who, since when)  │ this node (state, priority configured/advertised) │
- *   │ backends: address, state, source, latency, last check, reason                     │
+ *   │ backends: address, state, source, latency, last check, reason (+ certificate)     │
  *   │ data planes: VIP (nftables) and the node-local endpoint                           │
  *   │ recent state changes (newest first) │ last reload │ discovery                     │
  *   └───────────────────────────────────────────────────────────────────────────────────┘
@@ -114,7 +114,10 @@ function backends(d: StatusDocument, now: number): string {
     e(b.source ?? 'seed'),
     b.lastLatencyMs === null ? '<span class="dim">—</span>' : `${e(Math.round(b.lastLatencyMs * 10) / 10)} ms`,
     when(b.lastCheck, now),
-    b.waitingFor ? `waiting for ${e(b.waitingFor.setting)} <code>${e(b.waitingFor.path)}</code>` : b.reason ? `<span class="reason">${e(b.reason)}</span>` : '',
+    [
+      b.waitingFor ? `waiting for ${e(b.waitingFor.setting)} <code>${e(b.waitingFor.path)}</code>` : b.reason ? `<span class="reason">${e(b.reason)}</span>` : '',
+      b.certificate && b.certificate.lacks.length > 0 ? `${badge('certificate', 'warn')} <span class="reason">${e(b.certificate.lacks.join('; '))}</span>` : '',
+    ].filter((x) => x !== '').join('<br>'),
   ]);
   return table(['backend', 'state', 'source', 'latency', 'last check', 'reason'], body, 'no apiserver backends configured');
 }

@@ -79,6 +79,15 @@ describe('renderStatusPage', () => {
     expect(html).toContain('<meta http-equiv="refresh" content="5">');
   });
 
+  it("a backend whose certificate lacks a name clients use says which, beside its health", () => {
+    const d = doc();
+    const lacks = 'IP SAN 10.0.0.100 (the VIP)';
+    d.backends[1] = { ...d.backends[1]!, certificate: { subject: 'CN=kube-apiserver', issuer: 'CN=kubernetes', notAfter: '2027-11-29T00:00:00.000Z', fingerprint256: 'AB:CD', missing: ['10.0.0.100'], lacks: [lacks], since: '2026-11-29T19:59:00.000Z' } };
+    const t = text(renderStatusPage(d, { now: NOW }));
+    expect(t).toContain(`10.0.0.12:6443 up endpointslice 4.5 ms 2026-11-29T20:00:59.500Z (1 s ago) certificate ${lacks}`);
+    expect(t).not.toContain('10.0.0.11:6443 down seed 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED certificate');
+  });
+
   it('a master shows itself as the holder', () => {
     const d = statusDocument({ ...engine, state: 'active', effectivePriority: 150, masterAddress: '10.0.0.11', masterPriority: 150, vipsHeld: true }, fixed, undefined, { transitions: [], masterSince: null, priorityReason: null });
     const t = text(renderStatusPage(d, { now: NOW, refreshS: 0 }));
