@@ -15,10 +15,13 @@ import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, w
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
-import { formatNote, loadConfig, type Config, type ConfigNote } from '../config/index.js';
+import type { Config, ConfigNote } from '../config/index.js';
 import { ConfigError, createError } from '../errors.js';
-import { DEFAULT_CONFIG_PATH, daemonSet, rbac, staticPod, toYaml } from './kubernetes.js';
-import { systemdUnit } from './systemd.js';
+import { DEFAULT_CONFIG_PATH, systemdUnit } from './systemd.js';
+
+/** What the subcommands need, loaded when one runs (the CLI's other commands start without the
+ * configuration schema and the YAML printer). */
+const parts = (): Promise<[typeof import('../config/index.js'), typeof import('./kubernetes.js')]> => Promise.all([import('../config/index.js'), import('./kubernetes.js')]);
 
 /** The file operations writeAtomic uses (node:fs by default; tests make one fail). */
 export interface AtomicWriteOps {
@@ -96,7 +99,7 @@ export interface ManifestIo {
 const PROCESS_IO: ManifestIo = { stdout: (s) => process.stdout.write(s), stderr: (s) => process.stderr.write(s) };
 
 /** Loads and validates `--config` like `ballast validate`, notes (files to wait for) to stderr. @throws ConfigError (exit 2). */
-function load(path: string, io: ManifestIo): Config {
+function load(path: string, io: ManifestIo, { loadConfig, formatNote }: typeof import('../config/index.js')): Config {
   const notes: ConfigNote[] = [];
   const config = loadConfig(path, { notes });
   for (const n of notes) io.stderr(`${path}: ${formatNote(n)}\n`);
@@ -151,9 +154,9 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   };
   common(cmd.command('static-pod').description('the kubeadm static pod, for /etc/kubernetes/manifests/ballast.yaml'), true).action((o: CommonOptions) => {
     run(
-      Promise.resolve().then(() => {
+      parts().then(([cfg, { staticPod, toYaml }]) => {
         const configPath = nodePath(o);
-        const config = load(o.config, io);
+        const config = load(o.config, io, cfg);
         const pod = about(o.config, () => staticPod(config, { configPath, image: o.image ?? defaultImage }));
         emit(toYaml([pod], header('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', configPath)), o.output, io);
         return 0;
@@ -162,9 +165,9 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   });
   common(cmd.command('daemonset').description("a ConfigMap holding the configuration and the DaemonSet that runs the node-local endpoint on the workers (a configuration with localEndpoint and no vrrp)"), true).action((o: CommonOptions) => {
     run(
-      Promise.resolve().then(() => {
+      parts().then(([cfg, { daemonSet, toYaml }]) => {
         const configPath = nodePath(o);
-        const config = load(o.config, io);
+        const config = load(o.config, io, cfg);
         const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image: o.image ?? defaultImage }));
         emit(toYaml(objects, header("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", configPath)), o.output, io);
         return 0;
@@ -180,7 +183,7 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     .option('-o, --output <file>', 'write this file atomically instead of stdout')
     .action((o: { user: string[]; group: string[]; output?: string }) => {
       run(
-        Promise.resolve().then(() => {
+        parts().then(([, { rbac, toYaml }]) => {
           emit(toYaml(rbac({ users: o.user, groups: o.group }), header('What ballast discovery needs (kubectl apply -f)', null)), o.output, io);
           return 0;
         }),
@@ -188,9 +191,9 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     });
   common(cmd.command('systemd').description('the systemd unit (ballast.service) running the agent with --config'), false).action((o: CommonOptions) => {
     run(
-      Promise.resolve().then(() => {
+      parts().then(([cfg]) => {
         const configPath = nodePath(o);
-        load(o.config, io);
+        load(o.config, io, cfg);
         emit(systemdUnit({ configPath }), o.output, io);
         return 0;
       }),

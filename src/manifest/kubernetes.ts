@@ -55,8 +55,8 @@ import type { Config } from '../config/index.js';
 import { ConfigError, type ConfigIssue } from '../errors.js';
 import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from './capabilities.js';
 
-/** The configuration file the agent reads by default (also the image's default command). */
-export const DEFAULT_CONFIG_PATH = '/etc/ballast/ballast.yaml';
+/** The configuration file the agent reads by default (also the image's default command): the unit's. */
+export { DEFAULT_CONFIG_PATH } from './systemd.js';
 /** Namespace of the static pod, the DaemonSet, its ConfigMap and the ServiceAccount. */
 export const NAMESPACE = 'kube-system';
 /** Name of the ServiceAccount in-cluster discovery runs as (and of the RBAC objects). */
