@@ -21,7 +21,7 @@ import { acquireInstanceLock, listAllInterfaces, missingCapabilities } from '../
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';
-import { isBallastError } from '../errors.js';
+import { ConfigError, isBallastError } from '../errors.js';
 import { addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { currentListeners, type Listener } from '../net/listening.js';
@@ -481,6 +481,7 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
     const listenMs = opts.vrrpListenMs ?? 3 * v.advertisementIntervalMs;
     const own = await ownAgentRuns(iface.ifname, config.family, v.vrid);
     const ifname = iface.ifname;
+    const probed = iface;
     const onIface = new Set(iface.addresses.map((a) => a.address));
     const adverts = listenForAdverts(ifname, config.family, listenMs).then(
       (h) => ({ heard: h, error: null as string | null }),
@@ -488,6 +489,9 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
     );
     const probes = config.vips.map((vip) => {
       if (onIface.has(vip)) return Promise.resolve({ vip, claims: [] as AddressClaim[], local: true, error: null as string | null });
+      // a VIP outside the interface's subnets (the interface check failed): a probe would ask a
+      // segment the VIP is not on, and its silence would read as "not in use"
+      if (subnetsHolding(probed, vip).length === 0) return Promise.resolve({ vip, claims: [] as AddressClaim[], local: false, error: null as string | null, offLink: true });
       return probeAddress(ifname, vip, config.family).then(
         (claims) => ({ vip, claims, local: false, error: null as string | null }),
         (err: Error) => ({ vip, claims: [] as AddressClaim[], local: false, error: err.message }),
@@ -497,7 +501,8 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
     const speakers = judgeSpeakers(config, a.heard, nodeAddresses);
     for (const r of p) {
       const title = `VIP ${r.vip} is not in use on ${ifname}`;
-      if (r.error) checks.push(warn('vip-in-use', title, `the probe could not run: ${r.error}`, 'run the check as root'));
+      if ('offLink' in r) checks.push(warn('vip-in-use', title, `not probed: ${ifname} has no address in the subnet of ${r.vip} (see the interface check), so a probe would go to a segment the VIP is not on`, 'fix the interface check first, then run the check again'));
+      else if (r.error) checks.push(warn('vip-in-use', title, `the probe could not run: ${r.error}`, 'run the check as root'));
       else if (r.local && v.owner) checks.push(ok('vip-in-use', title, `this node owns it (priority 255): ${ifname} has ${r.vip}`));
       else if (r.local && own) checks.push(ok('vip-in-use', title, `held by this node's running agent (${ifname} has ${r.vip})`));
       else if (r.local) checks.push(warn('vip-in-use', title, `${ifname} already has ${r.vip} and no ballast agent runs VRID ${v.vrid} here: left by a killed agent or by hand`, `ballast cleanup --config FILE removes it (or ip addr del ${r.vip} dev ${ifname})`));
@@ -557,7 +562,18 @@ export async function checkCommand(o: { config?: string; json?: boolean }, load:
     process.stdout.write(o.json ? `${JSON.stringify(h.ebpf)}\n` : formatReport(h.report));
     return exitStatus(h.report.checks);
   }
-  const report = await runChecks(load(o.config), { source: o.config });
+  let config: Config;
+  try {
+    config = load(o.config);
+  } catch (err) {
+    // --json: a script still gets a report (one failed `config` check), and the message on stderr
+    if (o.json && (err instanceof ConfigError || isBallastError(err))) {
+      const bad: CheckReport = { config: o.config, checks: [fail('config', `${o.config} is a valid configuration`, (err as Error).message, `ballast validate --config ${o.config} lists every problem`)] };
+      process.stdout.write(`${JSON.stringify(bad, null, 2)}\n`);
+    }
+    throw err;
+  }
+  const report = await runChecks(config, { source: o.config });
   process.stdout.write(o.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
   return exitStatus(report.checks);
 }

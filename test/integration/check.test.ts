@@ -88,17 +88,19 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     const socat = lab.spawn(n1().netns, ['socat', 'TCP-LISTEN:9641,bind=127.0.0.1,reuseaddr,fork', 'SYSTEM:true']);
     try {
       await waitFor(() => lab.exec(n1().netns, ['ss', '-Htln', 'sport = :9641']), (r) => r.stdout.includes('127.0.0.1:9641'), { timeoutMs: 3000, what: 'socat listening' });
-      const r = await check(config('problems4', { vips: [lab.vip4, '10.78.105.0', '10.78.105.255'] }));
+      // the last VIP is outside eth0's subnet: the interface check fails and it is not probed
+      const r = await check(config('problems4', { vips: [lab.vip4, '10.78.105.0', '10.78.105.255', '10.78.205.100'] }));
       expect(r.code).toBe(2);
       expect(statuses(r.report)).toStrictEqual([
         'privileges:ok',
-        'interface:ok',
+        'interface:fail',
         'vip-address:ok',
         'vip-address:fail',
         'vip-address:fail',
         'vip-in-use:fail',
         'vip-in-use:ok',
         'vip-in-use:ok',
+        'vip-in-use:warn',
         'vrrp-vrid:ok',
         'ip-forwarding:fail',
         'nftables-ruleset:ok',
@@ -106,8 +108,11 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
         'port-vip:ok',
         'port-vip:ok',
         'port-vip:ok',
+        'port-vip:ok',
         'foreign-firewall:ok',
       ]);
+      expect(r.byId.get('interface')![0]!.detail).toContain('eth0 has no address whose subnet holds 10.78.205.100');
+      expect(r.byId.get('vip-in-use')![3]!.detail).toContain('not probed: eth0 has no address in the subnet of 10.78.205.100');
       const [inUse] = r.byId.get('vip-in-use')!;
       // the lab's MACs are deterministic: 02:78:<subnet in hex>:00:00:<host>
       expect(c.mac).toBe('02:78:69:00:00:50');

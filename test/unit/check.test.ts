@@ -9,7 +9,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, findingKey, flowsFor } from '../../src/check/firewall.js';
-import { formatReport, judgeSpeakers, reservedInSubnet } from '../../src/check/index.js';
+import { checkCommand, formatReport, judgeSpeakers, reservedInSubnet } from '../../src/check/index.js';
+import { ConfigError } from '../../src/errors.js';
+import { vi } from 'vitest';
 import { arpClaim, arpProbeFrame, dadSolicitationFrame, ndClaim, neighborDiscoveryFilter, parseVrrpFrame, vrrpFilter } from '../../src/check/probe.js';
 import { parseConfig } from '../../src/config/index.js';
 import { fixturePath, readPcap } from '../support/pcap.js';
@@ -230,5 +232,22 @@ describe('ForeignFirewallWatch', () => {
       'info foreign firewall: no longer in the way: nft table ip filter, chain INPUT (hook input): rule handle 3 drops TCP to the VIP 10.78.105.100:6443',
     ]);
     expect(w.status()?.rules).toStrictEqual([]);
+  });
+});
+
+describe('checkCommand --json with a configuration that does not load', () => {
+  it('prints a report with one failed config check naming the problems, then throws the ConfigError (exit 2)', async () => {
+    const out: string[] = [];
+    const spy = vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => (out.push(String(s)), true));
+    const err = new ConfigError([{ path: 'vrrp.vrid', message: 'must be an integer from 1 to 255, got 300' }]);
+    try {
+      await expect(checkCommand({ config: '/etc/ballast/bad.yaml', json: true }, () => { throw err; })).rejects.toBe(err);
+    } finally {
+      spy.mockRestore();
+    }
+    const report = JSON.parse(out.join('')) as { config: string; checks: { id: string; status: string; detail: string }[] };
+    expect(report.config).toBe('/etc/ballast/bad.yaml');
+    expect(report.checks.map((c) => [c.id, c.status])).toEqual([['config', 'fail']]);
+    expect(report.checks[0]!.detail).toContain('vrrp.vrid: must be an integer from 1 to 255, got 300');
   });
 });
