@@ -171,9 +171,13 @@ layer_size=$(du -sb "$rootfs" | cut -f1)
 "${bh[@]}" umount "$ctr" >/dev/null
 description=$(node -p 'require(process.argv[1]).description' "$root/package.json")
 license=$(node -p 'require(process.argv[1]).license' "$root/package.json")
-# where the source is: the checkout's origin, else package.json's repository (else unknown)
-source_url=$(git -C "$root" remote get-url origin 2>/dev/null \
-  || node -p 'const r = require(process.argv[1]).repository; (typeof r === "string" ? r : r?.url) ?? "unknown"' "$root/package.json")
+# where the source is: the checkout's origin when it is a URL (a clone of a local path is not one),
+# else package.json's repository, else unknown
+source_url=$(git -C "$root" remote get-url origin 2>/dev/null || true)
+case "$source_url" in
+  https://* | http://* | ssh://* | git@*) ;;
+  *) source_url=$(node -p 'const r = require(process.argv[1]).repository; (typeof r === "string" ? r : r?.url) ?? "unknown"' "$root/package.json") ;;
+esac
 "${bh[@]}" config \
   --os linux --arch amd64 \
   --user root \
