@@ -78,7 +78,7 @@ const PKI_DIR = '/etc/kubernetes/pki';
 export interface ManifestOptions {
   /** The configuration file as the agent will find it on the node (default /etc/ballast/ballast.yaml). */
   configPath: string;
-  /** Image reference, e.g. `ballast:0.1.0`. */
+  /** Image reference, e.g. `localhost/ballast:0.1.0`. */
   image: string;
 }
 

@@ -27,6 +27,7 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ConfigError, loadConfig, parseConfig, type Config, type ConfigNote } from '../../src/config/index.js';
 import { exitCodeOf, isBallastError } from '../../src/errors.js';
 import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/manifest/capabilities.js';
+import { IMAGE_NAME } from '../../src/manifest/image.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
 import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/manifest/cli.js';
 import { daemonSet, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
@@ -316,14 +317,18 @@ describe('the command line', () => {
     return p;
   };
 
-  it('static-pod: the default image ballast:<version>, --node-config, notes for the files to wait for, --output', async () => {
+  it('static-pod: the default image localhost/ballast:<version> (the name scripts/image.sh gives it), --node-config, notes for the files to wait for, --output', async () => {
     const p = write('cp.yaml', CP);
     const r = await manifest('static-pod', '--config', p, '--node-config', '/etc/ballast/ballast.yaml');
     expect(r.code).toBe(0);
     expect(r.stderr).toMatch(/apiserver\.health\.caFile: note: .* does not exist yet/);
     const [pod] = parseAllDocuments(r.stdout) as unknown as { toJS(): { spec: { containers: { image: string; args: string[] }[] } } }[];
-    expect(pod!.toJS().spec.containers[0]!.image).toBe('ballast:9.9.9');
-    expect(pod!.toJS()).toStrictEqual(JSON.parse(JSON.stringify(staticPod(cfg(CP), { configPath: '/etc/ballast/ballast.yaml', image: 'ballast:9.9.9' }))));
+    expect(pod!.toJS().spec.containers[0]!.image).toBe('localhost/ballast:9.9.9');
+    expect(pod!.toJS()).toStrictEqual(JSON.parse(JSON.stringify(staticPod(cfg(CP), { configPath: '/etc/ballast/ballast.yaml', image: 'localhost/ballast:9.9.9' }))));
+    // the name image.sh tags the built image with (its `ref=NAME:$version` line)
+    const sh = /^ref=([^:\s]+):\$version$/m.exec(readFileSync(join(import.meta.dirname, '..', '..', 'scripts', 'image.sh'), 'utf8'));
+    expect(sh?.[1]).toBe(IMAGE_NAME);
+    expect(IMAGE_NAME).toBe('localhost/ballast');
     const out = join(dir, 'pod.yaml');
     const w = await manifest('static-pod', '--config', p, '--image', 'reg.example/ballast:1', '--output', out);
     expect(w.code).toBe(0);
