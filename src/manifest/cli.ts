@@ -18,7 +18,7 @@ import type { Command } from 'commander';
 import type { Config, ConfigNote } from '../config/index.js';
 import { ConfigError, createError } from '../errors.js';
 import { defaultImage as imageOf } from './image.js';
-import { DEFAULT_CONFIG_PATH, systemdUnit } from './systemd.js';
+import { DEFAULT_CONFIG_PATH, systemdUnit, unitPathOk } from './systemd.js';
 
 /** What the subcommands need, loaded when one runs (the CLI's other commands start without the
  * configuration schema and the YAML printer). */
@@ -194,6 +194,9 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     run(
       parts().then(([cfg]) => {
         const configPath = nodePath(o);
+        if (!unitPathOk(configPath)) {
+          throw new ConfigError([{ path: o.nodeConfig !== undefined ? '--node-config' : '--config', message: `${JSON.stringify(configPath)} holds a newline: a systemd unit line cannot carry it` }]);
+        }
         load(o.config, io, cfg);
         emit(systemdUnit({ configPath }), o.output, io);
         return 0;

@@ -373,6 +373,23 @@ describe('the command line', () => {
     expect(sd.stdout).toContain('/etc/ballast/ballast.yaml');
     expect((await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', 'relative.yaml')).code).toBe(2);
   });
+
+  it('systemd: a % in the path is written %% (a literal percent to systemd); a newline is refused naming the flag, exit 2', async () => {
+    mkdirSync(join(dir, 'pct%n'), { recursive: true });
+    const p = write('pct%n/c%n.yaml', CP);
+    const r = await manifest('systemd', '--config', p);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`ExecStart=/usr/bin/ballast run --config ${p.replace(/%/g, '%%')}\n`);
+    const nl = await manifest('systemd', '--config', p, '--node-config', '/etc/ballast/a\nb.yaml');
+    expect([nl.code, nl.stdout]).toStrictEqual([2, '']);
+    expect(nl.stderr).toContain('--node-config: "/etc/ballast/a\\nb.yaml" holds a newline');
+    mkdirSync(join(dir, 'nl\nd'), { recursive: true });
+    const q = write('nl\nd/c.yaml', CP);
+    const c = await manifest('systemd', '--config', q);
+    expect([c.code, c.stdout]).toStrictEqual([2, '']);
+    expect(c.stderr).toContain('--config: ');
+    expect(c.stderr).not.toMatch(/TypeError|    at /);
+  });
 });
 
 const ROOT = join(import.meta.dirname, '..', '..');
