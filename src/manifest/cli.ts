@@ -7,7 +7,8 @@
  *                   2 with nothing written. Its absolute path is the one the manifest runs with.
  *   --node-config PATH  the configuration's path on the node when it is not --config's
  *                   (generating on another machine, e.g. for a KubeadmControlPlane)
- *   --image REF     the image (default localhost/ballast:<version>, the name scripts/image.sh gives it)
+ *   --image REF     the image (default localhost/ballast:<version>, the name scripts/image.sh gives it),
+ *                   checked against the image reference grammar (src/manifest/image.ts): exit 2
  *   --output FILE   write FILE atomically (a temporary file in the same directory, fsync,
  *                   rename); without it the manifest goes to stdout
  */
@@ -17,7 +18,7 @@ import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
 import type { Config, ConfigNote } from '../config/index.js';
 import { ConfigError, createError } from '../errors.js';
-import { defaultImage as imageOf } from './image.js';
+import { defaultImage as imageOf, imageRefProblem } from './image.js';
 import { DEFAULT_CONFIG_PATH, systemdUnit, unitPathOk } from './systemd.js';
 
 /** What the subcommands need, loaded when one runs (the CLI's other commands start without the
@@ -122,6 +123,13 @@ function emit(text: string, output: string | undefined, io: ManifestIo): void {
   else (io.write ?? writeAtomic)(resolve(output), text);
 }
 
+/** `--image`, checked against the image reference grammar. @throws ConfigError naming --image (exit 2). */
+function imageRef(image: string): string {
+  const problem = imageRefProblem(image);
+  if (problem !== null) throw new ConfigError([{ path: '--image', message: `${JSON.stringify(image)} ${problem}` }]);
+  return image;
+}
+
 /** The configuration's path on the node: --node-config, else --config made absolute. */
 function nodePath(o: { config: string; nodeConfig?: string }): string {
   if (o.nodeConfig === undefined) return resolve(o.config);
@@ -156,9 +164,10 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   common(cmd.command('static-pod').description('the kubeadm static pod, for /etc/kubernetes/manifests/ballast.yaml'), true).action((o: CommonOptions) => {
     run(
       parts().then(([cfg, { staticPod, toYaml }]) => {
+        const image = imageRef(o.image ?? defaultImage);
         const configPath = nodePath(o);
         const config = load(o.config, io, cfg);
-        const pod = about(o.config, () => staticPod(config, { configPath, image: o.image ?? defaultImage }));
+        const pod = about(o.config, () => staticPod(config, { configPath, image }));
         emit(toYaml([pod], header('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', configPath)), o.output, io);
         return 0;
       }),
@@ -167,9 +176,10 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   common(cmd.command('daemonset').description("a ConfigMap holding the configuration and the DaemonSet that runs the node-local endpoint on the workers (a configuration with localEndpoint and no vrrp)"), true).action((o: CommonOptions) => {
     run(
       parts().then(([cfg, { daemonSet, toYaml }]) => {
+        const image = imageRef(o.image ?? defaultImage);
         const configPath = nodePath(o);
         const config = load(o.config, io, cfg);
-        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image: o.image ?? defaultImage }));
+        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image }));
         emit(toYaml(objects, header("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", configPath)), o.output, io);
         return 0;
       }),

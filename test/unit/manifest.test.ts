@@ -27,7 +27,7 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ConfigError, loadConfig, parseConfig, type Config, type ConfigNote } from '../../src/config/index.js';
 import { exitCodeOf, isBallastError } from '../../src/errors.js';
 import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/manifest/capabilities.js';
-import { IMAGE_NAME } from '../../src/manifest/image.js';
+import { IMAGE_NAME, imageRefProblem } from '../../src/manifest/image.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
 import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/manifest/cli.js';
 import { daemonSet, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
@@ -372,6 +372,24 @@ describe('the command line', () => {
     expect(sd).toStrictEqual({ code: 0, stdout: systemdUnit({ configPath: '/etc/ballast/ballast.yaml' }), stderr: expect.stringContaining('note') });
     expect(sd.stdout).toContain('/etc/ballast/ballast.yaml');
     expect((await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', 'relative.yaml')).code).toBe(2);
+  });
+
+  it('--image is checked against the image reference grammar: exit 2 naming --image, nothing written', async () => {
+    const p = write('img.yaml', CP);
+    const w = write('img-worker.yaml', WORKER);
+    const good = ['localhost/ballast:0.1.0', 'ballast', 'reg.example:5000/team/ballast_x__y.z-w:v1.2_3', '[::1]:5000/ballast:1', `ballast@sha256:${'a'.repeat(64)}`, `reg.example/ballast:1@sha256:${'0'.repeat(64)}`];
+    for (const ref of good) expect([ref, imageRefProblem(ref)]).toStrictEqual([ref, null]);
+    const bad = ['', 'Bad Image!!', 'Ballast:1', 'ballast:', 'ballast:-x', `ballast:${'t'.repeat(129)}`, 'ballast@sha256:abc', 'a//b', 'ballast_:1', '/ballast', `${'a'.repeat(256)}:1`];
+    for (const ref of bad) expect([ref, imageRefProblem(ref)]).toStrictEqual([ref, expect.any(String)]);
+    for (const [sub, cfgFile] of [['static-pod', p], ['daemonset', w]] as const) {
+      for (const ref of ['', 'Bad Image!!']) {
+        const out = join(dir, `img-${sub}.out`);
+        const r = await manifest(sub, '--config', cfgFile, '--image', ref, '--output', out);
+        expect([r.code, r.stdout]).toStrictEqual([2, '']);
+        expect(r.stderr).toContain(`--image: ${JSON.stringify(ref)} `);
+        expect(existsSync(out)).toBe(false);
+      }
+    }
   });
 
   it('systemd: a % in the path is written %% (a literal percent to systemd); a newline is refused naming the flag, exit 2', async () => {
