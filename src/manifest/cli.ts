@@ -123,6 +123,23 @@ function emit(text: string, output: string | undefined, io: ManifestIo): void {
   else (io.write ?? writeAtomic)(resolve(output), text);
 }
 
+/**
+ * The files discovery.kubeconfig refers to, read from it now (kubeconfigReferences()); when it
+ * cannot be read or parsed yet (before `kubeadm init` writes it) a note to stderr says only its
+ * directory is mounted, and the result is undefined.
+ */
+function kubeconfigFiles(config: Config, io: ManifestIo, refs: (text: string, path: string) => string[]): string[] | undefined {
+  const k = config.discovery?.kubeconfig;
+  if (k === undefined) return undefined;
+  try {
+    return refs(readFileSync(k, 'utf8'), k);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    io.stderr(`${k}: note: cannot read it now (${e.code ?? e.message}): only its directory ${dirname(k)} is mounted, not those of the files it refers to (certificate-authority, client-certificate, client-key, tokenFile); generate again once it exists if they are elsewhere\n`);
+    return undefined;
+  }
+}
+
 /** `--image`, checked against the image reference grammar. @throws ConfigError naming --image (exit 2). */
 function imageRef(image: string): string {
   const problem = imageRefProblem(image);
@@ -163,11 +180,12 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   };
   common(cmd.command('static-pod').description('the kubeadm static pod, for /etc/kubernetes/manifests/ballast.yaml'), true).action((o: CommonOptions) => {
     run(
-      parts().then(([cfg, { staticPod, toYaml }]) => {
+      parts().then(([cfg, { staticPod, toYaml, kubeconfigReferences }]) => {
         const image = imageRef(o.image ?? defaultImage);
         const configPath = nodePath(o);
         const config = load(o.config, io, cfg);
-        const pod = about(o.config, () => staticPod(config, { configPath, image }));
+        const files = kubeconfigFiles(config, io, kubeconfigReferences);
+        const pod = about(o.config, () => staticPod(config, { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }));
         emit(toYaml([pod], header('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', configPath)), o.output, io);
         return 0;
       }),
@@ -175,11 +193,12 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   });
   common(cmd.command('daemonset').description("a ConfigMap holding the configuration and the DaemonSet that runs the node-local endpoint on the workers (a configuration with localEndpoint and no vrrp)"), true).action((o: CommonOptions) => {
     run(
-      parts().then(([cfg, { daemonSet, toYaml }]) => {
+      parts().then(([cfg, { daemonSet, toYaml, kubeconfigReferences }]) => {
         const image = imageRef(o.image ?? defaultImage);
         const configPath = nodePath(o);
         const config = load(o.config, io, cfg);
-        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image }));
+        const files = kubeconfigFiles(config, io, kubeconfigReferences);
+        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }));
         emit(toYaml(objects, header("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", configPath)), o.output, io);
         return 0;
       }),

@@ -30,7 +30,7 @@ import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/mani
 import { IMAGE_NAME, imageRefProblem } from '../../src/manifest/image.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
 import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/manifest/cli.js';
-import { daemonSet, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
+import { daemonSet, kubeconfigReferences, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
 import { validateBuiltin, validateKubeadmConfigPart, validateKubeadmControlPlane } from '../support/kubernetes-schema.js';
 
 
@@ -372,6 +372,49 @@ describe('the command line', () => {
     expect(sd).toStrictEqual({ code: 0, stdout: systemdUnit({ configPath: '/etc/ballast/ballast.yaml' }), stderr: expect.stringContaining('note') });
     expect(sd.stdout).toContain('/etc/ballast/ballast.yaml');
     expect((await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', 'relative.yaml')).code).toBe(2);
+  });
+
+  it('static-pod: the directories of the files a readable kubeconfig refers to are mounted read-only; an unreadable one gets a note', async () => {
+    const k = join(dir, 'kube', 'kubelet.conf');
+    mkdirSync(join(dir, 'kube', 'rel'), { recursive: true });
+    writeFileSync(k, stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': 'x',
+      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+      clusters: [{ name: 'c', cluster: { server: 'https://10.0.0.100:6443', 'certificate-authority': '/etc/kubernetes/pki/ca.crt' } }, { name: 'd', cluster: { server: 'https://x', 'certificate-authority-data': 'AAAA' } }],
+      users: [
+        { name: 'u', user: { 'client-certificate': '/var/lib/kubelet/pki/kubelet-client-current.pem', 'client-key': '/var/lib/kubelet/pki/kubelet-client-current.pem' } },
+        { name: 't', user: { tokenFile: 'rel/token' } },
+      ],
+    }));
+    expect(kubeconfigReferences(readFileSync(k, 'utf8'), k)).toStrictEqual(['/etc/kubernetes/pki/ca.crt', join(dir, 'kube', 'rel', 'token'), '/var/lib/kubelet/pki/kubelet-client-current.pem']);
+    const p = write('kc.yaml', { ...CP, discovery: { kubeconfig: k } });
+    const r = await manifest('static-pod', '--config', p, '--node-config', '/etc/ballast/ballast.yaml');
+    expect(r.code).toBe(0);
+    const spec = (parseAllDocuments(r.stdout)[0] as unknown as { toJS(): { spec: Parameters<typeof mounts>[0] } }).toJS().spec;
+    expect(mounts(spec)).toStrictEqual([
+      '/etc/ballast ro Directory',
+      '/etc/kubernetes/pki ro DirectoryOrCreate',
+      '/run/ballast rw DirectoryOrCreate',
+      '/sys/fs/bpf rw Directory HostToContainer',
+      '/sys/fs/cgroup ro Directory',
+      // the kubeconfig's directory (its rel/token is below it: covered)
+      `${join(dir, 'kube')} ro DirectoryOrCreate`,
+      '/var/lib/ballast rw DirectoryOrCreate',
+      // the kubelet's client certificate and key, named by the kubeconfig
+      '/var/lib/kubelet/pki ro DirectoryOrCreate',
+    ]);
+    expect(r.stderr).not.toContain('cannot read it now');
+    // not there yet (before kubeadm init): its directory only, and a note saying so
+    const missing = join(dir, 'kube-later', 'admin.conf');
+    const q = write('kc2.yaml', { ...CP, discovery: { kubeconfig: missing } });
+    const m = await manifest('static-pod', '--config', q, '--node-config', '/etc/ballast/ballast.yaml');
+    expect(m.code).toBe(0);
+    expect(m.stderr).toContain(`${missing}: note: cannot read it now (ENOENT): only its directory ${join(dir, 'kube-later')} is mounted`);
+    const spec2 = (parseAllDocuments(m.stdout)[0] as unknown as { toJS(): { spec: Parameters<typeof mounts>[0] } }).toJS().spec;
+    expect(mounts(spec2)).toContain(`${join(dir, 'kube-later')} ro DirectoryOrCreate`);
+    expect(mounts(spec2)).not.toContain('/var/lib/kubelet/pki ro DirectoryOrCreate');
   });
 
   it('--image is checked against the image reference grammar: exit 2 naming --image, nothing written', async () => {
