@@ -214,6 +214,8 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     .action((o: { user: string[]; group: string[]; output?: string }) => {
       run(
         parts().then(([, { rbac, toYaml }]) => {
+          const empty = [...(o.user.includes('') ? ['--user'] : []), ...(o.group.includes('') ? ['--group'] : [])];
+          if (empty.length > 0) throw new ConfigError(empty.map((flag) => ({ path: flag, message: 'is empty: a RoleBinding subject needs a name' })));
           emit(toYaml(rbac({ users: o.user, groups: o.group }), header('What ballast discovery needs (kubectl apply -f)', null)), o.output, io);
           return 0;
         }),

@@ -368,6 +368,14 @@ describe('the command line', () => {
     expect(rb.code).toBe(0);
     const binding = (parseAllDocuments(rb.stdout) as unknown as { toJS(): { kind: string; subjects?: { name: string }[] } }[]).map((d) => d.toJS()).find((o) => o.kind === 'RoleBinding')!;
     expect(binding.subjects!.map((s) => s.name)).toStrictEqual(['ballast', 'ballast', 'other']);
+    // an empty name (name: "") is refused, naming the flag; nothing written
+    const out = join(dir, 'rbac.out');
+    for (const [args, flags] of [[['--group', ''], '--group'], [['--user', 'a', '--user', ''], '--user'], [['--user', '', '--group', ''], '--user --group']] as const) {
+      const e = await manifest('rbac', ...args, '--output', out);
+      expect([e.code, e.stdout]).toStrictEqual([2, '']);
+      expect(e.stderr.match(/--(user|group): is empty/g)?.join(' ')).toBe(flags.split(' ').map((f) => `${f}: is empty`).join(' '));
+      expect(existsSync(out)).toBe(false);
+    }
     const sd = await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', '/etc/ballast/ballast.yaml');
     expect(sd).toStrictEqual({ code: 0, stdout: systemdUnit({ configPath: '/etc/ballast/ballast.yaml' }), stderr: expect.stringContaining('note') });
     expect(sd.stdout).toContain('/etc/ballast/ballast.yaml');
