@@ -76,7 +76,7 @@ export function writeAtomic(path: string, text: string, ops: AtomicWriteOps = NO
         // nothing more to do: the first error is the one reported
       }
     }
-    throw createError('BALLAST_E_OUTPUT', `cannot write ${path}: ${(err as NodeJS.ErrnoException).code ?? ''} ${(err as Error).message}`.replace(/ {2,}/g, ' '), { cause: err });
+    throw createError('BALLAST_E_OUTPUT', `cannot write ${path}: ${failure(err)}`, { cause: err });
   }
   // the rename is durable once the directory is synced; a failure here changes nothing written
   try {
@@ -89,6 +89,19 @@ export function writeAtomic(path: string, text: string, ops: AtomicWriteOps = NO
   } catch {
     // some file systems cannot fsync a directory: the file itself is complete and in place
   }
+}
+
+/**
+ * An fs error as `CODE what happened`: Node's message (`ENOENT: no such file or directory, open
+ * '/dir/.f.tmp'`) without the code it starts with and the temporary file's path it ends with.
+ */
+function failure(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  const code = typeof e.code === 'string' ? e.code : '';
+  let text = err instanceof Error ? err.message : String(err);
+  if (code !== '' && text.startsWith(`${code}: `)) text = text.slice(code.length + 2);
+  if (typeof e.syscall === 'string') text = text.replace(new RegExp(`, ${e.syscall}( '.*')?$`, 's'), ` (${e.syscall})`);
+  return `${code} ${text}`.trim();
 }
 
 /** Where a command's text goes. */
