@@ -10,9 +10,10 @@
  *   --image REF     the image (default localhost/ballast:<version>, the name scripts/image.sh gives it),
  *                   checked against the image reference grammar (src/manifest/image.ts): exit 2
  *   --output FILE   write FILE atomically (a temporary file in the same directory, fsync,
- *                   rename); without it the manifest goes to stdout
+ *                   rename; an existing FILE keeps its mode, a symbolic link there is replaced
+ *                   by the file); without it the manifest goes to stdout
  */
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fchmodSync, fsyncSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
@@ -37,12 +38,24 @@ export interface AtomicWriteOps {
 
 const NODE_FS: AtomicWriteOps = { openSync, writeSync: (fd, d, o, l) => writeSync(fd, d, o, l), fsyncSync, closeSync, renameSync, unlinkSync };
 
+/** The permission bits of the file at `path` (through a symbolic link), or null when there is no such file. */
+function existingMode(path: string): number | null {
+  try {
+    const st = statSync(path);
+    return st.isFile() ? st.mode & 0o7777 : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Writes `text` to `path` so that a reader sees either the old file or the whole new one: a
- * temporary file `.<name>.<random>.tmp` in the same directory (mode 0644, created exclusively),
- * written in full, fsync'ed, renamed over `path`, then the directory fsync'ed. The leading dot
- * matters in /etc/kubernetes/manifests: the kubelet ignores hidden files there, so it never
- * starts the half-written one.
+ * temporary file `.<name>.<random>.tmp` in the same directory (mode 0644, created exclusively;
+ * an existing `path`'s mode when there is one), written in full, fsync'ed, renamed over `path`,
+ * then the directory fsync'ed. The leading dot matters in /etc/kubernetes/manifests: the kubelet
+ * ignores hidden files there, so it never starts the half-written one. A symbolic link at `path`
+ * is replaced by the new file (rename(2) replaces the link, not what it points to; the file it
+ * pointed to is left as it was): writing through it could not be atomic in `path`'s directory.
  * @throws BallastError BALLAST_E_OUTPUT (exit 1) when any step fails; the temporary file is
  *   removed and an existing `path` is untouched.
  */
@@ -54,6 +67,9 @@ export function writeAtomic(path: string, text: string, ops: AtomicWriteOps = NO
   try {
     fd = ops.openSync(tmp, 'wx', 0o644);
     created = true;
+    // an existing file keeps its mode (e.g. 0600 for a manifest only root should read)
+    const mode = existingMode(path);
+    if (mode !== null) fchmodSync(fd, mode);
     const data = Buffer.from(text, 'utf8');
     for (let off = 0; off < data.length; ) off += ops.writeSync(fd, data, off, data.length - off);
     ops.fsyncSync(fd);

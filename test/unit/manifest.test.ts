@@ -18,7 +18,7 @@
  *   the ballast configuration at its apiserver.port, certSANs hold the VIP, 127.0.0.1 and
  *   localhost, and the seed backends include node 1's advertise address.
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, fsyncSync, lstatSync, statSync, symlinkSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -256,8 +256,21 @@ describe('--output: written atomically', () => {
     mkdirSync(d);
     const f = join(d, 'ballast.yaml');
     writeFileSync(f, 'old\n');
+    chmodSync(f, 0o600);
     writeAtomic(f, 'new\n');
     expect(readFileSync(f, 'utf8')).toBe('new\n');
+    // the existing file's mode is kept; a new file is 0644 (less the umask)
+    expect(statSync(f).mode & 0o7777).toBe(0o600);
+    const fresh = join(d, 'fresh.yaml');
+    writeAtomic(fresh, 'x\n');
+    expect(statSync(fresh).mode & 0o7777).toBe(0o644 & ~process.umask());
+    // a symbolic link is replaced by the file; what it pointed to is untouched
+    const linked = join(d, 'linked.yaml');
+    symlinkSync(fresh, linked);
+    writeAtomic(linked, 'via link\n');
+    expect([lstatSync(linked).isFile(), readFileSync(linked, 'utf8'), readFileSync(fresh, 'utf8')]).toStrictEqual([true, 'via link\n', 'x\n']);
+    rmSync(fresh);
+    rmSync(linked);
     // the disk fills up half-way through the write
     let calls = 0;
     const opened: string[] = [];
