@@ -181,7 +181,7 @@ function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: str
     const dir = dirname(opts.configPath);
     const inside = mounts.find((m) => covers(dir, m.path) || covers(m.path, dir));
     if (inside) {
-      throw new ConfigError([{ path: '(document)', message: `in the DaemonSet the configuration's directory ${dir} is its ConfigMap, so ${inside.path} cannot come from the host: keep the files it names outside ${dir}, or --config another path` }]);
+      throw new ConfigError([{ path: '(document)', message: `in the DaemonSet the configuration's directory ${dir} is its ConfigMap, so ${inside.path} cannot come from the host: keep the files it names outside ${dir}, or give --node-config another path for the configuration on the node` }]);
     }
     const name = volumeName('config', taken);
     volumes.push({ name, configMap: { name: extra.configMap, items: [{ key: basename(opts.configPath), path: basename(opts.configPath) }] } });

@@ -205,7 +205,11 @@ describe('ballast manifest daemonset', () => {
     };
     expect(paths({ ...CP })).toStrictEqual(['vrrp']);
     expect(paths({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'] })).toStrictEqual(['vrrp', 'localEndpoint']);
-    expect(paths({ ...WORKER, apiserver: { ...WORKER.apiserver, health: { caFile: '/etc/ballast/ca.crt' } } })).toStrictEqual(['(document)']);
+    const inside = { ...WORKER, apiserver: { ...WORKER.apiserver, health: { caFile: '/etc/ballast/ca.crt' } } };
+    expect(paths(inside)).toStrictEqual(['(document)']);
+    // the flag that moves the ConfigMap's directory is --node-config (--config is where it is read now)
+    expect(() => daemonSet(cfg(inside), '', OPTS)).toThrow(/keep the files it names outside \/etc\/ballast, or give --node-config another path/);
+    expect(daemonSet(cfg(inside), '', { ...OPTS, configPath: '/etc/ballast-worker/ballast.yaml' })[0].data).toStrictEqual({ 'ballast.yaml': '' });
   });
 });
 
