@@ -7,17 +7,20 @@
  *                   2 with nothing written. Its absolute path is the one the manifest runs with.
  *   --node-config PATH  the configuration's path on the node when it is not --config's
  *                   (generating on another machine, e.g. for a KubeadmControlPlane)
- *   --image REF     the image (default ballast:<version>)
+ *   --image REF     the image (default localhost/ballast:<version>, the name scripts/image.sh gives it),
+ *                   checked against the image reference grammar (src/manifest/image.ts): exit 2
  *   --output FILE   write FILE atomically (a temporary file in the same directory, fsync,
- *                   rename); without it the manifest goes to stdout
+ *                   rename; an existing FILE keeps its mode, a symbolic link there is replaced
+ *                   by the file); without it the manifest goes to stdout
  */
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fchmodSync, fsyncSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
 import type { Config, ConfigNote } from '../config/index.js';
 import { ConfigError, createError } from '../errors.js';
-import { DEFAULT_CONFIG_PATH, systemdUnit } from './systemd.js';
+import { defaultImage as imageOf, imageRefProblem } from './image.js';
+import { DEFAULT_CONFIG_PATH, systemdUnit, unitPathOk } from './systemd.js';
 
 /** What the subcommands need, loaded when one runs (the CLI's other commands start without the
  * configuration schema and the YAML printer). */
@@ -35,12 +38,24 @@ export interface AtomicWriteOps {
 
 const NODE_FS: AtomicWriteOps = { openSync, writeSync: (fd, d, o, l) => writeSync(fd, d, o, l), fsyncSync, closeSync, renameSync, unlinkSync };
 
+/** The permission bits of the file at `path` (through a symbolic link), or null when there is no such file. */
+function existingMode(path: string): number | null {
+  try {
+    const st = statSync(path);
+    return st.isFile() ? st.mode & 0o7777 : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Writes `text` to `path` so that a reader sees either the old file or the whole new one: a
- * temporary file `.<name>.<random>.tmp` in the same directory (mode 0644, created exclusively),
- * written in full, fsync'ed, renamed over `path`, then the directory fsync'ed. The leading dot
- * matters in /etc/kubernetes/manifests: the kubelet ignores hidden files there, so it never
- * starts the half-written one.
+ * temporary file `.<name>.<random>.tmp` in the same directory (mode 0644, created exclusively;
+ * an existing `path`'s mode when there is one), written in full, fsync'ed, renamed over `path`,
+ * then the directory fsync'ed. The leading dot matters in /etc/kubernetes/manifests: the kubelet
+ * ignores hidden files there, so it never starts the half-written one. A symbolic link at `path`
+ * is replaced by the new file (rename(2) replaces the link, not what it points to; the file it
+ * pointed to is left as it was): writing through it could not be atomic in `path`'s directory.
  * @throws BallastError BALLAST_E_OUTPUT (exit 1) when any step fails; the temporary file is
  *   removed and an existing `path` is untouched.
  */
@@ -52,6 +67,9 @@ export function writeAtomic(path: string, text: string, ops: AtomicWriteOps = NO
   try {
     fd = ops.openSync(tmp, 'wx', 0o644);
     created = true;
+    // an existing file keeps its mode (e.g. 0600 for a manifest only root should read)
+    const mode = existingMode(path);
+    if (mode !== null) fchmodSync(fd, mode);
     const data = Buffer.from(text, 'utf8');
     for (let off = 0; off < data.length; ) off += ops.writeSync(fd, data, off, data.length - off);
     ops.fsyncSync(fd);
@@ -74,7 +92,7 @@ export function writeAtomic(path: string, text: string, ops: AtomicWriteOps = NO
         // nothing more to do: the first error is the one reported
       }
     }
-    throw createError('BALLAST_E_OUTPUT', `cannot write ${path}: ${(err as NodeJS.ErrnoException).code ?? ''} ${(err as Error).message}`.replace(/ {2,}/g, ' '), { cause: err });
+    throw createError('BALLAST_E_OUTPUT', `cannot write ${path}: ${failure(err)}`, { cause: err });
   }
   // the rename is durable once the directory is synced; a failure here changes nothing written
   try {
@@ -87,6 +105,19 @@ export function writeAtomic(path: string, text: string, ops: AtomicWriteOps = NO
   } catch {
     // some file systems cannot fsync a directory: the file itself is complete and in place
   }
+}
+
+/**
+ * An fs error as `CODE what happened`: Node's message (`ENOENT: no such file or directory, open
+ * '/dir/.f.tmp'`) without the code it starts with and the temporary file's path it ends with.
+ */
+function failure(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  const code = typeof e.code === 'string' ? e.code : '';
+  let text = err instanceof Error ? err.message : String(err);
+  if (code !== '' && text.startsWith(`${code}: `)) text = text.slice(code.length + 2);
+  if (typeof e.syscall === 'string') text = text.replace(new RegExp(`, ${e.syscall}( '.*')?$`, 's'), ` (${e.syscall})`);
+  return `${code} ${text}`.trim();
 }
 
 /** Where a command's text goes. */
@@ -121,6 +152,30 @@ function emit(text: string, output: string | undefined, io: ManifestIo): void {
   else (io.write ?? writeAtomic)(resolve(output), text);
 }
 
+/**
+ * The files discovery.kubeconfig refers to, read from it now (kubeconfigReferences()); when it
+ * cannot be read or parsed yet (before `kubeadm init` writes it) a note to stderr says only its
+ * directory is mounted, and the result is undefined.
+ */
+function kubeconfigFiles(config: Config, io: ManifestIo, refs: (text: string, path: string) => string[]): string[] | undefined {
+  const k = config.discovery?.kubeconfig;
+  if (k === undefined) return undefined;
+  try {
+    return refs(readFileSync(k, 'utf8'), k);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    io.stderr(`${k}: note: cannot read it now (${e.code ?? e.message}): only its directory ${dirname(k)} is mounted, not those of the files it refers to (certificate-authority, client-certificate, client-key, tokenFile); generate again once it exists if they are elsewhere\n`);
+    return undefined;
+  }
+}
+
+/** `--image`, checked against the image reference grammar. @throws ConfigError naming --image (exit 2). */
+function imageRef(image: string): string {
+  const problem = imageRefProblem(image);
+  if (problem !== null) throw new ConfigError([{ path: '--image', message: `${JSON.stringify(image)} ${problem}` }]);
+  return image;
+}
+
 /** The configuration's path on the node: --node-config, else --config made absolute. */
 function nodePath(o: { config: string; nodeConfig?: string }): string {
   if (o.nodeConfig === undefined) return resolve(o.config);
@@ -139,10 +194,10 @@ interface CommonOptions {
  * Adds the `manifest` command and its four subcommands to `program` (they inherit its settings:
  * exitOverride, help after an error).
  * @param run receives each invocation's result (the exit status), as commands.ts runs them.
- * @param version the package version, for the default image `ballast:<version>`.
+ * @param version the package version, for the default image `localhost/ballast:<version>`.
  */
 export function addManifestCommand(program: Command, run: (result: Promise<number>) => void, version: string, io: ManifestIo = PROCESS_IO): Command {
-  const defaultImage = `ballast:${version}`;
+  const defaultImage = imageOf(version);
   const header = (what: string, configPath: string | null): string =>
     [`${what}, generated by ballast ${version}${configPath !== null ? ` from ${configPath}` : ''}.`, 'Regenerate it with `ballast manifest` after changing the configuration.'].join('\n');
   const cmd = program.command('manifest').description('print (or --output) what an operator commits: the kubeadm static pod, the workers\' DaemonSet, the RBAC of discovery, the systemd unit');
@@ -154,10 +209,12 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   };
   common(cmd.command('static-pod').description('the kubeadm static pod, for /etc/kubernetes/manifests/ballast.yaml'), true).action((o: CommonOptions) => {
     run(
-      parts().then(([cfg, { staticPod, toYaml }]) => {
+      parts().then(([cfg, { staticPod, toYaml, kubeconfigReferences }]) => {
+        const image = imageRef(o.image ?? defaultImage);
         const configPath = nodePath(o);
         const config = load(o.config, io, cfg);
-        const pod = about(o.config, () => staticPod(config, { configPath, image: o.image ?? defaultImage }));
+        const files = kubeconfigFiles(config, io, kubeconfigReferences);
+        const pod = about(o.config, () => staticPod(config, { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }));
         emit(toYaml([pod], header('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', configPath)), o.output, io);
         return 0;
       }),
@@ -165,10 +222,12 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
   });
   common(cmd.command('daemonset').description("a ConfigMap holding the configuration and the DaemonSet that runs the node-local endpoint on the workers (a configuration with localEndpoint and no vrrp)"), true).action((o: CommonOptions) => {
     run(
-      parts().then(([cfg, { daemonSet, toYaml }]) => {
+      parts().then(([cfg, { daemonSet, toYaml, kubeconfigReferences }]) => {
+        const image = imageRef(o.image ?? defaultImage);
         const configPath = nodePath(o);
         const config = load(o.config, io, cfg);
-        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image: o.image ?? defaultImage }));
+        const files = kubeconfigFiles(config, io, kubeconfigReferences);
+        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }));
         emit(toYaml(objects, header("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", configPath)), o.output, io);
         return 0;
       }),
@@ -184,6 +243,8 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     .action((o: { user: string[]; group: string[]; output?: string }) => {
       run(
         parts().then(([, { rbac, toYaml }]) => {
+          const empty = [...(o.user.includes('') ? ['--user'] : []), ...(o.group.includes('') ? ['--group'] : [])];
+          if (empty.length > 0) throw new ConfigError(empty.map((flag) => ({ path: flag, message: 'is empty: a RoleBinding subject needs a name' })));
           emit(toYaml(rbac({ users: o.user, groups: o.group }), header('What ballast discovery needs (kubectl apply -f)', null)), o.output, io);
           return 0;
         }),
@@ -193,6 +254,9 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     run(
       parts().then(([cfg]) => {
         const configPath = nodePath(o);
+        if (!unitPathOk(configPath)) {
+          throw new ConfigError([{ path: o.nodeConfig !== undefined ? '--node-config' : '--config', message: `${JSON.stringify(configPath)} holds a newline: a systemd unit line cannot carry it` }]);
+        }
         load(o.config, io, cfg);
         emit(systemdUnit({ configPath }), o.output, io);
         return 0;

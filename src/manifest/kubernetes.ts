@@ -38,7 +38,7 @@
  *   Its configuration comes from a ConfigMap (one file for all workers, which have no per-node
  *   settings), mounted at the configuration's directory.
  */
-import { basename, dirname } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPod } from 'kubernetes-models/v1/Pod';
@@ -50,7 +50,7 @@ import type { IVolumeMount } from 'kubernetes-models/v1/VolumeMount';
 import type { IDaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import type { IRole } from 'kubernetes-models/rbac.authorization.k8s.io/v1/Role';
 import type { IRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1/RoleBinding';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import type { Config } from '../config/index.js';
 import { ConfigError, type ConfigIssue } from '../errors.js';
 import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from './capabilities.js';
@@ -78,8 +78,13 @@ const PKI_DIR = '/etc/kubernetes/pki';
 export interface ManifestOptions {
   /** The configuration file as the agent will find it on the node (default /etc/ballast/ballast.yaml). */
   configPath: string;
-  /** Image reference, e.g. `ballast:0.1.0`. */
+  /** Image reference, e.g. `localhost/ballast:0.1.0`. */
   image: string;
+  /**
+   * Absolute paths of the files discovery.kubeconfig refers to (kubeconfigReferences()): their
+   * directories are mounted read-only too. Absent: only the kubeconfig's own directory.
+   */
+  kubeconfigFiles?: readonly string[];
 }
 
 /** One hostPath (or ConfigMap) mount: the host directory appears at the same path in the container. */
@@ -104,17 +109,20 @@ function covers(a: string, b: string): boolean {
 
 /**
  * The directories the agent needs from the host: fixed ones, and the directory of every file the
- * configuration names (caFile, client certificate and key, token, VRRP key, kubeconfig,
- * lastKnownFile). One below another mount is left out when that mount already gives what it
+ * configuration names (caFile, client certificate and key, token, VRRP key, kubeconfig and the
+ * files it refers to, lastKnownFile). One below another mount is left out when that mount already gives what it
  * needs (read-only below read-write, or both read-only).
  */
-function hostMounts(config: Config, configPath: string, configDirFromHost: boolean): Mount[] {
+function hostMounts(config: Config, configPath: string, configDirFromHost: boolean, kubeconfigFiles: readonly string[]): Mount[] {
   const h = config.apiserver.health;
   const want: Mount[] = [];
   if (configDirFromHost) want.push({ path: dirname(configPath), readOnly: true, type: 'Directory', name: 'config' });
   want.push({ path: PKI_DIR, readOnly: true, type: 'DirectoryOrCreate', name: 'pki' });
   for (const f of [h.caFile, h.clientCertFile, h.clientKeyFile, h.tokenFile, config.vrrp?.auth?.keyFile, config.discovery?.kubeconfig]) {
     if (f !== undefined) want.push({ path: dirname(f), readOnly: true, type: 'DirectoryOrCreate', name: 'files' });
+  }
+  if (config.discovery?.kubeconfig !== undefined) {
+    for (const f of kubeconfigFiles) want.push({ path: dirname(f), readOnly: true, type: 'DirectoryOrCreate', name: 'files' });
   }
   want.push({ path: RUN_DIR, readOnly: false, type: 'DirectoryOrCreate', name: 'run' });
   want.push({ path: STATE_DIR, readOnly: false, type: 'DirectoryOrCreate', name: 'state' });
@@ -165,7 +173,7 @@ export function kubernetesCapabilities(config: Config): string[] {
 
 /** The pod spec shared by the static pod and the DaemonSet's template. */
 function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: string; serviceAccount?: string }): IPodSpec {
-  const mounts = hostMounts(config, opts.configPath, extra.configMap === undefined);
+  const mounts = hostMounts(config, opts.configPath, extra.configMap === undefined, opts.kubeconfigFiles ?? []);
   const taken = new Set<string>();
   const volumes: IVolume[] = [];
   const volumeMounts: IVolumeMount[] = [];
@@ -173,7 +181,7 @@ function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: str
     const dir = dirname(opts.configPath);
     const inside = mounts.find((m) => covers(dir, m.path) || covers(m.path, dir));
     if (inside) {
-      throw new ConfigError([{ path: '(document)', message: `in the DaemonSet the configuration's directory ${dir} is its ConfigMap, so ${inside.path} cannot come from the host: keep the files it names outside ${dir}, or --config another path` }]);
+      throw new ConfigError([{ path: '(document)', message: `in the DaemonSet the configuration's directory ${dir} is its ConfigMap, so ${inside.path} cannot come from the host: keep the files it names outside ${dir}, or give --node-config another path for the configuration on the node` }]);
     }
     const name = volumeName('config', taken);
     volumes.push({ name, configMap: { name: extra.configMap, items: [{ key: basename(opts.configPath), path: basename(opts.configPath) }] } });
@@ -214,6 +222,33 @@ function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: str
     containers: [container],
     volumes,
   };
+}
+
+/**
+ * The files a kubeconfig refers to by path, which the agent opens when it uses it:
+ * `clusters[].cluster.certificate-authority`, `users[].user.client-certificate`, `client-key`
+ * and `tokenFile`; a relative one resolved against the kubeconfig's directory (as kubectl
+ * does). Inline data (`*-data`, `token`) needs nothing. Sorted, without duplicates.
+ * @param text the kubeconfig file's text (YAML; JSON is YAML too).
+ * @param kubeconfigPath its absolute path (the base of relative paths).
+ * @throws Error when the text is not YAML (the parser's error).
+ */
+export function kubeconfigReferences(text: string, kubeconfigPath: string): string[] {
+  const doc: unknown = parse(text);
+  const list = (v: unknown, key: string): Record<string, unknown>[] => {
+    if (typeof v !== 'object' || v === null) return [];
+    const items = (v as Record<string, unknown>)[key];
+    return Array.isArray(items) ? items.filter((i): i is Record<string, unknown> => typeof i === 'object' && i !== null) : [];
+  };
+  const field = (o: unknown, key: string): string | undefined => {
+    const v = typeof o === 'object' && o !== null ? (o as Record<string, unknown>)[key] : undefined;
+    return typeof v === 'string' && v !== '' ? v : undefined;
+  };
+  const paths = [
+    ...list(doc, 'clusters').map((c) => field(c.cluster, 'certificate-authority')),
+    ...list(doc, 'users').flatMap((u) => ['client-certificate', 'client-key', 'tokenFile'].map((k) => field(u.user, k))),
+  ].filter((p): p is string => p !== undefined);
+  return [...new Set(paths.map((p) => resolve(dirname(kubeconfigPath), p)))].sort();
 }
 
 /** Labels of every object generated. */

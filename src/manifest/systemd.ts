@@ -27,22 +27,31 @@ export const DEFAULT_BIN_PATH = '/usr/bin/ballast';
  */
 export const WATCHDOG_SEC = 10;
 
-/** Quotes a path for an Exec line when it holds characters systemd would split on. */
-function execArg(s: string): string {
-  if (/^[A-Za-z0-9_./:@+-]+$/.test(s)) return s;
+/**
+ * A path as one argument of an Exec line: `%` doubled (systemd.unit(5) specifiers: `%%` is a
+ * literal percent sign), quoted when it holds characters systemd would split on.
+ */
+function execArg(path: string): string {
+  const s = path.replace(/%/g, '%%');
+  if (/^[A-Za-z0-9_./:@+%-]+$/.test(s)) return s;
   return `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 }
 
+/** True when `path` can be written into a unit: absolute, no newline (a `%` is escaped). */
+export function unitPathOk(path: string): boolean {
+  return path.startsWith('/') && !/[\r\n]/.test(path);
+}
+
 /**
- * The unit file text (ends with a newline).
+ * The unit file text (ends with a newline). A `%` in a path is written `%%` on the Exec lines.
  * @param opts.configPath must be an absolute path; opts.binPath too when given.
- * @throws TypeError when a path is not absolute or holds a newline or a `%` (systemd specifiers).
+ * @throws TypeError when a path is not absolute or holds a newline (a unit line cannot carry it).
  */
 export function systemdUnit(opts: SystemdUnitOptions): string {
   const config = opts.configPath === '' ? DEFAULT_CONFIG_PATH : opts.configPath;
   const bin = opts.binPath ?? DEFAULT_BIN_PATH;
   for (const [name, p] of [['configPath', config], ['binPath', bin]] as const) {
-    if (!p.startsWith('/') || /[\n%]/.test(p)) throw new TypeError(`systemdUnit: ${name} must be an absolute path without newlines or '%': ${JSON.stringify(p)}`);
+    if (!unitPathOk(p)) throw new TypeError(`systemdUnit: ${name} must be an absolute path without newlines: ${JSON.stringify(p)}`);
   }
   const b = execArg(bin);
   const c = execArg(config);

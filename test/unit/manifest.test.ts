@@ -18,7 +18,7 @@
  *   the ballast configuration at its apiserver.port, certSANs hold the VIP, 127.0.0.1 and
  *   localhost, and the seed backends include node 1's advertise address.
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, fsyncSync, lstatSync, statSync, symlinkSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -27,9 +27,10 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ConfigError, loadConfig, parseConfig, type Config, type ConfigNote } from '../../src/config/index.js';
 import { exitCodeOf, isBallastError } from '../../src/errors.js';
 import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/manifest/capabilities.js';
+import { IMAGE_NAME, imageRefProblem } from '../../src/manifest/image.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
 import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/manifest/cli.js';
-import { daemonSet, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
+import { daemonSet, kubeconfigReferences, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
 import { validateBuiltin, validateKubeadmConfigPart, validateKubeadmControlPlane } from '../support/kubernetes-schema.js';
 
 
@@ -204,7 +205,11 @@ describe('ballast manifest daemonset', () => {
     };
     expect(paths({ ...CP })).toStrictEqual(['vrrp']);
     expect(paths({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'] })).toStrictEqual(['vrrp', 'localEndpoint']);
-    expect(paths({ ...WORKER, apiserver: { ...WORKER.apiserver, health: { caFile: '/etc/ballast/ca.crt' } } })).toStrictEqual(['(document)']);
+    const inside = { ...WORKER, apiserver: { ...WORKER.apiserver, health: { caFile: '/etc/ballast/ca.crt' } } };
+    expect(paths(inside)).toStrictEqual(['(document)']);
+    // the flag that moves the ConfigMap's directory is --node-config (--config is where it is read now)
+    expect(() => daemonSet(cfg(inside), '', OPTS)).toThrow(/keep the files it names outside \/etc\/ballast, or give --node-config another path/);
+    expect(daemonSet(cfg(inside), '', { ...OPTS, configPath: '/etc/ballast-worker/ballast.yaml' })[0].data).toStrictEqual({ 'ballast.yaml': '' });
   });
 });
 
@@ -255,8 +260,21 @@ describe('--output: written atomically', () => {
     mkdirSync(d);
     const f = join(d, 'ballast.yaml');
     writeFileSync(f, 'old\n');
+    chmodSync(f, 0o600);
     writeAtomic(f, 'new\n');
     expect(readFileSync(f, 'utf8')).toBe('new\n');
+    // the existing file's mode is kept; a new file is 0644 (less the umask)
+    expect(statSync(f).mode & 0o7777).toBe(0o600);
+    const fresh = join(d, 'fresh.yaml');
+    writeAtomic(fresh, 'x\n');
+    expect(statSync(fresh).mode & 0o7777).toBe(0o644 & ~process.umask());
+    // a symbolic link is replaced by the file; what it pointed to is untouched
+    const linked = join(d, 'linked.yaml');
+    symlinkSync(fresh, linked);
+    writeAtomic(linked, 'via link\n');
+    expect([lstatSync(linked).isFile(), readFileSync(linked, 'utf8'), readFileSync(fresh, 'utf8')]).toStrictEqual([true, 'via link\n', 'x\n']);
+    rmSync(fresh);
+    rmSync(linked);
     // the disk fills up half-way through the write
     let calls = 0;
     const opened: string[] = [];
@@ -278,7 +296,7 @@ describe('--output: written atomically', () => {
     }
     expect(isBallastError(err) && err.code).toBe('BALLAST_E_OUTPUT');
     expect(exitCodeOf(err)).toBe(1);
-    expect((err as Error).message).toMatch(/ENOSPC/);
+    expect((err as Error).message).toBe(`cannot write ${f}: ENOSPC no space left on device`);
     expect(readFileSync(f, 'utf8')).toBe('new\n');
     expect(readdirSync(d)).toStrictEqual(['ballast.yaml']);
     // a hidden name in the same directory: the kubelet skips hidden files in its manifests directory
@@ -289,7 +307,8 @@ describe('--output: written atomically', () => {
     mkdirSync(join(sub, 'inner'), { recursive: true });
     expect(() => writeAtomic(join(sub, 'inner'), 'x')).toThrow(/cannot write .*inner/);
     expect(readdirSync(sub)).toStrictEqual(['inner']);
-    expect(() => writeAtomic(join(d, 'missing', 'f.yaml'), 'x')).toThrow(/ENOENT/);
+    // the target named, the code once, not the temporary file
+    expect(() => writeAtomic(join(d, 'missing', 'f.yaml'), 'x')).toThrow(new RegExp(`^cannot write ${join(d, 'missing', 'f.yaml')}: ENOENT no such file or directory \\(open\\)$`));
     expect(existsSync(join(d, 'missing'))).toBe(false);
     expect(readdirSync(d).sort()).toStrictEqual(['ballast.yaml', 'sub']);
   });
@@ -316,14 +335,18 @@ describe('the command line', () => {
     return p;
   };
 
-  it('static-pod: the default image ballast:<version>, --node-config, notes for the files to wait for, --output', async () => {
+  it('static-pod: the default image localhost/ballast:<version> (the name scripts/image.sh gives it), --node-config, notes for the files to wait for, --output', async () => {
     const p = write('cp.yaml', CP);
     const r = await manifest('static-pod', '--config', p, '--node-config', '/etc/ballast/ballast.yaml');
     expect(r.code).toBe(0);
     expect(r.stderr).toMatch(/apiserver\.health\.caFile: note: .* does not exist yet/);
     const [pod] = parseAllDocuments(r.stdout) as unknown as { toJS(): { spec: { containers: { image: string; args: string[] }[] } } }[];
-    expect(pod!.toJS().spec.containers[0]!.image).toBe('ballast:9.9.9');
-    expect(pod!.toJS()).toStrictEqual(JSON.parse(JSON.stringify(staticPod(cfg(CP), { configPath: '/etc/ballast/ballast.yaml', image: 'ballast:9.9.9' }))));
+    expect(pod!.toJS().spec.containers[0]!.image).toBe('localhost/ballast:9.9.9');
+    expect(pod!.toJS()).toStrictEqual(JSON.parse(JSON.stringify(staticPod(cfg(CP), { configPath: '/etc/ballast/ballast.yaml', image: 'localhost/ballast:9.9.9' }))));
+    // the name image.sh tags the built image with (its `ref=NAME:$version` line)
+    const sh = /^ref=([^:\s]+):\$version$/m.exec(readFileSync(join(import.meta.dirname, '..', '..', 'scripts', 'image.sh'), 'utf8'));
+    expect(sh?.[1]).toBe(IMAGE_NAME);
+    expect(IMAGE_NAME).toBe('localhost/ballast');
     const out = join(dir, 'pod.yaml');
     const w = await manifest('static-pod', '--config', p, '--image', 'reg.example/ballast:1', '--output', out);
     expect(w.code).toBe(0);
@@ -363,10 +386,96 @@ describe('the command line', () => {
     expect(rb.code).toBe(0);
     const binding = (parseAllDocuments(rb.stdout) as unknown as { toJS(): { kind: string; subjects?: { name: string }[] } }[]).map((d) => d.toJS()).find((o) => o.kind === 'RoleBinding')!;
     expect(binding.subjects!.map((s) => s.name)).toStrictEqual(['ballast', 'ballast', 'other']);
+    // an empty name (name: "") is refused, naming the flag; nothing written
+    const out = join(dir, 'rbac.out');
+    for (const [args, flags] of [[['--group', ''], '--group'], [['--user', 'a', '--user', ''], '--user'], [['--user', '', '--group', ''], '--user --group']] as const) {
+      const e = await manifest('rbac', ...args, '--output', out);
+      expect([e.code, e.stdout]).toStrictEqual([2, '']);
+      expect(e.stderr.match(/--(user|group): is empty/g)?.join(' ')).toBe(flags.split(' ').map((f) => `${f}: is empty`).join(' '));
+      expect(existsSync(out)).toBe(false);
+    }
     const sd = await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', '/etc/ballast/ballast.yaml');
     expect(sd).toStrictEqual({ code: 0, stdout: systemdUnit({ configPath: '/etc/ballast/ballast.yaml' }), stderr: expect.stringContaining('note') });
     expect(sd.stdout).toContain('/etc/ballast/ballast.yaml');
     expect((await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', 'relative.yaml')).code).toBe(2);
+  });
+
+  it('static-pod: the directories of the files a readable kubeconfig refers to are mounted read-only; an unreadable one gets a note', async () => {
+    const k = join(dir, 'kube', 'kubelet.conf');
+    mkdirSync(join(dir, 'kube', 'rel'), { recursive: true });
+    writeFileSync(k, stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': 'x',
+      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+      clusters: [{ name: 'c', cluster: { server: 'https://10.0.0.100:6443', 'certificate-authority': '/etc/kubernetes/pki/ca.crt' } }, { name: 'd', cluster: { server: 'https://x', 'certificate-authority-data': 'AAAA' } }],
+      users: [
+        { name: 'u', user: { 'client-certificate': '/var/lib/kubelet/pki/kubelet-client-current.pem', 'client-key': '/var/lib/kubelet/pki/kubelet-client-current.pem' } },
+        { name: 't', user: { tokenFile: 'rel/token' } },
+      ],
+    }));
+    expect(kubeconfigReferences(readFileSync(k, 'utf8'), k)).toStrictEqual(['/etc/kubernetes/pki/ca.crt', join(dir, 'kube', 'rel', 'token'), '/var/lib/kubelet/pki/kubelet-client-current.pem']);
+    const p = write('kc.yaml', { ...CP, discovery: { kubeconfig: k } });
+    const r = await manifest('static-pod', '--config', p, '--node-config', '/etc/ballast/ballast.yaml');
+    expect(r.code).toBe(0);
+    const spec = (parseAllDocuments(r.stdout)[0] as unknown as { toJS(): { spec: Parameters<typeof mounts>[0] } }).toJS().spec;
+    expect(mounts(spec)).toStrictEqual([
+      '/etc/ballast ro Directory',
+      '/etc/kubernetes/pki ro DirectoryOrCreate',
+      '/run/ballast rw DirectoryOrCreate',
+      '/sys/fs/bpf rw Directory HostToContainer',
+      '/sys/fs/cgroup ro Directory',
+      // the kubeconfig's directory (its rel/token is below it: covered)
+      `${join(dir, 'kube')} ro DirectoryOrCreate`,
+      '/var/lib/ballast rw DirectoryOrCreate',
+      // the kubelet's client certificate and key, named by the kubeconfig
+      '/var/lib/kubelet/pki ro DirectoryOrCreate',
+    ]);
+    expect(r.stderr).not.toContain('cannot read it now');
+    // not there yet (before kubeadm init): its directory only, and a note saying so
+    const missing = join(dir, 'kube-later', 'admin.conf');
+    const q = write('kc2.yaml', { ...CP, discovery: { kubeconfig: missing } });
+    const m = await manifest('static-pod', '--config', q, '--node-config', '/etc/ballast/ballast.yaml');
+    expect(m.code).toBe(0);
+    expect(m.stderr).toContain(`${missing}: note: cannot read it now (ENOENT): only its directory ${join(dir, 'kube-later')} is mounted`);
+    const spec2 = (parseAllDocuments(m.stdout)[0] as unknown as { toJS(): { spec: Parameters<typeof mounts>[0] } }).toJS().spec;
+    expect(mounts(spec2)).toContain(`${join(dir, 'kube-later')} ro DirectoryOrCreate`);
+    expect(mounts(spec2)).not.toContain('/var/lib/kubelet/pki ro DirectoryOrCreate');
+  });
+
+  it('--image is checked against the image reference grammar: exit 2 naming --image, nothing written', async () => {
+    const p = write('img.yaml', CP);
+    const w = write('img-worker.yaml', WORKER);
+    const good = ['localhost/ballast:0.1.0', 'ballast', 'reg.example:5000/team/ballast_x__y.z-w:v1.2_3', '[::1]:5000/ballast:1', `ballast@sha256:${'a'.repeat(64)}`, `reg.example/ballast:1@sha256:${'0'.repeat(64)}`];
+    for (const ref of good) expect([ref, imageRefProblem(ref)]).toStrictEqual([ref, null]);
+    const bad = ['', 'Bad Image!!', 'Ballast:1', 'ballast:', 'ballast:-x', `ballast:${'t'.repeat(129)}`, 'ballast@sha256:abc', 'a//b', 'ballast_:1', '/ballast', `${'a'.repeat(256)}:1`];
+    for (const ref of bad) expect([ref, imageRefProblem(ref)]).toStrictEqual([ref, expect.any(String)]);
+    for (const [sub, cfgFile] of [['static-pod', p], ['daemonset', w]] as const) {
+      for (const ref of ['', 'Bad Image!!']) {
+        const out = join(dir, `img-${sub}.out`);
+        const r = await manifest(sub, '--config', cfgFile, '--image', ref, '--output', out);
+        expect([r.code, r.stdout]).toStrictEqual([2, '']);
+        expect(r.stderr).toContain(`--image: ${JSON.stringify(ref)} `);
+        expect(existsSync(out)).toBe(false);
+      }
+    }
+  });
+
+  it('systemd: a % in the path is written %% (a literal percent to systemd); a newline is refused naming the flag, exit 2', async () => {
+    mkdirSync(join(dir, 'pct%n'), { recursive: true });
+    const p = write('pct%n/c%n.yaml', CP);
+    const r = await manifest('systemd', '--config', p);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`ExecStart=/usr/bin/ballast run --config ${p.replace(/%/g, '%%')}\n`);
+    const nl = await manifest('systemd', '--config', p, '--node-config', '/etc/ballast/a\nb.yaml');
+    expect([nl.code, nl.stdout]).toStrictEqual([2, '']);
+    expect(nl.stderr).toContain('--node-config: "/etc/ballast/a\\nb.yaml" holds a newline');
+    mkdirSync(join(dir, 'nl\nd'), { recursive: true });
+    const q = write('nl\nd/c.yaml', CP);
+    const c = await manifest('systemd', '--config', q);
+    expect([c.code, c.stdout]).toStrictEqual([2, '']);
+    expect(c.stderr).toContain('--config: ');
+    expect(c.stderr).not.toMatch(/TypeError|    at /);
   });
 });
 

@@ -74,12 +74,15 @@ describe('systemdUnit', () => {
     expect(shared.sort()).toEqual(['ProtectSystem ReadWritePaths', 'Restart RestartSec', 'RuntimeDirectory RuntimeDirectoryPreserve', 'Wants After']);
   });
 
-  it('takes other paths, quoting those with spaces, and refuses relative ones or systemd specifiers', () => {
+  it('takes other paths, quoting those with spaces, escaping % as %% (systemd specifiers), and refuses relative ones or newlines', () => {
     const u = systemdUnit({ configPath: '/srv/my cluster/ballast.yaml', binPath: '/opt/ballast/bin/ballast' });
     expect(Object.fromEntries(section(u, 'Service')).ExecStart).toBe('/opt/ballast/bin/ballast run --config "/srv/my cluster/ballast.yaml"');
     expect(systemdUnit({ configPath: '' })).toBe(unit);
     expect(() => systemdUnit({ configPath: 'ballast.yaml' })).toThrow(TypeError);
-    expect(() => systemdUnit({ configPath: '/etc/ballast/%i.yaml' })).toThrow(/without newlines or '%'/);
+    const pct = Object.fromEntries(section(systemdUnit({ configPath: '/tmp/x/pct%n.yaml' }), 'Service'));
+    expect([pct.ExecStart, pct.ExecReload]).toStrictEqual(['/usr/bin/ballast run --config /tmp/x/pct%%n.yaml', '/usr/bin/ballast reload --config /tmp/x/pct%%n.yaml']);
+    expect(Object.fromEntries(section(systemdUnit({ configPath: '/srv/a b/%i.yaml' }), 'Service')).ExecStart).toBe('/usr/bin/ballast run --config "/srv/a b/%%i.yaml"');
+    expect(() => systemdUnit({ configPath: '/etc/ballast/a\nb.yaml' })).toThrow(/without newlines/);
     expect(() => systemdUnit({ configPath: '/etc/ballast.yaml', binPath: 'ballast' })).toThrow(/binPath/);
   });
 });
