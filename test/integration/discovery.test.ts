@@ -119,9 +119,10 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     expect(up).toMatchObject({ from: 'unknown', to: 'up' });
     const upAt = Date.parse(String(up!.time));
     expect(upAt - joinedAt).toBeGreaterThanOrEqual((RISE - 1) * INTERVAL_MS * 0.9);
-    const applied = lines.find((l) => l.msg === 'data plane applied' && (l.backends as string[]).includes(addr(n3)));
-    expect(Date.parse(String(applied!.time))).toBeGreaterThanOrEqual(upAt);
-    console.log(`n3 joined the set → up ${upAt - joinedAt} ms → in the nftables ruleset ${Date.parse(String(applied!.time)) - joinedAt} ms (rise ${RISE} × interval ${INTERVAL_MS} ms, first check at a random offset within one interval)`);
+    // /status says healthy as soon as the checker does; the nftables apply (and its line) follows
+    const applied = await waitFor(() => a1!.logLines().find((l) => l.msg === 'data plane applied' && (l.backends as string[]).includes(addr(n3))), { timeoutMs: 2000, intervalMs: 20, what: "n3 in the data plane's apply" });
+    expect(Date.parse(String(applied.time))).toBeGreaterThanOrEqual(upAt);
+    console.log(`n3 joined the set → up ${upAt - joinedAt} ms → in the nftables ruleset ${Date.parse(String(applied.time)) - joinedAt} ms (rise ${RISE} × interval ${INTERVAL_MS} ms, first check at a random offset within one interval)`);
     // the peers' agents discovered the same set
     for (const a of agents.slice(1)) await waitFor(() => statusOf(a), (x) => x.backends.length === 3 && x.backends.every((b) => b.source === 'endpointslice'), { timeoutMs: 10_000, what: `${a.node.name} discovered all` });
     // traffic via the VIP reaches all three
