@@ -5,11 +5,11 @@
  * Advertisement_Interval, Preempt_Mode), the start-up order and a sequence of faults: time
  * passing, a router stopping (Shutdown: a priority-0 advert when Active) and restarting, a
  * router's adverts dropped or lagging for a bounded time. Every advert reaches the others after a
- * random delay below one Advertisement_Interval.
+ * random delay below one Advertisement_Interval, in the order it sent them (FIFO per sender).
  *
  * Invariants (I = Advertisement_Interval, MDI(p) = 3 × I + Skew_Time(p), Skew_Time(p) =
  * ((256 − p) × I) / 256, RFC 9568 §6.1):
- * - converged (no fault for longer than MDI(lowest priority) + I + the delivery bound I): exactly
+ * - converged (no fault for longer than MDI(lowest priority) + I + 2 × the delivery bound I): exactly
  *   one router is Active when any runs, none otherwise;
  * - with Preempt_Mode, the converged Active router is the highest-priority running one;
  * - every deadline the machine returns is ≥ the virtual time of the event (a stopped router has none);
@@ -77,9 +77,16 @@ function simulate(s: Scenario): void {
   const lagMs = new Array<number>(n).fill(0);
   const random = prng(s.delaySeed);
   const lowest = Math.min(...s.priorities);
-  /** Convergence window after the last fault: MDI(lowest) + I, plus the delivery bound I. */
-  const window = masterDownIntervalMs(lowest, s.intervalCs) + 2 * I;
+  /**
+   * Convergence window after the last fault: MDI(lowest) + I (RFC 9568 §6.1), plus twice the
+   * delivery bound D = I: the last advert heard may be up to D old when the timers start, and two
+   * routers that took over at once settle in one round trip (the lower one's advert reaches the
+   * higher, which advertises at once, §6.4.3 plus ballast's immediate reply).
+   */
+  const window = masterDownIntervalMs(lowest, s.intervalCs) + 3 * I;
   let queue: Message[] = [];
+  /** A segment keeps one sender's frames in order: each router's last delivery time. */
+  const lastAt = new Array<number>(n).fill(0);
   let now = 0;
   let lastFault = 0;
   /** A priority-0 takeover being watched: it must happen by `by`. */
@@ -95,7 +102,9 @@ function simulate(s: Scenario): void {
   const send = (from: number, priority: number): void => {
     if (now < dropUntil[from]!) return;
     const extra = now < lagUntil[from]! ? lagMs[from]! : 0;
-    queue.push({ at: now + random() * I * 0.999 + extra, from, priority });
+    const at = Math.max(lastAt[from]!, now + random() * I * 0.999 + extra);
+    lastAt[from] = at;
+    queue.push({ at, from, priority });
   };
   const feed = (i: number, ev: MachineEvent): void => {
     const out: MachineAction[] = machines[i]!.handle(ev);
@@ -242,6 +251,17 @@ describe('VRRP state machine properties (RFC 9568 §6.1, §6.4) among simulated 
   // Convergence is now counted from the END of a drop (and of a lag's last late advert).
   it('a dropped owner: converges one window after the drop ends (fixed counterexample)', () => {
     const s: Scenario = { priorities: [255, 6, 2, 7], intervalCs: 1, preempt: false, startAt: [0, 0, 0, 0], ops: [{ kind: 'drop', router: 0, intervals: 5.461867784896401 }], delaySeed: 0 };
+    expect(() => simulate(s)).not.toThrow();
+  });
+
+  // Found by fuzzing (a wrong simulation and window, not a machine bug): the owner (255) stopped
+  // at once after start-up; its first advert and its priority-0 advert were delivered in reverse
+  // order (independent delays), so the Backups restarted a full Master_Down_Interval on the stale
+  // 255 advert; three took over within 0.1 ms of each other and settled one round trip later,
+  // 58.2 ms after the fault, past MDI(103) + 2I = 56 ms. A segment keeps one sender's frames in
+  // order (now FIFO per sender) and the window now counts the delivery bound twice (MDI + 3I).
+  it('an owner stopping right after start-up, three near-equal Backups (fixed counterexample)', () => {
+    const s: Scenario = { priorities: [255, 103, 104, 105], intervalCs: 1, preempt: false, startAt: [0, 0, 0, 0], ops: [{ kind: 'stop', router: 0 }], delaySeed: 1912751048 };
     expect(() => simulate(s)).not.toThrow();
   });
 });
