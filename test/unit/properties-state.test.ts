@@ -22,6 +22,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { masterDownIntervalMs, skewTimeMs, VrrpMachine, type MachineAction, type MachineEvent } from '../../src/vrrp/state.js';
 import { FUZZ_TIMEOUT_MS, fuzzParameters } from '../support/fuzz.js';
+import { prng } from '../support/prng.js';
 
 /** One fault or the passing of time; times are multiples of I (Advertisement_Interval), fractional. */
 type Op =
@@ -42,18 +43,6 @@ interface Scenario {
   ops: Op[];
   /** Seed of the delivery delays. */
   delaySeed: number;
-}
-
-/** mulberry32: a small deterministic PRNG, [0, 1). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 interface Message {
