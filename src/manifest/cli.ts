@@ -207,32 +207,27 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     if (image) c.option('--image <ref>', 'the image reference', defaultImage);
     return c.option('-o, --output <file>', 'write this file atomically instead of stdout');
   };
-  common(cmd.command('static-pod').description('the kubeadm static pod, for /etc/kubernetes/manifests/ballast.yaml'), true).action((o: CommonOptions) => {
-    run(
-      parts().then(([cfg, { staticPod, toYaml, kubeconfigReferences }]) => {
-        const image = imageRef(o.image ?? defaultImage);
-        const configPath = nodePath(o);
-        const config = load(o.config, io, cfg);
-        const files = kubeconfigFiles(config, io, kubeconfigReferences);
-        const pod = about(o.config, () => staticPod(config, { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }));
-        emit(toYaml([pod], header('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', configPath)), o.output, io);
-        return 0;
-      }),
-    );
-  });
-  common(cmd.command('daemonset').description("a ConfigMap holding the configuration and the DaemonSet that runs the node-local endpoint on the workers (a configuration with localEndpoint and no vrrp)"), true).action((o: CommonOptions) => {
-    run(
-      parts().then(([cfg, { daemonSet, toYaml, kubeconfigReferences }]) => {
-        const image = imageRef(o.image ?? defaultImage);
-        const configPath = nodePath(o);
-        const config = load(o.config, io, cfg);
-        const files = kubeconfigFiles(config, io, kubeconfigReferences);
-        const objects = about(o.config, () => daemonSet(config, readFileSync(o.config, 'utf8'), { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }));
-        emit(toYaml(objects, header("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", configPath)), o.output, io);
-        return 0;
-      }),
-    );
-  });
+  /** The pod-running manifests: the image, the configuration (and the files its kubeconfig names), then `render`. */
+  const workload = (title: string, render: (k: typeof import('./kubernetes.js'), config: Config, opts: { configPath: string; image: string; kubeconfigFiles?: string[] }, configFile: string) => object[]) =>
+    (o: CommonOptions): void => {
+      run(
+        parts().then(([cfg, k]) => {
+          const image = imageRef(o.image ?? defaultImage);
+          const configPath = nodePath(o);
+          const config = load(o.config, io, cfg);
+          const files = kubeconfigFiles(config, io, k.kubeconfigReferences);
+          const objects = about(o.config, () => render(k, config, { configPath, image, ...(files ? { kubeconfigFiles: files } : {}) }, o.config));
+          emit(k.toYaml(objects, header(title, configPath)), o.output, io);
+          return 0;
+        }),
+      );
+    };
+  common(cmd.command('static-pod').description('the kubeadm static pod, for /etc/kubernetes/manifests/ballast.yaml'), true).action(
+    workload('The ballast static pod (kubeadm: /etc/kubernetes/manifests/ballast.yaml)', (k, config, opts) => [k.staticPod(config, opts)]),
+  );
+  common(cmd.command('daemonset').description("a ConfigMap holding the configuration and the DaemonSet that runs the node-local endpoint on the workers (a configuration with localEndpoint and no vrrp)"), true).action(
+    workload("The ballast node-local endpoint on the workers (kubectl apply -f; the RBAC of `ballast manifest rbac` when discovery.inCluster)", (k, config, opts, file) => k.daemonSet(config, readFileSync(file, 'utf8'), opts)),
+  );
   const collect = (v: string, prev: string[]): string[] => [...prev, v];
   cmd
     .command('rbac')
