@@ -22,8 +22,8 @@
  */
 import { addressToBytes, bytesToAddress } from '../net/address.js';
 import { PacketSocket, VrrpSocket, type ReceivedFrame } from '../native.js';
-import { internetChecksum } from '../vrrp/packet.js';
-import { macToString } from '../vip/frames.js';
+import { internetChecksum, VRRP_PROTOCOL } from '../vrrp/packet.js';
+import { ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, macToString } from '../vip/frames.js';
 
 /** Probes sent per address. */
 export const PROBE_COUNT = 3;
@@ -34,13 +34,9 @@ export const PROBE_WAIT_MS = 1000;
 /** How often the packet sockets are drained, ms. */
 export const POLL_MS = 5;
 
-export const ETH_P_IP = 0x0800;
-export const ETH_P_ARP = 0x0806;
-export const ETH_P_IPV6 = 0x86dd;
 const ICMPV6 = 58;
 const ND_NEIGHBOR_SOLICIT = 135;
 const ND_NEIGHBOR_ADVERT = 136;
-const VRRP_PROTOCOL = 112;
 
 // ---------------------------------------------------------------------------------------------
 // classic BPF (Documentation/networking/filter.rst): struct sock_filter { u16 code; u8 jt, jf; u32 k }
@@ -101,9 +97,9 @@ export function arpProbeFrame(senderMac: Buffer, address: string): Buffer {
   const f = Buffer.alloc(42);
   f.fill(0xff, 0, 6);
   senderMac.copy(f, 6);
-  f.writeUInt16BE(ETH_P_ARP, 12);
+  f.writeUInt16BE(ETHERTYPE_ARP, 12);
   f.writeUInt16BE(1, 14); // htype Ethernet
-  f.writeUInt16BE(ETH_P_IP, 16);
+  f.writeUInt16BE(ETHERTYPE_IPV4, 16);
   f[18] = 6;
   f[19] = 4;
   f.writeUInt16BE(1, 20); // request
@@ -131,7 +127,7 @@ export function dadSolicitationFrame(senderMac: Buffer, address: string): Buffer
   const f = Buffer.alloc(14 + 40 + 24);
   mac.copy(f, 0);
   senderMac.copy(f, 6);
-  f.writeUInt16BE(ETH_P_IPV6, 12);
+  f.writeUInt16BE(ETHERTYPE_IPV6, 12);
   const ip6 = f.subarray(14, 54);
   ip6.writeUInt32BE(0x60000000, 0);
   ip6.writeUInt16BE(24, 4);
@@ -165,7 +161,7 @@ export interface AddressClaim {
  * @returns the claim, or null.
  */
 export function arpClaim(frame: Buffer, address: string, ownMac: Buffer): AddressClaim | null {
-  if (frame.length < 42 || frame.readUInt16BE(12) !== ETH_P_ARP || frame.readUInt16BE(16) !== ETH_P_IP || frame[18] !== 6 || frame[19] !== 4) return null;
+  if (frame.length < 42 || frame.readUInt16BE(12) !== ETHERTYPE_ARP || frame.readUInt16BE(16) !== ETHERTYPE_IPV4 || frame[18] !== 6 || frame[19] !== 4) return null;
   const op = frame.readUInt16BE(20);
   const sha = frame.subarray(22, 28);
   if (sha.equals(ownMac)) return null;
@@ -183,7 +179,7 @@ export function arpClaim(frame: Buffer, address: string, ownMac: Buffer): Addres
  * @returns the claim, or null.
  */
 export function ndClaim(frame: Buffer, address: string, ownMac: Buffer): AddressClaim | null {
-  if (frame.length < 14 + 40 + 24 || frame.readUInt16BE(12) !== ETH_P_IPV6 || frame[20] !== ICMPV6) return null;
+  if (frame.length < 14 + 40 + 24 || frame.readUInt16BE(12) !== ETHERTYPE_IPV6 || frame[20] !== ICMPV6) return null;
   const src = frame.subarray(6, 12);
   if (src.equals(ownMac)) return null;
   const icmp = frame.subarray(54);
@@ -231,7 +227,7 @@ export function parseVrrpFrame(frame: Buffer): HeardAdvert | null {
   let ttl: number;
   let payload: Buffer;
   let width: number;
-  if (type === ETH_P_IP) {
+  if (type === ETHERTYPE_IPV4) {
     const ip = frame.subarray(14);
     if (ip.length < 20 || ip[0]! >> 4 !== 4 || ip[9] !== VRRP_PROTOCOL) return null;
     const ihl = (ip[0]! & 0x0f) * 4;
@@ -241,7 +237,7 @@ export function parseVrrpFrame(frame: Buffer): HeardAdvert | null {
     ttl = ip[8]!;
     payload = ip.subarray(ihl, total);
     width = 4;
-  } else if (type === ETH_P_IPV6) {
+  } else if (type === ETHERTYPE_IPV6) {
     const ip = frame.subarray(14);
     if (ip.length < 40 || ip[0]! >> 4 !== 6 || ip[6] !== VRRP_PROTOCOL) return null;
     source = bytesToAddress(ip.subarray(8, 24));
@@ -294,7 +290,7 @@ function listen(socket: PacketSocket, ms: number, onFrame: (f: ReceivedFrame) =>
  * @throws NativeError EPERM without CAP_NET_RAW, ENODEV for a missing interface, ENETDOWN.
  */
 export async function probeAddress(ifname: string, address: string, family: 4 | 6): Promise<AddressClaim[]> {
-  const socket = family === 4 ? PacketSocket.open(ifname, { protocol: ETH_P_ARP }) : PacketSocket.open(ifname, { protocol: ETH_P_IPV6, filter: neighborDiscoveryFilter() });
+  const socket = family === 4 ? PacketSocket.open(ifname, { protocol: ETHERTYPE_ARP }) : PacketSocket.open(ifname, { protocol: ETHERTYPE_IPV6, filter: neighborDiscoveryFilter() });
   try {
     const mac = socket.hardwareAddress;
     const probe = family === 4 ? arpProbeFrame(mac, address) : dadSolicitationFrame(mac, address);
@@ -330,7 +326,7 @@ export async function probeAddress(ifname: string, address: string, family: 4 | 
 export async function listenForAdverts(ifname: string, family: 4 | 6, ms: number): Promise<HeardAdvert[]> {
   // the raw VRRP socket only holds the group membership; frames are read with their MAC below
   const member = VrrpSocket.open({ family, ifname }, () => undefined, () => undefined);
-  const socket = PacketSocket.open(ifname, { protocol: family === 4 ? ETH_P_IP : ETH_P_IPV6, filter: vrrpFilter(family) });
+  const socket = PacketSocket.open(ifname, { protocol: family === 4 ? ETHERTYPE_IPV4 : ETHERTYPE_IPV6, filter: vrrpFilter(family) });
   try {
     member.joinGroup();
     const heard: HeardAdvert[] = [];

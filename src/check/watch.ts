@@ -51,6 +51,7 @@ export class ForeignFirewallWatch {
   #stopped = false;
   #busy = false;
 
+  /** @param o the logger, the nft executor and the flows to judge (null: nothing to watch); nothing runs until start(). */
   constructor(o: ForeignFirewallWatchOptions) {
     this.#o = o;
   }

@@ -20,11 +20,13 @@ export const LOG_REPEAT_WINDOW_MS = 10_000;
 /** Keys remembered at most: past that a new key is logged without being remembered (a flood of distinct keys cannot grow memory). */
 export const LOG_REPEAT_MAX_KEYS = 256;
 
+/** The pino levels a rate-limited line can have. */
 export type RateLimitedLevel = 'debug' | 'info' | 'warn' | 'error';
 
 /** Where lines go: `(level, fields, msg)`, pino's argument order. */
 export type LogSink = (level: RateLimitedLevel, fields: Record<string, unknown>, msg: string) => void;
 
+/** Options of {@link RateLimitedLog}. */
 export interface RateLimitOptions {
   /** The window, ms; default {@link LOG_REPEAT_WINDOW_MS}. */
   windowMs?: number;
@@ -66,6 +68,10 @@ export class RateLimitedLog {
   #timer: NodeJS.Timeout | null = null;
   #closed = false;
 
+  /**
+   * @param sink receives every line written (first occurrences and the window summaries).
+   * @param opts window (ms), clock, key cap, timer.
+   */
   constructor(sink: LogSink, opts: RateLimitOptions = {}) {
     this.#sink = sink;
     this.windowMs = opts.windowMs ?? LOG_REPEAT_WINDOW_MS;

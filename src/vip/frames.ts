@@ -49,9 +49,12 @@ const BROADCAST_MAC = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
 const ALL_NODES = addressToBytes('ff02::1');
 const ALL_NODES_MAC = Buffer.from([0x33, 0x33, 0x00, 0x00, 0x00, 0x01]);
 
-const ETHERTYPE_IPV4 = 0x0800;
-const ETHERTYPE_ARP = 0x0806;
-const ETHERTYPE_IPV6 = 0x86dd;
+/** EtherTypes (IEEE 802 numbers; linux/if_ether.h ETH_P_IP, ETH_P_ARP, ETH_P_IPV6). */
+export const ETHERTYPE_IPV4 = 0x0800;
+/** ARP (RFC 826). */
+export const ETHERTYPE_ARP = 0x0806;
+/** IPv6 (RFC 2464 §3). */
+export const ETHERTYPE_IPV6 = 0x86dd;
 const ARP_HTYPE_ETHERNET = 1;
 const ARP_OP_REQUEST = 1;
 const IPPROTO_ICMPV6 = 58;
