@@ -52,8 +52,8 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     // the client reaches n1's apiserver through the VIP
     const p = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 20, durationMs: 600, timeoutMs: 250 });
     const sum = await p.done;
-    expect(sum.failed).toBe(0);
-    expect(Object.keys(sum.nodes)).toEqual(['n1']);
+    expect(sum.failed, `prober: ${JSON.stringify(sum)}`).toBe(0);
+    expect(Object.keys(sum.nodes), `prober: ${JSON.stringify(sum)}`).toEqual(['n1']);
   });
 
   it('equal priorities: after a partition heals, the greatest primary address keeps the VIP', async () => {
