@@ -22,8 +22,9 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # for the release artefacts and their tests: dpkg-dev (dpkg-deb), buildah and umoci (the OCI image,
 # built from nothing), podman and crun (the image run as a lab node), prometheus (promtool and a
 # real server for the alert test), chromium (the status page in a real browser), socat (the
-# systemd notify socket in the Type=notify test).
-PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat stress-ng libmnl-dev)
+# systemd notify socket in the Type=notify test), bird2 (BIRD 2: the routing daemon of mode: bgp and
+# the BGP lab's router and nodes).
+PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat stress-ng libmnl-dev bird2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -43,13 +44,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || { [ $own_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
   if [ $own_policy = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
-  # the keepalived, haproxy, nginx and prometheus packages enable their own services (nginx would listen on
+  # the keepalived, haproxy, nginx, prometheus and bird2 packages enable their own services (nginx would listen on
   # port 80 of the machine); the lab starts its own
   if command -v systemctl >/dev/null 2>&1; then
     systemctl disable --now keepalived >/dev/null 2>&1 || true
     systemctl disable --now haproxy >/dev/null 2>&1 || true
     systemctl disable --now nginx >/dev/null 2>&1 || true
     systemctl disable --now prometheus >/dev/null 2>&1 || true
+    systemctl disable --now bird >/dev/null 2>&1 || true
   fi
 fi
 

@@ -10,6 +10,7 @@ import type { AddressFamily } from '../net/address.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseRoleHostPort, type HostPortRule } from './addresses.js';
+import { bgpIssues } from './bgp.js';
 import { durationMs, HEALTH_INTERVAL, HEALTH_TIMEOUT } from './fields.js';
 import { isRecord, type RawIssue, type Segment } from './issues.js';
 import { DEFAULTS, DISCOVERED, MAX_VIPS } from './limits.js';
@@ -213,6 +214,9 @@ function healthIssues(raw: Record<string, unknown>): RawIssue[] {
  * belongs to `vrrp`: one without the other is an error.
  */
 function roleIssues(raw: Record<string, unknown>): RawIssue[] {
+  // mode: bgp (or a bgp section) has its own roles (bgp.ts)
+  const bgp = bgpIssues(raw);
+  if (bgp !== null) return bgp;
   const election = raw.vrrp !== undefined;
   if (election && raw.vips === undefined) {
     return [{ path: ['vips'], message: `required: a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100] (the addresses vrrp elects a holder for)` }];

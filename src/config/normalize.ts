@@ -11,6 +11,7 @@
  *   - `apiserver.health.settleMs`: how long until every backend has had its first verdict;
  *   - `discovery`: null unless a kubeconfig or inCluster is set; lastKnownFile's default.
  */
+import { normalizeBgp } from './bgp.js';
 import { defaultHealthTimeoutMs } from './fields.js';
 import { DEFAULTS } from './limits.js';
 import type { ParsedConfig } from './schema.js';
@@ -63,6 +64,7 @@ function normalizeVrrp(v: ParsedConfig['vrrp']): VrrpConfig | null {
 /** The whole configuration, normalized (not yet frozen). */
 export function normalize(c: ParsedConfig): Config {
   return {
+    mode: c.mode,
     ...optional('interface', c.interface),
     family: c.vips?.family ?? c.apiserver.backends[0]?.family ?? 4,
     vrrp: normalizeVrrp(c.vrrp),
@@ -86,5 +88,6 @@ export function normalize(c: ParsedConfig): Config {
     policy: { unhealthyPriorityWeight: c.policy.unhealthyPriorityWeight, ...optional('localBackend', c.policy.localBackend) },
     admin: { listen: c.admin.listen },
     log: { level: c.log.level },
+    bgp: normalizeBgp(c.bgp),
   };
 }

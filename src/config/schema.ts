@@ -17,6 +17,7 @@
  */
 import { z } from 'zod';
 import { ConfigError, type ConfigIssue } from '../errors.js';
+import { BGP_SECTION_KEYS, bgpSection } from './bgp.js';
 import { crossFieldIssues } from './checks.js';
 import { formatDuration } from './duration.js';
 import {
@@ -208,6 +209,9 @@ const rootShape = {
   policy: section(z.strictObject(policyShape, { error: mappingError })),
   admin: section(z.strictObject(adminShape, { error: mappingError })),
   log: section(z.strictObject(logShape, { error: mappingError })),
+  // vrrp (default): an election on one L2 segment; bgp: every ready node announces the VIPs (docs/bgp.md)
+  mode: z.enum(['vrrp', 'bgp'], { error: expect('"vrrp" (an election on one L2 segment) or "bgp" (announce the VIPs with BGP, docs/bgp.md)', { default: 'vrrp' }) }).default('vrrp'),
+  bgp: bgpSection,
 };
 
 /** The known keys of each section, by the section's dotted path ('' = top level), in declaration order. */
@@ -224,6 +228,7 @@ const SECTION_KEYS: SectionKeys = {
   policy: Object.keys(policyShape),
   admin: Object.keys(adminShape),
   log: Object.keys(logShape),
+  ...BGP_SECTION_KEYS,
 };
 
 /** The leaf settings under the section at `prefix` ('' = top level), depth first. */

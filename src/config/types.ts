@@ -5,6 +5,9 @@
  */
 import type { AddressFamily } from '../net/address.js';
 import type { HostPort } from '../net/hostport.js';
+import type { BgpConfig } from './bgp.js';
+
+export type { BgpConfig, BgpPeerConfig } from './bgp.js';
 
 export type { AddressFamily };
 
@@ -199,6 +202,8 @@ export interface DiscoveryConfig {
 
 /** The validated, normalized, deep-frozen configuration. */
 export interface Config {
+  /** `vrrp`: an election holds the VIPs (when `vrrp` is set); `bgp`: every ready node announces them (docs/bgp.md). */
+  readonly mode: 'vrrp' | 'bgp';
   /**
    * Interface to run VRRP on. Absent (undefined) when not configured: the agent then uses the
    * interface whose subnet holds vips[0], resolved at run time.
@@ -229,4 +234,6 @@ export interface Config {
   readonly policy: PolicyConfig;
   readonly admin: AdminConfig;
   readonly log: LogConfig;
+  /** BGP mode's section; null unless `mode: bgp`. */
+  readonly bgp: BgpConfig | null;
 }

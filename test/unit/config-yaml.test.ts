@@ -120,7 +120,7 @@ describe(`nesting deeper than ${MAX_NESTING} levels is refused before anything r
 
   it('exactly the limit is read (and then judged as settings)', () => {
     const text = `vrrp: {vrid: 51}\nvips: [10.0.0.1]\nx: ${'['.repeat(MAX_NESTING - 1)}${']'.repeat(MAX_NESTING - 1)}\n`;
-    expect(issuesOf(text).map((i) => [i.path, i.message])).toStrictEqual([['x', "unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log)"]]);
+    expect(issuesOf(text).map((i) => [i.path, i.message])).toStrictEqual([['x', "unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log, mode, bgp)"]]);
   });
 });
 

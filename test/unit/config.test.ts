@@ -98,6 +98,7 @@ const withBackend = (over: Plain = {}, health: Plain = {}): Plain => ({
 describe('parseConfig: valid files', () => {
   it('gives every default for the minimal file', () => {
     const expected: Config = {
+      mode: 'vrrp',
       family: 4,
       vrrp: {
         vrid: 51,
@@ -128,6 +129,7 @@ describe('parseConfig: valid files', () => {
       policy: { unhealthyPriorityWeight: 50 },
       admin: { listen: { host: '127.0.0.1', port: 9641 } },
       log: { level: 'info' },
+      bgp: null,
     };
     const config = parseConfig(MINIMAL);
     expect(config).toStrictEqual(expected);
@@ -166,7 +168,7 @@ describe('parseConfig: valid files', () => {
     const text = readFileSync(path, 'utf8');
     const doc = parseDocument(text);
     // settings that switch a mode on are shown commented out, with an example value
-    const commented = ['vrrp.peers', 'vrrp.singleNode', 'vrrp.auth.keyFile'];
+    const commented = ['vrrp.peers', 'vrrp.singleNode', 'vrrp.auth.keyFile', 'mode', ...CONFIG_FIELDS.filter((f) => f.startsWith('bgp.'))];
     for (const field of CONFIG_FIELDS) {
       if (commented.includes(field)) expect(text, field).toMatch(new RegExp(`^\\s*#\\s*${field.split('.').pop()!}: \\S`, 'm'));
       else expect(doc.hasIn(field.split('.')), field).toBe(true);
@@ -462,7 +464,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown key, far',
       { zzz: 1 },
       'zzz',
-      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log)',
+      'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log, mode, bgp)',
     ],
     ['unknown nested key, far', { announce: { burst: 1 } }, 'announce.burst', 'unknown key (expected one of: count, spacing, repeatAfter, refresh)'],
 
