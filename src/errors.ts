@@ -88,6 +88,10 @@ export const ERRORS = {
     exitCode: 1,
     description: 'The data plane could not be programmed: an nft or conntrack command failed (the kernel kept the previous ballast table), or the local endpoint could be served neither by eBPF nor by the proxy.',
   },
+  BALLAST_E_BGP: {
+    exitCode: 1,
+    description: 'BIRD refused the configuration snippet ballast wrote for mode: bgp (a parse error, or a protocol name already taken).',
+  },
   BALLAST_E_CGROUP: {
     exitCode: 2,
     description: 'localEndpoint.cgroup is not an existing directory of the mounted cgroup-v2 hierarchy.',

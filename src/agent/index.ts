@@ -28,6 +28,7 @@ import type { Logger } from '../observe/log.js';
 import { createNotifier, type ServiceManager } from '../observe/notify.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase } from './admin.js';
+import { startBgp } from './bgp.js';
 import { startElection } from './election.js';
 import { startDiscovery } from './discovery.js';
 import { startHealth, type HealthFollowers } from './health.js';
@@ -255,6 +256,10 @@ async function startPhases(
     // the engine's first state came with its start (VrrpHost.start resolves after it)
     await ready();
     if (checker) running.priority = await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers) }));
+  } else if (config.bgp && checker) {
+    // mode: bgp: no election; this node announces the VIPs through BIRD while it can serve them
+    log.info({ mode: 'bgp', vips: config.vips, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version }, 'starting');
+    running.bgp = await phase(() => startBgp(ctx, config, { checker, followers }));
   } else {
     log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version }, 'starting (no election: local endpoint only)');
   }
@@ -279,6 +284,7 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
     ...(stats === null ? {} : { discovery: stats }),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
+    ...(running.bgp ? { bgp: running.bgp.status() } : {}),
   };
   const fixed = electionFacts(config, running.resolved);
   if (!fixed) return { state: 'none', ...common };

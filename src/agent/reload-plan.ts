@@ -147,6 +147,8 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
   for (const p of changed) {
     const fixed = Object.keys(RESTART).find((r) => p === r);
     if (fixed !== undefined) restart.add(fixed);
+    // mode: bgp (agent/bgp.ts) applies the log level, the health settings and the backend set; the rest needs a restart
+    else if ((cur.mode === 'bgp' || next.mode === 'bgp') && !['log.level', 'apiserver.health', 'apiserver.backends', 'discovery'].some((a) => under(p, a))) restart.add(p);
     else if (under(p, 'dataplane') || under(p, 'localEndpoint.cgroup')) restart.add(p);
     else if (!APPLIED.some((a) => under(p, a))) restart.add(p);
   }

@@ -5,6 +5,7 @@
  * start-up order reversed. A change of group membership is a hand-over: the election leaves the
  * old group (priority 0 if Active) and joins the new one. docs/reload.md.
  */
+import type { BgpPhase } from './bgp.js';
 import type { Config, LogLevel } from '../config/index.js';
 import { ConfigError, isBallastError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
@@ -34,6 +35,8 @@ export interface Running {
   priority: PriorityPhase | null;
   health: HealthPhase | null;
   discovery: DiscoveryPhase | null;
+  /** mode: bgp's phase (agent/bgp.ts); null otherwise. */
+  bgp?: BgpPhase | null;
 }
 
 /** What the phases (and a reload) are given. */

@@ -78,7 +78,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
 
 /** The data-plane part of /status. */
 export function dataplaneStatus(config: Config, lb: DataplaneStatus | null): StatusDocument['dataplane'] {
-  if (config.vrrp === null) return { mode: 'off', reason: 'no election (vrrp absent)' };
+  if (config.vrrp === null && config.bgp === null) return { mode: 'off', reason: 'no election (vrrp absent)' };
   if (config.dataplane.vip === 'none') return { mode: 'none' };
   if (lb === null) return { mode: 'off', reason: 'no apiserver.backends configured' };
   return lb;

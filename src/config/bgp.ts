@@ -19,7 +19,7 @@ export const BGP_DEFAULTS = Object.freeze({
   daemon: 'bird',
   socket: '/run/bird/bird.ctl',
   configFile: '/etc/bird/ballast.conf',
-  interface: 'ballast0',
+  interface: 'lo',
   announce: 'backends',
   balance: 'all',
   holdTime: '9s',
@@ -77,9 +77,9 @@ const communityField = z.unknown().transform((input, ctx) => {
   return n.join(':');
 });
 
-/** `bgp.interface`: a name the kernel accepts (the dummy interface the VIPs are bound to). */
+/** `bgp.interface`: a name the kernel accepts (where the VIPs are bound: lo, or a dummy interface the operator made). */
 const bgpInterfaceField = z
-  .string({ error: expect('an interface name such as "ballast0"', { default: BGP_DEFAULTS.interface }) })
+  .string({ error: expect('an interface name such as "lo"', { default: BGP_DEFAULTS.interface }) })
   .superRefine((name, ctx) => {
     const problem = interfaceNameProblem(name);
     if (problem !== null) ctx.addIssue({ code: 'custom', message: `${show(name)} is not a valid interface name: ${problem}`, input: name });
@@ -184,7 +184,7 @@ export interface BgpConfig {
   readonly socket: string;
   /** The configuration snippet ballast owns and rewrites; the operator's bird.conf includes it. */
   readonly configFile: string;
-  /** The dummy interface the VIPs are bound to (ballast creates and removes it). */
+  /** Where the VIPs are bound, /32 or /128 (default lo); the interface must exist, ballast adds and removes the addresses only. */
   readonly interface: string;
   readonly localAsn: number;
   /** BGP identifier; absent = BIRD's `router id` (the operator's bird.conf, or its lowest IPv4 address). */

@@ -66,8 +66,8 @@ export const MAX_NESTING = 64;
  */
 export const MAX_ENTRIES = 1000;
 
-/** How many collections deep ballast's settings nest: the top-level mapping, `apiserver`, `apiserver.health` (or a list such as `localEndpoint.address`). */
-export const SETTINGS_DEPTH = 3;
+/** How many collections deep ballast's settings nest: the top-level mapping, `bgp`, the list `bgp.peers`, one peer's mapping. */
+export const SETTINGS_DEPTH = 4;
 
 /** The shortest `vrrp.auth` key accepted, in bytes (RFC 2104 §3: at least the hash output length is recommended; 16 is the floor). */
 export const AUTH_KEY_MIN_LENGTH = 16;

@@ -78,10 +78,23 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const certExpiry = new Gauge({ name: 'ballast_backend_certificate_expiry_timestamp_seconds', help: "notAfter of the backend's serving certificate, seconds since the epoch", labelNames: ['backend'], registers: [registry] });
   const foreignFirewall = new Gauge({ name: 'ballast_foreign_firewall_rules', help: 'Base chains of other firewalls on the node (nftables tables not ours, iptables-legacy) that drop or may drop traffic to the VIP or the backends (docs/check.md, foreign-firewall)', registers: [registry] });
   const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
+  // mode: bgp (src/bgp/speaker.ts)
+  const bgpDaemonUp = new Gauge({ name: 'ballast_bgp_daemon_up', help: '1 when the routing daemon (BIRD) answers on its control socket (mode: bgp)', registers: [registry] });
+  const bgpAnnounced = new Gauge({ name: 'ballast_bgp_announced', help: '1 when this node offers the VIPs to its BGP peers (mode: bgp)', registers: [registry] });
+  const bgpPeer = new Gauge({ name: 'ballast_bgp_peer_established', help: '1 when the BGP session with the peer is Established (mode: bgp)', labelNames: ['peer'], registers: [registry] });
+  const bgpLosses = new Counter({ name: 'ballast_bgp_daemon_losses_total', help: 'Times the routing daemon was found gone or restarted (mode: bgp)', registers: [registry] });
 
   return {
     registry,
     update(doc) {
+      if (doc.bgp) {
+        bgpDaemonUp.set(doc.bgp.daemonUp ? 1 : 0);
+        bgpAnnounced.set(doc.bgp.announced ? 1 : 0);
+        bgpPeer.reset();
+        for (const p of doc.bgp.peers) bgpPeer.set({ peer: p.address }, p.session === 'Established' ? 1 : 0);
+        bgpLosses.reset();
+        bgpLosses.inc(doc.bgp.daemonLosses);
+      }
       if (doc.state !== 'none') {
         const vrid = String(doc.vrid);
         for (const s of STATES) state.set({ vrid, state: s }, doc.state === s ? 1 : 0);

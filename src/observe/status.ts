@@ -11,6 +11,7 @@ import type { BackendCertificate } from '../health/certificates.js';
 import type { TransitionRecord } from './history.js';
 
 export type { TransitionRecord };
+import type { BgpStatus } from '../bgp/speaker.js';
 import type { ForeignFirewallStatus } from '../check/watch.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
@@ -71,6 +72,8 @@ export interface CommonStatus {
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
   local: LocalStatus;
+  /** mode: bgp: the routing daemon, the announcement and the peers (src/bgp/speaker.ts); absent otherwise. */
+  bgp?: BgpStatus & { localBackend: string | null };
   /** Other firewalls on the node that drop (or may drop) traffic to the VIP or the backends (src/check/watch.ts); absent until the agent's first look. */
   foreignFirewall?: ForeignFirewallStatus;
 }

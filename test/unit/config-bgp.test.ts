@@ -34,7 +34,7 @@ describe('config: mode bgp', () => {
       daemon: 'bird',
       socket: '/run/bird/bird.ctl',
       configFile: '/etc/bird/ballast.conf',
-      interface: 'ballast0',
+      interface: 'lo',
       localAsn: 64512,
       announce: 'backends',
       balance: 'all',

@@ -86,7 +86,7 @@ describe(`nesting deeper than ${MAX_NESTING} levels is refused before anything r
   const refused = (line: number, column: number): ConfigIssue[] => [
     {
       path: '(document)',
-      message: `nests deeper than ${MAX_NESTING} levels at line ${line}, column ${column}; ballast's settings nest at most 3`,
+      message: `nests deeper than ${MAX_NESTING} levels at line ${line}, column ${column}; ballast's settings nest at most 4`,
       line,
       column,
     },

@@ -1,0 +1,188 @@
+/**
+ * Phase, BGP (`mode: bgp`, docs/bgp.md): in place of the election, this node announces the VIPs
+ * through BIRD while it can serve them.
+ *
+ *   VIPs /32 (/128) on bgp.interface (lo)      the node accepts their traffic
+ *   nftables table (the VIP data plane)         VIP:port DNAT to the ready set: all ready
+ *                                               apiservers, or this node's only (bgp.balance)
+ *   BirdSpeaker                                 announce while the plane serves ≥ 1 backend
+ *                                               (bgp.announce: backends) or while this node's
+ *                                               apiserver is up (local); withdraw otherwise
+ *
+ * The announcement follows what the data plane *applied* (not the verdicts): a route is offered
+ * only once the DNAT rules that serve it are in the kernel, and withdrawn before the plane drops
+ * its last backend's rule. Undo: withdraw (unless dataplane.keepOnStop is `all`: then BIRD keeps
+ * announcing, the table and the VIPs stay, and the next start takes over), remove the VIPs,
+ * remove the table.
+ */
+import type { Config } from '../config/index.js';
+import { createError } from '../errors.js';
+import type { HealthChecker } from '../health/checker.js';
+import type { BackendVerdict, Verdict } from '../health/verdict.js';
+import { LoadBalancer, VIP_PLANE_MESSAGES } from '../dataplane/controller.js';
+import { NftablesApplier } from '../dataplane/apply.js';
+import { flushBackend } from '../dataplane/conntrack.js';
+import { Reconciler, type ReadySet, type VerdictSource } from '../dataplane/reconcile.js';
+import { canonicalAddress } from '../net/address.js';
+import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
+import { BirdSpeaker, type BgpStatus } from '../bgp/speaker.js';
+import { BirdError } from '../bgp/bird.js';
+import { addVip, delVip, openRtnl, listInterfaces } from '../vip/netlink.js';
+import type { HealthFollowers } from './health.js';
+import { TableRemoval } from './leftovers.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import { acquireTableLock } from './preflight.js';
+
+/** The running BGP phase. */
+export interface BgpPhase extends PhaseHandle {
+  /** /status's `bgp`. */
+  status(): BgpStatus & { localBackend: string | null };
+}
+
+/**
+ * Which backends the plane balances to under `bgp.balance` (pure): all, or those of `local`.
+ * @returns a VerdictSource showing only those backends' verdicts.
+ */
+export function balancedSource(source: VerdictSource, local: (b: HostPort) => boolean, balance: 'all' | 'local'): VerdictSource {
+  if (balance === 'all') return source;
+  const wrapped = new Map<(v: Verdict) => void, (v: Verdict) => void>();
+  return {
+    verdicts: (): readonly BackendVerdict[] => source.verdicts().filter((v) => local(v.backend)),
+    on(event, listener) {
+      const w = (v: Verdict): void => {
+        if (local(v.backend)) listener(v);
+      };
+      wrapped.set(listener, w);
+      return source.on(event, w);
+    },
+    off(event, listener) {
+      const w = wrapped.get(listener);
+      wrapped.delete(listener);
+      return w ? source.off(event, w) : undefined;
+    },
+  };
+}
+
+/**
+ * Whether to announce (pure): `backends` = the plane serves at least one; `local` = this node's
+ * apiserver is among the ready ones.
+ * @returns the decision and its reason.
+ */
+export function announceDecision(announce: 'backends' | 'local', served: readonly HostPort[], ready: readonly HostPort[], local: (b: HostPort) => boolean): { want: boolean; reason: string } {
+  if (announce === 'local') {
+    const mine = ready.filter(local);
+    return mine.length > 0 ? { want: true, reason: `the local apiserver ${formatHostPort(mine[0]!)} is ready` } : { want: false, reason: 'the local apiserver is not ready' };
+  }
+  return served.length > 0 ? { want: true, reason: `the data plane serves ${served.length} ready backend${served.length === 1 ? '' : 's'}` } : { want: false, reason: 'no ready backend in the data plane' };
+}
+
+/**
+ * Starts BGP mode: takes the nftables table lock of the VIPs' family, binds the VIPs on
+ * bgp.interface, programs the table, writes and pushes the BIRD snippet (not announced), then
+ * follows the data plane.
+ * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails; BALLAST_E_NETLINK when
+ *   bgp.interface is missing or the VIPs cannot be added; BALLAST_E_BGP when BIRD refuses the snippet.
+ */
+export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers }): Promise<BgpPhase> {
+  return runPhase(ctx, 'BGP', async (own) => {
+    const { checker, followers } = inputs;
+    const { log } = ctx;
+    const bgp = config.bgp!;
+    const family = config.family;
+    const keepAll = config.dataplane.keepOnStop === 'all';
+
+    const lock = await acquireTableLock(family);
+    own.defer('nftables table lock', () => void lock.close());
+
+    const rt = openRtnl();
+    own.defer('rtnetlink socket', () => rt.close());
+    const all = await listInterfaces(rt).catch((err: unknown) => {
+      throw createError('BALLAST_E_NETLINK', `cannot list interfaces through rtnetlink: ${(err as Error).message}`, { cause: err });
+    });
+    const iface = all.find((i) => i.ifname === bgp.interface);
+    if (!iface) throw createError('BALLAST_E_NETLINK', `bgp.interface: there is no interface ${bgp.interface} (ballast binds the VIPs on it; lo, or a dummy interface you created)`);
+    const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
+    const localBackend = config.policy.localBackend ?? config.apiserver.backends.find((b) => nodeAddresses.has(b.host));
+    const isLocal = (b: HostPort): boolean =>
+      localBackend !== undefined ? sameHostPort(b, localBackend) || (b.port === localBackend.port && canonicalAddress(b.host) === canonicalAddress(localBackend.host)) : nodeAddresses.has(b.host);
+    if ((bgp.balance === 'local' || bgp.announce === 'local') && localBackend === undefined) {
+      log.warn({ balance: bgp.balance, announce: bgp.announce }, 'no backend is on this node (set policy.localBackend): with bgp.balance or bgp.announce local, this node never announces');
+    }
+
+    for (const vip of config.vips) {
+      await addVip(rt, iface.ifindex, vip).catch((err: unknown) => {
+        throw createError('BALLAST_E_NETLINK', `cannot add ${vip} to ${bgp.interface}: ${(err as Error).message}`, { cause: err });
+      });
+    }
+    own.defer('VIPs on bgp.interface', async () => {
+      if (keepAll) return;
+      for (const vip of config.vips) await delVip(rt, iface.ifindex, vip).catch((err: unknown) => log.error({ vip, err: (err as Error).message }, 'cannot remove a VIP'));
+    });
+
+    const speaker = new BirdSpeaker(bgp, family, config.vips, { log });
+    // the decision follows what the plane applied
+    let served: readonly HostPort[] = [];
+    let ready: readonly HostPort[] = [];
+    const decide = (): void => {
+      const d = announceDecision(bgp.announce, served, ready, isLocal);
+      void speaker.set(d.want, d.reason);
+    };
+
+    const tables = new TableRemoval(log, family);
+    own.defer('nftables table', async () => {
+      if (!keepAll) await tables.remove();
+    });
+    const applier = new NftablesApplier();
+    const lb = new LoadBalancer(
+      { apply: (d) => applier.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      { family, vips: config.vips, port: config.apiserver.port, local: nodeAddresses },
+    );
+    // the plane as the reconcile drives it, reporting each applied set to the decision
+    const plane = {
+      apply: async (set: ReadySet): Promise<readonly HostPort[]> => {
+        // withdraw before the last rule goes: a route must not outlive what serves it
+        const next = set.ready.filter((b) => b.family === family);
+        if (next.length === 0 && served.length > 0 && bgp.announce === 'backends') {
+          served = [];
+          ready = set.ready;
+          decide();
+        }
+        const now = await lb.apply(set);
+        served = now;
+        ready = set.ready;
+        decide();
+        return now;
+      },
+      reset: (v: Verdict) => lb.reset(v),
+      status: () => lb.status(),
+    };
+    const source = balancedSource(checker, isLocal, bgp.balance);
+    const rec = new Reconciler(plane, source, { log, ...VIP_PLANE_MESSAGES });
+    // with announce: local, the local apiserver's verdict counts even when balance is all
+    const onVerdict = (): void => {
+      ready = checker.verdicts().filter((v) => v.state === 'up').map((v) => v.backend);
+      if (bgp.announce === 'local') decide();
+    };
+    checker.on('verdict', onVerdict);
+    own.defer('BGP verdict subscription', () => void checker.off('verdict', onVerdict));
+    own.defer('VIP data plane verdict subscription', rec.follow());
+    await rec.sync();
+    if (rec.status().failures > 0) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${rec.status().lastError ?? 'unknown error'}`);
+    followers.lb = rec as unknown as Reconciler<LoadBalancer>;
+    own.defer('VIP data plane health subscription', () => {
+      followers.lb = null;
+    });
+
+    try {
+      await speaker.start();
+    } catch (err) {
+      if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}`, { cause: err });
+      throw err;
+    }
+    // withdraw first on the way down (the undo runs in reverse: this one before the table goes)
+    own.defer('BGP announcement', () => speaker.stop(!keepAll));
+    decide();
+    log.info({ vips: config.vips, interface: bgp.interface, socket: bgp.socket, configFile: bgp.configFile, peers: bgp.peers.map((p) => p.address), announce: bgp.announce, balance: bgp.balance, localBackend: localBackend ? formatHostPort(localBackend) : null }, 'BGP mode: the VIPs are announced through BIRD while this node can serve them');
+    return { status: () => ({ ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null }) };
+  });
+}
