@@ -206,6 +206,8 @@ export class BirdSpeaker {
     }
     this.#pushes++;
     await this.#apply();
+    // a push is the new baseline: the boot time it reads is not a restart
+    this.#lastReboot = null;
     await this.#read();
     if (!this.#daemonUp) {
       this.#daemonUp = true;

@@ -24,13 +24,13 @@ export type Need =
   /** root, kernel ≥ 5.14, a cgroup v2 hierarchy and the BPF object built (the cgroup socket programs) */
   | 'bpf'
   /** an executable; the Debian package scripts/setup.sh installs */
-  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool'
+  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool' | 'bird' | 'birdc'
   /** a peer daemon of the lab (lab/peers/) */
   | 'keepalived' | 'haproxy' | 'nginx'
   /** Debian's Chromium, for the status page in a real headless browser */
   | 'chromium';
 
-const PACKAGE: Record<string, string> = { ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus', chromium: 'chromium' };
+const PACKAGE: Record<string, string> = { bird: 'bird2', birdc: 'bird2', ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus', chromium: 'chromium' };
 
 function executable(path: string): boolean {
   try {
@@ -66,6 +66,8 @@ function missing(need: Need): string | null {
     case 'prometheus':
     case 'promtool':
     case 'chromium':
+    case 'bird':
+    case 'birdc':
       return onPath(need) ? null : `no ${need} on PATH (apt-get install ${PACKAGE[need]})`;
     case 'keepalived':
       return executable(KEEPALIVED_PATH) ? null : `no ${KEEPALIVED_PATH} (apt-get install keepalived)`;

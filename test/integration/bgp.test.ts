@@ -1,0 +1,148 @@
+/**
+ * BGP mode for real (prefix `bbgp`, subnets 130..134, needs root and BIRD 2): lab/bgp-lab.ts's
+ * routed lab — a router namespace running BIRD with BFD and ECMP into its kernel table, three
+ * nodes each on a routed link of its own (no shared L2), each with its own BIRD, a ballast agent
+ * and a TLS stand-in apiserver, and a client behind the router.
+ *
+ * Bounds: withdrawal on unready ≤ fall × interval + one interval + 400 ms (the nft apply, BIRD's
+ * UPDATE and the router's kernel sync, and this test's 10-20 ms polling of `ip route`); a dead
+ * node's path is gone within the BFD detection time (interval × multiplier) + 250 ms.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BgpLab, type BgpLabNode } from '../../lab/bgp-lab.js';
+import { bgpAgentConfig, startBgpAgent } from '../../lab/bgp-agents.js';
+import { cliPath, type LabAgent } from '../../lab/cluster.js';
+import { probeOnce, runProber } from '../../lab/lab.js';
+import { needs, waitFor } from '../support/index.js';
+import type { StatusDocument } from '../../src/observe/status.js';
+
+const INTERVAL_MS = 200;
+const FALL = 2;
+const BFD_MS = 100;
+const BFD_MULT = 3;
+
+/** Polls the router's route for `vip` until it has `n` next hops; resolves with the time taken, ms. */
+async function untilNexthops(b: BgpLab, vip: string, n: number, t0: number, timeoutMs: number): Promise<number> {
+  for (;;) {
+    const hops = await b.nexthops(vip);
+    const t = performance.now() - t0;
+    if (hops.length === n) return t;
+    if (t > timeoutMs) throw new Error(`the router's route for ${vip} still has ${hops.length} next hops (${hops.join(', ')}) after ${Math.round(t)} ms, expected ${n}`);
+  }
+}
+
+const bgpOf = async (a: LabAgent): Promise<NonNullable<StatusDocument['bgp']>> => {
+  const d = await a.anyStatus();
+  if (!d.bgp) throw new Error(`no bgp in /status of ${a.node.name}`);
+  return d.bgp;
+};
+
+describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab (root, BIRD 2; skipped otherwise)', () => {
+  let b: BgpLab;
+  const v4: LabAgent[] = [];
+  const v6: LabAgent[] = [];
+
+  beforeAll(async () => {
+    b = await BgpLab.create({ prefix: 'bbgp', subnet: 130, bfdIntervalMs: BFD_MS, bfdMultiplier: BFD_MULT });
+    await b.lab.startApiservers();
+    v4.push(...(await Promise.all(b.nodes.map((n) => startBgpAgent(b, n, { intervalMs: INTERVAL_MS, fall: FALL, balance: 'local' })))));
+  });
+
+  afterAll(async () => {
+    await Promise.all([...v4, ...v6].map((a) => a.stop().catch(() => undefined)));
+    await b?.teardown();
+  });
+
+  it('all three nodes announce: the router installs three ECMP paths, and a client is served', async () => {
+    await untilNexthops(b, b.vip4, 3, performance.now(), 15_000);
+    expect(await b.nexthops(b.vip4)).toStrictEqual(b.nodes.map((n) => n.link4.node).sort());
+    for (const a of v4) {
+      const s = await bgpOf(a);
+      expect([s.daemonUp, s.announced, s.wanted, s.peers.map((p) => p.session)], a.node.name).toStrictEqual([true, true, true, ['Established']]);
+    }
+    const metrics = await v4[0]!.admin('/metrics');
+    expect(metrics).toMatch(/^ballast_bgp_announced 1$/m);
+    expect(metrics).toMatch(/^ballast_bgp_daemon_up 1$/m);
+    expect(metrics).toMatch(new RegExp(`^ballast_bgp_peer_established\\{peer="${b.nodes[0]!.link4.router}"\\} 1$`, 'm'));
+    const r = await probeOnce(b.lab, `https://${b.vip4}:6443/version`);
+    expect(r.ok, JSON.stringify(r)).toBe(true);
+  });
+
+  it('an apiserver going unready withdraws its node\'s route within fall × interval + one interval', async () => {
+    const n3 = b.nodes[2]!;
+    const bound = FALL * INTERVAL_MS + INTERVAL_MS + 400;
+    const t0 = performance.now();
+    await b.lab.setReady(n3.node, false);
+    const took = await untilNexthops(b, b.vip4, 2, t0, 5000);
+    expect(await b.nexthops(b.vip4)).not.toContain(n3.link4.node);
+    expect(took, `withdrawn after ${Math.round(took)} ms`).toBeLessThanOrEqual(bound);
+    const s = await bgpOf(v4[2]!);
+    expect([s.announced, s.reason]).toStrictEqual([false, 'no ready backend in the data plane']);
+    await b.lab.setReady(n3.node, true);
+    await untilNexthops(b, b.vip4, 3, performance.now(), 5000);
+    console.log(`[bgp] withdrawal on unready: ${Math.round(took)} ms (bound ${bound} ms)`);
+  });
+
+  it('a config error in the bgp section names the field, exits 2 and changes nothing', async () => {
+    const n1 = b.nodes[0]!;
+    const before = readFileSync(n1.snippet4, 'utf8');
+    const bad = join(b.lab.dir, 'n1-bad.yaml');
+    writeFileSync(bad, bgpAgentConfig(b, n1, { adminPort: 9650, bgp: { peers: [{ address: n1.link4.router, asn: 0 }] } }));
+    const r = await b.lab.exec(n1.node.netns, [process.execPath, cliPath(), 'run', '--config', bad], { allowFail: true, timeoutMs: 10_000 });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain('bgp.peers[0].asn');
+    expect(readFileSync(n1.snippet4, 'utf8')).toBe(before);
+    expect(await b.nexthops(b.vip4)).toHaveLength(3);
+    expect((await bgpOf(v4[0]!)).announced).toBe(true);
+  });
+
+  it('the routing daemon dying is reported, and recovered from when it is back', async () => {
+    const n1 = b.nodes[0]!;
+    n1.bird!.kill('SIGKILL');
+    await n1.bird!.exited;
+    await waitFor(() => bgpOf(v4[0]!), (s) => !s.daemonUp, { timeoutMs: 3000, what: 'n1 to report its BIRD down' });
+    expect(await v4[0]!.admin('/metrics')).toMatch(/^ballast_bgp_daemon_up 0$/m);
+    // the router's BFD notices n1's BIRD is gone
+    await untilNexthops(b, b.vip4, 2, performance.now(), 3000);
+    await b.startNodeBird(n1);
+    const s = await waitFor(() => bgpOf(v4[0]!), (x) => x.daemonUp && x.announced && x.peers[0]!.session === 'Established', { timeoutMs: 10_000, what: 'n1 to push its configuration again' });
+    expect(s.daemonLosses).toBeGreaterThanOrEqual(1);
+    await untilNexthops(b, b.vip4, 3, performance.now(), 10_000);
+  });
+
+  it('IPv6: every node announces the /128 (balance all, announce local) and a client is served over IPv6', async () => {
+    v6.push(...(await Promise.all(b.nodes.map((n) => startBgpAgent(b, n, { family: 6, intervalMs: INTERVAL_MS, fall: FALL, balance: 'all', announce: 'local' })))));
+    await untilNexthops(b, b.vip6, 3, performance.now(), 15_000);
+    expect(await b.nexthops(b.vip6)).toStrictEqual(b.nodes.map((n) => n.link6.node).sort());
+    const r = await probeOnce(b.lab, `https://[${b.vip6}]:6443/version`);
+    expect(r.ok, JSON.stringify(r)).toBe(true);
+    // a clean stop withdraws (docs/bgp.md: keepOnStop is not all)
+    const t0 = performance.now();
+    await v6[1]!.stop();
+    await untilNexthops(b, b.vip6, 2, t0, 3000);
+    expect(await b.nexthops(b.vip6)).not.toContain(b.nodes[1]!.link6.node);
+  });
+
+  it('a dead node (link down, agent and BIRD SIGKILLed) is removed within the BFD detection time + 250 ms; clients keep being served', async () => {
+    const n2: BgpLabNode = b.nodes[1]!;
+    const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 10, durationMs: 4000, timeoutMs: 250 });
+    await waitFor(() => prober.results().length, (k) => k >= 50, { timeoutMs: 5000, what: 'the prober to run' });
+    const bound = BFD_MS * BFD_MULT + 250;
+    const t0 = performance.now();
+    const tKill = prober.now();
+    await b.killNode(n2, v4[1]!.proc);
+    const took = await untilNexthops(b, b.vip4, 2, t0, 5000);
+    expect(await b.nexthops(b.vip4)).toStrictEqual([b.nodes[0]!.link4.node, b.nodes[2]!.link4.node].sort());
+    expect(took, `removed after ${Math.round(took)} ms`).toBeLessThanOrEqual(bound);
+    const report = await prober.done;
+    // every request that started once the path was gone (+ one request timeout) was answered
+    const after = report.results.filter((r) => r.t > tKill + took + 250);
+    expect(after.length).toBeGreaterThan(50);
+    expect(after.filter((r) => !r.ok), JSON.stringify(after.filter((r) => !r.ok).slice(0, 3))).toStrictEqual([]);
+    expect(report.maxOutageMs).toBeLessThanOrEqual(bound + 250);
+    expect(Object.keys(report.nodes).sort()).toContain('n1');
+    console.log(`[bgp] dead node removed after ${Math.round(took)} ms (bound ${bound}); client: ${report.failed} failed of ${report.requests}, longest outage ${report.maxOutageMs} ms`);
+  });
+});

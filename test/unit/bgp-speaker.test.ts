@@ -1,0 +1,139 @@
+/**
+ * BirdSpeaker against a stand-in of BIRD's control socket (a Unix socket server here speaking
+ * the reply format of bird.ts's header): the commands ballast sends, and the daemon's absence,
+ * loss and return. BIRD itself is driven in test/integration/bgp.test.ts.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { validateConfig } from '../../src/config/index.js';
+import { BirdSpeaker } from '../../src/bgp/speaker.js';
+import { waitFor } from '../../lab/wait.js';
+
+interface FakeBird {
+  server: Server;
+  commands: string[];
+  /** the static protocol's state as the fake keeps it */
+  vipUp: boolean;
+  reboot: string;
+  close(): Promise<void>;
+}
+
+function startFakeBird(path: string, reboot = '2026-12-01 10:00:00.000'): Promise<FakeBird> {
+  const socks = new Set<Socket>();
+  const fake: FakeBird = {
+    server: createServer((s) => {
+      socks.add(s);
+      s.on('close', () => socks.delete(s));
+      s.write('0001 BIRD 2.0.12 ready.\n');
+      let buf = '';
+      s.on('data', (d) => {
+        buf += d.toString();
+        let nl: number;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const cmd = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          fake.commands.push(cmd);
+          s.write(answer(cmd));
+        }
+      });
+    }),
+    commands: [],
+    vipUp: false,
+    reboot,
+    close: () =>
+      new Promise((r) => {
+        for (const s of socks) s.destroy();
+        fake.server.close(() => r());
+      }),
+  };
+  const answer = (cmd: string): string => {
+    if (cmd === 'configure') return '0002-Reading configuration from bird.conf\n0003 Reconfigured\n';
+    if (cmd === 'enable ballast_vip4') {
+      fake.vipUp = true;
+      return '0011-ballast_vip4: enabled\n0000 \n';
+    }
+    if (cmd === 'disable ballast_vip4') {
+      fake.vipUp = false;
+      return '0009-ballast_vip4: disabled\n0000 \n';
+    }
+    if (cmd === 'show status') return `1000-BIRD 2.0.12\n1011-Router ID is 10.0.1.2\n Last reboot on ${fake.reboot}\n0013 Daemon is up and running\n`;
+    if (cmd === 'show protocols') {
+      return `2002-Name       Proto      Table      State  Since         Info\n1002-ballast_vip4 Static     master4    ${fake.vipUp ? 'up' : 'down'}     10:00:00.000  \n ballast_peer4_1 BGP        ---        up     10:00:01.000  Established   \n0000 \n`;
+    }
+    return '9001 syntax error\n';
+  };
+  return new Promise((resolve) => fake.server.listen(path, () => resolve(fake)));
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'ballast-speaker-'));
+const socket = join(dir, 'bird.ctl');
+const configFile = join(dir, 'ballast4.conf');
+const config = validateConfig({
+  mode: 'bgp',
+  vips: ['10.0.0.100'],
+  apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } },
+  bgp: { socket, configFile, localAsn: 64512, peers: [{ address: '10.0.1.1', asn: 64500 }] },
+});
+const log = { lines: [] as string[], info(_o: object, m: string) { this.lines.push(`info ${m}`); }, warn(_o: object, m: string) { this.lines.push(`warn ${m}`); }, error(_o: object, m: string) { this.lines.push(`error ${m}`); } };
+
+let speaker: BirdSpeaker | undefined;
+let fake: FakeBird | undefined;
+afterEach(async () => {
+  await speaker?.stop(false);
+  await fake?.close();
+  speaker = undefined;
+  fake = undefined;
+});
+
+describe('BirdSpeaker', () => {
+  it('pushes the snippet, announces with enable, withdraws with disable', async () => {
+    fake = await startFakeBird(socket);
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 50 });
+    await speaker.start();
+    expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'disable ballast_vip4']);
+    expect(readFileSync(configFile, 'utf8')).toContain('  disabled yes;');
+    await speaker.set(true, 'test');
+    expect(fake.commands.at(-1)).toBe('enable ballast_vip4');
+    expect(readFileSync(configFile, 'utf8')).toContain('  disabled no;');
+    expect(speaker.status()).toMatchObject({ daemonUp: true, announced: true, wanted: true, reason: 'test', version: '2.0.12', routerId: '10.0.1.2', pushes: 1 });
+    await waitFor(() => speaker!.status().peers[0]!.session, (s) => s === 'Established', { timeoutMs: 2000, what: 'the peer state' });
+    await speaker.set(false, 'gone');
+    expect(fake.commands.at(-1)).toBe('disable ballast_vip4');
+    expect(speaker.status().announced).toBe(false);
+  });
+
+  it('runs without the daemon, reports it, and pushes when it appears', async () => {
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 50 });
+    await speaker.start();
+    await speaker.set(true, 'ready');
+    expect(speaker.status()).toMatchObject({ daemonUp: false, announced: false, wanted: true });
+    expect(speaker.status().lastError).toMatch(/ENOENT|ECONNREFUSED/);
+    expect(readFileSync(configFile, 'utf8')).toContain('  disabled no;');
+    fake = await startFakeBird(socket);
+    await waitFor(() => speaker!.status(), (s) => s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push' });
+    expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
+  });
+
+  it('notices the daemon going away and a restart, and pushes again', async () => {
+    fake = await startFakeBird(socket);
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 50 });
+    await speaker.start();
+    await speaker.set(true, 'ready');
+    await fake.close();
+    await waitFor(() => speaker!.status(), (s) => !s.daemonUp, { timeoutMs: 2000, what: 'the loss' });
+    expect(speaker.status()).toMatchObject({ announced: false, wanted: true, daemonLosses: 1 });
+    fake = await startFakeBird(socket, '2026-12-01 11:00:00.000');
+    await waitFor(() => speaker!.status(), (s) => s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push after the return' });
+    expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
+    expect(speaker.status().pushes).toBe(2);
+    // someone disables the protocol by hand: put back at the next look
+    fake.vipUp = false;
+    const n = fake.commands.length;
+    await waitFor(() => fake!.commands.slice(n), (c) => c.includes('enable ballast_vip4'), { timeoutMs: 2000, what: 'the state set again' });
+  });
+});
+
+process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
