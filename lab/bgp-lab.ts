@@ -181,7 +181,8 @@ export class BgpLab {
     mkdirSync(n.birdDir, { recursive: true });
     const conf = join(n.birdDir, 'bird.conf');
     // the operator's one line: a glob, so that BIRD starts before ballast first wrote its snippet
-    writeFileSync(conf, [`router id ${n.link4.node};`, `log "${join(n.birdDir, 'bird.log')}" all;`, `include "${join(n.birdDir, 'ballast*.conf')}";`, ''].join('\n'));
+    // (BIRD refuses a configuration without any protocol; an operator's has at least its device protocol)
+    writeFileSync(conf, [`router id ${n.link4.node};`, `log "${join(n.birdDir, 'bird.log')}" all;`, 'protocol device { }', `include "${join(n.birdDir, 'ballast*.conf')}";`, ''].join('\n'));
     n.bird = this.lab.spawn(n.node.netns, ['bird', '-f', '-c', conf, '-s', n.socket, '-P', join(n.birdDir, 'bird.pid')], { logFile: `bird-${n.node.name}.out` });
     await waitFor(async () => (await this.birdc(n.node.netns, n.socket, 'show status')).includes('Daemon is up'), { timeoutMs: 5000, intervalMs: 50, what: `${n.node.name}'s BIRD` });
   }

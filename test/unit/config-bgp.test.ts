@@ -49,15 +49,11 @@ describe('config: mode bgp', () => {
   });
 
   it('normalizes every setting', () => {
+    // the settings whose normalized form is what was written
+    const same = { socket: '/run/b.ctl', configFile: '/etc/bird/x.conf', interface: 'vip0', localAsn: 4_200_000_000, routerId: '10.0.1.2', announce: 'local', balance: 'local' };
     const c = validateConfig(
       withBgp({
-        socket: '/run/b.ctl',
-        configFile: '/etc/bird/x.conf',
-        interface: 'vip0',
-        localAsn: 4_200_000_000,
-        routerId: '10.0.1.2',
-        announce: 'local',
-        balance: 'local',
+        ...same,
         communities: ['64512:100', '4200000000:1:02'],
         holdTime: '30s',
         keepaliveTime: '10s',
@@ -71,13 +67,7 @@ describe('config: mode bgp', () => {
       }),
     );
     expect(c.bgp).toMatchObject({
-      socket: '/run/b.ctl',
-      configFile: '/etc/bird/x.conf',
-      interface: 'vip0',
-      localAsn: 4_200_000_000,
-      routerId: '10.0.1.2',
-      announce: 'local',
-      balance: 'local',
+      ...same,
       communities: ['64512:100', '4200000000:1:2'],
       holdTimeMs: 30_000,
       keepaliveTimeMs: 10_000,
