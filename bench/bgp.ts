@@ -10,9 +10,10 @@
  *   - VRRP (lab/lab.ts, prefix bbgpv, its own namespaces): three nodes on one bridge, ballast with
  *     VRRPv3 adverts every 100 ms (priorities 150/100/50), load balancing to every node's apiserver.
  *
- * A round kills one node of each lab the same way — its link goes down (BGP: the node's eth0, so
- * the router's port only loses carrier; VRRP: its bridge port) and its agent (and BIRD) get
- * SIGKILL — while the client sends a request on a NEW TLS connection every 10 ms (250 ms timeout)
+ * A round kills one node of each lab — BGP: the node goes silent (nftables drops everything in
+ * and out, the link stays up, so only BFD can tell); VRRP: its bridge port goes down — and its
+ * agent (and BIRD) get SIGKILL, while the client sends a request on a NEW TLS connection every
+ * 10 ms (250 ms timeout)
  * to https://VIP:6443/version. VRRP kills the VIP holder (n1); BGP kills n2 (any node: they all
  * serve). Per round: `outage` = the prober's longest run of failures (maxOutageMs), `errors` =
  * failed requests, `tail` = the kill to the end of the last failed request (how long any client
@@ -84,7 +85,8 @@ async function bgpDeath(b: BgpLab, agents: LabAgent[], run: number): Promise<Dea
     await sleep(BEFORE_MS);
     const tKill = prober.now();
     const t0 = performance.now();
-    await b.killNode(n2, agents[1]!.proc);
+    // silent (nftables drop, link up): only BFD can tell; a veth link down is seen by the router's kernel at once
+    await b.killNode(n2, agents[1]!.proc, 'silent');
     await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 2, { timeoutMs: 5000, intervalMs: 5, what: 'the dead node\'s path to go' });
     out.removedMs = round1(performance.now() - t0);
     await sleep(AFTER_MS);

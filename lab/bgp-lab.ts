@@ -209,12 +209,18 @@ export class BgpLab {
   }
 
   /**
-   * Kills `n` as a dead machine looks to the router: its eth0 goes down (the router's end loses
-   * carrier but stays administratively up, so only BFD or the hold timer can tell), then its
-   * agent (`agent`, if given) and its BIRD get SIGKILL.
+   * Kills `n`: `linkDown` takes its eth0 down (the router's end loses carrier: the router's kernel
+   * and BIRD see that at once), `silent` drops everything in and out of it with nftables, a hung
+   * machine whose link stays up (only BFD or the hold timer can tell); then its agent (`agent`,
+   * if given) and its BIRD get SIGKILL.
    */
-  async killNode(n: BgpLabNode, agent?: LabProcess): Promise<void> {
-    await this.#ip(n.node.netns, 'link', 'set', 'eth0', 'down');
+  async killNode(n: BgpLabNode, agent?: LabProcess, how: 'linkDown' | 'silent' = 'linkDown'): Promise<void> {
+    if (how === 'linkDown') await this.#ip(n.node.netns, 'link', 'set', 'eth0', 'down');
+    // a hung machine: nothing in or out, the link stays up (only BFD, or the hold timer, can tell)
+    else {
+      const rules = 'add table inet bbgpdead; add chain inet bbgpdead in { type filter hook input priority -400; policy drop; }; add chain inet bbgpdead out { type filter hook output priority -400; policy drop; }';
+      await this.lab.exec(n.node.netns, ['nft', rules]);
+    }
     agent?.kill('SIGKILL');
     n.bird?.kill('SIGKILL');
     await Promise.all([agent?.exited, n.bird?.exited]);
@@ -223,6 +229,7 @@ export class BgpLab {
 
   /** Brings `n`'s link back (addresses and routes as #route made them). */
   async reviveLink(n: BgpLabNode): Promise<void> {
+    await this.lab.exec(n.node.netns, ['nft', 'delete', 'table', 'inet', 'bbgpdead'], { allowFail: true });
     await this.#ip(n.node.netns, 'link', 'set', 'eth0', 'up');
     await this.#ip(n.node.netns, 'route', 'replace', 'default', 'via', n.link4.router);
     await this.#ip(n.node.netns, '-6', 'route', 'replace', 'default', 'via', n.link6.router);

@@ -86,7 +86,8 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         // the VIPs locked now, not the start-up ones: a reload may have given some up to another agent
         own.defer('VIPs (an earlier run\'s)', () => removeLeftoverVips(ifindex, l.vips(), ctx.log));
       }
-    } else {
+    } else if (config.bgp === null) {
+      // (mode: bgp takes its family's nftables table lock instead, agent/bgp.ts: one agent per family)
       const lock = await acquireEndpointLock();
       own.defer('local endpoint lock', () => lock.close());
     }

@@ -125,14 +125,15 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     expect(await b.nexthops(b.vip6)).not.toContain(b.nodes[1]!.link6.node);
   });
 
-  it('a dead node (link down, agent and BIRD SIGKILLed) is removed within the BFD detection time + 250 ms; clients keep being served', async () => {
+  it('a dead node (hung: nothing in or out, link up; agent and BIRD SIGKILLed) is removed within the BFD detection time + 250 ms; clients keep being served', async () => {
     const n2: BgpLabNode = b.nodes[1]!;
     const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 10, durationMs: 4000, timeoutMs: 250 });
     await waitFor(() => prober.results().length, (k) => k >= 50, { timeoutMs: 5000, what: 'the prober to run' });
     const bound = BFD_MS * BFD_MULT + 250;
     const t0 = performance.now();
     const tKill = prober.now();
-    await b.killNode(n2, v4[1]!.proc);
+    // silent, not link down: the router's port loses carrier with a veth link down, which its kernel and BIRD act on at once (27 ms seen), so only this case measures BFD
+    await b.killNode(n2, v4[1]!.proc, 'silent');
     const took = await untilNexthops(b, b.vip4, 2, t0, 5000);
     expect(await b.nexthops(b.vip4)).toStrictEqual([b.nodes[0]!.link4.node, b.nodes[2]!.link4.node].sort());
     expect(took, `removed after ${Math.round(took)} ms`).toBeLessThanOrEqual(bound);
