@@ -67,6 +67,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Lab, onJsonLines, type LabNode, type LabProcess } from '../lab/lab.js';
@@ -77,7 +78,7 @@ import { HAPROXY_PATH, haproxyVersion, startHaproxy, statsCommand, type HaproxyP
 import { parseWatchMetrics } from '../lab/apiserver-standin.js';
 import { runIfMain } from '../lab/entry.js';
 import { stats, type Stats } from './stats.js';
-import { errText, fmt, fmtRatio, forgetVip, intArg, progress, ratioOf, round1, say, waitForStableHolder } from './common.js';
+import { errText, fmt, fmtRatio, forgetVip, intArg, load, progress, ratioOf, round1, say, waitForStableHolder } from './common.js';
 import { counterDelta, parseConntrackStats, parseNetstat, parseProcStat, parseSoftirq, spread, stormFigures, upAt, type Spread, type StormEvent, type StormFigures } from './storm-stats.js';
 
 const PREFIX = 'bstrm';
@@ -174,6 +175,9 @@ export interface SetupSummary {
   softirqMs: Stats;
   /** rounds in which some connection never came back within the cap */
   incomplete: number;
+  /** failed attempts summed over the rounds, and the rounds with any (a median of 0 hides a bad round) */
+  failedTotal: number;
+  roundsWithFailures: number;
 }
 
 /** `--json`: everything. Times in ms. */
@@ -183,6 +187,8 @@ export interface StormReport {
   connections: number;
   clients: number;
   roundsPerSetup: number;
+  /** the machine's load averages (1, 5, 15 min) at the start and the end: the lab shares the machine */
+  load?: { start: number[]; end: number[] };
   rounds: RoundResult[];
   summary: SetupSummary[];
   /** ballast median / keepalived+haproxy median */
@@ -317,6 +323,8 @@ function cpuTicks(pids: Record<string, number[]>): Record<string, number> {
   }
   return out;
 }
+
+const nproc = (): number => availableParallelism();
 
 const softirqTicks = (): number => parseSoftirq(readFileSync('/proc/stat', 'utf8'));
 
@@ -485,6 +493,8 @@ export function summarize(rounds: readonly RoundResult[]): { summary: SetupSumma
       cpuPct: med(rs.map((r) => r.cpu?.pctOfCore)),
       softirqMs: med(rs.map((r) => r.cpu?.machineSoftirqMs)),
       incomplete: f.filter((x) => x.t100Ms === null).length,
+      failedTotal: f.reduce((a, x) => a + x.failed, 0),
+      roundsWithFailures: f.filter((x) => x.failed > 0).length,
     };
   });
   const [b, h] = [summary[0]!, summary[1]!];
@@ -531,6 +541,7 @@ function printTable(rep: StormReport): void {
   col('    of which TCP connect, p99, ms', (x) => fmt(x.tcpP99.median, 0));
   col('    of which TLS handshake, p99, ms', (x) => fmt(x.tlsP99.median, 0));
   col('failed reconnect attempts', (x) => fmt(x.failed.median, 0), rep.ratios.failed);
+  col('  sum over rounds (rounds with any)', (x) => `${x.failedTotal} (${x.roundsWithFailures})`);
   col('connections that retried', (x) => fmt(x.retried.median, 0));
   col('spread n2/n3: busiest / fair', (x) => fmt(x.maxOverFair.median, 0, 3), rep.ratios.maxOverFair);
   col('new holder CPU, ms', (x) => fmt(x.cpuMs.median, 0), rep.ratios.cpuMs);
@@ -613,6 +624,7 @@ async function main(): Promise<number> {
   const kv = keepalivedVersion()?.join('.') ?? 'unknown';
   const hv = haproxyVersion()?.join('.') ?? 'unknown';
   const t0 = Date.now();
+  const loadStart = load();
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, ipv6: false });
   try {
     say(`reconnect storm: ballast vs keepalived ${kv} + haproxy ${hv} (the kubeadm HA guide's pair), one lab, one run`);
@@ -635,13 +647,14 @@ async function main(): Promise<number> {
       connections,
       clients: clientCount,
       roundsPerSetup: rounds,
+      load: { start: loadStart, end: load() },
       rounds: results,
       ...summarize(results),
     };
     if (values.save !== undefined) writeFileSync(values.save, `${JSON.stringify(rep, null, 2)}\n`);
     report(rep, values.json);
     say();
-    say(`${results.length} rounds in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+    say(`${results.length} rounds in ${((Date.now() - t0) / 1000).toFixed(0)} s; load average ${loadStart.join(' ')} at the start, ${load().join(' ')} at the end (${nproc()} cores)`);
     return results.some((r) => r.error !== undefined) ? 1 : 0;
   } finally {
     await lab.teardown();

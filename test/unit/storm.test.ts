@@ -152,6 +152,7 @@ describe('summarize', () => {
       ['ballast', 3, 5000, 5100, 2, 200, 1, 0],
       ['haproxy', 3, 9000, 9100, 20, 500, 1.2, 0],
     ]);
+    expect(summary.map((s) => [s.failedTotal, s.roundsWithFailures])).toStrictEqual([[6, 2], [60, 3]]);
     expect(ratios).toStrictEqual({ t99: 0.56, t100: 0.56, reconnectP99: 0.5, failed: 0.1, maxOverFair: 0.83, cpuMs: 0.4 });
   });
 });
