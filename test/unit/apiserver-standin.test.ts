@@ -167,14 +167,16 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     store = mkdtempSync(join(tmpdir(), 'ballast-store-'));
     // a port of its own: the informer of the test before may still retry on PORT
     const port = PORT + 1;
-    running.push(await startStandin({ name: 'm', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, store, address: '127.0.0.1', token: TOKEN, log: () => undefined }));
+    const s = await startStandin({ name: 'm', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, store, address: '127.0.0.1', token: TOKEN, log: () => undefined });
+    running.push(s);
     const metrics = async (token: string | null = TOKEN): Promise<{ status: number; body: string }> => get('127.0.0.1', '/metrics', token, port);
     expect(parseWatchMetrics((await metrics()).body)).toStrictEqual({ open: 0, started: 0 });
     expect((await metrics(null)).status).toBe(401);
-    // two watches of 1 s: while they stream, 2 open and 2 started; after they end, 0 open and 2 started
-    const ws = [1, 2].map(() => get('127.0.0.1', `${SLICES}?watch=true&timeoutSeconds=1`, TOKEN, port));
+    // two watches: while they stream, 2 open and 2 started; after they end, 0 open and 2 started
+    const ws = [1, 2].map(() => get('127.0.0.1', `${SLICES}?watch=true`, TOKEN, port));
     const open = await waitFor(async () => parseWatchMetrics((await metrics()).body), (x) => x.open === 2, { timeoutMs: 900, intervalMs: 20, what: 'two open watches' });
     expect(open).toStrictEqual({ open: 2, started: 2 });
+    s.endWatches();
     await Promise.all(ws);
     // the stream's end is written after the stand-in dropped it from its set: 0 at once
     expect(parseWatchMetrics((await metrics()).body)).toStrictEqual({ open: 0, started: 2 });
