@@ -78,8 +78,6 @@ Napi::Function NftWatch::Define(Napi::Env env) {
   return DefineClass(env, "NftWatch",
                      {
                          InstanceMethod<&NftWatch::Close>("close"),
-                         InstanceMethod<&NftWatch::RefLoop>("ref"),
-                         InstanceMethod<&NftWatch::UnrefLoop>("unref"),
                          InstanceMethod<&NftWatch::Stats>("stats"),
                      });
 }
@@ -87,6 +85,8 @@ Napi::Function NftWatch::Define(Napi::Env env) {
 NftWatch::NftWatch(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftWatch>(info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsFunction()) ThrowTypeError(env, "onChange must be a function");
+  if (info.Length() < 2 || !info[1].IsBoolean()) ThrowTypeError(env, "keepAlive must be a boolean");
+  const bool keepAlive = info[1].As<Napi::Boolean>().Value();
 
   struct mnl_socket* nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (nl == nullptr) ThrowSystemError(env, errno, "socket(AF_NETLINK, NETLINK_NETFILTER)", kSubject);
@@ -132,6 +132,8 @@ NftWatch::NftWatch(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NftWatch>(
     Shut(loop);
     throw Napi::Error::New(env, "napi_add_async_cleanup_hook failed");
   }
+  // keepAlive false: like an unref'd node handle, the watch alone does not keep the loop running
+  if (!keepAlive) uv_unref(reinterpret_cast<uv_handle_t*>(&loop->poll));
   loop->owner = this;
   loop_ = loop;
   buffer_.resize(kReceiveBuffer);
@@ -177,16 +179,6 @@ Napi::Value NftWatch::Close(const Napi::CallbackInfo& info) {
     Shut(loop_);
     Napi::ObjectWrap<NftWatch>::Unref();
   }
-  return info.Env().Undefined();
-}
-
-Napi::Value NftWatch::RefLoop(const Napi::CallbackInfo& info) {
-  if (Open()) uv_ref(reinterpret_cast<uv_handle_t*>(&loop_->poll));
-  return info.Env().Undefined();
-}
-
-Napi::Value NftWatch::UnrefLoop(const Napi::CallbackInfo& info) {
-  if (Open()) uv_unref(reinterpret_cast<uv_handle_t*>(&loop_->poll));
   return info.Env().Undefined();
 }
 

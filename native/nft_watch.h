@@ -18,7 +18,8 @@ class NftWatch : public Napi::ObjectWrap<NftWatch> {
  public:
   static Napi::Function Define(Napi::Env env);
 
-  // new NftWatch(onChange): onChange({ tables: string[], generation: number, lost: boolean })
+  // new NftWatch(onChange, keepAlive): onChange({ tables: string[], generation: number,
+  // lost: boolean }); keepAlive false leaves the poll handle unref'd (uv_unref)
   explicit NftWatch(const Napi::CallbackInfo& info);
   ~NftWatch() override;
 
@@ -26,8 +27,6 @@ class NftWatch : public Napi::ObjectWrap<NftWatch> {
   struct Loop;
 
   Napi::Value Close(const Napi::CallbackInfo& info);
-  Napi::Value RefLoop(const Napi::CallbackInfo& info);
-  Napi::Value UnrefLoop(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
 
   // from libuv: read what is queued (bounded), then one call of onChange; never throws

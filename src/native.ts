@@ -163,8 +163,6 @@ interface RawVrrpSocket {
 /** The raw NftWatch object of the addon ({@link NftWatch}). */
 interface RawNftWatch {
   stats(): NftWatchStats;
-  ref(): void;
-  unref(): void;
   close(): void;
 }
 
@@ -224,7 +222,7 @@ interface Addon {
   ) => RawVrrpSocket;
   PacketSocket: new (ifname: string, protocol?: number, filter?: Buffer) => RawPacketSocket;
   SockLb: new (object: string, cgroup: string, pinDir: string) => RawSockLb;
-  NftWatch: new (onChange: (batch: NftChangeBatch) => void) => RawNftWatch;
+  NftWatch: new (onChange: (batch: NftChangeBatch) => void, keepAlive: boolean) => RawNftWatch;
   bpfDetach(pinDir: string): number;
   netnsCookie(): bigint;
   cgroupPrograms(cgroup: string): CgroupHookPrograms[];
@@ -739,8 +737,8 @@ export interface NftWatchStats {
  * that touches a table, chain, rule, set, element, object or flowtable produces notifications;
  * each wake-up calls `onChange` once with the tables they named. Only the network namespace the
  * thread is in when it opens the watch is seen (netlink sockets belong to their namespace).
- * Nothing runs while nothing changes. An open watch keeps the event loop alive unless
- * {@link NftWatch.unref} is called.
+ * Nothing runs while nothing changes. An open watch keeps the event loop alive unless opened
+ * with `keepAlive: false`.
  */
 export class NftWatch {
   readonly #raw: RawNftWatch;
@@ -753,30 +751,22 @@ export class NftWatch {
    * Opens the socket and starts receiving at once.
    * @param onChange called once per wake-up with what arrived ({@link NftChangeBatch}); a call
    *   with `lost: true` may name no table. An exception it throws is an uncaught exception.
+   * @param opts.keepAlive whether the open watch keeps the event loop alive (default true; false
+   *   is uv_unref: the process may exit while it is open).
    * @throws TypeError when onChange is not a function.
    * @throws NativeError EPERM from setsockopt(NETLINK_ADD_MEMBERSHIP) without CAP_NET_ADMIN;
    *   EPROTONOSUPPORT from socket() when nfnetlink is not available.
    * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
    */
-  static open(onChange: (batch: NftChangeBatch) => void): NftWatch {
+  static open(onChange: (batch: NftChangeBatch) => void, opts: { keepAlive?: boolean } = {}): NftWatch {
     if (typeof onChange !== 'function') throw new TypeError('onChange must be a function');
     const { NftWatch: Raw } = native();
-    return new NftWatch(new Raw(onChange));
+    return new NftWatch(new Raw(onChange, opts.keepAlive ?? true));
   }
 
-  /** Counters since opening ({@link NftWatchStats}); still readable after close. */
-  stats(): NftWatchStats {
+  /** Counters since opening ({@link NftWatchStats}), read from the addon; still readable after close. */
+  get stats(): NftWatchStats {
     return this.#raw.stats();
-  }
-
-  /** Makes the open watch keep the event loop alive again (the default). No-op when closed. */
-  ref(): void {
-    this.#raw.ref();
-  }
-
-  /** Lets the event loop exit while the watch is open (uv_unref). No-op when closed. */
-  unref(): void {
-    this.#raw.unref();
   }
 
   /** Stops receiving and closes the socket. Idempotent; never throws. */

@@ -70,12 +70,8 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const watch = new TableWatch({
       family,
       log,
-      subscribe: (onChange) => {
-        const w = NftWatch.open(onChange);
-        // the agent's lifetime is its other handles': this one alone keeps nothing running
-        w.unref();
-        return w;
-      },
+      // the agent's lifetime is its other handles': this one alone keeps nothing running
+      subscribe: (onChange) => NftWatch.open(onChange, { keepAlive: false }),
       verify: () => applier.verify(family, { signal: ctx.signal }),
       restore: async () => {
         applier.forget(family);

@@ -208,7 +208,8 @@ export class TableWatch {
       this.#st.verifies++;
       found = await this.#d.verify();
     } catch (err) {
-      log.warn({ family, err: (err as Error).message }, 'cannot verify the nftables table ballast; checked again later');
+      // a stop kills the nft under way: that is not worth a line
+      if (!this.#stopped) log.warn({ family, err: (err as Error).message }, 'cannot verify the nftables table ballast; checked again later');
       return;
     }
     if (found !== 'missing' && found !== 'altered') return;
