@@ -27,8 +27,6 @@
  * Needs root, keepalived, haproxy, a built addon and BPF object, and the compiled scripts
  * (`npm run build:ts`). Tears the lab down at the end, also on failure and on SIGINT.
  */
-import { existsSync, rmSync } from 'node:fs';
-import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Lab, type LabNode, type LabProcess } from '../lab/lab.js';
 import { LabAgent, startAgent } from '../lab/cluster.js';
@@ -36,7 +34,7 @@ import { sleep, waitFor } from '../lab/wait.js';
 import { KEEPALIVED_PATH, keepalivedVersion, startKeepalived } from '../lab/peers/keepalived.js';
 import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyPeer } from '../lab/peers/haproxy.js';
 import { pinDirFor } from '../src/dataplane/ebpf.js';
-import { SockLb } from '../src/native.js';
+import { detachPinsOnExit, removeEndpointPins } from '../lab/pins.js';
 import { errText, fmt, fmtRatio, intArg, load, preflight, progress, ratioOf, rotate, round1, say, waitForStableHolder } from './common.js';
 import { stats } from './stats.js';
 import { cpuPercent, sampleTree } from './procfs.js';
@@ -209,12 +207,8 @@ async function main(argv: string[]): Promise<number> {
 
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
   let pinDir: string | undefined;
-  const detachPins = (): void => {
-    if (pinDir !== undefined && existsSync(pinDir)) SockLb.detach(pinDir);
-  };
-  process.on('exit', detachPins);
-  process.prependOnceListener('SIGINT', detachPins);
-  process.prependOnceListener('SIGTERM', detachPins);
+  const pins = detachPinsOnExit(() => pinDir);
+  const detachPins = pins.detach;
   try {
     const n1 = lab.nodes[0]!;
     const cgroup = await lab.cgroup(n1);
@@ -250,9 +244,8 @@ async function main(argv: string[]): Promise<number> {
     }
   } finally {
     await lab.teardown();
-    detachPins();
-    // the agents' host-wide lock file for these pins (free once they exited)
-    if (pinDir !== undefined) rmSync(`/run/ballast/${basename(pinDir)}.lock`, { force: true });
+    if (pinDir !== undefined) removeEndpointPins(pinDir);
+    pins.release();
   }
   for (const r of results.values()) {
     r.rssMiB = stats(r.rounds.map((x) => x.rssMiB)).median;
