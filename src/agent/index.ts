@@ -29,6 +29,7 @@ import { createNotifier, type ServiceManager } from '../observe/notify.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
 import { startAdminPhase } from './admin.js';
 import { startElection } from './election.js';
+import { discardPrewarmed, prewarmWorker } from '../vrrp/host.js';
 import { startDiscovery } from './discovery.js';
 import { startHealth, type HealthFollowers } from './health.js';
 import { startLocalEndpoint } from './local-endpoint.js';
@@ -93,6 +94,11 @@ export async function startAgent(
   opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel; serviceManager?: ServiceManager | null } = {},
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
+  // the election worker's thread boots while the phases before the election run (vrrp/host.ts)
+  if (config.vrrp) {
+    prewarmWorker();
+    stack.defer('prewarmed election worker', discardPrewarmed);
+  }
   const cancel = new AbortController();
   const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null, discovery: null };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };

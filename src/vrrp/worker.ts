@@ -7,6 +7,8 @@ import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineReconfigur
 
 /** Main thread → worker. */
 export type ToWorker =
+  /** the options of a prewarmed worker (started with workerData null): its first message */
+  | { type: 'start'; opts: EngineOptions }
   | { type: 'status'; id: number }
   | { type: 'priority'; priority: number }
   | { type: 'preemptHold'; hold: boolean }
@@ -34,7 +36,9 @@ const finish = (): void => void setTimeout(() => port.close(), 20);
 
 let engine: VrrpEngine | null = null;
 try {
-  engine = await VrrpEngine.start(workerData as EngineOptions, post);
+  // a worker started ahead of its election (host.ts prewarmWorker) gets its options in its first message
+  const opts = (workerData as EngineOptions | null) ?? (await new Promise<EngineOptions>((resolve) => port.once('message', (m: ToWorker) => m.type === 'start' && resolve(m.opts))));
+  engine = await VrrpEngine.start(opts, post);
   post({ type: 'started', status: engine.status() });
 } catch (err) {
   const e = err as Error & { code?: string; syscall?: string };

@@ -6,12 +6,12 @@
  * TLS stand-in apiservers; health every 200 ms, fall/rise 2. Nothing attaches to the machine's
  * root cgroup; pins, programs and the cgroup are removed after each test and at the end.
  */
-import { existsSync, rmdirSync, rmSync } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { existsSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../lab/lab.js';
 import { cliPath, connectFrom, restoreNodes, startAgent, startLongconn, type AgentSettings, type LabAgent, type Longconn } from '../../lab/cluster.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
+import { removeEndpointPins } from '../../lab/pins.js';
 import { SockLb, cgroupPrograms } from '../../src/native.js';
 import type { StatusDocument } from '../../src/observe/status.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -46,17 +46,7 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   });
   afterAll(async () => {
     try {
-      if (pinDir && existsSync(pinDir)) SockLb.detach(pinDir);
-      // the agents' host-wide lock file for these pins (flock: free once they exited)
-      if (pinDir) rmSync(`/run/ballast/${basename(pinDir)}.lock`, { force: true });
-      // and the agents' pin parent, if nothing else is pinned there (ENOTEMPTY otherwise)
-      if (pinDir) {
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty, or already gone */
-        }
-      }
+      if (pinDir) removeEndpointPins(pinDir);
     } finally {
       await lab?.teardown();
     }
