@@ -2,7 +2,7 @@
  * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
  */
 import type { EngineStatus } from '../vrrp/engine.js';
-import type { BackendHealth } from '../health/checker.js';
+import type { BackendHealth, FailOpenStatus } from '../health/checker.js';
 import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
@@ -67,6 +67,8 @@ export interface CommonStatus {
   backends: (BackendHealth & { source?: BackendSource; certificate?: BackendCertificate })[];
   /** Backend discovery's state and counters; absent without a `discovery` section. */
   discovery?: DiscoveryStats;
+  /** What the health checks decide over all backends: fail open (docs/health.md); absent without backends. */
+  health?: { failOpen: FailOpenStatus };
   /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends, or no election). */
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */

@@ -120,7 +120,7 @@ describe('parseConfig: valid files', () => {
       apiserver: {
         port: 6443,
         backends: [],
-        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000 },
+        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
       dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
       localEndpoint: null,
@@ -597,7 +597,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown health key, far',
       { apiserver: { health: { zzz: 1 } } },
       'apiserver.health.zzz',
-      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall)',
+      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall, failOpen, damping, dampingTransitions, dampingWindow, dampingHold, dampingMaxHold)',
     ],
   ];
 
@@ -663,6 +663,12 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
             timeout: '500ms',
             rise: 3,
             fall: 1,
+            failOpen: false,
+            damping: true,
+            dampingTransitions: 6,
+            dampingWindow: '1m',
+            dampingHold: '10s',
+            dampingMaxHold: '10m',
           },
         },
       }),
@@ -681,6 +687,8 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       fall: 1,
       // (max(rise, fall) + 1) × interval + timeout
       settleMs: 6500,
+      failOpen: false,
+      damping: { transitions: 6, windowMs: 60000, holdMs: 10000, maxHoldMs: 600000 },
     });
   });
 

@@ -236,6 +236,7 @@ describe('HealthChecker: health', () => {
         lastLatencyMs: null,
         reason: null,
         consecutive: 0,
+        dampedUntil: null,
       })),
     );
     checker.start();
@@ -261,6 +262,7 @@ describe('HealthChecker: health', () => {
       lastLatencyMs: fake.latencyMs,
       reason: null,
       consecutive: 2,
+      dampedUntil: null,
     });
   });
 
