@@ -155,8 +155,8 @@ function logDamping(log: Logger, d: DampingChange): void {
   const backend = formatHostPort(d.backend);
   const e = d.event;
   if (e.kind === 'end') log.info({ backend, heldMs: e.heldMs }, DAMPING_MESSAGES.end);
-  else if (e.kind === 'start') log.warn({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, level: e.level, transitions: e.transitions }, DAMPING_MESSAGES.start);
-  else log.info({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, level: e.level }, DAMPING_MESSAGES.extend);
+  else if (e.kind === 'start') log.warn({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level, transitions: e.transitions }, DAMPING_MESSAGES.start);
+  else log.info({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level }, DAMPING_MESSAGES.extend);
 }
 
 /**
