@@ -63,9 +63,16 @@ export function startHealth(
       if (v.state !== 'up') log.info({ backend: formatHostPort(v.backend), verdict: v.state, cause: v.cause.kind, reason: v.message }, 'backend verdict');
     };
     checker.on('verdict', onVerdict);
-    const onFailOpen = (c: FailOpenChange): void => logFailOpen(log, c);
+    // what the planes serve changed without a health change (a hold ended, a reload): the policy looks again
+    const onFailOpen = (c: FailOpenChange): void => {
+      logFailOpen(log, c);
+      f.balancing?.evaluate();
+    };
     checker.on('failOpen', onFailOpen);
-    const onDamping = (d: DampingChange): void => logDamping(log, d);
+    const onDamping = (d: DampingChange): void => {
+      logDamping(log, d);
+      f.balancing?.evaluate();
+    };
     checker.on('damping', onDamping);
     own.defer('health subscriptions', () => {
       checker.off('change', onChange);
