@@ -35,6 +35,8 @@ export interface AgentSettings {
    */
   balance?: boolean;
   healthInterval?: string;
+  /** With `balance`: apiserver.health.failOpen (absent: the default, on). */
+  failOpen?: boolean;
   /** Authenticated adverts: vrrp.auth.keyFile. */
   authKeyFile?: string;
   /** Omit `interface` (the agent picks the interface whose subnet holds the VIP). */
@@ -75,7 +77,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
           apiserver: {
             port: 6443,
             backends: lab.nodes.map((n) => (s.family === 6 ? `[${n.ipv6}]:6443` : `${n.ipv4}:6443`)),
-            health: { caFile: lab.ca.certFile, interval: s.healthInterval ?? '200ms', timeout: s.healthInterval ?? '200ms', rise: 2, fall: 2 },
+            health: { caFile: lab.ca.certFile, interval: s.healthInterval ?? '200ms', timeout: s.healthInterval ?? '200ms', rise: 2, fall: 2, ...(s.failOpen === undefined ? {} : { failOpen: s.failOpen }) },
           },
         }
       : {}),

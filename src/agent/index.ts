@@ -283,6 +283,7 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
       return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
     }),
     ...(stats === null ? {} : { discovery: stats }),
+    ...(checker ? { health: { failOpen: checker.failOpen() } } : {}),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
   };

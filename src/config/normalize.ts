@@ -9,6 +9,7 @@
  *   - `vrrp.owner`: priority 255, the address owner (RFC 9568 §1.6);
  *   - `apiserver.health.timeoutMs` when unset: 1 s or the interval, whichever is shorter;
  *   - `apiserver.health.settleMs`: how long until every backend has had its first verdict;
+ *   - `apiserver.health.damping`: the damping settings as one object, null with `damping: false`;
  *   - `discovery`: null unless a kubeconfig or inCluster is set; lastKnownFile's default.
  */
 import { defaultHealthTimeoutMs } from './fields.js';
@@ -37,6 +38,8 @@ function normalizeHealth(h: ParsedConfig['apiserver']['health']): HealthConfig {
     fall: h.fall,
     // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
     settleMs: (Math.max(h.rise, h.fall) + 1) * h.interval + timeoutMs,
+    failOpen: h.failOpen,
+    damping: h.damping ? { transitions: h.dampingTransitions, windowMs: h.dampingWindow, holdMs: h.dampingHold, maxHoldMs: h.dampingMaxHold } : null,
   };
 }
 

@@ -23,6 +23,9 @@ import {
   addressList,
   backendList,
   boolField,
+  DAMPING_HOLD,
+  DAMPING_MAX_HOLD,
+  DAMPING_WINDOW,
   durationField,
   fileField,
   HEALTH_INTERVAL,
@@ -137,6 +140,12 @@ const healthShape = {
   timeout: optionalDurationField(HEALTH_TIMEOUT),
   rise: intField(1, 10, { default: String(DEFAULTS.healthRise) }).default(DEFAULTS.healthRise),
   fall: intField(1, 10, { default: String(DEFAULTS.healthFall) }).default(DEFAULTS.healthFall),
+  failOpen: boolField(DEFAULTS.healthFailOpen),
+  damping: boolField(DEFAULTS.healthDamping),
+  dampingTransitions: intField(1, 100, { default: String(DEFAULTS.dampingTransitions) }).default(DEFAULTS.dampingTransitions),
+  dampingWindow: durationField(DAMPING_WINDOW),
+  dampingHold: durationField(DAMPING_HOLD),
+  dampingMaxHold: durationField(DAMPING_MAX_HOLD),
 };
 
 const apiserverShape = {

@@ -122,6 +122,22 @@ export interface HealthConfig {
    * timeout. The election policy waits this long before it judges the backends. Derived once here.
    */
   readonly settleMs: number;
+  /** Keep the last ready set when every backend turned unready together (docs/health.md). */
+  readonly failOpen: boolean;
+  /** Flap damping (docs/health.md), from `damping` and the `damping…` settings; null when `damping: false`. */
+  readonly damping: DampingConfig | null;
+}
+
+/** Flap damping, normalized (apiserver.health.damping…; src/health/damping.ts). */
+export interface DampingConfig {
+  /** More than this many transitions (in or out of the ready set) within `windowMs` damp a backend: 1..100. */
+  readonly transitions: number;
+  /** The window, ms: 1 s..1 h. */
+  readonly windowMs: number;
+  /** The first hold, ms: 1 s..1 h; doubled for each damping soon after a release. */
+  readonly holdMs: number;
+  /** The longest hold, ms: holdMs..1 h; no backend is held longer than this after its last transition. */
+  readonly maxHoldMs: number;
 }
 
 /** The `apiserver` section, normalized. */

@@ -60,6 +60,8 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend'], registers: [registry] });
   const backendState = new Gauge({ name: 'ballast_backend_state', help: 'Health state of the backend: 1 for the current state (unknown before its first verdict, up, down), 0 for the others', labelNames: ['backend', 'state'], registers: [registry] });
   const backendWaiting = new Gauge({ name: 'ballast_backend_waiting_for_file', help: '1 while the checks of the backend wait for a file that does not exist yet (setting, path: the CA before kubeadm init)', labelNames: ['backend', 'setting', 'path'], registers: [registry] });
+  const failOpen = new Gauge({ name: 'ballast_backends_fail_open', help: 'Fail open: 1 while every backend turned unready together and the last ready set is kept in the data planes (docs/health.md), 0 otherwise', registers: [registry] });
+  const backendDamped = new Gauge({ name: 'ballast_backend_damped', help: '1 while flap damping holds the backend out of the data planes (docs/health.md), 0 otherwise', labelNames: ['backend'], registers: [registry] });
   const backendLatency = new Gauge({ name: 'ballast_backend_check_duration_seconds', help: 'How long the last /readyz check of the backend took', labelNames: ['backend'], registers: [registry] });
   const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
@@ -120,8 +122,11 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
       backendState.reset();
       backendLatency.reset();
       backendWaiting.reset();
+      backendDamped.reset();
+      if (doc.health) failOpen.set(doc.health.failOpen.active ? 1 : 0);
       for (const b of doc.backends) {
         backendUp.set({ backend: b.address }, b.healthy ? 1 : 0);
+        backendDamped.set({ backend: b.address }, b.dampedUntil ? 1 : 0);
         for (const s of BACKEND_STATES) backendState.set({ backend: b.address, state: s }, b.state === s ? 1 : 0);
         if (b.waitingFor) backendWaiting.set({ backend: b.address, setting: b.waitingFor.setting, path: b.waitingFor.path }, 1);
         if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);

@@ -120,7 +120,7 @@ describe('parseConfig: valid files', () => {
       apiserver: {
         port: 6443,
         backends: [],
-        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000 },
+        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
       dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
       localEndpoint: null,
@@ -523,6 +523,25 @@ describe('parseConfig: one message per invalid field', () => {
     ],
     ['backends a VIP', withBackend({ backends: ['10.0.0.100:6443'] }), 'apiserver.backends[0]', "10.0.0.100 is a VIP (vips[0]); backends are the apiservers' own node addresses"],
     ['health not a mapping', { apiserver: { health: [] } }, 'apiserver.health', 'must be a mapping of settings (key: value), got a list'],
+    ['health.failOpen yes', { apiserver: { health: { failOpen: 'yes' } } }, 'apiserver.health.failOpen', /^must be true or false, got "yes"/],
+    ['health.damping a number', { apiserver: { health: { damping: 1 } } }, 'apiserver.health.damping', /^must be true or false, got 1/],
+    ['health.dampingTransitions 0', { apiserver: { health: { dampingTransitions: 0 } } }, 'apiserver.health.dampingTransitions', /^must be an integer from 1 to 100, got 0/],
+    ['health.dampingTransitions 2.5', { apiserver: { health: { dampingTransitions: 2.5 } } }, 'apiserver.health.dampingTransitions', /^must be an integer from 1 to 100, got 2.5/],
+    ['health.dampingWindow bare number', { apiserver: { health: { dampingWindow: 120 } } }, 'apiserver.health.dampingWindow', 'needs a unit: write "120ms" or "120s", not the bare number 120'],
+    ['health.dampingWindow too long', { apiserver: { health: { dampingWindow: '2h' } } }, 'apiserver.health.dampingWindow', 'must be from 1s to 1h, got 2h'],
+    ['health.dampingHold too short', { apiserver: { health: { dampingHold: '500ms' } } }, 'apiserver.health.dampingHold', 'must be from 1s to 1h, got 500ms'],
+    [
+      'health.dampingMaxHold below dampingHold',
+      { apiserver: { health: { dampingHold: '1m', dampingMaxHold: '30s' } } },
+      'apiserver.health.dampingMaxHold',
+      'must be at least apiserver.health.dampingHold (1m), got 30s: holds grow from dampingHold up to dampingMaxHold',
+    ],
+    [
+      'health.dampingHold above the default dampingMaxHold',
+      { apiserver: { health: { dampingHold: '10m' } } },
+      'apiserver.health.dampingHold',
+      'must be at most apiserver.health.dampingMaxHold (5m, its default), got 10m: holds grow from dampingHold up to dampingMaxHold',
+    ],
     ['health.path without "/"', { apiserver: { health: { path: 'readyz' } } }, 'apiserver.health.path', 'must start with "/", e.g. "/readyz", got "readyz"'],
     ['health.path with a space', { apiserver: { health: { path: '/ready z' } } }, 'apiserver.health.path', 'must not contain spaces or control characters (percent-encode them), got "/ready z"'],
     ['health.path with a fragment', { apiserver: { health: { path: '/readyz#x' } } }, 'apiserver.health.path', /^must not contain a fragment/],
@@ -597,7 +616,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown health key, far',
       { apiserver: { health: { zzz: 1 } } },
       'apiserver.health.zzz',
-      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall)',
+      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall, failOpen, damping, dampingTransitions, dampingWindow, dampingHold, dampingMaxHold)',
     ],
   ];
 
@@ -663,6 +682,12 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
             timeout: '500ms',
             rise: 3,
             fall: 1,
+            failOpen: false,
+            damping: true,
+            dampingTransitions: 6,
+            dampingWindow: '1m',
+            dampingHold: '10s',
+            dampingMaxHold: '10m',
           },
         },
       }),
@@ -681,7 +706,16 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       fall: 1,
       // (max(rise, fall) + 1) × interval + timeout
       settleMs: 6500,
+      failOpen: false,
+      damping: { transitions: 6, windowMs: 60000, holdMs: 10000, maxHoldMs: 600000 },
     });
+  });
+
+  it('fail open and damping: on by default; damping: false gives null (its other settings unused)', () => {
+    const health = (h: Plain) => parseConfig(yamlWith({ apiserver: { health: h } })).apiserver.health;
+    expect(health({})).toMatchObject({ failOpen: true, damping: { transitions: 4, windowMs: 120_000, holdMs: 30_000, maxHoldMs: 300_000 } });
+    expect(health({ failOpen: false, damping: false, dampingHold: '1m' })).toMatchObject({ failOpen: false, damping: null });
+    expect(health({ dampingHold: '5m', dampingMaxHold: '5m' }).damping).toStrictEqual({ transitions: 4, windowMs: 120_000, holdMs: 300_000, maxHoldMs: 300_000 });
   });
 
   it('defaults the timeout to 1s, or to the interval when that is shorter', () => {
