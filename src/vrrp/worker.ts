@@ -3,6 +3,7 @@
  * {@link ToWorker} messages and receives {@link FromWorker} ones; see host.ts for the other side.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { setThreadRealtime } from '../native.js';
 import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
 
 /** Main thread → worker. */
@@ -33,8 +34,19 @@ const post = (m: FromWorker): void => port.postMessage(m);
 const finish = (): void => void setTimeout(() => port.close(), 20);
 
 let engine: VrrpEngine | null = null;
+const options = workerData as EngineOptions;
+if ((options.realtimePriority ?? 0) > 0) {
+  // this thread only: the main thread (TLS, health checks, Kubernetes) stays at normal scheduling
+  try {
+    setThreadRealtime(options.realtimePriority!);
+    post({ type: 'log', level: 'info', msg: 'the election thread runs SCHED_FIFO (vrrp.realtimePriority)', fields: { realtimePriority: options.realtimePriority } });
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    post({ type: 'log', level: 'warn', msg: 'cannot give the election thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', fields: { realtimePriority: options.realtimePriority, error: e.message, ...(e.code ? { code: e.code } : {}) } });
+  }
+}
 try {
-  engine = await VrrpEngine.start(workerData as EngineOptions, post);
+  engine = await VrrpEngine.start(options, post);
   post({ type: 'started', status: engine.status() });
 } catch (err) {
   const e = err as Error & { code?: string; syscall?: string };
