@@ -41,6 +41,8 @@ import { Lab, type LabProcess } from '../lab/lab.js';
 import { sleep } from '../lab/wait.js';
 import { KEEPALIVED_PATH, keepalivedVersion } from '../lab/peers/keepalived.js';
 import { masterDownIntervalMs } from '../src/vrrp/state.js';
+import type { EngineTiming } from '../src/vrrp/engine.js';
+import { cliPath } from '../lab/cluster.js';
 import { fmt, intArg, preflight, round1, say, waitForStableHolder, errText, progress } from './common.js';
 import { foreignKeepalived, parseCapture, resetLab, runOnce, SCENARIOS, startCluster, type Cluster, type Daemon, type RunResult } from './failover.js';
 import { stats, type Stats } from './stats.js';
@@ -87,6 +89,8 @@ export interface ConfigRound {
   samplesOff: number;
   samples: number;
   gaps: GapStats;
+  /** ballast only: the election threads' own timing (engine.ts EngineTiming) at the end of the window, per node */
+  timing?: Record<string, EngineTiming | null>;
   /** why the configuration failed this round (left out of the rates) */
   error?: string;
 }
@@ -95,6 +99,8 @@ export interface ConfigRound {
 export interface Round {
   startedAt: string;
   cpuWorkers: number;
+  /** the daemons' real-time priority (ballast vrrp.realtimePriority, keepalived vrrp_rt_priority); 0 = normal scheduling */
+  realtime: number;
   /** load averages (1, 5, 15 min) at the end of the window */
   load: number[];
   configs: ConfigRound[];
@@ -107,6 +113,13 @@ export interface StressReport {
   /** RFC 9568 §6.1 Master_Down_Interval of the first backup (priority 100), ms, per advert interval */
   masterDownMs: Record<string, number>;
   rounds: Round[];
+  /** one per real-time setting found in the rounds (0 = normal scheduling) */
+  sets: SetReport[];
+}
+
+/** The figures of the rounds with one real-time setting. */
+export interface SetReport {
+  realtime: number;
   summary: {
     label: string;
     daemon: Daemon;
@@ -116,6 +129,8 @@ export interface StressReport {
     witnesses: WindowCounts;
     /** the worst gap figures over the rounds */
     gaps: { p99Ms: number | null; p999Ms: number | null; maxMs: number | null; over1_5: number; over2: number; over3: number; overMasterDown: number; adverts: number };
+    /** ballast: the holder's (n1) late Adver_Timer ticks per bucket, summed over the rounds, its worst, and the Backups' rescued expiries */
+    thread?: { boundsMs: number[]; sendLate: number[]; sendLateMaxMs: number; receiveGapMaxMs: number; rescued: number };
   }[];
   /** ballast / keepalived of the pooled per-hour rates, per advert interval */
   ratios: Record<string, number | '0/0' | null>;
@@ -145,7 +160,7 @@ async function startWitnesses(lab: Lab, cluster: Cluster, daemon: Daemon, tag: s
 }
 
 /** Stops the witnesses and counts what they saw (n1 is the expected holder). */
-async function countWindow(lab: Lab, cluster: Cluster, daemon: Daemon, advertMs: number, w: Witnesses): Promise<{ counts: WindowCounts; gaps: GapStats }> {
+async function countWindow(lab: Lab, cluster: Cluster, daemon: Daemon, advertMs: number, w: Witnesses): Promise<{ counts: WindowCounts; gaps: GapStats; timing?: Record<string, EngineTiming | null> }> {
   await Promise.all([w.capture.stop('SIGTERM', 3000), ...w.monitors.map((m) => m.proc.stop('SIGTERM', 3000))]);
   const holder = lab.nodes[0]!;
   let log = 0;
@@ -158,15 +173,25 @@ async function countWindow(lab: Lab, cluster: Cluster, daemon: Daemon, advertMs:
   const pkts = parseCapture(readFileSync(w.captureFile, 'utf8'));
   const wire = takeoverEpisodes(pkts, holder.ipv4);
   const gaps = holderGaps(pkts, holder.ipv4, advertMs, masterDownIntervalMs(BACKUP_PRIORITY, advertMs / 10));
-  return { counts: { log, wire, address }, gaps };
+  if (daemon !== 'ballast') return { counts: { log, wire, address }, gaps };
+  const timing: Record<string, EngineTiming | null> = {};
+  for (const n of lab.nodes) {
+    const r = await lab.exec(n.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', '127.0.0.1:9641'], { timeoutMs: 10_000, allowFail: true });
+    try {
+      timing[n.name] = r.code === 0 ? ((JSON.parse(r.stdout) as { timing?: EngineTiming }).timing ?? null) : null;
+    } catch {
+      timing[n.name] = null;
+    }
+  }
+  return { counts: { log, wire, address }, gaps, timing };
 }
 
 const emptyGaps = (): GapStats => ({ adverts: 0, p50Ms: null, p99Ms: null, p999Ms: null, maxMs: null, over1_5: 0, over2: 0, over3: 0, overMasterDown: 0 });
 
-async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; cpu: number; outageRuns: number }): Promise<Round> {
+async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; cpu: number; outageRuns: number; realtime: number }): Promise<Round> {
   // configuration i runs in lab (i + k) mod 4: no configuration keeps one lab
   const placed = CONFIGS.map((c, i) => ({ ...c, lab: labs[(i + k) % labs.length]! }));
-  const round: Round = { startedAt: new Date().toISOString(), cpuWorkers: o.cpu, load: [], configs: [], outage: [] };
+  const round: Round = { startedAt: new Date().toISOString(), cpuWorkers: o.cpu, realtime: o.realtime, load: [], configs: [], outage: [] };
   const clusters: (Cluster | null)[] = placed.map(() => null);
   const witnesses: (Witnesses | null)[] = placed.map(() => null);
   const errors: (string | null)[] = placed.map(() => null);
@@ -178,7 +203,7 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
     for (const [i, p] of placed.entries()) {
       for (let attempt = 1; attempt <= 2 && !witnesses[i]; attempt++) {
         try {
-          clusters[i] = await startCluster(p.lab, p.daemon, p.advertMs);
+          clusters[i] = await startCluster(p.lab, p.daemon, p.advertMs, o.realtime);
           await waitForStableHolder(p.lab, p.lab.nodes[0]!, 20_000, 500);
           witnesses[i] = await startWitnesses(p.lab, clusters[i]!, p.daemon, `r${k}-${p.daemon}-${p.advertMs}`);
           errors[i] = null;
@@ -211,9 +236,9 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
         round.configs.push({ ...base, counts: { log: 0, wire: 0, address: 0 }, falseFailovers: 0, gaps: emptyGaps(), error: errors[i] ?? 'no witnesses' });
         continue;
       }
-      const { counts, gaps } = await countWindow(p.lab, clusters[i]!, p.daemon, p.advertMs, witnesses[i]!);
+      const { counts, gaps, timing } = await countWindow(p.lab, clusters[i]!, p.daemon, p.advertMs, witnesses[i]!);
       witnesses[i] = null;
-      round.configs.push({ ...base, counts, falseFailovers: falseFailovers(counts), gaps });
+      round.configs.push({ ...base, counts, falseFailovers: falseFailovers(counts), gaps, ...(timing ? { timing } : {}) });
     }
     await Promise.all(clusters.map((c) => c?.stopAll()));
     clusters.fill(null);
@@ -224,9 +249,9 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
     for (let r = 0; r < o.outageRuns; r++) {
       for (const daemon of order) {
         const sc = SCENARIOS.find((s) => s.daemon === daemon && s.failure === 'linkDown')!;
-        let result = await runOnce(labs[0]!, sc, k * 100 + r, true, OUTAGE_ADVERT_MS);
+        let result = await runOnce(labs[0]!, sc, k * 100 + r, true, OUTAGE_ADVERT_MS, o.realtime);
         // under this load the client's first requests sometimes all time out: once more
-        if (result.error?.startsWith('the client got no answer') || result.error?.includes('to answer')) result = await runOnce(labs[0]!, sc, k * 100 + r + 50, true, OUTAGE_ADVERT_MS);
+        if (result.error?.startsWith('the client got no answer') || result.error?.includes('to answer')) result = await runOnce(labs[0]!, sc, k * 100 + r + 50, true, OUTAGE_ADVERT_MS, o.realtime);
         round.outage.push({ daemon, result });
         progress(`round ${k + 1} node death ${daemon} 10 ms: ${result.outageMs === null ? `FAILED (${result.error})` : `${result.outageMs} ms`}`);
       }
@@ -244,6 +269,33 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
 
 /** The report over `rounds` (pure apart from the version string it is given). */
 export function buildReport(rounds: readonly Round[], kv: string): StressReport {
+  const settings = [...new Set(rounds.map((r) => r.realtime ?? 0))].sort((a, b) => a - b);
+  return {
+    keepalivedVersion: kv,
+    masterDownMs: { '10ms': round1(masterDownIntervalMs(BACKUP_PRIORITY, 1)), '20ms': round1(masterDownIntervalMs(BACKUP_PRIORITY, 2)) },
+    rounds: [...rounds],
+    sets: settings.map((rt) => buildSet(rounds.filter((r) => (r.realtime ?? 0) === rt), rt)),
+  };
+}
+
+/** The ballast election threads' timing over `mine`: n1's send lateness, every node's worst receive gap, the rescues. */
+function threadTiming(mine: readonly ConfigRound[]): SetReport['summary'][number]['thread'] {
+  const all = mine.flatMap((x) => Object.entries(x.timing ?? {}));
+  if (all.length === 0) return undefined;
+  const holder = all.filter(([n, t]) => n === 'n1' && t).map(([, t]) => t!);
+  const bounds = holder[0]?.boundsMs ?? [];
+  const sendLate = bounds.length === 0 ? [] : [...bounds, Infinity].map((_, i) => holder.reduce((s, t) => s + (t.sendLate[i] ?? 0), 0));
+  const ts = all.flatMap(([, t]) => (t ? [t] : []));
+  return {
+    boundsMs: bounds,
+    sendLate,
+    sendLateMaxMs: Math.max(0, ...holder.map((t) => t.sendLateMaxMs)),
+    receiveGapMaxMs: Math.max(0, ...ts.filter((t) => t.receiveGapMaxMs > 0).map((t) => t.receiveGapMaxMs)),
+    rescued: ts.reduce((s, t) => s + t.rescued, 0),
+  };
+}
+
+function buildSet(rounds: readonly Round[], realtime: number): SetReport {
   const summary = CONFIGS.map((c) => {
     const mine = rounds.flatMap((r) => r.configs.filter((x) => x.daemon === c.daemon && x.advertMs === c.advertMs && !x.error));
     const witnesses = mine.reduce((s, x) => ({ log: s.log + x.counts.log, wire: s.wire + x.counts.wire, address: s.address + x.counts.address }), { log: 0, wire: 0, address: 0 });
@@ -259,6 +311,7 @@ export function buildReport(rounds: readonly Round[], kv: string): StressReport 
       rates: summarizeRates(mine),
       witnesses,
       gaps: { p99Ms: worst((g) => g.p99Ms), p999Ms: worst((g) => g.p999Ms), maxMs: worst((g) => g.maxMs), over1_5: sum((g) => g.over1_5), over2: sum((g) => g.over2), over3: sum((g) => g.over3), overMasterDown: sum((g) => g.overMasterDown), adverts: sum((g) => g.adverts) },
+      ...(c.daemon === 'ballast' ? { thread: threadTiming(mine) } : {}),
     };
   });
   const ratios: Record<string, number | '0/0' | null> = {};
@@ -273,9 +326,7 @@ export function buildReport(rounds: readonly Round[], kv: string): StressReport 
   });
   const [ob, ok] = [outage[0]!.stats.median, outage[1]!.stats.median];
   return {
-    keepalivedVersion: kv,
-    masterDownMs: { '10ms': round1(masterDownIntervalMs(BACKUP_PRIORITY, 1)), '20ms': round1(masterDownIntervalMs(BACKUP_PRIORITY, 2)) },
-    rounds: [...rounds],
+    realtime,
     summary,
     ratios,
     outage,
@@ -283,8 +334,19 @@ export function buildReport(rounds: readonly Round[], kv: string): StressReport 
   };
 }
 
-function printReport(r: StressReport): void {
-  const n = r.rounds.length;
+function printReport(report: StressReport): void {
+  for (const set of report.sets) {
+    printSet(report, set);
+    say();
+  }
+  say(`load averages at the end of each window: ${report.rounds.map((rd) => rd.load[0]?.toFixed(1) ?? '—').join(', ')}`);
+}
+
+function printSet(report: StressReport, r: SetReport): void {
+  const rounds = report.rounds.filter((x) => (x.realtime ?? 0) === r.realtime);
+  const n = rounds.length;
+  const sched = r.realtime === 0 ? 'normal scheduling (both daemons at their defaults)' : `real-time priority ${r.realtime} (ballast vrrp.realtimePriority: SCHED_FIFO election thread; keepalived vrrp_rt_priority)`;
+  say(`=== ${sched}`);
   say(`false failovers under CPU stress (no fault injected), ${n} round(s), all four configurations at once`);
   say('per hour: extrapolated from the observed minutes; median of the rounds\' rates, and pooled (all events / all minutes)');
   const head = `${'configuration'.padEnd(18)}${'rounds'.padStart(7)}${'min'.padStart(6)}${'events'.padStart(8)}${'log/wire/addr'.padStart(15)}${'median/h'.padStart(10)}${'pooled/h'.padStart(10)}  |${'gap p99'.padStart(9)}${'p99.9'.padStart(8)}${'max'.padStart(8)}${'>1.5×'.padStart(7)}${'>2×'.padStart(6)}${'>3×'.padStart(6)}${'>MDI'.padStart(6)}${'adverts'.padStart(9)}`;
@@ -296,15 +358,21 @@ function printReport(r: StressReport): void {
   }
   const rt = (x: number | '0/0' | null): string => (x === null ? '— (keepalived 0 or no data)' : x === '0/0' ? 'both 0' : x.toFixed(2));
   say(`ratio ballast/keepalived of the pooled rates: 10 ms ${rt(r.ratios['10ms'] ?? null)}, 20 ms ${rt(r.ratios['20ms'] ?? null)}`);
-  say(`holder's advert gaps on the wire, ms (worst round); MDI = the first backup's Master_Down_Interval: ${r.masterDownMs['10ms']} ms at 10 ms, ${r.masterDownMs['20ms']} ms at 20 ms`);
+  say(`holder's advert gaps on the wire, ms (worst round); MDI = the first backup's Master_Down_Interval: ${report.masterDownMs['10ms']} ms at 10 ms, ${report.masterDownMs['20ms']} ms at 20 ms`);
+  for (const s of r.summary) {
+    const t = s.thread;
+    if (!t || t.boundsMs.length === 0) continue;
+    const buckets = t.sendLate.map((c, i) => `${i < t.boundsMs.length ? `≤${t.boundsMs[i]}` : `>${t.boundsMs.at(-1)}`}:${c}`).join(' ');
+    say(`${s.label} election thread (its own clock): holder's Adver_Timer ticks late by ms ${buckets}; worst ${t.sendLateMaxMs} ms; worst gap between a master's adverts as a Backup handled them ${t.receiveGapMaxMs} ms; expiries rescued by reading the socket first ${t.rescued}`);
+  }
   say();
   say('node death (holder\'s link down) at 10 ms adverts under the same stress: client outage, ms (prober maxOutageMs)');
   for (const o of r.outage) {
     const cells = o.runs.map((x) => (x === null ? 'FAIL' : x.toFixed(0))).join(' ');
     say(`${o.daemon.padEnd(11)} median ${fmt(o.stats.median, 7, 1)}  min ${fmt(o.stats.min, 6, 1)}  max ${fmt(o.stats.max, 6, 1)}   runs: ${cells || '—'}`);
   }
-  say(`ratio ballast/keepalived of the medians: ${r.outageRatio === null ? '—' : r.outageRatio.toFixed(2)}; Master_Down_Interval ${r.masterDownMs['10ms']} ms`);
-  const notes = r.rounds.flatMap((rd, i) => [
+  say(`ratio ballast/keepalived of the medians: ${r.outageRatio === null ? '—' : r.outageRatio.toFixed(2)}; Master_Down_Interval ${report.masterDownMs['10ms']} ms`);
+  const notes = rounds.flatMap((rd, i) => [
     ...rd.configs.filter((c) => c.error).map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: ${c.error}`),
     ...rd.configs.filter((c) => !c.error && c.samplesOff > 0).map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: n1 not the only holder in ${c.samplesOff}/${c.samples} samples`),
     ...rd.outage.filter((x) => x.result.error).map((x) => `round ${i + 1} node death ${x.daemon}: ${x.result.error}`),
@@ -313,30 +381,29 @@ function printReport(r: StressReport): void {
     say();
     for (const l of notes) say(`note: ${l}`);
   }
-  say(`load averages at the end of each window: ${r.rounds.map((rd) => rd.load[0]?.toFixed(1) ?? '—').join(', ')}`);
 }
 
 // ---------------------------------------------------------------------------------------------
 // main
 
 function usage(): string {
-  return 'usage: node dist/bench/failover.js --stress [--minutes M (1..60, default 1)] [--rounds N (1..20, default 5)] [--outage-runs K (0..5, default 1)] [--cpu C (1..8, default 2)] [--append FILE] [--json]';
+  return 'usage: node dist/bench/failover.js --stress [--minutes M (1..60, default 1)] [--rounds N (1..20, default 5)] [--outage-runs K (0..5, default 1)] [--cpu C (1..8, default 2)] [--realtime P (0..99, default 0: both daemons at normal scheduling)] [--append FILE] [--json]';
 }
 
 /** The entry point of `bench:failover --stress` (argv without `--stress`); resolves with the exit status. */
 export async function stressMain(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { minutes: { type: 'string' }, rounds: { type: 'string' }, 'outage-runs': { type: 'string' }, cpu: { type: 'string' }, append: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    options: { minutes: { type: 'string' }, rounds: { type: 'string' }, 'outage-runs': { type: 'string' }, cpu: { type: 'string' }, realtime: { type: 'string' }, append: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
     strict: true,
   });
   if (values.help) {
     say(usage());
     return 0;
   }
-  let o: { minutes: number; rounds: number; outageRuns: number; cpu: number };
+  let o: { minutes: number; rounds: number; outageRuns: number; cpu: number; realtime: number };
   try {
-    o = { minutes: intArg('minutes', values.minutes, 1, 1, 60), rounds: intArg('rounds', values.rounds, 5, 1, 20), outageRuns: intArg('outage-runs', values['outage-runs'], 1, 0, 5), cpu: intArg('cpu', values.cpu, 2, 1, 8) };
+    o = { minutes: intArg('minutes', values.minutes, 1, 1, 60), rounds: intArg('rounds', values.rounds, 5, 1, 20), outageRuns: intArg('outage-runs', values['outage-runs'], 1, 0, 5), cpu: intArg('cpu', values.cpu, 2, 1, 8), realtime: intArg('realtime', values.realtime, 0, 0, 99) };
   } catch (e) {
     process.stderr.write(`${errText(e)}\n${usage()}\n`);
     return 2;
