@@ -387,7 +387,7 @@ function printSet(report: StressReport, r: SetReport): void {
 // main
 
 function usage(): string {
-  return 'usage: node dist/bench/failover.js --stress [--minutes M (1..60, default 1)] [--rounds N (1..20, default 5)] [--outage-runs K (0..5, default 1)] [--cpu C (1..8, default 2)] [--realtime P (0..99, default 0: both daemons at normal scheduling)] [--append FILE] [--json]';
+  return 'usage: node dist/bench/failover.js --stress [--minutes M (1..60, default 1)] [--rounds N (1..20, default 5)] [--outage-runs K (0..5, default 1)] [--cpu C (1..8, default 2)] [--realtime P[,P…] (0..99, default 0: both daemons at normal scheduling; a list alternates round by round)] [--append FILE] [--json]';
 }
 
 /** The entry point of `bench:failover --stress` (argv without `--stress`); resolves with the exit status. */
@@ -401,9 +401,9 @@ export async function stressMain(argv: string[]): Promise<number> {
     say(usage());
     return 0;
   }
-  let o: { minutes: number; rounds: number; outageRuns: number; cpu: number; realtime: number };
+  let o: { minutes: number; rounds: number; outageRuns: number; cpu: number; realtime: number[] };
   try {
-    o = { minutes: intArg('minutes', values.minutes, 1, 1, 60), rounds: intArg('rounds', values.rounds, 5, 1, 20), outageRuns: intArg('outage-runs', values['outage-runs'], 1, 0, 5), cpu: intArg('cpu', values.cpu, 2, 1, 8), realtime: intArg('realtime', values.realtime, 0, 0, 99) };
+    o = { minutes: intArg('minutes', values.minutes, 1, 1, 60), rounds: intArg('rounds', values.rounds, 5, 1, 20), outageRuns: intArg('outage-runs', values['outage-runs'], 1, 0, 5), cpu: intArg('cpu', values.cpu, 2, 1, 8), realtime: (values.realtime ?? '0').split(',').map((v) => intArg('realtime', v, 0, 0, 99)) };
   } catch (e) {
     process.stderr.write(`${errText(e)}\n${usage()}\n`);
     return 2;
@@ -428,10 +428,11 @@ export async function stressMain(argv: string[]): Promise<number> {
     for (const l of LABS) labs.push(await Lab.create({ prefix: l.prefix, subnet: l.subnet, nodes: 3, ipv6: false }));
     if (o.outageRuns > 0) await labs[0]!.startApiservers();
     for (const l of labs) await resetLab(l);
-    say(`stress benchmark: ballast vs keepalived ${kv}, 4 configurations at once under stress-ng --cpu ${o.cpu} (machine-wide: every lab node is a namespace on this machine), ${o.rounds} round(s) of ${o.minutes} min${earlier.length > 0 ? `, after ${earlier.length} earlier round(s) from ${values.append}` : ''}`);
+    say(`stress benchmark: ballast vs keepalived ${kv}, 4 configurations at once under stress-ng --cpu ${o.cpu} (machine-wide: every lab node is a namespace on this machine), ${o.rounds} round(s) of ${o.minutes} min, real-time priority ${o.realtime.join(' / ')}${earlier.length > 0 ? `, after ${earlier.length} earlier round(s) from ${values.append}` : ''}`);
     for (let i = 0; i < o.rounds; i++) {
       const k = rounds.length;
-      const r = await runRound(labs, k, o);
+      // a list of settings alternates round by round (interleaved: the machine's drift hits all alike)
+      const r = await runRound(labs, k, { ...o, realtime: o.realtime[i % o.realtime.length]! });
       rounds.push(r);
       for (const c of r.configs) progress(`round ${k + 1} ${c.daemon} ${c.advertMs} ms: ${c.error ? `FAILED (${c.error})` : `${c.falseFailovers} false failover(s) in ${c.minutes} min (log ${c.counts.log}, wire ${c.counts.wire}, address ${c.counts.address}); gap max ${c.gaps.maxMs} ms`}`);
       if (values.append) writeFileSync(values.append, JSON.stringify(buildReport(rounds, kv), null, 2));
