@@ -130,7 +130,7 @@ export interface SetReport {
     /** the worst gap figures over the rounds */
     gaps: { p99Ms: number | null; p999Ms: number | null; maxMs: number | null; over1_5: number; over2: number; over3: number; overMasterDown: number; adverts: number };
     /** ballast: the holder's (n1) late Adver_Timer ticks per bucket, summed over the rounds, its worst, and the Backups' rescued expiries */
-    thread?: { boundsMs: number[]; sendLate: number[]; sendLateMaxMs: number; receiveGapMaxMs: number; rescued: number };
+    thread?: { boundsMs: number[]; sendLate: number[]; sendLateMaxMs: number; receiveGapMaxMs: number; rescued: number; gcMaxMs: number | null; gcCount: number };
   }[];
   /** ballast / keepalived of the pooled per-hour rates, per advert interval */
   ratios: Record<string, number | '0/0' | null>;
@@ -292,6 +292,8 @@ function threadTiming(mine: readonly ConfigRound[]): SetReport['summary'][number
     sendLateMaxMs: Math.max(0, ...holder.map((t) => t.sendLateMaxMs)),
     receiveGapMaxMs: Math.max(0, ...ts.filter((t) => t.receiveGapMaxMs > 0).map((t) => t.receiveGapMaxMs)),
     rescued: ts.reduce((s, t) => s + t.rescued, 0),
+    gcMaxMs: holder.some((t) => t.gc) ? Math.max(...holder.map((t) => t.gc?.maxMs ?? 0)) : null,
+    gcCount: holder.reduce((s, t) => s + (t.gc?.count ?? 0), 0),
   };
 }
 
@@ -363,7 +365,7 @@ function printSet(report: StressReport, r: SetReport): void {
     const t = s.thread;
     if (!t || t.boundsMs.length === 0) continue;
     const buckets = t.sendLate.map((c, i) => `${i < t.boundsMs.length ? `≤${t.boundsMs[i]}` : `>${t.boundsMs.at(-1)}`}:${c}`).join(' ');
-    say(`${s.label} election thread (its own clock): holder's Adver_Timer ticks late by ms ${buckets}; worst ${t.sendLateMaxMs} ms; worst gap between a master's adverts as a Backup handled them ${t.receiveGapMaxMs} ms; expiries rescued by reading the socket first ${t.rescued}`);
+    say(`${s.label} election thread (its own clock): holder's Adver_Timer ticks late by ms ${buckets}; worst ${t.sendLateMaxMs} ms; worst gap between a master's adverts as a Backup handled them ${t.receiveGapMaxMs} ms; expiries rescued by reading the socket first ${t.rescued}${t.gcMaxMs === null ? '' : `; holder's GCs ${t.gcCount}, longest ${t.gcMaxMs} ms`}`);
   }
   say();
   say('node death (holder\'s link down) at 10 ms adverts under the same stress: client outage, ms (prober maxOutageMs)');

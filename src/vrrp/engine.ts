@@ -145,6 +145,8 @@ export interface EngineTiming {
    * was already waiting in the socket was handled first (the thread ran late past the deadline).
    */
   rescued: number;
+  /** This thread's garbage collections (PerformanceObserver 'gc' in worker.ts): count, the longest and the total, ms; absent without an observer */
+  gc?: { count: number; maxMs: number; totalMs: number };
 }
 
 /** A fixed-size histogram over TIMING_BOUNDS_MS: adding allocates nothing. */
@@ -219,6 +221,8 @@ export interface EngineDeps {
   openEdge?: OpenEdge;
   /** Monotonic ms; default `performance.now`. */
   now?: () => number;
+  /** This thread's garbage collections so far, for `timing.gc` (worker.ts observes them). */
+  gcStats?: () => { count: number; maxMs: number; totalMs: number };
 }
 
 /** How long address notifications must be quiet before the engine looks at the interface, ms (they come in bursts, ours too). */
@@ -261,6 +265,7 @@ export class VrrpEngine {
   private members: ReadonlySet<string> | null;
   private readonly auth: AdvertAuth | null;
   private readonly now: () => number;
+  private readonly gcStats: (() => { count: number; maxMs: number; totalMs: number }) | null;
   /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (observe/ratelimit.ts). */
   private readonly limited: RateLimitedLog;
   private readonly counters: EngineCounters = {
@@ -300,6 +305,7 @@ export class VrrpEngine {
     });
     this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
     this.now = deps.now ?? (() => performance.now());
+    this.gcStats = deps.gcStats ?? null;
     this.limited = new RateLimitedLog((level, fields, msg) => this.log(level, msg, fields), { now: this.now });
     this.linkRunning = opts.linkRunning;
     this.makeFrames();
@@ -479,6 +485,7 @@ export class VrrpEngine {
         receiveGap: [...this.receiveGap.counts],
         receiveGapMaxMs: round3(this.receiveGap.max),
         rescued: this.rescued,
+        ...(this.gcStats ? { gc: this.gcStats() } : {}),
       },
     };
   }

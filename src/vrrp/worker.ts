@@ -2,6 +2,7 @@
  * The worker_threads entry point of the election engine. The main thread sends
  * {@link ToWorker} messages and receives {@link FromWorker} ones; see host.ts for the other side.
  */
+import { PerformanceObserver } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 import { setThreadRealtime } from '../native.js';
 import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
@@ -45,8 +46,18 @@ if ((options.realtimePriority ?? 0) > 0) {
     post({ type: 'log', level: 'warn', msg: 'cannot give the election thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', fields: { realtimePriority: options.realtimePriority, error: e.message, ...(e.code ? { code: e.code } : {}) } });
   }
 }
+// this thread's GC pauses, for /status timing.gc (a pause delays the adverts like a lost CPU)
+const gc = { count: 0, maxMs: 0, totalMs: 0 };
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    gc.count++;
+    gc.totalMs += e.duration;
+    if (e.duration > gc.maxMs) gc.maxMs = e.duration;
+  }
+}).observe({ entryTypes: ['gc'] });
+const gcStats = (): typeof gc => ({ count: gc.count, maxMs: Math.round(gc.maxMs * 1000) / 1000, totalMs: Math.round(gc.totalMs * 1000) / 1000 });
 try {
-  engine = await VrrpEngine.start(options, post);
+  engine = await VrrpEngine.start(options, post, { gcStats });
   post({ type: 'started', status: engine.status() });
 } catch (err) {
   const e = err as Error & { code?: string; syscall?: string };
