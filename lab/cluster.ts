@@ -20,6 +20,8 @@ export interface AgentSettings {
   advertisementInterval?: string;
   preempt?: boolean;
   preemptDelay?: string;
+  /** vrrp.realtimePriority (absent: the agent's default, 0) */
+  realtimePriority?: number;
   checksum?: 'rfc5798' | 'rfc9568';
   /** Unicast peers; absent = multicast. */
   peers?: string[];
@@ -64,6 +66,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
       advertisementInterval: s.advertisementInterval ?? '100ms',
       preempt: s.preempt ?? true,
       preemptDelay: s.preemptDelay ?? '0s',
+      ...(s.realtimePriority === undefined ? {} : { realtimePriority: s.realtimePriority }),
       ...(s.peers === undefined ? {} : { peers: s.peers }),
       ...(s.acceptFrom === undefined ? {} : { acceptFrom: s.acceptFrom }),
       checksum: s.checksum ?? 'rfc5798',

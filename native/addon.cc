@@ -10,6 +10,7 @@
 #include "notify.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
+#include "thread_sched.h"
 #include "vrrp_socket.h"
 
 namespace ballast {
@@ -36,6 +37,7 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("lockFile", Napi::Function::New<LockFile>(env, "lockFile"));
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
+    exports.Set("setThreadRealtime", Napi::Function::New<SetThreadRealtime>(env, "setThreadRealtime"));
   }
 
  private:

@@ -158,6 +158,7 @@ interface RawVrrpSocket {
   ref(): void;
   unref(): void;
   close(): void;
+  receivePending(): void;
 }
 
 /** The raw NftWatch object of the addon ({@link NftWatch}). */
@@ -231,6 +232,7 @@ interface Addon {
   lockFile(path: string): number;
   unlockFile(fd: number, path?: string): void;
   notify(socketPath: string, message: string): void;
+  setThreadRealtime(priority: number): void;
 }
 
 function isAddon(value: unknown): value is Addon {
@@ -446,6 +448,15 @@ export class VrrpSocket {
   /** Lets the event loop exit while the socket is open (uv_unref). No-op when closed. */
   unref(): void {
     this.#raw.unref();
+  }
+
+  /**
+   * Reads the datagrams already waiting in the socket now and calls `onPacket` for each (at
+   * most as many as one poll wake-up reads), instead of at the event loop's next poll phase.
+   * A no-op once closed; never throws (receive errors go to `onError`).
+   */
+  receivePending(): void {
+    this.#raw.receivePending();
   }
 
   /** Stops receiving and closes the socket. Idempotent; never throws. */
@@ -893,4 +904,15 @@ export function notify(message: string, socketPath: string | undefined = process
   if (socketPath === undefined || socketPath === '') return false;
   native().notify(socketPath, message);
   return true;
+}
+
+/**
+ * Sets the CALLING thread's scheduling (sched(7)): `priority` 1..99 = SCHED_FIFO at that
+ * priority (not inherited by what it spawns), 0 = SCHED_OTHER again. The other threads of the
+ * process keep theirs. The election worker calls it for `vrrp.realtimePriority`.
+ * @throws TypeError for a priority outside 0..99; NativeError "sched_setscheduler" (EPERM
+ *   without CAP_SYS_NICE); BALLAST_E_ADDON_MISSING without the addon.
+ */
+export function setThreadRealtime(priority: number): void {
+  native().setThreadRealtime(priority);
 }

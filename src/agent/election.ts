@@ -224,6 +224,7 @@ function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Bu
     preemptHoldAtStart: config.apiserver.backends.length > 0,
     linkRunning: iface.running,
     owner: v.owner,
+    realtimePriority: v.realtimePriority,
   };
 }
 

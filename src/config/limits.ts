@@ -26,6 +26,7 @@ export const DEFAULTS = Object.freeze({
   advertisementInterval: '1s',
   preempt: true,
   preemptDelay: '0s',
+  realtimePriority: 0,
   checksum: 'rfc5798',
   acceptFrom: 'members',
   announceCount: 5,

@@ -53,6 +53,7 @@ function normalizeVrrp(v: ParsedConfig['vrrp']): VrrpConfig | null {
     advertisementIntervalCs: v.advertisementInterval / 10,
     preempt: v.preempt,
     preemptDelayMs: v.preemptDelay,
+    realtimePriority: v.realtimePriority,
     unicast: v.peers !== undefined || v.singleNode,
     peers: v.peers?.addresses ?? [],
     discoveredPeers: v.peers?.keyword ?? false,

@@ -87,6 +87,8 @@ const vrrpShape = {
   }),
   preempt: boolField(DEFAULTS.preempt),
   preemptDelay: durationField({ min: 0, max: HOUR_MS, default: DEFAULTS.preemptDelay, range: rangeMessage('0s', '1h') }),
+  // the election thread's SCHED_FIFO priority; 0 = normal scheduling (docs/config.md)
+  realtimePriority: intField(0, 99, { default: String(DEFAULTS.realtimePriority) }).default(DEFAULTS.realtimePriority),
   // `discovered` alone stands for [discovered]: the discovered apiservers' node addresses
   peers: z
     .preprocess(

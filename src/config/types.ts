@@ -30,6 +30,8 @@ export interface VrrpConfig {
   readonly preempt: boolean;
   /** How long a higher-priority Backup waits before preempting, in milliseconds: 0..3600000. */
   readonly preemptDelayMs: number;
+  /** The election thread's SCHED_FIFO priority, 1..99; 0 = normal scheduling (SCHED_OTHER). Needs CAP_SYS_NICE. */
+  readonly realtimePriority: number;
   /**
    * Unicast mode: `vrrp.peers` was given (or `singleNode`). Adverts go to the peers only and
    * adverts from anyone else are dropped. False = multicast (224.0.0.18 / ff02::12).

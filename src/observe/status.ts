@@ -112,6 +112,8 @@ export interface ElectionStatusDocument extends CommonStatus {
   masterDownIntervalMs: number;
   skewTimeMs: number;
   counters: EngineStatus['counters'];
+  /** The election thread's punctuality (engine.ts EngineTiming). */
+  timing?: EngineStatus['timing'];
   /** The last state change: from, to, the machine's reason, when (ISO 8601); null before the first (absent from documents built without an agent). */
   lastTransition?: TransitionRecord | null;
   /** The last state changes (at most 20), oldest first (absent without an agent). */
@@ -159,6 +161,7 @@ export function statusDocument(
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
+    ...(s.timing ? { timing: s.timing } : {}),
     ...(extras
       ? { lastTransition: extras.transitions.at(-1) ?? null, transitions: extras.transitions, masterSince: extras.masterSince, priorityReason: extras.priorityReason }
       : {}),

@@ -106,6 +106,7 @@ describe('parseConfig: valid files', () => {
         advertisementIntervalCs: 100,
         preempt: true,
         preemptDelayMs: 0,
+        realtimePriority: 0,
         unicast: false,
         peers: [],
         discoveredPeers: false,
