@@ -19,7 +19,7 @@ import { SoakCluster, LIBFAKETIME } from '../lab/soak/cluster.js';
 import { heal, healAll, inject } from '../lab/soak/faults.js';
 import type { InjectedFault, Timeline } from '../lab/soak/invariants.js';
 import { buildReport, renderMarkdown, renderSvg, type SoakReport } from '../lab/soak/report.js';
-import { DEFAULT_TIMING, makeSchedule, recoverMs, type PlannedFault } from '../lab/soak/schedule.js';
+import { DEFAULT_TIMING, makeSchedule, recoverMs, type FaultKind, type PlannedFault } from '../lab/soak/schedule.js';
 import { sleep } from '../lab/wait.js';
 import { runIfMain } from '../lab/entry.js';
 import { errText, preflight, progress, say } from './common.js';
@@ -37,6 +37,8 @@ export interface SoakOptions {
   maxConcurrent: number;
   prefix?: string;
   subnet?: number;
+  /** draw only these kinds (default all) */
+  kinds?: readonly FaultKind[];
   /** aborts the run (SIGINT): faults are healed, everything torn down, the report written */
   signal?: AbortSignal;
   log?: (line: string) => void;
@@ -51,7 +53,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const timing = DEFAULT_TIMING;
   const durationMs = Math.round(o.minutes * 60_000);
   const controlPlane = ['n1', 'n2', 'n3'];
-  const plan = makeSchedule({ seed: o.seed, durationMs, controlPlane, worker: 'n4', timing, maxConcurrent: o.maxConcurrent });
+  const plan = makeSchedule({ seed: o.seed, durationMs, controlPlane, worker: 'n4', timing, maxConcurrent: o.maxConcurrent, ...(o.kinds ? { kinds: o.kinds } : {}) });
   log(`seed ${o.seed}: ${plan.length} faults in ${new Set(plan.map((f) => f.group)).size} groups over ${o.minutes} min`);
   const startedAt = new Date().toISOString();
   const c = await SoakCluster.start({
