@@ -14,8 +14,8 @@
  *     interval, each carrying one small request every `interval` ms (± 10 %: a watch's
  *     bookmark); a connection that ends or fails is opened again 100 ms later (each at most
  *     duration / 100 times). Lines: longconn's `connected` / `closed` events, plus
- *     {"w":"fail","conn":3,"at":…,"error":"ECONNRESET"} for a failed request,
- *     {"w":"connect-failed","conn":3,"at":…,"error":"ECONNREFUSED"} for a failed (re)connect,
+ *     {"w":"fail","conn":3,"at":…,"error":"ECONNRESET"} for a failed request (at: when it was sent),
+ *     {"w":"connect-failed","conn":3,"at":…,"error":"ECONNREFUSED"} for a failed (re)connect (at: its start),
  *     {"w":"stats","at":…,"open":300,"ok":N,"failed":N,"reconnects":N} every 5 s and at the end.
  * SIGTERM / SIGINT stop both early. Exit 0.
  */
@@ -68,22 +68,24 @@ async function runWatches(o: LongconnOptions, count: number, signal: AbortSignal
     for (let opens = 0; opens < maxOpens && live(); opens++) {
       if (opens > 0) stats.reconnects++;
       let c: Conn;
+      const tried = Date.now();
       try {
         c = await Conn.open(i, o);
       } catch (e) {
-        out({ w: 'connect-failed', conn: i, at: Date.now(), error: (e as NodeJS.ErrnoException).code ?? (e as Error).message });
+        out({ w: 'connect-failed', conn: i, at: tried, error: (e as NodeJS.ErrnoException).code ?? (e as Error).message });
         await pause(100);
         continue;
       }
       conns.set(i, c);
       while (live()) {
+        const sent = Date.now();
         try {
           const r = await c.request(o);
           if (r.status === 200) stats.ok++;
           else throw Object.assign(new Error(`HTTP ${r.status}`), { code: `HTTP ${r.status}` });
         } catch (e) {
           stats.failed++;
-          out({ w: 'fail', conn: i, at: Date.now(), error: (e as NodeJS.ErrnoException).code ?? (e as Error).message });
+          out({ w: 'fail', conn: i, at: sent, error: (e as NodeJS.ErrnoException).code ?? (e as Error).message });
           c.close();
           break;
         }

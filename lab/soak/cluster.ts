@@ -20,7 +20,7 @@ import { LOCK_DIR, pinDirFor } from '../../src/dataplane/ebpf.js';
 import { SockLb } from '../../src/native.js';
 import type { SamplerLine } from './sampler.js';
 import type { ClientFailure, ClusterSample, LeakFinding, ResourceSample, WatchEvent } from './invariants.js';
-import type { SoakTiming } from './schedule.js';
+import { clockOffset, type SoakTiming } from './schedule.js';
 
 /** libfaketime's multi-threaded preload (Debian's faketime package). */
 export const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
@@ -73,6 +73,7 @@ export class SoakCluster {
   readonly #clocks = new Map<string, string>();
   readonly #latest = new Map<string, SamplerLine>();
   readonly #procs: LabProcess[] = [];
+  readonly #connected = new Set<number>();
   readonly #timers: NodeJS.Timeout[] = [];
   /** extra processes a fault started (cpu hogs), by PID: allowed in the node's namespace */
   readonly extraPids = new Set<number>();
@@ -139,6 +140,7 @@ export class SoakCluster {
       c.#snapshotBaselines();
       say(`healthy; starting the clients (${o.watches} watch-like connections)`);
       c.#startClients();
+      await c.#waitWatches(60_000);
       c.#timers.push(setInterval(() => c!.#record(), 100), setInterval(() => c!.#sampleResources(), 2000), setInterval(() => void c!.#checkLeaks(), 5000));
       await sleep(Math.max(1000, o.timing.watchIntervalMs));
       return c;
@@ -155,7 +157,7 @@ export class SoakCluster {
     const health = { caFile: this.lab.ca.certFile, interval: `${t.health.intervalMs}ms`, timeout: `${t.health.timeoutMs}ms`, rise: t.health.rise, fall: t.health.fall };
     const clock = this.#clocks.get(name) ?? join(this.lab.dir, `clock-${name}`);
     if (!this.#clocks.has(name)) {
-      writeFileSync(clock, '+0\n');
+      writeFileSync(clock, `${clockOffset('+0m')}\n`);
       this.#clocks.set(name, clock);
     }
     const env = {
@@ -300,6 +302,7 @@ export class SoakCluster {
         this.watchCounts.connections = Math.max(this.watchCounts.connections, l.open ?? 0);
         return;
       }
+      if (l.event === 'connected') this.#connected.add(l.conn);
       if (this.t0 === 0 || l.at < this.t0) return;
       const t = l.at - this.t0;
       if (l.w === 'fail') {
@@ -312,6 +315,15 @@ export class SoakCluster {
         this.watchEvents.push({ t, kind: 'drop', error: l.error ?? 'FIN', conn: l.conn });
       }
     });
+  }
+
+  /** Waits until every watch-like connection has connected once (bounded). */
+  async #waitWatches(timeoutMs: number): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    while (this.#connected.size < this.o.watches) {
+      if (Date.now() > until) throw new Error(`soak: only ${this.#connected.size} of ${this.o.watches} watch-like connections connected within ${timeoutMs} ms`);
+      await sleep(100);
+    }
   }
 
   #sampleResources(): void {

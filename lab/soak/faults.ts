@@ -13,7 +13,7 @@
  * | apiserver-stop    | SIGTERM the stand-in                                        | start it                      |
  * | apiserver-unready | /readyz 500                                                 | 200                           |
  * | apiserver-slow    | /readyz answered P ms late                                  | at once                       |
- * | clock-step        | the agent's faketime offset file: P (e.g. +1h)              | +0                            |
+ * | clock-step        | the agent's faketime offset: base + P (e.g. +1h)            | the base (CLOCK_BASE_MIN)     |
  * | cpu-hog           | `stress-ng --cpu 1` in the node's namespace                 | killed by PID (its group)     |
  * | main-stall        | SIGUSR2: the agent's main thread busy for stallMs           | (ends by itself)              |
  * | reload-good       | a changed health timeout, `ballast reload` (must exit 0)    | the original file, reload (0) |
@@ -25,7 +25,7 @@ import { writeFileSync } from 'node:fs';
 import { blockVrrp, cliPath } from '../cluster.js';
 import type { LabProcess } from '../lab.js';
 import { LOSS_TABLE, type SoakCluster } from './cluster.js';
-import type { PlannedFault } from './schedule.js';
+import { clockOffset, type PlannedFault } from './schedule.js';
 
 /** What an injection or heal observed: a note for the report, and a failure when the fault did not act as it must. */
 export interface FaultOutcome {
@@ -78,7 +78,7 @@ export async function inject(c: SoakCluster, f: PlannedFault): Promise<FaultOutc
       await lab.setReadyzDelay(node!, Number(f.param));
       return { note: `${role}, ${f.param} ms` };
     case 'clock-step':
-      writeFileSync(c.clockFile(f.target), `${f.param}\n`);
+      writeFileSync(c.clockFile(f.target), `${clockOffset(f.param)}\n`);
       return { note: `${role}, ${f.param}` };
     case 'cpu-hog': {
       const p = lab.spawn(node!.netns, ['stress-ng', '--cpu', '1', '--timeout', `${Math.ceil(f.durationMs / 1000) + 5}s`, '--quiet']);
@@ -145,7 +145,7 @@ export async function heal(c: SoakCluster, f: PlannedFault): Promise<FaultOutcom
       await lab.setReadyzDelay(node!, 0);
       return {};
     case 'clock-step':
-      writeFileSync(c.clockFile(f.target), '+0\n');
+      writeFileSync(c.clockFile(f.target), `${clockOffset('+0m')}\n`);
       return {};
     case 'cpu-hog': {
       const p = hogs.get(f.id);

@@ -36,7 +36,7 @@ export interface ClientFailure {
   error: string;
 }
 
-/** A watch-like connection's event: dropped (closed or failed mid-stream) or a failed (re)connect. */
+/** A watch-like connection's event: dropped (closed, or a request on it failed: t = when it was sent) or a failed (re)connect (t = its start). */
 export interface WatchEvent {
   t: number;
   kind: 'drop' | 'connect-failed';
@@ -192,7 +192,8 @@ export function checkInvariants(tl: Timeline): Violation[] {
 
   // (b)
   const w = excuseWindows(tl);
-  const watchWindows: Window[] = w.vip.map(([a, b]) => [a, b + tl.timing.watchIntervalMs + tl.timing.requestTimeoutMs]);
+  // a watch notices a broken connection at its next request, up to 1.1 intervals later
+  const watchWindows: Window[] = w.vip.map(([a, b]) => [a, b + 1.1 * tl.timing.watchIntervalMs + tl.timing.marginMs]);
   for (const f of [...tl.vipFailures].sort((x, y) => x.t - y.t)) {
     if (!inAny(f.t, w.vip)) add('b', 'vip', f.t, `VIP request failed (${f.error}) outside every fault's bound`, f.t + f.ms);
   }

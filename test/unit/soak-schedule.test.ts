@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
-  boundOf, DEFAULT_TIMING, derived, FAULT_KINDS, faultWindows, GROUP_SPREAD_MS, KIND_SPECS, makeSchedule, recoverMs, WARMUP_MS, type PlannedFault,
+  boundOf, clockOffset, CLOCK_BASE_MIN, DEFAULT_TIMING, derived, FAULT_KINDS, faultWindows, GROUP_SPREAD_MS, KIND_SPECS, makeSchedule, recoverMs, WARMUP_MS, type PlannedFault,
 } from '../../lab/soak/schedule.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 
@@ -82,6 +82,12 @@ describe('soak schedule', () => {
     // a worker's faults never excuse VIP failures; a control-plane agent's never excuse local ones
     expect(boundOf('agent-sigkill', true, DEFAULT_TIMING).vip).toStrictEqual({});
     expect(boundOf('agent-sigkill', false, DEFAULT_TIMING).local).toStrictEqual({});
+  });
+
+  it('clock steps are offsets from a base ahead of the machine, so a step back stays inside the certificates\' validity', () => {
+    expect([clockOffset('+0m'), clockOffset('-1h'), clockOffset('+10m'), clockOffset('-10m')]).toStrictEqual([`+${CLOCK_BASE_MIN}m`, `+${CLOCK_BASE_MIN - 60}m`, `+${CLOCK_BASE_MIN + 10}m`, `+${CLOCK_BASE_MIN - 10}m`]);
+    expect(() => clockOffset('+1d')).toThrow(RangeError);
+    for (const f of makeSchedule({ ...opts(3), kinds: ['clock-step'] })) expect(() => clockOffset(f.param)).not.toThrow();
   });
 
   it('windows start a request timeout before the edge and end at the bound after it', () => {
