@@ -142,7 +142,7 @@ export class SoakCluster {
       c.#startClients();
       await c.#waitWatches(60_000);
       c.#timers.push(setInterval(() => c!.#record(), 100), setInterval(() => c!.#sampleResources(), 2000), setInterval(() => void c!.#checkLeaks(), 5000));
-      await sleep(Math.max(1000, o.timing.watchIntervalMs));
+      await sleep(1000);
       return c;
     } catch (e) {
       await (c ? c.teardown() : lab.teardown()).catch(() => undefined);

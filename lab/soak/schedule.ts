@@ -97,7 +97,7 @@ export const DEFAULT_TIMING: SoakTiming = {
   startupMs: 10_000,
   localIntervalMs: 50,
   marginMs: 500,
-  requestTimeoutMs: 500,
+  requestTimeoutMs: 1000,
   watchIntervalMs: 3000,
   tableRestoreMs: 1000,
   stallMs: 1000,
