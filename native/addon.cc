@@ -1,11 +1,12 @@
 // ballast.node: the raw VRRP socket, the packet socket, the BPF socket load balancer,
-// sock_diag and the sd_notify(3) datagram (see src/native.ts, the only
+// sock_diag, the nftables change events and the sd_notify(3) datagram (see src/native.ts, the only
 // module that loads this). Context-aware: every environment (main thread, each worker) gets
 // its own class constructors as instance data, and nothing global holds a napi value.
 #include <napi.h>
 
 #include "bpf_loader.h"
 #include "file_lock.h"
+#include "nft_watch.h"
 #include "notify.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
@@ -19,10 +20,12 @@ class Addon : public Napi::Addon<Addon> {
     vrrpSocket_ = Napi::Persistent(VrrpSocket::Define(env));
     packetSocket_ = Napi::Persistent(PacketSocket::Define(env));
     sockLb_ = Napi::Persistent(SockLb::Define(env));
+    nftWatch_ = Napi::Persistent(NftWatch::Define(env));
     DefineAddon(exports, {
                              InstanceValue("VrrpSocket", vrrpSocket_.Value(), napi_enumerable),
                              InstanceValue("PacketSocket", packetSocket_.Value(), napi_enumerable),
                              InstanceValue("SockLb", sockLb_.Value(), napi_enumerable),
+                             InstanceValue("NftWatch", nftWatch_.Value(), napi_enumerable),
                          });
     // plain functions: no per-environment state
     exports.Set("bpfDetach", Napi::Function::New<BpfDetach>(env, "bpfDetach"));
@@ -39,6 +42,7 @@ class Addon : public Napi::Addon<Addon> {
   Napi::FunctionReference vrrpSocket_;
   Napi::FunctionReference packetSocket_;
   Napi::FunctionReference sockLb_;
+  Napi::FunctionReference nftWatch_;
 };
 
 }  // namespace ballast

@@ -160,6 +160,12 @@ interface RawVrrpSocket {
   close(): void;
 }
 
+/** The raw NftWatch object of the addon ({@link NftWatch}). */
+interface RawNftWatch {
+  stats(): NftWatchStats;
+  close(): void;
+}
+
 /** The raw PacketSocket object of the addon. */
 interface RawPacketSocket {
   readonly ifindex: number;
@@ -216,6 +222,7 @@ interface Addon {
   ) => RawVrrpSocket;
   PacketSocket: new (ifname: string, protocol?: number, filter?: Buffer) => RawPacketSocket;
   SockLb: new (object: string, cgroup: string, pinDir: string) => RawSockLb;
+  NftWatch: new (onChange: (batch: NftChangeBatch) => void, keepAlive: boolean) => RawNftWatch;
   bpfDetach(pinDir: string): number;
   netnsCookie(): bigint;
   cgroupPrograms(cgroup: string): CgroupHookPrograms[];
@@ -229,7 +236,7 @@ interface Addon {
 function isAddon(value: unknown): value is Addon {
   if (typeof value !== 'object' || value === null) return false;
   const exports = value as Record<string, unknown>;
-  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets', 'lockFile', 'unlockFile', 'notify'].every(
+  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'NftWatch', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets', 'lockFile', 'unlockFile', 'notify'].every(
     (name) => typeof exports[name] === 'function',
   );
 }
@@ -694,6 +701,77 @@ export class SockLb {
   static detach(pinDir: string): number {
     checkPath('pinDir', pinDir);
     return native().bpfDetach(pinDir);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// nftables change events
+
+/**
+ * What one wake-up of an {@link NftWatch} saw: the changes the kernel committed since the last
+ * call, as far as they could be read.
+ */
+export interface NftChangeBatch {
+  /** The tables those changes named, `<family> <name>` (`ip ballast`, `inet filter`), each once, in arrival order. */
+  tables: string[];
+  /** The ruleset generation of the last committed transaction seen (NFTA_GEN_ID), -1 before any. */
+  generation: number;
+  /** The kernel dropped events for this socket (ENOBUFS: its queue overflowed): `tables` may miss some. */
+  lost: boolean;
+}
+
+/** Counters of an {@link NftWatch} since it was opened. */
+export interface NftWatchStats {
+  /** nftables notifications read. */
+  messages: number;
+  /** Times the socket became readable (each is at most one onChange call). */
+  wakeups: number;
+  /** recv calls that failed with ENOBUFS (events lost). */
+  overruns: number;
+}
+
+/**
+ * The kernel's nftables change events, as `nft monitor` sees them but without a child process:
+ * a NETLINK_NETFILTER socket (libmnl) subscribed to the multicast group NFNLGRP_NFTABLES, read
+ * through libuv on the event loop of the thread that opened it. Every committed transaction
+ * that touches a table, chain, rule, set, element, object or flowtable produces notifications;
+ * each wake-up calls `onChange` once with the tables they named. Only the network namespace the
+ * thread is in when it opens the watch is seen (netlink sockets belong to their namespace).
+ * Nothing runs while nothing changes. An open watch keeps the event loop alive unless opened
+ * with `keepAlive: false`.
+ */
+export class NftWatch {
+  readonly #raw: RawNftWatch;
+
+  private constructor(raw: RawNftWatch) {
+    this.#raw = raw;
+  }
+
+  /**
+   * Opens the socket and starts receiving at once.
+   * @param onChange called once per wake-up with what arrived ({@link NftChangeBatch}); a call
+   *   with `lost: true` may name no table. An exception it throws is an uncaught exception.
+   * @param opts.keepAlive whether the open watch keeps the event loop alive (default true; false
+   *   is uv_unref: the process may exit while it is open).
+   * @throws TypeError when onChange is not a function.
+   * @throws NativeError EPERM from setsockopt(NETLINK_ADD_MEMBERSHIP) without CAP_NET_ADMIN;
+   *   EPROTONOSUPPORT from socket() when nfnetlink is not available.
+   * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
+   */
+  static open(onChange: (batch: NftChangeBatch) => void, opts: { keepAlive?: boolean } = {}): NftWatch {
+    if (typeof onChange !== 'function') throw new TypeError('onChange must be a function');
+    const { NftWatch: Raw } = native();
+    return new NftWatch(new Raw(onChange, opts.keepAlive ?? true));
+  }
+
+  /** Counters since opening ({@link NftWatchStats}), read from the addon; still readable after close. */
+  get stats(): NftWatchStats {
+    return this.#raw.stats();
+  }
+
+  /** Stops receiving and closes the socket. Idempotent; never throws. */
+  close(): void {
+    this.#raw.close();
   }
 }
 

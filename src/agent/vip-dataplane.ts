@@ -10,6 +10,8 @@ import type { HealthChecker } from '../health/checker.js';
 import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from '../dataplane/controller.js';
 import { Reconciler } from '../dataplane/reconcile.js';
 import { NftablesApplier } from '../dataplane/apply.js';
+import { TableWatch } from '../dataplane/nftwatch.js';
+import { NftWatch } from '../native.js';
 import { flushBackend } from '../dataplane/conntrack.js';
 import type { StatusDocument } from '../observe/status.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
@@ -31,7 +33,9 @@ export interface VipDataplanePhase extends PhaseHandle {
  * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
  * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
  * removes the table (through `tables`, preflight's removal: one attempt per stop), unless
- * dataplane.keepOnStop is `all`. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
+ * dataplane.keepOnStop is `all`. A {@link TableWatch} puts the table back within the data plane's
+ * bound when someone else removes or changes it (kernel nftables events of this network
+ * namespace, and a slow periodic verify); it stops before the table is removed. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
  * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
@@ -41,7 +45,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));
-    const applier = new NftablesApplier();
+    const applier = new NftablesApplier({ track: true });
     tables.rearm();
     own.defer('nftables table', async () => {
       if (config.dataplane.keepOnStop !== 'all') await tables.remove();
@@ -62,6 +66,23 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       const sysctl = config.family === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
       log.warn({ family: config.family, sysctl }, `IP forwarding is off: connections DNATed to apiservers on other nodes will fail (set ${sysctl}=1; kubeadm requires it too)`);
     }
+    const family = config.family;
+    const watch = new TableWatch({
+      family,
+      log,
+      // the agent's lifetime is its other handles': this one alone keeps nothing running
+      subscribe: (onChange) => NftWatch.open(onChange, { keepAlive: false }),
+      verify: () => applier.verify(family, { signal: ctx.signal }),
+      restore: async () => {
+        applier.forget(family);
+        const before = lb.status().failures;
+        await lb.sync();
+        if (lb.status().failures > before) throw new Error(lb.status().lastError ?? 'apply failed');
+      },
+      onRestore: (r) => plane.noteRestore(r.at),
+    });
+    watch.start();
+    own.defer('nftables table watch', () => watch.stop());
     followers.lb = lb;
     own.defer('VIP data plane health subscription', () => {
       followers.lb = null;

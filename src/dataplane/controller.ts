@@ -54,6 +54,10 @@ export interface VipPlaneStatus {
   lastApplyMs: number | null;
   /** Conntrack entries deleted for dead backends since start. */
   flushedEntries: number;
+  /** Times the table was found removed or changed by someone else and applied again (nftwatch.ts). */
+  restores: number;
+  /** When the last of those restores ended (ISO 8601); null before the first. */
+  lastRestore: string | null;
 }
 
 /** The VIP data plane in /status. */
@@ -72,7 +76,7 @@ export const VIP_PLANE_MESSAGES = {
 export class LoadBalancer implements Plane {
   readonly #deps: LoadBalancerDeps;
   #o: VipPlaneOptions;
-  readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0 };
+  readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0, restores: 0, lastRestore: null };
 
   constructor(deps: LoadBalancerDeps, o: VipPlaneOptions) {
     this.#deps = deps;
@@ -88,6 +92,12 @@ export class LoadBalancer implements Plane {
   reconfigure(o: VipPlaneOptions): void {
     if (o.family !== this.#o.family) throw new RangeError(`the VIP data plane serves IPv${this.#o.family}, not IPv${o.family}`);
     this.#o = o;
+  }
+
+  /** Counts a restore of the table (nftwatch.ts) that ended at `at`, for /status. */
+  noteRestore(at: Date): void {
+    this.#st.restores++;
+    this.#st.lastRestore = at.toISOString();
   }
 
   /** Status of the ruleset (a copy). */

@@ -64,6 +64,7 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
   const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_duration_seconds', help: 'How long the last nftables apply took', registers: [registry] });
+  const dpRestores = new Counter({ name: 'ballast_dataplane_restores_total', help: 'Times the nftables table ballast was found removed or changed by someone else and applied again', labelNames: ['family'], registers: [registry] });
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
@@ -140,6 +141,8 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         dpFailures.inc(doc.dataplane.failures);
         dpFlushed.reset();
         dpFlushed.inc(doc.dataplane.flushedEntries);
+        dpRestores.reset();
+        dpRestores.inc({ family: String('family' in doc ? doc.family : 4) }, doc.dataplane.restores);
         if (doc.dataplane.lastApplyMs !== null) dpDuration.set(doc.dataplane.lastApplyMs / 1000);
       }
     },

@@ -193,7 +193,8 @@ function formatDataplane(d: StatusDocument['dataplane']): string {
   if (d.mode === 'none') return 'none (VIP only)';
   if (d.mode === 'off') return `off: ${d.reason}`;
   const err = d.lastError ? `, last error: ${d.lastError}` : '';
-  return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${err}`;
+  const restored = d.restores > 0 ? `, restored ${d.restores}× after someone else removed or changed it (last ${d.lastRestore})` : '';
+  return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${restored}${err}`;
 }
 
 function formatLocal(l: LocalStatus): string {

@@ -39,7 +39,7 @@ function doc(over: { reason?: string; lastError?: string | null } = {}): StatusD
         { address: '10.0.0.12:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:59.500Z', lastLatencyMs: 4.5, reason: null, consecutive: 9, source: 'endpointslice' },
         { address: '10.0.0.13:6443', state: 'unknown', healthy: false, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 0, source: 'lastKnown' },
       ],
-      dataplane: { mode: 'nftables', backends: ['10.0.0.12:6443'], applies: 4, lastApplyMs: 12.34, flushedEntries: 1, failures: 0, lastError: over.lastError ?? null },
+      dataplane: { mode: 'nftables', backends: ['10.0.0.12:6443'], applies: 4, lastApplyMs: 12.34, flushedEntries: 1, restores: 0, lastRestore: null, failures: 0, lastError: over.lastError ?? null },
       local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443'], backends: ['10.0.0.12:6443'], updates: 3, socketsReset: 0, failures: 0, lastError: null },
     },
     {
