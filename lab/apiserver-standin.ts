@@ -62,6 +62,21 @@ export interface StandinOptions {
   token?: string;
   /** ms between BOOKMARK events on a watch that allows them (default 5000) */
   bookmarkMs?: number;
+  /** a file holding a delay in ms for each /readyz answer (read per request; absent or empty: none) */
+  readyzDelayFile?: string;
+}
+
+/** The /readyz delay in `file` (ms, 0..60000), 0 when it is absent, empty or not a number. */
+export function readyzDelayMs(file: string | undefined): number {
+  if (file === undefined) return 0;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return 0;
+  }
+  const ms = Number(text.trim());
+  return Number.isFinite(ms) && ms > 0 ? Math.min(ms, 60_000) : 0;
 }
 
 /** A running stand-in: flip readiness, or close (resolves once the server is closed). */
@@ -282,9 +297,14 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
       return send(200, watchMetrics(watches.size, watchesStarted), 'text/plain; version=0.0.4; charset=utf-8');
     }
     switch (url.pathname) {
-      case '/readyz':
+      case '/readyz': {
         // the body mimics kube-apiserver's failed-check listing
-        return ready ? send(200, 'ok') : send(500, '[-]lab-readiness failed: reason withheld\nreadyz check failed\n');
+        const answer = (): void => (ready ? send(200, 'ok') : send(500, '[-]lab-readiness failed: reason withheld\nreadyz check failed\n'));
+        // a slow /readyz (an apiserver under load): the delay file holds ms, absent = none
+        const delay = readyzDelayMs(opts.readyzDelayFile);
+        if (delay > 0) return void setTimeout(answer, delay);
+        return answer();
+      }
       case '/livez':
         return send(200, 'ok');
       case '/version':
@@ -366,6 +386,7 @@ async function main(argv: string[]): Promise<void> {
       address: { type: 'string' },
       token: { type: 'string' },
       'shutdown-delay': { type: 'string', default: '0' },
+      'readyz-delay-file': { type: 'string' },
     },
     strict: true,
   });
@@ -384,6 +405,7 @@ async function main(argv: string[]): Promise<void> {
     ...(values.store === undefined ? {} : { store: values.store }),
     ...(values.address === undefined ? {} : { address: values.address }),
     ...(values.token === undefined ? {} : { token: values.token }),
+    ...(values['readyz-delay-file'] === undefined ? {} : { readyzDelayFile: values['readyz-delay-file'] }),
   });
   // a rotated certificate: new connections get the files' current pair
   process.on('SIGHUP', () => {

@@ -8,6 +8,7 @@
  *   NEW      SYN_SENT  orig dst = VIP:port, reply src = backend   → a connection was sent to backend
  *   UPDATE   SYN_RECV / ESTABLISHED                               → the backend answered: alive
  *   DESTROY  (or UPDATE CLOSE) before any answer                  → refused (RST to the SYN): dead
+ *            (a DESTROY still in SYN_SENT is a deletion, e.g. `conntrack -F`: no verdict)
  *   still SYN_SENT after `synTimeoutMs`                            → no answer at all: dead
  *
  * A live apiserver's kernel answers a SYN within a round trip (the application is not
@@ -209,6 +210,10 @@ export class FlowTracker {
     // an update that says nothing of the TCP state (a mark, a status bit) tells nothing either
     if (e.type === 'UPDATE' && e.state === null) return [];
     this.pending.delete(e.id);
+    // DESTROY of an entry still in SYN_SENT: it was deleted (`conntrack -F`, an agent resetting a
+    // dead backend's flows), not refused: a RST to the SYN moves it to CLOSE first (found by the
+    // chaos soak: a flush on the holder judged every backend with a SYN in flight dead)
+    if (e.type === 'DESTROY' && e.state !== null && e.state !== 'CLOSE') return [];
     // SYN_RECV / ESTABLISHED: the backend's kernel answered the SYN
     if (e.type === 'UPDATE' && e.state !== 'CLOSE') return [verdict(p.backend, 'answered')];
     // DESTROY, or CLOSE, before any answer: a RST to the SYN
@@ -314,8 +319,15 @@ export function watchConntrack(
     stop();
     o.onExit?.(err.code ?? null, err.message);
   });
+  // judged in the check phase, after this loop iteration's poll phase has read the events that
+  // queued up meanwhile: after an event-loop stall (GC, a busy main thread, CPU starvation) the
+  // timers phase runs first, and answers already in the socket buffer would be judged
+  // unanswered (found by the chaos soak: every pending SYN of every backend after a 1 s stall)
   const timer = setInterval(() => {
-    for (const v of tracker.tick(now())) onVerdict(v);
+    setImmediate(() => {
+      if (stopped) return;
+      for (const v of tracker.tick(now())) onVerdict(v);
+    });
   }, o.tickMs ?? 50);
   timer.unref();
   return { stop };
