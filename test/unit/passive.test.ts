@@ -145,7 +145,9 @@ describe('FlowTracker: direct flows (the ebpf local endpoint rewrites connect(),
     tr.onEvent(directNew, 0);
     expect(tr.onEvent({ ...directNew, id: '99', origDport: 10250, replySport: 10250 }, 0)).toStrictEqual([]);
     expect(tr.pendingCount).toBe(2);
-    expect(tr.tick(250).map((v) => formatHostPort(v.backend))).toStrictEqual(['10.9.9.12:6443', '10.9.9.12:6443']);
+    // both flows go to one backend: one verdict for it per tick
+    expect(tr.tick(250).map((v) => formatHostPort(v.backend))).toStrictEqual(['10.9.9.12:6443']);
+    expect(tr.pendingCount).toBe(0);
   });
 });
 
@@ -164,6 +166,28 @@ class FakeCtSocket extends EventEmitter implements CtSocket {
     this.closed = true;
   }
 }
+
+describe('a backend that answers is not silent (found by the chaos soak and the storm bench)', () => {
+  const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
+  it('a SYN dropped by a full accept queue, while later SYNs to the same backend are answered, gives no verdict', () => {
+    const t = new FlowTracker(['10.9.9.9'], 6443, 250);
+    t.onEvent({ type: 'NEW', id: '1', state: 'SYN_SENT', ...flow }, 0); // dropped: never answered
+    t.onEvent({ type: 'NEW', id: '2', state: 'SYN_SENT', ...flow }, 10);
+    expect(text(t.onEvent({ type: 'UPDATE', id: '2', state: 'SYN_RECV', ...flow }, 11))).toStrictEqual(['10.9.9.12:6443 alive answered answered']);
+    expect(t.tick(300)).toStrictEqual([]);
+    expect(t.pendingCount).toBe(0);
+  });
+  it('a SYN sent after the last answer still counts: a backend that dies after answering is judged, once per tick', () => {
+    const t = new FlowTracker(['10.9.9.9'], 6443, 250);
+    t.onEvent({ type: 'NEW', id: '1', state: 'SYN_SENT', ...flow }, 0);
+    t.onEvent({ type: 'UPDATE', id: '1', state: 'ESTABLISHED', ...flow }, 1);
+    t.onEvent({ type: 'NEW', id: '2', state: 'SYN_SENT', ...flow }, 5); // after the death
+    t.onEvent({ type: 'NEW', id: '3', state: 'SYN_SENT', ...flow }, 6);
+    expect(t.tick(254)).toStrictEqual([]);
+    expect(text(t.tick(256))).toStrictEqual(['10.9.9.12:6443 dead unanswered unanswered SYN']);
+    expect(t.pendingCount).toBe(0);
+  });
+});
 
 describe('deletions are not refusals (found by the chaos soak)', () => {
   it('a flow deleted while still in SYN_SENT (conntrack -F, an agent\'s reset) gives no verdict; one refused (CLOSE) still does', () => {
