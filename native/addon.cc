@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include "bpf_loader.h"
+#include "conntrack_dump.h"
 #include "file_lock.h"
 #include "notify.h"
 #include "packet_socket.h"
@@ -33,6 +34,7 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("lockFile", Napi::Function::New<LockFile>(env, "lockFile"));
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
+    exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));
   }
 
  private:

@@ -4,6 +4,9 @@
  * the election and undone after it: a resigning master still balances until its VIPs are gone.
  */
 import { readFileSync } from 'node:fs';
+import { conntrackVipFlows } from '../native.js';
+import { ConnectionTracker } from '../dataplane/rebalance.js';
+import { enableConntrackTimestamps } from '../dataplane/conntrack.js';
 import type { Config } from '../config/index.js';
 import { createError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
@@ -47,10 +50,14 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       if (config.dataplane.keepOnStop !== 'all') await tables.remove();
     });
     const a = applier;
+    // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance: a change is a restart)
+    const rebalance = config.dataplane.rebalance;
+    const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, log });
     const plane = new LoadBalancer(
-      { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
+    if (rebalance.enabled) own.defer('conntrack timestamps', enableConntrackTimestamps(log));
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
     own.defer('VIP data plane verdict subscription', lb.follow());
     // the table exists (with no DNAT rule while nothing is healthy) before the first check
@@ -63,6 +70,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       log.warn({ family: config.family, sysctl }, `IP forwarding is off: connections DNATed to apiservers on other nodes will fail (set ${sysctl}=1; kubeadm requires it too)`);
     }
     followers.lb = lb;
+    own.defer('VIP connection counts', tracker.start());
     own.defer('VIP data plane health subscription', () => {
       followers.lb = null;
     });
