@@ -50,14 +50,20 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       if (config.dataplane.keepOnStop !== 'all') await tables.remove();
     });
     const a = applier;
-    // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance: a change is a restart)
-    const rebalance = config.dataplane.rebalance;
+    // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
+    let rebalance = config.dataplane.rebalance;
     const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, log });
     const plane = new LoadBalancer(
       { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
-    if (rebalance.enabled) own.defer('conntrack timestamps', enableConntrackTimestamps(log));
+    let timestamps = false;
+    const wantTimestamps = (): void => {
+      if (!rebalance.enabled || timestamps) return;
+      timestamps = true;
+      own.defer('conntrack timestamps', enableConntrackTimestamps(log));
+    };
+    wantTimestamps();
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
     own.defer('VIP data plane verdict subscription', lb.follow());
     // the table exists (with no DNAT rule while nothing is healthy) before the first check
@@ -79,6 +85,11 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       const before = lb.status().failures;
       await lb.sync();
       if (lb.status().failures > before) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
+      const was = rebalance;
+      rebalance = next.dataplane.rebalance;
+      wantTimestamps();
+      // a rebalancer turned on or retuned acts now, not at the next 5 s count
+      if (JSON.stringify(was) !== JSON.stringify(rebalance)) tracker.kick();
     };
     return { reconfigure };
   });

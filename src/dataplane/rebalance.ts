@@ -72,8 +72,8 @@ export interface RebalanceDecision {
   bound: number | null;
   /** the ready backends over the bound now, most loaded first */
   over: string[];
-  /** whom to reset and how many (≥ 1), or null with the reason */
-  target: { backend: string; count: number } | null;
+  /** whom to reset and how many (each ≥ 1), most loaded first; empty with the reason in `why` */
+  targets: { backend: string; count: number }[];
   why: 'alone' | 'no connections' | 'balanced' | 'waiting' | 'minute budget spent' | 'second budget spent' | 'reset';
 }
 
@@ -87,10 +87,12 @@ const SECOND_MS = 1000;
  * - no established flow: nothing;
  * - a ready backend is over when its count > factor × total / ready; its over-since time is kept
  *   while it stays over and dropped when it is not;
- * - the most loaded backend over for at least `afterMs` is the target (ties: the first in `ready`
- *   order), with count = min(its excess over the bound (count − ⌊bound⌋), resetsPerSecond −
- *   resets in the last 1000 ms, max(1, ⌊maxFractionPerMinute × total⌋) − resets in the last 60 s);
- *   a count of 0 means a budget is spent (no target).
+ * - every backend over for at least `afterMs` is a target, most loaded first (ties: `ready`
+ *   order), with count = what brings it down to its fair share (count − ⌈fair⌉: hysteresis, it
+ *   triggers above factor × fair but aims at fair, so that the flows that reconnect to it again
+ *   do not push it straight back over), the targets taken in order from one budget:
+ *   min(resetsPerSecond − resets in the last 1000 ms, max(1, ⌊maxFractionPerMinute × total⌋) −
+ *   resets in the last 60 s); a spent budget means no target.
  * The caller performs the resets and records them with {@link recordResets}.
  */
 export function decide(input: RebalanceInput): RebalanceDecision {
@@ -104,7 +106,7 @@ export function decide(input: RebalanceInput): RebalanceDecision {
     fair,
     bound,
     over: [],
-    target: null,
+    targets: [],
     why,
   });
   if (ready.length < 2) return none('alone');
@@ -120,16 +122,23 @@ export function decide(input: RebalanceInput): RebalanceDecision {
   for (const b of over) overSince.set(b, input.memory.overSince.get(b) ?? now);
   const memory = { overSince, resets };
   const base = { memory, total, fair, bound, over };
-  if (over.length === 0) return { ...base, target: null, why: 'balanced' };
-  const due = over.find((b) => now - overSince.get(b)! >= settings.afterMs);
-  if (due === undefined) return { ...base, target: null, why: 'waiting' };
+  if (over.length === 0) return { ...base, targets: [], why: 'balanced' };
+  const due = over.filter((b) => now - overSince.get(b)! >= settings.afterMs);
+  if (due.length === 0) return { ...base, targets: [], why: 'waiting' };
   const inWindow = (ms: number): number => resets.filter((r) => now - r.at < ms).reduce((s, r) => s + r.count, 0);
   const perMinute = Math.max(1, Math.floor(settings.maxFractionPerMinute * total)) - inWindow(MINUTE_MS);
-  if (perMinute <= 0) return { ...base, target: null, why: 'minute budget spent' };
+  if (perMinute <= 0) return { ...base, targets: [], why: 'minute budget spent' };
   const perSecond = settings.resetsPerSecond - inWindow(SECOND_MS);
-  if (perSecond <= 0) return { ...base, target: null, why: 'second budget spent' };
-  const excess = countOf(due) - Math.floor(bound);
-  return { ...base, target: { backend: due, count: Math.min(excess, perSecond, perMinute) }, why: 'reset' };
+  if (perSecond <= 0) return { ...base, targets: [], why: 'second budget spent' };
+  let budget = Math.min(perSecond, perMinute);
+  const targets: { backend: string; count: number }[] = [];
+  for (const b of due) {
+    const count = Math.min(countOf(b) - Math.ceil(fair), budget);
+    if (count <= 0) break;
+    targets.push({ backend: b, count });
+    budget -= count;
+  }
+  return { ...base, targets, why: 'reset' };
 }
 
 /** `memory` with `count` resets done at `now` (nothing recorded for 0). */
@@ -214,6 +223,7 @@ export class ConnectionTracker {
   #lastRound: RebalanceStatus['lastRound'] = null;
   #lastError: string | null = null;
   #timer: NodeJS.Timeout | null = null;
+  #running = false;
 
   constructor(deps: ConnectionTrackerDeps, o: ConnectionTrackerOptions = {}) {
     this.#deps = deps;
@@ -223,16 +233,22 @@ export class ConnectionTracker {
 
   /** Starts the rounds (the first one now). @returns the undo: stops them. */
   start(): () => void {
-    const tick = (): void => {
-      const busy = this.round();
-      this.#timer = setTimeout(tick, busy ? this.#busyMs : this.#periodMs);
-      this.#timer.unref();
-    };
-    tick();
+    this.#running = true;
+    this.kick();
     return () => {
+      this.#running = false;
       if (this.#timer) clearTimeout(this.#timer);
       this.#timer = null;
     };
+  }
+
+  /** A round now (settings changed), then the next one after the period it calls for; nothing once stopped. */
+  kick(): void {
+    if (!this.#running) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    const busy = this.round();
+    this.#timer = setTimeout(() => this.kick(), busy ? this.#busyMs : this.#periodMs);
+    this.#timer.unref();
   }
 
   /**
@@ -267,12 +283,12 @@ export class ConnectionTracker {
     this.#memory = d.memory;
     this.#last = d;
     if (!s.enabled) return false;
-    if (d.target !== null) this.#reset(now, t, d, counts);
+    for (const target of d.targets) this.#reset(now, t, d, target, counts);
     return d.over.length > 0;
   }
 
-  #reset(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, counts: Map<string, number>): void {
-    const { backend, count } = d.target!;
+  #reset(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, target: { backend: string; count: number }, counts: Map<string, number>): void {
+    const { backend, count } = target;
     const i = backend.lastIndexOf(':');
     const address = backend.slice(0, i).replace(/^\[|\]$/g, '');
     const port = Number(backend.slice(i + 1));

@@ -22,25 +22,34 @@ const EMPTY: RebalanceMemory = { overSince: new Map(), resets: [] };
 const counts = (o: Record<string, number>): Map<string, number> => new Map(Object.entries(o));
 
 describe('decide', () => {
-  it('after a restart (150/150/0): both loaded backends are over; the most loaded one is reset once `after` has passed', () => {
+  it('after a restart (150/151/0): both loaded backends are over; once `after` has passed both are reset toward their fair share, most loaded first, within the second budget', () => {
     const c = counts({ [A]: 150, [B]: 151, [C]: 0 });
     const first = decide({ now: 1000, ready: [A, B, C], counts: c, memory: EMPTY, settings: S });
-    expect(first).toMatchObject({ total: 301, over: [B, A], target: null, why: 'waiting' });
+    expect(first).toMatchObject({ total: 301, over: [B, A], targets: [], why: 'waiting' });
     expect(first.fair).toBeCloseTo(301 / 3);
     expect(first.bound).toBeCloseTo(1.2 * (301 / 3));
     expect([...first.memory.overSince]).toStrictEqual([[B, 1000], [A, 1000]]);
     // not yet: 9.999 s over
     expect(decide({ now: 10_999, ready: [A, B, C], counts: c, memory: first.memory, settings: S }).why).toBe('waiting');
-    // 10 s over: B (151) is the target, excess 151 − ⌊120.4⌋ = 31, capped at 20 per second
+    // 10 s over: B (151) first, down to ⌈100.33⌉ = 101 would be 50, capped at 20 per second
     const due = decide({ now: 11_000, ready: [A, B, C], counts: c, memory: first.memory, settings: S });
-    expect(due.target).toStrictEqual({ backend: B, count: 20 });
+    expect(due.targets).toStrictEqual([{ backend: B, count: 20 }]);
     expect(due.why).toBe('reset');
+    // with room for more: B 50, then A 49 (150 − 101), from one budget
+    expect(decide({ now: 11_000, ready: [A, B, C], counts: c, memory: first.memory, settings: { ...S, resetsPerSecond: 120 } }).targets).toStrictEqual([
+      { backend: B, count: 50 },
+      { backend: A, count: 49 },
+    ]);
+    expect(decide({ now: 11_000, ready: [A, B, C], counts: c, memory: first.memory, settings: { ...S, resetsPerSecond: 70 } }).targets).toStrictEqual([
+      { backend: B, count: 50 },
+      { backend: A, count: 20 },
+    ]);
   });
 
   it('never touches a backend that is alone, and clears what it remembered', () => {
     const memory: RebalanceMemory = { overSince: new Map([[A, 0]]), resets: [] };
     const d = decide({ now: 100_000, ready: [A], counts: counts({ [A]: 500, [B]: 3 }), memory, settings: S });
-    expect(d).toMatchObject({ target: null, why: 'alone', fair: null, bound: null, over: [] });
+    expect(d).toMatchObject({ targets: [], why: 'alone', fair: null, bound: null, over: [] });
     expect(d.memory.overSince.size).toBe(0);
   });
 
@@ -57,10 +66,11 @@ describe('decide', () => {
     expect(d.memory.overSince.size).toBe(0);
   });
 
-  it('stops at the excess: resets bring the backend to ⌊bound⌋, not below', () => {
-    const d = decide({ now: 0, ready: [A, B], counts: counts({ [A]: 13, [B]: 7 }), memory: EMPTY, settings: { ...S, afterMs: 0 } });
-    // fair 10, bound 12: 1 over
-    expect(d.target).toStrictEqual({ backend: A, count: 1 });
+  it('triggers above the bound, aims at the fair share and never below it', () => {
+    // fair 10, bound 12: 13 is over; reset 3 to reach 10
+    expect(decide({ now: 0, ready: [A, B], counts: counts({ [A]: 13, [B]: 7 }), memory: EMPTY, settings: { ...S, afterMs: 0 } }).targets).toStrictEqual([{ backend: A, count: 3 }]);
+    // 12 is not over
+    expect(decide({ now: 0, ready: [A, B], counts: counts({ [A]: 12, [B]: 8 }), memory: EMPTY, settings: { ...S, afterMs: 0 } }).why).toBe('balanced');
   });
 
   it('the per-minute budget: ⌊fraction × total⌋ (at least 1) in any 60 s, then nothing until old resets age out', () => {
@@ -69,29 +79,29 @@ describe('decide', () => {
     let memory: RebalanceMemory = recordResets(EMPTY, 0, 20);
     let d = decide({ now: 5000, ready: [A, B, C], counts: c, memory, settings });
     // 30 per minute, 20 used
-    expect(d.target).toStrictEqual({ backend: A, count: 10 });
+    expect(d.targets).toStrictEqual([{ backend: A, count: 10 }]);
     memory = recordResets(d.memory, 5000, 10);
     d = decide({ now: 6000, ready: [A, B, C], counts: c, memory, settings });
-    expect(d).toMatchObject({ target: null, why: 'minute budget spent' });
+    expect(d).toMatchObject({ targets: [], why: 'minute budget spent' });
     // the first 20 age out at 60 s
     d = decide({ now: MINUTE_MS, ready: [A, B, C], counts: c, memory: d.memory, settings });
-    expect(d.target).toStrictEqual({ backend: A, count: 20 });
+    expect(d.targets).toStrictEqual([{ backend: A, count: 20 }]);
     expect(d.memory.resets).toStrictEqual([{ at: 5000, count: 10 }]);
     // a tiny fraction still allows one reset per minute
     const tiny = decide({ now: 0, ready: [A, B], counts: counts({ [A]: 3, [B]: 0 }), memory: EMPTY, settings: { ...settings, maxFractionPerMinute: 0.001 } });
-    expect(tiny.target).toStrictEqual({ backend: A, count: 1 });
+    expect(tiny.targets).toStrictEqual([{ backend: A, count: 1 }]);
   });
 
   it('the per-second budget: resets in the last 1000 ms count against resetsPerSecond', () => {
     const memory = recordResets(EMPTY, 500, 15);
     const d = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory, settings: { ...S, afterMs: 0 } });
-    expect(d.target).toStrictEqual({ backend: A, count: 5 });
+    expect(d.targets).toStrictEqual([{ backend: A, count: 5 }]);
     const spent = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory: recordResets(memory, 1100, 5), settings: { ...S, afterMs: 0 } });
     expect(spent.why).toBe('second budget spent');
   });
 
   it('no connections: nothing', () => {
-    expect(decide({ now: 0, ready: [A, B], counts: new Map(), memory: EMPTY, settings: S })).toMatchObject({ total: 0, target: null, why: 'no connections' });
+    expect(decide({ now: 0, ready: [A, B], counts: new Map(), memory: EMPTY, settings: S })).toMatchObject({ total: 0, targets: [], why: 'no connections' });
   });
 });
 
@@ -127,22 +137,28 @@ describe('decide: properties', () => {
         // the memory keeps exactly the backends over now, and only resets of the last minute
         expect([...d.memory.overSince.keys()].sort()).toStrictEqual([...d.over].sort());
         expect(d.memory.resets.every((r) => x.now - r.at < MINUTE_MS)).toBe(true);
-        if (d.target === null) return;
-        const t = d.target;
+        if (d.targets.length === 0) return;
         expect(ready.length).toBeGreaterThanOrEqual(2);
-        expect(ready).toContain(t.backend);
-        const n = c.get(t.backend)!;
-        const bound = x.factor * (total / ready.length);
-        expect(n).toBeGreaterThan(bound);
-        expect(x.now - d.memory.overSince.get(t.backend)!).toBeGreaterThanOrEqual(x.afterMs);
-        expect(t.count).toBeGreaterThanOrEqual(1);
-        // after the resets the backend is still at or above ⌊bound⌋: never drained below the bound
-        expect(n - t.count).toBeGreaterThanOrEqual(Math.floor(bound));
+        const fair = total / ready.length;
+        const bound = x.factor * fair;
+        let sum = 0;
+        let prev = Infinity;
+        for (const t of d.targets) {
+          expect(ready).toContain(t.backend);
+          const n = c.get(t.backend)!;
+          expect(n).toBeGreaterThan(bound);
+          expect(n).toBeLessThanOrEqual(prev);
+          prev = n;
+          expect(x.now - d.memory.overSince.get(t.backend)!).toBeGreaterThanOrEqual(x.afterMs);
+          expect(t.count).toBeGreaterThanOrEqual(1);
+          // never drained below its fair share
+          expect(n - t.count).toBeGreaterThanOrEqual(Math.ceil(fair));
+          sum += t.count;
+        }
+        expect(new Set(d.targets.map((t) => t.backend)).size).toBe(d.targets.length);
         const used = (ms: number): number => memory.resets.filter((r) => x.now - r.at < ms).reduce((s, r) => s + r.count, 0);
-        expect(used(1000) + t.count).toBeLessThanOrEqual(x.resetsPerSecond);
-        expect(used(MINUTE_MS) + t.count).toBeLessThanOrEqual(Math.max(1, Math.floor(x.maxFractionPerMinute * total)));
-        // the most loaded of the backends that are due
-        for (const b of d.over) if (x.now - d.memory.overSince.get(b)! >= x.afterMs) expect(c.get(b)!).toBeLessThanOrEqual(n);
+        expect(used(1000) + sum).toBeLessThanOrEqual(x.resetsPerSecond);
+        expect(used(MINUTE_MS) + sum).toBeLessThanOrEqual(Math.max(1, Math.floor(x.maxFractionPerMinute * total)));
       }),
       fuzzParameters(),
     );
@@ -159,16 +175,18 @@ describe('decide: properties', () => {
           const c = new Map(ready.map((b, i) => [b, start[i]!]));
           let memory = EMPTY;
           const done: { at: number; count: number; total: number }[] = [];
+          let next = 0;
           const settings = { factor: 1.2, afterMs: 1000, resetsPerSecond: perSecond, maxFractionPerMinute: fraction };
           for (let now = 0; now <= 180_000; now += 1000) {
             const d = decide({ now, ready, counts: c, memory, settings });
             memory = d.memory;
-            if (d.target === null) continue;
-            // each reset flow reconnects to the next backend in turn (deterministic spread)
-            c.set(d.target.backend, c.get(d.target.backend)! - d.target.count);
-            for (let k = 0; k < d.target.count; k++) c.set(ready[k % 3]!, c.get(ready[k % 3]!)! + 1);
-            memory = recordResets(memory, now, d.target.count);
-            done.push({ at: now, count: d.target.count, total: d.total });
+            for (const t of d.targets) {
+              // each reset flow reconnects to the next backend in turn (deterministic spread)
+              c.set(t.backend, c.get(t.backend)! - t.count);
+              for (let k = 0; k < t.count; k++, next++) c.set(ready[next % 3]!, c.get(ready[next % 3]!)! + 1);
+              memory = recordResets(memory, now, t.count);
+              done.push({ at: now, count: t.count, total: d.total });
+            }
           }
           const total = start.reduce((a, b) => a + b, 0);
           for (const r of done) {
