@@ -58,15 +58,17 @@ export interface RebalanceInput {
   counts: ReadonlyMap<string, number>;
   memory: RebalanceMemory;
   settings: Pick<RebalanceSettings, 'factor' | 'afterMs' | 'resetsPerSecond' | 'maxFractionPerMinute'>;
+  /** ms a reset flow is expected to take to reconnect (default {@link SETTLE_MS}); 0: none */
+  settleMs?: number;
 }
 
 /** One round's outcome. */
 export interface RebalanceDecision {
   /** the memory for the next round (over-since times updated, resets older than 60 s dropped) */
   memory: RebalanceMemory;
-  /** established flows over the ready backends */
+  /** established flows over the ready backends (counted, without the pending reconnects) */
   total: number;
-  /** total / ready backends; null with fewer than 2 ready backends */
+  /** (total + pending reconnects) / ready backends; null with fewer than 2 ready backends */
   fair: number | null;
   /** factor × fair: a backend holding more is over; null with fewer than 2 ready backends */
   bound: number | null;
@@ -77,6 +79,14 @@ export interface RebalanceDecision {
   why: 'alone' | 'no connections' | 'balanced' | 'waiting' | 'minute budget spent' | 'second budget spent' | 'reset';
 }
 
+/**
+ * How long a reset connection is taken to be on its way back, ms: its client learns of the reset
+ * at its next segment (a request, an HTTP/2 PING, a keepalive probe) and reconnects. Until then
+ * the flows reset in this window count as reconnected, spread evenly over the ready backends;
+ * otherwise the next round would see the total short by them and reset the survivors again.
+ */
+export const SETTLE_MS = 10_000;
+
 /** The window of `maxFractionPerMinute`, ms. */
 export const MINUTE_MS = 60_000;
 const SECOND_MS = 1000;
@@ -85,6 +95,9 @@ const SECOND_MS = 1000;
  * The rebalance decision for one round (pure). Rules, in order:
  * - fewer than 2 ready backends: nothing (a backend that is alone is never touched), memory cleared;
  * - no established flow: nothing;
+ * - flows reset in the last `settleMs` are added back, evenly, as expected reconnects: each ready
+ *   backend's count + pending / ready, the total + pending (an overestimate once they reconnected,
+ *   which only makes the rebalancer more lenient);
  * - a ready backend is over when its count > factor × total / ready; its over-since time is kept
  *   while it stays over and dropped when it is not;
  * - every backend over for at least `afterMs` is a target, most loaded first (ties: `ready`
@@ -98,8 +111,12 @@ const SECOND_MS = 1000;
 export function decide(input: RebalanceInput): RebalanceDecision {
   const { now, ready, counts, settings } = input;
   const resets = input.memory.resets.filter((r) => now - r.at < MINUTE_MS);
-  const countOf = (b: string): number => counts.get(b) ?? 0;
-  const total = ready.reduce((sum, b) => sum + countOf(b), 0);
+  const settle = input.settleMs ?? SETTLE_MS;
+  const pending = resets.filter((r) => now - r.at < settle).reduce((sum, r) => sum + r.count, 0);
+  const real = (b: string): number => counts.get(b) ?? 0;
+  const share = ready.length > 0 ? pending / ready.length : 0;
+  const countOf = (b: string): number => real(b) + share;
+  const total = ready.reduce((sum, b) => sum + real(b), 0);
   const none = (why: RebalanceDecision['why'], fair: number | null = null, bound: number | null = null): RebalanceDecision => ({
     memory: { overSince: new Map(), resets },
     total,
@@ -111,7 +128,7 @@ export function decide(input: RebalanceInput): RebalanceDecision {
   });
   if (ready.length < 2) return none('alone');
   if (total === 0) return none('no connections', 0, 0);
-  const fair = total / ready.length;
+  const fair = (total + pending) / ready.length;
   const bound = settings.factor * fair;
   const over = ready
     .map((b, i) => ({ b, i, n: countOf(b) }))
@@ -133,7 +150,7 @@ export function decide(input: RebalanceInput): RebalanceDecision {
   let budget = Math.min(perSecond, perMinute);
   const targets: { backend: string; count: number }[] = [];
   for (const b of due) {
-    const count = Math.min(countOf(b) - Math.ceil(fair), budget);
+    const count = Math.min(Math.floor(countOf(b) - Math.ceil(fair)), real(b), budget);
     if (count <= 0) break;
     targets.push({ backend: b, count });
     budget -= count;

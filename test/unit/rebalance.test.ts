@@ -77,14 +77,14 @@ describe('decide', () => {
     const settings = { ...S, afterMs: 0, maxFractionPerMinute: 0.1 };
     const c = counts({ [A]: 150, [B]: 150, [C]: 0 });
     let memory: RebalanceMemory = recordResets(EMPTY, 0, 20);
-    let d = decide({ now: 5000, ready: [A, B, C], counts: c, memory, settings });
+    let d = decide({ now: 5000, ready: [A, B, C], counts: c, memory, settings, settleMs: 0 });
     // 30 per minute, 20 used
     expect(d.targets).toStrictEqual([{ backend: A, count: 10 }]);
     memory = recordResets(d.memory, 5000, 10);
-    d = decide({ now: 6000, ready: [A, B, C], counts: c, memory, settings });
+    d = decide({ now: 6000, ready: [A, B, C], counts: c, memory, settings, settleMs: 0 });
     expect(d).toMatchObject({ targets: [], why: 'minute budget spent' });
     // the first 20 age out at 60 s
-    d = decide({ now: MINUTE_MS, ready: [A, B, C], counts: c, memory: d.memory, settings });
+    d = decide({ now: MINUTE_MS, ready: [A, B, C], counts: c, memory: d.memory, settings, settleMs: 0 });
     expect(d.targets).toStrictEqual([{ backend: A, count: 20 }]);
     expect(d.memory.resets).toStrictEqual([{ at: 5000, count: 10 }]);
     // a tiny fraction still allows one reset per minute
@@ -94,10 +94,30 @@ describe('decide', () => {
 
   it('the per-second budget: resets in the last 1000 ms count against resetsPerSecond', () => {
     const memory = recordResets(EMPTY, 500, 15);
-    const d = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory, settings: { ...S, afterMs: 0 } });
+    const d = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory, settings: { ...S, afterMs: 0 }, settleMs: 0 });
     expect(d.targets).toStrictEqual([{ backend: A, count: 5 }]);
-    const spent = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory: recordResets(memory, 1100, 5), settings: { ...S, afterMs: 0 } });
+    const spent = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory: recordResets(memory, 1100, 5), settings: { ...S, afterMs: 0 }, settleMs: 0 });
     expect(spent.why).toBe('second budget spent');
+  });
+
+  it('flows reset in the last settleMs count as reconnected, evenly: the fair share is that of all flows, not of the survivors', () => {
+    const settings = { ...S, afterMs: 0, resetsPerSecond: 1000, maxFractionPerMinute: 1 };
+    // 150/150/0: both reset to the fair share, 100 resets
+    const first = decide({ now: 0, ready: [A, B, C], counts: counts({ [A]: 150, [B]: 150, [C]: 0 }), memory: EMPTY, settings });
+    expect(first.targets).toStrictEqual([{ backend: A, count: 50 }, { backend: B, count: 50 }]);
+    const memory = recordResets(first.memory, 0, 100);
+    // a second later no client has reconnected yet (100/100/0): expected 133/133/33, fair 100, bound 120
+    const next = decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 100, [B]: 100, [C]: 0 }), memory, settings });
+    expect(next.fair).toBeCloseTo(100);
+    expect(next.bound).toBeCloseTo(120);
+    expect(next.total).toBe(200);
+    expect(next.targets).toStrictEqual([{ backend: A, count: 33 }, { backend: B, count: 33 }]);
+    // without the pending reconnects: the survivors' fair share (66.7), a bound of 80
+    expect(decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 100, [B]: 100, [C]: 0 }), memory, settings, settleMs: 0 }).fair).toBeCloseTo(200 / 3);
+    // expected 110/110/80 (fair 100, bound 120): within bounds, nothing more
+    expect(decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 77, [B]: 77, [C]: 46 }), memory, settings }).why).toBe('balanced');
+    // after the settle window they are no longer counted: 77/77/46 is fair 66.7, bound 80: balanced too
+    expect(decide({ now: 10_000, ready: [A, B, C], counts: counts({ [A]: 77, [B]: 77, [C]: 46 }), memory, settings }).fair).toBeCloseTo(200 / 3);
   });
 
   it('no connections: nothing', () => {
@@ -131,7 +151,7 @@ describe('decide: properties', () => {
         });
         const memory: RebalanceMemory = { overSince, resets: x.resets.map((r) => ({ at: x.now - r.ago, count: r.count })) };
         const settings = { factor: x.factor, afterMs: x.afterMs, resetsPerSecond: x.resetsPerSecond, maxFractionPerMinute: x.maxFractionPerMinute };
-        const d = decide({ now: x.now, ready, counts: c, memory, settings });
+        const d = decide({ now: x.now, ready, counts: c, memory, settings, settleMs: 0 });
         const total = ready.reduce((s, b) => s + c.get(b)!, 0);
         expect(d.total).toBe(total);
         // the memory keeps exactly the backends over now, and only resets of the last minute
@@ -178,7 +198,7 @@ describe('decide: properties', () => {
           let next = 0;
           const settings = { factor: 1.2, afterMs: 1000, resetsPerSecond: perSecond, maxFractionPerMinute: fraction };
           for (let now = 0; now <= 180_000; now += 1000) {
-            const d = decide({ now, ready, counts: c, memory, settings });
+            const d = decide({ now, ready, counts: c, memory, settings, settleMs: 0 });
             memory = d.memory;
             for (const t of d.targets) {
               // each reset flow reconnects to the next backend in turn (deterministic spread)
