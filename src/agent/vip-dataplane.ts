@@ -54,7 +54,14 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     let rebalance = config.dataplane.rebalance;
     const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, log });
     const plane = new LoadBalancer(
-      { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
+      {
+        apply: async (d) => {
+          const r = await a.apply(d, { signal: ctx.signal });
+          // a new ruleset (a backend joined or left): count now, not at the next period (after the plane notes its backends)
+          if (r.changed) setImmediate(() => tracker.kick());
+          return r;
+        },
+        flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
     let timestamps = false;

@@ -6,6 +6,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { enableConntrackTimestamps } from '../../src/dataplane/conntrack.js';
 import { ConnectionTracker, decide, MINUTE_MS, recordResets, REBALANCE_MESSAGE, type RebalanceMemory, type RebalanceSettings } from '../../src/dataplane/rebalance.js';
 import type { ConntrackVipFlows, ConntrackVipQuery } from '../../src/native.js';
 import { createMetrics } from '../../src/observe/metrics.js';
@@ -346,5 +350,31 @@ describe('connections in /metrics and on the status page', () => {
     expect(html).toContain('rebalancer on (factor 1.2, reset): 9 connections reset');
     const none = renderStatusPage({ ...doc, dataplane: { mode: 'none' } });
     expect(none.split('<tr>').find((r) => r.includes('<code>10.0.0.11:6443</code>'))).toContain('<span class="dim">—</span>');
+  });
+});
+
+describe('enableConntrackTimestamps', () => {
+  it('turns 0 into 1 and its undo puts 0 back; leaves 1 alone; a missing sysctl is a warning', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ballast-ts-'));
+    try {
+      const path = join(dir, 'nf_conntrack_timestamp');
+      const lines: string[] = [];
+      const log = { info: (_o: object, m: string) => void lines.push(`info ${m}`), warn: (_o: object, m: string) => void lines.push(`warn ${m}`) };
+      writeFileSync(path, '0\n');
+      const undo = enableConntrackTimestamps(log, path);
+      expect(readFileSync(path, 'utf8')).toBe('1\n');
+      undo();
+      expect(readFileSync(path, 'utf8')).toBe('0\n');
+      writeFileSync(path, '1\n');
+      enableConntrackTimestamps(log, path)();
+      expect(readFileSync(path, 'utf8')).toBe('1\n');
+      enableConntrackTimestamps(log, join(dir, 'missing'))();
+      expect(lines).toStrictEqual([
+        'info conntrack timestamps on (the rebalancer resets the oldest connections first)',
+        'warn cannot turn on conntrack timestamps: the rebalancer cannot tell the oldest connections',
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
