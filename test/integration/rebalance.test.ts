@@ -193,7 +193,7 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
     // each round logged and counted
     expect(rounds.length).toBeGreaterThan(0);
     expect(resetMetric).toBe(resetLogged);
-    expect(onStatus.dataplane).toMatchObject({ mode: 'nftables', rebalance: { enabled: true, state: 'balanced' } });
+    expect(onStatus.dataplane).toMatchObject({ mode: 'nftables', rebalance: { enabled: true, resets: expect.any(Object) } });
     // never n3 (it was under its share), never more than resetsPerSecond in one round
     for (const l of rounds) {
       expect(l.backend).not.toBe(`${n3.ipv4}:6443`);
