@@ -44,8 +44,8 @@ export interface RebalanceSettings {
 export interface RebalanceMemory {
   /** backend (host:port) → since when (ms, the caller's clock) it has been over */
   readonly overSince: ReadonlyMap<string, number>;
-  /** the resets done (at: ms, count), only those of the last 60 s matter */
-  readonly resets: readonly { at: number; count: number }[];
+  /** the resets done (at: ms, count, the total counted before them), only those of the last 60 s matter */
+  readonly resets: readonly { at: number; count: number; total?: number }[];
 }
 
 /** One round's input. */
@@ -95,9 +95,9 @@ const SECOND_MS = 1000;
  * The rebalance decision for one round (pure). Rules, in order:
  * - fewer than 2 ready backends: nothing (a backend that is alone is never touched), memory cleared;
  * - no established flow: nothing;
- * - flows reset in the last `settleMs` are added back, evenly, as expected reconnects: each ready
- *   backend's count + pending / ready, the total + pending (an overestimate once they reconnected,
- *   which only makes the rebalancer more lenient);
+ * - flows reset in the last `settleMs` and not back yet (at most what the total is short of the
+ *   total counted before those resets) are added back, evenly, as expected reconnects: each ready
+ *   backend's count + pending / ready, the total + pending;
  * - a ready backend is over when its count > factor × total / ready; its over-since time is kept
  *   while it stays over and dropped when it is not;
  * - every backend over for at least `afterMs` is a target, most loaded first (ties: `ready`
@@ -112,11 +112,14 @@ export function decide(input: RebalanceInput): RebalanceDecision {
   const { now, ready, counts, settings } = input;
   const resets = input.memory.resets.filter((r) => now - r.at < MINUTE_MS);
   const settle = input.settleMs ?? SETTLE_MS;
-  const pending = resets.filter((r) => now - r.at < settle).reduce((sum, r) => sum + r.count, 0);
   const real = (b: string): number => counts.get(b) ?? 0;
+  const total = ready.reduce((sum, b) => sum + real(b), 0);
+  // on their way back: the resets of the window, but no more than the total is short of what it was before them
+  const recent = resets.filter((r) => now - r.at < settle);
+  const before = Math.max(0, ...recent.map((r) => r.total ?? Infinity));
+  const pending = Math.min(recent.reduce((sum, r) => sum + r.count, 0), Math.max(0, before - total));
   const share = ready.length > 0 ? pending / ready.length : 0;
   const countOf = (b: string): number => real(b) + share;
-  const total = ready.reduce((sum, b) => sum + real(b), 0);
   const none = (why: RebalanceDecision['why'], fair: number | null = null, bound: number | null = null): RebalanceDecision => ({
     memory: { overSince: new Map(), resets },
     total,
@@ -158,10 +161,10 @@ export function decide(input: RebalanceInput): RebalanceDecision {
   return { ...base, targets, why: 'reset' };
 }
 
-/** `memory` with `count` resets done at `now` (nothing recorded for 0). */
-export function recordResets(memory: RebalanceMemory, now: number, count: number): RebalanceMemory {
+/** `memory` with `count` resets done at `now` (nothing recorded for 0); `total`: the flows counted before them (unknown: no cap on the pending reconnects). */
+export function recordResets(memory: RebalanceMemory, now: number, count: number, total?: number): RebalanceMemory {
   if (count <= 0) return memory;
-  return { overSince: memory.overSince, resets: [...memory.resets, { at: now, count }] };
+  return { overSince: memory.overSince, resets: [...memory.resets, total === undefined ? { at: now, count } : { at: now, count, total }] };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -225,7 +228,7 @@ export const REBALANCE_MESSAGE = 'rebalance: reset the oldest connections of an 
 /**
  * Counts the VIP data plane's established flows per backend on a timer and, when
  * `settings().enabled`, rebalances (see the file comment). One dump per round, synchronous
- * (about 1 ms per 2,000 conntrack entries); a failing dump is logged once per distinct message.
+ * (about 10 ms of CPU per 2,000 conntrack entries, most of it the kernel building the dump); a failing dump is logged once per distinct message.
  */
 export class ConnectionTracker {
   readonly #deps: ConnectionTrackerDeps;
@@ -317,7 +320,7 @@ export class ConnectionTracker {
       this.#fail(err);
       return;
     }
-    this.#memory = recordResets(this.#memory, now, deleted);
+    this.#memory = recordResets(this.#memory, now, deleted, d.total);
     if (deleted === 0) return;
     this.#resets[backend] = (this.#resets[backend] ?? 0) + deleted;
     const before = counts.get(backend) ?? 0;

@@ -109,7 +109,7 @@ describe('decide', () => {
     // 150/150/0: both reset to the fair share, 100 resets
     const first = decide({ now: 0, ready: [A, B, C], counts: counts({ [A]: 150, [B]: 150, [C]: 0 }), memory: EMPTY, settings });
     expect(first.targets).toStrictEqual([{ backend: A, count: 50 }, { backend: B, count: 50 }]);
-    const memory = recordResets(first.memory, 0, 100);
+    const memory = recordResets(first.memory, 0, 100, 300);
     // a second later no client has reconnected yet (100/100/0): expected 133/133/33, fair 100, bound 120
     const next = decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 100, [B]: 100, [C]: 0 }), memory, settings });
     expect(next.fair).toBeCloseTo(100);
@@ -120,6 +120,10 @@ describe('decide', () => {
     expect(decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 100, [B]: 100, [C]: 0 }), memory, settings, settleMs: 0 }).fair).toBeCloseTo(200 / 3);
     // expected 110/110/80 (fair 100, bound 120): within bounds, nothing more
     expect(decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 77, [B]: 77, [C]: 46 }), memory, settings }).why).toBe('balanced');
+    // once they are back (total 300 again) nothing is pending: 133/134/33 is over
+    const back = decide({ now: 2000, ready: [A, B, C], counts: counts({ [A]: 133, [B]: 134, [C]: 33 }), memory, settings });
+    expect(back.fair).toBeCloseTo(100);
+    expect(back.targets).toStrictEqual([{ backend: B, count: 34 }, { backend: A, count: 33 }]);
     // after the settle window they are no longer counted: 77/77/46 is fair 66.7, bound 80: balanced too
     expect(decide({ now: 10_000, ready: [A, B, C], counts: counts({ [A]: 77, [B]: 77, [C]: 46 }), memory, settings }).fair).toBeCloseTo(200 / 3);
   });
