@@ -205,6 +205,7 @@ const SCRIPTS = {
   'stall-worker': 'lab/stall-worker',
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
+  watchers: 'lab/clients/watchers',
   'health-probe': 'lab/clients/health-probe',
 } as const;
 

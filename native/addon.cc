@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include "bpf_loader.h"
+#include "conntrack_dump.h"
 #include "file_lock.h"
 #include "nft_watch.h"
 #include "notify.h"
@@ -38,6 +39,7 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
     exports.Set("setThreadRealtime", Napi::Function::New<SetThreadRealtime>(env, "setThreadRealtime"));
+    exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));
   }
 
  private:

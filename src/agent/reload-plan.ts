@@ -109,6 +109,7 @@ const APPLIED = [
   'apiserver.health',
   'localEndpoint.addresses',
   'localEndpoint.force',
+  'dataplane.rebalance',
   'policy',
   'admin.listen',
   'log.level',
@@ -147,7 +148,7 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
   for (const p of changed) {
     const fixed = Object.keys(RESTART).find((r) => p === r);
     if (fixed !== undefined) restart.add(fixed);
-    else if (under(p, 'dataplane') || under(p, 'localEndpoint.cgroup')) restart.add(p);
+    else if ((under(p, 'dataplane') && !under(p, 'dataplane.rebalance')) || under(p, 'localEndpoint.cgroup')) restart.add(p);
     else if (!APPLIED.some((a) => under(p, a))) restart.add(p);
   }
   if ((cur.apiserver.backends.length === 0) !== (next.apiserver.backends.length === 0)) restart.add('apiserver.backends (none ↔ some)');
@@ -187,7 +188,7 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     logLevel: has('log.level'),
     backends,
     health,
-    vipDataplane: lbOn && vipFamily === null && (has('vips') || has('apiserver.port') || has('interface')),
+    vipDataplane: lbOn && vipFamily === null && (has('vips') || has('apiserver.port') || has('interface') || has('dataplane.rebalance')),
     vipFamily,
     policy: next.vrrp !== null && (has('vrrp.priority') || has('policy') || backends || health),
     passive: has('vips') || has('apiserver.port') || backends || has('apiserver.health.timeoutMs'),

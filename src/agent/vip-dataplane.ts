@@ -4,6 +4,9 @@
  * the election and undone after it: a resigning master still balances until its VIPs are gone.
  */
 import { readFileSync } from 'node:fs';
+import { conntrackVipFlows } from '../native.js';
+import { ConnectionTracker } from '../dataplane/rebalance.js';
+import { enableConntrackTimestamps } from '../dataplane/conntrack.js';
 import type { Config } from '../config/index.js';
 import { createError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
@@ -51,10 +54,27 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       if (config.dataplane.keepOnStop !== 'all') await tables.remove();
     });
     const a = applier;
+    // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
+    let rebalance = config.dataplane.rebalance;
+    const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, log });
     const plane = new LoadBalancer(
-      { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      {
+        apply: async (d) => {
+          const r = await a.apply(d, { signal: ctx.signal });
+          // a new ruleset (a backend joined or left): count now, not at the next period (after the plane notes its backends)
+          if (r.changed) setImmediate(() => tracker.kick());
+          return r;
+        },
+        flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
+    let timestamps = false;
+    const wantTimestamps = (): void => {
+      if (!rebalance.enabled || timestamps) return;
+      timestamps = true;
+      own.defer('conntrack timestamps', enableConntrackTimestamps(log));
+    };
+    wantTimestamps();
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
     own.defer('VIP data plane verdict subscription', lb.follow());
     // the table exists (with no DNAT rule while nothing is healthy) before the first check
@@ -84,6 +104,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     watch.start();
     own.defer('nftables table watch', () => watch.stop());
     followers.lb = lb;
+    own.defer('VIP connection counts', tracker.start());
     own.defer('VIP data plane health subscription', () => {
       followers.lb = null;
     });
@@ -92,6 +113,11 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       const before = lb.status().failures;
       await lb.sync();
       if (lb.status().failures > before) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
+      const was = rebalance;
+      rebalance = next.dataplane.rebalance;
+      wantTimestamps();
+      // a rebalancer turned on or retuned acts now, not at the next 5 s count
+      if (JSON.stringify(was) !== JSON.stringify(rebalance)) tracker.kick();
     };
     return { reconfigure };
   });

@@ -23,6 +23,13 @@ export function intField(lo: number, hi: number, opts: ExpectOptions = {}) {
   return z.int({ error: err }).min(lo, { error: err }).max(hi, { error: err });
 }
 
+/** A number setting (fractions allowed) from `lo` to `hi`, both included. */
+export function numberField(lo: number, hi: number, opts: ExpectOptions = {}) {
+  const hint = opts.hint;
+  const err = expect(`a number from ${lo} to ${hi}`, { ...opts, hint: (v) => (hint?.(v) ?? '') + quotedNumberHint(v) });
+  return z.number({ error: err }).min(lo, { error: err }).max(hi, { error: err });
+}
+
 /** The bounds of a duration setting. */
 export interface DurationRule {
   min: number;

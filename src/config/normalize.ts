@@ -74,7 +74,18 @@ export function normalize(c: ParsedConfig): Config {
     vipLifetimeMs: c.vipLifetime,
     announce: { count: c.announce.count, spacingMs: c.announce.spacing, repeatAfterMs: c.announce.repeatAfter, refreshMs: c.announce.refresh },
     apiserver: { port: c.apiserver.port, backends: c.apiserver.backends, health: normalizeHealth(c.apiserver.health) },
-    dataplane: { vip: c.dataplane.vip, local: c.dataplane.local, keepOnStop: c.dataplane.keepOnStop },
+    dataplane: {
+      vip: c.dataplane.vip,
+      local: c.dataplane.local,
+      keepOnStop: c.dataplane.keepOnStop,
+      rebalance: {
+        enabled: c.dataplane.rebalance.enabled,
+        factor: c.dataplane.rebalance.factor,
+        afterMs: c.dataplane.rebalance.after,
+        resetsPerSecond: c.dataplane.rebalance.resetsPerSecond,
+        maxFractionPerMinute: c.dataplane.rebalance.maxFractionPerMinute,
+      },
+    },
     localEndpoint:
       c.localEndpoint === undefined
         ? null

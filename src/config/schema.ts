@@ -36,6 +36,7 @@ import {
   listenField,
   localBackendField,
   localEndpointAddressField,
+  numberField,
   optionalDurationField,
   rangeMessage,
   serverNameField,
@@ -156,6 +157,15 @@ const apiserverShape = {
   health: section(z.strictObject(healthShape, { error: mappingError })),
 };
 
+/** `dataplane.rebalance`: resetting the oldest flows of an overloaded backend (src/dataplane/rebalance.ts). */
+const rebalanceShape = {
+  enabled: boolField(false),
+  factor: numberField(1.05, 100, { default: String(DEFAULTS.rebalanceFactor) }).default(DEFAULTS.rebalanceFactor),
+  after: durationField({ min: 1000, max: HOUR_MS, default: DEFAULTS.rebalanceAfter, range: rangeMessage('1s', '1h') }),
+  resetsPerSecond: intField(1, 1000, { default: String(DEFAULTS.rebalanceResetsPerSecond) }).default(DEFAULTS.rebalanceResetsPerSecond),
+  maxFractionPerMinute: numberField(0.001, 1, { default: String(DEFAULTS.rebalanceMaxFractionPerMinute) }).default(DEFAULTS.rebalanceMaxFractionPerMinute),
+};
+
 const dataplaneShape = {
   vip: z
     .enum(['nftables', 'none'], { error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }) })
@@ -168,6 +178,7 @@ const dataplaneShape = {
     })
     .transform((v): KeepOnStop => (v === true ? 'all' : v === false ? 'none' : v))
     .default(DEFAULTS.dataplaneKeepOnStop),
+  rebalance: section(z.strictObject(rebalanceShape, { error: mappingError })),
 };
 
 const policyShape = {
@@ -230,6 +241,7 @@ const SECTION_KEYS: SectionKeys = {
   apiserver: Object.keys(apiserverShape),
   'apiserver.health': Object.keys(healthShape),
   dataplane: Object.keys(dataplaneShape),
+  'dataplane.rebalance': Object.keys(rebalanceShape),
   localEndpoint: Object.keys(localEndpointShape),
   discovery: Object.keys(discoveryShape),
   policy: Object.keys(policyShape),

@@ -169,6 +169,27 @@ export interface DataplaneConfig {
    * the nftables table; `none` nothing. The VIPs are always removed (a stopped agent must not hold them).
    */
   readonly keepOnStop: KeepOnStop;
+  /** Resetting the oldest flows of a backend that holds too many of the VIP's connections (opt-in). */
+  readonly rebalance: RebalanceConfig;
+}
+
+/**
+ * The `dataplane.rebalance` section, normalized (docs/config.md, src/dataplane/rebalance.ts):
+ * when one ready backend holds more than `factor` × its fair share (established flows / ready
+ * backends) for longer than `afterMs`, up to `resetsPerSecond` of its oldest flows are reset per
+ * second, never more than `maxFractionPerMinute` of all flows per minute, never with one ready backend.
+ */
+export interface RebalanceConfig {
+  /** Off by default. */
+  readonly enabled: boolean;
+  /** > 1: how many times its fair share a backend may hold. */
+  readonly factor: number;
+  /** How long a backend must be over before its flows are reset, ms. */
+  readonly afterMs: number;
+  /** Flows reset per second at most (1..1000). */
+  readonly resetsPerSecond: number;
+  /** Fraction of the established flows (0..1] that may be reset in any 60 s. */
+  readonly maxFractionPerMinute: number;
 }
 
 /** See {@link DataplaneConfig.keepOnStop}. */

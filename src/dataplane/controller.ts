@@ -16,6 +16,7 @@ import { formatHostPort } from '../net/hostport.js';
 import type { Verdict } from '../health/verdict.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
 import type { Plane, ReadySet } from './reconcile.js';
+import type { TrafficStatus } from './rebalance.js';
 
 /** What the VIP data plane serves: one address family, its VIPs and port, this node's addresses. */
 export interface VipPlaneOptions {
@@ -42,6 +43,8 @@ export interface LoadBalancerDeps {
   /** Deletes conntrack entries of flows to `vip`:`port` DNATed to `backend`; resolves with how many. */
   flush(vip: string, port: number, backend: { address: string; port: number }): Promise<number>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  /** Connection counts and the rebalancer (rebalance.ts ConnectionTracker), for /status; absent: none. */
+  traffic?: () => TrafficStatus;
 }
 
 /** The nftables plane's part of /status (the reconcile adds failures and lastError). */
@@ -58,6 +61,10 @@ export interface VipPlaneStatus {
   restores: number;
   /** When the last of those restores ended (ISO 8601); null before the first. */
   lastRestore: string | null;
+  /** Established flows per backend (host:port) at the last count (rebalance.ts); absent without a tracker. */
+  connections?: Record<string, number>;
+  /** The rebalancer (`dataplane.rebalance`); absent without a tracker. */
+  rebalance?: TrafficStatus['rebalance'];
 }
 
 /** The VIP data plane in /status. */
@@ -102,7 +109,13 @@ export class LoadBalancer implements Plane {
 
   /** Status of the ruleset (a copy). */
   status(): VipPlaneStatus {
-    return { ...this.#st, backends: [...this.#st.backends] };
+    const t = this.#deps.traffic?.();
+    return { ...this.#st, backends: [...this.#st.backends], ...(t ? { connections: t.connections, rebalance: t.rebalance } : {}) };
+  }
+
+  /** What the plane serves now: family, VIPs, port, and the backends in the ruleset (host:port). */
+  target(): { family: 4 | 6; vips: readonly string[]; port: number; ready: readonly string[] } {
+    return { family: this.#o.family, vips: this.#o.vips, port: this.#o.port, ready: [...this.#st.backends] };
   }
 
   /** One transaction replacing the table. @throws what the applier throws (the previous rules stay). */

@@ -68,6 +68,8 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_duration_seconds', help: 'How long the last nftables apply took', registers: [registry] });
   const dpRestores = new Counter({ name: 'ballast_dataplane_restores_total', help: 'Times the nftables table ballast was found removed or changed by someone else and applied again', labelNames: ['family'], registers: [registry] });
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
+  const connections = new Gauge({ name: 'ballast_backend_connections', help: 'Established connections through the VIP data plane to the backend (conntrack, counted every 5 s)', labelNames: ['backend'], registers: [registry] });
+  const rebalanceResets = new Counter({ name: 'ballast_rebalance_resets_total', help: 'Connections of an overloaded backend reset by the rebalancer (dataplane.rebalance)', labelNames: ['backend'], registers: [registry] });
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
   // Prometheus's own names for this (prometheus_config_last_reload_successful, …)
@@ -149,6 +151,10 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         dpRestores.reset();
         dpRestores.inc({ family: String('family' in doc ? doc.family : 4) }, doc.dataplane.restores);
         if (doc.dataplane.lastApplyMs !== null) dpDuration.set(doc.dataplane.lastApplyMs / 1000);
+        connections.reset();
+        for (const [b, n] of Object.entries(doc.dataplane.connections ?? {})) connections.set({ backend: b }, n);
+        rebalanceResets.reset();
+        for (const [b, n] of Object.entries(doc.dataplane.rebalance?.resets ?? {})) rebalanceResets.inc({ backend: b }, n);
       }
     },
   };

@@ -123,7 +123,7 @@ describe('parseConfig: valid files', () => {
         backends: [],
         health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
       localEndpoint: null,
       discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
@@ -158,7 +158,7 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
@@ -593,6 +593,17 @@ describe('parseConfig: one message per invalid field', () => {
     ['dataplane.vip "ipvs"', { dataplane: { vip: 'ipvs' } }, 'dataplane.vip', 'must be "nftables" or "none" (VIP only, no load balancing), got "ipvs"'],
     ['dataplane.keepOnStop "no"', { dataplane: { keepOnStop: 'no' } }, 'dataplane.keepOnStop', 'must be "localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none, got "no"'],
     ['dataplane not a mapping', { dataplane: 'nftables' }, 'dataplane', 'must be a mapping of settings (key: value), got "nftables"'],
+    ['dataplane.rebalance.factor 1', { dataplane: { rebalance: { factor: 1 } } }, 'dataplane.rebalance.factor', 'must be a number from 1.05 to 100, got 1'],
+    ['dataplane.rebalance.factor "2"', { dataplane: { rebalance: { factor: '2' } } }, 'dataplane.rebalance.factor', /^must be a number from 1.05 to 100, got "2"/],
+    ['dataplane.rebalance.after 500ms', { dataplane: { rebalance: { after: '500ms' } } }, 'dataplane.rebalance.after', 'must be from 1s to 1h, got 500ms'],
+    ['dataplane.rebalance.after 30', { dataplane: { rebalance: { after: 30 } } }, 'dataplane.rebalance.after', /^needs a unit/],
+    ['dataplane.rebalance.resetsPerSecond 0', { dataplane: { rebalance: { resetsPerSecond: 0 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 0'],
+    ['dataplane.rebalance.resetsPerSecond 2.5', { dataplane: { rebalance: { resetsPerSecond: 2.5 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 2.5'],
+    ['dataplane.rebalance.maxFractionPerMinute 0', { dataplane: { rebalance: { maxFractionPerMinute: 0 } } }, 'dataplane.rebalance.maxFractionPerMinute', 'must be a number from 0.001 to 1, got 0'],
+    ['dataplane.rebalance.maxFractionPerMinute 1.5', { dataplane: { rebalance: { maxFractionPerMinute: 1.5 } } }, 'dataplane.rebalance.maxFractionPerMinute', 'must be a number from 0.001 to 1, got 1.5'],
+    ['dataplane.rebalance.enabled "yes"', { dataplane: { rebalance: { enabled: 'yes' } } }, 'dataplane.rebalance.enabled', /^must be true or false, got "yes"/],
+    ['dataplane.rebalance unknown key', { dataplane: { rebalance: { facter: 2 } } }, 'dataplane.rebalance.facter', /factor/],
+    ['dataplane.rebalance not a mapping', { dataplane: { rebalance: true } }, 'dataplane.rebalance', 'must be a mapping of settings (key: value), got true'],
     ['policy.unhealthyPriorityWeight -1', { policy: { unhealthyPriorityWeight: -1 } }, 'policy.unhealthyPriorityWeight', 'must be an integer from 0 to 254, got -1'],
     ['policy.unhealthyPriorityWeight 255', { policy: { unhealthyPriorityWeight: 255 } }, 'policy.unhealthyPriorityWeight', /^must be an integer from 0 to 254, got 255 \(the effective priority never goes below 1/],
     ['policy.localBackend without port', { policy: { localBackend: '127.0.0.1' } }, 'policy.localBackend', 'missing port: write "127.0.0.1:6443" (host:port)'],
@@ -763,11 +774,19 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const c = parseConfig(
       yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
     );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all' });
+    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } });
     // true / false are what the setting took before it named what it keeps
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: false } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'none' } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'localEndpoint' } })).dataplane.keepOnStop).toBe('localEndpoint');
+    expect(parseConfig(yamlWith({ dataplane: { rebalance: { enabled: true, factor: 1.5, after: '10s', resetsPerSecond: 20, maxFractionPerMinute: 1 } } })).dataplane.rebalance).toStrictEqual({
+      enabled: true,
+      factor: 1.5,
+      afterMs: 10_000,
+      resetsPerSecond: 20,
+      maxFractionPerMinute: 1,
+    });
+    expect(parseConfig(yamlWith({ dataplane: { rebalance: null } })).dataplane.rebalance.enabled).toBe(false);
     expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
     const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
     expect(v6).toStrictEqual({ unhealthyPriorityWeight: 254, localBackend: { host: '::1', port: 6443, family: 6 } });
