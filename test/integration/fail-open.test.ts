@@ -89,7 +89,13 @@ describe.skipIf(needs('root'))('fail open and flap damping on the lab (root; ski
     for (const n of lab.nodes) await lab.setReady(n, false);
     // every backend down after fall checks (the first up to one interval away), then one decision
     const detect = FALL * INTERVAL_MS * JITTER + INTERVAL_MS + TIMEOUT_MS + SLACK_MS;
-    const st = await waitFor(status, (s) => s.health?.failOpen.active === true && s.backends.every((b) => b.state === 'down'), { timeoutMs: detect + 2000, what: 'fail open' });
+    // the decision first, then the data planes' apply of the kept set (the pool shrank to n1 while
+    // n2 and n3 failed first; fail open takes them back when n1 fails too)
+    const st = await waitFor(
+      status,
+      (s) => s.health?.failOpen.active === true && s.backends.every((b) => b.state === 'down') && s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 3,
+      { timeoutMs: detect + 2000, what: 'fail open, applied' },
+    );
     expect(st.health!.failOpen).toMatchObject({ active: true, kept: [0, 1, 2].map(address) });
     // when the agent decided (each `ballast status` takes a few hundred ms: not a measure)
     const detectedMs = Date.parse(st.health!.failOpen.since!) - t0;
