@@ -24,6 +24,14 @@ import { sleep } from '../lab/wait.js';
 import { runIfMain } from '../lab/entry.js';
 import { errText, preflight, progress, say } from './common.js';
 
+/** An error's first line and the last 1,500 characters of the rest, on one line (for the report's table cells). */
+function fullErrText(e: unknown): string {
+  if (!(e instanceof Error)) return String(e);
+  const [first = '', ...rest] = e.message.split('\n');
+  const tail = rest.join(' ⏎ ').trim().slice(-1500);
+  return tail ? `${first} ${tail}` : first;
+}
+
 const USAGE = 'usage: soak --minutes N --seed S [--out DIR] [--json] [--watches 300] [--max-concurrent 2]';
 /** The soak's lab: prefix and subnet (10.78.120.0/24). */
 export const SOAK_LAB = { prefix: 'bsoak', subnet: 120 } as const;
@@ -93,7 +101,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         if (r.note) rec.note = [rec.note, r.note].filter(Boolean).join('; ');
         if (r.failed) rec.failed = [rec.failed, r.failed].filter(Boolean).join('; ');
       } catch (e) {
-        rec.failed = [rec.failed, `heal failed: ${errText(e)}`].filter(Boolean).join('; ');
+        // the whole reason: an agent that cannot start again says why only in its output (the lines after the first)
+        rec.failed = [rec.failed, `heal failed: ${fullErrText(e)}`].filter(Boolean).join('; ');
       }
     };
     await Promise.all(plan.map(runFault));
