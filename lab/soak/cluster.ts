@@ -230,7 +230,7 @@ export class SoakCluster {
     const fresh = l !== undefined && Date.now() - l.at <= 1000;
     const s = fresh ? l.status : null;
     if (!s || !this.agents.has(name)) return { up: false };
-    if (name === this.worker.name) return { up: true, state: s.state, local: s.local ?? 0 };
+    if (name === this.worker.name) return { up: true, state: s.state, local: s.local ?? 0, damped: s.damped };
     const tables = l!.tables;
     return { up: true, state: s.state, backendsUp: s.backendsUp, backendsTotal: s.backendsTotal, states: s.states, ...(tables === null ? {} : { table: tables.includes('ip ballast') }) };
   }

@@ -54,6 +54,8 @@ export interface AgentView {
   backendsTotal?: number;
   /** worker: backends in the local endpoint's map */
   local?: number;
+  /** worker: backends held out by flap damping (by design, for a bounded time: not missing) */
+  damped?: number;
   /** control plane: `table ip ballast` is in the kernel */
   table?: boolean;
   /** control plane: each backend's state by host:port */
@@ -158,7 +160,7 @@ export function unhealthy(s: ClusterSample, tl: Pick<Timeline, 'controlPlane' | 
   }
   const w = s.agents[tl.worker];
   if (!w?.up) out.push(`${tl.worker}: agent not answering`);
-  else if (w.local !== tl.backends) out.push(`${tl.worker}: local endpoint has ${w.local ?? '?'}/${tl.backends} backends`);
+  else if (w.local === undefined || w.local + (w.damped ?? 0) !== tl.backends) out.push(`${tl.worker}: local endpoint has ${w.local ?? '?'}/${tl.backends} backends${w.damped ? ` (${w.damped} damped)` : ''}`);
   return out;
 }
 

@@ -30,6 +30,8 @@ export interface StatusDigest {
   local: number | null;
   /** each backend's state (`up`, `down`, `unknown`), by host:port */
   states: Record<string, string>;
+  /** backends held out by flap damping now (`dampedUntil` set; docs/health.md bounds the hold) */
+  damped: number;
 }
 
 /** One sampler line. */
@@ -43,7 +45,7 @@ export interface SamplerLine {
 
 /** The digest of a /status document (pure). */
 export function digest(doc: { state?: unknown; backends?: unknown; local?: unknown }): StatusDigest {
-  const backends = Array.isArray(doc.backends) ? (doc.backends as { state?: unknown; address?: unknown }[]) : [];
+  const backends = Array.isArray(doc.backends) ? (doc.backends as { state?: unknown; address?: unknown; dampedUntil?: unknown }[]) : [];
   const local = doc.local as { mode?: unknown; backends?: unknown } | undefined;
   return {
     state: String(doc.state),
@@ -51,6 +53,8 @@ export function digest(doc: { state?: unknown; backends?: unknown; local?: unkno
     backendsTotal: backends.length,
     local: local && local.mode !== 'off' && Array.isArray(local.backends) ? local.backends.length : null,
     states: Object.fromEntries(backends.map((b) => [String(b.address), String(b.state)])),
+    // the agent's own wall clock may be stepped (clock-step faults): count, do not compare times
+    damped: backends.filter((b) => typeof b.dampedUntil === 'string').length,
   };
 }
 

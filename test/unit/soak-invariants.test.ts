@@ -85,6 +85,14 @@ describe('soak invariants', () => {
     expect(v[2]!.active).toStrictEqual([2]);
   });
 
+  it('(c) the worker\'s local endpoint: a backend held out by flap damping is not missing; one simply absent is', () => {
+    const tl = timeline();
+    for (const s of tl.samples) if (s.t >= 30_000 && s.t < 31_000) s.agents.n4 = { up: true, state: 'none', local: 2, damped: 1 };
+    for (const s of tl.samples) if (s.t >= 40_000 && s.t < 40_500) s.agents.n4 = { up: true, state: 'none', local: 2, damped: 0 };
+    const v = checkInvariants(tl);
+    expect(v.map((x) => [x.invariant, x.t, x.count, x.what])).toStrictEqual([['c', 40_000, 5, 'not back after the faults healed: n4: local endpoint has 2/3 backends']]);
+  });
+
   it('(d) fds above the band and a leak finding; the baseline is the first sample old enough', () => {
     const tl = timeline();
     tl.resources.push({ t: 50_000, node: 'n2', pid: 100, fds: 30 + RESOURCE_BAND.fds + 1, rssKiB: 60_000, ageMs: 55_000 });
