@@ -245,6 +245,11 @@ export class ConnectionTracker {
   #timer: NodeJS.Timeout | null = null;
   #running = false;
 
+  /**
+   * @param deps the conntrack dump, the settings, the clock and the log (injected; tests fake the kernel).
+   * @param o count periods, ms: `periodMs` (default 5000) while nothing is over its bound,
+   *   `busyPeriodMs` (default 1000) while a backend is. Nothing runs until {@link start}.
+   */
   constructor(deps: ConnectionTrackerDeps, o: ConnectionTrackerOptions = {}) {
     this.#deps = deps;
     this.#periodMs = o.periodMs ?? 5000;
