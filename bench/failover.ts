@@ -31,6 +31,9 @@
  * `vrrp_version 3`, `advert_int 0.1`, state BACKUP, preempt on, garp_master_repeat 5 and a
  * second burst after 5 s — the same announcement defaults as ballast.
  *
+ * With `--stress` it runs the CPU-stress benchmark instead (bench/stress.ts: false failovers per
+ * hour at 10 and 20 ms adverts, node-death outage at 10 ms).
+ *
  * Needs root, keepalived and the compiled scripts (`npm run build:ts`); tcpdump is optional.
  * The lab's files (configs, daemon logs, prober logs, captures) stay with BALLAST_LAB_KEEP=1. Tears the lab down at the end, also
  * on failure and on SIGINT; it stops only what it (or the lab) started.
@@ -123,7 +126,7 @@ export interface BenchReport {
   ratios: Record<Failure, number | null>;
 }
 
-const SCENARIOS: Scenario[] = [
+export const SCENARIOS: Scenario[] = [
   { daemon: 'ballast', failure: 'linkDown', label: 'ballast    link down' },
   { daemon: 'keepalived', failure: 'linkDown', label: 'keepalived link down' },
   { daemon: 'ballast', failure: 'sigterm', label: 'ballast    SIGTERM' },
@@ -134,7 +137,7 @@ const SCENARIOS: Scenario[] = [
 // ---------------------------------------------------------------------------------------------
 // the wire: tcpdump -e -tt in the client namespace
 
-interface WirePacket {
+export interface WirePacket {
   /** capture time, ms since the epoch */
   t: number;
   srcMac: string;
@@ -189,7 +192,7 @@ export function wireTimes(pkts: readonly WirePacket[], oldHolder: LabNode, newHo
   };
 }
 
-function hasTcpdump(): boolean {
+export function hasTcpdump(): boolean {
   return spawnSync('sh', ['-c', 'command -v tcpdump'], { stdio: 'ignore' }).status === 0;
 }
 
@@ -203,25 +206,34 @@ async function startCapture(lab: Lab, run: string): Promise<LabProcess> {
 // ---------------------------------------------------------------------------------------------
 // the daemons under test
 
-interface Cluster {
+/** The daemons of one scenario on the lab's nodes. */
+export interface Cluster {
+  /** each node's daemon process (ballast, or keepalived's parent), by node name */
+  procs: Map<string, LabProcess>;
   /** fails `node` by SIGTERM; resolves when it exited */
   terminate(node: LabNode): Promise<unknown>;
   /** stops every daemon of this cluster (SIGTERM, SIGKILL after 3 s) */
   stopAll(): Promise<void>;
 }
 
-async function startCluster(lab: Lab, daemon: Daemon): Promise<Cluster> {
+/**
+ * Starts `daemon` on every node of `lab` (PRIORITIES, adverts every `advertMs` ms); all or none.
+ * `realtime` 1..99: the election thread at that SCHED_FIFO priority (ballast vrrp.realtimePriority;
+ * keepalived vrrp_rt_priority, SCHED_RR for its VRRP process); 0: normal scheduling.
+ */
+export async function startCluster(lab: Lab, daemon: Daemon, advertMs: number, realtime = 0): Promise<Cluster> {
   const settled = await Promise.allSettled(
     lab.nodes.map((node, i): Promise<LabAgent | KeepalivedPeer> => {
       const priority = PRIORITIES[i]!;
       return daemon === 'ballast'
-        ? startAgent(lab, node, { priority, advertisementInterval: `${ADVERT_MS}ms` })
-        : startKeepalived(lab, node, { priority, advertIntervalS: ADVERT_MS / 1000, vrrpVersion: 3, vips: [`${lab.vip4}/32`], interface: 'eth0' });
+        ? startAgent(lab, node, { priority, advertisementInterval: `${advertMs}ms`, ...(realtime > 0 ? { realtimePriority: realtime } : {}) })
+        : startKeepalived(lab, node, { priority, advertIntervalS: advertMs / 1000, vrrpVersion: 3, vips: [`${lab.vip4}/32`], interface: 'eth0', ...(realtime > 0 ? { extraGlobal: [`vrrp_rt_priority ${realtime}`] } : {}) });
     }),
   );
   const started = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
   const byNode = new Map(started.map((d) => [d.node.name, d]));
   const cluster: Cluster = {
+    procs: new Map(started.map((d) => [d.node.name, d.proc])),
     terminate: (node) => byNode.get(node.name)?.stop('SIGTERM') ?? Promise.resolve(),
     stopAll: async () => {
       await Promise.all(started.map((d) => ('instance' in d ? d.stop('SIGTERM', 3000) : d.proc.stop('SIGTERM', 3000)).catch(() => undefined)));
@@ -243,15 +255,15 @@ async function startCluster(lab: Lab, daemon: Daemon): Promise<Cluster> {
  * 0..100 ms and, with 5 runs, swamps the difference between the daemons. Without tcpdump: a
  * uniformly random delay within one interval (the spread is then back).
  */
-async function alignToAdvert(cap: LabProcess | undefined, holder: LabNode): Promise<void> {
-  if (!cap) return sleep(Math.random() * ADVERT_MS);
+async function alignToAdvert(cap: LabProcess | undefined, holder: LabNode, advertMs: number): Promise<void> {
+  if (!cap) return sleep(Math.random() * advertMs);
   const ip = holder.ipv4.replace(/\./g, '\\.');
-  await cap.waitForOutput(new RegExp(`${ip} > 224\\.0\\.0\\.18: VRRPv3, Advertisement, vrid \\d+, prio [1-9]`), { timeoutMs: 10 * ADVERT_MS });
-  await sleep(ADVERT_MS / 2);
+  await cap.waitForOutput(new RegExp(`${ip} > 224\\.0\\.0\\.18: VRRPv3, Advertisement, vrid \\d+, prio [1-9]`), { timeoutMs: Math.max(1000, 10 * advertMs) });
+  await sleep(advertMs / 2);
 }
 
 /** Puts the lab back to its starting point: links up, no VIP anywhere, client neighbour entry gone. */
-async function resetLab(lab: Lab): Promise<void> {
+export async function resetLab(lab: Lab): Promise<void> {
   for (const n of lab.nodes) {
     await lab.linkUp(n);
     await lab.exec(n.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', 'eth0'], { allowFail: true });
@@ -264,7 +276,12 @@ async function resetLab(lab: Lab): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // one run
 
-async function runOnce(lab: Lab, sc: Scenario, run: number, capture: boolean): Promise<RunResult> {
+/**
+ * One run of `sc` on `lab` (its nodes at PRIORITIES, adverts every `advertMs` ms, default 100;
+ * bench/stress.ts runs it at 10 ms under CPU stress). Never throws: a failed run has `error`.
+ * Leaves the lab as resetLab does.
+ */
+export async function runOnce(lab: Lab, sc: Scenario, run: number, capture: boolean, advertMs = ADVERT_MS, realtime = 0): Promise<RunResult> {
   const [n1, n2] = [lab.nodes[0]!, lab.nodes[1]!];
   const result: RunResult = { run, outageMs: null, outages: 0, requests: 0, failedRequests: 0, newHolder: null };
   const tag = `${sc.daemon}-${sc.failure}-${run}`;
@@ -273,7 +290,7 @@ async function runOnce(lab: Lab, sc: Scenario, run: number, capture: boolean): P
   let prober: ReturnType<typeof runProber> | undefined;
   let terminated: Promise<unknown> | undefined;
   try {
-    cluster = await startCluster(lab, sc.daemon);
+    cluster = await startCluster(lab, sc.daemon, advertMs, realtime);
     await waitForStableHolder(lab, n1, 10_000, STABLE_MS);
     // the client starts every run without a neighbour entry for the VIP, whatever the startup
     // left (once, after a startup in which n2 was Active before n1 preempted, the client got no
@@ -288,12 +305,14 @@ async function runOnce(lab: Lab, sc: Scenario, run: number, capture: boolean): P
       logFile: `prober-${tag}.log`,
     });
     await sleep(BEFORE_MS);
+    // on a loaded machine (bench/stress.ts) the first requests may all time out: up to 5 s more
+    await waitFor(() => Promise.resolve(prober!.results().some((r) => r.ok)), (ok) => ok, { timeoutMs: 5000, intervalMs: 50, what: 'a first answer' }).catch(() => undefined);
     if (!prober.results().some((r) => r.ok)) {
       const neigh = (await lab.exec(lab.client.netns, ['ip', 'neigh', 'show', 'to', lab.vip4], { allowFail: true })).stdout.trim() || 'none';
       const holders = (await lab.holders(lab.vip4)).map((n) => n.name).join(',') || 'none';
       throw new Error(`the client got no answer through ${lab.vip4} before the failure (holders ${holders}; client neighbour entry: ${neigh})`);
     }
-    await alignToAdvert(cap, n1);
+    await alignToAdvert(cap, n1, advertMs);
 
     const injectedAt = Date.now();
     if (sc.failure === 'linkDown') await lab.linkDown(n1);
@@ -371,11 +390,11 @@ function printTable(report: BenchReport): void {
 // main
 
 function usage(): string {
-  return 'usage: node dist/bench/failover.js [--runs N (1..20, default 5)] [--json]';
+  return 'usage: node dist/bench/failover.js [--runs N (1..20, default 5)] [--json]\n       node dist/bench/failover.js --stress [--minutes M] [--rounds N] [--append FILE] [--json] (bench/stress.ts)';
 }
 
 /** keepalived processes on this machine that this process did not start (pids). */
-function foreignKeepalived(): number[] {
+export function foreignKeepalived(): number[] {
   const pids: number[] = [];
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
@@ -388,8 +407,10 @@ function foreignKeepalived(): number[] {
   return pids;
 }
 
-async function main(): Promise<number> {
-  const { values } = parseArgs({ options: { runs: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, strict: true });
+async function main(argv: string[]): Promise<number> {
+  // `npm run bench:failover -- --stress …`: the CPU-stress benchmark (bench/stress.ts), its own options
+  if (argv.includes('--stress')) return (await import('./stress.js')).stressMain(argv.filter((a) => a !== '--stress'));
+  const { values } = parseArgs({ args: argv, options: { runs: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, strict: true });
   if (values.help) {
     say(usage());
     return 0;

@@ -61,6 +61,7 @@ import { stats } from './stats.js';
 import { pinDirFor } from '../src/dataplane/ebpf.js';
 import { SockLb } from '../src/native.js';
 import { runIfMain } from '../lab/entry.js';
+import { detachPinsOnExit } from '../lab/pins.js';
 
 const PREFIX = 'bblc';
 const SUBNET = 97;
@@ -315,17 +316,9 @@ async function main(): Promise<number> {
   const notes: string[] = [];
 
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
-  // the agent removes its pins on SIGTERM; this covers an agent the lab had to SIGKILL. On
-  // SIGINT/SIGTERM it runs BEFORE the lab's handler and removes itself: the lab's handler tears
-  // down and re-raises the signal, which must then find no listener left, or the process would
-  // survive it (a listener of ours still registered swallows the re-raised signal)
+  // the agent removes its pins on SIGTERM; this covers an agent the lab had to SIGKILL
   let pinDir: string | undefined;
-  const detachPins = (): void => {
-    if (pinDir !== undefined && existsSync(pinDir)) SockLb.detach(pinDir);
-  };
-  process.on('exit', detachPins);
-  process.prependOnceListener('SIGINT', detachPins);
-  process.prependOnceListener('SIGTERM', detachPins);
+  const pins = detachPinsOnExit(() => pinDir);
   try {
     const [n1, n2] = [lab.nodes[0]!, lab.nodes[1]!];
     const cgroup = await lab.cgroup(n1);
@@ -441,11 +434,9 @@ async function main(): Promise<number> {
     return report.rate.some((r) => r.error !== undefined) ? 1 : 0;
   } finally {
     try {
-      detachPins();
+      pins.detach();
     } finally {
-      process.off('exit', detachPins);
-      process.off('SIGINT', detachPins);
-      process.off('SIGTERM', detachPins);
+      pins.release();
       await lab.teardown();
     }
   }

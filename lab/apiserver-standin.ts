@@ -14,6 +14,12 @@
  *                 newline-delimited watch events {type, object} from N on; N below the store's
  *                 compaction floor: one ERROR event (Status 410 Expired), then the stream ends
  *   GET …/endpointslices/kubernetes   the slice itself (404 Status while it does not exist)
+ *   GET /metrics  Prometheus text, kube-apiserver's names, WATCH requests only:
+ *                 apiserver_longrunning_requests{verb="WATCH",resource="endpointslices",…} (open
+ *                 watch streams now; like the real gauge it still counts a stream whose client
+ *                 vanished until its socket dies) and apiserver_request_total{verb="WATCH",
+ *                 code="200",…} (watch streams started since this process began); behind the
+ *                 token like /apis (the real /metrics needs RBAC too)
  *   anything else 404
  *
  * With --store DIR (lab/endpointslice-store.ts) the stand-ins of a lab share one store, as
@@ -56,6 +62,21 @@ export interface StandinOptions {
   token?: string;
   /** ms between BOOKMARK events on a watch that allows them (default 5000) */
   bookmarkMs?: number;
+  /** a file holding a delay in ms for each /readyz answer (read per request; absent or empty: none) */
+  readyzDelayFile?: string;
+}
+
+/** The /readyz delay in `file` (ms, 0..60000), 0 when it is absent, empty or not a number. */
+export function readyzDelayMs(file: string | undefined): number {
+  if (file === undefined) return 0;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return 0;
+  }
+  const ms = Number(text.trim());
+  return Number.isFinite(ms) && ms > 0 ? Math.min(ms, 60_000) : 0;
 }
 
 /** A running stand-in: flip readiness, or close (resolves once the server is closed). */
@@ -111,6 +132,44 @@ function selects(selector: string | null): boolean {
   });
 }
 
+const WATCH_LABELS = 'component="apiserver",group="discovery.k8s.io",resource="endpointslices",scope="namespace",subresource="",verb="WATCH",version="v1"';
+
+/**
+ * The stand-in's /metrics text (pure): kube-apiserver's metric names and labels for the WATCH
+ * requests of the endpointslices resource, the only long-running requests it serves. `open`:
+ * streams open now; `started`: streams started (200 sent) since the process began.
+ */
+export function watchMetrics(open: number, started: number): string {
+  return [
+    '# HELP apiserver_longrunning_requests [STABLE] Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component. Not all requests are tracked this way.',
+    '# TYPE apiserver_longrunning_requests gauge',
+    `apiserver_longrunning_requests{${WATCH_LABELS}} ${open}`,
+    '# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.',
+    '# TYPE apiserver_request_total counter',
+    `apiserver_request_total{code="200",${WATCH_LABELS.replace('scope="namespace"', 'scope="namespace",dry_run=""')}} ${started}`,
+    '',
+  ].join('\n');
+}
+
+/**
+ * The two watch figures of a stand-in's (or kube-apiserver's) /metrics text (pure): the sums of
+ * apiserver_longrunning_requests and of apiserver_request_total with code 200 over the series
+ * whose verb is WATCH. Absent series count 0.
+ */
+export function parseWatchMetrics(text: string): { open: number; started: number } {
+  let open = 0;
+  let started = 0;
+  for (const line of text.split('\n')) {
+    const m = /^(apiserver_longrunning_requests|apiserver_request_total)\{([^}]*)\}\s+(\S+)/.exec(line);
+    if (m === null || !/(^|,)verb="WATCH"/.test(m[2]!)) continue;
+    const v = Number(m[3]);
+    if (!Number.isFinite(v)) continue;
+    if (m[1] === 'apiserver_longrunning_requests') open += v;
+    else if (/(^|,)code="200"/.test(m[2]!)) started += v;
+  }
+  return { open, started };
+}
+
 /** Starts the HTTPS stand-in and resolves once it listens. */
 export function startStandin(opts: StandinOptions): Promise<Standin> {
   const log = opts.log ?? ((line: string) => process.stdout.write(`${line}\n`));
@@ -131,6 +190,8 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
 
   const tail = opts.store === undefined ? null : new StoreTail(opts.store);
   const watches = new Set<ServerResponse>();
+  /** watch streams started (200 sent) since start: apiserver_request_total{verb="WATCH",code="200"} */
+  let watchesStarted = 0;
   let joined = false;
 
   /** The API paths (only with a store). @returns false when `path` is not one of them. */
@@ -176,6 +237,7 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
       return true;
     }
     // watch
+    watchesStarted++;
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked', 'x-ballast-lab-node': opts.name });
     // the client waits for the headers before it reads events: send them now, not with the first event
     res.flushHeaders();
@@ -230,10 +292,19 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, 'method not allowed\n');
     const url = new URL(req.url ?? '/', 'https://standin.invalid');
     if (api(req, res, url, json)) return;
+    if (url.pathname === '/metrics') {
+      if (opts.token !== undefined && req.headers.authorization !== `Bearer ${opts.token}`) return json(401, statusObject(401, 'Unauthorized', 'Unauthorized'));
+      return send(200, watchMetrics(watches.size, watchesStarted), 'text/plain; version=0.0.4; charset=utf-8');
+    }
     switch (url.pathname) {
-      case '/readyz':
+      case '/readyz': {
         // the body mimics kube-apiserver's failed-check listing
-        return ready ? send(200, 'ok') : send(500, '[-]lab-readiness failed: reason withheld\nreadyz check failed\n');
+        const answer = (): void => (ready ? send(200, 'ok') : send(500, '[-]lab-readiness failed: reason withheld\nreadyz check failed\n'));
+        // a slow /readyz (an apiserver under load): the delay file holds ms, absent = none
+        const delay = readyzDelayMs(opts.readyzDelayFile);
+        if (delay > 0) return void setTimeout(answer, delay);
+        return answer();
+      }
       case '/livez':
         return send(200, 'ok');
       case '/version':
@@ -315,6 +386,7 @@ async function main(argv: string[]): Promise<void> {
       address: { type: 'string' },
       token: { type: 'string' },
       'shutdown-delay': { type: 'string', default: '0' },
+      'readyz-delay-file': { type: 'string' },
     },
     strict: true,
   });
@@ -333,6 +405,7 @@ async function main(argv: string[]): Promise<void> {
     ...(values.store === undefined ? {} : { store: values.store }),
     ...(values.address === undefined ? {} : { address: values.address }),
     ...(values.token === undefined ? {} : { token: values.token }),
+    ...(values['readyz-delay-file'] === undefined ? {} : { readyzDelayFile: values['readyz-delay-file'] }),
   });
   // a rotated certificate: new connections get the files' current pair
   process.on('SIGHUP', () => {

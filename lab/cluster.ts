@@ -20,6 +20,8 @@ export interface AgentSettings {
   advertisementInterval?: string;
   preempt?: boolean;
   preemptDelay?: string;
+  /** vrrp.realtimePriority (absent: the agent's default, 0) */
+  realtimePriority?: number;
   checksum?: 'rfc5798' | 'rfc9568';
   /** Unicast peers; absent = multicast. */
   peers?: string[];
@@ -35,6 +37,8 @@ export interface AgentSettings {
    */
   balance?: boolean;
   healthInterval?: string;
+  /** With `balance`: apiserver.health.failOpen (absent: the default, on). */
+  failOpen?: boolean;
   /** Authenticated adverts: vrrp.auth.keyFile. */
   authKeyFile?: string;
   /** Omit `interface` (the agent picks the interface whose subnet holds the VIP). */
@@ -62,6 +66,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
       advertisementInterval: s.advertisementInterval ?? '100ms',
       preempt: s.preempt ?? true,
       preemptDelay: s.preemptDelay ?? '0s',
+      ...(s.realtimePriority === undefined ? {} : { realtimePriority: s.realtimePriority }),
       ...(s.peers === undefined ? {} : { peers: s.peers }),
       ...(s.acceptFrom === undefined ? {} : { acceptFrom: s.acceptFrom }),
       checksum: s.checksum ?? 'rfc5798',
@@ -75,7 +80,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
           apiserver: {
             port: 6443,
             backends: lab.nodes.map((n) => (s.family === 6 ? `[${n.ipv6}]:6443` : `${n.ipv4}:6443`)),
-            health: { caFile: lab.ca.certFile, interval: s.healthInterval ?? '200ms', timeout: s.healthInterval ?? '200ms', rise: 2, fall: 2 },
+            health: { caFile: lab.ca.certFile, interval: s.healthInterval ?? '200ms', timeout: s.healthInterval ?? '200ms', rise: 2, fall: 2, ...(s.failOpen === undefined ? {} : { failOpen: s.failOpen }) },
           },
         }
       : {}),

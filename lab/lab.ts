@@ -205,6 +205,7 @@ const SCRIPTS = {
   'stall-worker': 'lab/stall-worker',
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
+  watchers: 'lab/clients/watchers',
   'health-probe': 'lab/clients/health-probe',
 } as const;
 
@@ -1121,6 +1122,7 @@ export class Lab {
         ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
         ...(o.token === undefined ? [] : ['--token', o.token]),
         ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
+        '--readyz-delay-file', this.#readyzDelayFile(node),
       ],
       { logFile: `apiserver-${node.name}.log` },
     );
@@ -1149,6 +1151,21 @@ export class Lab {
     const ack = p.waitForOutput(new RegExp(`ready=${ready}`), { timeoutMs: 5000 });
     p.kill(ready ? 'SIGUSR2' : 'SIGUSR1');
     await ack;
+  }
+
+  #readyzDelayFile(node: LabNode): string {
+    return join(this.dir, `readyz-delay-${node.name}`);
+  }
+
+  /**
+   * Makes `node`'s stand-in answer each /readyz `ms` milliseconds late (0: at once again), as an
+   * apiserver under load does; takes effect from the next request (the stand-in reads the file
+   * per /readyz).
+   */
+  async setReadyzDelay(node: LabNode, ms: number): Promise<void> {
+    this.#endpointOf(node);
+    if (!Number.isInteger(ms) || ms < 0 || ms > 60_000) throw new RangeError(`ms must be an integer 0..60000, got ${ms}`);
+    await writeFile(this.#readyzDelayFile(node), ms === 0 ? '' : String(ms));
   }
 
   /** The stand-in apiserver process of `node`, if one runs. */

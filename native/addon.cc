@@ -1,14 +1,17 @@
 // ballast.node: the raw VRRP socket, the packet socket, the BPF socket load balancer,
-// sock_diag and the sd_notify(3) datagram (see src/native.ts, the only
+// sock_diag, the nftables change events and the sd_notify(3) datagram (see src/native.ts, the only
 // module that loads this). Context-aware: every environment (main thread, each worker) gets
 // its own class constructors as instance data, and nothing global holds a napi value.
 #include <napi.h>
 
 #include "bpf_loader.h"
+#include "conntrack_dump.h"
 #include "file_lock.h"
+#include "nft_watch.h"
 #include "notify.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
+#include "thread_sched.h"
 #include "vrrp_socket.h"
 
 namespace ballast {
@@ -19,10 +22,12 @@ class Addon : public Napi::Addon<Addon> {
     vrrpSocket_ = Napi::Persistent(VrrpSocket::Define(env));
     packetSocket_ = Napi::Persistent(PacketSocket::Define(env));
     sockLb_ = Napi::Persistent(SockLb::Define(env));
+    nftWatch_ = Napi::Persistent(NftWatch::Define(env));
     DefineAddon(exports, {
                              InstanceValue("VrrpSocket", vrrpSocket_.Value(), napi_enumerable),
                              InstanceValue("PacketSocket", packetSocket_.Value(), napi_enumerable),
                              InstanceValue("SockLb", sockLb_.Value(), napi_enumerable),
+                             InstanceValue("NftWatch", nftWatch_.Value(), napi_enumerable),
                          });
     // plain functions: no per-environment state
     exports.Set("bpfDetach", Napi::Function::New<BpfDetach>(env, "bpfDetach"));
@@ -33,12 +38,15 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("lockFile", Napi::Function::New<LockFile>(env, "lockFile"));
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
+    exports.Set("setThreadRealtime", Napi::Function::New<SetThreadRealtime>(env, "setThreadRealtime"));
+    exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));
   }
 
  private:
   Napi::FunctionReference vrrpSocket_;
   Napi::FunctionReference packetSocket_;
   Napi::FunctionReference sockLb_;
+  Napi::FunctionReference nftWatch_;
 };
 
 }  // namespace ballast

@@ -62,6 +62,7 @@ Napi::Function VrrpSocket::Define(Napi::Env env) {
                          InstanceMethod<&VrrpSocket::RefLoop>("ref"),
                          InstanceMethod<&VrrpSocket::UnrefLoop>("unref"),
                          InstanceMethod<&VrrpSocket::Close>("close"),
+                         InstanceMethod<&VrrpSocket::ReceivePending>("receivePending"),
                          InstanceAccessor<&VrrpSocket::GetIfindex>("ifindex"),
                      });
 }
@@ -254,6 +255,13 @@ Napi::Value VrrpSocket::Close(const Napi::CallbackInfo& info) {
     BeginClose(core_);
     Napi::ObjectWrap<VrrpSocket>::Unref();
   }
+  return info.Env().Undefined();
+}
+
+Napi::Value VrrpSocket::ReceivePending(const Napi::CallbackInfo& info) {
+  // the same bounded drain as a readable poll event; the socket is non-blocking, so an empty
+  // queue costs one recvmsg returning EAGAIN
+  if (IsOpen()) Drain(0);
   return info.Env().Undefined();
 }
 

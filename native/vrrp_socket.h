@@ -31,6 +31,9 @@ class VrrpSocket : public Napi::ObjectWrap<VrrpSocket> {
   Napi::Value RefLoop(const Napi::CallbackInfo& info);
   Napi::Value UnrefLoop(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  // receivePending(): reads the datagrams already waiting in the socket now, as a poll
+  // callback would (onPacket for each), instead of at the loop's next poll phase
+  Napi::Value ReceivePending(const Napi::CallbackInfo& info);
   Napi::Value GetIfindex(const Napi::CallbackInfo& info);
 
   void Membership(bool join);

@@ -27,7 +27,6 @@ import { formatStatus, type ReloadResult, type StatusDocument } from './observe/
 import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import type { Agent } from './agent/index.js';
-import { addManifestCommand } from './manifest/cli.js';
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
 
@@ -406,7 +405,8 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     .action((o: { admin?: HostPort; config?: string; json?: boolean }) => {
       result = reload(o);
     });
-  addManifestCommand(program, (r) => (result = r), packageVersion());
+  // `ballast run` leaves the manifest commands' modules unloaded (the agent's memory, docs/performance.md)
+  if (argv[2] !== 'run') (await import('./manifest/cli.js')).addManifestCommand(program, (r) => (result = r), packageVersion());
   try {
     await program.parseAsync(argv);
   } catch (err) {

@@ -158,6 +158,13 @@ interface RawVrrpSocket {
   ref(): void;
   unref(): void;
   close(): void;
+  receivePending(): void;
+}
+
+/** The raw NftWatch object of the addon ({@link NftWatch}). */
+interface RawNftWatch {
+  stats(): NftWatchStats;
+  close(): void;
 }
 
 /** The raw PacketSocket object of the addon. */
@@ -216,6 +223,7 @@ interface Addon {
   ) => RawVrrpSocket;
   PacketSocket: new (ifname: string, protocol?: number, filter?: Buffer) => RawPacketSocket;
   SockLb: new (object: string, cgroup: string, pinDir: string) => RawSockLb;
+  NftWatch: new (onChange: (batch: NftChangeBatch) => void, keepAlive: boolean) => RawNftWatch;
   bpfDetach(pinDir: string): number;
   netnsCookie(): bigint;
   cgroupPrograms(cgroup: string): CgroupHookPrograms[];
@@ -224,12 +232,14 @@ interface Addon {
   lockFile(path: string): number;
   unlockFile(fd: number, path?: string): void;
   notify(socketPath: string, message: string): void;
+  setThreadRealtime(priority: number): void;
+  conntrackVipFlows?(query: ConntrackVipQuery): ConntrackVipFlows;
 }
 
 function isAddon(value: unknown): value is Addon {
   if (typeof value !== 'object' || value === null) return false;
   const exports = value as Record<string, unknown>;
-  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets', 'lockFile', 'unlockFile', 'notify'].every(
+  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'NftWatch', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets', 'lockFile', 'unlockFile', 'notify'].every(
     (name) => typeof exports[name] === 'function',
   );
 }
@@ -439,6 +449,15 @@ export class VrrpSocket {
   /** Lets the event loop exit while the socket is open (uv_unref). No-op when closed. */
   unref(): void {
     this.#raw.unref();
+  }
+
+  /**
+   * Reads the datagrams already waiting in the socket now and calls `onPacket` for each (at
+   * most as many as one poll wake-up reads), instead of at the event loop's next poll phase.
+   * A no-op once closed; never throws (receive errors go to `onError`).
+   */
+  receivePending(): void {
+    this.#raw.receivePending();
   }
 
   /** Stops receiving and closes the socket. Idempotent; never throws. */
@@ -697,6 +716,77 @@ export class SockLb {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// nftables change events
+
+/**
+ * What one wake-up of an {@link NftWatch} saw: the changes the kernel committed since the last
+ * call, as far as they could be read.
+ */
+export interface NftChangeBatch {
+  /** The tables those changes named, `<family> <name>` (`ip ballast`, `inet filter`), each once, in arrival order. */
+  tables: string[];
+  /** The ruleset generation of the last committed transaction seen (NFTA_GEN_ID), -1 before any. */
+  generation: number;
+  /** The kernel dropped events for this socket (ENOBUFS: its queue overflowed): `tables` may miss some. */
+  lost: boolean;
+}
+
+/** Counters of an {@link NftWatch} since it was opened. */
+export interface NftWatchStats {
+  /** nftables notifications read. */
+  messages: number;
+  /** Times the socket became readable (each is at most one onChange call). */
+  wakeups: number;
+  /** recv calls that failed with ENOBUFS (events lost). */
+  overruns: number;
+}
+
+/**
+ * The kernel's nftables change events, as `nft monitor` sees them but without a child process:
+ * a NETLINK_NETFILTER socket (libmnl) subscribed to the multicast group NFNLGRP_NFTABLES, read
+ * through libuv on the event loop of the thread that opened it. Every committed transaction
+ * that touches a table, chain, rule, set, element, object or flowtable produces notifications;
+ * each wake-up calls `onChange` once with the tables they named. Only the network namespace the
+ * thread is in when it opens the watch is seen (netlink sockets belong to their namespace).
+ * Nothing runs while nothing changes. An open watch keeps the event loop alive unless opened
+ * with `keepAlive: false`.
+ */
+export class NftWatch {
+  readonly #raw: RawNftWatch;
+
+  private constructor(raw: RawNftWatch) {
+    this.#raw = raw;
+  }
+
+  /**
+   * Opens the socket and starts receiving at once.
+   * @param onChange called once per wake-up with what arrived ({@link NftChangeBatch}); a call
+   *   with `lost: true` may name no table. An exception it throws is an uncaught exception.
+   * @param opts.keepAlive whether the open watch keeps the event loop alive (default true; false
+   *   is uv_unref: the process may exit while it is open).
+   * @throws TypeError when onChange is not a function.
+   * @throws NativeError EPERM from setsockopt(NETLINK_ADD_MEMBERSHIP) without CAP_NET_ADMIN;
+   *   EPROTONOSUPPORT from socket() when nfnetlink is not available.
+   * @throws BallastError BALLAST_E_ADDON_MISSING when the addon is not built.
+   */
+  static open(onChange: (batch: NftChangeBatch) => void, opts: { keepAlive?: boolean } = {}): NftWatch {
+    if (typeof onChange !== 'function') throw new TypeError('onChange must be a function');
+    const { NftWatch: Raw } = native();
+    return new NftWatch(new Raw(onChange, opts.keepAlive ?? true));
+  }
+
+  /** Counters since opening ({@link NftWatchStats}), read from the addon; still readable after close. */
+  get stats(): NftWatchStats {
+    return this.#raw.stats();
+  }
+
+  /** Stops receiving and closes the socket. Idempotent; never throws. */
+  close(): void {
+    this.#raw.close();
+  }
+}
+
 /**
  * The cookie of the calling thread's network namespace (getsockopt SO_NETNS_COOKIE on a fresh
  * AF_UNIX socket; socket(7), Linux 5.14): the value bpf_get_netns_cookie() returns for sockets
@@ -815,4 +905,64 @@ export function notify(message: string, socketPath: string | undefined = process
   if (socketPath === undefined || socketPath === '') return false;
   native().notify(socketPath, message);
   return true;
+}
+
+/**
+ * Sets the CALLING thread's scheduling (sched(7)): `priority` 1..99 = SCHED_FIFO at that
+ * priority (not inherited by what it spawns), 0 = SCHED_OTHER again. The other threads of the
+ * process keep theirs. The election worker calls it for `vrrp.realtimePriority`.
+ * @throws TypeError for a priority outside 0..99; NativeError "sched_setscheduler" (EPERM
+ *   without CAP_SYS_NICE); BALLAST_E_ADDON_MISSING without the addon.
+ */
+export function setThreadRealtime(priority: number): void {
+  native().setThreadRealtime(priority);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The VIP data plane's conntrack entries (native/conntrack_dump.cc)
+
+/** Which flows {@link conntrackVipFlows} reads: TCP to one of `vips` on `port`, DNATed, ESTABLISHED. */
+export interface ConntrackVipQuery {
+  family: 4 | 6;
+  /** the VIPs (original destination addresses), at least one, of `family` */
+  vips: readonly string[];
+  /** the VIP port (original destination port), 1..65535 */
+  port: number;
+  /** also delete the `count` oldest of these flows DNATed to address:port (the reply source) */
+  reset?: { address: string; port: number; count: number };
+}
+
+/** What {@link conntrackVipFlows} found. */
+export interface ConntrackVipFlows {
+  /** per DNAT target (reply source): established flows, counted before any reset; sorted by address, port */
+  backends: { address: string; port: number; established: number }[];
+  /** conntrack entries of the family walked */
+  scanned: number;
+  /** entries that matched the query (the sum of `established`) */
+  matched: number;
+  /** matched entries with a start time (net.netfilter.nf_conntrack_timestamp=1 when they were created) */
+  timestamped: number;
+  /** when `query.reset` was given: entries deleted, and the start time of the youngest one deleted (ns since the epoch, 0 = unknown) */
+  reset?: { deleted: number; youngestStartNs: number };
+}
+
+/**
+ * The VIP data plane's established flows from conntrack, per backend: one ctnetlink dump
+ * (IPCTNL_MSG_CT_GET, NLM_F_DUMP, this family only) in the caller's network namespace, matched
+ * in the addon (TCP, original destination = a VIP and `port`, status DST_NAT, TCP state
+ * ESTABLISHED) and aggregated by reply source. With `query.reset`, the oldest `count` flows of
+ * that backend are then deleted (IPCTNL_MSG_CT_DELETE naming tuple, id and zone), oldest by
+ * conntrack's start timestamp (entries without one first, ties by id). Synchronous: about
+ * 10 ms of CPU per 2,000 entries (measured; most of it the kernel building the dump); every receive is bounded by a 2 s timeout.
+ * @throws TypeError on a bad query.
+ * @throws NativeError EPERM without CAP_NET_ADMIN, EPROTONOSUPPORT/ENOENT without ctnetlink
+ *   (module nf_conntrack_netlink), ETIMEDOUT "recv" when the kernel does not answer within 2 s.
+ * @throws BallastError BALLAST_E_ADDON_MISSING when the addon lacks the function (rebuild it).
+ */
+export function conntrackVipFlows(query: ConntrackVipQuery): ConntrackVipFlows {
+  const a = native();
+  if (typeof a.conntrackVipFlows !== 'function') {
+    throw createError('BALLAST_E_ADDON_MISSING', `${addonPath()} has no conntrackVipFlows: rebuild it with \`npm run build:native\``);
+  }
+  return a.conntrackVipFlows(query);
 }

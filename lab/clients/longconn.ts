@@ -60,7 +60,7 @@ export interface LongconnSummary {
   nodes: Record<string, number>;
 }
 
-interface Options {
+export interface LongconnOptions {
   url: URL;
   ca: Buffer;
   node: string | undefined;
@@ -83,7 +83,7 @@ interface Response {
 }
 
 /** One TLS connection carrying sequential HTTP/1.1 requests. */
-class Conn {
+export class Conn {
   readonly id: number;
   readonly socket: tls.TLSSocket;
   #buf = Buffer.alloc(0);
@@ -113,7 +113,7 @@ class Conn {
   }
 
   /** Opens a verified TLS connection; rejects after `timeoutMs`. */
-  static open(id: number, o: Options): Promise<Conn> {
+  static open(id: number, o: LongconnOptions): Promise<Conn> {
     return new Promise((resolve, reject) => {
       const socket = tls.connect({
         host: o.url.hostname.replace(/^\[|\]$/g, ''),
@@ -140,7 +140,7 @@ class Conn {
   }
 
   /** Sends one GET and resolves with the response; rejects on error, close or timeout. */
-  request(o: Options): Promise<Response> {
+  request(o: LongconnOptions): Promise<Response> {
     if (this.#ended) return Promise.reject(this.#ended);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -220,7 +220,7 @@ async function main(argv: string[]): Promise<number> {
     if (!Number.isInteger(n) || n < min || n > max) throw new TypeError(`--${name} must be an integer ${min}..${max}, got ${v}`);
     return n;
   };
-  const o: Options = {
+  const o: LongconnOptions = {
     url: new URL(values.url),
     ca: readFileSync(values.ca),
     node: values.node,

@@ -98,10 +98,33 @@ export interface KeepalivedOptions {
   instanceName?: string;
   /** `script_user`, default "root"; `enable_script_security` is set with it (see file comment) */
   scriptUser?: string;
+  /** `vrrp_script` blocks, each tracked by the instance (`track_script`), e.g. the kubeadm guide's check_apiserver */
+  trackScripts?: KeepalivedTrackScript[];
   /** extra raw lines for global_defs (one keyword each, no newlines) */
   extraGlobal?: string[];
   /** extra raw lines for the vrrp_instance (one keyword each, no newlines) */
   extraInstance?: string[];
+}
+
+/**
+ * One `vrrp_script` (keepalived's names; seconds). The kubeadm HA guide's check_apiserver is
+ * `interval 3, weight -2, fall 10, rise 2` running a curl of the local load balancer.
+ */
+export interface KeepalivedTrackScript {
+  /** the block's name, [A-Za-z0-9_.-] */
+  name: string;
+  /** `script`: the command line keepalived runs (no shell): an absolute program path and arguments, no double quote */
+  script: string;
+  /** `interval`, seconds between runs (1..3600) */
+  intervalS: number;
+  /** `timeout`, seconds a run may take (absent: keepalived's default, the interval) */
+  timeoutS?: number;
+  /** `weight`, -253..253 (absent: keepalived's default 0, a failing script means FAULT) */
+  weight?: number;
+  /** `fall`: failed runs before it counts as failed (absent: 1) */
+  fall?: number;
+  /** `rise`: passed runs before it counts as passed (absent: 1) */
+  rise?: number;
 }
 
 const NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
@@ -202,6 +225,26 @@ export function keepalivedConfig(opts: KeepalivedOptions): string {
     checkInt('garp.lowerPrioRepeat', g.lowerPrioRepeat, 1, 255);
     garp.push(`garp_lower_prio_repeat ${g.lowerPrioRepeat}`);
   }
+  const scripts = (opts.trackScripts ?? []).map((t) => {
+    if (!NAME_RE.test(t.name)) throw new TypeError(`trackScripts: name must match ${NAME_RE}, got ${JSON.stringify(t.name)}`);
+    if (!t.script.startsWith('/') || /["\r\n]/.test(t.script)) throw new TypeError(`trackScripts[${t.name}].script must be an absolute command line without double quotes or newlines, got ${JSON.stringify(t.script)}`);
+    checkSeconds(`trackScripts[${t.name}].intervalS`, t.intervalS, 1, 3600);
+    if (t.timeoutS !== undefined) checkSeconds(`trackScripts[${t.name}].timeoutS`, t.timeoutS, 1, 3600);
+    if (t.weight !== undefined) checkInt(`trackScripts[${t.name}].weight`, t.weight, -253, 253);
+    if (t.fall !== undefined) checkInt(`trackScripts[${t.name}].fall`, t.fall, 1, 255);
+    if (t.rise !== undefined) checkInt(`trackScripts[${t.name}].rise`, t.rise, 1, 255);
+    return [
+      `vrrp_script ${t.name} {`,
+      `  script "${t.script}"`,
+      `  interval ${secs(t.intervalS)}`,
+      ...(t.timeoutS === undefined ? [] : [`  timeout ${secs(t.timeoutS)}`]),
+      ...(t.weight === undefined ? [] : [`  weight ${t.weight}`]),
+      ...(t.fall === undefined ? [] : [`  fall ${t.fall}`]),
+      ...(t.rise === undefined ? [] : [`  rise ${t.rise}`]),
+      '}',
+      '',
+    ];
+  });
   const extraGlobal = rawLines('extraGlobal', opts.extraGlobal);
   const extraInstance = rawLines('extraInstance', opts.extraInstance);
 
@@ -216,6 +259,7 @@ export function keepalivedConfig(opts: KeepalivedOptions): string {
     ...extraGlobal.map((l) => `  ${l}`),
     '}',
     '',
+    ...scripts.flat(),
     `vrrp_instance ${instance} {`,
     '  state BACKUP',
     `  interface ${ifname}`,
@@ -233,6 +277,7 @@ export function keepalivedConfig(opts: KeepalivedOptions): string {
     '  virtual_ipaddress {',
     ...vips.map((v) => `    ${v.text} dev ${ifname}`),
     '  }',
+    ...(scripts.length > 0 ? ['  track_script {', ...(opts.trackScripts ?? []).map((t) => `    ${t.name}`), '  }'] : []),
     ...extraInstance.map((l) => `  ${l}`),
     '}',
     '',

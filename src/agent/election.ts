@@ -101,10 +101,14 @@ export function startElection(
     const opts = engineOptions(config, resolved, authKeys, membership);
     let crashed = false;
     let fatal = false;
+    let becameActive = false;
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
       if (ev.type === 'transition') {
         const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
-        log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at }, 'state change');
+        // the first Active state is the first advert sent (RFC 9568 6.4.1/6.4.2): its time since the process started
+        const first = ev.to === 'active' && !becameActive ? { elapsedMs: Math.round(Date.parse(ev.at) - performance.timeOrigin) } : {};
+        if (ev.to === 'active') becameActive = true;
+        log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at, ...first }, 'state change');
         ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
         if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
@@ -220,6 +224,7 @@ function engineOptions(config: Config, resolved: ResolvedInterface, authKeys: Bu
     preemptHoldAtStart: config.apiserver.backends.length > 0,
     linkRunning: iface.running,
     owner: v.owner,
+    realtimePriority: v.realtimePriority,
   };
 }
 

@@ -5,7 +5,7 @@
  * exists before the first check.
  */
 import type { Config } from '../config/index.js';
-import type { HealthChange, HealthChecker } from '../health/checker.js';
+import type { DampingChange, FailOpenChange, HealthChange, HealthChecker } from '../health/checker.js';
 import type { Verdict } from '../health/verdict.js';
 import { FlowTracker, watchConntrack, type ConntrackWatch } from '../health/passive.js';
 import type { LoadBalancer } from '../dataplane/controller.js';
@@ -63,9 +63,22 @@ export function startHealth(
       if (v.state !== 'up') log.info({ backend: formatHostPort(v.backend), verdict: v.state, cause: v.cause.kind, reason: v.message }, 'backend verdict');
     };
     checker.on('verdict', onVerdict);
+    // what the planes serve changed without a health change (a hold ended, a reload): the policy looks again
+    const onFailOpen = (c: FailOpenChange): void => {
+      logFailOpen(log, c);
+      f.balancing?.evaluate();
+    };
+    checker.on('failOpen', onFailOpen);
+    const onDamping = (d: DampingChange): void => {
+      logDamping(log, d);
+      f.balancing?.evaluate();
+    };
+    checker.on('damping', onDamping);
     own.defer('health subscriptions', () => {
       checker.off('change', onChange);
       checker.off('verdict', onVerdict);
+      checker.off('failOpen', onFailOpen);
+      checker.off('damping', onDamping);
     });
     const direct = local !== null && local.mode === 'ebpf';
     let watch = startPassiveDetection(config, checker, log, direct);
@@ -120,6 +133,37 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
       onLost: () => void limited.log('warn', 'lost', {}, 'conntrack events were lost (receive buffer full); passive detection missed some connections'),
     },
   );
+}
+
+/** The log messages of fail open (docs/health.md), by what happened. */
+export const FAIL_OPEN_MESSAGES = {
+  start: 'every backend turned unready at once; keeping the last ready set (fail open)',
+  passed: 'a backend passes again; fail open ends',
+  gone: 'fail open ends: every backend it kept is dead or left the set',
+  disabled: 'fail open ends: apiserver.health.failOpen was turned off',
+} as const;
+
+/** The log messages of flap damping (docs/health.md), by event kind. */
+export const DAMPING_MESSAGES = {
+  start: 'backend flaps: held out of the data planes (damped)',
+  extend: 'damped backend changed again: held out longer',
+  end: 'backend damping ends',
+} as const;
+
+/** One line for a fail-open start (warn) or end (info; warn when every kept backend died). */
+function logFailOpen(log: Logger, c: FailOpenChange): void {
+  const fields = { family: c.family, kept: c.kept.map(formatHostPort), since: new Date(c.since).toISOString() };
+  if (c.active) log.warn(fields, FAIL_OPEN_MESSAGES.start);
+  else log[c.reason === 'gone' ? 'warn' : 'info']({ ...fields, reason: c.reason, durationMs: c.at - c.since }, FAIL_OPEN_MESSAGES[c.reason ?? 'passed']);
+}
+
+/** One line per damping event: start (warn), a longer hold (info), end (info). */
+function logDamping(log: Logger, d: DampingChange): void {
+  const backend = formatHostPort(d.backend);
+  const e = d.event;
+  if (e.kind === 'end') log.info({ backend, heldMs: e.heldMs }, DAMPING_MESSAGES.end);
+  else if (e.kind === 'start') log.warn({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level, transitions: e.transitions }, DAMPING_MESSAGES.start);
+  else log.info({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level }, DAMPING_MESSAGES.extend);
 }
 
 /**

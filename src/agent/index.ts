@@ -30,6 +30,7 @@ import { statusDocument, type ReloadResult, type StatusDocument } from '../obser
 import { startAdminPhase } from './admin.js';
 import { startBgp } from './bgp.js';
 import { startElection } from './election.js';
+import { discardPrewarmed, prewarmWorker } from '../vrrp/host.js';
 import { startDiscovery } from './discovery.js';
 import { startHealth, type HealthFollowers } from './health.js';
 import { startLocalEndpoint } from './local-endpoint.js';
@@ -94,6 +95,11 @@ export async function startAgent(
   opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel; serviceManager?: ServiceManager | null } = {},
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
+  // the election worker's thread boots while the phases before the election run (vrrp/host.ts)
+  if (config.vrrp) {
+    prewarmWorker();
+    stack.defer('prewarmed election worker', discardPrewarmed);
+  }
   const cancel = new AbortController();
   const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null, discovery: null };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };
@@ -282,6 +288,7 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
       return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
     }),
     ...(stats === null ? {} : { discovery: stats }),
+    ...(checker ? { health: { failOpen: checker.failOpen() } } : {}),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
     ...(running.bgp ? { bgp: running.bgp.status() } : {}),

@@ -109,6 +109,7 @@ const APPLIED = [
   'apiserver.health',
   'localEndpoint.addresses',
   'localEndpoint.force',
+  'dataplane.rebalance',
   'policy',
   'admin.listen',
   'log.level',
@@ -149,7 +150,7 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     if (fixed !== undefined) restart.add(fixed);
     // mode: bgp (agent/bgp.ts) applies the log level, the health settings and the backend set; the rest needs a restart
     else if ((cur.mode === 'bgp' || next.mode === 'bgp') && !['log.level', 'apiserver.health', 'apiserver.backends', 'discovery'].some((a) => under(p, a))) restart.add(p);
-    else if (under(p, 'dataplane') || under(p, 'localEndpoint.cgroup')) restart.add(p);
+    else if ((under(p, 'dataplane') && !under(p, 'dataplane.rebalance')) || under(p, 'localEndpoint.cgroup')) restart.add(p);
     else if (!APPLIED.some((a) => under(p, a))) restart.add(p);
   }
   if ((cur.apiserver.backends.length === 0) !== (next.apiserver.backends.length === 0)) restart.add('apiserver.backends (none ↔ some)');
@@ -189,7 +190,7 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     logLevel: has('log.level'),
     backends,
     health,
-    vipDataplane: lbOn && vipFamily === null && (has('vips') || has('apiserver.port') || has('interface')),
+    vipDataplane: lbOn && vipFamily === null && (has('vips') || has('apiserver.port') || has('interface') || has('dataplane.rebalance')),
     vipFamily,
     policy: next.vrrp !== null && (has('vrrp.priority') || has('policy') || backends || health),
     passive: has('vips') || has('apiserver.port') || backends || has('apiserver.health.timeoutMs'),

@@ -4,12 +4,17 @@
  * the election and undone after it: a resigning master still balances until its VIPs are gone.
  */
 import { readFileSync } from 'node:fs';
+import { conntrackVipFlows } from '../native.js';
+import { ConnectionTracker } from '../dataplane/rebalance.js';
+import { enableConntrackTimestamps } from '../dataplane/conntrack.js';
 import type { Config } from '../config/index.js';
 import { createError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
 import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from '../dataplane/controller.js';
 import { Reconciler } from '../dataplane/reconcile.js';
 import { NftablesApplier } from '../dataplane/apply.js';
+import { TableWatch } from '../dataplane/nftwatch.js';
+import { NftWatch } from '../native.js';
 import { flushBackend } from '../dataplane/conntrack.js';
 import type { StatusDocument } from '../observe/status.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
@@ -31,7 +36,9 @@ export interface VipDataplanePhase extends PhaseHandle {
  * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
  * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
  * removes the table (through `tables`, preflight's removal: one attempt per stop), unless
- * dataplane.keepOnStop is `all`. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
+ * dataplane.keepOnStop is `all`. A {@link TableWatch} puts the table back within the data plane's
+ * bound when someone else removes or changes it (kernel nftables events of this network
+ * namespace, and a slow periodic verify); it stops before the table is removed. Every apply runs with ctx.signal: a stop kills an nft under way (a hung
  * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
@@ -41,16 +48,33 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));
-    const applier = new NftablesApplier();
+    const applier = new NftablesApplier({ track: true });
     tables.rearm();
     own.defer('nftables table', async () => {
       if (config.dataplane.keepOnStop !== 'all') await tables.remove();
     });
     const a = applier;
+    // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
+    let rebalance = config.dataplane.rebalance;
+    const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, log });
     const plane = new LoadBalancer(
-      { apply: (d) => a.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      {
+        apply: async (d) => {
+          const r = await a.apply(d, { signal: ctx.signal });
+          // a new ruleset (a backend joined or left): count now, not at the next period (after the plane notes its backends)
+          if (r.changed) setImmediate(() => tracker.kick());
+          return r;
+        },
+        flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
+    let timestamps = false;
+    const wantTimestamps = (): void => {
+      if (!rebalance.enabled || timestamps) return;
+      timestamps = true;
+      own.defer('conntrack timestamps', enableConntrackTimestamps(log));
+    };
+    wantTimestamps();
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
     own.defer('VIP data plane verdict subscription', lb.follow());
     // the table exists (with no DNAT rule while nothing is healthy) before the first check
@@ -62,7 +86,25 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       const sysctl = config.family === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
       log.warn({ family: config.family, sysctl }, `IP forwarding is off: connections DNATed to apiservers on other nodes will fail (set ${sysctl}=1; kubeadm requires it too)`);
     }
+    const family = config.family;
+    const watch = new TableWatch({
+      family,
+      log,
+      // the agent's lifetime is its other handles': this one alone keeps nothing running
+      subscribe: (onChange) => NftWatch.open(onChange, { keepAlive: false }),
+      verify: () => applier.verify(family, { signal: ctx.signal }),
+      restore: async () => {
+        applier.forget(family);
+        const before = lb.status().failures;
+        await lb.sync();
+        if (lb.status().failures > before) throw new Error(lb.status().lastError ?? 'apply failed');
+      },
+      onRestore: (r) => plane.noteRestore(r.at),
+    });
+    watch.start();
+    own.defer('nftables table watch', () => watch.stop());
     followers.lb = lb;
+    own.defer('VIP connection counts', tracker.start());
     own.defer('VIP data plane health subscription', () => {
       followers.lb = null;
     });
@@ -71,6 +113,11 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       const before = lb.status().failures;
       await lb.sync();
       if (lb.status().failures > before) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
+      const was = rebalance;
+      rebalance = next.dataplane.rebalance;
+      wantTimestamps();
+      // a rebalancer turned on or retuned acts now, not at the next 5 s count
+      if (JSON.stringify(was) !== JSON.stringify(rebalance)) tracker.kick();
     };
     return { reconfigure };
   });

@@ -1,7 +1,7 @@
 /**
  * Checks that span settings: peers and backends against the VIPs, the local endpoint against the
  * backends and the apiserver's port, the health timeout against its interval, caFile required by
- * backends, the checksum rule against the family, addresses that can only be local on the Active
+ * backends, the damping holds against each other, the checksum rule against the family, addresses that can only be local on the Active
  * node. They run on the raw input rather than inside zod, so they report even when an unrelated
  * setting is wrong (zod skips refinements once a field has failed); a malformed value has its own
  * issue from its field parser and is skipped here.
@@ -11,7 +11,7 @@ import { formatHostPort, type HostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseRoleHostPort, type HostPortRule } from './addresses.js';
 import { bgpIssues } from './bgp.js';
-import { durationMs, HEALTH_INTERVAL, HEALTH_TIMEOUT } from './fields.js';
+import { DAMPING_HOLD, DAMPING_MAX_HOLD, durationMs, HEALTH_INTERVAL, HEALTH_TIMEOUT } from './fields.js';
 import { isRecord, type RawIssue, type Segment } from './issues.js';
 import { DEFAULTS, DISCOVERED, MAX_VIPS } from './limits.js';
 
@@ -186,6 +186,21 @@ function healthIssues(raw: Record<string, unknown>): RawIssue[] {
       out.push({
         path: setting('timeout'),
         message: `must be at most apiserver.health.interval (${formatDuration(interval)}), got ${formatDuration(timeout)}: a check must end before the next one is due`,
+      });
+    }
+  }
+
+  if (health.dampingMaxHold !== undefined || health.dampingHold !== undefined) {
+    const hold = health.dampingHold === undefined ? parseDuration(DEFAULTS.dampingHold) : durationMs(health.dampingHold, DAMPING_HOLD);
+    const max = health.dampingMaxHold === undefined ? parseDuration(DEFAULTS.dampingMaxHold) : durationMs(health.dampingMaxHold, DAMPING_MAX_HOLD);
+    // a bad value of either has its own issue
+    if (typeof hold === 'number' && typeof max === 'number' && max < hold) {
+      out.push({
+        path: setting(health.dampingMaxHold === undefined ? 'dampingHold' : 'dampingMaxHold'),
+        message:
+          health.dampingMaxHold === undefined
+            ? `must be at most apiserver.health.dampingMaxHold (${formatDuration(max)}, its default), got ${formatDuration(hold)}: holds grow from dampingHold up to dampingMaxHold`
+            : `must be at least apiserver.health.dampingHold (${formatDuration(hold)}), got ${formatDuration(max)}: holds grow from dampingHold up to dampingMaxHold`,
       });
     }
   }

@@ -9,7 +9,7 @@ import type { AddressFamily } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
-import { DEFAULTS, IFNAMSIZ, MAX_BACKENDS, MINUTE_MS } from './limits.js';
+import { DEFAULTS, HOUR_MS, IFNAMSIZ, MAX_BACKENDS, MINUTE_MS } from './limits.js';
 import { expect, quotedNumberHint, show, yesNoHint, type ExpectOptions } from './messages.js';
 import type { BackendAddress, ListenAddress } from './types.js';
 
@@ -21,6 +21,13 @@ export function intField(lo: number, hi: number, opts: ExpectOptions = {}) {
     hint: (v) => (hint?.(v) ?? '') + quotedNumberHint(v),
   });
   return z.int({ error: err }).min(lo, { error: err }).max(hi, { error: err });
+}
+
+/** A number setting (fractions allowed) from `lo` to `hi`, both included. */
+export function numberField(lo: number, hi: number, opts: ExpectOptions = {}) {
+  const hint = opts.hint;
+  const err = expect(`a number from ${lo} to ${hi}`, { ...opts, hint: (v) => (hint?.(v) ?? '') + quotedNumberHint(v) });
+  return z.number({ error: err }).min(lo, { error: err }).max(hi, { error: err });
 }
 
 /** The bounds of a duration setting. */
@@ -75,6 +82,13 @@ export const HEALTH_TIMEOUT: DurationRule = {
   default: `${DEFAULTS.healthTimeout}, or the interval if that is shorter`,
   range: rangeMessage('50ms', '1m'),
 };
+
+/** apiserver.health.dampingWindow: the window transitions are counted in. */
+export const DAMPING_WINDOW: DurationRule = { min: 1000, max: HOUR_MS, default: DEFAULTS.dampingWindow, range: rangeMessage('1s', '1h') };
+/** apiserver.health.dampingHold: the first hold of a damped backend. */
+export const DAMPING_HOLD: DurationRule = { min: 1000, max: HOUR_MS, default: DEFAULTS.dampingHold, range: rangeMessage('1s', '1h') };
+/** apiserver.health.dampingMaxHold: the longest hold (at least dampingHold: checks.ts). */
+export const DAMPING_MAX_HOLD: DurationRule = { min: 1000, max: HOUR_MS, default: DEFAULTS.dampingMaxHold, range: rangeMessage('1s', '1h') };
 
 /**
  * `fail(message)` for a transform: records a custom issue on `input` and returns z.NEVER, so a

@@ -33,6 +33,7 @@ export {
   type LogConfig,
   type LogLevel,
   type PolicyConfig,
+  type RebalanceConfig,
   type VrrpConfig,
 } from './types.js';
 export { ConfigError, DOCUMENT_PATH, type ConfigIssue } from '../errors.js';

@@ -9,6 +9,7 @@
  *   - `vrrp.owner`: priority 255, the address owner (RFC 9568 §1.6);
  *   - `apiserver.health.timeoutMs` when unset: 1 s or the interval, whichever is shorter;
  *   - `apiserver.health.settleMs`: how long until every backend has had its first verdict;
+ *   - `apiserver.health.damping`: the damping settings as one object, null with `damping: false`;
  *   - `discovery`: null unless a kubeconfig or inCluster is set; lastKnownFile's default.
  */
 import { normalizeBgp } from './bgp.js';
@@ -38,6 +39,8 @@ function normalizeHealth(h: ParsedConfig['apiserver']['health']): HealthConfig {
     fall: h.fall,
     // every backend checked `rise` (or `fall`) times, plus one interval of jitter and a timeout
     settleMs: (Math.max(h.rise, h.fall) + 1) * h.interval + timeoutMs,
+    failOpen: h.failOpen,
+    damping: h.damping ? { transitions: h.dampingTransitions, windowMs: h.dampingWindow, holdMs: h.dampingHold, maxHoldMs: h.dampingMaxHold } : null,
   };
 }
 
@@ -51,6 +54,7 @@ function normalizeVrrp(v: ParsedConfig['vrrp']): VrrpConfig | null {
     advertisementIntervalCs: v.advertisementInterval / 10,
     preempt: v.preempt,
     preemptDelayMs: v.preemptDelay,
+    realtimePriority: v.realtimePriority,
     unicast: v.peers !== undefined || v.singleNode,
     peers: v.peers?.addresses ?? [],
     discoveredPeers: v.peers?.keyword ?? false,
@@ -72,7 +76,18 @@ export function normalize(c: ParsedConfig): Config {
     vipLifetimeMs: c.vipLifetime,
     announce: { count: c.announce.count, spacingMs: c.announce.spacing, repeatAfterMs: c.announce.repeatAfter, refreshMs: c.announce.refresh },
     apiserver: { port: c.apiserver.port, backends: c.apiserver.backends, health: normalizeHealth(c.apiserver.health) },
-    dataplane: { vip: c.dataplane.vip, local: c.dataplane.local, keepOnStop: c.dataplane.keepOnStop },
+    dataplane: {
+      vip: c.dataplane.vip,
+      local: c.dataplane.local,
+      keepOnStop: c.dataplane.keepOnStop,
+      rebalance: {
+        enabled: c.dataplane.rebalance.enabled,
+        factor: c.dataplane.rebalance.factor,
+        afterMs: c.dataplane.rebalance.after,
+        resetsPerSecond: c.dataplane.rebalance.resetsPerSecond,
+        maxFractionPerMinute: c.dataplane.rebalance.maxFractionPerMinute,
+      },
+    },
     localEndpoint:
       c.localEndpoint === undefined
         ? null

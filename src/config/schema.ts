@@ -24,6 +24,9 @@ import {
   addressList,
   backendList,
   boolField,
+  DAMPING_HOLD,
+  DAMPING_MAX_HOLD,
+  DAMPING_WINDOW,
   durationField,
   fileField,
   HEALTH_INTERVAL,
@@ -34,6 +37,7 @@ import {
   listenField,
   localBackendField,
   localEndpointAddressField,
+  numberField,
   optionalDurationField,
   rangeMessage,
   serverNameField,
@@ -85,6 +89,8 @@ const vrrpShape = {
   }),
   preempt: boolField(DEFAULTS.preempt),
   preemptDelay: durationField({ min: 0, max: HOUR_MS, default: DEFAULTS.preemptDelay, range: rangeMessage('0s', '1h') }),
+  // the election thread's SCHED_FIFO priority; 0 = normal scheduling (docs/config.md)
+  realtimePriority: intField(0, 99, { default: String(DEFAULTS.realtimePriority) }).default(DEFAULTS.realtimePriority),
   // `discovered` alone stands for [discovered]: the discovered apiservers' node addresses
   peers: z
     .preprocess(
@@ -138,12 +144,27 @@ const healthShape = {
   timeout: optionalDurationField(HEALTH_TIMEOUT),
   rise: intField(1, 10, { default: String(DEFAULTS.healthRise) }).default(DEFAULTS.healthRise),
   fall: intField(1, 10, { default: String(DEFAULTS.healthFall) }).default(DEFAULTS.healthFall),
+  failOpen: boolField(DEFAULTS.healthFailOpen),
+  damping: boolField(DEFAULTS.healthDamping),
+  dampingTransitions: intField(1, 100, { default: String(DEFAULTS.dampingTransitions) }).default(DEFAULTS.dampingTransitions),
+  dampingWindow: durationField(DAMPING_WINDOW),
+  dampingHold: durationField(DAMPING_HOLD),
+  dampingMaxHold: durationField(DAMPING_MAX_HOLD),
 };
 
 const apiserverShape = {
   port: intField(1, 65535, { default: String(DEFAULTS.apiserverPort) }).default(DEFAULTS.apiserverPort),
   backends: backendList(),
   health: section(z.strictObject(healthShape, { error: mappingError })),
+};
+
+/** `dataplane.rebalance`: resetting the oldest flows of an overloaded backend (src/dataplane/rebalance.ts). */
+const rebalanceShape = {
+  enabled: boolField(false),
+  factor: numberField(1.05, 100, { default: String(DEFAULTS.rebalanceFactor) }).default(DEFAULTS.rebalanceFactor),
+  after: durationField({ min: 1000, max: HOUR_MS, default: DEFAULTS.rebalanceAfter, range: rangeMessage('1s', '1h') }),
+  resetsPerSecond: intField(1, 1000, { default: String(DEFAULTS.rebalanceResetsPerSecond) }).default(DEFAULTS.rebalanceResetsPerSecond),
+  maxFractionPerMinute: numberField(0.001, 1, { default: String(DEFAULTS.rebalanceMaxFractionPerMinute) }).default(DEFAULTS.rebalanceMaxFractionPerMinute),
 };
 
 const dataplaneShape = {
@@ -158,6 +179,7 @@ const dataplaneShape = {
     })
     .transform((v): KeepOnStop => (v === true ? 'all' : v === false ? 'none' : v))
     .default(DEFAULTS.dataplaneKeepOnStop),
+  rebalance: section(z.strictObject(rebalanceShape, { error: mappingError })),
 };
 
 const policyShape = {
@@ -223,6 +245,7 @@ const SECTION_KEYS: SectionKeys = {
   apiserver: Object.keys(apiserverShape),
   'apiserver.health': Object.keys(healthShape),
   dataplane: Object.keys(dataplaneShape),
+  'dataplane.rebalance': Object.keys(rebalanceShape),
   localEndpoint: Object.keys(localEndpointShape),
   discovery: Object.keys(discoveryShape),
   policy: Object.keys(policyShape),

@@ -33,6 +33,8 @@ export interface VrrpConfig {
   readonly preempt: boolean;
   /** How long a higher-priority Backup waits before preempting, in milliseconds: 0..3600000. */
   readonly preemptDelayMs: number;
+  /** The election thread's SCHED_FIFO priority, 1..99; 0 = normal scheduling (SCHED_OTHER). Needs CAP_SYS_NICE. */
+  readonly realtimePriority: number;
   /**
    * Unicast mode: `vrrp.peers` was given (or `singleNode`). Adverts go to the peers only and
    * adverts from anyone else are dropped. False = multicast (224.0.0.18 / ff02::12).
@@ -125,6 +127,22 @@ export interface HealthConfig {
    * timeout. The election policy waits this long before it judges the backends. Derived once here.
    */
   readonly settleMs: number;
+  /** Keep the last ready set when every backend turned unready together (docs/health.md). */
+  readonly failOpen: boolean;
+  /** Flap damping (docs/health.md), from `damping` and the `damping…` settings; null when `damping: false`. */
+  readonly damping: DampingConfig | null;
+}
+
+/** Flap damping, normalized (apiserver.health.damping…; src/health/damping.ts). */
+export interface DampingConfig {
+  /** More than this many transitions (in or out of the ready set) within `windowMs` damp a backend: 1..100. */
+  readonly transitions: number;
+  /** The window, ms: 1 s..1 h. */
+  readonly windowMs: number;
+  /** The first hold, ms: 1 s..1 h; doubled for each damping soon after a release. */
+  readonly holdMs: number;
+  /** The longest hold, ms: holdMs..1 h; no backend is held longer than this after its last transition. */
+  readonly maxHoldMs: number;
 }
 
 /** The `apiserver` section, normalized. */
@@ -154,6 +172,27 @@ export interface DataplaneConfig {
    * the nftables table; `none` nothing. The VIPs are always removed (a stopped agent must not hold them).
    */
   readonly keepOnStop: KeepOnStop;
+  /** Resetting the oldest flows of a backend that holds too many of the VIP's connections (opt-in). */
+  readonly rebalance: RebalanceConfig;
+}
+
+/**
+ * The `dataplane.rebalance` section, normalized (docs/config.md, src/dataplane/rebalance.ts):
+ * when one ready backend holds more than `factor` × its fair share (established flows / ready
+ * backends) for longer than `afterMs`, up to `resetsPerSecond` of its oldest flows are reset per
+ * second, never more than `maxFractionPerMinute` of all flows per minute, never with one ready backend.
+ */
+export interface RebalanceConfig {
+  /** Off by default. */
+  readonly enabled: boolean;
+  /** > 1: how many times its fair share a backend may hold. */
+  readonly factor: number;
+  /** How long a backend must be over before its flows are reset, ms. */
+  readonly afterMs: number;
+  /** Flows reset per second at most (1..1000). */
+  readonly resetsPerSecond: number;
+  /** Fraction of the established flows (0..1] that may be reset in any 60 s. */
+  readonly maxFractionPerMinute: number;
 }
 
 /** See {@link DataplaneConfig.keepOnStop}. */

@@ -179,7 +179,23 @@ export type BackendCounters = Record<string, { packets: number; bytes: number }>
 export interface NftablesApplierOptions {
   /** Runs nft; default {@link nftExecutor}. */
   exec?: Executor;
+  /**
+   * Keep a reference listing of each table right after applying it (one `nft -j list table …`
+   * more per apply), for {@link NftablesApplier.verify}. Default false.
+   */
+  track?: boolean;
 }
+
+/** What {@link NftablesApplier.verify} found. */
+export type TableCheck =
+  /** the table is as this applier left it (handles and counter values aside) */
+  | 'intact'
+  /** there is no such table (`nft flush ruleset`, `nft delete table …`) */
+  | 'missing'
+  /** the table is there but differs: a chain, rule, set or element was added, changed or deleted */
+  | 'altered'
+  /** nothing to compare with: this applier has not applied (or tracked) that family */
+  | 'untracked';
 
 const MAX_MESSAGE_STDERR = 4000;
 const NO_TABLE = /No such file or directory|Address family not supported/;
@@ -191,13 +207,19 @@ const NO_TABLE = /No such file or directory|Address family not supported/;
  */
 export class NftablesApplier {
   readonly #exec: Executor;
+  readonly #track: boolean;
   readonly #last = new Map<4 | 6, string>();
+  /** per family: the normalized listing right after the last apply (track only) */
+  readonly #reference = new Map<4 | 6, string>();
+  /** families whose table the last verify found missing: the next apply has no counters to read */
+  readonly #missing = new Set<4 | 6>();
   /** last values seen per backend key, also for backends no longer in a table */
   readonly #known = new Map<string, { packets: number; bytes: number }>();
   #queue: Promise<unknown> = Promise.resolve();
 
   constructor(opts: NftablesApplierOptions = {}) {
     this.#exec = opts.exec ?? nftExecutor;
+    this.#track = opts.track ?? false;
   }
 
   #serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -248,14 +270,70 @@ export class NftablesApplier {
     const text = renderRuleset(d);
     return this.#serial(async () => {
       if (!opts.force && this.#last.get(d.family) === text) return { changed: false, durationMs: performance.now() - t0 };
-      await this.#readCounters(d.family, opts.signal);
+      // a table just found missing has no live counters: the ones already read seed the new one
+      if (!this.#missing.delete(d.family)) await this.#readCounters(d.family, opts.signal);
       const seeded = renderRuleset(d, { counters: Object.fromEntries(this.#known) });
       const args = ['-f', '-'];
       const r = await this.#run(args, seeded, `applying the ${nftFamily(d.family)} ${TABLE_NAME} table`, opts.signal);
       if (r.code !== 0) this.#fail(`applying the ${nftFamily(d.family)} ${TABLE_NAME} table`, args, r);
       this.#last.set(d.family, text);
+      if (this.#track) {
+        // the commit stands either way: without a reference, verify says 'untracked'
+        const listed = await this.#listTable(d.family, opts.signal).catch(() => null);
+        if (listed === null) this.#reference.delete(d.family);
+        else this.#reference.set(d.family, listed);
+      }
       return { changed: true, durationMs: performance.now() - t0 };
     });
+  }
+
+  /**
+   * Whether ballast's table of `family` is still what this applier (created with `track`) put
+   * there: one `nft -j list table <family> ballast`, compared with the listing taken right
+   * after the last apply, rule and object handles and counter values left out (libnftables-
+   * json(5)). Serialized with the applies, so it never sees one half done.
+   * A change someone makes in the few milliseconds between an apply's commit and its reference
+   * listing becomes part of the reference and is not reported.
+   * @returns see {@link TableCheck}.
+   * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails (other than a missing
+   *   table) or prints unparsable JSON.
+   */
+  verify(family: 4 | 6, opts: { signal?: AbortSignal } = {}): Promise<TableCheck> {
+    return this.#serial(async () => {
+      const reference = this.#reference.get(family);
+      if (reference === undefined) return 'untracked';
+      const listed = await this.#listTable(family, opts.signal);
+      if (listed === null) {
+        this.#missing.add(family);
+        return 'missing';
+      }
+      this.#missing.delete(family);
+      return listed === reference ? 'intact' : 'altered';
+    });
+  }
+
+  /**
+   * Forgets what was applied for `family`, so that the next {@link apply} of it runs nft even
+   * when its text is unchanged (to put back a table someone else removed or changed).
+   */
+  forget(family: 4 | 6): void {
+    this.#last.delete(family);
+  }
+
+  /** The table of `family` as {@link normalizedTable} of its JSON listing; null when there is no such table. */
+  async #listTable(family: 4 | 6, signal?: AbortSignal): Promise<string | null> {
+    const args = ['-j', 'list', 'table', nftFamily(family), TABLE_NAME];
+    const what = `listing the ${nftFamily(family)} ${TABLE_NAME} table`;
+    const r = await this.#run(args, '', what, signal);
+    if (r.code !== 0) {
+      if (r.killed === undefined && NO_TABLE.test(r.stderr)) return null;
+      this.#fail(what, args, r);
+    }
+    try {
+      return normalizedTable(JSON.parse(r.stdout));
+    } catch (err) {
+      throw new DataplaneError(`${what}: nft printed no JSON: ${r.stdout.slice(0, 200)}`, args, r, { cause: err });
+    }
   }
 
   /**
@@ -266,6 +344,7 @@ export class NftablesApplier {
    * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails otherwise.
    */
   remove(families: readonly (4 | 6)[] = [4, 6]): Promise<void> {
+    for (const family of families) this.#reference.delete(family);
     return this.#serial(async () => {
       for (const family of families) {
         const args = ['-f', '-'];
@@ -331,4 +410,21 @@ export function parseCountersJson(doc: unknown, family: 4 | 6): [string, { packe
     out.push([backendKey(be), { packets, bytes }]);
   }
   return out;
+}
+
+/** Keys of a libnftables-json(5) listing that change without anyone changing the ruleset. */
+const VOLATILE_KEYS = new Set(['handle', 'packets', 'bytes']);
+
+/**
+ * A table listing (`nft -j list table …`, libnftables-json(5)) as a canonical string: the
+ * `metainfo` entry (nft's version) dropped, and every `handle` (renumbered by each replacement)
+ * and counter value (`packets`, `bytes`: traffic) left out, in any object. Two listings give the
+ * same string exactly when they have the same chains, rules, sets, elements and objects in the
+ * same order.
+ */
+export function normalizedTable(doc: unknown): string {
+  const list = (doc as { nftables?: unknown } | null)?.nftables;
+  if (!Array.isArray(list)) throw new TypeError('not an nft -j listing: no "nftables" array');
+  const entries = (list as unknown[]).filter((e) => !(typeof e === 'object' && e !== null && 'metainfo' in e));
+  return JSON.stringify(entries, (key, value: unknown) => (VOLATILE_KEYS.has(key) ? undefined : value));
 }

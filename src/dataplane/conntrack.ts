@@ -16,6 +16,7 @@
  * source = backend address:port (the DNAT target; masquerade changes the reply destination only).
  * The `conntrack` CLI (Debian package `conntrack`, conntrack-tools) talks ctnetlink for us.
  */
+import { readFileSync, writeFileSync } from 'node:fs';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { commandExecutor, DataplaneError, type Executor } from './apply.js';
 import type { Backend } from './nftables.js';
@@ -72,4 +73,36 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
   if (m) return Number(m[1]);
   if (r.killed !== undefined) throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} ${r.killed === 'timeout' ? 'hung and was killed' : 'was killed because the agent is stopping'}: ${r.stderr.trim()}`, args, r);
   throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} exited with ${r.code}: ${r.stderr.trim() || '(no message)'}`, args, r);
+}
+
+/** The sysctl that gives conntrack entries a start time (per network namespace): net.netfilter.nf_conntrack_timestamp. */
+export const CONNTRACK_TIMESTAMP_SYSCTL = '/proc/sys/net/netfilter/nf_conntrack_timestamp';
+
+/**
+ * Turns on conntrack's timestamp extension in this network namespace (net.netfilter.
+ * nf_conntrack_timestamp=1, nf_conntrack(7) sysctls), so that entries made from now on carry
+ * their start time (CTA_TIMESTAMP_START): the rebalancer resets the oldest connections first.
+ * Logs what it did; a failure (no such file before nf_conntrack is loaded, read-only /proc) is
+ * logged and the rebalancer orders the entries without a start time first.
+ * @param path the sysctl file (tests); default {@link CONNTRACK_TIMESTAMP_SYSCTL}.
+ * @returns the undo: puts 0 back when this call changed it from 0 (never throws).
+ */
+export function enableConntrackTimestamps(log: { info(o: object, m: string): void; warn(o: object, m: string): void }, path = CONNTRACK_TIMESTAMP_SYSCTL): () => void {
+  let before: string;
+  try {
+    before = readFileSync(path, 'utf8').trim();
+    if (before === '1') return () => undefined;
+    writeFileSync(path, '1\n');
+  } catch (err) {
+    log.warn({ sysctl: 'net.netfilter.nf_conntrack_timestamp', err: (err as Error).message }, 'cannot turn on conntrack timestamps: the rebalancer cannot tell the oldest connections');
+    return () => undefined;
+  }
+  log.info({ sysctl: 'net.netfilter.nf_conntrack_timestamp', before, now: '1' }, 'conntrack timestamps on (the rebalancer resets the oldest connections first)');
+  return () => {
+    try {
+      writeFileSync(path, `${before}\n`);
+    } catch {
+      // the namespace may be going away; nothing else depends on it
+    }
+  };
 }

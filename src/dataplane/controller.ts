@@ -16,6 +16,7 @@ import { formatHostPort } from '../net/hostport.js';
 import type { Verdict } from '../health/verdict.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
 import type { Plane, ReadySet } from './reconcile.js';
+import type { TrafficStatus } from './rebalance.js';
 
 /** What the VIP data plane serves: one address family, its VIPs and port, this node's addresses. */
 export interface VipPlaneOptions {
@@ -42,6 +43,8 @@ export interface LoadBalancerDeps {
   /** Deletes conntrack entries of flows to `vip`:`port` DNATed to `backend`; resolves with how many. */
   flush(vip: string, port: number, backend: { address: string; port: number }): Promise<number>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  /** Connection counts and the rebalancer (rebalance.ts ConnectionTracker), for /status; absent: none. */
+  traffic?: () => TrafficStatus;
 }
 
 /** The nftables plane's part of /status (the reconcile adds failures and lastError). */
@@ -54,6 +57,14 @@ export interface VipPlaneStatus {
   lastApplyMs: number | null;
   /** Conntrack entries deleted for dead backends since start. */
   flushedEntries: number;
+  /** Times the table was found removed or changed by someone else and applied again (nftwatch.ts). */
+  restores: number;
+  /** When the last of those restores ended (ISO 8601); null before the first. */
+  lastRestore: string | null;
+  /** Established flows per backend (host:port) at the last count (rebalance.ts); absent without a tracker. */
+  connections?: Record<string, number>;
+  /** The rebalancer (`dataplane.rebalance`); absent without a tracker. */
+  rebalance?: TrafficStatus['rebalance'];
 }
 
 /** The VIP data plane in /status. */
@@ -72,7 +83,7 @@ export const VIP_PLANE_MESSAGES = {
 export class LoadBalancer implements Plane {
   readonly #deps: LoadBalancerDeps;
   #o: VipPlaneOptions;
-  readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0 };
+  readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0, restores: 0, lastRestore: null };
 
   constructor(deps: LoadBalancerDeps, o: VipPlaneOptions) {
     this.#deps = deps;
@@ -90,9 +101,21 @@ export class LoadBalancer implements Plane {
     this.#o = o;
   }
 
+  /** Counts a restore of the table (nftwatch.ts) that ended at `at`, for /status. */
+  noteRestore(at: Date): void {
+    this.#st.restores++;
+    this.#st.lastRestore = at.toISOString();
+  }
+
   /** Status of the ruleset (a copy). */
   status(): VipPlaneStatus {
-    return { ...this.#st, backends: [...this.#st.backends] };
+    const t = this.#deps.traffic?.();
+    return { ...this.#st, backends: [...this.#st.backends], ...(t ? { connections: t.connections, rebalance: t.rebalance } : {}) };
+  }
+
+  /** What the plane serves now: family, VIPs, port, and the backends in the ruleset (host:port). */
+  target(): { family: 4 | 6; vips: readonly string[]; port: number; ready: readonly string[] } {
+    return { family: this.#o.family, vips: this.#o.vips, port: this.#o.port, ready: [...this.#st.backends] };
   }
 
   /** One transaction replacing the table. @throws what the applier throws (the previous rules stay). */

@@ -19,6 +19,9 @@
  *   leaving        postrouting nat  100 (srcnat)   ct status dnat, original daddr ∈ @vips,
  *                                                  original dport = port, (daddr . dport) ∈
  *                                                  @remote_backends → masquerade
+ *   strays         prerouting / output filter -150 (mangle, after conntrack, before the nat
+ *                  chains): daddr ∈ @vips, tcp dport = port, ct state new, neither SYN nor RST
+ *                  → reject with tcp reset
  *
  * Why this shape:
  * - Spread: `numgen random` picks uniformly per connection; conntrack then pins the flow, so a
@@ -38,6 +41,13 @@
  *   are left alone. Only remote backends are masqueraded: a client on the same L2 as the backend
  *   would otherwise get the reply straight from the backend's address and reset it; the local
  *   apiserver keeps seeing the real client address.
+ * - Strays (a mid-stream segment to VIP:port that conntrack has no entry for: the entry was
+ *   deleted for a dead backend or by the rebalancer, someone flushed conntrack, or the VIP just
+ *   moved here) are answered with a TCP RST from the VIP, the way kube-proxy drops such
+ *   packets instead of letting conntrack's loose pickup (nf_conntrack_tcp_loose=1) NAT them
+ *   anew: a pickup may land on the same backend, which then keeps the connection, so a deleted
+ *   entry would not reset anything; with the RST the client reconnects at once and is spread
+ *   anew. The backend's side gets a RST from this node on its next segment (no socket, no entry).
  * - No healthy backend: no DNAT rule at all. The VIP then behaves as a plain local address: the
  *   connection reaches a local socket or gets a RST, never a silent drop. The chains stay.
  * - Weights (`Backend.weight`) are ignored for now: every backend gets one slot of the vmap.
@@ -277,6 +287,18 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
     s += `\t\tmeta l4proto tcp counter name "${b.name}" dnat to ${dnatTarget(b, family)} comment "${b.local ? 'this node' : 'remote'}"\n`;
     s += `\t}\n`;
   }
+
+  // a filter chain: reject is not allowed in a nat chain; mangle (-150) runs after conntrack
+  // (-200), so `ct state` is known, and before the nat chains (-100) pick a backend for it
+  const stray = `${match} ct state new tcp flags & (syn | rst) == 0 reject with tcp reset`;
+  s += `\n\tchain strays {\n\t\ttype filter hook prerouting priority mangle; policy accept;\n`;
+  s += `\t\tcomment "a mid-stream segment of a flow conntrack does not know (entry deleted, flushed, VIP moved): RST, the client reconnects"\n`;
+  s += `\t\t${stray} comment "VIP:${d.port} from outside"\n`;
+  s += `\t}\n`;
+  s += `\n\tchain strays_out {\n\t\ttype filter hook output priority mangle; policy accept;\n`;
+  s += `\t\tcomment "the same for connections this node opened to a VIP"\n`;
+  s += `\t\t${stray} comment "VIP:${d.port} from this node"\n`;
+  s += `\t}\n`;
 
   s += `\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n`;
   s += `\t\tcomment "${d.masqueradeRemote ? 'SNAT flows DNATed to another node, so replies come back through us' : 'masquerade is off'}"\n`;

@@ -12,6 +12,12 @@
  * as that one ends: never two checks of one backend at once, and no burst of catch-up checks.
  * The random offset and jitter keep the nodes of a cluster (which all check all backends) from
  * checking in lockstep.
+ *
+ * What the data planes get is not each backend's own verdict alone: per address family, the
+ * served set is decided from all of them (failopen.ts: fail open when every backend turned unready
+ * together) and from flap damping (damping.ts: a backend that keeps changing is held out for a
+ * while). A kept backend's verdict is then `up`, a held-out one's `unready` (cause `damped`);
+ * `snapshot()` shows each backend's own state beside it (`healthy`: served, `dampedUntil`).
  */
 import { EventEmitter } from 'node:events';
 import { addressFamily, canonicalAddress } from '../net/address.js';
@@ -26,7 +32,9 @@ import {
   type Transition,
 } from './hysteresis.js';
 import { createProbe, type Probe, type ProbeResult, type ProbeSettings, type ProbeTarget } from './probe.js';
-import { failureState, type BackendVerdict, type Cause, type DeadCause, type Failure, type Verdict } from './verdict.js';
+import { checkDampingOptions, expireHold, initialDamp, isDamped, noteTransition, type DampEvent, type DampingOptions, type DampState } from './damping.js';
+import { decidePool, failOpenWindowMs, initialPool, type FailOpenEnd, type PoolState } from './failopen.js';
+import { failureState, type BackendVerdict, type Cause, type DeadCause, type Failure, type Verdict, type VerdictState } from './verdict.js';
 
 /** Timers and time, injectable. `now` stamps results and transitions; delays are relative. */
 export interface Clock {
@@ -60,6 +68,13 @@ export interface CheckerSettings extends ProbeSettings {
   readonly rise: number;
   /** Consecutive failures to become down (integer >= 1). */
   readonly fall: number;
+  /**
+   * Keep the last ready set when every backend of a family turned unready together (failopen.ts);
+   * absent: off (the config's default is on).
+   */
+  readonly failOpen?: boolean | undefined;
+  /** Flap damping (damping.ts); absent or null: off (the config's default is on). */
+  readonly damping?: DampingOptions | null | undefined;
 }
 
 /** Options of {@link HealthChecker}. */
@@ -82,8 +97,14 @@ export interface BackendHealth {
   /** `host:port`, IPv6 in brackets: `10.0.0.11:6443`, `[fd00::11]:6443`. */
   address: string;
   state: BackendState;
-  /** state === 'up': the backend may receive traffic. */
+  /**
+   * The data planes send new connections to it now: its state is up and it is not held out by
+   * damping (or no other backend is up), or fail open keeps it (its state is then down: see
+   * `health.failOpen` in /status).
+   */
   healthy: boolean;
+  /** Held out by flap damping until then (ISO 8601), else null; the checker always sets it (absent from documents built without one). */
+  dampedUntil?: string | null;
   /** When the last check ended (ISO 8601), null before the first. */
   lastCheck: string | null;
   /** Latency of the last check in ms, null before the first. */
@@ -121,12 +142,48 @@ export interface HealthCheck {
   readonly at: number;
 }
 
+/** A `failOpen` event: fail open started or ended for one address family. */
+export interface FailOpenChange {
+  readonly family: 4 | 6;
+  readonly active: boolean;
+  /** When this fail open started, ms since the epoch. */
+  readonly since: number;
+  /** The backends kept (at the start), or those still kept when it ended. */
+  readonly kept: readonly HostPort[];
+  /** Why it ended (null when it started). */
+  readonly reason: FailOpenEnd | null;
+  /** When it started or ended, ms since the epoch. */
+  readonly at: number;
+}
+
+/** A `damping` event: a backend's hold started, got longer, or ended (see damping.ts). */
+export interface DampingChange {
+  readonly backend: HostPort;
+  readonly event: DampEvent;
+  /** ms since the epoch. */
+  readonly at: number;
+}
+
+/** Fail open in /status (`health.failOpen`): over both address families. */
+export interface FailOpenStatus {
+  active: boolean;
+  /** When the oldest running fail open started (ISO 8601), null while none runs. */
+  since: string | null;
+  /** The backends kept (host:port), in order. */
+  kept: string[];
+}
+
 /** The checker's events. */
 export interface HealthCheckerEvents {
   change: [HealthChange];
   check: [HealthCheck];
-  /** A backend's {@link Verdict} changed state (up, unready, dead): what the data planes follow. */
+  /**
+   * What the data planes follow changed state (up, unready, dead) for a backend: its own verdict,
+   * or `up` while fail open keeps it, or `unready` (cause `damped`) while damping holds it out.
+   */
   verdict: [Verdict];
+  failOpen: [FailOpenChange];
+  damping: [DampingChange];
 }
 
 interface Entry {
@@ -136,8 +193,12 @@ interface Entry {
   health: HealthState<Failure>;
   /** the cause of the latest pass, for an `up` verdict */
   passCause: Cause;
-  /** state of the verdict last emitted, null before the first */
+  /** state of the verdict last emitted (what the planes follow), null before the first */
   verdict: Verdict['state'] | null;
+  /** state of its own verdict (hysteresis and cause) last seen, null before the first */
+  raw: VerdictState | null;
+  damp: DampState;
+  dampTimer: unknown;
   timer: unknown;
   /** the running check, if any */
   inFlight: { abort: AbortController; done: Promise<void> } | undefined;
@@ -178,6 +239,10 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   readonly #random: () => number;
   readonly #logger: HealthLogger | undefined;
   #entries = new Map<string, Entry>();
+  /** the served-set decision of each family (failopen.ts) */
+  #pools = new Map<4 | 6, PoolState>();
+  /** host:port of every backend served after the last decision */
+  #served = new Set<string>();
   #started = false;
   #stopped = false;
 
@@ -193,6 +258,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       throw new RangeError(`intervalMs must be a positive number of milliseconds, got ${h.intervalMs}`);
     }
     checkHysteresisOptions(h);
+    if (h.damping) checkDampingOptions(h.damping);
     this.#settings = h;
     this.#probe = options.probe ?? createProbe(h);
     this.#ownProbe = options.probe === undefined;
@@ -228,7 +294,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       return {
         address: e.address,
         state: e.health.state,
-        healthy: e.health.state === 'up',
+        healthy: this.#served.has(e.address),
+        dampedUntil: e.damp.until === null ? null : new Date(e.damp.until).toISOString(),
         lastCheck: e.lastCheck === null ? null : new Date(e.lastCheck).toISOString(),
         lastLatencyMs: e.lastLatencyMs,
         reason: e.health.reason?.message ?? null,
@@ -243,7 +310,19 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * the data planes apply. A new array.
    */
   verdicts(): BackendVerdict[] {
-    return this.#list(undefined).map((e) => verdictOf(e) ?? { backend: e.backend, state: 'unknown' });
+    return this.#list(undefined).map((e) => this.#effective(e) ?? { backend: e.backend, state: 'unknown' });
+  }
+
+  /** Fail open now, over both families (see {@link FailOpenStatus}). A new object. */
+  failOpen(): FailOpenStatus {
+    const pools = [...this.#pools.values()].filter((p) => p.active);
+    const since = pools.length === 0 ? null : Math.min(...pools.map((p) => p.since ?? Infinity));
+    const kept = new Set(pools.flatMap((p) => p.kept));
+    return {
+      active: pools.length > 0,
+      since: since === null || !Number.isFinite(since) ? null : new Date(since).toISOString(),
+      kept: [...this.#entries.keys()].filter((k) => kept.has(k)),
+    };
   }
 
   /** The backends checked, in order; `family` keeps only those of one address family. */
@@ -312,6 +391,9 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
         health: initialHealth<Failure>(),
         passCause: { kind: 'http', status: 200 },
         verdict: null,
+        raw: null,
+        damp: initialDamp(),
+        dampTimer: undefined,
         timer: undefined,
         inFlight: undefined,
         due: false,
@@ -326,6 +408,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     }
     for (const [address, e] of this.#entries) if (!next.has(address)) this.#retire(e);
     this.#entries = next;
+    // a backend that left may have been what was served, or kept
+    if (!this.#stopped) this.#settle(false, []);
   }
 
   /**
@@ -341,9 +425,24 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       throw new RangeError(`intervalMs must be a positive number of milliseconds, got ${settings.intervalMs}`);
     }
     checkHysteresisOptions(settings);
+    if (settings.damping) checkDampingOptions(settings.damping);
     const interval = settings.intervalMs !== this.#settings.intervalMs;
     this.#settings = settings;
     if (this.#ownProbe) this.#probe = createProbe(settings);
+    if (!this.#stopped) {
+      // damping off: every hold ends now; fail open off: the next decision ends it
+      const released: DampingChange[] = [];
+      if (!settings.damping) {
+        const at = this.#clock.now();
+        for (const e of this.#entries.values()) {
+          if (e.dampTimer !== undefined) this.#clock.clearTimeout(e.dampTimer);
+          e.dampTimer = undefined;
+          if (e.damp.until !== null) released.push({ backend: e.backend, event: { kind: 'end', heldMs: at - (e.damp.heldSince ?? at) }, at });
+          e.damp = initialDamp();
+        }
+      }
+      this.#settle(false, released);
+    }
     if (!interval || !this.#started || this.#stopped) return;
     for (const e of this.#entries.values()) {
       if (e.timer === undefined) continue;
@@ -369,6 +468,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     e.epoch++;
     if (e.timer !== undefined) this.#clock.clearTimeout(e.timer);
     e.timer = undefined;
+    if (e.dampTimer !== undefined) this.#clock.clearTimeout(e.dampTimer);
+    e.dampTimer = undefined;
     e.due = false;
     const running = e.inFlight;
     running?.abort.abort();
@@ -421,13 +522,15 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     const input: HealthInput<Failure> = result.ok ? { kind: 'pass', at, reason } : { kind: 'fail', at, reason };
     if (result.ok) e.passCause = result.cause;
     const transition = this.#step(e, input);
+    const update = this.#update(e);
     // the check first, then the change it caused; all see the new state in snapshot()
     this.emit('check', { backend: e.backend, result, at });
-    this.#announce(e, transition);
+    this.#announce(e, transition, update);
   }
 
   #feed(e: Entry, input: HealthInput<Failure>): void {
-    this.#announce(e, this.#step(e, input));
+    const transition = this.#step(e, input);
+    this.#announce(e, transition, this.#update(e));
   }
 
   #step(e: Entry, input: HealthInput<Failure>): Transition<HostPort, Failure> | null {
@@ -437,8 +540,24 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     return transition;
   }
 
-  /** Emits the change (if any), then the verdict when its state differs from the last one emitted. */
-  #announce(e: Entry, transition: Transition<HostPort, Failure> | null): void {
+  /**
+   * After a step of `e`: when its own verdict changed state, counts it for damping and decides
+   * the served sets again (no event yet: every state is updated before the first event, so
+   * listeners all see the new snapshot() and verdicts()).
+   * @returns the events to publish, or null when its verdict's state did not change.
+   */
+  #update(e: Entry): { damping: DampingChange[]; failOpen: FailOpenChange[] } | null {
+    const v = verdictOf(e);
+    if (v === null || v.state === e.raw) return null;
+    const before = e.raw;
+    e.raw = v.state;
+    // in or out of `up`: a transition damping counts (not the first verdict, not unready <-> dead)
+    const damping = before !== null && (before === 'up') !== (v.state === 'up') ? this.#flap(e) : [];
+    return { damping, failOpen: this.#decide(true) };
+  }
+
+  /** Emits the change (if any), then what {@link #update} found: damping, fail open, verdicts. */
+  #announce(e: Entry, transition: Transition<HostPort, Failure> | null, update: { damping: DampingChange[]; failOpen: FailOpenChange[] } | null): void {
     if (transition !== null) {
       const r = transition.reason;
       const { reason: _r, ...rest } = transition;
@@ -449,11 +568,86 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
         healthy: transition.to === 'up',
       });
     }
-    const v = verdictOf(e);
-    if (v !== null && v.state !== e.verdict) {
-      e.verdict = v.state;
-      this.emit('verdict', v);
+    if (update !== null) this.#publish(update.damping, update.failOpen);
+  }
+
+  /** Decides again (a set change, a reload, a hold's end) and emits what changed. */
+  #settle(mayStart: boolean, damping: DampingChange[]): void {
+    this.#publish(damping, this.#decide(mayStart));
+  }
+
+  /** Emits damping events, then fail-open events, then the verdicts whose state changed, in backend order. */
+  #publish(damping: readonly DampingChange[], failOpen: readonly FailOpenChange[]): void {
+    for (const d of damping) this.emit('damping', d);
+    for (const f of failOpen) this.emit('failOpen', f);
+    for (const e of this.#entries.values()) {
+      const v = this.#effective(e);
+      if (v !== null && v.state !== e.verdict) {
+        e.verdict = v.state;
+        this.emit('verdict', v);
+      }
     }
+  }
+
+  /** A transition of `e` for damping: counts it, (re)arms its hold's timer. @returns the event, if any. */
+  #flap(e: Entry): DampingChange[] {
+    const o = this.#settings.damping;
+    if (!o) return [];
+    const at = this.#clock.now();
+    const { state, event } = noteTransition(e.damp, at, o);
+    e.damp = state;
+    if (event === null) return [];
+    if (e.dampTimer !== undefined) this.#clock.clearTimeout(e.dampTimer);
+    e.dampTimer = this.#clock.setTimeout(() => this.#release(e), state.until! - at);
+    return [{ backend: e.backend, event, at }];
+  }
+
+  /** The hold of `e` is over (its timer): it ends, and the served sets are decided again. */
+  #release(e: Entry): void {
+    e.dampTimer = undefined;
+    if (e.removed || this.#stopped) return;
+    const at = this.#clock.now();
+    const { state, event } = expireHold(e.damp, at);
+    e.damp = state;
+    this.#settle(false, event === null ? [] : [{ backend: e.backend, event, at }]);
+  }
+
+  /** Decides the served set of each family (failopen.ts). @returns the fail-open starts and ends. */
+  #decide(mayStart: boolean): FailOpenChange[] {
+    const at = this.#clock.now();
+    const s = this.#settings;
+    const out: FailOpenChange[] = [];
+    const served = new Set<string>();
+    for (const family of [4, 6] as const) {
+      const list = this.#list(family);
+      const prev = this.#pools.get(family) ?? initialPool();
+      if (list.length === 0 && !prev.active) {
+        this.#pools.delete(family);
+        continue;
+      }
+      const members = list.map((e) => ({ key: e.address, state: e.raw ?? ('unknown' as const), damped: isDamped(e.damp, at) }));
+      const d = decidePool(prev, members, at, { failOpen: s.failOpen === true, windowMs: failOpenWindowMs(s), mayStart });
+      this.#pools.set(family, d.state);
+      for (const k of d.state.served) served.add(k);
+      const hosts = (keys: readonly string[]): HostPort[] => list.filter((e) => keys.includes(e.address)).map((e) => e.backend);
+      if (d.started) out.push({ family, active: true, since: at, kept: hosts(d.state.kept), reason: null, at });
+      if (d.ended !== null) out.push({ family, active: false, since: prev.since ?? at, kept: prev.kept.flatMap((k) => this.#entries.get(k)?.backend ?? []), reason: d.ended, at });
+    }
+    this.#served = served;
+    return out;
+  }
+
+  /** What the data planes follow for `e` (see the file comment); null while it has no verdict. */
+  #effective(e: Entry): Verdict | null {
+    const v = verdictOf(e);
+    if (v === null) return null;
+    const served = this.#served.has(e.address);
+    if (v.state === 'up' && !served && e.damp.until !== null) {
+      const until = e.damp.until;
+      return { backend: e.backend, state: 'unready', cause: { kind: 'damped', until }, message: `damped (flapping) until ${new Date(until).toISOString()}` };
+    }
+    if (v.state === 'unready' && served) return { ...v, state: 'up', message: `${v.message} (kept: fail open)` };
+    return v;
   }
 }
 

@@ -29,6 +29,8 @@
  *   failed        an error without a code (the probe threw)    dead
  *   passive       conntrack: RST to a SYN, or no SYN-ACK       dead
  *   nodeDown      the election: its node's VRRP went silent    dead      (RFC 9568 §6.4.2 Master_Down)
+ *   damped        the checker: up, but held out by flap         unready   it answers; its flows drain
+ *                 damping (damping.ts) until `until`
  */
 import type { HostPort } from '../net/hostport.js';
 
@@ -65,7 +67,9 @@ export type Cause =
   /** Passive detection (conntrack): the SYN was answered by a RST, or not at all. */
   | { readonly kind: 'passive'; readonly signal: 'refused' | 'unanswered' }
   /** The election saw the Active router `node` fall silent (Master_Down, not a resign). */
-  | { readonly kind: 'nodeDown'; readonly node: string };
+  | { readonly kind: 'nodeDown'; readonly node: string }
+  /** Flap damping holds the backend out until `until` (ms since the epoch), though its checks pass (damping.ts). */
+  | { readonly kind: 'damped'; readonly until: number };
 
 /** The causes passive detection and the election report (markDead): all of them dead. */
 export type DeadCause = Extract<Cause, { kind: 'passive' | 'nodeDown' }>;
@@ -112,6 +116,7 @@ export function failureState(cause: Cause): 'unready' | 'dead' {
     case 'waitingForFile':
     case 'aborted':
     case 'slow':
+    case 'damped':
       return 'unready';
     case 'refused':
     case 'reset':

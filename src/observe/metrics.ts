@@ -60,11 +60,16 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend'], registers: [registry] });
   const backendState = new Gauge({ name: 'ballast_backend_state', help: 'Health state of the backend: 1 for the current state (unknown before its first verdict, up, down), 0 for the others', labelNames: ['backend', 'state'], registers: [registry] });
   const backendWaiting = new Gauge({ name: 'ballast_backend_waiting_for_file', help: '1 while the checks of the backend wait for a file that does not exist yet (setting, path: the CA before kubeadm init)', labelNames: ['backend', 'setting', 'path'], registers: [registry] });
+  const failOpen = new Gauge({ name: 'ballast_backends_fail_open', help: 'Fail open: 1 while every backend turned unready together and the last ready set is kept in the data planes (docs/health.md), 0 otherwise', registers: [registry] });
+  const backendDamped = new Gauge({ name: 'ballast_backend_damped', help: '1 while flap damping holds the backend out of the data planes (docs/health.md), 0 otherwise', labelNames: ['backend'], registers: [registry] });
   const backendLatency = new Gauge({ name: 'ballast_backend_check_duration_seconds', help: 'How long the last /readyz check of the backend took', labelNames: ['backend'], registers: [registry] });
   const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
   const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_duration_seconds', help: 'How long the last nftables apply took', registers: [registry] });
+  const dpRestores = new Counter({ name: 'ballast_dataplane_restores_total', help: 'Times the nftables table ballast was found removed or changed by someone else and applied again', labelNames: ['family'], registers: [registry] });
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
+  const connections = new Gauge({ name: 'ballast_backend_connections', help: 'Established connections through the VIP data plane to the backend (conntrack, counted every 5 s)', labelNames: ['backend'], registers: [registry] });
+  const rebalanceResets = new Counter({ name: 'ballast_rebalance_resets_total', help: 'Connections of an overloaded backend reset by the rebalancer (dataplane.rebalance)', labelNames: ['backend'], registers: [registry] });
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
   // Prometheus's own names for this (prometheus_config_last_reload_successful, …)
@@ -132,8 +137,11 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
       backendState.reset();
       backendLatency.reset();
       backendWaiting.reset();
+      backendDamped.reset();
+      if (doc.health) failOpen.set(doc.health.failOpen.active ? 1 : 0);
       for (const b of doc.backends) {
         backendUp.set({ backend: b.address }, b.healthy ? 1 : 0);
+        backendDamped.set({ backend: b.address }, b.dampedUntil ? 1 : 0);
         for (const s of BACKEND_STATES) backendState.set({ backend: b.address, state: s }, b.state === s ? 1 : 0);
         if (b.waitingFor) backendWaiting.set({ backend: b.address, setting: b.waitingFor.setting, path: b.waitingFor.path }, 1);
         if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
@@ -153,7 +161,13 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         dpFailures.inc(doc.dataplane.failures);
         dpFlushed.reset();
         dpFlushed.inc(doc.dataplane.flushedEntries);
+        dpRestores.reset();
+        dpRestores.inc({ family: String('family' in doc ? doc.family : 4) }, doc.dataplane.restores);
         if (doc.dataplane.lastApplyMs !== null) dpDuration.set(doc.dataplane.lastApplyMs / 1000);
+        connections.reset();
+        for (const [b, n] of Object.entries(doc.dataplane.connections ?? {})) connections.set({ backend: b }, n);
+        rebalanceResets.reset();
+        for (const [b, n] of Object.entries(doc.dataplane.rebalance?.resets ?? {})) rebalanceResets.inc({ backend: b }, n);
       }
     },
   };

@@ -12,9 +12,10 @@
  *   │ recent state changes (newest first) │ last reload │ discovery                     │
  *   └───────────────────────────────────────────────────────────────────────────────────┘
  *
- * Connections per backend are not shown: neither plane counts them cheaply (nftables DNAT
- * flows live in conntrack, and counting them per backend means listing the whole table on each
- * page view; the eBPF plane balances connect() calls and keeps no per-flow state).
+ * The backends' connections column is the VIP data plane's established flows per backend
+ * (`dataplane.connections`: the agent counts them in conntrack every 5 s, not per page view);
+ * the eBPF local endpoint balances connect() calls and keeps no per-flow state, so its
+ * connections are not counted.
  */
 import type { ElectionStatusDocument, StatusDocument, TransitionRecord } from './status.js';
 
@@ -108,10 +109,16 @@ function thisNode(d: ElectionStatusDocument, now: number): string {
 }
 
 function backends(d: StatusDocument, now: number): string {
+  const counts = d.dataplane.mode === 'nftables' ? d.dataplane.connections : undefined;
+  const connections = (address: string): string => {
+    const n = counts?.[address];
+    return n === undefined ? '<span class="dim">—</span>' : e(n);
+  };
   const body = d.backends.map((b) => [
     `<code>${e(b.address)}</code>`,
     backendBadge(b.state, b.healthy),
     e(b.source ?? 'seed'),
+    connections(b.address),
     b.lastLatencyMs === null ? '<span class="dim">—</span>' : `${e(Math.round(b.lastLatencyMs * 10) / 10)} ms`,
     when(b.lastCheck, now),
     [
@@ -119,14 +126,22 @@ function backends(d: StatusDocument, now: number): string {
       b.certificate && b.certificate.lacks.length > 0 ? `${badge('certificate', 'warn')} <span class="reason">${e(b.certificate.lacks.join('; '))}</span>` : '',
     ].filter((x) => x !== '').join('<br>'),
   ]);
-  return table(['backend', 'state', 'source', 'latency', 'last check', 'reason'], body, 'no apiserver backends configured');
+  return table(['backend', 'state', 'source', 'connections', 'latency', 'last check', 'reason'], body, 'no apiserver backends configured');
+}
+
+/** `; rebalancer on (factor 1.2): 12 connections reset` for the VIP table's line; '' without a tracker. */
+function rebalanceText(r: { enabled: boolean; factor: number; state: string | null; resets: Record<string, number> } | undefined): string {
+  if (!r) return '';
+  if (!r.enabled) return '; rebalancer off';
+  const n = Object.values(r.resets).reduce((a, b) => a + b, 0);
+  return `; rebalancer on (factor ${r.factor}, ${r.state ?? 'not counted yet'}): ${n} connections reset`;
 }
 
 function planes(d: StatusDocument): string {
   const dp = d.dataplane;
   const vip =
     dp.mode === 'nftables'
-      ? `nftables: ${dp.backends.length ? dp.backends.map((b) => `<code>${e(b)}</code>`).join(' ') : '<span class="dim">no backend in the ruleset</span>'}<br><span class="dim">${e(`${dp.applies} applies, ${dp.failures} failed, last apply ${dp.lastApplyMs === null ? '—' : `${Math.round(dp.lastApplyMs * 10) / 10} ms`}, ${dp.flushedEntries} conntrack entries flushed`)}</span>${dp.lastError ? `<br>${badge('error', 'bad')} <span class="reason">${e(dp.lastError)}</span>` : ''}`
+      ? `nftables: ${dp.backends.length ? dp.backends.map((b) => `<code>${e(b)}</code>`).join(' ') : '<span class="dim">no backend in the ruleset</span>'}<br><span class="dim">${e(`${dp.applies} applies, ${dp.failures} failed, last apply ${dp.lastApplyMs === null ? '—' : `${Math.round(dp.lastApplyMs * 10) / 10} ms`}, ${dp.flushedEntries} conntrack entries flushed${rebalanceText(dp.rebalance)}`)}</span>${dp.lastError ? `<br>${badge('error', 'bad')} <span class="reason">${e(dp.lastError)}</span>` : ''}`
       : dp.mode === 'none'
         ? 'none (the VIP only; the apiserver listens on it)'
         : `off: ${e(dp.reason)}`;
@@ -211,6 +226,6 @@ ${refresh > 0 ? `<meta http-equiv="refresh" content="${e(refresh)}">` : ''}<titl
 ${election ? `<section id="transitions"><h2>Recent state changes</h2>${transitions(election.transitions ?? (election.lastTransition ? [election.lastTransition] : []), now)}</section>` : ''}
 <section id="reload"><h2>Configuration</h2>${reload(doc, now)}</section>
 ${discovery(doc, now)}
-</main><footer>Also: <a href="/status">/status</a> (JSON) · <a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a>${refresh > 0 ? ` · refreshes every ${e(refresh)} s` : ''}. Connections per backend are not counted (the kernel's conntrack table holds the VIP's: <code>conntrack -L</code>).</footer></body></html>
+</main><footer>Also: <a href="/status">/status</a> (JSON) · <a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a>${refresh > 0 ? ` · refreshes every ${e(refresh)} s` : ''}. Connections: established flows through the VIP, counted in conntrack every 5 s.</footer></body></html>
 `;
 }

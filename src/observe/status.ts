@@ -2,7 +2,7 @@
  * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
  */
 import type { EngineStatus } from '../vrrp/engine.js';
-import type { BackendHealth } from '../health/checker.js';
+import type { BackendHealth, FailOpenStatus } from '../health/checker.js';
 import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
@@ -68,6 +68,8 @@ export interface CommonStatus {
   backends: (BackendHealth & { source?: BackendSource; certificate?: BackendCertificate })[];
   /** Backend discovery's state and counters; absent without a `discovery` section. */
   discovery?: DiscoveryStats;
+  /** What the health checks decide over all backends: fail open (docs/health.md); absent without backends. */
+  health?: { failOpen: FailOpenStatus };
   /** The VIP data plane: nftables with what is programmed, `none` (VIP only), or `off` (no backends, or no election). */
   dataplane: DataplaneStatus | { mode: 'none' } | { mode: 'off'; reason: string };
   /** The node-local endpoint: ebpf or proxy with the backends in its map, or `off`. */
@@ -113,6 +115,8 @@ export interface ElectionStatusDocument extends CommonStatus {
   masterDownIntervalMs: number;
   skewTimeMs: number;
   counters: EngineStatus['counters'];
+  /** The election thread's punctuality (engine.ts EngineTiming). */
+  timing?: EngineStatus['timing'];
   /** The last state change: from, to, the machine's reason, when (ISO 8601); null before the first (absent from documents built without an agent). */
   lastTransition?: TransitionRecord | null;
   /** The last state changes (at most 20), oldest first (absent without an agent). */
@@ -160,11 +164,13 @@ export function statusDocument(
     masterDownIntervalMs: round(s.masterDownIntervalMs),
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
+    ...(s.timing ? { timing: s.timing } : {}),
     ...(extras
       ? { lastTransition: extras.transitions.at(-1) ?? null, transitions: extras.transitions, masterSince: extras.masterSince, priorityReason: extras.priorityReason }
       : {}),
     backends: common.backends,
     ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
+    ...(common.health === undefined ? {} : { health: common.health }),
     dataplane: common.dataplane,
     local: common.local,
     ...(common.reload ? { reload: common.reload } : {}),
@@ -196,7 +202,8 @@ function formatDataplane(d: StatusDocument['dataplane']): string {
   if (d.mode === 'none') return 'none (VIP only)';
   if (d.mode === 'off') return `off: ${d.reason}`;
   const err = d.lastError ? `, last error: ${d.lastError}` : '';
-  return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${err}`;
+  const restored = d.restores > 0 ? `, restored ${d.restores}× after someone else removed or changed it (last ${d.lastRestore})` : '';
+  return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${restored}${err}`;
 }
 
 function formatLocal(l: LocalStatus): string {
@@ -211,8 +218,16 @@ function backendRows(d: CommonStatus): [string, string][] {
     // a file still to come (the CA before kubeadm init) is what the operator must read first
     const source = b.source === undefined ? '' : ` [${b.source}]`;
     if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)${source}`];
-    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}${source}`];
+    const damped = b.dampedUntil ? `, damped (held out) until ${b.dampedUntil}` : '';
+    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}${damped}${source}`];
   });
+}
+
+/** The `fail open:` line of `ballast status` while every backend is unready and the last ready set is kept; none otherwise. */
+function failOpenRows(d: CommonStatus): [string, string][] {
+  const f = d.health?.failOpen;
+  if (!f?.active) return [];
+  return [['fail open', `since ${f.since ?? '?'}: every backend turned unready together; keeping ${f.kept.join(', ')}`]];
 }
 
 /** Days before notAfter from which `ballast status` shows a certificate's expiry (as `ballast check` warns). */
@@ -245,7 +260,7 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
+    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...failOpenRows(d), ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
   const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
@@ -262,6 +277,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['dropped', dropped],
     ['dataplane', formatDataplane(d.dataplane)],
     ['local', formatLocal(d.local)],
+    ...failOpenRows(d),
     ...backendRows(d),
     ...certificateRows(d, now),
     ...formatReload(d.reload),

@@ -33,6 +33,11 @@ export interface VrrpEdge {
   destroySockets(vip: string): number;
   /** Whether the interface still exists (RTM_GETLINK); null when that cannot be told now. */
   interfaceExists(): Promise<boolean | null>;
+  /**
+   * Hands in (inputs.packet) the adverts already waiting in the VRRP socket, now, before this
+   * call returns. Optional: an edge without it delivers them at the loop's next poll only.
+   */
+  receivePending?(): void;
   /** Received datagrams the socket dropped for a malformed IPv4 header, since it opened. */
   malformedIpHeader(): number;
   /** Closes every socket. Idempotent. */
@@ -122,6 +127,7 @@ export const openNativeEdge: OpenEdge = async (o, inputs) => {
       const links = await rtnl?.getLinks().catch(() => null);
       return links ? links.some((l) => l.data.index === o.ifindex) : null;
     },
+    receivePending: () => socket?.receivePending(),
     malformedIpHeader: () => socket?.stats().malformedIpHeader ?? 0,
     close,
   };

@@ -86,6 +86,8 @@ export interface EngineOptions {
   linkRunning: boolean;
   /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
   owner: boolean;
+  /** The election thread's SCHED_FIFO priority (vrrp.realtimePriority), set by worker.ts; 0 or absent: normal scheduling. */
+  realtimePriority?: number;
 }
 
 /**
@@ -122,6 +124,43 @@ export const STANDBY_OFF = 'a member of the group now: normal VRRP rules apply';
 /** Most sources logged once each per kind of drop; the rest only count (a flood of forged sources cannot grow memory). */
 export const LOGGED_SOURCES_MAX = 256;
 
+/** Upper bounds of the {@link EngineTiming} histograms' buckets, ms; one more, open bucket holds the rest. */
+export const TIMING_BOUNDS_MS: readonly number[] = [1, 2, 5, 10, 15, 20, 30, 40, 50, 100];
+
+/**
+ * How punctual the election thread is, since the engine started (bench/stress.ts reads it from
+ * /status). Histograms: counts per bucket of `boundsMs` (value ≤ bound), the last count for
+ * values above the last bound.
+ */
+export interface EngineTiming {
+  boundsMs: number[];
+  /** Active: how late each Adver_Timer tick that sent an advert ran past its deadline, ms */
+  sendLate: number[];
+  sendLateMaxMs: number;
+  /** Backup: time between two adverts of the same master as this thread handled them, ms */
+  receiveGap: number[];
+  receiveGapMaxMs: number;
+  /**
+   * Backup: Master_Down_Timer expiries that did not become a takeover because an advert that
+   * was already waiting in the socket was handled first (the thread ran late past the deadline).
+   */
+  rescued: number;
+  /** This thread's garbage collections (PerformanceObserver 'gc' in worker.ts): count, the longest and the total, ms; absent without an observer */
+  gc?: { count: number; maxMs: number; totalMs: number };
+}
+
+/** A fixed-size histogram over TIMING_BOUNDS_MS: adding allocates nothing. */
+class TimingHistogram {
+  readonly counts = new Uint32Array(TIMING_BOUNDS_MS.length + 1);
+  max = 0;
+  add(ms: number): void {
+    let i = 0;
+    while (i < TIMING_BOUNDS_MS.length && ms > TIMING_BOUNDS_MS[i]!) i++;
+    this.counts[i]!++;
+    if (ms > this.max) this.max = ms;
+  }
+}
+
 /** What the engine reports about itself. */
 export interface EngineStatus {
   state: VrrpState;
@@ -148,6 +187,8 @@ export interface EngineStatus {
   members?: string[] | null;
   /** Not a member of the group: held in Backup until discovery lists this node (EngineOptions `standby`). */
   standby?: boolean;
+  /** The election thread's punctuality (see {@link EngineTiming}). */
+  timing?: EngineTiming;
 }
 
 export interface EngineCounters {
@@ -180,6 +221,8 @@ export interface EngineDeps {
   openEdge?: OpenEdge;
   /** Monotonic ms; default `performance.now`. */
   now?: () => number;
+  /** This thread's garbage collections so far, for `timing.gc` (worker.ts observes them). */
+  gcStats?: () => { count: number; maxMs: number; totalMs: number };
 }
 
 /** How long address notifications must be quiet before the engine looks at the interface, ms (they come in bursts, ours too). */
@@ -194,6 +237,14 @@ export class VrrpEngine {
   private readonly machine: VrrpMachine;
   private edge: VrrpEdge | null = null;
   private timer: NodeJS.Timeout | null = null;
+  /** The deadline the timer was set for (monotonic ms), null when none. */
+  private due: number | null = null;
+  private readonly sendLate = new TimingHistogram();
+  private readonly receiveGap = new TimingHistogram();
+  private rescued = 0;
+  /** The source and time (monotonic ms) of the last advert handled, for receiveGap. */
+  private lastAdvertSource: string | null = null;
+  private lastAdvertAt = 0;
   private settleTimer: NodeJS.Timeout | null = null;
   private readonly healLogged = new Set<string>();
   /** Address changes and announce bursts run one after another, in the order the machine asked for them. */
@@ -214,6 +265,7 @@ export class VrrpEngine {
   private members: ReadonlySet<string> | null;
   private readonly auth: AdvertAuth | null;
   private readonly now: () => number;
+  private readonly gcStats: (() => { count: number; maxMs: number; totalMs: number }) | null;
   /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (observe/ratelimit.ts). */
   private readonly limited: RateLimitedLog;
   private readonly counters: EngineCounters = {
@@ -253,6 +305,7 @@ export class VrrpEngine {
     });
     this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
     this.now = deps.now ?? (() => performance.now());
+    this.gcStats = deps.gcStats ?? null;
     this.limited = new RateLimitedLog((level, fields, msg) => this.log(level, msg, fields), { now: this.now });
     this.linkRunning = opts.linkRunning;
     this.makeFrames();
@@ -425,6 +478,15 @@ export class VrrpEngine {
       peers: [...this.opts.peers],
       members: this.members ? [...this.members] : null,
       standby: s.standby,
+      timing: {
+        boundsMs: [...TIMING_BOUNDS_MS],
+        sendLate: [...this.sendLate.counts],
+        sendLateMaxMs: round3(this.sendLate.max),
+        receiveGap: [...this.receiveGap.counts],
+        receiveGapMaxMs: round3(this.receiveGap.max),
+        rescued: this.rescued,
+        ...(this.gcStats ? { gc: this.gcStats() } : {}),
+      },
     };
   }
 
@@ -447,7 +509,9 @@ export class VrrpEngine {
 
   private feed(ev: MachineEvent): void {
     if (this.stopped) return;
-    for (const a of this.machine.handle(ev)) this.carryOut(a);
+    const actions = this.machine.handle(ev);
+    if (ev.type === 'tick' && this.due !== null && actions.some((a) => a.type === 'send')) this.sendLate.add(Math.max(0, ev.now - this.due));
+    for (const a of actions) this.carryOut(a);
     if (ev.type === 'advert') this.watchMaster(ev);
     this.schedule();
   }
@@ -478,14 +542,36 @@ export class VrrpEngine {
     }
   }
 
-  /** Sleeps until the machine's next deadline, then ticks. */
+  /** Sleeps until the machine's next deadline, then ticks (see onTimer). */
   private schedule(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     const due = this.machine.nextDeadline();
+    this.due = due;
     if (due === null || this.stopped) return;
-    this.timer = setTimeout(() => this.feed({ type: 'tick', now: this.now() }), Math.max(0, Math.ceil(due - this.now())));
+    this.timer = setTimeout(this.onTimer, Math.max(0, Math.ceil(due - this.now())));
   }
+
+  /**
+   * The timer fired. A Backup's deadline is its Master_Down_Timer: libuv runs expired timers
+   * before it polls the sockets, so when this thread got the CPU late (a loaded machine: it was
+   * preempted while it ran), the timer fires although the master's adverts already wait in the
+   * socket, and the Backup would take over from a live master. So a Backup first reads what
+   * waits in the socket (edge.receivePending); the tick then acts only on what is still due.
+   */
+  private readonly onTimer = (): void => {
+    this.timer = null;
+    if (this.machine.state === 'backup' && this.edge?.receivePending) {
+      const firedFor = this.due;
+      this.edge.receivePending();
+      if (this.stopped) return;
+      const now = this.now();
+      const due = this.machine.nextDeadline();
+      // it was due when the timer fired, and an advert read just now moved it
+      if (firedFor !== null && firedFor <= now && (due === null || due > now) && this.machine.state === 'backup') this.rescued++;
+    }
+    this.feed({ type: 'tick', now: this.now() });
+  };
 
   /** One action of the machine, through the edge. Address work and bursts are queued; sends are immediate. */
   private carryOut(a: MachineAction): void {
@@ -682,6 +768,10 @@ export class VrrpEngine {
       return;
     }
     this.counters.advertsReceived++;
+    const at = this.now();
+    if (p.source === this.lastAdvertSource && this.machine.state === 'backup') this.receiveGap.add(at - this.lastAdvertAt);
+    this.lastAdvertSource = p.source;
+    this.lastAdvertAt = at;
     if (r.foreign) {
       this.counters.foreign++;
       this.warnOnce(`foreign:${p.source}`, FILTER_WARNINGS.foreign!, { source: p.source, theirs: r.advert.addresses, ours: o.vips });

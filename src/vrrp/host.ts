@@ -14,6 +14,51 @@ export class EngineStartError extends Error {
   }
 }
 
+/**
+ * The election worker's heap limits, MiB (Worker resourceLimits): the old generation at several
+ * times what the engine uses (~7 MiB, most of it Node's own worker bootstrap), the young
+ * generation at 4 MiB (with cli.ts's --semi-space-growth-factor=1 it stays at its initial 2 MiB
+ * anyway; the cap keeps a burst from growing it).
+ */
+export const WORKER_LIMITS = { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 4 } as const;
+
+const WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/** The worker prewarmWorker started, until VrrpHost.start takes it; `dead` once it errored or exited. */
+let prewarmed: { worker: Worker; dead: boolean } | null = null;
+
+/**
+ * Starts the election worker's thread ahead of VrrpHost.start (its isolate's boot and its
+ * modules, ~100-250 ms, then overlap the agent's other start-up phases; measured in
+ * docs/performance.md): the next VrrpHost.start uses it. Until then it does not keep the process
+ * alive. Idempotent.
+ */
+export function prewarmWorker(): void {
+  if (prewarmed) return;
+  const p = { worker: new Worker(WORKER_URL, { workerData: null, resourceLimits: WORKER_LIMITS }), dead: false };
+  // never an unhandled 'error': a broken prewarmed worker is replaced by a fresh one at the start
+  p.worker.once('error', () => (p.dead = true)).once('exit', () => (p.dead = true));
+  p.worker.unref();
+  prewarmed = p;
+}
+
+/** Ends a prewarmed worker no VrrpHost.start took (a start-up that failed before its election). */
+export async function discardPrewarmed(): Promise<void> {
+  const p = prewarmed;
+  prewarmed = null;
+  if (p && !p.dead) await p.worker.terminate();
+}
+
+/** The prewarmed worker, if one is alive (ref'd again); null otherwise. */
+function takePrewarmed(): Worker | null {
+  const p = prewarmed;
+  prewarmed = null;
+  if (!p) return null;
+  if (p.dead) return null;
+  p.worker.ref();
+  return p.worker;
+}
+
 /** A running election worker. */
 export class VrrpHost {
   private nextId = 1;
@@ -33,7 +78,11 @@ export class VrrpHost {
    * @throws EngineStartError when the engine cannot open its sockets or the worker dies first.
    */
   static start(opts: EngineOptions, onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void): Promise<VrrpHost> {
-    const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: opts });
+    const ahead = takePrewarmed();
+    // a leak ends in the worker's out-of-memory crash (the agent exits, its supervisor restarts
+    // it) before it takes the node's memory
+    const worker = ahead ?? new Worker(WORKER_URL, { workerData: opts, resourceLimits: WORKER_LIMITS });
+    if (ahead) ahead.postMessage({ type: 'start', opts } satisfies ToWorker);
     const host = new VrrpHost(worker, onEvent);
     return new Promise((resolve, reject) => {
       let started = false;

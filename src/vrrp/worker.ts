@@ -2,11 +2,15 @@
  * The worker_threads entry point of the election engine. The main thread sends
  * {@link ToWorker} messages and receives {@link FromWorker} ones; see host.ts for the other side.
  */
+import { PerformanceObserver } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
+import { setThreadRealtime } from '../native.js';
 import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
 
 /** Main thread → worker. */
 export type ToWorker =
+  /** the options of a prewarmed worker (started with workerData null): its first message */
+  | { type: 'start'; opts: EngineOptions }
   | { type: 'status'; id: number }
   | { type: 'priority'; priority: number }
   | { type: 'preemptHold'; hold: boolean }
@@ -33,8 +37,33 @@ const post = (m: FromWorker): void => port.postMessage(m);
 const finish = (): void => void setTimeout(() => port.close(), 20);
 
 let engine: VrrpEngine | null = null;
+/** Puts this thread (only) at SCHED_FIFO when vrrp.realtimePriority asks for it; a refusal is a warning. */
+function applyRealtime(options: EngineOptions): void {
+  if ((options.realtimePriority ?? 0) <= 0) return;
+  // this thread only: the main thread (TLS, health checks, Kubernetes) stays at normal scheduling
+  try {
+    setThreadRealtime(options.realtimePriority!);
+    post({ type: 'log', level: 'info', msg: 'the election thread runs SCHED_FIFO (vrrp.realtimePriority)', fields: { realtimePriority: options.realtimePriority } });
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    post({ type: 'log', level: 'warn', msg: 'cannot give the election thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', fields: { realtimePriority: options.realtimePriority, error: e.message, ...(e.code ? { code: e.code } : {}) } });
+  }
+}
+// this thread's GC pauses, for /status timing.gc (a pause delays the adverts like a lost CPU)
+const gc = { count: 0, maxMs: 0, totalMs: 0 };
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    gc.count++;
+    gc.totalMs += e.duration;
+    if (e.duration > gc.maxMs) gc.maxMs = e.duration;
+  }
+}).observe({ entryTypes: ['gc'] });
+const gcStats = (): typeof gc => ({ count: gc.count, maxMs: Math.round(gc.maxMs * 1000) / 1000, totalMs: Math.round(gc.totalMs * 1000) / 1000 });
 try {
-  engine = await VrrpEngine.start(workerData as EngineOptions, post);
+  // a worker started ahead of its election (host.ts prewarmWorker) gets its options in its first message
+  const opts = (workerData as EngineOptions | null) ?? (await new Promise<EngineOptions>((resolve) => port.once('message', (m: ToWorker) => m.type === 'start' && resolve(m.opts))));
+  applyRealtime(opts);
+  engine = await VrrpEngine.start(opts, post, { gcStats });
   post({ type: 'started', status: engine.status() });
 } catch (err) {
   const e = err as Error & { code?: string; syscall?: string };

@@ -6,12 +6,12 @@
  * TLS stand-in apiservers; health every 200 ms, fall/rise 2. Nothing attaches to the machine's
  * root cgroup; pins, programs and the cgroup are removed after each test and at the end.
  */
-import { existsSync, rmdirSync, rmSync } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { existsSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber } from '../../lab/lab.js';
 import { cliPath, connectFrom, restoreNodes, startAgent, startLongconn, type AgentSettings, type LabAgent, type Longconn } from '../../lab/cluster.js';
 import { pinDirFor } from '../../src/dataplane/ebpf.js';
+import { removeEndpointPins } from '../../lab/pins.js';
 import { SockLb, cgroupPrograms } from '../../src/native.js';
 import type { StatusDocument } from '../../src/observe/status.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -46,17 +46,7 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   });
   afterAll(async () => {
     try {
-      if (pinDir && existsSync(pinDir)) SockLb.detach(pinDir);
-      // the agents' host-wide lock file for these pins (flock: free once they exited)
-      if (pinDir) rmSync(`/run/ballast/${basename(pinDir)}.lock`, { force: true });
-      // and the agents' pin parent, if nothing else is pinned there (ENOTEMPTY otherwise)
-      if (pinDir) {
-        try {
-          rmdirSync(dirname(pinDir));
-        } catch {
-          /* not empty, or already gone */
-        }
-      }
+      if (pinDir) removeEndpointPins(pinDir);
     } finally {
       await lab?.teardown();
     }
@@ -65,10 +55,11 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   const n1 = (): Lab['nodes'][number] => lab.nodes[0]!;
 
   /** `ballast run` on n1 with a local endpoint; `election: false` makes it a worker (no vrrp, no VIP). */
-  async function startLocal(o: { mode: 'ebpf' | 'proxy'; election?: boolean; family?: 4 | 6; address?: string | string[]; keepOnStop?: boolean; force?: boolean }): Promise<LabAgent> {
+  async function startLocal(o: { mode: 'ebpf' | 'proxy'; election?: boolean; family?: 4 | 6; address?: string | string[]; keepOnStop?: boolean; force?: boolean; failOpen?: boolean }): Promise<LabAgent> {
     const settings: AgentSettings = {
       priority: 150,
       balance: true,
+      ...(o.failOpen === undefined ? {} : { failOpen: o.failOpen }),
       healthInterval: `${INTERVAL_MS}ms`,
       hostMounts: true,
       ...(o.family === 6 ? { family: 6 as const } : {}),
@@ -190,7 +181,8 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   });
 
   it('ebpf: with zero ready backends the connect() is not rewritten', async () => {
-    const a = await startLocal({ mode: 'ebpf', election: false });
+    // every backend unready at once would fail open (test/integration/fail-open.test.ts): off here
+    const a = await startLocal({ mode: 'ebpf', election: false, failOpen: false });
     await backendsIn(a, 3);
     for (const n of lab.nodes) await lab.setReady(n, false);
     await backendsIn(a, 0);
@@ -273,7 +265,8 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   });
 
   it('proxy: the same endpoint served by the agent: spread, TLS, an apiserver stopping costs no request once stopped, zero backends refuse', async () => {
-    const a = await startLocal({ mode: 'proxy', election: false });
+    // every backend unready at once would fail open (test/integration/fail-open.test.ts): off here
+    const a = await startLocal({ mode: 'proxy', election: false, failOpen: false });
     const local = await backendsIn(a, 3);
     expect(local.mode).toBe('proxy');
     expect(a.logLines().some((x) => /user-space proxy/.test(String(x.msg)))).toBe(true);

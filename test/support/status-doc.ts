@@ -15,6 +15,6 @@ export const STATUS_DOC: ElectionStatusDocument = {
     { address: '10.0.0.11:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 12, reason: null, consecutive: 4 },
     { address: '10.0.0.12:6443', state: 'down', healthy: false, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 3, reason: 'ECONNREFUSED', consecutive: 2 },
   ],
-  dataplane: { mode: 'nftables', backends: ['10.0.0.11:6443'], applies: 3, failures: 1, lastApplyMs: 4.5, lastError: null, flushedEntries: 7 },
+  dataplane: { mode: 'nftables', backends: ['10.0.0.11:6443'], applies: 3, failures: 1, lastApplyMs: 4.5, lastError: null, flushedEntries: 7, restores: 2, lastRestore: '2026-11-29T19:59:00.000Z' },
   local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443', '10.0.0.100:6443'], backends: ['10.0.0.11:6443'], updates: 4, socketsReset: 2, failures: 0, lastError: null },
 };

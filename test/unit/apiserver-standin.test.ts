@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DiscoveryV1Api, KubeConfig, makeInformer, type V1EndpointSlice } from '@kubernetes/client-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startStandin, type Standin } from '../../lab/apiserver-standin.js';
+import { parseWatchMetrics, startStandin, watchMetrics, type Standin } from '../../lab/apiserver-standin.js';
 import { appendChange, compactStore } from '../../lab/endpointslice-store.js';
 import { waitFor } from '../../lab/wait.js';
 import { kubeconfigText, makeTestPki, type TestPki } from '../support/tls.js';
@@ -38,9 +38,9 @@ const standin = async (host: string): Promise<Standin> => {
 };
 
 /** A raw GET (status, body) over TLS with the test CA. */
-const get = (host: string, path: string, token: string | null = TOKEN): Promise<{ status: number; body: string }> =>
+const get = (host: string, path: string, token: string | null = TOKEN, port = PORT): Promise<{ status: number; body: string }> =>
   new Promise((resolve, reject) => {
-    const req = https.get({ host, port: PORT, path, ca: pki.ca, headers: token === null ? {} : { authorization: `Bearer ${token}` } }, (res) => {
+    const req = https.get({ host, port, path, ca: pki.ca, headers: token === null ? {} : { authorization: `Bearer ${token}` } }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => (body += d));
@@ -161,5 +161,28 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     } finally {
       await inf.stop();
     }
+  });
+
+  it('/metrics counts WATCH streams with kube-apiserver\'s names: open now and started; behind the token', async () => {
+    store = mkdtempSync(join(tmpdir(), 'ballast-store-'));
+    // a port of its own: the informer of the test before may still retry on PORT
+    const port = PORT + 1;
+    const s = await startStandin({ name: 'm', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, store, address: '127.0.0.1', token: TOKEN, log: () => undefined });
+    running.push(s);
+    const metrics = async (token: string | null = TOKEN): Promise<{ status: number; body: string }> => get('127.0.0.1', '/metrics', token, port);
+    expect(parseWatchMetrics((await metrics()).body)).toStrictEqual({ open: 0, started: 0 });
+    expect((await metrics(null)).status).toBe(401);
+    // two watches: while they stream, 2 open and 2 started; after they end, 0 open and 2 started
+    const ws = [1, 2].map(() => get('127.0.0.1', `${SLICES}?watch=true`, TOKEN, port));
+    const open = await waitFor(async () => parseWatchMetrics((await metrics()).body), (x) => x.open === 2, { timeoutMs: 900, intervalMs: 20, what: 'two open watches' });
+    expect(open).toStrictEqual({ open: 2, started: 2 });
+    s.endWatches();
+    await Promise.all(ws);
+    // the stream's end is written after the stand-in dropped it from its set: 0 at once
+    expect(parseWatchMetrics((await metrics()).body)).toStrictEqual({ open: 0, started: 2 });
+    const m = await metrics();
+    expect(m.status).toBe(200);
+    expect(parseWatchMetrics(m.body)).toStrictEqual({ open: 0, started: 2 });
+    expect(m.body).toBe(watchMetrics(0, 2));
   });
 });

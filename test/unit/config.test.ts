@@ -107,6 +107,7 @@ describe('parseConfig: valid files', () => {
         advertisementIntervalCs: 100,
         preempt: true,
         preemptDelayMs: 0,
+        realtimePriority: 0,
         unicast: false,
         peers: [],
         discoveredPeers: false,
@@ -121,9 +122,9 @@ describe('parseConfig: valid files', () => {
       apiserver: {
         port: 6443,
         backends: [],
-        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000 },
+        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
       localEndpoint: null,
       discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
@@ -159,7 +160,7 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint' },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
@@ -525,6 +526,25 @@ describe('parseConfig: one message per invalid field', () => {
     ],
     ['backends a VIP', withBackend({ backends: ['10.0.0.100:6443'] }), 'apiserver.backends[0]', "10.0.0.100 is a VIP (vips[0]); backends are the apiservers' own node addresses"],
     ['health not a mapping', { apiserver: { health: [] } }, 'apiserver.health', 'must be a mapping of settings (key: value), got a list'],
+    ['health.failOpen yes', { apiserver: { health: { failOpen: 'yes' } } }, 'apiserver.health.failOpen', /^must be true or false, got "yes"/],
+    ['health.damping a number', { apiserver: { health: { damping: 1 } } }, 'apiserver.health.damping', /^must be true or false, got 1/],
+    ['health.dampingTransitions 0', { apiserver: { health: { dampingTransitions: 0 } } }, 'apiserver.health.dampingTransitions', /^must be an integer from 1 to 100, got 0/],
+    ['health.dampingTransitions 2.5', { apiserver: { health: { dampingTransitions: 2.5 } } }, 'apiserver.health.dampingTransitions', /^must be an integer from 1 to 100, got 2.5/],
+    ['health.dampingWindow bare number', { apiserver: { health: { dampingWindow: 120 } } }, 'apiserver.health.dampingWindow', 'needs a unit: write "120ms" or "120s", not the bare number 120'],
+    ['health.dampingWindow too long', { apiserver: { health: { dampingWindow: '2h' } } }, 'apiserver.health.dampingWindow', 'must be from 1s to 1h, got 2h'],
+    ['health.dampingHold too short', { apiserver: { health: { dampingHold: '500ms' } } }, 'apiserver.health.dampingHold', 'must be from 1s to 1h, got 500ms'],
+    [
+      'health.dampingMaxHold below dampingHold',
+      { apiserver: { health: { dampingHold: '1m', dampingMaxHold: '30s' } } },
+      'apiserver.health.dampingMaxHold',
+      'must be at least apiserver.health.dampingHold (1m), got 30s: holds grow from dampingHold up to dampingMaxHold',
+    ],
+    [
+      'health.dampingHold above the default dampingMaxHold',
+      { apiserver: { health: { dampingHold: '10m' } } },
+      'apiserver.health.dampingHold',
+      'must be at most apiserver.health.dampingMaxHold (5m, its default), got 10m: holds grow from dampingHold up to dampingMaxHold',
+    ],
     ['health.path without "/"', { apiserver: { health: { path: 'readyz' } } }, 'apiserver.health.path', 'must start with "/", e.g. "/readyz", got "readyz"'],
     ['health.path with a space', { apiserver: { health: { path: '/ready z' } } }, 'apiserver.health.path', 'must not contain spaces or control characters (percent-encode them), got "/ready z"'],
     ['health.path with a fragment', { apiserver: { health: { path: '/readyz#x' } } }, 'apiserver.health.path', /^must not contain a fragment/],
@@ -575,6 +595,17 @@ describe('parseConfig: one message per invalid field', () => {
     ['dataplane.vip "ipvs"', { dataplane: { vip: 'ipvs' } }, 'dataplane.vip', 'must be "nftables" or "none" (VIP only, no load balancing), got "ipvs"'],
     ['dataplane.keepOnStop "no"', { dataplane: { keepOnStop: 'no' } }, 'dataplane.keepOnStop', 'must be "localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none, got "no"'],
     ['dataplane not a mapping', { dataplane: 'nftables' }, 'dataplane', 'must be a mapping of settings (key: value), got "nftables"'],
+    ['dataplane.rebalance.factor 1', { dataplane: { rebalance: { factor: 1 } } }, 'dataplane.rebalance.factor', 'must be a number from 1.05 to 100, got 1'],
+    ['dataplane.rebalance.factor "2"', { dataplane: { rebalance: { factor: '2' } } }, 'dataplane.rebalance.factor', /^must be a number from 1.05 to 100, got "2"/],
+    ['dataplane.rebalance.after 500ms', { dataplane: { rebalance: { after: '500ms' } } }, 'dataplane.rebalance.after', 'must be from 1s to 1h, got 500ms'],
+    ['dataplane.rebalance.after 30', { dataplane: { rebalance: { after: 30 } } }, 'dataplane.rebalance.after', /^needs a unit/],
+    ['dataplane.rebalance.resetsPerSecond 0', { dataplane: { rebalance: { resetsPerSecond: 0 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 0'],
+    ['dataplane.rebalance.resetsPerSecond 2.5', { dataplane: { rebalance: { resetsPerSecond: 2.5 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 2.5'],
+    ['dataplane.rebalance.maxFractionPerMinute 0', { dataplane: { rebalance: { maxFractionPerMinute: 0 } } }, 'dataplane.rebalance.maxFractionPerMinute', 'must be a number from 0.001 to 1, got 0'],
+    ['dataplane.rebalance.maxFractionPerMinute 1.5', { dataplane: { rebalance: { maxFractionPerMinute: 1.5 } } }, 'dataplane.rebalance.maxFractionPerMinute', 'must be a number from 0.001 to 1, got 1.5'],
+    ['dataplane.rebalance.enabled "yes"', { dataplane: { rebalance: { enabled: 'yes' } } }, 'dataplane.rebalance.enabled', /^must be true or false, got "yes"/],
+    ['dataplane.rebalance unknown key', { dataplane: { rebalance: { facter: 2 } } }, 'dataplane.rebalance.facter', /factor/],
+    ['dataplane.rebalance not a mapping', { dataplane: { rebalance: true } }, 'dataplane.rebalance', 'must be a mapping of settings (key: value), got true'],
     ['policy.unhealthyPriorityWeight -1', { policy: { unhealthyPriorityWeight: -1 } }, 'policy.unhealthyPriorityWeight', 'must be an integer from 0 to 254, got -1'],
     ['policy.unhealthyPriorityWeight 255', { policy: { unhealthyPriorityWeight: 255 } }, 'policy.unhealthyPriorityWeight', /^must be an integer from 0 to 254, got 255 \(the effective priority never goes below 1/],
     ['policy.localBackend without port', { policy: { localBackend: '127.0.0.1' } }, 'policy.localBackend', 'missing port: write "127.0.0.1:6443" (host:port)'],
@@ -599,7 +630,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown health key, far',
       { apiserver: { health: { zzz: 1 } } },
       'apiserver.health.zzz',
-      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall)',
+      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall, failOpen, damping, dampingTransitions, dampingWindow, dampingHold, dampingMaxHold)',
     ],
   ];
 
@@ -665,6 +696,12 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
             timeout: '500ms',
             rise: 3,
             fall: 1,
+            failOpen: false,
+            damping: true,
+            dampingTransitions: 6,
+            dampingWindow: '1m',
+            dampingHold: '10s',
+            dampingMaxHold: '10m',
           },
         },
       }),
@@ -683,7 +720,16 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       fall: 1,
       // (max(rise, fall) + 1) × interval + timeout
       settleMs: 6500,
+      failOpen: false,
+      damping: { transitions: 6, windowMs: 60000, holdMs: 10000, maxHoldMs: 600000 },
     });
+  });
+
+  it('fail open and damping: on by default; damping: false gives null (its other settings unused)', () => {
+    const health = (h: Plain) => parseConfig(yamlWith({ apiserver: { health: h } })).apiserver.health;
+    expect(health({})).toMatchObject({ failOpen: true, damping: { transitions: 4, windowMs: 120_000, holdMs: 30_000, maxHoldMs: 300_000 } });
+    expect(health({ failOpen: false, damping: false, dampingHold: '1m' })).toMatchObject({ failOpen: false, damping: null });
+    expect(health({ dampingHold: '5m', dampingMaxHold: '5m' }).damping).toStrictEqual({ transitions: 4, windowMs: 120_000, holdMs: 300_000, maxHoldMs: 300_000 });
   });
 
   it('defaults the timeout to 1s, or to the interval when that is shorter', () => {
@@ -730,11 +776,19 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const c = parseConfig(
       yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
     );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all' });
+    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } });
     // true / false are what the setting took before it named what it keeps
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: false } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'none' } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'localEndpoint' } })).dataplane.keepOnStop).toBe('localEndpoint');
+    expect(parseConfig(yamlWith({ dataplane: { rebalance: { enabled: true, factor: 1.5, after: '10s', resetsPerSecond: 20, maxFractionPerMinute: 1 } } })).dataplane.rebalance).toStrictEqual({
+      enabled: true,
+      factor: 1.5,
+      afterMs: 10_000,
+      resetsPerSecond: 20,
+      maxFractionPerMinute: 1,
+    });
+    expect(parseConfig(yamlWith({ dataplane: { rebalance: null } })).dataplane.rebalance.enabled).toBe(false);
     expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
     const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
     expect(v6).toStrictEqual({ unhealthyPriorityWeight: 254, localBackend: { host: '::1', port: 6443, family: 6 } });

@@ -97,7 +97,7 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     expect(state.applies).toHaveLength(1);
     expect(state.applies[0]!.backends.map((b) => b.address)).toStrictEqual(['10.0.0.11']);
     expect(state.applies[0]!.draining!.map((b) => b.address)).toStrictEqual(['10.0.0.12']);
-    expect(status()).toStrictEqual({ mode: 'nftables', backends: [B1], applies: 1, failures: 0, lastApplyMs: 1.25, lastError: null, flushedEntries: 2 });
+    expect(status()).toStrictEqual({ mode: 'nftables', backends: [B1], applies: 1, failures: 0, lastApplyMs: 1.25, lastError: null, flushedEntries: 2, restores: 0, lastRestore: null });
   });
 
   it('a dead backend’s flows are flushed after the apply, once per VIP, and not again', async () => {

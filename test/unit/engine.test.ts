@@ -47,6 +47,8 @@ class FakeEdge implements VrrpEdge {
   inputs!: EdgeInputs;
   /** When false, removal is refused silently (the kernel said EADDRNOTAVAIL): nothing is removed. */
   removes = true;
+  /** What the real edge's receivePending does (reads the socket now); absent unless a test sets it. */
+  receivePending?: () => void;
   sendAdvert(payload: Buffer, destination: string): void {
     const r = decodeAdvertisement(payload, { family: 4, source: '10.0.0.12', destination, ttl: 255, checkTtl: true });
     if (!r.ok) throw new Error(`bad advert: ${r.reason}`);
@@ -529,6 +531,43 @@ describe('what the engine tells the operator, once per change or rate-limited', 
     // a resign (priority 0) is not a new master
     edge.inputs.packet(advertFrom('10.0.0.13', 0, 10));
     expect(events.filter((x) => x.type === 'master')).toHaveLength(2);
+    await e.stop();
+  });
+});
+
+describe('a late election thread (the machine was CPU-starved)', () => {
+  it('a Backup reads the adverts waiting in the socket before it acts on Master_Down: no takeover, counted as rescued', async () => {
+    const e = await start();
+    edge.inputs.packet(advertFrom('10.0.0.11', 200));
+    await vi.advanceTimersByTimeAsync(0);
+    // the master's next advert sits in the socket when the Master_Down_Timer fires
+    const waiting = [advertFrom('10.0.0.11', 200)];
+    let reads = 0;
+    edge.receivePending = () => {
+      reads++;
+      for (const p of waiting.splice(0)) edge.inputs.packet(p);
+    };
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
+    expect(reads).toBe(1);
+    expect(e.status()).toMatchObject({ state: 'backup', masterAddress: '10.0.0.11', timing: { rescued: 1 } });
+    expect(edge.calls).toStrictEqual([]);
+    // nothing waiting the next time: the master is gone, the Backup takes over
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
+    expect(reads).toBe(2);
+    expect(e.status()).toMatchObject({ state: 'active', timing: { rescued: 1 } });
+    await e.stop();
+  });
+
+  it('the Active records how late its Adver_Timer ticks ran, in fixed buckets', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 1000);
+    const t = e.status().timing!;
+    expect(t.boundsMs).toStrictEqual([1, 2, 5, 10, 15, 20, 30, 40, 50, 100]);
+    expect(t.sendLate).toHaveLength(11);
+    // fake timers fire on the millisecond: every tick within 1 ms of its deadline
+    expect(t.sendLate[0]).toBeGreaterThanOrEqual(10);
+    expect(t.sendLate.slice(1).every((c) => c === 0)).toBe(true);
+    expect(t.sendLateMaxMs).toBeLessThanOrEqual(1);
     await e.stop();
   });
 });

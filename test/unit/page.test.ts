@@ -39,7 +39,7 @@ function doc(over: { reason?: string; lastError?: string | null } = {}): StatusD
         { address: '10.0.0.12:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:59.500Z', lastLatencyMs: 4.5, reason: null, consecutive: 9, source: 'endpointslice' },
         { address: '10.0.0.13:6443', state: 'unknown', healthy: false, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 0, source: 'lastKnown' },
       ],
-      dataplane: { mode: 'nftables', backends: ['10.0.0.12:6443'], applies: 4, lastApplyMs: 12.34, flushedEntries: 1, failures: 0, lastError: over.lastError ?? null },
+      dataplane: { mode: 'nftables', backends: ['10.0.0.12:6443'], applies: 4, lastApplyMs: 12.34, flushedEntries: 1, restores: 0, lastRestore: null, failures: 0, lastError: over.lastError ?? null, connections: { '10.0.0.12:6443': 42 } },
       local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443'], backends: ['10.0.0.12:6443'], updates: 3, socketsReset: 0, failures: 0, lastError: null },
     },
     {
@@ -67,9 +67,9 @@ describe('renderStatusPage', () => {
     expect(t).toContain('state backup since 2026-11-29T20:00:00.000Z (60 s ago)');
     expect(t).toContain('150 configured, 50 advertised lowered no ready backend (10.0.0.11:6443 down: ECONNREFUSED)');
     // each backend: address, state, source, latency, reason
-    expect(t).toContain('10.0.0.11:6443 down seed 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED');
-    expect(t).toContain('10.0.0.12:6443 up endpointslice 4.5 ms');
-    expect(t).toContain('10.0.0.13:6443 unknown lastKnown —');
+    expect(t).toContain('10.0.0.11:6443 down seed — 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED');
+    expect(t).toContain('10.0.0.12:6443 up endpointslice 42 4.5 ms');
+    expect(t).toContain('10.0.0.13:6443 unknown lastKnown — — —');
     expect(t).toContain('VIP table nftables: 10.0.0.12:6443');
     expect(t).toContain('local endpoint ebpf: 127.0.0.1:7443 → 10.0.0.12:6443');
     // newest first, with the detail
@@ -84,8 +84,8 @@ describe('renderStatusPage', () => {
     const lacks = 'IP SAN 10.0.0.100 (the VIP)';
     d.backends[1] = { ...d.backends[1]!, certificate: { subject: 'CN=kube-apiserver', issuer: 'CN=kubernetes', notAfter: '2027-11-29T00:00:00.000Z', fingerprint256: 'AB:CD', missing: ['10.0.0.100'], lacks: [lacks], since: '2026-11-29T19:59:00.000Z' } };
     const t = text(renderStatusPage(d, { now: NOW }));
-    expect(t).toContain(`10.0.0.12:6443 up endpointslice 4.5 ms 2026-11-29T20:00:59.500Z (1 s ago) certificate ${lacks}`);
-    expect(t).not.toContain('10.0.0.11:6443 down seed 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED certificate');
+    expect(t).toContain(`10.0.0.12:6443 up endpointslice 42 4.5 ms 2026-11-29T20:00:59.500Z (1 s ago) certificate ${lacks}`);
+    expect(t).not.toContain('10.0.0.11:6443 down seed — 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED certificate');
   });
 
   it('a master shows itself as the holder', () => {

@@ -3,7 +3,8 @@
  * golden/ctnetlink-events.json), the pure FlowTracker's verdicts, and the watcher over an
  * injected socket (no child process: the events are read in the agent).
  */
-import { EventEmitter } from 'node:events';
+import { createSocket } from 'node:dgram';
+import { EventEmitter, once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { CONNTRACK_GROUPS, FlowTracker, parseCtEvents, watchConntrack, type CtSocket, type FlowEvent, type PassiveVerdict } from '../../src/health/passive.js';
@@ -144,7 +145,9 @@ describe('FlowTracker: direct flows (the ebpf local endpoint rewrites connect(),
     tr.onEvent(directNew, 0);
     expect(tr.onEvent({ ...directNew, id: '99', origDport: 10250, replySport: 10250 }, 0)).toStrictEqual([]);
     expect(tr.pendingCount).toBe(2);
-    expect(tr.tick(250).map((v) => formatHostPort(v.backend))).toStrictEqual(['10.9.9.12:6443', '10.9.9.12:6443']);
+    // both flows go to one backend: one verdict for it per tick
+    expect(tr.tick(250).map((v) => formatHostPort(v.backend))).toStrictEqual(['10.9.9.12:6443']);
+    expect(tr.pendingCount).toBe(0);
   });
 });
 
@@ -164,7 +167,70 @@ class FakeCtSocket extends EventEmitter implements CtSocket {
   }
 }
 
+describe('a backend that answers is not silent (found by the chaos soak and the storm bench)', () => {
+  const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
+  it('a SYN dropped by a full accept queue, while later SYNs to the same backend are answered, gives no verdict', () => {
+    const t = new FlowTracker(['10.9.9.9'], 6443, 250);
+    t.onEvent({ type: 'NEW', id: '1', state: 'SYN_SENT', ...flow }, 0); // dropped: never answered
+    t.onEvent({ type: 'NEW', id: '2', state: 'SYN_SENT', ...flow }, 10);
+    expect(text(t.onEvent({ type: 'UPDATE', id: '2', state: 'SYN_RECV', ...flow }, 11))).toStrictEqual(['10.9.9.12:6443 alive answered answered']);
+    expect(t.tick(300)).toStrictEqual([]);
+    expect(t.pendingCount).toBe(0);
+  });
+  it('a SYN sent after the last answer still counts: a backend that dies after answering is judged, once per tick', () => {
+    const t = new FlowTracker(['10.9.9.9'], 6443, 250);
+    t.onEvent({ type: 'NEW', id: '1', state: 'SYN_SENT', ...flow }, 0);
+    t.onEvent({ type: 'UPDATE', id: '1', state: 'ESTABLISHED', ...flow }, 1);
+    t.onEvent({ type: 'NEW', id: '2', state: 'SYN_SENT', ...flow }, 5); // after the death
+    t.onEvent({ type: 'NEW', id: '3', state: 'SYN_SENT', ...flow }, 6);
+    expect(t.tick(254)).toStrictEqual([]);
+    expect(text(t.tick(256))).toStrictEqual(['10.9.9.12:6443 dead unanswered unanswered SYN']);
+    expect(t.pendingCount).toBe(0);
+  });
+});
+
+describe('deletions are not refusals (found by the chaos soak)', () => {
+  it('a flow deleted while still in SYN_SENT (conntrack -F, an agent\'s reset) gives no verdict; one refused (CLOSE) still does', () => {
+    const t = new FlowTracker(['10.9.9.9'], 6443, 250);
+    const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
+    expect(t.onEvent({ type: 'NEW', id: '1', state: 'SYN_SENT', ...flow }, 0)).toStrictEqual([]);
+    expect(t.onEvent({ type: 'DESTROY', id: '1', state: 'SYN_SENT', ...flow }, 10)).toStrictEqual([]);
+    expect(t.pendingCount).toBe(0);
+    expect(t.tick(1000)).toStrictEqual([]);
+    t.onEvent({ type: 'NEW', id: '2', state: 'SYN_SENT', ...flow }, 0);
+    expect(text(t.onEvent({ type: 'DESTROY', id: '2', state: 'CLOSE', ...flow }, 10))).toStrictEqual(['10.9.9.12:6443 dead refused refused']);
+  });
+});
+
 describe('watchConntrack (an injected socket)', () => {
+  it('after an event-loop stall, an answer already queued is read before unanswered SYNs are judged', async () => {
+    const sock = new FakeCtSocket();
+    const out: PassiveVerdict[] = [];
+    const w = watchConntrack(new FlowTracker(['10.9.9.9'], 6443, 100), (v) => out.push(v), { open: () => sock, tickMs: 10 });
+    // the answer arrives through a real socket (its read is an I/O callback of the poll phase)
+    const rx = createSocket('udp4');
+    const tx = createSocket('udp4');
+    try {
+      rx.on('message', (m: Buffer) => sock.emit('message', m));
+      rx.bind(0, '127.0.0.1');
+      await once(rx, 'listening');
+      const [syn, recv] = golden.captures.v4ok.map((h) => Buffer.from(h, 'hex'));
+      sock.emit('message', syn!);
+      await new Promise<void>((r, j) => tx.send(recv!, rx.address().port, '127.0.0.1', (e) => (e ? j(e) : r())));
+      // the main thread stalls past the SYN timeout with the answer in the socket buffer
+      const t0 = performance.now();
+      while (performance.now() - t0 < 300) {
+        /* busy */
+      }
+      await new Promise((r) => setTimeout(r, 50));
+      expect(text(out)).toStrictEqual(['10.9.9.11:6443 alive answered answered']);
+    } finally {
+      w.stop();
+      rx.close();
+      tx.close();
+    }
+  });
+
   it('joins the three conntrack groups and turns datagrams into verdicts; stop() closes the socket', () => {
     const sock = new FakeCtSocket();
     const out: PassiveVerdict[] = [];

@@ -95,6 +95,12 @@ describe('planReload', () => {
     expect(actions(p)).toStrictEqual({ vipDataplane: true, passive: true });
   });
 
+  it('dataplane.rebalance: the VIP data plane (the rebalancer retuned in place), not a restart', () => {
+    const p = planReload(config(), config({ dataplane: 'dataplane:\n  local: proxy\n  rebalance:\n    enabled: true\n    factor: 1.5' }));
+    expect(p.changed).toStrictEqual(['dataplane.rebalance.enabled', 'dataplane.rebalance.factor']);
+    expect(actions(p)).toStrictEqual({ vipDataplane: true });
+  });
+
   it('log level, admin listen, local endpoint address: each its own action', () => {
     expect(actions(planReload(config(), config({ log: 'log:\n  level: debug' })))).toStrictEqual({ logLevel: true });
     expect(actions(planReload(config(), config({ admin: 'admin:\n  listen: 127.0.0.1:9642' })))).toStrictEqual({ admin: true });

@@ -1,0 +1,97 @@
+/**
+ * The agent's memory budget and start-up (docs/performance.md), on the lab: one agent on n1 with
+ * everything a control-plane node runs — VRRPv3 adverts every 100 ms, the VIP data plane
+ * (nftables) balancing the three nodes' stand-in apiservers, and the node-local endpoint
+ * (`dataplane.local: ebpf`, in n1's lab cgroup) — alone on the VRID, so that it becomes the
+ * master after Master_Down_Interval.
+ *
+ * Asserted: (1) the first advert (the first "state change" to master: RFC 9568 6.4.2, a Backup
+ * whose Master_Down_Timer fires sends an ADVERTISEMENT and becomes Master) follows the engine's
+ * start (its "state change" to backup) by Master_Down_Interval = 3 × 100 ms + Skew_Time
+ * ((256 − 150) × 100 / 256 ms) = 341.4 ms, give or take 5 ms of timer rounding and 250 ms of
+ * scheduling (the election is unchanged by the start-up work), and comes at most START_BUDGET_MS
+ * after the process started (`elapsedMs`); (2) after a warm-up, the process's RSS
+ * (/proc/PID/smaps_rollup) is at most RSS_BUDGET_MIB, and it runs no child process.
+ *
+ * Needs root, a built addon and BPF object and the compiled scripts (npm run build:ts).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Lab } from '../../lab/lab.js';
+import { startAgent, type LabAgent } from '../../lab/cluster.js';
+import { pinDirFor } from '../../src/dataplane/ebpf.js';
+import { removeEndpointPins } from '../../lab/pins.js';
+import { sampleTree } from '../../bench/procfs.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
+
+const PREFIX = 'brsc';
+const SUBNET = 126;
+const ADVERT_MS = 100;
+const PRIORITY = 150;
+/** RFC 9568 6.1: Master_Down_Interval = 3 × Advertisement_Interval + Skew_Time, Skew_Time = (256 − Priority) × Advertisement_Interval / 256 */
+const MASTER_DOWN_MS = 3 * ADVERT_MS + ((256 - PRIORITY) * ADVERT_MS) / 256;
+const TIMER_SLACK_MS = 5;
+const SCHEDULING_MS = 250;
+/** process start → first advert: Master_Down_Interval plus the start-up (modules, config, preflight, nft, BPF, worker), on 2 shared cores */
+const START_BUDGET_MS = 4000;
+/**
+ * The budget, MiB: what this agent measures (106–107 MiB; 117 before docs/performance.md's
+ * changes) plus 5 %. Not the issue's 60 MiB: Node 24 with one worker thread and nothing loaded is
+ * already 64.5 MiB (docs/performance.md, "The floor").
+ */
+const RSS_BUDGET_MIB = 112;
+const WARM_UP_MS = 3000;
+
+describe.skipIf(needs('bpf'))('memory budget and start-up (root; skipped otherwise)', () => {
+  let lab: Lab;
+  let pinDir = '';
+  let agent: LabAgent | undefined;
+
+  beforeAll(async () => {
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false, apiservers: true });
+  });
+  afterAll(async () => {
+    try {
+      await agent?.stop('SIGTERM').catch(() => undefined);
+      if (pinDir) removeEndpointPins(pinDir);
+    } finally {
+      await lab?.teardown();
+    }
+  });
+
+  it('sends its first advert Master_Down_Interval after the engine started, within the start-up budget, and stays within the RSS budget', async () => {
+    const n1 = lab.nodes[0]!;
+    const cgroup = await lab.cgroup(n1);
+    pinDir = pinDirFor(cgroup);
+    agent = await startAgent(lab, n1, {
+      priority: PRIORITY,
+      advertisementInterval: `${ADVERT_MS}ms`,
+      balance: true,
+      healthInterval: '2s',
+      hostMounts: true,
+      extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } },
+    });
+    const a = agent;
+    await waitFor(() => a.anyStatus(), (d) => d.state === 'master' && d.local.mode === 'ebpf' && d.backends.length === 3 && d.backends.every((b) => b.healthy), {
+      timeoutMs: 8000,
+      intervalMs: 100,
+      what: 'n1 to be master with the local endpoint (ebpf) and 3 healthy backends',
+    });
+    const lines = a.logLines();
+    const first = lines[0]!;
+    const backup = lines.find((l) => l.msg === 'state change' && l.to === 'backup');
+    const master = lines.find((l) => l.msg === 'state change' && l.to === 'master');
+    expect(typeof first.elapsedMs, JSON.stringify(first)).toBe('number');
+    expect(backup, 'the engine starts as backup').toBeDefined();
+    expect(master?.elapsedMs, JSON.stringify(master)).toBeTypeOf('number');
+    const election = Date.parse(master!.at as string) - Date.parse(backup!.at as string);
+    expect(election).toBeGreaterThanOrEqual(MASTER_DOWN_MS - TIMER_SLACK_MS);
+    expect(election).toBeLessThanOrEqual(MASTER_DOWN_MS + TIMER_SLACK_MS + SCHEDULING_MS);
+    expect(master!.elapsedMs as number).toBeLessThanOrEqual(START_BUDGET_MS);
+    expect(master!.elapsedMs as number).toBeGreaterThan(first.elapsedMs as number);
+
+    await sleep(WARM_UP_MS);
+    const s = sampleTree([a.proc.pid]);
+    expect(s.pids, 'no child processes').toEqual([a.proc.pid]);
+    expect(s.rssKiB / 1024, `RSS ${(s.rssKiB / 1024).toFixed(1)} MiB, PSS ${(s.pssKiB / 1024).toFixed(1)} MiB`).toBeLessThanOrEqual(RSS_BUDGET_MIB);
+  }, 15_000);
+});
