@@ -193,6 +193,14 @@ export class BgpLab {
     return r.code === 0 ? r.stdout : '';
   }
 
+  /** The router's BIRD's view, for failure messages: `show protocols`, `show bfd sessions`, `show route all` (BIRD docs, "Remote control"). */
+  async routerReport(): Promise<string> {
+    const sock = join(this.#routerDir, 'bird.ctl');
+    const out: string[] = [];
+    for (const c of ['show protocols', 'show bfd sessions', 'show route all']) out.push(`$ birdc ${c}`, await this.birdc(this.router, sock, c));
+    return out.join('\n');
+  }
+
   /**
    * The router's kernel route for `vip` (`ip route show VIP`): the next hops (gateway addresses),
    * one per ECMP path; [] when there is no route.

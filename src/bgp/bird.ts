@@ -8,7 +8,8 @@
  *
  *   protocol static ballast_vip4|6          the VIPs /32 (/128) via bgp.interface; announcing is
  *                                           this protocol up, withdrawing it down (`disable`)
- *   protocol bfd ballast_bfd4|6             the BFD sessions the peers ask for (RFC 5880)
+ *   protocol bfd ballast_bfd4|6             the BFD sessions the peers ask for (RFC 5880), of its
+ *                                           family only (`accept ipv4|ipv6`)
  *   filter ballast_export4|6                exports only ballast_vip*'s routes, adds communities
  *   protocol bgp ballast_peer4_N            one per bgp.peers entry (1-based), import none
  *
@@ -70,7 +71,11 @@ export function renderBirdConfig(d: BirdDesired, path: string): string {
     '}',
     '',
   ];
-  if (bgp.peers.some((p) => p.bfd)) out.push(`protocol bfd ballast_bfd${family} {`, '}', '');
+  // `accept ipvF`: a dual-stack node's two agents each declare a BFD protocol in the one BIRD; without
+  // it both would take every session and bind UDP 3784 both, so control packets of one family's
+  // sessions reach the other protocol ('unknown session id') and those sessions never come up
+  // (BIRD docs, "BFD": accept [ipv4|ipv6] [direct|multihop], since 2.0.8; RFC 5881 single hop)
+  if (bgp.peers.some((p) => p.bfd)) out.push(`protocol bfd ballast_bfd${family} {`, `  accept ipv${family};`, '}', '');
   const std = bgp.communities.filter((c) => c.split(':').length === 2);
   const large = bgp.communities.filter((c) => c.split(':').length === 3);
   out.push(

@@ -29,7 +29,7 @@ async function untilNexthops(b: BgpLab, vip: string, n: number, t0: number, time
     const hops = await b.nexthops(vip);
     const t = performance.now() - t0;
     if (hops.length === n) return t;
-    if (t > timeoutMs) throw new Error(`the router's route for ${vip} still has ${hops.length} next hops (${hops.join(', ')}) after ${Math.round(t)} ms, expected ${n}`);
+    if (t > timeoutMs) throw new Error(`the router's route for ${vip} still has ${hops.length} next hops (${hops.join(', ')}) after ${Math.round(t)} ms, expected ${n}\n${await b.routerReport()}`);
   }
 }
 

@@ -37,6 +37,7 @@ protocol static ballast_vip4 {
 }
 
 protocol bfd ballast_bfd4 {
+  accept ipv4;
 }
 
 filter ballast_export4 {
@@ -107,6 +108,8 @@ describe('renderBirdConfig', () => {
     expect(text).toContain('  graceful restart off;\n  bfd');
     expect(text).toContain('  ipv6 { import none; export filter ballast_export6; next hop self; };');
     expect(text).not.toContain('ballast_peer4');
+    // one BFD protocol per family, each taking its family's sessions only (else the two agents' protocols fight over UDP 3784)
+    expect(text).toContain('protocol bfd ballast_bfd6 {\n  accept ipv6;\n}');
     // a dual-stack node: both families' snippets in one BIRD
     birdParses(text, renderBirdConfig({ bgp: config.bgp!, family: 4, vips: config.vips, announced: true }, '/y'));
   });
