@@ -24,7 +24,7 @@
 import { parseArgs } from 'node:util';
 import { Lab, runProber, type ProberReport } from '../lab/lab.js';
 import { startAgent, type LabAgent } from '../lab/cluster.js';
-import { BgpLab } from '../lab/bgp-lab.js';
+import { BgpLab, ecmpSpread, spreadBound, type EcmpSpread } from '../lab/bgp-lab.js';
 import { startBgpAgent } from '../lab/bgp-agents.js';
 import { sleep, waitFor } from '../lab/wait.js';
 import { runIfMain } from '../lab/entry.js';
@@ -62,7 +62,8 @@ export interface BgpBenchReport {
   vrrp: { advertisementIntervalMs: number; rounds: DeathRound[]; outage: Stats; errors: Stats; tail: Stats };
   ratios: { outage: number | null; tail: number | null; errors: number | null };
   unready: { health: { intervalMs: number; fall: number }; boundMs: number; withdrawMs: number[]; median: Stats };
-  spread: { connections: number; nodes: Record<string, number>; failed: number };
+  /** `bound`: the binomial lower bound of each node's share (lab/bgp-lab.ts spreadBound). */
+  spread: EcmpSpread & { bound: number };
 }
 
 /** Kill to the end of the last failed request that started after `tKill` (prober clock), ms. */
@@ -145,19 +146,19 @@ async function unreadyWithdraw(b: BgpLab): Promise<number> {
   return ms;
 }
 
-/** 1,000 new TLS connections from the client: which node served each. */
-async function spread(b: BgpLab): Promise<{ nodes: Record<string, number>; failed: number }> {
+/** 1,000 new TLS connections from the client: which node served each (lab/bgp-lab.ts). */
+async function spread(b: BgpLab): Promise<EcmpSpread> {
   await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 3, { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' });
-  const p = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 5, timeoutMs: 1000, durationMs: (SPREAD_CONNECTIONS - 1) * 5, logFile: 'prober-spread.log' });
-  const rep = await p.done;
-  return { nodes: rep.nodes, failed: rep.failed };
+  return ecmpSpread(b, SPREAD_CONNECTIONS);
 }
 
 function usage(): string {
   return 'usage: node dist/bench/bgp.js [--runs N (1..20, default 5)] [--json]';
 }
 
-function printTable(r: BgpBenchReport): void {
+/** Prints `r` as the table (to `out`: stdout, or stderr when stdout carries --json). */
+function printTable(r: BgpBenchReport, out: (line?: string) => void): void {
+  const say = out;
   const w = 8;
   const row = (label: string, xs: (number | null | undefined)[], st: Stats): string => `${label.padEnd(26)}${xs.map((x) => fmt(x, w, 1)).join('')}  |${fmt(st.median, w, 1)}${fmt(st.min, w, 1)}${fmt(st.max, w, 1)}`;
   const head = `${'node death'.padEnd(26)}${Array.from({ length: r.runs }, (_, i) => `#${i + 1}`.padStart(w)).join('')}  |${'median'.padStart(w)}${'min'.padStart(w)}${'max'.padStart(w)}`;
@@ -177,7 +178,7 @@ function printTable(r: BgpBenchReport): void {
   say();
   say(`withdrawal on unready (health ${r.unready.health.intervalMs} ms, fall ${r.unready.health.fall}; bound fall × interval + interval = ${r.unready.boundMs} ms): ${r.unready.withdrawMs.map((x) => x.toFixed(0)).join(', ')} ms; median ${fmt(r.unready.median.median, 0, 1)} ms`);
   const total = Object.values(r.spread.nodes).reduce((a, b) => a + b, 0);
-  say(`ECMP spread of ${r.spread.connections} new connections (fib_multipath_hash_policy=1): ${Object.entries(r.spread.nodes).sort().map(([k, v]) => `${k} ${v} (${((100 * v) / Math.max(1, total)).toFixed(1)}%)`).join(', ')}; failed ${r.spread.failed}`);
+  say(`ECMP spread of ${r.spread.connections} new connections (fib_multipath_hash_policy=1): ${Object.entries(r.spread.nodes).sort().map(([k, v]) => `${k} ${v} (${((100 * v) / Math.max(1, total)).toFixed(1)}%)`).join(', ')}; failed ${r.spread.failed}; binomial bound n/3 − 5σ = ${r.spread.bound.toFixed(1)} each`);
   for (const [m, rounds] of [['BGP', r.bgp.rounds], ['VRRP', r.vrrp.rounds]] as const) for (const x of rounds) if (x.error) say(`note: ${m} #${x.run}: ${x.error}`);
 }
 
@@ -207,7 +208,7 @@ async function main(): Promise<number> {
       for (const m of order) {
         if (m === 'bgp') bgpRounds.push(await bgpDeath(b, agents, i));
         else vrrpRounds.push(await vrrpDeath(vlab, i));
-        if (!values.json) process.stderr.write(`  round ${i} ${m}: ${JSON.stringify((m === 'bgp' ? bgpRounds : vrrpRounds).at(-1))}\n`);
+        process.stderr.write(`  round ${i} ${m}: ${JSON.stringify((m === 'bgp' ? bgpRounds : vrrpRounds).at(-1))}\n`);
       }
       withdraw.push(await unreadyWithdraw(b));
     }
@@ -222,15 +223,16 @@ async function main(): Promise<number> {
       vrrp: { advertisementIntervalMs: ADVERT_MS, rounds: vrrpRounds, outage: st(vrrpRounds, 'outageMs'), errors: st(vrrpRounds, 'errors'), tail: st(vrrpRounds, 'tailMs') },
       ratios: { outage: null, tail: null, errors: null },
       unready: { health: { intervalMs: HEALTH_MS, fall: FALL }, boundMs: FALL * HEALTH_MS + HEALTH_MS, withdrawMs: withdraw, median: stats(withdraw) },
-      spread: { connections: SPREAD_CONNECTIONS, ...sp },
+      spread: { ...sp, bound: round1(spreadBound(SPREAD_CONNECTIONS, 3)) },
     };
     report.ratios = {
       outage: ratioOf(report.bgp.outage.median, report.vrrp.outage.median),
       tail: ratioOf(report.bgp.tail.median, report.vrrp.tail.median),
       errors: ratioOf(report.bgp.errors.median, report.vrrp.errors.median),
     };
+    // one run, both forms: with --json the table goes to stderr
+    printTable(report, values.json ? (l = '') => void process.stderr.write(`${l}\n`) : say);
     if (values.json) say(JSON.stringify(report, null, 2));
-    else printTable(report);
     return 0;
   } finally {
     await b?.teardown().catch(() => undefined);

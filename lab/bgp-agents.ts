@@ -52,11 +52,14 @@ export function bgpAgentConfig(b: BgpLab, n: BgpLabNode, s: BgpAgentSettings = {
   });
 }
 
-/** Writes `n`'s config and starts its agent; resolves once /status answers. */
+/**
+ * Writes `n`'s config and starts its agent; resolves once /status answers (within 30 s: on a loaded
+ * 2-core machine an agent's start plus a `ballast status` CLI run took over 10 s).
+ */
 export async function startBgpAgent(b: BgpLab, n: BgpLabNode, s: BgpAgentSettings = {}): Promise<LabAgent> {
   const family = s.family ?? 4;
   const adminPort = s.adminPort ?? (family === 6 ? 9642 : 9641);
   const path = join(b.lab.dir, `${n.node.name}-bgp${family}.yaml`);
   writeFileSync(path, bgpAgentConfig(b, n, s));
-  return runAgent(b.lab, n.node, path, { logFile: join(b.lab.dir, `${n.node.name}-bgp${family}.log`), adminPort });
+  return runAgent(b.lab, n.node, path, { logFile: join(b.lab.dir, `${n.node.name}-bgp${family}.log`), adminPort, timeoutMs: 30_000 });
 }

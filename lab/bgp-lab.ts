@@ -19,8 +19,50 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Lab, type LabNode, type LabProcess } from './lab.js';
+import { Lab, runProber, type LabNode, type LabProcess } from './lab.js';
 import { waitFor } from './wait.js';
+
+/** What {@link ecmpSpread} measured. */
+export interface EcmpSpread {
+  /** Connections counted: the first `connections` requests by start time. */
+  connections: number;
+  /** Of those, how many each node served (node name → count; a node that served none is absent). */
+  nodes: Record<string, number>;
+  /** Of those, how many failed. */
+  failed: number;
+}
+
+/**
+ * The lower bound every one of `k` equal ECMP paths must reach for `n` connections: n/k − 5σ,
+ * σ = √(n · 1/k · (1 − 1/k)) (binomial; each connection's path is a fair k-sided draw of the
+ * router's L4 hash). For n = 1000, k = 3: 333.3 − 5 × 14.9 = 258.8. A share below it is a
+ * 1-in-3.5-million event for a fair hash.
+ */
+export function spreadBound(n: number, k: number): number {
+  return n / k - 5 * Math.sqrt((n * (k - 1)) / (k * k));
+}
+
+/**
+ * Opens `connections` new TLS connections (one request each, a new source port each) from the
+ * client behind the router to https://VIP:6443/version and counts which node served each (with
+ * `balance: local` a node serves its own apiserver, so the node is the ECMP path taken). The
+ * prober schedules one every 4 ms and is stopped once `connections` have finished (at most 20 s:
+ * on a loaded machine the client managed ~120 handshakes/s); the first `connections` by start
+ * time are counted.
+ * @throws Error when fewer than `connections` requests were made within 20 s.
+ */
+export async function ecmpSpread(b: BgpLab, connections: number, logFile = 'prober-spread.log'): Promise<EcmpSpread> {
+  const p = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 4, timeoutMs: 1000, durationMs: 20_000, logFile });
+  let ended = false;
+  void p.done.finally(() => (ended = true)).catch(() => undefined);
+  while (!ended && p.results().length < connections) await new Promise((r) => setTimeout(r, 50));
+  const rep = await p.stop();
+  if (rep.results.length < connections) throw new Error(`ecmpSpread: only ${rep.results.length} of ${connections} requests were made`);
+  const first = rep.results.slice(0, connections);
+  const nodes: Record<string, number> = {};
+  for (const r of first) if (r.ok) nodes[r.node ?? '?'] = (nodes[r.node ?? '?'] ?? 0) + 1;
+  return { connections, nodes, failed: first.filter((r) => !r.ok).length };
+}
 
 /** The router's ASN and the nodes'. */
 export const ROUTER_ASN = 64500;
