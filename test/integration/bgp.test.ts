@@ -11,7 +11,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BgpLab, type BgpLabNode } from '../../lab/bgp-lab.js';
+import { BgpLab, ecmpSpread, spreadBound, type BgpLabNode } from '../../lab/bgp-lab.js';
 import { bgpAgentConfig, startBgpAgent } from '../../lab/bgp-agents.js';
 import { cliPath, type LabAgent } from '../../lab/cluster.js';
 import { probeOnce, runProber } from '../../lab/lab.js';
@@ -68,6 +68,30 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     expect(metrics).toMatch(new RegExp(`^ballast_bgp_peer_established\\{peer="${b.nodes[0]!.link4.router}"\\} 1$`, 'm'));
     const r = await probeOnce(b.lab, `https://${b.vip4}:6443/version`);
     expect(r.ok, JSON.stringify(r)).toBe(true);
+  });
+
+  it('ECMP: 1,000 new connections from the client spread over all three nodes, each within the binomial bound n/3 − 5σ', async () => {
+    const sp = await ecmpSpread(b, 1000);
+    const bound = spreadBound(1000, 3);
+    expect(sp.failed).toBe(0);
+    expect(Object.keys(sp.nodes).sort()).toStrictEqual(['n1', 'n2', 'n3']);
+    for (const [node, k] of Object.entries(sp.nodes)) expect(k, `${node} served ${k} of 1000`).toBeGreaterThanOrEqual(bound);
+    console.log(`[bgp] ECMP spread of 1000 new connections: ${JSON.stringify(sp.nodes)} (bound ${bound.toFixed(1)} each)`);
+  });
+
+  it('ballast stopping (SIGTERM) withdraws its path with no client error, and announces again when started', async () => {
+    const n3 = b.nodes[2]!;
+    const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 10, durationMs: 20_000, timeoutMs: 250 });
+    await waitFor(() => prober.results().length, (k) => k >= 30, { timeoutMs: 5000, what: 'the prober to run' });
+    const t0 = performance.now();
+    await v4[2]!.stop();
+    const took = await untilNexthops(b, b.vip4, 2, t0, 3000);
+    expect(await b.nexthops(b.vip4)).not.toContain(n3.link4.node);
+    v4[2] = await startBgpAgent(b, n3, { intervalMs: INTERVAL_MS, fall: FALL, balance: 'local' });
+    await untilNexthops(b, b.vip4, 3, performance.now(), 10_000);
+    const report = await prober.stop();
+    expect(report.failed, JSON.stringify(report.results.filter((r) => !r.ok).slice(0, 3))).toBe(0);
+    console.log(`[bgp] SIGTERM: path withdrawn after ${Math.round(took)} ms; ${report.requests} requests, ${report.failed} failed`);
   });
 
   it('an apiserver going unready withdraws its node\'s route within fall × interval + one interval', async () => {
