@@ -33,6 +33,9 @@ import { TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import { acquireTableLock } from './preflight.js';
 
+/** How long a stop waits after withdrawing before the data plane goes, ms (the peers' UPDATE processing and FIB write). */
+export const WITHDRAW_DRAIN_MS = 300;
+
 /** The running BGP phase. */
 export interface BgpPhase extends PhaseHandle {
   /** /status's `bgp`. */
@@ -180,7 +183,12 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
       throw err;
     }
     // withdraw first on the way down (the undo runs in reverse: this one before the table goes)
-    own.defer('BGP announcement', () => speaker.stop(!keepAll));
+    // and the routers get WITHDRAW_DRAIN_MS to act on the UPDATE before the DNAT rules go: in the lab a
+    // SIGTERM without it reset 2 client connections that the router still hashed to this node
+    own.defer('BGP announcement', async () => {
+      await speaker.stop(!keepAll);
+      if (!keepAll) await new Promise((r) => setTimeout(r, WITHDRAW_DRAIN_MS));
+    });
     decide();
     log.info({ vips: config.vips, interface: bgp.interface, socket: bgp.socket, configFile: bgp.configFile, peers: bgp.peers.map((p) => p.address), announce: bgp.announce, balance: bgp.balance, localBackend: localBackend ? formatHostPort(localBackend) : null }, 'BGP mode: the VIPs are announced through BIRD while this node can serve them');
     return { status: () => ({ ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null }) };

@@ -59,7 +59,8 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     await untilNexthops(b, b.vip4, 3, performance.now(), 15_000);
     expect(await b.nexthops(b.vip4)).toStrictEqual(b.nodes.map((n) => n.link4.node).sort());
     for (const a of v4) {
-      const s = await bgpOf(a);
+      // the agent reads BIRD's sessions once a second (speaker pollMs): the router may see the route first
+      const s = await waitFor(() => bgpOf(a), (x) => x.peers[0]?.session === 'Established', { timeoutMs: 3000, what: `${a.node.name} to see its session Established` });
       expect([s.daemonUp, s.announced, s.wanted, s.peers.map((p) => p.session)], a.node.name).toStrictEqual([true, true, true, ['Established']]);
     }
     const metrics = await v4[0]!.admin('/metrics');
