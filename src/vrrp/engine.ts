@@ -242,10 +242,11 @@ export interface EngineGcStats {
 /**
  * The timer wakes the thread this much (ms) before a deadline and the rest is slept with a
  * sub-millisecond wait. libuv's timers count whole milliseconds of a loop time cached at the
- * start of each loop turn, so a setTimeout alone fires 0–2 ms after the deadline: a Backup's
- * Master_Down_Timer ran ~2.4 ms late (bench/stress.ts, node death at 10 ms adverts, silence
- * 38.5 ms against a Master_Down_Interval of 36.1 ms), later than the next Backup's own
- * Master_Down_Interval (38.05 ms at priority 50), so the two raced to take over.
+ * start of each loop turn, so a setTimeout alone fires 0–2 ms after the deadline (a Backup's
+ * Master_Down_Timer at 10 ms adverts, measured on an idle engine with a fake edge: 1.1–1.6 ms
+ * late, with the wait ~0.5 ms). Under stress-ng a Backup still took over
+ * ~2.4 ms after its Master_Down_Interval (bench/stress.ts wire silence 38.5 ms against 36.1 ms):
+ * that part is not the timer, and is still open.
  */
 export const PRECISE_WAIT_MS = 2;
 
