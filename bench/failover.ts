@@ -93,6 +93,12 @@ export interface WireTimes {
   clientArps: number;
   /** the failure command's start minus the old holder's last advert before it (see alignToAdvert) */
   phaseMs: number | null;
+  /** new holder's first advert → the first SYN-ACK from the VIP that came from its MAC (the server side of the outage); null when not captured */
+  synAckLagMs?: number | null;
+  /** adverts (priority > 0) from a third node after the old holder's last one: a Backup that raced the new holder to take over */
+  rivalAdverts?: number;
+  /** gratuitous ARPs for the VIP from another MAC than the new holder's after the old holder's last advert */
+  rivalGarps?: number;
 }
 
 /** One run of one scenario. Times in ms. */
@@ -141,8 +147,8 @@ export interface WirePacket {
   /** capture time, ms since the epoch */
   t: number;
   srcMac: string;
-  kind: 'advert' | 'arp';
-  /** advert: source IP; arp: the "tell" address */
+  kind: 'advert' | 'arp' | 'synack';
+  /** advert: source IP; arp: the "tell" address; synack: the answering (VIP) address */
   src: string;
   /** advert priority */
   priority?: number;
@@ -151,15 +157,22 @@ export interface WirePacket {
 }
 
 const ADVERT_RE = /^(\d+\.\d+) ([0-9a-f:]{17}) > \S+, ethertype IPv4 \(0x0800\), length \d+: (\S+) > \S+: VRRPv\d, Advertisement, vrid \d+, prio (\d+)/;
+/** a SYN-ACK from port 6443: the moment a server (through the VIP) first answered a new connection */
+const SYNACK_RE = /^(\d+\.\d+) ([0-9a-f:]{17}) > \S+, ethertype IPv4 \(0x0800\), length \d+: (\S+)\.6443 > \S+: Flags \[S\.\]/;
 const ARP_RE = /^(\d+\.\d+) ([0-9a-f:]{17}) > \S+, ethertype ARP \(0x0806\), length \d+: Request who-has (\S+)(?: \([0-9a-f:]+\))? tell (\S+),/;
 
-/** Parses `tcpdump -n -tt -e` lines into adverts and ARP requests (pure; other lines skipped). */
+/** Parses `tcpdump -n -tt -e` lines into adverts, ARP requests and SYN-ACKs from port 6443 (pure; other lines skipped). */
 export function parseCapture(text: string): WirePacket[] {
   const out: WirePacket[] = [];
   for (const line of text.split('\n')) {
     let m = ADVERT_RE.exec(line);
     if (m) {
       out.push({ t: Number(m[1]) * 1000, srcMac: m[2]!, kind: 'advert', src: m[3]!, priority: Number(m[4]) });
+      continue;
+    }
+    m = SYNACK_RE.exec(line);
+    if (m) {
+      out.push({ t: Number(m[1]) * 1000, srcMac: m[2]!, kind: 'synack', src: m[3]! });
       continue;
     }
     m = ARP_RE.exec(line);
@@ -183,12 +196,16 @@ export function wireTimes(pkts: readonly WirePacket[], oldHolder: LabNode, newHo
   const isGarp = (p: WirePacket): boolean => p.kind === 'arp' && p.srcMac === newHolder.mac && p.src === vip && p.target === vip;
   const garps = pkts.filter((p) => isGarp(p) && p.t >= oldLast.t);
   const firstGarp = garps[0];
+  const synAck = pkts.find((p) => p.kind === 'synack' && p.src === vip && p.srcMac === newHolder.mac && p.t >= firstNew.t);
   return {
     silenceMs: round1(firstNew.t - oldLast.t),
     garpLagMs: firstGarp ? round1(firstGarp.t - firstNew.t) : null,
     garpBurst: firstGarp ? garps.filter((p) => p.t - firstGarp.t < 1000).length : 0,
     clientArps: pkts.filter((p) => p.kind === 'arp' && p.src === client && p.target === vip && p.t >= oldLast.t).length,
     phaseMs,
+    synAckLagMs: synAck ? round1(synAck.t - firstNew.t) : null,
+    rivalAdverts: pkts.filter((p) => p.kind === 'advert' && p.t > oldLast.t && (p.priority ?? 0) > 0 && p.src !== oldHolder.ipv4 && p.src !== newHolder.ipv4).length,
+    rivalGarps: pkts.filter((p) => p.kind === 'arp' && p.t > oldLast.t && p.src === vip && p.target === vip && p.srcMac !== newHolder.mac).length,
   };
 }
 
@@ -196,9 +213,9 @@ export function hasTcpdump(): boolean {
   return spawnSync('sh', ['-c', 'command -v tcpdump'], { stdio: 'ignore' }).status === 0;
 }
 
-/** Starts tcpdump (VRRP + ARP) in the client namespace; resolves once it listens. */
+/** Starts tcpdump (VRRP, ARP, SYN-ACKs from port 6443) in the client namespace; resolves once it listens. */
 async function startCapture(lab: Lab, run: string): Promise<LabProcess> {
-  const p = lab.spawn(lab.client.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', '-e', 'ip proto 112 or arp'], { logFile: `capture-${run}.txt` });
+  const p = lab.spawn(lab.client.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', '-e', 'ip proto 112 or arp or (tcp src port 6443 and tcp[tcpflags] & (tcp-syn|tcp-ack) == (tcp-syn|tcp-ack))'], { logFile: `capture-${run}.txt` });
   await p.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
   return p;
 }

@@ -71,6 +71,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     watches: o.watches,
     maxLifeMs: durationMs + 120_000,
     progress: log,
+    // with a signal the caller owns SIGINT / SIGTERM: the lab must outlive them until the faults
+    // are healed and the report is written (the lab's own handler would tear it down at once)
+    signals: o.signal === undefined,
   });
   const injected: InjectedFault[] = [];
   let leftovers: string[] = [];

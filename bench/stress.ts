@@ -253,7 +253,9 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
         // under this load the client's first requests sometimes all time out: once more
         if (result.error?.startsWith('the client got no answer') || result.error?.includes('to answer')) result = await runOnce(labs[0]!, sc, k * 100 + r + 50, true, OUTAGE_ADVERT_MS, o.realtime);
         round.outage.push({ daemon, result });
-        progress(`round ${k + 1} node death ${daemon} 10 ms: ${result.outageMs === null ? `FAILED (${result.error})` : `${result.outageMs} ms`}`);
+        const w = result.wire;
+        const wire = w ? ` (wire: silence ${w.silenceMs ?? '—'} ms, GARP +${w.garpLagMs ?? '—'} ms, first SYN-ACK +${w.synAckLagMs ?? '—'} ms, rival adverts ${w.rivalAdverts ?? 0}, rival GARPs ${w.rivalGarps ?? 0})` : '';
+        progress(`round ${k + 1} node death ${daemon} 10 ms: ${result.outageMs === null ? `FAILED (${result.error})` : `${result.outageMs} ms`}${wire}`);
       }
     }
   } finally {
@@ -374,6 +376,13 @@ function printSet(report: StressReport, r: SetReport): void {
     say(`${o.daemon.padEnd(11)} median ${fmt(o.stats.median, 7, 1)}  min ${fmt(o.stats.min, 6, 1)}  max ${fmt(o.stats.max, 6, 1)}   runs: ${cells || '—'}`);
   }
   say(`ratio ballast/keepalived of the medians: ${r.outageRatio === null ? '—' : r.outageRatio.toFixed(2)}; Master_Down_Interval ${report.masterDownMs['10ms']} ms`);
+  // where the outage went, on the client's wire: the takeover (silence), then the server's first answer
+  for (const daemon of ['ballast', 'keepalived'] as const) {
+    const ws = rounds.flatMap((rd) => rd.outage.filter((x) => x.daemon === daemon && x.result.outageMs !== null).flatMap((x) => (x.result.wire ? [x.result.wire] : [])));
+    if (ws.length === 0) continue;
+    const med = (f: (w: (typeof ws)[number]) => number | null | undefined): string => fmt(stats(ws.flatMap((w) => { const v = f(w); return v === null || v === undefined ? [] : [v]; })).median, 6, 1);
+    say(`${daemon.padEnd(11)} wire medians: silence${med((w) => w.silenceMs)} ms, new holder's first advert → GARP${med((w) => w.garpLagMs)} ms, → first SYN-ACK through the VIP${med((w) => w.synAckLagMs)} ms; runs with a rival Backup's adverts ${ws.filter((w) => (w.rivalAdverts ?? 0) > 0).length}/${ws.length}`);
+  }
   const notes = rounds.flatMap((rd, i) => [
     ...rd.configs.filter((c) => c.error).map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: ${c.error}`),
     ...rd.configs.filter((c) => !c.error && c.samplesOff > 0).map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: n1 not the only holder in ${c.samplesOff}/${c.samples} samples`),

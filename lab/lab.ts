@@ -62,6 +62,12 @@ export interface LabOptions {
   nodes?: number;
   /** give every eth0 an IPv6 address; default true (when false IPv6 is disabled in the lab) */
   ipv6?: boolean;
+  /**
+   * Tear the lab down synchronously on SIGINT / SIGTERM (default true). false: the caller handles
+   * those signals and calls {@link Lab.teardown} itself (the soak heals its faults and writes its
+   * report first); the lab is still torn down on process exit.
+   */
+  signals?: boolean;
 }
 
 /** One lab node (a network namespace with one interface, eth0, on the lab bridge). */
@@ -519,21 +525,30 @@ class LabProcessImpl implements LabProcess {
 // ---------------------------------------------------------------------------------------------
 // crash safety: live labs are torn down synchronously on exit and on SIGINT/SIGTERM
 
-const live = new Map<Lab, () => void>();
+const live = new Map<Lab, { teardownSync: () => void; signals: boolean }>();
 let hooked = false;
 
 function onProcessExit(): void {
-  for (const teardownSync of [...live.values()]) {
+  teardownLive(() => true);
+}
+
+function teardownLive(which: (signals: boolean) => boolean): void {
+  for (const [lab, l] of [...live]) {
+    if (!which(l.signals)) continue;
     try {
-      teardownSync();
+      l.teardownSync();
     } catch {
       // best effort while the process dies; cleanupStale covers the rest
     }
+    live.delete(lab);
   }
 }
 
 function onSignal(signal: NodeJS.Signals): void {
-  onProcessExit();
+  teardownLive((signals) => signals);
+  // a lab whose owner handles the signal (LabOptions.signals: false) is that owner's to tear
+  // down; the process then lives on until the owner is done (the exit hook stays)
+  if ([...live.values()].some((l) => !l.signals)) return;
   unhook(true);
   // re-raise so the default action (or other listeners) decide what happens next
   process.kill(process.pid, signal);
@@ -609,7 +624,7 @@ export class Lab {
   #down: Promise<void> | undefined;
   #gone = false;
 
-  private constructor(opts: Required<LabOptions>, dir: string) {
+  private constructor(opts: Required<Omit<LabOptions, 'signals'>>, dir: string) {
     const { prefix, subnet } = opts;
     this.prefix = prefix;
     this.subnet = subnet;
@@ -676,7 +691,7 @@ export class Lab {
     await Lab.cleanupStale(opts.prefix);
     const dir = await mkdtemp(join(tmpdir(), dirPrefix(opts.prefix)));
     const lab = new Lab({ prefix: opts.prefix, subnet: opts.subnet, nodes, ipv6: opts.ipv6 ?? true }, dir);
-    live.set(lab, () => lab.#teardownSync());
+    live.set(lab, { teardownSync: () => lab.#teardownSync(), signals: opts.signals ?? true });
     hook();
     try {
       await lab.#build();

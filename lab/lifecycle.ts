@@ -49,7 +49,7 @@ import { basename, dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { stringify } from 'yaml';
 import { Lab, compiledScript, onJsonLines, runProber, type LabNode, type ProberRun, type ProbeResult, type ReachResult } from './lab.js';
-import { cliPath, runAgent, type LabAgent } from './cluster.js';
+import { cliPath, hasCurl, runAgent, type LabAgent } from './cluster.js';
 import { summarize } from './clients/prober.js';
 import { sleep, waitFor } from './wait.js';
 import { masterDownIntervalMs, skewTimeMs } from '../src/vrrp/state.js';
@@ -1006,12 +1006,6 @@ export class Lifecycle {
 
 /** The host-wide lock file of a pin directory (dataplane/ebpf.ts lockPinDir). */
 const pinLock = (pinDir: string): string => `/run/ballast/${basename(pinDir)}.lock`;
-
-let curlPresent: boolean | undefined;
-function hasCurl(): boolean {
-  curlPresent ??= spawnSync('sh', ['-c', 'command -v curl'], { stdio: 'ignore' }).status === 0;
-  return curlPresent;
-}
 
 function readCmdline(pid: number): string {
   try {

@@ -45,6 +45,8 @@ export interface SoakClusterOptions {
   maxLifeMs: number;
   /** progress lines (stderr) */
   progress?: (line: string) => void;
+  /** false: SIGINT / SIGTERM do not tear the lab down (the caller heals, tears down and reports; LabOptions.signals) */
+  signals?: boolean;
 }
 
 /** The VIP prober's and the local prober's counts. */
@@ -123,7 +125,7 @@ export class SoakCluster {
    */
   static async start(o: SoakClusterOptions): Promise<SoakCluster> {
     const say = o.progress ?? (() => undefined);
-    const lab = await Lab.create({ prefix: o.prefix, subnet: o.subnet, nodes: 4, ipv6: false });
+    const lab = await Lab.create({ prefix: o.prefix, subnet: o.subnet, nodes: 4, ipv6: false, signals: o.signals ?? true });
     let c: SoakCluster | undefined;
     try {
       const cgroup = await lab.cgroup(lab.nodes[3]!);

@@ -17,7 +17,7 @@
  * Consecutive violations of the same kind and subject (samples or failures less than
  * {@link MERGE_GAP_MS} apart) are one violation with a `t` and an `untilMs`.
  */
-import { boundOf, faultWindows, type FaultKind, type PlannedFault, type SoakTiming, type Window } from './schedule.js';
+import { boundOf, derived, faultWindows, type FaultKind, type PlannedFault, type SoakTiming, type Window } from './schedule.js';
 
 /** A fault as injected: the plan plus what really happened (times: ms on the schedule clock). */
 export interface InjectedFault extends PlannedFault {
@@ -133,14 +133,32 @@ export function recoverySpan(f: InjectedFault, worker: string, timing: SoakTimin
   return [f.startMs, f.healMs + boundOf(f.kind, f.target === worker, timing).recoverMs];
 }
 
-/** Excuse windows of every fault for the VIP clients and the local client. */
+/**
+ * Excuse windows of every fault for the VIP clients and the local client.
+ *
+ * Two faults compound on the local client: a control-plane fault's local window assumes the
+ * worker's agent is there to remove the backend it kills. While the worker's agent is down
+ * (SIGKILL / SIGTERM, its pinned programs keep the last backends), that backend stays in the
+ * local endpoint until the agent is back (heal + S) and has judged it dead (D): so a local window
+ * that overlaps the worker agent's absence extends to that agent's heal + S + D + M.
+ */
 export function excuseWindows(tl: Pick<Timeline, 'faults' | 'worker' | 'timing'>): { vip: Window[]; local: Window[] } {
   const vip: Window[] = [];
   const local: Window[] = [];
+  const { detect } = derived(tl.timing);
+  const S = tl.timing.startupMs;
+  const M = tl.timing.marginMs;
+  const workerAway = tl.faults
+    .filter((g) => g.target === tl.worker && (g.kind === 'agent-sigkill' || g.kind === 'agent-sigterm'))
+    .map((g): Window => [g.startMs, g.healMs + S]);
   for (const f of tl.faults) {
     const w = faultWindows({ kind: f.kind, target: f.target, startMs: f.startMs, healMs: f.healMs }, f.target === tl.worker, tl.timing);
     vip.push(...w.vip);
     local.push(...w.local);
+    if (f.target === tl.worker) continue;
+    for (const [a, b] of w.local) {
+      for (const [ga, gb] of workerAway) if (a <= gb && ga <= b) local.push([a, gb + detect + M]);
+    }
   }
   return { vip, local };
 }

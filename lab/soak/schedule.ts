@@ -331,9 +331,12 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
       // flows of the node lose their NAT binding: those in flight fail, the next ones are new
       return { name: `T + M = ${t.requestTimeoutMs + M} ms`, ms: t.requestTimeoutMs + M, vip: worker ? none : { start: t.requestTimeoutMs + M }, local: none, recoverMs: M };
     case 'nft-flush':
-      // established flows keep their conntrack NAT; new ones reach the holder's own apiserver
-      // until the table is back (nftwatch: within 1 s)
-      return { name: `none for clients; table back within ${t.tableRestoreMs} ms`, ms: 0, vip: none, local: none, recoverMs: t.tableRestoreMs + M };
+      // the NAT bindings of established flows are applied by the nat hooks, which exist only
+      // while a nat chain does: until the table is back (nftwatch: within 1 s) a DNATed flow's
+      // next segment reaches the holder unmapped and is reset (checked: a DNATed echo
+      // connection is reset right after `nft flush ruleset`; new connections reach the holder's
+      // own apiserver). Not "none": the table gone is what fails them.
+      return { name: `table back within ${t.tableRestoreMs} ms + M = ${t.tableRestoreMs + M} ms`, ms: t.tableRestoreMs + M, vip: { start: t.tableRestoreMs + M }, local: none, recoverMs: t.tableRestoreMs + M };
   }
 }
 

@@ -123,7 +123,8 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
   return watchConntrack(
     tracker,
     (v) => {
-      if (v.alive) return;
+      // its kernel answers SYNs: an active check's connect timeout is then a full accept queue, not a death
+      if (v.alive) return checker.noteAnswered(v.backend);
       // a dead verdict follows (also for a backend already draining); the planes reset it
       if (checker.markDead(v.backend, { kind: 'passive', signal: v.signal }, v.reason)) log.warn({ backend: formatHostPort(v.backend), reason: v.reason }, 'backend judged dead from its connections');
     },

@@ -211,6 +211,8 @@ interface Entry {
   lastLatencyMs: number | null;
   /** kind of the latest input, for `consecutive` */
   last: 'pass' | 'fail' | null;
+  /** when passive detection last saw its kernel answer a SYN (noteAnswered), ms; null before */
+  answeredAt: number | null;
 }
 
 /** Part of the interval by which each gap is jittered, either way. */
@@ -359,6 +361,21 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   }
 
   /**
+   * Passive detection saw the backend's kernel answer a SYN (a SYN-ACK to a client's
+   * connection) now. A check of it started at or before this that then ends in `timeout` (no
+   * SYN-ACK within the deadline: cause `timeout`, dead) counts as `slow` (unready) instead: a live
+   * listener whose accept queue is full drops SYNs without a word while it accepts others (what
+   * the survivors of a node death meet in a reconnect storm), and judging it dead would reset
+   * every connection it serves and feed the storm (found by the storm bench: 2,711 watches reset
+   * on a live backend). A silent host answers nobody's SYN, so it is still judged dead.
+   * @param backend the backend (any spelling of its IP); unknown backends are ignored.
+   */
+  noteAnswered(backend: Pick<HostPort, 'host' | 'port'>): void {
+    const e = this.#entries.get(keyOf(backend));
+    if (e !== undefined) e.answeredAt = this.#clock.now();
+  }
+
+  /**
    * Replaces the set of backends. Backends already checked keep their state and schedule; new
    * ones start `unknown` with their first check at a random offset; removed ones stop at once
    * (a running check is aborted, its result dropped; no event). Duplicates are ignored.
@@ -402,6 +419,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
         lastCheck: null,
         lastLatencyMs: null,
         last: null,
+        answeredAt: null,
       };
       next.set(address, e);
       if (this.#started && !this.#stopped) this.#schedule(e, this.#random() * this.#settings.intervalMs);
@@ -487,6 +505,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
 
   #run(e: Entry): void {
     const epoch = e.epoch;
+    const startedAt = this.#clock.now();
     const abort = new AbortController();
     // timed from the start of this check, so a slow check does not stretch the cadence
     const jitter = 1 + (this.#random() * 2 - 1) * JITTER;
@@ -502,7 +521,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       .then((result) => {
         e.inFlight = undefined;
         if (e.removed || this.#stopped) return;
-        if (epoch === e.epoch) this.#record(e, result);
+        if (epoch === e.epoch) this.#record(e, answeredMeanwhile(result, e.answeredAt, startedAt));
         if (e.due && !e.removed && !this.#stopped) {
           e.due = false;
           this.#run(e);
@@ -649,6 +668,16 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     if (v.state === 'unready' && served) return { ...v, state: 'up', message: `${v.message} (kept: fail open)` };
     return v;
   }
+}
+
+/**
+ * A check that timed out before any SYN-ACK while passive detection saw the backend's kernel
+ * answer other SYNs since the check started (`answeredAt` >= `startedAt`) is `slow`, not
+ * `timeout` (see {@link HealthChecker.noteAnswered}); any other result is returned as it is.
+ */
+export function answeredMeanwhile(result: ProbeResult, answeredAt: number | null, startedAt: number): ProbeResult {
+  if (result.ok || result.cause.kind !== 'timeout' || answeredAt === null || answeredAt < startedAt) return result;
+  return { ...result, cause: { kind: 'slow' }, error: `${result.error ?? 'timeout'} (no SYN-ACK, but it answered other connections meanwhile: a full accept queue)` };
 }
 
 /** The map key of a backend: canonical `host:port`; a host that is not an IP gives a key that matches nothing. */

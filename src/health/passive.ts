@@ -7,6 +7,9 @@
  *
  *   NEW      SYN_SENT  orig dst = VIP:port, reply src = backend   → a connection was sent to backend
  *   UPDATE   SYN_RECV / ESTABLISHED                               → the backend answered: alive
+ *   UPDATE   no TCP state, CTA_STATUS has IPS_SEEN_REPLY          → the backend's kernel answered the
+ *            SYN with a plain ACK: a live socket on the same tuple (a connection whose entry was
+ *            flushed or reset, its server side never told, the client port reused): alive
  *   DESTROY  (or UPDATE CLOSE) before any answer                  → refused (RST to the SYN): dead
  *            (a DESTROY still in SYN_SENT is a deletion, e.g. `conntrack -F`: no verdict)
  *   still SYN_SENT after `synTimeoutMs`, and no SYN to that backend → no answer at all: dead
@@ -44,6 +47,8 @@ export interface FlowEvent {
   origDport: number;
   replySrc: string;
   replySport: number;
+  /** CTA_STATUS has IPS_SEEN_REPLY (a packet of the reply direction was seen); set only when true. */
+  seenReply?: true;
 }
 
 /** NETLINK_NETFILTER (netlink(7)). */
@@ -59,7 +64,9 @@ const NLM_F_CREATE = 0x400;
 const NLMSG_HDRLEN = 16;
 const NFGENMSG_LEN = 4;
 const NLA_TYPE_MASK = 0x3fff;
-const CTA = { TUPLE_ORIG: 1, TUPLE_REPLY: 2, PROTOINFO: 4, ID: 12 } as const;
+const CTA = { TUPLE_ORIG: 1, TUPLE_REPLY: 2, STATUS: 3, PROTOINFO: 4, ID: 12 } as const;
+/** enum ip_conntrack_status (linux/netfilter/nf_conntrack_common.h): IPS_SEEN_REPLY. */
+const IPS_SEEN_REPLY = 1 << 1;
 const CTA_TUPLE = { IP: 1, PROTO: 2 } as const;
 const CTA_IP = { V4_SRC: 1, V4_DST: 2, V6_SRC: 3, V6_DST: 4 } as const;
 const CTA_PROTO = { NUM: 1, SRC_PORT: 2, DST_PORT: 3 } as const;
@@ -133,6 +140,8 @@ export function parseCtEvents(datagram: Buffer): FlowEvent[] {
     const reply = tuple(a.get(CTA.TUPLE_REPLY));
     const id = a.get(CTA.ID);
     if (orig === null || reply === null || id?.length !== 4) continue;
+    const status = a.get(CTA.STATUS);
+    const seenReply = status?.length === 4 && (status.readUInt32BE(0) & IPS_SEEN_REPLY) !== 0;
     out.push({
       type: kind === IPCTNL_MSG_CT_DELETE ? 'DESTROY' : flags & (NLM_F_CREATE | NLM_F_EXCL) ? 'NEW' : 'UPDATE',
       id: String(id.readUInt32BE(0)),
@@ -141,6 +150,7 @@ export function parseCtEvents(datagram: Buffer): FlowEvent[] {
       origDport: orig.dport,
       replySrc: reply.src,
       replySport: reply.sport,
+      ...(seenReply ? { seenReply: true as const } : {}),
     });
   }
   return out;
@@ -210,8 +220,18 @@ export class FlowTracker {
     }
     const p = this.pending.get(e.id);
     if (!p) return [];
-    // an update that says nothing of the TCP state (a mark, a status bit) tells nothing either
-    if (e.type === 'UPDATE' && e.state === null) return [];
+    if (e.type === 'UPDATE' && e.state === null) {
+      // the reply direction seen with no state change: the backend's kernel answered the SYN with
+      // a plain ACK (conntrack ignores it in SYN_SENT), which a live socket on the same tuple
+      // does: one whose conntrack entry was flushed or reset while its server side was never
+      // told, when the client reuses the port. The client's RST to that ACK then moves the
+      // flow to CLOSE, which is no refusal (found by the chaos soak: after `conntrack -F` on
+      // the holder, its own live apiserver was judged dead, its connections reset, again)
+      if (!e.seenReply) return []; // a mark or another status bit: nothing
+      this.pending.delete(e.id);
+      this.lastAnswer.set(formatHostPort(p.backend), now);
+      return [verdict(p.backend, 'answered')];
+    }
     this.pending.delete(e.id);
     // DESTROY of an entry still in SYN_SENT: it was deleted (`conntrack -F`, an agent resetting a
     // dead backend's flows), not refused: a RST to the SYN moves it to CLOSE first (found by the

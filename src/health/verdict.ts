@@ -18,8 +18,9 @@
  *   aborted       the checker aborted its own check            unready   nothing was learnt
  *   slow          the check's deadline, after the backend's     unready   its kernel accepted the
  *                 kernel accepted the TCP connection                      connection: the host is up and
- *                 (TLS or the answer did not come in time)                the port served; a slow (loaded)
- *                                                                         apiserver's clients must not be reset
+ *                 (TLS or the answer did not come in time),               the port served; a slow (loaded)
+ *                 or no SYN-ACK while its kernel answered other SYNs      apiserver's clients must not be reset
+ *                 (a full accept queue; checker.ts noteAnswered)
  *   refused       ECONNREFUSED                                 dead      reset its flows
  *   reset         ECONNRESET / EPIPE, answer cut short         dead
  *   timeout       the check's deadline before any SYN-ACK,     dead

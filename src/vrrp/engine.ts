@@ -146,7 +146,7 @@ export interface EngineTiming {
    */
   rescued: number;
   /** This thread's garbage collections (PerformanceObserver 'gc' in worker.ts): count, the longest and the total, ms; absent without an observer */
-  gc?: { count: number; maxMs: number; totalMs: number };
+  gc?: EngineGcStats;
 }
 
 /** A fixed-size histogram over TIMING_BOUNDS_MS: adding allocates nothing. */
@@ -222,7 +222,38 @@ export interface EngineDeps {
   /** Monotonic ms; default `performance.now`. */
   now?: () => number;
   /** This thread's garbage collections so far, for `timing.gc` (worker.ts observes them). */
-  gcStats?: () => { count: number; maxMs: number; totalMs: number };
+  gcStats?: () => EngineGcStats;
+  /**
+   * Blocks the thread for `ms` (fractional ms), for the last stretch before a deadline (see
+   * {@link PRECISE_WAIT_MS}). Default: Atomics.wait on a private cell when `now` is the real
+   * clock; none (libuv's millisecond timers alone) when a `now` is injected (tests).
+   */
+  preciseWait?: ((ms: number) => void) | null;
+}
+
+/** This thread's garbage collections (worker.ts): count, longest and total pause, ms; the longest per kind (perf_hooks gc `detail.kind`: minor, major, incremental, weakcb). */
+export interface EngineGcStats {
+  count: number;
+  maxMs: number;
+  totalMs: number;
+  maxMsByKind?: Record<string, number>;
+}
+
+/**
+ * The timer wakes the thread this much (ms) before a deadline and the rest is slept with a
+ * sub-millisecond wait. libuv's timers count whole milliseconds of a loop time cached at the
+ * start of each loop turn, so a setTimeout alone fires 0–2 ms after the deadline (a Backup's
+ * Master_Down_Timer at 10 ms adverts, measured on an idle engine with a fake edge: 1.1–1.6 ms
+ * late, with the wait ~0.5 ms). Under stress-ng a Backup still took over
+ * ~2.4 ms after its Master_Down_Interval (bench/stress.ts wire silence 38.5 ms against 36.1 ms):
+ * that part is not the timer, and is still open.
+ */
+export const PRECISE_WAIT_MS = 2;
+
+/** Blocks this thread for `ms` (fractional) on a futex no one wakes (Atomics.wait). */
+function atomicsWait(): (ms: number) => void {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  return (ms) => void Atomics.wait(cell, 0, 0, ms);
 }
 
 /** How long address notifications must be quiet before the engine looks at the interface, ms (they come in bursts, ours too). */
@@ -265,7 +296,10 @@ export class VrrpEngine {
   private members: ReadonlySet<string> | null;
   private readonly auth: AdvertAuth | null;
   private readonly now: () => number;
-  private readonly gcStats: (() => { count: number; maxMs: number; totalMs: number }) | null;
+  private readonly gcStats: (() => EngineGcStats) | null;
+  private readonly preciseWait: ((ms: number) => void) | null;
+  /** The last encoded advert (no auth) and what it was encoded from: an Active sends the same bytes every interval. */
+  private advertCache: { priority: number; intervalCs: number; vips: readonly string[]; destination: string; pkt: Buffer }[] = [];
   /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (observe/ratelimit.ts). */
   private readonly limited: RateLimitedLog;
   private readonly counters: EngineCounters = {
@@ -306,6 +340,7 @@ export class VrrpEngine {
     this.auth = opts.authKeys ? new AdvertAuth(opts.authKeys, opts.family) : null;
     this.now = deps.now ?? (() => performance.now());
     this.gcStats = deps.gcStats ?? null;
+    this.preciseWait = deps.preciseWait !== undefined ? deps.preciseWait : deps.now ? null : atomicsWait();
     this.limited = new RateLimitedLog((level, fields, msg) => this.log(level, msg, fields), { now: this.now });
     this.linkRunning = opts.linkRunning;
     this.makeFrames();
@@ -549,7 +584,9 @@ export class VrrpEngine {
     const due = this.machine.nextDeadline();
     this.due = due;
     if (due === null || this.stopped) return;
-    this.timer = setTimeout(this.onTimer, Math.max(0, Math.ceil(due - this.now())));
+    const wait = due - this.now();
+    // with a precise wait, wake early and sleep the rest in onTimer
+    this.timer = setTimeout(this.onTimer, this.preciseWait ? Math.max(0, Math.floor(wait - PRECISE_WAIT_MS)) : Math.max(0, Math.ceil(wait)));
   }
 
   /**
@@ -561,6 +598,12 @@ export class VrrpEngine {
    */
   private readonly onTimer = (): void => {
     this.timer = null;
+    if (this.preciseWait && this.due !== null) {
+      // woken PRECISE_WAIT_MS early (schedule), up to 1 ms more (libuv's loop time is whole ms
+      // behind the real one): sleep the rest, bounded
+      const rest = this.due - this.now();
+      if (rest > 0) this.preciseWait(Math.min(rest, PRECISE_WAIT_MS + 2));
+    }
     if (this.machine.state === 'backup' && this.edge?.receivePending) {
       const firedFor = this.due;
       this.edge.receivePending();
@@ -636,12 +679,9 @@ export class VrrpEngine {
   private sendAdvert(priority: number): void {
     const o = this.opts;
     const dests = o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
-    for (const destination of dests) {
+    for (const [i, destination] of dests.entries()) {
       try {
-        const pkt = encodeAdvertisement(
-          { vrid: o.vrid, priority, maxAdvertIntervalCs: o.advertisementIntervalCs, addresses: o.vips },
-          { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination },
-        );
+        const pkt = this.encoded(i, priority, destination);
         if (!this.edge) throw new Error('the engine is closed');
         this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
         this.counters.advertsSent++;
@@ -652,6 +692,24 @@ export class VrrpEngine {
         this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
       }
     }
+  }
+
+  /**
+   * The advert for `destination` (the i-th of the send list) at `priority`: the same bytes as
+   * last time when nothing it is made of changed (the send copies them into the kernel), so an
+   * Active allocates nothing per advert but the send's own bookkeeping. @throws what
+   * encodeAdvertisement throws.
+   */
+  private encoded(i: number, priority: number, destination: string): Buffer {
+    const o = this.opts;
+    const c = this.advertCache[i];
+    if (c && c.priority === priority && c.intervalCs === o.advertisementIntervalCs && c.vips === o.vips && c.destination === destination) return c.pkt;
+    const pkt = encodeAdvertisement(
+      { vrid: o.vrid, priority, maxAdvertIntervalCs: o.advertisementIntervalCs, addresses: o.vips },
+      { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination },
+    );
+    this.advertCache[i] = { priority, intervalCs: o.advertisementIntervalCs, vips: o.vips, destination, pkt };
+    return pkt;
   }
 
   /** Queues one job; a failing job is logged (before start-up ends, `settled` reports it instead). */

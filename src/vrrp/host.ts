@@ -2,6 +2,7 @@
  * The main thread's handle on the election worker (worker.ts): starts it, asks it for status,
  * passes priority changes and reconfigurations, and stops it.
  */
+import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import type { EngineEvent, EngineOptions, EngineReconfigure, EngineStatus } from './engine.js';
 import type { FromWorker, ToWorker } from './worker.js';
@@ -59,6 +60,43 @@ function takePrewarmed(): Worker | null {
   return p.worker;
 }
 
+/**
+ * V8 flags for a SCHED_FIFO election thread (vrrp.realtimePriority > 0), process-wide: no GC
+ * work on V8's helper threads, so that no collection of the worker's heap waits for one.
+ * The helpers run with normal scheduling; on a CPU-starved node (stress-ng on every core) the
+ * real-time thread waited for a preempted one: collections of a heap of a few MiB that take
+ * about a millisecond paused the worker up to ~50 ms (/status timing.gc.maxMsByKind, minor
+ * and incremental; bench/stress.ts), longer than a Backup's Master_Down_Interval at 10 ms
+ * adverts (36 ms), and a Backup took over. Without them the worker scavenges, marks and sweeps
+ * its heap itself, at its own priority.
+ *   --no-parallel-scavenge, --no-parallel-compaction, --no-parallel-pointer-update,
+ *   --no-parallel-weak-ref-clearing: the pauses are done by the collecting thread alone.
+ *   --no-concurrent-marking, --no-concurrent-sweeping, --no-concurrent-array-buffer-sweeping:
+ *   marking runs as incremental steps on the collecting thread, sweeping lazily on it.
+ * They are the parts of --single-threaded-gc that may change in a running process: at run
+ * time V8 does not apply that flag's implications, and --no-parallel-marking set at run time
+ * makes the next major GC fail V8's own check (a fatal error, Node 24 / V8 13.6). The main
+ * thread's collections lose their helpers too: its (rare) major GCs do all their marking and
+ * sweeping on the main thread, which only delays health checks and the admin API a little
+ * (docs/config.md vrrp.realtimePriority). Normal scheduling (the default) sets nothing.
+ */
+export const REALTIME_GC_FLAGS: readonly string[] = [
+  '--no-parallel-scavenge',
+  '--no-parallel-compaction',
+  '--no-parallel-pointer-update',
+  '--no-parallel-weak-ref-clearing',
+  '--no-concurrent-marking',
+  '--no-concurrent-sweeping',
+  '--no-concurrent-array-buffer-sweeping',
+];
+
+let realtimeGcSet = false;
+function realtimeGcFlags(): void {
+  if (realtimeGcSet) return;
+  realtimeGcSet = true;
+  for (const f of REALTIME_GC_FLAGS) setFlagsFromString(f);
+}
+
 /** A running election worker. */
 export class VrrpHost {
   private nextId = 1;
@@ -78,6 +116,7 @@ export class VrrpHost {
    * @throws EngineStartError when the engine cannot open its sockets or the worker dies first.
    */
   static start(opts: EngineOptions, onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void): Promise<VrrpHost> {
+    if ((opts.realtimePriority ?? 0) > 0) realtimeGcFlags();
     const ahead = takePrewarmed();
     // a leak ends in the worker's out-of-memory crash (the agent exits, its supervisor restarts
     // it) before it takes the node's memory

@@ -2,10 +2,10 @@
  * The worker_threads entry point of the election engine. The main thread sends
  * {@link ToWorker} messages and receives {@link FromWorker} ones; see host.ts for the other side.
  */
-import { PerformanceObserver } from 'node:perf_hooks';
+import { constants as perfConstants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
 import { parentPort, workerData } from 'node:worker_threads';
 import { setThreadRealtime } from '../native.js';
-import { VrrpEngine, type EngineEvent, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
+import { VrrpEngine, type EngineEvent, type EngineGcStats, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
 
 /** Main thread → worker. */
 export type ToWorker =
@@ -51,14 +51,30 @@ function applyRealtime(options: EngineOptions): void {
 }
 // this thread's GC pauses, for /status timing.gc (a pause delays the adverts like a lost CPU)
 const gc = { count: 0, maxMs: 0, totalMs: 0 };
+/** the longest pause per kind (perf_hooks constants NODE_PERFORMANCE_GC_*) */
+const GC_KINDS: Record<number, string> = {
+  [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb',
+};
+const gcMaxByKind: Record<string, number> = {};
+const ms3 = (ms: number): number => Math.round(ms * 1000) / 1000;
 new PerformanceObserver((list) => {
   for (const e of list.getEntries()) {
     gc.count++;
     gc.totalMs += e.duration;
     if (e.duration > gc.maxMs) gc.maxMs = e.duration;
+    const kind = GC_KINDS[((e as PerformanceEntry & { detail?: { kind?: number } }).detail)?.kind ?? -1] ?? 'other';
+    if (e.duration > (gcMaxByKind[kind] ?? -1)) gcMaxByKind[kind] = e.duration;
   }
 }).observe({ entryTypes: ['gc'] });
-const gcStats = (): typeof gc => ({ count: gc.count, maxMs: Math.round(gc.maxMs * 1000) / 1000, totalMs: Math.round(gc.totalMs * 1000) / 1000 });
+const gcStats = (): EngineGcStats => ({
+  count: gc.count,
+  maxMs: ms3(gc.maxMs),
+  totalMs: ms3(gc.totalMs),
+  maxMsByKind: Object.fromEntries(Object.entries(gcMaxByKind).map(([k, v]) => [k, ms3(v)])),
+});
 try {
   // a worker started ahead of its election (host.ts prewarmWorker) gets its options in its first message
   const opts = (workerData as EngineOptions | null) ?? (await new Promise<EngineOptions>((resolve) => port.once('message', (m: ToWorker) => m.type === 'start' && resolve(m.opts))));

@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PRECISE_WAIT_MS, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -568,6 +568,68 @@ describe('a late election thread (the machine was CPU-starved)', () => {
     expect(t.sendLate[0]).toBeGreaterThanOrEqual(10);
     expect(t.sendLate.slice(1).every((c) => c === 0)).toBe(true);
     expect(t.sendLateMaxMs).toBeLessThanOrEqual(1);
+    await e.stop();
+  });
+});
+
+describe('timer precision and the advert hot path', () => {
+  it('with a precise wait the timer wakes PRECISE_WAIT_MS early and the rest is slept: Master_Down fires on time, not at the next whole ms', async () => {
+    const waits: number[] = [];
+    // a clock with sub-millisecond time: the fake timers' Date.now, plus what the waits slept
+    let slept = 0;
+    const now = (): number => Date.now() + slept;
+    const preciseWait = (ms: number): void => {
+      waits.push(ms);
+      slept += ms;
+    };
+    const t0 = now();
+    const e = await VrrpEngine.start(opts, (ev) => events.push(ev), { openEdge: open, now, preciseWait });
+    const mdi = masterDownIntervalMs(100, 10); // 360.9375 ms (100 ms adverts)
+    await vi.advanceTimersByTimeAsync(Math.floor(mdi - PRECISE_WAIT_MS) - 1);
+    expect(e.status().state).toBe('backup');
+    expect(waits).toStrictEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(e.status().state).toBe('active');
+    // woken at 358 ms of 360.94: the wait covered the 2.94 ms left, and the first advert went out at once
+    expect(waits.length).toBe(1);
+    expect(waits[0]).toBeCloseTo(mdi - Math.floor(mdi - PRECISE_WAIT_MS), 6);
+    expect(now() - t0).toBeCloseTo(mdi, 6);
+    expect(e.status().timing!.sendLate[0]).toBe(1);
+    expect(e.status().timing!.sendLateMaxMs).toBe(0);
+    await e.stop();
+  });
+
+  it('without a precise wait (an injected clock) the timer alone fires at the next whole ms', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) - 1);
+    expect(e.status().state).toBe('backup');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(e.status().state).toBe('active');
+    await e.stop();
+  });
+
+  it('an Active sends the same encoded bytes every interval, and new ones after a priority or VIP change', async () => {
+    const payloads: Buffer[] = [];
+    const send = edge.sendAdvert.bind(edge);
+    edge.sendAdvert = (payload, destination) => {
+      payloads.push(payload);
+      send(payload, destination);
+    };
+    const e = await start();
+    // 100 ms adverts (10 cs): the first on becoming Active, then two more
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 250);
+    expect(e.status().state).toBe('active');
+    expect(payloads.length).toBe(3);
+    expect(payloads[1]).toBe(payloads[0]);
+    expect(payloads[2]).toBe(payloads[0]);
+    e.setPriority(90);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(payloads.at(-1)).not.toBe(payloads[0]);
+    expect(edge.sent.at(-1)!.priority).toBe(90);
+    await e.reconfigure({ vips: [VIP, '10.0.0.101'] });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(edge.sent.at(-1)!.addresses).toStrictEqual([VIP, '10.0.0.101']);
+    expect(decodeAdvertisement(payloads.at(-1)!, { family: 4, source: '10.0.0.12', destination: '224.0.0.18', ttl: 255, checkTtl: true }).ok).toBe(true);
     await e.stop();
   });
 });

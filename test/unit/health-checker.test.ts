@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  answeredMeanwhile,
   HealthChecker,
   type CheckerBackend,
   type CheckerSettings,
@@ -436,6 +437,32 @@ describe('HealthChecker: verdicts', () => {
       message: 'node down (VRRP Master_Down)',
     });
     expect(checker.snapshot()[0]).toMatchObject({ state: 'down', reason: 'node down (VRRP Master_Down)' });
+  });
+
+  // the reconnect storm bench: a live backend with a full accept queue drops the check's SYN while
+  // the holder's conntrack sees it answer the clients' SYNs; judged dead, its watches were reset
+  it('a connect timeout while passive detection saw the backend answer SYNs since the check started is slow (unready), else dead', async () => {
+    const { clock, fake, checker, verdicts } = setup({ random: () => 0.5, backends: [B1] });
+    checker.start();
+    await clock.advance(2_000); // checks at 500 and 1500 pass: up
+    expect(states(verdicts)).toStrictEqual(['10.0.0.11:6443 up http http 200']);
+    fake.latencyMs = 400;
+    fake.set('10.0.0.11:6443', fail({ kind: 'timeout' }, 'timeout'));
+    // checks at 2500-2900 and 3500-3900; an answer seen in the middle of each
+    await clock.advance(700);
+    checker.noteAnswered(parseHostPort('10.0.0.11:6443'));
+    await clock.advance(1_000);
+    checker.noteAnswered({ host: '10.0.0.11', port: 6443 });
+    await clock.advance(300);
+    expect(states(verdicts).slice(1)).toStrictEqual(['10.0.0.11:6443 unready slow timeout (no SYN-ACK, but it answered other connections meanwhile: a full accept queue)']);
+    // the check at 4500: the last answer (3700) came before it started: silent, dead
+    await clock.advance(1_000);
+    expect(states(verdicts).slice(2)).toStrictEqual(['10.0.0.11:6443 dead timeout timeout']);
+    // other failures and unknown backends are left alone
+    expect(answeredMeanwhile(fail({ kind: 'refused' }, 'ECONNREFUSED'), 10, 5).cause).toStrictEqual({ kind: 'refused' });
+    expect(answeredMeanwhile(fail({ kind: 'timeout' }, 'timeout'), null, 5).cause).toStrictEqual({ kind: 'timeout' });
+    expect(answeredMeanwhile(fail({ kind: 'timeout' }, 'timeout'), 5, 5).cause).toStrictEqual({ kind: 'slow' });
+    expect(() => checker.noteAnswered({ host: '10.0.0.99', port: 6443 })).not.toThrow();
   });
 
   // the text is for people: a probe result whose message looks like the other kind changes nothing

@@ -91,7 +91,8 @@ describe('FlowTracker', () => {
     const tr = t();
     const [syn, recv] = events('v4ok');
     tr.onEvent(syn!, 0);
-    expect(tr.onEvent({ ...recv!, state: null }, 1)).toStrictEqual([]);
+    const { seenReply: _, ...markOnly } = recv!;
+    expect(tr.onEvent({ ...markOnly, state: null }, 1)).toStrictEqual([]);
     expect(tr.pendingCount).toBe(1);
   });
   it('ignores other destinations, other ports and flows that were not DNATed', () => {
@@ -199,6 +200,32 @@ describe('deletions are not refusals (found by the chaos soak)', () => {
     expect(t.tick(1000)).toStrictEqual([]);
     t.onEvent({ type: 'NEW', id: '2', state: 'SYN_SENT', ...flow }, 0);
     expect(text(t.onEvent({ type: 'DESTROY', id: '2', state: 'CLOSE', ...flow }, 10))).toStrictEqual(['10.9.9.12:6443 dead refused refused']);
+  });
+});
+
+describe('a live socket on the same tuple answers the SYN with an ACK: no refusal (found by the chaos soak)', () => {
+  // after `conntrack -F` (or an agent's reset of a backend's flows) the server side of a flow
+  // keeps its socket; a client reusing the port gets its SYN answered with a plain ACK, which
+  // conntrack ignores in SYN_SENT but marks as a reply (IPS_SEEN_REPLY, no state in the event),
+  // and the client's RST to it moves the flow to CLOSE. Seen with conntrack -E on Linux 6.18:
+  //   [NEW] SYN_SENT [UNREPLIED] · [UPDATE] (no state, UNREPLIED gone) · [UPDATE] CLOSE · [DESTROY] CLOSE
+  // while a refused SYN is [NEW] SYN_SENT · [DESTROY] CLOSE [UNREPLIED]
+  it('the answered bit comes from CTA_STATUS: set on the real SYN_RECV update, not on the NEW', () => {
+    const [syn, recv] = events('v4ok');
+    expect(syn!.seenReply).toBeUndefined();
+    expect(recv!.seenReply).toBe(true);
+  });
+  it('NEW SYN_SENT, an UPDATE with no state but the reply seen, then CLOSE: the backend is alive, never refused', () => {
+    const t = new FlowTracker(['10.9.9.9'], 6443, 250);
+    const [syn, recv] = events('v4ok');
+    t.onEvent(syn!, 0);
+    expect(text(t.onEvent({ ...recv!, state: null }, 1))).toStrictEqual(['10.9.9.11:6443 alive answered answered']);
+    expect(t.onEvent({ ...recv!, state: 'CLOSE' }, 2)).toStrictEqual([]);
+    expect(t.onEvent({ ...recv!, type: 'DESTROY', state: 'CLOSE' }, 3)).toStrictEqual([]);
+    expect(t.tick(10_000)).toStrictEqual([]);
+    // the same backend refusing a later SYN outright is still judged at once
+    t.onEvent({ ...syn!, id: '7' }, 20);
+    expect(text(t.onEvent({ ...syn!, id: '7', type: 'DESTROY', state: 'CLOSE' }, 21))).toStrictEqual(['10.9.9.11:6443 dead refused refused']);
   });
 });
 

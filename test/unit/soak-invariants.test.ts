@@ -60,6 +60,24 @@ describe('soak invariants', () => {
     expect(v[0]).toMatchObject({ invariant: 'b', t: late, active: [1] });
   });
 
+  it('(b) a control-plane fault while the worker\'s agent is down excuses local failures until that agent is back (heal + S) and has judged the backend dead (D + M)', () => {
+    const tl = timeline();
+    const { detect } = derived(DEFAULT_TIMING);
+    const linkDown: InjectedFault = { id: 2, group: 2, kind: 'link-down', target: 'n2', atMs: 40_000, durationMs: 4000, startMs: 40_000, healMs: 44_000, note: '' };
+    const workerStop: InjectedFault = { id: 3, group: 2, kind: 'agent-sigterm', target: 'n4', atMs: 41_000, durationMs: 3000, startMs: 41_000, healMs: 44_000, note: '' };
+    const late = 44_000 + DEFAULT_TIMING.startupMs + detect; // past link-down's own local bound (start + D + M)
+    expect(late).toBeGreaterThan(40_000 + detect + DEFAULT_TIMING.marginMs);
+    tl.localFailures.push({ t: late, ms: 1000, error: 'timeout' });
+    tl.faults.push(linkDown);
+    const alone = checkInvariants(tl).filter((v) => v.invariant === 'b');
+    expect(alone).toHaveLength(1);
+    tl.faults.push(workerStop);
+    expect(checkInvariants(tl).filter((v) => v.invariant === 'b')).toStrictEqual([]);
+    // past heal + S + D + M it is a violation again
+    tl.localFailures.push({ t: 44_000 + DEFAULT_TIMING.startupMs + detect + DEFAULT_TIMING.marginMs + 100, ms: 1000, error: 'timeout' });
+    expect(checkInvariants(tl).filter((v) => v.invariant === 'b')).toHaveLength(1);
+  });
+
   it('(a) two holders after the convergence window is one violation; during the fault it is excused', () => {
     const tl = timeline();
     const end = 13_000 + boundOf('agent-sigkill', false, DEFAULT_TIMING).recoverMs;

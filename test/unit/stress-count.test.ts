@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseCapture } from '../../bench/failover.js';
+import { parseCapture, wireTimes } from '../../bench/failover.js';
 import {
   ballastMasterEntries, falseFailovers, holderGaps, keepalivedMasterEntries, perHour, rateRatio, summarizeRates, takeoverEpisodes, vipAddressEvents,
 } from '../../bench/stress-count.js';
@@ -97,5 +97,34 @@ describe('rates', () => {
     expect(rateRatio(3, 0)).toBeNull();
     expect(rateRatio(null, 4)).toBeNull();
     expect(rateRatio(0, 4)).toBe(0);
+  });
+});
+
+describe('the node-death capture (bench/failover.ts wireTimes)', () => {
+  const mac = (n: number): string => `02:78:70:00:00:1${n}`;
+  const adv = (t: number, n: number, prio: number): string =>
+    `${t.toFixed(6)} ${mac(n)} > 01:00:5e:00:00:12, ethertype IPv4 (0x0800), length 60: 10.0.0.1${n} > 224.0.0.18: VRRPv3, Advertisement, vrid 51, prio ${prio}, intvl 1cs, length 12`;
+  const garp = (t: number, n: number): string =>
+    `${t.toFixed(6)} ${mac(n)} > ff:ff:ff:ff:ff:ff, ethertype ARP (0x0806), length 42: Request who-has 10.0.0.100 tell 10.0.0.100, length 28`;
+  const synAck = (t: number, n: number): string =>
+    `${t.toFixed(6)} ${mac(n)} > 02:78:70:00:00:fe, ethertype IPv4 (0x0800), length 74: 10.0.0.100.6443 > 10.0.0.254.45678: Flags [S.], seq 1, ack 2, win 65160, options [mss 1460], length 0`;
+  const node = (n: number) => ({ ipv4: `10.0.0.1${n}`, mac: mac(n) }) as unknown as Parameters<typeof wireTimes>[1];
+
+  it('gives the server side of the outage (first SYN-ACK from the new holder) and counts a third node that raced it', () => {
+    const text = [
+      adv(1000.0, 1, 150),
+      synAck(1000.005, 1),
+      adv(1000.0383, 3, 50), // n3 fired first
+      garp(1000.039, 3),
+      adv(1000.0385, 2, 100),
+      garp(1000.0395, 2),
+      synAck(1000.080, 2),
+    ].join('\n');
+    const w = wireTimes(parseCapture(text), node(1), node(2), '10.0.0.100', '10.0.0.254', 1000_004);
+    expect(w.silenceMs).toBe(38.5);
+    expect(w.synAckLagMs).toBe(41.5);
+    expect(w.rivalAdverts).toBe(1);
+    expect(w.rivalGarps).toBe(1);
+    expect(w.garpBurst).toBe(1);
   });
 });
