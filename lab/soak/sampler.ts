@@ -53,8 +53,11 @@ export function digest(doc: { state?: unknown; backends?: unknown; local?: unkno
     backendsTotal: backends.length,
     local: local && local.mode !== 'off' && Array.isArray(local.backends) ? local.backends.length : null,
     states: Object.fromEntries(backends.map((b) => [String(b.address), String(b.state)])),
-    // the agent's own wall clock may be stepped (clock-step faults): count, do not compare times
-    damped: backends.filter((b) => typeof b.dampedUntil === 'string').length,
+    // held out by damping and not in the local endpoint's map (a backend the agent still reports
+    // with a dampedUntil but serves again is in the map, not missing; the 30-minute seed-7 soak
+    // counted it twice: "3/3 backends (1 damped)"). The agent's own wall clock may be stepped
+    // (clock-step faults): count, do not compare times.
+    damped: backends.filter((b) => typeof b.dampedUntil === 'string' && !(Array.isArray(local?.backends) && (local.backends as unknown[]).includes(b.address))).length,
   };
 }
 

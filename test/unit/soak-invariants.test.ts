@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { checkInvariants, outages, summarizeKinds, RESOURCE_BAND, type ClusterSample, type InjectedFault, type Timeline } from '../../lab/soak/invariants.js';
 import { boundOf, DEFAULT_TIMING, derived } from '../../lab/soak/schedule.js';
+import { digest } from '../../lab/soak/sampler.js';
 
 const healthyAgents = (): ClusterSample['agents'] => ({
   n1: { up: true, state: 'master', backendsUp: 3, backendsTotal: 3, table: true },
@@ -141,5 +142,17 @@ describe('soak invariants', () => {
     expect(summarizeKinds(tl)).toStrictEqual([
       { kind: 'agent-sigkill', injected: 1, longestVipOutageMs: 840, longestLocalOutageMs: 0, boundMs: boundOf('agent-sigkill', false, DEFAULT_TIMING).ms, bound: boundOf('agent-sigkill', false, DEFAULT_TIMING).name },
     ]);
+  });
+});
+
+describe('soak sampler digest', () => {
+  it('a damped backend still in the local endpoint\'s map is not counted as held out; one missing from it is', () => {
+    const backends = [
+      { address: '10.0.0.1:6443', state: 'up', dampedUntil: '2026-12-01T00:00:30.000Z' },
+      { address: '10.0.0.2:6443', state: 'up', dampedUntil: null },
+      { address: '10.0.0.3:6443', state: 'down', dampedUntil: '2026-12-01T00:00:30.000Z' },
+    ];
+    const d = digest({ state: 'none', backends, local: { mode: 'ebpf', backends: ['10.0.0.1:6443', '10.0.0.2:6443'] } });
+    expect(d).toMatchObject({ local: 2, damped: 1 });
   });
 });
