@@ -17,6 +17,8 @@ export interface BgpAgentSettings {
   intervalMs?: number;
   fall?: number;
   rise?: number;
+  /** apiserver.health.damping (default: the agent's, on) */
+  damping?: boolean;
   bfdIntervalMs?: number;
   bfdMultiplier?: number;
   /** default 9641 (family 4), 9642 (family 6) */
@@ -35,7 +37,7 @@ export function bgpAgentConfig(b: BgpLab, n: BgpLabNode, s: BgpAgentSettings = {
     vips: [v6 ? b.vip6 : b.vip4],
     apiserver: {
       backends: b.nodes.map((x) => (v6 ? `[${x.node.ipv6}]:6443` : `${x.node.ipv4}:6443`)),
-      health: { caFile: b.lab.ca.certFile, interval: `${s.intervalMs ?? 200}ms`, rise: s.rise ?? 1, fall: s.fall ?? 2 },
+      health: { caFile: b.lab.ca.certFile, interval: `${s.intervalMs ?? 200}ms`, rise: s.rise ?? 1, fall: s.fall ?? 2, ...(s.damping === undefined ? {} : { damping: s.damping }) },
     },
     admin: { listen: `127.0.0.1:${adminPort}` },
     bgp: {
