@@ -8,6 +8,7 @@ import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { Lab, LabNode, LabProcess, LabRunOptions } from '../lab/lab.js';
 import { cliPath } from '../lab/cluster.js';
+import { intArg } from '../lab/entry.js';
 import { sleep, waitFor } from '../lab/wait.js';
 import { quantile, stats } from './stats.js';
 
@@ -189,12 +190,7 @@ export const fmtRatio = (v: number | null, w: number): string => (v === null ? '
 export const counts = (o: Record<string, number>): string => Object.entries(o).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(' ') || '—';
 
 
-/** `--name`'s value as an integer min..max, `dflt` when absent. @throws TypeError naming the option otherwise. */
-export function intArg(name: string, v: string | undefined, dflt: number, min: number, max: number): number {
-  const n = v === undefined ? dflt : Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new TypeError(`--${name} must be an integer ${min}..${max}, got ${v}`);
-  return n;
-}
+export { intArg };
 
 /**
  * What a bench script checks before it builds a lab: `--runs` (1..maxRuns), `--seconds` (1..30)

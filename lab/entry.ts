@@ -27,3 +27,10 @@ export function runIfMain(
     },
   );
 }
+
+/** `--name`'s value as an integer min..max, `dflt` when absent. @throws TypeError naming the option otherwise. */
+export function intArg(name: string, v: string | undefined, dflt: number, min: number, max: number): number {
+  const n = v === undefined ? dflt : Number(v);
+  if (!Number.isInteger(n) || n < min || n > max) throw new TypeError(`--${name} must be an integer ${min}..${max}, got ${v}`);
+  return n;
+}

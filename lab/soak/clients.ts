@@ -24,16 +24,10 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Conn, type LongconnOptions } from '../clients/longconn.js';
 import { probe } from '../clients/prober.js';
-import { runIfMain } from '../entry.js';
+import { intArg, runIfMain } from '../entry.js';
 
 const out = (o: object): void => void process.stdout.write(`${JSON.stringify(o)}\n`);
 const round = (x: number): number => Math.round(x * 10) / 10;
-
-function int(name: string, v: string | undefined, dflt: number, min: number, max: number): number {
-  const n = v === undefined ? dflt : Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new TypeError(`--${name} must be an integer ${min}..${max}, got ${v}`);
-  return n;
-}
 
 async function runProbe(url: URL, ca: Buffer, intervalMs: number, durationMs: number, timeoutMs: number, signal: AbortSignal): Promise<void> {
   // probe() counts `t` from its own start, taken in the same tick as this one
@@ -126,20 +120,20 @@ async function main(argv: string[]): Promise<number> {
   const ac = new AbortController();
   process.once('SIGTERM', () => ac.abort());
   process.once('SIGINT', () => ac.abort());
-  const durationMs = int('duration', values.duration, 600_000, 0, 4 * 3_600_000);
+  const durationMs = intArg('duration', values.duration, 600_000, 0, 4 * 3_600_000);
   if (mode === 'probe') {
-    await runProbe(url, ca, int('interval', values.interval, 10, 1, 60_000), durationMs, int('timeout', values.timeout, 500, 1, 60_000), ac.signal);
+    await runProbe(url, ca, intArg('interval', values.interval, 10, 1, 60_000), durationMs, intArg('timeout', values.timeout, 500, 1, 60_000), ac.signal);
     return 0;
   }
   if (mode === 'watch') {
     const o: LongconnOptions = {
       url, ca, node: undefined, attempts: 1,
-      intervalMs: int('interval', values.interval, 3000, 10, 60_000),
+      intervalMs: intArg('interval', values.interval, 3000, 10, 60_000),
       durationMs,
-      timeoutMs: int('timeout', values.timeout, 2000, 1, 60_000),
+      timeoutMs: intArg('timeout', values.timeout, 2000, 1, 60_000),
       reconnect: true, maxConnections: 1,
     };
-    await runWatches(o, int('count', values.count, 300, 1, 5000), ac.signal);
+    await runWatches(o, intArg('count', values.count, 300, 1, 5000), ac.signal);
     return 0;
   }
   throw new TypeError(`mode must be probe or watch, got ${JSON.stringify(mode)}`);
