@@ -33,8 +33,73 @@ import { TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import { acquireTableLock } from './preflight.js';
 
-/** How long a stop waits after withdrawing before the data plane goes, ms (the peers' UPDATE processing and FIB write). */
-export const WITHDRAW_DRAIN_MS = 300;
+/**
+ * After a stop's withdrawal the data plane stays until no new connection has been DNATed for
+ * this long, ms: the peers have then acted on the UPDATE (processed it and rewritten their FIB),
+ * and requests already in flight have had that long to finish.
+ */
+export const WITHDRAW_QUIET_MS = 300;
+/** The longest a stop waits for that quiet, ms (traffic from this node's own processes to the VIP never stops). */
+export const WITHDRAW_DRAIN_MAX_MS = 3000;
+/** How often the drain reads the per-backend counters, ms. */
+export const WITHDRAW_POLL_MS = 50;
+
+/** What {@link drainAfterWithdraw} saw. */
+export interface DrainResult {
+  /** No new connection for quietMs before maxMs passed. */
+  quiet: boolean;
+  /** Time from the call to its end, ms. */
+  waitedMs: number;
+  /** New connections DNATed after the withdrawal (counter increase). */
+  arrived: number;
+  /** The counters could not be read (the drain then waited quietMs once). */
+  error: string | null;
+}
+
+/**
+ * Waits until the data plane has taken no new connection for `quietMs` (the peers route
+ * elsewhere now), at most `maxMs`. `newConnections` returns a monotonic count of connections
+ * DNATed so far (the sum of the per-backend nftables counters, {@link NftablesApplier.counters}).
+ * Never throws: a failed read ends the count and the drain waits `quietMs` once from then.
+ * @param opts.quietMs, opts.maxMs, opts.pollMs in ms (defaults WITHDRAW_QUIET_MS, WITHDRAW_DRAIN_MAX_MS, WITHDRAW_POLL_MS)
+ * @param opts.now, opts.sleep the clock (ms) and a sleep, injected by tests
+ */
+export async function drainAfterWithdraw(
+  newConnections: () => Promise<number>,
+  opts: { quietMs?: number; maxMs?: number; pollMs?: number; now?: () => number; sleep?: (ms: number) => Promise<void> } = {},
+): Promise<DrainResult> {
+  const quietMs = opts.quietMs ?? WITHDRAW_QUIET_MS;
+  const maxMs = opts.maxMs ?? WITHDRAW_DRAIN_MAX_MS;
+  const pollMs = opts.pollMs ?? WITHDRAW_POLL_MS;
+  const now = opts.now ?? ((): number => performance.now());
+  const sleep = opts.sleep ?? ((ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms)));
+  const t0 = now();
+  let first: number;
+  try {
+    first = await newConnections();
+  } catch (err) {
+    await sleep(quietMs);
+    return { quiet: false, waitedMs: now() - t0, arrived: 0, error: (err as Error).message };
+  }
+  let last = first;
+  let lastChange = now();
+  while (now() - t0 < maxMs) {
+    if (now() - lastChange >= quietMs) return { quiet: true, waitedMs: now() - t0, arrived: last - first, error: null };
+    await sleep(Math.min(pollMs, quietMs - (now() - lastChange)));
+    let n: number;
+    try {
+      n = await newConnections();
+    } catch (err) {
+      await sleep(quietMs);
+      return { quiet: false, waitedMs: now() - t0, arrived: last - first, error: (err as Error).message };
+    }
+    if (n !== last) {
+      last = n;
+      lastChange = now();
+    }
+  }
+  return { quiet: now() - lastChange >= quietMs, waitedMs: now() - t0, arrived: last - first, error: null };
+}
 
 /** The running BGP phase. */
 export interface BgpPhase extends PhaseHandle {
@@ -182,12 +247,20 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
       if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}`, { cause: err });
       throw err;
     }
-    // withdraw first on the way down (the undo runs in reverse: this one before the table goes)
-    // and the routers get WITHDRAW_DRAIN_MS to act on the UPDATE before the DNAT rules go: in the lab a
-    // SIGTERM without it reset 2 client connections that the router still hashed to this node
+    // withdraw first on the way down (the undo runs in reverse: this one before the table goes),
+    // then keep serving until the routers have acted on the UPDATE: until no new connection has
+    // arrived for WITHDRAW_QUIET_MS. A fixed 300 ms wait reset a client connection in a loaded CI run
+    // (the router still hashed a new flow here after it); the DNAT counters show when flows stop.
     own.defer('BGP announcement', async () => {
+      const wasAnnounced = speaker.status().announced;
       await speaker.stop(!keepAll);
-      if (!keepAll) await new Promise((r) => setTimeout(r, WITHDRAW_DRAIN_MS));
+      if (keepAll || !wasAnnounced) return;
+      const total = async (): Promise<number> => Object.values(await applier.counters()).reduce((sum, c) => sum + c.packets, 0);
+      const d = await drainAfterWithdraw(total);
+      const fields = { waitedMs: Math.round(d.waitedMs), newConnections: d.arrived, quietMs: WITHDRAW_QUIET_MS, maxMs: WITHDRAW_DRAIN_MAX_MS };
+      if (d.error !== null) log.warn({ ...fields, err: d.error }, 'BGP: cannot read the data plane counters after the withdrawal; waited the quiet time once');
+      else if (d.quiet) log.info(fields, 'BGP: withdrawn; no new connection for the quiet time, the data plane goes');
+      else log.warn(fields, 'BGP: withdrawn, but new connections still arrive (the peers still route here, or local clients use the VIP); the data plane goes');
     });
     decide();
     log.info({ vips: config.vips, interface: bgp.interface, socket: bgp.socket, configFile: bgp.configFile, peers: bgp.peers.map((p) => p.address), announce: bgp.announce, balance: bgp.balance, localBackend: localBackend ? formatHostPort(localBackend) : null }, 'BGP mode: the VIPs are announced through BIRD while this node can serve them');

@@ -85,14 +85,18 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 10, durationMs: 20_000, timeoutMs: 250 });
     await waitFor(() => prober.results().length, (k) => k >= 30, { timeoutMs: 5000, what: 'the prober to run' });
     const t0 = performance.now();
-    await v4[2]!.stop();
+    const stopped = v4[2]!;
+    await stopped.stop();
     const took = await untilNexthops(b, b.vip4, 2, t0, 3000);
     expect(await b.nexthops(b.vip4)).not.toContain(n3.link4.node);
+    // the data plane went only once no new connection arrived for the quiet time (the router acted on the UPDATE)
+    const drain = stopped.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('BGP: withdrawn'));
+    expect(drain?.msg, JSON.stringify(drain)).toBe('BGP: withdrawn; no new connection for the quiet time, the data plane goes');
     v4[2] = await startBgpAgent(b, n3, { intervalMs: INTERVAL_MS, fall: FALL, balance: 'local' });
     await untilNexthops(b, b.vip4, 3, performance.now(), 10_000);
     const report = await prober.stop();
     expect(report.failed, JSON.stringify(report.results.filter((r) => !r.ok).slice(0, 3))).toBe(0);
-    console.log(`[bgp] SIGTERM: path withdrawn after ${Math.round(took)} ms; ${report.requests} requests, ${report.failed} failed`);
+    console.log(`[bgp] SIGTERM: path withdrawn after ${Math.round(took)} ms; drain ${String(drain?.waitedMs)} ms, ${String(drain?.newConnections)} new connections after the withdrawal; ${report.requests} requests, ${report.failed} failed`);
   });
 
   it('an apiserver going unready withdraws its node\'s route within fall × interval + one interval', async () => {
