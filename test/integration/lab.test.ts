@@ -10,9 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStandin, type Standin } from '../../lab/apiserver-standin.js';
-import { Lab, probeOnce, runProber, type LabNode } from '../../lab/lab.js';
+import { Lab, probeOnce, runProber, type LabNode, type Summary } from '../../lab/lab.js';
 import { reach, requestOnce } from '../../lab/clients/prober.js';
-import { needs, sleep, startLab } from '../support/index.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 
 const PREFIX = 'blab';
@@ -114,20 +114,33 @@ describe.skipIf(needs('root'))('lab on real namespaces (needs root)', () => {
 
   it('a prober ends early on stop() and on --until-file, with a summary either way', async () => {
     const url = `https://${lab.vip4}:6443/version`;
+    /*
+     * Runs a 20 ms prober for 300 ms from its first result (its process start, 100–400 ms on 2
+     * loaded cores, is not counted: a fixed 400 ms from the spawn once left 7 requests), ends it
+     * with `end`, and checks the summary: at least the requests due in the measured window
+     * (fixed schedule, one every 20 ms, those in flight finish first; less one), and far fewer
+     * than its 20 s would give (1001).
+     */
+    const endEarly = async (run: ReturnType<typeof runProber>, end: () => Promise<Summary>): Promise<Summary> => {
+      await waitFor(() => run.results().length > 0, { timeoutMs: 10_000, intervalMs: 10, what: 'the first probe result' });
+      const t0 = performance.now();
+      await sleep(300);
+      const ms = performance.now() - t0;
+      const summary = await end();
+      expect(summary.requests, `requests after ${ms.toFixed(0)} ms`).toBeGreaterThanOrEqual(Math.floor(ms / 20));
+      expect(summary.requests).toBeLessThan(100);
+      return summary;
+    };
     const a = runProber(lab, { url, intervalMs: 20, durationMs: 20_000 });
-    await sleep(400);
-    const stopped = await a.stop();
-    expect(stopped.requests).toBeGreaterThan(5);
-    expect(stopped.requests).toBeLessThan(100);
+    const stopped = await endEarly(a, () => a.stop());
     expect(stopped.failed).toBe(0);
 
     const flag = join(lab.dir, 'stop-prober');
     const b = runProber(lab, { url, intervalMs: 20, durationMs: 20_000, untilFile: flag });
-    await sleep(400);
-    await writeFile(flag, '');
-    const ended = await b.done;
-    expect(ended.requests).toBeGreaterThan(5);
-    expect(ended.requests).toBeLessThan(100);
+    await endEarly(b, async () => {
+      await writeFile(flag, '');
+      return b.done;
+    });
   });
 
   it('moving the VIP n1 → n2 shows in the prober as an outage, then n2 serving', async () => {
