@@ -21,6 +21,7 @@ import { SockLb } from '../../src/native.js';
 import type { SamplerLine } from './sampler.js';
 import type { ClientFailure, ClusterSample, LeakFinding, ResourceSample, WatchEvent } from './invariants.js';
 import { clockOffset, type SoakTiming } from './schedule.js';
+import { WatchDrops } from './watchdrops.js';
 
 /** libfaketime's multi-threaded preload (Debian's faketime package). */
 export const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
@@ -77,6 +78,8 @@ export class SoakCluster {
   readonly #procs: LabProcess[] = [];
   readonly #connected = new Set<number>();
   readonly #timers: NodeJS.Timeout[] = [];
+  /** one drop per lost watch-like connection (its `closed` and `fail` lines merged) */
+  readonly #drops = new WatchDrops((e) => this.watchEvents.push(e));
   /** extra processes a fault started (cpu hogs), by PID: allowed in the node's namespace */
   readonly extraPids = new Set<number>();
   /** tables a fault put in a node now (node → set), allowed by the leak check */
@@ -304,17 +307,20 @@ export class SoakCluster {
         this.watchCounts.connections = Math.max(this.watchCounts.connections, l.open ?? 0);
         return;
       }
-      if (l.event === 'connected') this.#connected.add(l.conn);
+      if (l.event === 'connected') {
+        this.#connected.add(l.conn);
+        this.#drops.connected(l.conn);
+      }
       if (this.t0 === 0 || l.at < this.t0) return;
       const t = l.at - this.t0;
       if (l.w === 'fail') {
         this.watchCounts.drops++;
-        this.watchEvents.push({ t, kind: 'drop', error: l.error ?? '?', conn: l.conn });
+        this.#drops.failed(l.conn, t, l.error ?? '?');
       } else if (l.w === 'connect-failed') {
         this.watchCounts.connectFailures++;
         this.watchEvents.push({ t, kind: 'connect-failed', error: l.error ?? '?', conn: l.conn });
       } else if (l.event === 'closed') {
-        this.watchEvents.push({ t, kind: 'drop', error: l.error ?? 'FIN', conn: l.conn });
+        this.#drops.closed(l.conn, t, l.error ?? null);
       }
     });
   }
@@ -396,6 +402,7 @@ export class SoakCluster {
   async stopClients(): Promise<void> {
     for (const t of this.#timers.splice(0)) clearInterval(t);
     await Promise.all(this.#procs.map((p) => p.stop('SIGTERM', 5000)));
+    this.#drops.end();
   }
 
   /**
