@@ -48,3 +48,14 @@ describe('WatchDrops: one drop per lost watch-like connection', () => {
     expect(out.map((e) => [e.conn, e.t, e.error])).toStrictEqual([[1, 900, 'ECONNRESET'], [1, 5_000, 'ECONNRESET'], [1, 9_000, 'FIN'], [2, 9_100, 'ECONNRESET']]);
   });
 });
+
+describe('statParentPid (the leak check: a helper of the harness or of a fault is not a leak)', () => {
+  it('reads the parent PID after the command name, whatever the name holds', async () => {
+    const { statParentPid } = await import('../../lab/soak/cluster.js');
+    expect(statParentPid('9411 (stress-ng-cpu) R 9409 9409 1 0 -1 4194624 0 0')).toBe(9409);
+    expect(statParentPid('25181 (node) S 1200 25181 1200 0 -1')).toBe(1200);
+    // comm may hold spaces and parentheses (proc(5)): the last ')' ends it
+    expect(statParentPid('77 (a) b (c) S 42 77 1 0')).toBe(42);
+    expect(statParentPid('garbage')).toBeNull();
+  });
+});
