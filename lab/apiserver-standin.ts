@@ -45,6 +45,12 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { addressTypeOf, appendChange, StoreTail, type SliceObject, type StoreEvent } from './endpointslice-store.js';
 
+/**
+ * How long an idle keep-alive connection stays open, ms: kube-apiserver's http.Server IdleTimeout
+ * (90 s, k8s.io/apiserver secure serving: "matches http.DefaultTransport keep-alive timeout").
+ */
+export const KUBE_APISERVER_IDLE_TIMEOUT_MS = 90_000;
+
 /** Options of `startStandin`. */
 export interface StandinOptions {
   name: string;
@@ -315,6 +321,10 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
   };
 
   const server = https.createServer({ cert: opts.cert, key: opts.key, handshakeTimeout: 10_000 }, handler);
+  // an idle keep-alive connection lives as long as on kube-apiserver (Node's default is 5 s: a
+  // watch-like client whose loop stalled 2 s past its 3 s interval got a FIN, no fault active, in
+  // the 30-minute seed-7 soak)
+  server.keepAliveTimeout = KUBE_APISERVER_IDLE_TIMEOUT_MS;
   // a stalled client must not pin the process at shutdown
   server.headersTimeout = 10_000;
   server.requestTimeout = 10_000;

@@ -11,6 +11,8 @@
  * comes up within the first |kinds| draws, and the mix stays even over a long run.
  *
  * Bounds are derived from the protocol and the lab's settings (see {@link SoakTiming}):
+ * - A: Advertisement_Interval; H: HEAL_ANNOUNCE_MIN_INTERVAL_MS (src/vrrp/state.ts), the winner of a
+ *   healed partition claims the VIP again at most this long after its first claim;
  * - MDI: Master_Down_Interval = 3 × Advertisement_Interval + Skew_Time of the lowest-priority
  *   Backup (RFC 9568 §6.1): how long a Backup waits for a silent Active;
  * - Skew_Time of the highest-priority Backup: how long after a priority-0 advert it takes over;
@@ -23,7 +25,7 @@
 import { uniformInt } from 'pure-rand/distribution/uniformInt';
 import { xoroshiro128plus } from 'pure-rand/generator/xoroshiro128plus';
 import type { RandomGenerator } from 'pure-rand/types/RandomGenerator';
-import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
+import { HEAL_ANNOUNCE_MIN_INTERVAL_MS, masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 
 /** Every fault the soak injects. */
 export const FAULT_KINDS = [
@@ -305,9 +307,17 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
         local: { whole: mdi + detect + M },
         recoverMs: mdi + detect + back + M,
       };
-    case 'vrrp-blocked':
-      // every Backup becomes Active after MDI (split brain, excused); at heal the lower ones yield
-      return { name: `MDI + M = ${mdi + M} ms after start and heal`, ms: mdi + M, vip: { start: mdi + M, heal: mdi + M }, local: none, recoverMs: mdi + M };
+    case 'vrrp-blocked': {
+      // every Backup becomes Active after MDI (split brain, excused); at heal the lower ones yield.
+      // Clients follow the last gratuitous ARP: the winner claims on the first lower-priority
+      // advert it hears (within one Advertisement_Interval A of the heal) and, when another comes
+      // within HEAL_ANNOUNCE_MIN_INTERVAL_MS H (a middle router's claim, then its yield), once more
+      // at the end of H: clients of a yielded router are back on the winner by heal + A + H
+      const A = t.advertIntervalMs;
+      const H = HEAL_ANNOUNCE_MIN_INTERVAL_MS;
+      const heal = Math.max(mdi, A + H) + M;
+      return { name: `MDI + M = ${mdi + M} ms after start; max(MDI, A + H) + M = ${heal} ms after heal`, ms: heal, vip: { start: mdi + M, heal }, local: none, recoverMs: heal };
+    }
     case 'apiserver-stop':
       // refused / reset: out of the pool after D at the latest (passive detection is faster)
       return { name: `D + M = ${detect + M} ms`, ms: detect + M, vip: { start: detect + M }, local: { start: detect + M }, recoverMs: back + M };

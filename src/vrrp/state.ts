@@ -26,6 +26,7 @@
  *    announce repeat  Active    one second announce burst, once             keepalived garp_master_delay
  *    announce refresh Active    an announce burst every refreshMs           keepalived garp_master_refresh
  *    lifetime renew   Active    renewVips every third of the lifetime       ballast (vipLifetimeMs)
+ *    heal announce    Active    the burst a lower-priority advert deferred  keepalived garp_lower_prio_repeat
  *
  * Preempt delay and preempt hold are conditions, not timers: they only decide whether a
  * lower-priority advert is discarded (RFC 9568 §6.4.2, Preempt_Mode); nothing happens when the
@@ -231,7 +232,13 @@ export interface MachineSnapshot {
   standby: boolean;
 }
 
-/** At most one healed-partition announce burst per this many ms (a peer that cannot hear us would otherwise cause one per advert). */
+/**
+ * At most one healed-partition announce burst per this many ms (a peer that cannot hear us would
+ * otherwise cause one per advert). A lower-priority advert heard sooner is not dropped: it defers
+ * one burst to the end of the interval, so that the winner's claim is the last one clients hear
+ * (see {@link VrrpMachine} `onAdvert`). Clients are back on the winner within one
+ * Advertisement_Interval (its first lower-priority advert) + this, after a partition heals.
+ */
 export const HEAL_ANNOUNCE_MIN_INTERVAL_MS = 1000;
 
 /** Skew_Time in ms: ((256 - Priority) * Master_Adver_Interval) / 256 (RFC 9568 §6.1), interval in cs. */
@@ -271,6 +278,8 @@ interface ActiveTimers {
   repeat: number | null;
   refresh: number | null;
   renew: number | null;
+  /** the deferred healed-partition burst (a lower-priority advert within HEAL_ANNOUNCE_MIN_INTERVAL_MS of the last one) */
+  heal: number | null;
 }
 
 /**
@@ -294,8 +303,10 @@ export class VrrpMachine {
   private masterDownTimer: number | null = null;
   /** When the Master_Down_Timer was last (re)started, ms. */
   private masterDownStartedAt = 0;
-  private readonly active: ActiveTimers = { repeat: null, refresh: null, renew: null };
+  private readonly active: ActiveTimers = { repeat: null, refresh: null, renew: null, heal: null };
   private lastHealAnnounce = -Infinity;
+  /** the source of the latest lower-priority advert that deferred a healed-partition burst */
+  private healSource = '';
   /** Set by the `preemptHold` event. */
   private preemptHeld = false;
   /** Set by the `standby` event. */
@@ -333,7 +344,7 @@ export class VrrpMachine {
   /** The earliest running timer's deadline (monotonic ms), or null when none runs. */
   nextDeadline(): number | null {
     let due: number | null = null;
-    for (const t of [this.adverTimer, this.masterDownTimer, this.active.repeat, this.active.refresh, this.active.renew]) {
+    for (const t of [this.adverTimer, this.masterDownTimer, this.active.repeat, this.active.refresh, this.active.renew, this.active.heal]) {
       if (t !== null && (due === null || t < due)) due = t;
     }
     return due;
@@ -457,6 +468,13 @@ export class VrrpMachine {
         out.push({ type: 'announce', reason: 'refresh' });
         t.refresh = now + this.cfg.announce.refreshMs;
       }
+      if (t.heal !== null && t.heal <= now) {
+        t.heal = null;
+        if (this.cfg.vips.length > 0) {
+          this.lastHealAnnounce = now;
+          out.push({ type: 'announce', reason: 'healedPartition', source: this.healSource });
+        }
+      }
     }
     if (this.current === 'backup' && this.masterDownTimer !== null && this.masterDownTimer <= now) {
       if (this.standingBy) {
@@ -544,10 +562,22 @@ export class VrrpMachine {
         out.push({ type: 'send', priority: this.effective });
         this.restartAdverTimer(ev.now);
         // not in the RFC: the other side of the partition may have announced itself, and clients
-        // may hold its MAC for the VIP: claim it again (rate-limited, keepalived's garp_lower_prio_repeat)
-        if (this.cfg.vips.length > 0 && ev.now - this.lastHealAnnounce >= HEAL_ANNOUNCE_MIN_INTERVAL_MS) {
-          this.lastHealAnnounce = ev.now;
-          out.push({ type: 'announce', reason: 'healedPartition', source: ev.source });
+        // may hold its MAC for the VIP: claim it again (rate-limited, keepalived's garp_lower_prio_repeat).
+        // Within the rate limit the claim is deferred to its end, not dropped: with three routers, a
+        // middle one that was Active too claims the VIP when it hears the lowest one, a moment
+        // before it hears us and yields; its last advert (at its own priority) reaches us right
+        // after our own claim, and only a later claim of ours takes its clients back (found by the
+        // chaos soak: clients left on the yielded router until the 60 s refresh, then every
+        // connection made through it reset at once, with no fault active)
+        if (this.cfg.vips.length > 0) {
+          if (ev.now - this.lastHealAnnounce >= HEAL_ANNOUNCE_MIN_INTERVAL_MS) {
+            this.lastHealAnnounce = ev.now;
+            this.active.heal = null;
+            out.push({ type: 'announce', reason: 'healedPartition', source: ev.source });
+          } else {
+            this.active.heal = this.lastHealAnnounce + HEAL_ANNOUNCE_MIN_INTERVAL_MS;
+            this.healSource = ev.source;
+          }
         }
       }
     }
@@ -633,7 +663,7 @@ export class VrrpMachine {
       if (next.manageVips && (next.vipLifetimeMs !== old.vipLifetimeMs || (added.length > 0 && t.renew === null))) {
         t.renew = next.vipLifetimeMs > 0 && next.vips.length > 0 ? now + next.vipLifetimeMs / 3 : null;
       }
-      if (next.vips.length === 0) t.repeat = t.refresh = t.renew = null;
+      if (next.vips.length === 0) t.repeat = t.refresh = t.renew = t.heal = null;
       else if (old.vips.length === 0 && t.refresh === null && next.announce.refreshMs > 0) t.refresh = now + next.announce.refreshMs;
     }
   }
@@ -712,7 +742,7 @@ export class VrrpMachine {
   private stopTimers(): void {
     this.adverTimer = null;
     this.masterDownTimer = null;
-    this.active.repeat = this.active.refresh = this.active.renew = null;
+    this.active.repeat = this.active.refresh = this.active.renew = this.active.heal = null;
   }
 
   private advertisementMs(): number {

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DiscoveryV1Api, KubeConfig, makeInformer, type V1EndpointSlice } from '@kubernetes/client-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { parseWatchMetrics, startStandin, watchMetrics, type Standin } from '../../lab/apiserver-standin.js';
+import { KUBE_APISERVER_IDLE_TIMEOUT_MS, parseWatchMetrics, startStandin, watchMetrics, type Standin } from '../../lab/apiserver-standin.js';
 import { appendChange, compactStore } from '../../lab/endpointslice-store.js';
 import { waitFor } from '../../lab/wait.js';
 import { kubeconfigText, makeTestPki, type TestPki } from '../support/tls.js';
@@ -184,5 +184,13 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     expect(m.status).toBe(200);
     expect(parseWatchMetrics(m.body)).toStrictEqual({ open: 0, started: 2 });
     expect(m.body).toBe(watchMetrics(0, 2));
+  });
+
+  it('keeps an idle keep-alive connection as long as kube-apiserver does (90 s), not Node\'s 5 s', async () => {
+    const port = PORT + 2;
+    const s = await startStandin({ name: 'k', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, log: () => undefined });
+    running.push(s);
+    expect(KUBE_APISERVER_IDLE_TIMEOUT_MS).toBe(90_000);
+    expect(s.server.keepAliveTimeout).toBe(KUBE_APISERVER_IDLE_TIMEOUT_MS);
   });
 });

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import {
   boundOf, clockOffset, CLOCK_BASE_MIN, DEFAULT_TIMING, derived, FAULT_KINDS, faultWindows, GROUP_SPREAD_MS, KIND_SPECS, makeSchedule, recoverMs, WARMUP_MS, type PlannedFault,
 } from '../../lab/soak/schedule.js';
-import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
+import { HEAL_ANNOUNCE_MIN_INTERVAL_MS, masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 
 const cp = ['n1', 'n2', 'n3'];
 const opts = (seed: number, minutes = 10) => ({ seed, durationMs: minutes * 60_000, controlPlane: cp, worker: 'n4', timing: DEFAULT_TIMING });
@@ -79,6 +79,9 @@ describe('soak schedule', () => {
     expect(boundOf('agent-sigterm', false, DEFAULT_TIMING).vip.start).toBe(d.skew + M);
     expect(boundOf('apiserver-stop', false, DEFAULT_TIMING).name).toBe(`D + M = ${d.detect + M} ms`);
     expect(boundOf('clock-step', false, DEFAULT_TIMING)).toMatchObject({ ms: 0, vip: {}, local: {} });
+    // after a healed partition the winner's last claim comes at most A + H after the heal
+    expect(boundOf('vrrp-blocked', false, DEFAULT_TIMING).vip).toStrictEqual({ start: d.mdi + M, heal: Math.max(d.mdi, DEFAULT_TIMING.advertIntervalMs + HEAL_ANNOUNCE_MIN_INTERVAL_MS) + M });
+    expect(boundOf('vrrp-blocked', false, DEFAULT_TIMING).vip.heal).toBe(1600);
     // a worker's faults never excuse VIP failures; a control-plane agent's never excuse local ones
     expect(boundOf('agent-sigkill', true, DEFAULT_TIMING).vip).toStrictEqual({});
     expect(boundOf('agent-sigkill', false, DEFAULT_TIMING).local).toStrictEqual({});

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  HEAL_ANNOUNCE_MIN_INTERVAL_MS,
   masterDownIntervalMs,
   skewTimeMs,
   VrrpMachine,
@@ -295,6 +296,51 @@ describe('Active (§6.4.3)', () => {
     expect(out).toEqual([{ type: 'send', priority: 100 }]);
     expect(m.nextDeadline()).toBe(1133);
     expect(m.state).toBe('active');
+  });
+
+  it('a lower-priority advert within the heal rate limit defers one announce burst to its end (the winner claims last)', () => {
+    // three routers after a healed partition: we (150) announce on the lowest's advert; the middle
+    // one (100), Active too, claimed the VIP on hearing the lowest and then yields with one last
+    // advert at its own priority, 30 ms after our claim. Our claim must come after its claim.
+    const m = inState('active', { priority: 150, vips: ['10.0.0.100'] });
+    const heal = m.handle({ type: 'advert', now: 1050, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' });
+    expect(heal).toEqual([{ type: 'send', priority: 150 }, { type: 'announce', reason: 'healedPartition', source: '10.0.0.13' }]);
+    const yielded = m.handle({ type: 'advert', now: 1080, priority: 100, maxAdvertIntervalCs: 10, source: '10.0.0.14' });
+    expect(yielded).toEqual([{ type: 'send', priority: 150 }]);
+    // the Adver_Timer (1180) comes first; the deferred burst is due at 1050 + HEAL_ANNOUNCE_MIN_INTERVAL_MS
+    expect(m.handle({ type: 'tick', now: 1180 })).toEqual([{ type: 'send', priority: 150 }]);
+    let t = 1180;
+    const announces: unknown[] = [];
+    while (t < 2100) {
+      t = m.nextDeadline()!;
+      for (const a of m.handle({ type: 'tick', now: t })) if (a.type === 'announce') announces.push({ t, ...a });
+    }
+    expect(announces).toEqual([{ t: HEAL_ANNOUNCE_MIN_INTERVAL_MS + 1050, type: 'announce', reason: 'healedPartition', source: '10.0.0.14' }]);
+  });
+
+  it('a stream of lower-priority adverts gives at most one heal burst per HEAL_ANNOUNCE_MIN_INTERVAL_MS', () => {
+    const m = inState('active', { priority: 150, vips: ['10.0.0.100'] });
+    const at: number[] = [];
+    for (let now = 1010; now <= 4010; now += 10) {
+      // a peer that cannot hear us: its advert every 100 ms, our ticks in between
+      const out = now % 100 === 10 ? m.handle({ type: 'advert', now, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' }) : m.handle({ type: 'tick', now });
+      for (const a of out) if (a.type === 'announce') at.push(now);
+    }
+    expect(at).toEqual([1010, 2010, 3010, 4010]);
+  });
+
+  it('the deferred heal burst is dropped when the machine leaves Active', () => {
+    const m = inState('active', { priority: 150, vips: ['10.0.0.100'] });
+    m.handle({ type: 'advert', now: 1050, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' });
+    m.handle({ type: 'advert', now: 1080, priority: 100, maxAdvertIntervalCs: 10, source: '10.0.0.14' });
+    const announces: string[] = [];
+    // a higher priority takes over and keeps advertising: we stay Backup past the deferred burst's time
+    for (let now = 1100; now <= 2200; now += 100) {
+      for (const a of m.handle({ type: 'advert', now, priority: 200, maxAdvertIntervalCs: 10, source: '10.0.0.11' })) if (a.type === 'announce') announces.push(a.reason);
+      for (const a of m.handle({ type: 'tick', now: now + 50 })) if (a.type === 'announce') announces.push(a.reason);
+    }
+    expect(m.state).toBe('backup');
+    expect(announces).toEqual([]);
   });
 
   it('a priority-0 advert is answered at once and resets Adver_Timer', () => {
