@@ -40,7 +40,6 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
     exports.Set("setThreadRealtime", Napi::Function::New<SetThreadRealtime>(env, "setThreadRealtime"));
-    exports.Set("limitMallocArenas", Napi::Function::New<LimitMallocArenas>(env, "limitMallocArenas"));
     exports.Set("trimMalloc", Napi::Function::New<TrimMalloc>(env, "trimMalloc"));
     exports.Set("releaseFilePages", Napi::Function::New<ReleaseFilePages>(env, "releaseFilePages"));
     exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));

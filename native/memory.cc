@@ -24,18 +24,6 @@ Napi::Value TrimMalloc(const Napi::CallbackInfo& info) {
 #endif
 }
 
-Napi::Value LimitMallocArenas(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "limitMallocArenas: max must be a number");
-  const double max = info[0].As<Napi::Number>().DoubleValue();
-  if (!(max >= 1 && max <= 64) || max != static_cast<int>(max)) throw Napi::TypeError::New(env, "limitMallocArenas: max must be an integer 1..64");
-#if defined(__GLIBC__)
-  return Napi::Boolean::New(env, ::mallopt(M_ARENA_MAX, static_cast<int>(max)) == 1);
-#else
-  return Napi::Boolean::New(env, false);
-#endif
-}
-
 namespace {
 
 struct Mapping {

@@ -1,5 +1,5 @@
 // The process's memory upkeep after start-up (docs/performance.md, "Where the memory goes"):
-// malloc's arena count and free pages, and the start-up-only pages of the node executable's
+// malloc's free pages, and the start-up-only pages of the node executable's
 // read-only mappings (its code and read-only data) out of the process's page tables.
 #pragma once
 
@@ -11,12 +11,6 @@ namespace ballast {
 // malloc arena (the main one and the per-thread ones) to the kernel (MADV_DONTNEED on whole free
 // pages). true when some memory was released. glibc only; elsewhere false.
 Napi::Value TrimMalloc(const Napi::CallbackInfo& info);
-
-// limitMallocArenas(max: number): boolean — mallopt(3) M_ARENA_MAX: at most `max` malloc arenas
-// from now on (glibc gives each thread that first allocates under contention an arena of its own,
-// each a 64 MiB-aligned reservation with its own free lists; threads that already have one keep
-// it). true when glibc took it; false elsewhere. Throws TypeError for a max outside 1..64.
-Napi::Value LimitMallocArenas(const Napi::CallbackInfo& info);
 
 // releaseFilePages(): { mappings: number, kib: number } — for every mapping of the executable
 // (/proc/self/exe) in /proc/self/smaps that is private and read-only (r--p: read-only data,

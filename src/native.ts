@@ -234,7 +234,6 @@ interface Addon {
   notify(socketPath: string, message: string): void;
   setThreadRealtime(priority: number): void;
   /** native/memory.cc (absent from an addon built before them) */
-  limitMallocArenas?(max: number): boolean;
   trimMalloc?(): boolean;
   releaseFilePages?(): { mappings: number; kib: number };
   conntrackVipFlows?(query: ConntrackVipQuery): ConntrackVipFlows;
@@ -306,20 +305,8 @@ function native(): Addon {
     throw createError('BALLAST_E_ADDON_MISSING', `${path} is not ballast's addon (no VrrpSocket / PacketSocket / SockLb): rebuild it with \`npm run build:native\``);
   }
   addon = loaded;
-  // as early as the agent gets: the threads that have not allocated yet share the arenas there are
-  addon.limitMallocArenas?.(MALLOC_ARENA_MAX);
   return addon;
 }
-
-/**
- * glibc malloc arenas (mallopt M_ARENA_MAX), set when the addon loads. glibc's default is 8 per
- * core, and each thread that first allocates while the others hold theirs gets its own arena;
- * the agent's dozen threads (V8's platform workers, libuv's pool, the election worker) allocate
- * little. 2: −2.3 MiB RSS, idle CPU unchanged (docs/performance.md). MALLOC_ARENA_MAX in the
- * environment, which glibc reads at its first allocation, applies before this and is then
- * overridden by it.
- */
-export const MALLOC_ARENA_MAX = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Argument checks (the C++ side checks again)
