@@ -53,6 +53,8 @@ const DEFAULT_ROUNDS = 5;
 const MAX_ROUNDS = 20;
 const DEFAULT_WARMUP_S = 5;
 const DEFAULT_SECONDS = 10;
+/** the environment the shipped launchers give the agent (scripts/package.sh's /usr/bin/ballast, scripts/image.sh) */
+export const SHIPPED_ENV = { MALLOC_ARENA_MAX: '2' } as const;
 
 export type ResourceSetup = 'ballast' | 'keepalivedHaproxy';
 const SETUPS: readonly ResourceSetup[] = ['ballast', 'keepalivedHaproxy'];
@@ -110,6 +112,8 @@ async function startBallast(lab: Lab, cgroup: string): Promise<Running> {
           advertisementInterval: `${ADVERT_MS}ms`,
           balance: true,
           hostMounts: i === 0,
+          // as /usr/bin/ballast and the image start it (docs/performance.md)
+          env: SHIPPED_ENV,
           extra: {
             apiserver: apiserverOf(lab),
             ...(i === 0 ? { localEndpoint: { address: `127.0.0.1:${LOCAL_PORT}`, cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } } : { dataplane: { vip: 'nftables' } }),

@@ -7,6 +7,7 @@
 #include "bpf_loader.h"
 #include "conntrack_dump.h"
 #include "file_lock.h"
+#include "memory.h"
 #include "nft_watch.h"
 #include "notify.h"
 #include "packet_socket.h"
@@ -39,6 +40,8 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
     exports.Set("setThreadRealtime", Napi::Function::New<SetThreadRealtime>(env, "setThreadRealtime"));
+    exports.Set("trimMalloc", Napi::Function::New<TrimMalloc>(env, "trimMalloc"));
+    exports.Set("releaseFilePages", Napi::Function::New<ReleaseFilePages>(env, "releaseFilePages"));
     exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));
   }
 

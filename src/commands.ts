@@ -14,7 +14,7 @@
  *
  * Exit statuses come from the error registry (src/errors.ts, docs/errors.md).
  */
-import { get, request } from 'node:http';
+import { createRequire } from 'node:module';
 import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -27,6 +27,8 @@ import { formatStatus, type ReloadResult, type StatusDocument } from './observe/
 import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import type { Agent } from './agent/index.js';
+// node:http through require (observe/admin.ts says why: an ESM import loads all of undici)
+const { get, request } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
 const DEFAULT_ADMIN = '127.0.0.1:9641';
 

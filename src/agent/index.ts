@@ -44,6 +44,7 @@ import { ForeignFirewallWatch } from '../check/watch.js';
 import { flowsFor } from '../check/firewall.js';
 import { commandExecutor } from '../dataplane/apply.js';
 import { listAllInterfaces } from './preflight.js';
+import { MemoryRelease } from './memory.js';
 
 export { acquireEndpointLock, acquireInstanceLock, acquireVipLock, missingCapabilities, resolveInterface } from './preflight.js';
 export { backendsOfNode } from './health.js';
@@ -161,6 +162,7 @@ export async function startAgent(
   // the watchdog's gate is a round trip to the election worker (none runs: nothing to wait for)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: (ms) => running.election?.host.status(ms).then(() => undefined) ?? Promise.resolve() });
 
+  const memory = new MemoryRelease(log);
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
     if (stopping) return Promise.reject(new ReloadUnavailable('the agent is stopping; the configuration was not reloaded'));
@@ -171,6 +173,7 @@ export async function startAgent(
       const r = await runReload(ctx, reloads.current, get, { stack, running, followers, checker, status, reload: reloadAdmin, logLevel: opts.logLevel, trigger, source }).finally(() => notifier.ready());
       reloads.last = r.result;
       if (r.ok) {
+        memory.schedule();
         reloads.current = r.config!;
         reloads.lastSuccessAt = r.result.at;
         certificates?.setNeeds((b) => certificateNeeds(reloads.current, b));
@@ -198,6 +201,8 @@ export async function startAgent(
     if (!cancel.signal.aborted) {
       stack.defer('foreign firewall watch', () => firewall.stop());
       firewall.start();
+      stack.defer('memory release', () => memory.stop());
+      memory.schedule();
     }
   } catch (err) {
     // cancelled: stopWith is unwinding, and `done` tells when it is over

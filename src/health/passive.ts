@@ -286,7 +286,8 @@ export interface CtSocket {
 /** Opens a NETLINK_NETFILTER socket (netlink(7)) that does not keep the event loop alive. */
 export function openCtSocket(): CtSocket {
   const require = createRequire(import.meta.url);
-  const netlink = require('netlink') as typeof import('netlink');
+  // the raw socket alone: the package's index loads all its protocol families (vip/netlink.ts)
+  const netlink = require('netlink/dist/raw.js') as typeof import('netlink/dist/raw.js');
   const sock = new netlink.RawNetlinkSocket(NETLINK_NETFILTER);
   sock.unref();
   return sock;
