@@ -20,6 +20,7 @@ import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.
 import { formatHostPort } from '../net/hostport.js';
 import { chooseInterface, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
 import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
+import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
 import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
@@ -108,7 +109,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       await removeKeptPins(config.localEndpoint.cgroup, ctx.log);
     }
     const keep = config.dataplane.keepOnStop;
-    const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family) : null;
+    const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family, new NftablesApplier({ exec: commandExecutor(['nft'], { timeoutMs: config.dataplane.commandTimeoutMs }) })) : null;
     if (tables && keep !== 'all') own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
     if (ebpf && keep === 'none') {
       const { pinDir } = ebpf;

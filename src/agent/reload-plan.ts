@@ -81,6 +81,7 @@ export const RESTART: Readonly<Record<string, string>> = {
   'dataplane.vip': 'the VIP data plane mode',
   'dataplane.local': 'the local endpoint mode',
   'dataplane.keepOnStop': 'what a stop leaves behind',
+  'dataplane.commandTimeoutMs': "the time limit of the data plane's nft and conntrack runs",
   localEndpoint: 'adding or removing the local endpoint',
   'localEndpoint.cgroup': "the local endpoint's cgroup",
   'apiserver.backends (none ↔ some)': 'turning load balancing on or off',

@@ -12,7 +12,7 @@ import { createError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
 import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from '../dataplane/controller.js';
 import { Reconciler } from '../dataplane/reconcile.js';
-import { NftablesApplier } from '../dataplane/apply.js';
+import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
 import { TableWatch } from '../dataplane/nftwatch.js';
 import { NftWatch } from '../native.js';
 import { flushBackend } from '../dataplane/conntrack.js';
@@ -48,7 +48,10 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));
-    const applier = new NftablesApplier({ track: true });
+    // every nft and conntrack run is killed after dataplane.commandTimeout (a hung one fails its apply or flush)
+    const timeoutMs = config.dataplane.commandTimeoutMs;
+    const applier = new NftablesApplier({ track: true, exec: commandExecutor(['nft'], { timeoutMs }) });
+    const conntrack = commandExecutor(['conntrack'], { timeoutMs });
     tables.rearm();
     own.defer('nftables table', async () => {
       if (config.dataplane.keepOnStop !== 'all') await tables.remove();
@@ -65,7 +68,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
           if (r.changed) setImmediate(() => tracker.kick());
           return r;
         },
-        flush: (vip, port, backend) => flushBackend(vip, port, backend), log, traffic: () => tracker.status() },
+        flush: (vip, port, backend) => flushBackend(vip, port, backend, { exec: conntrack }), log, traffic: () => tracker.status() },
       { family: config.family, vips: config.vips, port: api.port, local },
     );
     let timestamps = false;

@@ -52,6 +52,8 @@ export const DEFAULTS = Object.freeze({
   dataplaneVip: 'nftables',
   dataplaneLocal: 'ebpf',
   dataplaneKeepOnStop: 'localEndpoint' as const,
+  /** dataplane.commandTimeout: src/dataplane/apply.ts COMMAND_TIMEOUT_MS */
+  dataplaneCommandTimeout: '5s',
   rebalanceFactor: 1.2,
   rebalanceAfter: '60s',
   rebalanceResetsPerSecond: 5,

@@ -80,6 +80,7 @@ export function normalize(c: ParsedConfig): Config {
       vip: c.dataplane.vip,
       local: c.dataplane.local,
       keepOnStop: c.dataplane.keepOnStop,
+      commandTimeoutMs: c.dataplane.commandTimeout,
       rebalance: {
         enabled: c.dataplane.rebalance.enabled,
         factor: c.dataplane.rebalance.factor,

@@ -44,7 +44,7 @@ import {
 } from './fields.js';
 import { fileIssues, type ConfigFiles, type ConfigNote, type FileNote } from './files.js';
 import { formatPath, issueOrder, type Locator, type RawIssue, type SectionKeys } from './issues.js';
-import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS, DISCOVERED, HOUR_MS, MAX_VIPS } from './limits.js';
+import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS, DISCOVERED, HOUR_MS, MAX_VIPS, MINUTE_MS } from './limits.js';
 import { expect, show } from './messages.js';
 import { normalize } from './normalize.js';
 import { unknownKeyMessage } from './suggest.js';
@@ -179,6 +179,7 @@ const dataplaneShape = {
     })
     .transform((v): KeepOnStop => (v === true ? 'all' : v === false ? 'none' : v))
     .default(DEFAULTS.dataplaneKeepOnStop),
+  commandTimeout: durationField({ min: 1000, max: MINUTE_MS, default: DEFAULTS.dataplaneCommandTimeout, range: rangeMessage('1s', '1m') }),
   rebalance: section(z.strictObject(rebalanceShape, { error: mappingError })),
 };
 

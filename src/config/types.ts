@@ -172,6 +172,11 @@ export interface DataplaneConfig {
    * the nftables table; `none` nothing. The VIPs are always removed (a stopped agent must not hold them).
    */
   readonly keepOnStop: KeepOnStop;
+  /**
+   * How long one `nft` or `conntrack` run of the VIP data plane (applies, the table's removal,
+   * conntrack flushes) may take before it is killed (its process group), ms; default 5000.
+   */
+  readonly commandTimeoutMs: number;
   /** Resetting the oldest flows of a backend that holds too many of the VIP's connections (opt-in). */
   readonly rebalance: RebalanceConfig;
 }

@@ -10,9 +10,9 @@
  * to Fault and lets the VIP go) while the scrapes take a second path: a veth pair from the client
  * namespace straight into each node, with a /32 route each way (more specific than the LAN's /24).
  *
- * The rules file is the real one with every `for:` shortened to 2s (its 30s is meant for a 15 s
+ * The rules file is the real one with every `for:` shortened to 1s (its 30s is meant for a 15 s
  * scrape interval, see docs/alerts.md); the test checks that nothing else differs. Scrape and
- * evaluation interval: 1 s. Bounds: the alert fires no sooner than `for` after the last node let
+ * evaluation interval: 500 ms. Bounds: the alert fires no sooner than `for` after the last node let
  * the VIP go, and within scrape + evaluation + for + evaluation (+ margin) of it; it clears within
  * Master_Down_Interval + scrape + evaluation (+ margin) of the link coming back.
  */
@@ -31,9 +31,9 @@ const SUBNET = 107;
 const ADMIN_PORT = 9641;
 const WEB_PORT = 9090;
 /** scrape_interval = evaluation_interval, ms */
-const STEP_MS = 1000;
-/** every rule's `for:` in the test, ms */
-const FOR_MS = 2000;
+const STEP_MS = 500;
+/** every rule's `for:` in the test, ms (two evaluations) */
+const FOR_MS = 1000;
 /** Scheduling on 2 shared cores, the API poll period (100 ms), a scrape that takes a while. */
 const MARGIN_MS = 1500;
 
@@ -111,7 +111,7 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
   it('scrapes the agents, evaluates every rule, and BallastNoVipHolder fires when every node loses the VIP and clears when one takes it back', async () => {
     // the real rules with only `for:` shortened
     const original = parse(readFileSync(RULES_FILE, 'utf8')) as RulesFile;
-    const shortened: RulesFile = { groups: original.groups.map((g) => ({ ...g, rules: g.rules.map((r) => (r.for === undefined ? r : { ...r, for: `${FOR_MS / 1000}s` })) })) };
+    const shortened: RulesFile = { groups: original.groups.map((g) => ({ ...g, rules: g.rules.map((r) => (r.for === undefined ? r : { ...r, for: `${FOR_MS}ms` })) })) };
     const withoutFor = (f: RulesFile): unknown => f.groups.map((g) => ({ ...g, rules: g.rules.map(({ for: _for, ...rest }) => rest) }));
     expect(withoutFor(shortened)).toEqual(withoutFor(original));
     expect(original.groups[0]!.rules.find((r) => r.alert === 'BallastNoVipHolder')?.for).toBe('30s');
@@ -120,7 +120,7 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
 
     const configFile = join(dir, 'prometheus.yml');
     writeFileSync(configFile, stringify({
-      global: { scrape_interval: `${STEP_MS / 1000}s`, evaluation_interval: `${STEP_MS / 1000}s`, scrape_timeout: '900ms' },
+      global: { scrape_interval: `${STEP_MS}ms`, evaluation_interval: `${STEP_MS}ms`, scrape_timeout: `${STEP_MS - 100}ms` },
       rule_files: [rulesFile],
       scrape_configs: [{ job_name: 'ballast', static_configs: [{ targets: lab.nodes.map((n) => `${n.ipv4}:${ADMIN_PORT}`), labels: { cluster: 'lab' } }] }],
     }));

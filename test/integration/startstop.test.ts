@@ -27,8 +27,10 @@ import { leftoversOn, pinLockPath, startFullAgentLab, teardownFullAgentLab, proc
 
 const PREFIX = 'bss';
 const SUBNET = 236;
-const RUNS = 20;
-const WINDOW_MS = 2000;
+/** Bin edges (ms after the spawn): one seeded moment in each [EDGES[i], EDGES[i + 1]). */
+const EDGES = [0, 50, 100, 200, 300, 400, 600, 800, 1000, 1250, 1500, 1750, 2000] as const;
+const RUNS = EDGES.length - 1;
+const WINDOW_MS = EDGES[RUNS]!;
 const SEED = 0x9_5157;
 /** The CLI's own stop deadline is 10 s; a run that has not exited by then has failed. */
 const EXIT_TIMEOUT_MS = 12_000;
@@ -68,9 +70,9 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
   /** What one run left behind, as a list of findings (empty: nothing). */
   const leftovers = (pgid: number): Promise<string[]> => leftoversOn(lab, lab.nodes[0]!, { pinDir, cgroup, pgids: [pgid] });
 
-  it(`${RUNS} runs, SIGTERM at seeded moments in [0, ${WINDOW_MS}) ms: each exits 0 and leaves nothing`, async () => {
+  it(`${RUNS} runs, SIGTERM at seeded moments, one per bin of [0, ${WINDOW_MS}) ms: each exits 0 and leaves nothing`, async () => {
     const rand = prng(SEED);
-    const delays = Array.from({ length: RUNS }, () => Math.floor(rand() * WINDOW_MS));
+    const delays = Array.from({ length: RUNS }, (_, i) => Math.floor(EDGES[i]! + rand() * (EDGES[i + 1]! - EDGES[i]!)));
     const results: { delayMs: number; code: number | null; beforeNode: boolean; left: string[]; tail: string }[] = [];
     for (const delayMs of delays) {
       const t0 = performance.now();

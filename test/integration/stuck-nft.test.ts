@@ -4,11 +4,13 @@
  * the eBPF local endpoint in n1's own cgroup-v2 child, `dataplane.keepOnStop: false`.
  *
  * 1. A fake `nft` on PATH that hangs (`sleep 20`): every helper command has a bounded run time
- *    (src/dataplane/apply.ts commandExecutor, 5 s, the kill reaching the command's whole process
- *    group), so a SIGTERM during the stuck first apply unwinds every phase and exits 0 within the
- *    CLI's 10 s stop deadline — eBPF detached, lock file gone, no `nft` (nor its `sleep`) left;
- *    and without a signal the stuck apply fails the start like any failed apply (exit 1,
- *    BALLAST_E_DATAPLANE naming nft and the hang).
+ *    (`dataplane.commandTimeout`, 2 s here, default 5 s: src/dataplane/apply.ts commandExecutor,
+ *    the kill reaching the command's whole process group), so a SIGTERM during the stuck first
+ *    apply unwinds every phase and exits 0 within the CLI's 10 s stop deadline — and within the
+ *    one hung removal's time limit (+ 1.5 s) — eBPF detached, lock file gone, no `nft` (nor its
+ *    `sleep`) left; and without a signal the stuck apply fails the start like any failed apply
+ *    (exit 1, BALLAST_E_DATAPLANE naming nft and the hang) once the apply's and the removal's
+ *    time limits have run out (+ 3 s for Node's start).
  * 2. A run SIGKILLed after it programmed everything leaves `table ip ballast`, the BPF pins and
  *    the lock file; the next run with the same config, stopped by SIGTERM early in its start-up
  *    (before its data-plane phases ran), removes them: preflight registers their removal as soon
@@ -28,6 +30,8 @@ const SUBNET = 239;
 /** The CLI's own stop deadline is 10 s (src/commands.ts): a later exit is a failure. */
 const STOP_DEADLINE_MS = 10_000;
 const SIGTERM_AT_MS = 1500;
+/** dataplane.commandTimeout of this file's agents, ms: above SIGTERM_AT_MS, so the signal comes while the first apply hangs */
+const COMMAND_TIMEOUT_MS = 2000;
 /** The moments (ms after the spawn) of the early SIGTERMs after a killed run. */
 const EARLY_MS = [100, 170, 250, 400];
 
@@ -43,7 +47,7 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
   const procs: LabProcess[] = [];
 
   beforeAll(async () => {
-    ({ lab, cgroup, pinDir, configPath } = await startFullAgentLab({ prefix: PREFIX, subnet: SUBNET, configName: 'n1-stuck.yaml' }));
+    ({ lab, cgroup, pinDir, configPath } = await startFullAgentLab({ prefix: PREFIX, subnet: SUBNET, configName: 'n1-stuck.yaml', dataplane: { commandTimeout: `${COMMAND_TIMEOUT_MS / 1000}s` } }));
     // PATH for the agent: nsenter (how the lab enters n1 keeping the host's mounts) and a hung nft
     // that writes its PID (its process group's id, when the agent gives it a group of its own)
     stuckBin = join(lab.dir, 'bin-stuck');
@@ -109,6 +113,8 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
     expect(out).not.toMatch(/clean stop did not finish in time/);
     expect(code).toBe(0);
     expect(stopMs).toBeLessThan(STOP_DEADLINE_MS);
+    // the nft under way is killed at once; the removal's hung nft after its time limit
+    expect(stopMs).toBeLessThan(COMMAND_TIMEOUT_MS + 1500);
     expect(out).toMatch(/ebpf data plane detached/);
     // the removal of the table ran nft too, which hung: the log says so, naming the command
     expect(out).toMatch(/"err":"removing the ip ballast table: nft -f - hung and was killed[^"]*","msg":"cannot remove the nftables table"/);
@@ -128,6 +134,10 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
     console.log(`hung nft, no signal: exit ${code} after ${ms.toFixed(0)} ms; fake nft runs ${pids.length}; left: ${JSON.stringify(left)}; stderr: ${out.split('\n').filter((l) => l.includes('BALLAST_E_')).join(' | ')}`);
     expect(code).toBe(1);
     expect(out).toMatch(/ballast: cannot program nftables: .*nft .* hung and was killed.*\(BALLAST_E_DATAPLANE\)/);
+    expect(out).toContain(`did not finish within ${COMMAND_TIMEOUT_MS} ms`);
+    // the apply's hung nft, then the removal's, each killed after its time limit
+    expect(ms).toBeGreaterThanOrEqual(2 * COMMAND_TIMEOUT_MS);
+    expect(ms).toBeLessThan(2 * COMMAND_TIMEOUT_MS + 3000);
     expect(left).toEqual([]);
   }, 40_000);
 

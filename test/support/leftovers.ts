@@ -75,15 +75,16 @@ export interface FullAgentLab {
 /**
  * Starts the lab and writes n1's config with every part that leaves state behind; removes a pins
  * lock file an interrupted earlier run of the same test left, so it is not blamed on this one.
+ * `dataplane` is merged into the config's `dataplane` section.
  */
-export async function startFullAgentLab(o: { prefix: string; subnet: number; configName: string }): Promise<FullAgentLab> {
+export async function startFullAgentLab(o: { prefix: string; subnet: number; configName: string; dataplane?: Record<string, unknown> }): Promise<FullAgentLab> {
   const lab = await startLab({ prefix: o.prefix, subnet: o.subnet, nodes: 2, ipv6: false, apiservers: true });
   const n1 = lab.nodes[0]!;
   const cgroup = await lab.cgroup(n1);
   const pinDir = pinDirFor(cgroup);
   rmSync(pinLockPath(pinDir), { force: true });
   const configPath = join(lab.dir, o.configName);
-  const extra = { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } };
+  const extra = { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false, ...o.dataplane } };
   writeFileSync(configPath, agentConfig(lab, n1, { priority: 150, balance: true, extra }));
   return { lab, cgroup, pinDir, configPath };
 }

@@ -124,7 +124,7 @@ describe('parseConfig: valid files', () => {
         backends: [],
         health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
       localEndpoint: null,
       discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
@@ -160,7 +160,7 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
@@ -597,6 +597,8 @@ describe('parseConfig: one message per invalid field', () => {
     ['dataplane not a mapping', { dataplane: 'nftables' }, 'dataplane', 'must be a mapping of settings (key: value), got "nftables"'],
     ['dataplane.rebalance.factor 1', { dataplane: { rebalance: { factor: 1 } } }, 'dataplane.rebalance.factor', 'must be a number from 1.05 to 100, got 1'],
     ['dataplane.rebalance.factor "2"', { dataplane: { rebalance: { factor: '2' } } }, 'dataplane.rebalance.factor', /^must be a number from 1.05 to 100, got "2"/],
+    ['dataplane.commandTimeout 500ms', { dataplane: { commandTimeout: '500ms' } }, 'dataplane.commandTimeout', 'must be from 1s to 1m, got 500ms'],
+    ['dataplane.commandTimeout 2m', { dataplane: { commandTimeout: '2m' } }, 'dataplane.commandTimeout', 'must be from 1s to 1m, got 2m'],
     ['dataplane.rebalance.after 500ms', { dataplane: { rebalance: { after: '500ms' } } }, 'dataplane.rebalance.after', 'must be from 1s to 1h, got 500ms'],
     ['dataplane.rebalance.after 30', { dataplane: { rebalance: { after: 30 } } }, 'dataplane.rebalance.after', /^needs a unit/],
     ['dataplane.rebalance.resetsPerSecond 0', { dataplane: { rebalance: { resetsPerSecond: 0 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 0'],
@@ -776,11 +778,12 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const c = parseConfig(
       yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
     );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } });
+    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } });
     // true / false are what the setting took before it named what it keeps
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: false } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'none' } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'localEndpoint' } })).dataplane.keepOnStop).toBe('localEndpoint');
+    expect(parseConfig(yamlWith({ dataplane: { commandTimeout: '2s' } })).dataplane.commandTimeoutMs).toBe(2000);
     expect(parseConfig(yamlWith({ dataplane: { rebalance: { enabled: true, factor: 1.5, after: '10s', resetsPerSecond: 20, maxFractionPerMinute: 1 } } })).dataplane.rebalance).toStrictEqual({
       enabled: true,
       factor: 1.5,
