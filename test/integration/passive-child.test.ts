@@ -69,14 +69,20 @@ describe.skipIf(needs('root'))('no child outlives the agent (root; skipped other
     await waitFor(() => agent!.status(), (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy), { timeoutMs: 5000, what: 'both backends up' });
     const pid = agent.proc.pid;
 
-    // steady state (nothing to apply): sampled ten times over 500 ms, never a child
-    const seen = new Set<string>();
+    // steady state (nothing to apply): sampled ten times over 500 ms. Passive detection never has a
+    // child (the defect was a `conntrack -E` child for the agent's life); the table's periodic
+    // verify (nftwatch, every 10 s) runs a short `nft` per family, which may fall in the window
+    // (a CI run saw two): a child may appear, but none may be conntrack, and none may last the window
+    const samples: string[][] = [];
     for (let i = 0; i < 10; i++) {
-      for (const c of childrenOf(pid)) seen.add(c);
+      samples.push(childrenOf(pid));
       await new Promise((r) => setTimeout(r, 50));
     }
+    const seen = [...new Set(samples.flat())];
+    const persistent = samples.reduce((a, b) => a.filter((c) => b.includes(c)));
     // soft: the SIGKILL below is the defect's own check, and runs either way
-    expect.soft([...seen], 'children of the agent').toStrictEqual([]);
+    expect.soft(seen.filter((c) => !/^\d+ nft$/.test(c)), 'children of the agent other than a verify\'s nft').toStrictEqual([]);
+    expect.soft(persistent, 'children of the agent through the whole 500 ms').toStrictEqual([]);
 
     // passive detection works: n2 refuses the connections DNATed to it and is judged dead from them
     const victim = `${lab.nodes[1]!.ipv4}:6443`;
