@@ -16,7 +16,8 @@
  * stdout, one JSON object per line:
  *   {"t":12.3,"ok":true,"node":"n1","status":200,"ms":4.1}        t = request start, ms since start
  *   {"t":22.3,"ok":false,"error":"timeout","ms":250}                ms = latency / time to failure
- *   {"summary":true,"requests":N,"ok":N,"failed":N,"outages":[...],"maxOutageMs":d,"nodes":{...}}
+ *   {"summary":true,"requests":N,"ok":N,"failed":N,"outages":[...],"maxOutageMs":d,"nodes":{...},"startedAt":E}
+ *   (E: epoch ms of t = 0, performance.timeOrigin + performance.now(), to line `t` up with another process's clock)
  *
  * Reach mode answers "is ADDRESS reachable from here?" without ICMP (iputils ping is not part of
  * the base system): a TCP SYN to a closed port comes back as a RST (ECONNREFUSED), which proves
@@ -77,6 +78,12 @@ export interface Summary {
   /** the longest outage's `ms`, 0 when there was none */
   maxOutageMs: number;
   nodes: Record<string, number>;
+  /**
+   * When request times `t` count from, as epoch ms on the shared clock
+   * (`performance.timeOrigin + performance.now()`; another process on this machine maps its own
+   * times with the same sum, to well under 1 ms). Set by the prober's main; absent from `summarize`.
+   */
+  startedAt?: number;
 }
 
 const round = (ms: number): number => Math.round(ms * 10) / 10;
@@ -320,9 +327,12 @@ async function main(argv: string[]): Promise<number> {
   const onSignal = (): void => ac.abort();
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
+  const ca = readFileSync(values.ca);
+  // probe() takes its t = 0 synchronously right after this
+  const startedAt = performance.timeOrigin + performance.now();
   const results = await probe({
     url,
-    ca: readFileSync(values.ca),
+    ca,
     intervalMs: positiveInt('interval', values.interval, 10),
     durationMs: positiveInt('duration', values.duration, 10_000, 0),
     timeoutMs: positiveInt('timeout', values.timeout, 250),
@@ -330,7 +340,7 @@ async function main(argv: string[]): Promise<number> {
     onResult: out,
     signal: ac.signal,
   });
-  out(summarize(results));
+  out({ ...summarize(results), startedAt: round(startedAt) });
   return 0;
 }
 
