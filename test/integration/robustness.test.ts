@@ -5,7 +5,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab } from '../../lab/lab.js';
-import { cliPath, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
+import { cliPath, startAgent, startAgents, waitForHolder, type LabAgent } from '../../lab/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
@@ -30,13 +30,15 @@ describe.skipIf(needs('root'))('robustness on the lab (root; skipped otherwise)'
     await lab?.teardown();
   });
 
-  /** n1 (150) then n2 (100), `extra` merged into both configs; waits for n1 to hold the VIP. */
+  /**
+   * n1 (150) and n2 (100) started at once, `extra` merged into both configs; waits for n1 to hold
+   * the VIP (if n2's timer fires first, n1 preempts it).
+   */
   async function pair(extra?: Record<string, unknown>): Promise<[LabAgent, LabAgent]> {
-    const a1 = await startAgent(lab, lab.nodes[0]!, { priority: 150, ...(extra ? { extra } : {}) });
-    const a2 = await startAgent(lab, lab.nodes[1]!, { priority: 100, ...(extra ? { extra } : {}) });
-    agents.push(a1, a2);
+    const s = { ...(extra ? { extra } : {}) };
+    const [a1, a2] = await startAgents(lab, [{ priority: 150, ...s }, { priority: 100, ...s }], agents);
     await waitForHolder(lab, lab.vip4, 'n1');
-    return [a1, a2];
+    return [a1!, a2!];
   }
 
   it('a second agent for the same VRID and interface refuses to start and changes nothing', async () => {

@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab, LabProcess } from '../../lab/lab.js';
 import { cliPath } from '../../lab/cluster.js';
-import { needs, sleep } from '../support/index.js';
+import { needs, sleep, waitFor } from '../support/index.js';
 import { SockLb } from '../../src/native.js';
 import { leftoversOn, pinLockPath, startFullAgentLab, teardownFullAgentLab } from '../support/leftovers.js';
 
@@ -34,6 +34,8 @@ const SIGTERM_AT_MS = 1500;
 const COMMAND_TIMEOUT_MS = 2000;
 /** The moments (ms after the spawn) of the early SIGTERMs after a killed run. */
 const EARLY_MS = [100, 170, 250, 400];
+/** Log lines of a run that has programmed everything: the nft table, the eBPF programs, the VIP (master). */
+const PROGRAMMED = [/"msg":"data plane applied"/, /"msg":"ebpf data plane (attached|taken over)/, /^(?=.*"msg":"state change")(?=.*"to":"master").*$/m];
 
 
 
@@ -145,7 +147,9 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
     const results: { atMs: number; code: number | null | 'hung'; dataplaneRan: boolean; left: string[]; tail: string }[] = [];
     for (const atMs of EARLY_MS) {
       const killed = spawnAgent('killed');
-      await sleep(3000);
+      // killed once it has programmed everything (what a fixed 3 s wait stood for): the VIP table
+      // applied, the eBPF programs attached (pins and lock file), master (its VIP added)
+      await waitFor(() => killed.output(), (out) => PROGRAMMED.every((re) => re.test(out)), { timeoutMs: 10_000, intervalMs: 20, what: 'the run to be killed to program the table, attach eBPF and become master' }).catch(() => undefined);
       process.kill(killed.pid, 'SIGKILL');
       await killed.exited;
       // what the killed run left: the test is about removing it

@@ -13,7 +13,12 @@ import { appendChange, compactStore } from '../../lab/endpointslice-store.js';
 import { waitFor } from '../../lab/wait.js';
 import { kubeconfigText, makeTestPki, type TestPki } from '../support/tls.js';
 
-const PORT = 30_000 + (process.pid % 10_000);
+/**
+ * 20000-24999: below Linux's ephemeral range (32768-60999, ip_local_port_range), where any
+ * outgoing connection on the machine may hold a port (a final suite run here failed on it:
+ * EADDRINUSE 127.0.0.1:36772); discovery.test.ts takes 25000-29999, so two workers never clash.
+ */
+const PORT = 20_000 + (process.pid % 5000);
 const TOKEN = 'test-token-0123456789';
 const SLICES = '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices';
 const SELECTOR = 'kubernetes.io/service-name=kubernetes';

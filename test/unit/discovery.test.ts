@@ -147,7 +147,8 @@ describe('Discovery waiting for its kubeconfig', () => {
 });
 
 describe('Discovery against stand-in apiservers on loopback', () => {
-  const PORT = 30_000 + ((process.pid + 5000) % 10_000);
+  /** 25000-29999: below the ephemeral range (see apiserver-standin.test.ts, which takes 20000-24999) */
+  const PORT = 25_000 + (process.pid % 5000);
   const TOKEN = 'discovery-test-token-0123';
   let pki: TestPki;
   let dir: string;
