@@ -38,9 +38,9 @@ const SCHEDULING_MS = 250;
 const START_BUDGET_MS = 4000;
 /**
  * The budget, MiB: the most this agent measured once it had released its start-up memory, plus
- * 7 %: 74.2–76.5 MiB over 8 starts (7 in bench/memory.ts, 12 and 42 s after the backends were
- * up, and this test's own), 2026-12-02, with the runtime bundle and --no-maglev; 76.5 × 1.07 =
- * 81.9. Before them 79.8–82.3 (budget 88), 107–108 before the release, 117 before
+ * 7 %: 74.2–76.5 MiB over 13 starts (7 in bench/memory.ts, 12 and 42 s after the backends were
+ * up; 5 rounds of bench:resources, 74.3–74.5; this test's own, 74.2), 2026-12-02, with the
+ * runtime bundle and --no-maglev; 76.5 × 1.07 = 81.9. Before them 79.8–82.3 (budget 88), 107–108 before the release, 117 before
  * docs/performance.md's first changes. Not the issue's 60 MiB: the election worker's isolate
  * alone is 10–12 MiB, and Node 24 with one worker thread and nothing loaded is 35 after the same
  * release (docs/performance.md, "The floor").
