@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The release artefact: dist-pkg/ballast_<version>_amd64.deb, built from this tree's compiled
-# JavaScript (dist/src), the prebuilt addon and BPF object (build/Release), the production npm
-# dependencies and the pinned Node.js 24 runtime; nothing of the lab, the benchmarks or the tests.
+# JavaScript (dist/src and the runtime bundle dist/bundle), the prebuilt addon and BPF object
+# (build/Release), the production npm dependencies and the pinned Node.js 24 runtime; nothing of
+# the lab, the benchmarks or the tests.
 # `npm run package` runs scripts/setup.sh first (it builds dist/ and build/Release), then this.
 # Outputs (git-ignored), as /work/coord/CONTRACTS.md lays them out:
 #   dist-pkg/stage/            the package's root file system, exactly what the .deb holds
@@ -23,7 +24,7 @@ source scripts/node-env.sh
 # shellcheck source=scripts/node-runtime.sh
 source scripts/node-runtime.sh
 
-for f in dist/src/cli.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
+for f in dist/src/cli.js dist/bundle/commands.js dist/bundle/worker.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
   [ -f "$f" ] || die "$f is missing: run bash scripts/setup.sh (or npm run package, which does) first"
 done
 for t in dpkg-deb dpkg-shlibdeps strip; do
@@ -47,6 +48,11 @@ log "compiled JavaScript (dist/src)"
   mkdir -p "$lib/dist/$(dirname "$js")"
   cp "dist/$js" "$lib/dist/$js"
 done
+# the runtime bundle that dist/src/cli.js runs (scripts/bundle.ts; setup.sh built it with dist/src)
+log "runtime bundle (dist/bundle)"
+[ -z "$(find src -name '*.ts' -newer dist/bundle/commands.js | head -1)" ] || die "dist/bundle is older than src: run npm run build:ts (or bash scripts/setup.sh)"
+mkdir -p "$lib/dist/bundle"
+cp dist/bundle/*.js "$lib/dist/bundle/"
 
 # --- the addon and the BPF object -------------------------------------------------------------
 cp build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o "$lib/build/Release/"

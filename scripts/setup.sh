@@ -93,3 +93,6 @@ fi
 # --- TypeScript ------------------------------------------------------------------------------
 log "tsc"
 npx --no-install tsc -p tsconfig.build.json
+# the runtime bundle dist/src/cli.js runs (scripts/bundle.ts)
+log "bundle"
+node scripts/bundle.ts

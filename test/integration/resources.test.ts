@@ -37,13 +37,15 @@ const SCHEDULING_MS = 250;
 /** process start → first advert: Master_Down_Interval plus the start-up (modules, config, preflight, nft, BPF, worker), on 2 shared cores */
 const START_BUDGET_MS = 4000;
 /**
- * The budget, MiB: what this agent measures once it has released its start-up memory (79.8–82.3
- * MiB over 8 starts in bench:resources and bench/memory.ts, 2026-12-02; 107–108 before the
- * release, 117 before docs/performance.md's first changes) plus 7 %. Not the issue's 60 MiB:
- * Node 24 with one worker thread and nothing loaded is already 62 MiB, 35 after the same release
- * (docs/performance.md, "The floor").
+ * The budget, MiB: the most this agent measured once it had released its start-up memory, plus
+ * 7 %: 74.2–76.5 MiB over 13 starts (7 in bench/memory.ts, 12 and 42 s after the backends were
+ * up; 5 rounds of bench:resources, 74.3–74.5; this test's own, 74.2), 2026-12-02, with the
+ * runtime bundle and --no-maglev; 76.5 × 1.07 = 81.9. Before them 79.8–82.3 (budget 88), 107–108 before the release, 117 before
+ * docs/performance.md's first changes. Not the issue's 60 MiB: the election worker's isolate
+ * alone is 10–12 MiB, and Node 24 with one worker thread and nothing loaded is 35 after the same
+ * release (docs/performance.md, "The floor").
  */
-const RSS_BUDGET_MIB = 88;
+const RSS_BUDGET_MIB = 82;
 /** after the release: the steady state's code is mapped back within 5 s (docs/performance.md) */
 const WARM_UP_MS = 4000;
 /** the agent releases its start-up memory RELEASE_DELAY_MS (5 s) after its start-up */
@@ -106,6 +108,7 @@ describe.skipIf(needs('bpf'))('memory budget and start-up (root; skipped otherwi
     await sleep(WARM_UP_MS);
     const s = sampleTree([a.proc.pid]);
     expect(s.pids, 'no child processes').toEqual([a.proc.pid]);
+    console.log(`resources: RSS ${(s.rssKiB / 1024).toFixed(1)} MiB, PSS ${(s.pssKiB / 1024).toFixed(1)} MiB (budget ${RSS_BUDGET_MIB})`);
     expect(s.rssKiB / 1024, `RSS ${(s.rssKiB / 1024).toFixed(1)} MiB, PSS ${(s.pssKiB / 1024).toFixed(1)} MiB`).toBeLessThanOrEqual(RSS_BUDGET_MIB);
   }, 25_000);
 });

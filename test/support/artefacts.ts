@@ -33,6 +33,7 @@ export interface Artefacts {
 /** The files and directories whose contents make the artefacts, relative to the package root. */
 const INPUTS = [
   'dist/src',
+  'dist/bundle',
   'build/Release/ballast.node',
   'build/Release/ballast_sock_lb.bpf.o',
   'package.json',
