@@ -16,7 +16,8 @@
  * stdout, one JSON object per line:
  *   {"t":12.3,"ok":true,"node":"n1","status":200,"ms":4.1}        t = request start, ms since start
  *   {"t":22.3,"ok":false,"error":"timeout","ms":250}                ms = latency / time to failure
- *   {"summary":true,"requests":N,"ok":N,"failed":N,"outages":[...],"maxOutageMs":d,"nodes":{...}}
+ *   {"summary":true,"requests":N,"ok":N,"failed":N,"outages":[...],"maxOutageMs":d,"nodes":{...},"startedAt":E}
+ *                                                                   E = wall clock of t = 0, ms since the epoch
  *
  * Reach mode answers "is ADDRESS reachable from here?" without ICMP (iputils ping is not part of
  * the base system): a TCP SYN to a closed port comes back as a RST (ECONNREFUSED), which proves
@@ -77,6 +78,12 @@ export interface Summary {
   /** the longest outage's `ms`, 0 when there was none */
   maxOutageMs: number;
   nodes: Record<string, number>;
+  /**
+   * Wall-clock time of t = 0, ms since the epoch (performance.timeOrigin + the loop's start,
+   * 0.1 ms steps): another process's `Date.now()` minus this is that instant in this run's `t`.
+   * Set by the prober's main, not by {@link summarize}.
+   */
+  startedAt?: number;
 }
 
 const round = (ms: number): number => Math.round(ms * 10) / 10;
@@ -206,6 +213,8 @@ export interface ProbeOptions {
   onResult?: (r: ProbeResult) => void;
   /** stops scheduling when aborted; requests in flight still finish */
   signal?: AbortSignal;
+  /** the performance.now() reading that `t` counts from; default: when probe() is called */
+  origin?: number;
 }
 
 /**
@@ -216,7 +225,7 @@ export function probe(opts: ProbeOptions): Promise<ProbeResult[]> {
   const maxCount = Math.floor(opts.durationMs / opts.intervalMs) + 1;
   const results: ProbeResult[] = [];
   const inflight = new Set<Promise<void>>();
-  const t0 = performance.now();
+  const t0 = opts.origin ?? performance.now();
   let issued = 0;
   let timer: NodeJS.Timeout | undefined;
   return new Promise((resolve) => {
@@ -320,7 +329,9 @@ async function main(argv: string[]): Promise<number> {
   const onSignal = (): void => ac.abort();
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
+  const origin = performance.now();
   const results = await probe({
+    origin,
     url,
     ca: readFileSync(values.ca),
     intervalMs: positiveInt('interval', values.interval, 10),
@@ -330,7 +341,7 @@ async function main(argv: string[]): Promise<number> {
     onResult: out,
     signal: ac.signal,
   });
-  out(summarize(results));
+  out({ ...summarize(results), startedAt: round(performance.timeOrigin + origin) });
   return 0;
 }
 
