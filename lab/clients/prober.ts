@@ -17,7 +17,7 @@
  *   {"t":12.3,"ok":true,"node":"n1","status":200,"ms":4.1}        t = request start, ms since start
  *   {"t":22.3,"ok":false,"error":"timeout","ms":250}                ms = latency / time to failure
  *   {"summary":true,"requests":N,"ok":N,"failed":N,"outages":[...],"maxOutageMs":d,"nodes":{...},"startedAt":E}
- *   (E: epoch ms of t = 0, performance.timeOrigin + performance.now(), to line `t` up with another process's clock)
+ *                                                                   E = wall clock of t = 0, ms since the epoch
  *
  * Reach mode answers "is ADDRESS reachable from here?" without ICMP (iputils ping is not part of
  * the base system): a TCP SYN to a closed port comes back as a RST (ECONNREFUSED), which proves
@@ -79,9 +79,9 @@ export interface Summary {
   maxOutageMs: number;
   nodes: Record<string, number>;
   /**
-   * When request times `t` count from, as epoch ms on the shared clock
-   * (`performance.timeOrigin + performance.now()`; another process on this machine maps its own
-   * times with the same sum, to well under 1 ms). Set by the prober's main; absent from `summarize`.
+   * Wall-clock time of t = 0, ms since the epoch (performance.timeOrigin + the loop's start,
+   * 0.1 ms steps): another process's `Date.now()` minus this is that instant in this run's `t`.
+   * Set by the prober's main, not by {@link summarize}.
    */
   startedAt?: number;
 }
@@ -213,6 +213,8 @@ export interface ProbeOptions {
   onResult?: (r: ProbeResult) => void;
   /** stops scheduling when aborted; requests in flight still finish */
   signal?: AbortSignal;
+  /** the performance.now() reading that `t` counts from; default: when probe() is called */
+  origin?: number;
 }
 
 /**
@@ -223,7 +225,7 @@ export function probe(opts: ProbeOptions): Promise<ProbeResult[]> {
   const maxCount = Math.floor(opts.durationMs / opts.intervalMs) + 1;
   const results: ProbeResult[] = [];
   const inflight = new Set<Promise<void>>();
-  const t0 = performance.now();
+  const t0 = opts.origin ?? performance.now();
   let issued = 0;
   let timer: NodeJS.Timeout | undefined;
   return new Promise((resolve) => {
@@ -327,12 +329,11 @@ async function main(argv: string[]): Promise<number> {
   const onSignal = (): void => ac.abort();
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
-  const ca = readFileSync(values.ca);
-  // probe() takes its t = 0 synchronously right after this
-  const startedAt = performance.timeOrigin + performance.now();
+  const origin = performance.now();
   const results = await probe({
+    origin,
     url,
-    ca,
+    ca: readFileSync(values.ca),
     intervalMs: positiveInt('interval', values.interval, 10),
     durationMs: positiveInt('duration', values.duration, 10_000, 0),
     timeoutMs: positiveInt('timeout', values.timeout, 250),
@@ -340,7 +341,7 @@ async function main(argv: string[]): Promise<number> {
     onResult: out,
     signal: ac.signal,
   });
-  out({ ...summarize(results), startedAt: round(startedAt) });
+  out({ ...summarize(results), startedAt: round(performance.timeOrigin + origin) });
   return 0;
 }
 

@@ -131,9 +131,16 @@ describe.skipIf(needs('root'))('lab on real namespaces (needs root)', () => {
       expect(summary.requests).toBeLessThan(100);
       return summary;
     };
+    const spawnedAt = Date.now();
     const a = runProber(lab, { url, intervalMs: 20, durationMs: 20_000 });
+    let firstSeen: { at: number; t: number } | undefined;
+    void waitFor(() => a.results()[0], { timeoutMs: 10_000, intervalMs: 5, what: 'the first probe result' }).then((r) => (firstSeen = { at: Date.now(), t: r.t }), () => undefined);
     const stopped = await endEarly(a, () => a.stop());
     expect(stopped.failed).toBe(0);
+    // startedAt is t = 0 on the wall clock: after the spawn, and no later than the first result's
+    // arrival here less its t (the request started at t, then finished, then its line came)
+    expect(stopped.startedAt).toBeGreaterThanOrEqual(spawnedAt);
+    expect(stopped.startedAt! + firstSeen!.t).toBeLessThanOrEqual(firstSeen!.at + 1);
 
     const flag = join(lab.dir, 'stop-prober');
     const b = runProber(lab, { url, intervalMs: 20, durationMs: 20_000, untilFile: flag });
