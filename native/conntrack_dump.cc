@@ -1,7 +1,8 @@
 // The VIP's flows in conntrack, read over ctnetlink with libmnl: one IPCTNL_MSG_CT_GET dump
 // (NLM_F_DUMP; nfgen_family restricts it to one L3 family in the kernel), matched here in user
 // space, aggregated per DNAT target; optionally the oldest matching entries of one target are
-// deleted (IPCTNL_MSG_CT_DELETE by original tuple + CTA_ID + CTA_ZONE, each acknowledged).
+// deleted (IPCTNL_MSG_CT_DELETE by original tuple + CTA_ID + CTA_ZONE, each acknowledged) and
+// their original tuples' client address, port and VIP returned.
 // Sources: include/uapi/linux/netfilter/nfnetlink_conntrack.h (attributes),
 // net/netfilter/nf_conntrack_netlink.c (ctnetlink_dump_table, ctnetlink_del_conntrack: the id
 // check makes a delete never hit a different flow that reused the tuple), libmnl(3).
@@ -388,15 +389,24 @@ Napi::Value ConntrackVipFlows(const Napi::CallbackInfo& info) {
     uint32_t deleted = 0;
     double newestNs = 0;
     uint32_t seq = 2;
+    // the original tuple's client side and VIP of every entry deleted: the agent puts them into
+    // the table's evict set, so that the flow's next segment gets a RST (nftables.ts)
+    Napi::Array flows = Napi::Array::New(env);
     for (const Entry* e : mine) {
       if (deleted >= q.resetCount) break;
       if (Delete(env, nl.get(), *e, q.family, seq++)) {
+        Napi::Object f = Napi::Object::New(env);
+        f.Set("source", AddrText(env, q.family, e->orig.src));
+        f.Set("sourcePort", Napi::Number::New(env, ntohs(e->orig.sport)));
+        f.Set("vip", AddrText(env, q.family, e->orig.dst));
+        flows.Set(deleted, f);
         deleted++;
         newestNs = static_cast<double>(e->startNs);
       }
     }
     Napi::Object r = Napi::Object::New(env);
     r.Set("deleted", Napi::Number::New(env, deleted));
+    r.Set("flows", flows);
     // the start time of the youngest entry deleted (CLOCK_REALTIME ns, ±256 ns as a double); 0 = unknown
     r.Set("youngestStartNs", Napi::Number::New(env, newestNs));
     out.Set("reset", r);

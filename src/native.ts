@@ -983,8 +983,12 @@ export interface ConntrackVipFlows {
   matched: number;
   /** matched entries with a start time (net.netfilter.nf_conntrack_timestamp=1 when they were created) */
   timestamped: number;
-  /** when `query.reset` was given: entries deleted, and the start time of the youngest one deleted (ns since the epoch, 0 = unknown) */
-  reset?: { deleted: number; youngestStartNs: number };
+  /**
+   * when `query.reset` was given: entries deleted, the start time of the youngest one deleted (ns
+   * since the epoch, 0 = unknown), and each deleted flow's client address and port and VIP (its
+   * original source, source port, destination), `flows.length === deleted`
+   */
+  reset?: { deleted: number; youngestStartNs: number; flows: { source: string; sourcePort: number; vip: string }[] };
 }
 
 /**
@@ -993,7 +997,8 @@ export interface ConntrackVipFlows {
  * in the addon (TCP, original destination = a VIP and `port`, status DST_NAT, TCP state
  * ESTABLISHED) and aggregated by reply source. With `query.reset`, the oldest `count` flows of
  * that backend are then deleted (IPCTNL_MSG_CT_DELETE naming tuple, id and zone), oldest by
- * conntrack's start timestamp (entries without one first, ties by id). Synchronous: about
+ * conntrack's start timestamp (entries without one first, ties by id), and their original
+ * tuples returned (`reset.flows`). Synchronous: about
  * 10 ms of CPU per 2,000 entries (measured; most of it the kernel building the dump); every receive is bounded by a 2 s timeout.
  * @throws TypeError on a bad query.
  * @throws NativeError EPERM without CAP_NET_ADMIN, EPROTONOSUPPORT/ENOENT without ctnetlink
