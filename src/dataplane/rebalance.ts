@@ -6,14 +6,21 @@
  *     established flows to VIP:port DNATed to each backend ─► /status dataplane.connections,
  *     ballast_backend_connections
  *   rebalance on: decide() ─► reset the oldest N flows of the most loaded backend (conntrack
- *     entries deleted in the same call) ─► their clients' next segment gets a RST (the table's
- *     `strays` chain, nftables.ts) ─► they reconnect and numgen spreads them anew
+ *     entries deleted in the same call, their tuples returned) ─► the tuples into the table's
+ *     `evict` set (one nft run) ─► their clients' next segment gets a RST (the `strays` chain,
+ *     nftables.ts) ─► they reconnect from a new source port, and the spread's hash of the new
+ *     tuple spreads them anew (uniformly: the port is part of the hash)
  *
  * Why watches need this: a long-lived connection stays on the apiserver that was up when it
  * connected, so after a rolling restart the last apiserver restarted holds almost none
  * (kubernetes #76145, #126378). Deleting the entry alone is not enough: conntrack's loose pickup
- * would NAT the next mid-stream segment anew, possibly to the same backend, and nothing would
- * change; the `strays` rule turns it into a RST.
+ * NATs the next mid-stream segment anew, and the spread hashes the same tuple to the same backend
+ * (on purpose: a flow whose state was flushed must continue), so nothing would change; the
+ * `evict` set marks the flows whose pickup must get a RST instead. A client segment that arrives
+ * in the few ms between the delete and the set update is picked up by the same backend and the
+ * flow stays (counted again, it may be chosen by a later round). A flow whose backend speaks
+ * first after the delete is reset anyway: the backend's segment finds no entry and this node
+ * answers it with a RST.
  *
  * Oldest first, by conntrack's start timestamp (CTA_TIMESTAMP_START, needs
  * net.netfilter.nf_conntrack_timestamp=1 in the namespace; the agent turns it on while
@@ -26,6 +33,7 @@
  */
 import { hostPort } from '../net/address.js';
 import type { ConntrackVipFlows, ConntrackVipQuery } from '../native.js';
+import type { EvictedFlow } from './nftables.js';
 
 /** The rebalancer's settings (config `dataplane.rebalance`, normalized: types.ts RebalanceConfig). */
 export interface RebalanceSettings {
@@ -209,6 +217,11 @@ export interface ConnectionTrackerDeps {
   /** what the plane serves now: family, VIPs, port and the ready backends (host:port) */
   target(): { family: 4 | 6; vips: readonly string[]; port: number; ready: readonly string[] };
   settings(): RebalanceSettings;
+  /**
+   * Puts flows just reset into the table's evict set (NftablesApplier.evict); absent: not done
+   * (then a client that speaks first keeps its backend). A rejection is logged once per message.
+   */
+  evict?(family: 4 | 6, flows: readonly EvictedFlow[]): Promise<unknown>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
   /** ms since the epoch; default Date.now */
   now?: () => number;
@@ -242,6 +255,7 @@ export class ConnectionTracker {
   readonly #resets: Record<string, number> = {};
   #lastRound: RebalanceStatus['lastRound'] = null;
   #lastError: string | null = null;
+  #evictError: string | null = null;
   #timer: NodeJS.Timeout | null = null;
   #running = false;
 
@@ -318,15 +332,18 @@ export class ConnectionTracker {
     const address = backend.slice(0, i).replace(/^\[|\]$/g, '');
     const port = Number(backend.slice(i + 1));
     let deleted = 0;
+    let flows: readonly EvictedFlow[] = [];
     try {
       const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count } });
       deleted = r.reset?.deleted ?? 0;
+      flows = r.reset?.flows ?? [];
     } catch (err) {
       this.#fail(err);
       return;
     }
     this.#memory = recordResets(this.#memory, now, deleted, d.total);
     if (deleted === 0) return;
+    this.#evict(t.family, flows);
     this.#resets[backend] = (this.#resets[backend] ?? 0) + deleted;
     const before = counts.get(backend) ?? 0;
     this.#connections[backend] = Math.max(0, before - deleted);
@@ -334,6 +351,19 @@ export class ConnectionTracker {
     this.#deps.log.info(
       { backend, before, reset: deleted, total: d.total, fair: round1(d.fair!), bound: round1(d.bound!), over: d.over, connections: this.#connections },
       REBALANCE_MESSAGE,
+    );
+  }
+
+  #evict(family: 4 | 6, flows: readonly EvictedFlow[]): void {
+    const evict = this.#deps.evict;
+    if (!evict || flows.length === 0) return;
+    evict(family, flows).then(
+      () => void (this.#evictError = null),
+      (err: unknown) => {
+        const msg = err instanceof Error ? err.message : String(err);
+        if (msg !== this.#evictError) this.#deps.log.warn({ err: msg, flows: flows.length }, 'rebalance: cannot mark the reset flows for a RST (their clients may stay on the same backend)');
+        this.#evictError = msg;
+      },
     );
   }
 

@@ -235,6 +235,7 @@ function fakeKernel(start: Record<string, number>) {
   const flows = new Map(Object.entries(start));
   const queries: ConntrackVipQuery[] = [];
   let failing: string | null = null;
+  let resetFlows = 0;
   const read = (q: ConntrackVipQuery): ConntrackVipFlows => {
     queries.push(q);
     if (failing) throw new Error(failing);
@@ -248,7 +249,8 @@ function fakeKernel(start: Record<string, number>) {
       const key = `${q.reset.address}:${q.reset.port}`;
       const deleted = Math.min(q.reset.count, flows.get(key) ?? 0);
       flows.set(key, (flows.get(key) ?? 0) - deleted);
-      out.reset = { deleted, youngestStartNs: 0 };
+      const gone = Array.from({ length: deleted }, () => ({ source: '10.0.0.200', sourcePort: 40000 + resetFlows++, vip: q.vips[0]! }));
+      out.reset = { deleted, youngestStartNs: 0, flows: gone };
     }
     return out;
   };
@@ -304,6 +306,29 @@ describe('ConnectionTracker', () => {
     expect(final.rebalance.state).toBe('balanced');
     expect(busy.at(-1)).toBe(false);
     expect(Object.values(final.rebalance.resets).reduce((a, b) => a + b, 0)).toBe(resets.reduce((s, q) => s + q.reset!.count, 0));
+  });
+
+  it('on: the flows each reset deleted go to evict (family, client address . port . VIP); a failing evict is logged once per message', async () => {
+    const k = fakeKernel({ [A]: 150, [B]: 150 });
+    const log = logs();
+    let now = 0;
+    const settings: RebalanceSettings = { enabled: true, factor: 1.2, afterMs: 0, resetsPerSecond: 10, maxFractionPerMinute: 1 };
+    const evicted: { family: number; flows: readonly { source: string; sourcePort: number; vip: string }[] }[] = [];
+    let failing: string | null = null;
+    const evict = (family: 4 | 6, flows: readonly { source: string; sourcePort: number; vip: string }[]): Promise<number> => {
+      evicted.push({ family, flows });
+      return failing ? Promise.reject(new Error(failing)) : Promise.resolve(flows.length);
+    };
+    const t = new ConnectionTracker({ read: k.read, target: () => target, settings: () => settings, evict, log, now: () => now });
+    t.round();
+    const resets = k.queries.filter((q) => q.reset);
+    expect(resets).toHaveLength(1);
+    expect(evicted).toStrictEqual([{ family: 4, flows: Array.from({ length: 10 }, (_, i) => ({ source: '10.0.0.200', sourcePort: 40000 + i, vip: '10.0.0.100' })) }]);
+    failing = 'nft: No such file or directory';
+    for (now = 1000; now <= 3000; now += 1000) t.round();
+    await new Promise((r) => setImmediate(r));
+    expect(evicted.length).toBe(4);
+    expect(log.lines.filter((l) => l.level === 'warn' && /cannot mark the reset flows/.test(l.m))).toHaveLength(1);
   });
 
   it('a failing dump is logged once per message and leaves the last counts; no backend: no dump', () => {
