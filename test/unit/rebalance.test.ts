@@ -246,11 +246,17 @@ function fakeKernel(start: Record<string, number>) {
       timestamped: [...flows.values()].reduce((a, b) => a + b, 0),
     };
     if (q.reset) {
+      // the flows of a backend are numbered; the oldest are the lowest numbers still there
       const key = `${q.reset.address}:${q.reset.port}`;
-      const deleted = Math.min(q.reset.count, flows.get(key) ?? 0);
-      flows.set(key, (flows.get(key) ?? 0) - deleted);
-      const gone = Array.from({ length: deleted }, () => ({ source: '10.0.0.200', sourcePort: 40000 + resetFlows++, vip: q.vips[0]! }));
-      out.reset = { deleted, youngestStartNs: 0, flows: gone };
+      const n = Math.min(q.reset.count, flows.get(key) ?? 0, q.reset.only?.length ?? Infinity);
+      const chosen = Array.from({ length: n }, (_, i) => ({ source: '10.0.0.200', sourcePort: 40000 + resetFlows + i, vip: q.vips[0]! }));
+      if (q.reset.dryRun) {
+        out.reset = { deleted: 0, youngestStartNs: 0, flows: chosen };
+      } else {
+        flows.set(key, (flows.get(key) ?? 0) - n);
+        resetFlows += n;
+        out.reset = { deleted: n, youngestStartNs: 0, flows: chosen };
+      }
     }
     return out;
   };
@@ -308,27 +314,51 @@ describe('ConnectionTracker', () => {
     expect(Object.values(final.rebalance.resets).reduce((a, b) => a + b, 0)).toBe(resets.reduce((s, q) => s + q.reset!.count, 0));
   });
 
-  it('on: the flows each reset deleted go to evict (family, client address . port . VIP); a failing evict is logged once per message', async () => {
+  it('on, with evict: each reset chooses its flows (dry run), marks them, and only then deletes those flows; a failing mark deletes nothing, logged once', async () => {
     const k = fakeKernel({ [A]: 150, [B]: 150 });
     const log = logs();
     let now = 0;
     const settings: RebalanceSettings = { enabled: true, factor: 1.2, afterMs: 0, resetsPerSecond: 10, maxFractionPerMinute: 1 };
-    const evicted: { family: number; flows: readonly { source: string; sourcePort: number; vip: string }[] }[] = [];
+    const steps: string[] = [];
     let failing: string | null = null;
+    let release: () => void = () => undefined;
     const evict = (family: 4 | 6, flows: readonly { source: string; sourcePort: number; vip: string }[]): Promise<number> => {
-      evicted.push({ family, flows });
-      return failing ? Promise.reject(new Error(failing)) : Promise.resolve(flows.length);
+      steps.push(`evict ${family} ${flows.map((f) => `${f.source}.${f.sourcePort}.${f.vip}`).join(',')}`);
+      if (failing) return Promise.reject(new Error(failing));
+      return new Promise((r) => (release = () => r(flows.length)));
     };
-    const t = new ConnectionTracker({ read: k.read, target: () => target, settings: () => settings, evict, log, now: () => now });
+    const read = (q: ConntrackVipQuery): ConntrackVipFlows => {
+      if (q.reset) steps.push(`${q.reset.dryRun ? 'choose' : 'delete'} ${q.reset.count}${q.reset.only ? ` only ${q.reset.only.length}` : ''}`);
+      return k.read(q);
+    };
+    const t = new ConnectionTracker({ read, target: () => target, settings: () => settings, evict, log, now: () => now });
+    const stop = t.start();
+    const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+    await tick();
+    const marked = Array.from({ length: 10 }, (_, i) => `10.0.0.200.${40000 + i}.10.0.0.100`).join(',');
+    // chosen and marked, not deleted while the mark is under way; a round meanwhile starts no second reset
+    expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`]);
+    now = 1000;
     t.round();
-    const resets = k.queries.filter((q) => q.reset);
-    expect(resets).toHaveLength(1);
-    expect(evicted).toStrictEqual([{ family: 4, flows: Array.from({ length: 10 }, (_, i) => ({ source: '10.0.0.200', sourcePort: 40000 + i, vip: '10.0.0.100' })) }]);
+    await tick();
+    expect(steps).toHaveLength(2);
+    release();
+    await tick();
+    expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`, 'delete 10 only 10']);
+    expect(t.status().rebalance.resets).toStrictEqual({ [A]: 10 });
+    expect(log.lines.filter((l) => l.m === REBALANCE_MESSAGE)).toHaveLength(1);
+    // a failing mark: nothing deleted, one warning however often
     failing = 'nft: No such file or directory';
-    for (now = 1000; now <= 3000; now += 1000) t.round();
-    await new Promise((r) => setImmediate(r));
-    expect(evicted.length).toBe(4);
-    expect(log.lines.filter((l) => l.level === 'warn' && /cannot mark the reset flows/.test(l.m))).toHaveLength(1);
+    steps.length = 0;
+    for (now = 2000; now <= 4000; now += 1000) {
+      t.round();
+      await tick();
+    }
+    expect(steps.filter((x) => x.startsWith('delete'))).toStrictEqual([]);
+    expect(steps.filter((x) => x.startsWith('evict'))).toHaveLength(3);
+    expect(log.lines.filter((l) => l.level === 'warn' && /cannot mark the flows to reset/.test(l.m))).toHaveLength(1);
+    expect(t.status().rebalance.resets).toStrictEqual({ [A]: 10 });
+    stop();
   });
 
   it('a failing dump is logged once per message and leaves the last counts; no backend: no dump', () => {
