@@ -39,9 +39,14 @@
  *   The hash of the unchanged tuple picks the same backend as before (same backend set, same
  *   seed; the seed is explicit because nft_hash otherwise draws a random one per rule load, and
  *   every apply reloads the table), masquerade picks the same source port again, and the flow
- *   simply continues. What the hash cannot save: a flow whose backend left the set since
- *   (another backend RSTs it, as before), and a flow whose first segment after the loss comes
- *   from the backend (the reply no longer maps to a client: the node answers it with a RST).
+ *   simply continues (test/integration/conntrack-flush.test.ts: 36 watch-like connections across
+ *   a `conntrack -F` on the holder, 0 reset; the previous ruleset reset 36 of 36 through its
+ *   blanket strays rule, `numgen` alone 26 of 36). What the hash cannot save: a flow whose
+ *   backend left the set since (another backend RSTs it, as before), and a flow whose first
+ *   segment after the loss comes from the backend (the reply no longer maps to a client: the
+ *   node answers it with a RST). A flow the VIP brings from another holder is not saved either
+ *   (the backend knows it by the other node's masquerade address): the backend RSTs it, where
+ *   the former blanket strays rule did so from this node one round trip earlier.
  *   New connections still spread evenly: the tuple includes the client's ephemeral source port,
  *   so many connections from ONE client hash uniformly; only a client that pins its source port
  *   lands on one backend every time.
