@@ -1,7 +1,8 @@
 // The VIP's flows in conntrack, read over ctnetlink with libmnl: one IPCTNL_MSG_CT_GET dump
 // (NLM_F_DUMP; nfgen_family restricts it to one L3 family in the kernel), matched here in user
 // space, aggregated per DNAT target; optionally the oldest matching entries of one target are
-// deleted (IPCTNL_MSG_CT_DELETE by original tuple + CTA_ID + CTA_ZONE, each acknowledged).
+// deleted (IPCTNL_MSG_CT_DELETE by original tuple + CTA_ID + CTA_ZONE, each acknowledged) and
+// their original tuples' client address, port and VIP returned.
 // Sources: include/uapi/linux/netfilter/nfnetlink_conntrack.h (attributes),
 // net/netfilter/nf_conntrack_netlink.c (ctnetlink_dump_table, ctnetlink_del_conntrack: the id
 // check makes a delete never hit a different flow that reused the tuple), libmnl(3).
@@ -76,6 +77,9 @@ struct Query {
   Addr resetAddr;
   uint16_t resetPort = 0;  // network order
   uint32_t resetCount = 0;
+  bool dryRun = false;  // choose the flows to reset, delete nothing
+  bool hasOnly = false;  // reset only flows among `only` (client address, client port, VIP)
+  std::vector<std::tuple<Addr, uint16_t, Addr>> only;  // port in network order, sorted
 };
 
 Addr ParseAddr(Napi::Env env, const Napi::Value& v, int family, const std::string& name) {
@@ -120,6 +124,23 @@ Query ParseQuery(const Napi::CallbackInfo& info) {
     double n = c.IsNumber() ? c.As<Napi::Number>().DoubleValue() : -1;
     if (!(n >= 0 && n <= 1e6) || n != static_cast<double>(static_cast<uint32_t>(n))) ThrowTypeError(env, "query.reset.count must be an integer 0..1000000");
     q.resetCount = static_cast<uint32_t>(n);
+    Napi::Value dry = r.Get("dryRun");
+    if (!dry.IsUndefined() && !dry.IsBoolean()) ThrowTypeError(env, "query.reset.dryRun must be a boolean");
+    q.dryRun = dry.IsBoolean() && dry.As<Napi::Boolean>().Value();
+    Napi::Value only = r.Get("only");
+    if (!only.IsUndefined()) {
+      if (!only.IsArray()) ThrowTypeError(env, "query.reset.only must be an array of { source, sourcePort, vip }");
+      Napi::Array a = only.As<Napi::Array>();
+      q.hasOnly = true;
+      for (uint32_t i = 0; i < a.Length(); i++) {
+        std::string at = "query.reset.only[" + std::to_string(i) + "]";
+        if (!a.Get(i).IsObject()) ThrowTypeError(env, at + " must be an object { source, sourcePort, vip }");
+        Napi::Object f = a.Get(i).As<Napi::Object>();
+        q.only.emplace_back(ParseAddr(env, f.Get("source"), q.family, at + ".source"), ParsePort(env, f.Get("sourcePort"), at + ".sourcePort"),
+                            ParseAddr(env, f.Get("vip"), q.family, at + ".vip"));
+      }
+      std::sort(q.only.begin(), q.only.end());
+    }
   }
   return q;
 }
@@ -380,7 +401,9 @@ Napi::Value ConntrackVipFlows(const Napi::CallbackInfo& info) {
     // they predate nf_conntrack_timestamp=1), ties by id
     std::vector<const Entry*> mine;
     for (const Entry& e : matched) {
-      if (e.reply.src == q.resetAddr && e.reply.sport == q.resetPort) mine.push_back(&e);
+      if (!(e.reply.src == q.resetAddr && e.reply.sport == q.resetPort)) continue;
+      if (q.hasOnly && !std::binary_search(q.only.begin(), q.only.end(), std::make_tuple(e.orig.src, e.orig.sport, e.orig.dst))) continue;
+      mine.push_back(&e);
     }
     std::sort(mine.begin(), mine.end(), [](const Entry* a, const Entry* b) {
       return std::tie(a->startNs, a->id) < std::tie(b->startNs, b->id);
@@ -388,15 +411,29 @@ Napi::Value ConntrackVipFlows(const Napi::CallbackInfo& info) {
     uint32_t deleted = 0;
     double newestNs = 0;
     uint32_t seq = 2;
+    // the original tuple's client side and VIP of every entry deleted (dryRun: chosen): the agent
+    // puts them into the table's evict set, so that the flow's next segment gets a RST (nftables.ts)
+    Napi::Array flows = Napi::Array::New(env);
+    auto flow = [&](const Entry& e) {
+      Napi::Object f = Napi::Object::New(env);
+      f.Set("source", AddrText(env, q.family, e.orig.src));
+      f.Set("sourcePort", Napi::Number::New(env, ntohs(e.orig.sport)));
+      f.Set("vip", AddrText(env, q.family, e.orig.dst));
+      flows.Set(flows.Length(), f);
+    };
     for (const Entry* e : mine) {
-      if (deleted >= q.resetCount) break;
-      if (Delete(env, nl.get(), *e, q.family, seq++)) {
+      if (flows.Length() >= q.resetCount) break;
+      if (q.dryRun) {
+        flow(*e);
+      } else if (Delete(env, nl.get(), *e, q.family, seq++)) {
+        flow(*e);
         deleted++;
         newestNs = static_cast<double>(e->startNs);
       }
     }
     Napi::Object r = Napi::Object::New(env);
     r.Set("deleted", Napi::Number::New(env, deleted));
+    r.Set("flows", flows);
     // the start time of the youngest entry deleted (CLOCK_REALTIME ns, ±256 ns as a double); 0 = unknown
     r.Set("youngestStartNs", Napi::Number::New(env, newestNs));
     out.Set("reset", r);

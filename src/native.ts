@@ -969,8 +969,13 @@ export interface ConntrackVipQuery {
   vips: readonly string[];
   /** the VIP port (original destination port), 1..65535 */
   port: number;
-  /** also delete the `count` oldest of these flows DNATed to address:port (the reply source) */
-  reset?: { address: string; port: number; count: number };
+  /**
+   * also delete the `count` oldest of these flows DNATed to address:port (the reply source);
+   * `dryRun`: choose them the same way but delete nothing (`reset.flows` names them); `only`:
+   * choose among these flows only (client address, client port, VIP: the original source,
+   * source port and destination), e.g. the ones a dry run chose
+   */
+  reset?: { address: string; port: number; count: number; dryRun?: boolean; only?: readonly { source: string; sourcePort: number; vip: string }[] };
 }
 
 /** What {@link conntrackVipFlows} found. */
@@ -983,8 +988,13 @@ export interface ConntrackVipFlows {
   matched: number;
   /** matched entries with a start time (net.netfilter.nf_conntrack_timestamp=1 when they were created) */
   timestamped: number;
-  /** when `query.reset` was given: entries deleted, and the start time of the youngest one deleted (ns since the epoch, 0 = unknown) */
-  reset?: { deleted: number; youngestStartNs: number };
+  /**
+   * when `query.reset` was given: entries deleted, the start time of the youngest one deleted (ns
+   * since the epoch, 0 = unknown), and each deleted flow's client address and port and VIP (its
+   * original source, source port, destination), `flows.length === deleted`; with `dryRun`:
+   * deleted 0, and `flows` the ones a reset would delete, oldest first
+   */
+  reset?: { deleted: number; youngestStartNs: number; flows: { source: string; sourcePort: number; vip: string }[] };
 }
 
 /**
@@ -993,7 +1003,9 @@ export interface ConntrackVipFlows {
  * in the addon (TCP, original destination = a VIP and `port`, status DST_NAT, TCP state
  * ESTABLISHED) and aggregated by reply source. With `query.reset`, the oldest `count` flows of
  * that backend are then deleted (IPCTNL_MSG_CT_DELETE naming tuple, id and zone), oldest by
- * conntrack's start timestamp (entries without one first, ties by id). Synchronous: about
+ * conntrack's start timestamp (entries without one first, ties by id), and their original
+ * tuples returned (`reset.flows`); `reset.dryRun` only chooses, `reset.only` narrows the choice
+ * to given flows. Synchronous: about
  * 10 ms of CPU per 2,000 entries (measured; most of it the kernel building the dump); every receive is bounded by a 2 s timeout.
  * @throws TypeError on a bad query.
  * @throws NativeError EPERM without CAP_NET_ADMIN, EPROTONOSUPPORT/ENOENT without ctnetlink

@@ -9,13 +9,20 @@
  *
  *   node dist/lab/clients/watchers.js --url https://10.78.S.100:6443/version --ca CA
  *        [--count 300] [--interval 2000] [--duration 60000] [--timeout 3000] [--retry 200]
- *        [--attempts 10] [--report 250] [--open-rate 100]
+ *        [--attempts 10] [--report 250] [--open-rate 100] [--events]
  *
  * stdout, one JSON object per line (t = ms since start):
  *   {"t":…,"open":300,"opening":0,"nodes":{"n1":101,…},"connects":300,"reconnects":12,
  *    "failedAttempts":0,"failedReconnects":0,"requests":N,"failedRequests":N,"oldest":{"n1":…}}
  *   every --report ms; the last one also has "summary":true. `oldest` is, per node, the start
- *   time (t) of its oldest open connection.
+ *   time (t) of its oldest open connection. `switched`: answers on an open connection that named
+ *   another node than the connection's earlier answers (one TLS connection cannot move: always 0
+ *   unless something is badly wrong).
+ * With --events, also one line per request on an open connection and per connection end, times
+ * wall-clock (Date.now(), ms, comparable with another process's on the same machine):
+ *   {"event":"request","w":7,"conn":3,"start":…,"end":…,"ok":true,"node":"n2"}
+ *   {"event":"closed","w":7,"conn":3,"at":…,"node":"n2"}
+ * `w` numbers the watcher (0..count-1), `conn` its connections (1, 2, … per watcher).
  * Bounded: --duration ms in all, at most count × (1 + duration / retry) connection attempts.
  * SIGTERM / SIGINT: a final summary, exit 0.
  */
@@ -40,8 +47,14 @@ export interface WatchersReport {
   failedReconnects: number;
   requests: number;
   failedRequests: number;
+  switched: number;
   summary?: true;
 }
+
+/** A --events line. */
+export type WatcherEvent =
+  | { event: 'request'; w: number; conn: number; start: number; end: number; ok: boolean; node?: string }
+  | { event: 'closed'; w: number; conn: number; at: number; node: string | null };
 
 interface Options {
   url: URL;
@@ -54,10 +67,12 @@ interface Options {
   attempts: number;
   reportMs: number;
   openRate: number;
+  events: boolean;
 }
 
 const start = performance.now();
 const now = (): number => Math.round((performance.now() - start) * 10) / 10;
+const emit = (o: WatcherEvent): void => void process.stdout.write(`${JSON.stringify(o)}\n`);
 
 class Watcher {
   node: string | null = null;
@@ -70,10 +85,13 @@ class Watcher {
   #everConnected = false;
   #gaveUp = false;
   #timer: NodeJS.Timeout | null = null;
+  /** connections this watcher opened (its current one's number) */
+  #conns = 0;
 
   constructor(
+    readonly id: number,
     readonly o: Options,
-    readonly stats: { connects: number; reconnects: number; failedAttempts: number; failedReconnects: number; requests: number; failedRequests: number },
+    readonly stats: { connects: number; reconnects: number; failedAttempts: number; failedReconnects: number; requests: number; failedRequests: number; switched: number },
     readonly stopped: () => boolean,
   ) {}
 
@@ -112,6 +130,7 @@ class Watcher {
         s.on('error', () => undefined);
         this.opening = false;
         this.node = r.node ?? '?';
+        this.#conns++;
         this.since = now();
         this.stats.connects++;
         if (this.#everConnected) this.stats.reconnects++;
@@ -125,6 +144,7 @@ class Watcher {
 
   #closed(s: tls.TLSSocket): void {
     if (this.socket !== s) return;
+    if (this.o.events && this.node !== null) emit({ event: 'closed', w: this.id, conn: this.#conns, at: Date.now(), node: this.node });
     this.socket = null;
     this.node = null;
     this.#waiting?.({ ok: false });
@@ -144,7 +164,10 @@ class Watcher {
     this.#later(ms, () => {
       const s = this.socket;
       if (!s || this.stopped()) return;
+      const begun = Date.now();
       void this.#request().then((r) => {
+        if (this.o.events) emit({ event: 'request', w: this.id, conn: this.#conns, start: begun, end: Date.now(), ok: r.ok, ...(r.node === undefined ? {} : { node: r.node }) });
+        if (r.ok && r.node !== undefined && this.node !== null && r.node !== this.node) this.stats.switched++;
         if (this.socket !== s) return;
         if (!r.ok) {
           // no answer in time: HTTP/1.1 cannot recover; the close handler reconnects
@@ -223,6 +246,7 @@ function main(argv: string[]): Promise<number> {
       attempts: { type: 'string', default: '10' },
       report: { type: 'string', default: '250' },
       'open-rate': { type: 'string', default: '100' },
+      events: { type: 'boolean', default: false },
     },
     strict: true,
   });
@@ -243,10 +267,11 @@ function main(argv: string[]): Promise<number> {
     attempts: num('attempts', values.attempts, 1, 1000),
     reportMs: num('report', values.report, 10, 60_000),
     openRate: num('open-rate', values['open-rate'], 1, 100_000),
+    events: values.events === true,
   };
-  const stats = { connects: 0, reconnects: 0, failedAttempts: 0, failedReconnects: 0, requests: 0, failedRequests: 0 };
+  const stats = { connects: 0, reconnects: 0, failedAttempts: 0, failedReconnects: 0, requests: 0, failedRequests: 0, switched: 0 };
   let stopped = false;
-  const ws = Array.from({ length: o.count }, () => new Watcher(o, stats, () => stopped));
+  const ws = Array.from({ length: o.count }, (_, i) => new Watcher(i, o, stats, () => stopped));
   const out = (summary: boolean): void => void process.stdout.write(`${JSON.stringify(report(ws, stats, summary))}\n`);
   // open at --open-rate per second: 300 TLS handshakes at once would starve the lab's 2 cores
   let next = 0;

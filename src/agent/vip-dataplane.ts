@@ -59,7 +59,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const a = applier;
     // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
     let rebalance = config.dataplane.rebalance;
-    const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, log });
+    const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, evict: (family, flows) => a.evict(family, flows, { signal: ctx.signal }), log });
     const plane = new LoadBalancer(
       {
         apply: async (d) => {

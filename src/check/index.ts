@@ -336,12 +336,12 @@ async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>,
   } catch (err) {
     return fail('nftables-ruleset', title, `cannot run nft: ${(err as Error).message}`, 'install nftables (apt install nftables)');
   }
-  if (r.code === 0) return ok('nftables-ruleset', title, `the rendered ruleset (${text.split('\n').length - 1} lines: nat hooks prerouting/output/postrouting, numgen, a verdict map, dnat, masquerade, ct expressions) passes nft -c`);
+  if (r.code === 0) return ok('nftables-ruleset', title, `the rendered ruleset (${text.split('\n').length - 1} lines: nat hooks prerouting/output/postrouting, jhash, a verdict map, dnat, masquerade, ct expressions, a timeout set, reject) passes nft -c`);
   return fail(
     'nftables-ruleset',
     title,
     `nft -c refused it (exit ${r.code}${r.killed ? `, ${r.killed}` : ''}): ${r.stderr.trim().split('\n').slice(0, 6).join(' | ')}`,
-    'the kernel lacks an nftables module the data plane needs (nf_tables, nft_nat, nft_numgen, nft_ct, nft_masq, nft_counter): load them or use a kernel with them; or set dataplane.vip: none',
+    'the kernel lacks an nftables module the data plane needs (nf_tables, nft_nat, nft_hash, nft_ct, nft_masq, nft_counter, nft_reject_ipv4 or _ipv6): load them or use a kernel with them; or set dataplane.vip: none',
   );
 }
 

@@ -13,7 +13,7 @@
 import { BallastError, type ErrorCode } from '../errors.js';
 import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
-import { backendKey, nftFamily, parseCounterName, renderRemoval, renderRuleset, TABLE_NAME, type DesiredDataplane } from './nftables.js';
+import { backendKey, evictElements, nftFamily, parseCounterName, renderRemoval, renderRuleset, TABLE_NAME, type DesiredDataplane, type EvictedFlow } from './nftables.js';
 
 /** What a finished command returned. `code` is its exit status (-1: killed or could not run). */
 export interface ExecResult {
@@ -313,6 +313,28 @@ export class NftablesApplier {
   }
 
   /**
+   * Adds `flows` to the `evict` set of ballast's table of `family` (one `nft -f -` transaction,
+   * serialized with the applies; nftables.ts {@link evictElements}): their next mid-stream
+   * segment without a conntrack entry gets a TCP RST (the rebalancer's reset, rebalance.ts).
+   * The elements expire by themselves; a table replacement drops them. They are not part of what
+   * {@link verify} compares. Nothing runs for no flows.
+   * @returns how many flows were added.
+   * @throws TypeError for a malformed flow (nothing ran).
+   * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails (e.g. the table is missing).
+   */
+  evict(family: 4 | 6, flows: readonly EvictedFlow[], opts: { signal?: AbortSignal } = {}): Promise<number> {
+    const text = evictElements(family, flows);
+    if (text === '') return Promise.resolve(0);
+    return this.#serial(async () => {
+      const args = ['-f', '-'];
+      const what = `adding ${flows.length} flow(s) to the ${nftFamily(family)} ${TABLE_NAME} evict set`;
+      const r = await this.#run(args, text, what, opts.signal);
+      if (r.code !== 0) this.#fail(what, args, r);
+      return flows.length;
+    });
+  }
+
+  /**
    * Forgets what was applied for `family`, so that the next {@link apply} of it runs nft even
    * when its text is unchanged (to put back a table someone else removed or changed).
    */
@@ -415,16 +437,27 @@ export function parseCountersJson(doc: unknown, family: 4 | 6): [string, { packe
 /** Keys of a libnftables-json(5) listing that change without anyone changing the ruleset. */
 const VOLATILE_KEYS = new Set(['handle', 'packets', 'bytes']);
 
+/** The set whose elements the agent adds at run time (nftables.ts `evict`): its `elem` is not compared. */
+const DYNAMIC_SET = 'evict';
+
 /**
  * A table listing (`nft -j list table …`, libnftables-json(5)) as a canonical string: the
- * `metainfo` entry (nft's version) dropped, and every `handle` (renumbered by each replacement)
- * and counter value (`packets`, `bytes`: traffic) left out, in any object. Two listings give the
- * same string exactly when they have the same chains, rules, sets, elements and objects in the
- * same order.
+ * `metainfo` entry (nft's version) dropped, the elements of the `evict` set (added by the
+ * rebalancer at run time, expiring by themselves) dropped, and every `handle` (renumbered by each
+ * replacement) and counter value (`packets`, `bytes`: traffic) left out, in any object. Two
+ * listings give the same string exactly when they have the same chains, rules, sets, other sets'
+ * elements and objects in the same order.
  */
 export function normalizedTable(doc: unknown): string {
   const list = (doc as { nftables?: unknown } | null)?.nftables;
   if (!Array.isArray(list)) throw new TypeError('not an nft -j listing: no "nftables" array');
-  const entries = (list as unknown[]).filter((e) => !(typeof e === 'object' && e !== null && 'metainfo' in e));
+  const entries = (list as unknown[])
+    .filter((e) => !(typeof e === 'object' && e !== null && 'metainfo' in e))
+    .map((e) => {
+      const set = (e as { set?: Record<string, unknown> } | null)?.set;
+      if (!set || set.name !== DYNAMIC_SET || !('elem' in set)) return e;
+      const { elem: _dropped, ...rest } = set;
+      return { set: rest };
+    });
   return JSON.stringify(entries, (key, value: unknown) => (VOLATILE_KEYS.has(key) ? undefined : value));
 }

@@ -14,20 +14,44 @@
  *
  *   from outside   prerouting  nat  -100 (dstnat)  ┐ daddr ∈ @vips, tcp dport = port
  *   from the node  output      nat  -100           ┘   → goto spread
- *   spread:  numgen random mod N vmap { i : goto be_<addr>_<port> }
+ *   spread:  jhash saddr . sport . daddr . dport mod N seed SPREAD_SEED vmap { i : goto be_<addr>_<port> }
  *   be_…:    counter name "be_…"  dnat to <addr>:<port>
  *   leaving        postrouting nat  100 (srcnat)   ct status dnat, original daddr ∈ @vips,
  *                                                  original dport = port, (daddr . dport) ∈
  *                                                  @remote_backends → masquerade
  *   strays         prerouting / output filter -150 (mangle, after conntrack, before the nat
- *                  chains): daddr ∈ @vips, tcp dport = port, ct state new, neither SYN nor RST
- *                  → reject with tcp reset
+ *                  chains): daddr ∈ @vips, tcp dport = port, ct state new, neither SYN nor RST,
+ *                  (saddr . sport . daddr) ∈ @evict → reject with tcp reset
  *
  * Why this shape:
- * - Spread: `numgen random` picks uniformly per connection; conntrack then pins the flow, so a
- *   hash of the tuple (`jhash`) would buy nothing for TCP and would skew with few clients.
+ * - Spread: a hash of the connection's tuple (`jhash`, nft(8) "HASH EXPRESSIONS"), with a fixed
+ *   seed ({@link SPREAD_SEED}), not `numgen random`. For a flow that conntrack already tracks the
+ *   two are the same: the nat chains never see its later packets. They differ when the node
+ *   loses the flow's conntrack state while both ends keep their sockets (`conntrack -F`,
+ *   `conntrack -D`, an entry evicted from a full table): the client's next segment is picked up
+ *   mid-stream as a new flow (nf_conntrack_tcp_loose=1, the default) and runs through the nat
+ *   chains again. `numgen random` then sends it to another backend with probability (N−1)/N —
+ *   that backend has no such connection and answers with a RST (the client's watch is reset),
+ *   while the original backend keeps an orphaned ESTABLISHED socket on that 4-tuple until its
+ *   idle timeout (kube-apiserver: 90 s); masquerade keeps the client's source port, so a later
+ *   connection from the same port that lands there is answered with a challenge ACK and costs
+ *   the client a SYN retransmission (1 s; the chaos soak measured 4 such connects in 30 min).
+ *   The hash of the unchanged tuple picks the same backend as before (same backend set, same
+ *   seed; the seed is explicit because nft_hash otherwise draws a random one per rule load, and
+ *   every apply reloads the table), masquerade picks the same source port again, and the flow
+ *   simply continues (test/integration/conntrack-flush.test.ts: 36 watch-like connections across
+ *   a `conntrack -F` on the holder, 0 reset; the previous ruleset reset 36 of 36 through its
+ *   blanket strays rule, `numgen` alone 26 of 36). What the hash cannot save: a flow whose
+ *   backend left the set since (another backend RSTs it, as before), and a flow whose first
+ *   segment after the loss comes from the backend (the reply no longer maps to a client: the
+ *   node answers it with a RST). A flow the VIP brings from another holder is not saved either
+ *   (the backend knows it by the other node's masquerade address): the backend RSTs it, where
+ *   the former blanket strays rule did so from this node one round trip earlier.
+ *   New connections still spread evenly: the tuple includes the client's ephemeral source port,
+ *   so many connections from ONE client hash uniformly; only a client that pins its source port
+ *   lands on one backend every time.
  *   The pick dispatches through a verdict map to one chain per backend (the shape of kube-proxy's
- *   nftables mode) rather than `dnat to numgen … map { i : addr . port }`, so that each backend's
+ *   nftables mode) rather than `dnat to jhash … map { i : addr . port }`, so that each backend's
  *   chain can count its connections in the same place it NATs them.
  * - Counters count in the nat path, not in a filter chain: a nat chain runs exactly once per
  *   connection (per conntrack entry), on every path (forwarded to a remote backend, delivered to
@@ -41,17 +65,18 @@
  *   are left alone. Only remote backends are masqueraded: a client on the same L2 as the backend
  *   would otherwise get the reply straight from the backend's address and reset it; the local
  *   apiserver keeps seeing the real client address.
- * - Strays (a mid-stream segment to VIP:port that conntrack has no entry for: the entry was
- *   deleted for a dead backend or by the rebalancer, someone flushed conntrack, or the VIP just
- *   moved here) are answered with a TCP RST from the VIP, the way kube-proxy drops such
- *   packets instead of letting conntrack's loose pickup (nf_conntrack_tcp_loose=1) NAT them
- *   anew: a pickup may land on the same backend, which then keeps the connection, so a deleted
- *   entry would not reset anything; with the RST the client reconnects at once and is spread
- *   anew. The backend's side gets a RST from this node on its next segment (no socket, no entry).
+ * - Strays: a mid-stream segment to VIP:port that conntrack has no entry for is left to the
+ *   hash (above), except the flows the rebalancer reset (rebalance.ts): it deletes their
+ *   conntrack entries and puts (client address . client port . VIP) into the `evict` set
+ *   (elements expire after {@link EVICT_TIMEOUT_S}); their next segment is answered with a TCP
+ *   RST from the VIP, so the client reconnects and is spread anew — without the RST the hash
+ *   would send the pickup straight back to the same backend and nothing would move. The backend's
+ *   side gets a RST from this node on its next segment (no socket, no entry). The set is
+ *   dynamic: a table replacement empties it, and {@link evictElements} renders the additions.
  * - No healthy backend: no DNAT rule at all. The VIP then behaves as a plain local address: the
  *   connection reaches a local socket or gets a RST, never a silent drop. The chains stay.
  * - Weights (`Backend.weight`) are ignored for now: every backend gets one slot of the vmap.
- *   (They could become interval keys: `numgen random mod W vmap { 0-2 : goto a, 3 : goto b }`.)
+ *   (They could become interval keys: `jhash … mod W vmap { 0-2 : goto a, 3 : goto b }`.)
  */
 import { addressFamily, canonicalAddress, compareAddresses, hostPort } from '../net/address.js';
 
@@ -97,7 +122,17 @@ export interface RenderOptions {
 }
 
 /** Format marker written in the header and the table comment; bump it when the shape changes. */
-export const RULESET_FORMAT = 'ballast-nft/1';
+export const RULESET_FORMAT = 'ballast-nft/2';
+
+/**
+ * The seed of the spread's `jhash`, fixed (any constant does; this one is "bals" in ASCII) so that
+ * every apply and every node map a tuple to the same slot: with no `seed`, nft_hash draws a random
+ * one each time the rule is loaded, and every apply reloads the table.
+ */
+export const SPREAD_SEED = 0x62616c73;
+
+/** Seconds an element of the `evict` set lives (the flows the rebalancer reset; see the file comment). */
+export const EVICT_TIMEOUT_S = 120;
 
 /** The table name in both families. */
 export const TABLE_NAME = 'ballast';
@@ -194,7 +229,7 @@ function elementsLine(values: readonly string[], indent: string): string[] {
 /**
  * The complete `nft -f` input that replaces ballast's table of family `d.family` in one
  * transaction and touches nothing else (nft(8): "table", "delete table", "CHAINS", "SETS",
- * "STATEFUL OBJECTS" → counter, "NAT STATEMENTS", "NUMGEN EXPRESSION", "CONNTRACK EXPRESSIONS").
+ * "STATEFUL OBJECTS" → counter, "NAT STATEMENTS", "HASH EXPRESSIONS", "CONNTRACK EXPRESSIONS").
  * Deterministic: the same desired state gives the same text byte for byte (backends are sorted
  * by address then port; VIPs keep their order, de-duplicated), so a caller can skip an apply when
  * the text did not change. Ends with a newline.
@@ -243,6 +278,9 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   s += elementsLine(vips, '\t\t').map((l) => `${l}\n`).join('');
   s += `\t}\n`;
 
+  s += `\n\tset evict {\n\t\ttype ${addrType} . inet_service . ${addrType}\n\t\tflags timeout\n\t\ttimeout ${EVICT_TIMEOUT_S}s\n`;
+  s += `\t\tcomment "client address . port . VIP of flows the rebalancer reset: their next segment gets a RST"\n\t}\n`;
+
   s += `\n\tset remote_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "backends on other nodes: flows DNATed to them are masqueraded"\n`;
   s += elementsLine(remote.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
   s += `\t}\n`;
@@ -268,13 +306,14 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   s += `\t}\n`;
 
   s += `\n\tchain spread {\n`;
-  s += `\t\tcomment "one backend per new connection, uniformly at random"\n`;
+  s += `\t\tcomment "one backend per new connection: a hash of its tuple, the same backend again when conntrack lost the flow"\n`;
   if (!none) {
     const arms = backends.map((b, i) => `${i} : goto ${b.name}`);
+    const hash = `jhash ${l3} saddr . tcp sport . ${l3} daddr . tcp dport mod ${arms.length} seed 0x${SPREAD_SEED.toString(16)}`;
     if (arms.length <= 4) {
-      s += `\t\tnumgen random mod ${arms.length} vmap { ${arms.join(', ')} } comment "spread over ${arms.length}"\n`;
+      s += `\t\t${hash} vmap { ${arms.join(', ')} } comment "spread over ${arms.length}"\n`;
     } else {
-      s += `\t\tnumgen random mod ${arms.length} vmap {\n`;
+      s += `\t\t${hash} vmap {\n`;
       arms.forEach((a, i) => (s += `\t\t\t${a}${i === arms.length - 1 ? '' : ','}\n`));
       s += `\t\t} comment "spread over ${arms.length}"\n`;
     }
@@ -290,9 +329,9 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
 
   // a filter chain: reject is not allowed in a nat chain; mangle (-150) runs after conntrack
   // (-200), so `ct state` is known, and before the nat chains (-100) pick a backend for it
-  const stray = `${match} ct state new tcp flags & (syn | rst) == 0 reject with tcp reset`;
+  const stray = `${match} ct state new tcp flags & (syn | rst) == 0 ${l3} saddr . tcp sport . ${l3} daddr @evict reject with tcp reset`;
   s += `\n\tchain strays {\n\t\ttype filter hook prerouting priority mangle; policy accept;\n`;
-  s += `\t\tcomment "a mid-stream segment of a flow conntrack does not know (entry deleted, flushed, VIP moved): RST, the client reconnects"\n`;
+  s += `\t\tcomment "a mid-stream segment of a flow the rebalancer reset (conntrack entry deleted): RST, the client reconnects"\n`;
   s += `\t\t${stray} comment "VIP:${d.port} from outside"\n`;
   s += `\t}\n`;
   s += `\n\tchain strays_out {\n\t\ttype filter hook output priority mangle; policy accept;\n`;
@@ -319,4 +358,31 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
 export function renderRemoval(family: 4 | 6): string {
   const fam = nftFamily(family);
   return `table ${fam} ${TABLE_NAME} {}\ndelete table ${fam} ${TABLE_NAME}\n`;
+}
+
+/** A flow the rebalancer reset, as conntrack's original tuple names it (see the file comment). */
+export interface EvictedFlow {
+  /** the client's address as this node sees it (original source), of the family */
+  source: string;
+  /** the client's port (original source port), 1..65535 */
+  sourcePort: number;
+  /** the VIP it connected to (original destination) */
+  vip: string;
+}
+
+/**
+ * The `nft -f` input that adds `flows` to the `evict` set of ballast's table of `family`, one
+ * transaction, one element a line: `add element ip ballast evict {\n\t10.0.0.5 . 40000 .
+ * 10.0.0.100,\n…}`. Each element expires after the set's {@link EVICT_TIMEOUT_S}; adding one that
+ * is already there is not an error (nft(8) `add` vs `create`).
+ * @returns '' when `flows` is empty (nothing to run).
+ * @throws TypeError for an address not of `family` or a port outside 1..65535.
+ */
+export function evictElements(family: 4 | 6, flows: readonly EvictedFlow[]): string {
+  if (flows.length === 0) return '';
+  const values = flows.map((f, i) => {
+    checkPort(`flows[${i}].sourcePort`, f.sourcePort);
+    return `${checkAddress(`flows[${i}].source`, f.source, family)} . ${f.sourcePort} . ${checkAddress(`flows[${i}].vip`, f.vip, family)}`;
+  });
+  return `add element ${nftFamily(family)} ${TABLE_NAME} evict {\n${values.map((v) => `\t${v}`).join(',\n')}\n}\n`;
 }

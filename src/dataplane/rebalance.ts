@@ -5,15 +5,22 @@
  *   every 5 s (1 s while a backend is over) ─► one ctnetlink dump (native conntrackVipFlows):
  *     established flows to VIP:port DNATed to each backend ─► /status dataplane.connections,
  *     ballast_backend_connections
- *   rebalance on: decide() ─► reset the oldest N flows of the most loaded backend (conntrack
- *     entries deleted in the same call) ─► their clients' next segment gets a RST (the table's
- *     `strays` chain, nftables.ts) ─► they reconnect and numgen spreads them anew
+ *   rebalance on: decide() ─► choose the oldest N flows of the most loaded backend (a dry run
+ *     of the reset, their tuples returned) ─► the tuples into the table's `evict` set (one nft
+ *     run) ─► their conntrack entries deleted (those flows only) ─► their clients' next segment
+ *     gets a RST (the `strays` chain, nftables.ts) ─► they reconnect from a new source port, and
+ *     the spread's hash of the new tuple spreads them anew (uniformly: the port is in the hash)
  *
  * Why watches need this: a long-lived connection stays on the apiserver that was up when it
  * connected, so after a rolling restart the last apiserver restarted holds almost none
  * (kubernetes #76145, #126378). Deleting the entry alone is not enough: conntrack's loose pickup
- * would NAT the next mid-stream segment anew, possibly to the same backend, and nothing would
- * change; the `strays` rule turns it into a RST.
+ * NATs the next mid-stream segment anew, and the spread hashes the same tuple to the same backend
+ * (on purpose: a flow whose state was flushed must continue), so nothing would change; the
+ * `evict` set marks the flows whose pickup must get a RST instead. Marked before the delete: a
+ * client segment in between still has its entry and passes; one after it finds the mark. (Marked
+ * after the delete, the lab's 300 watches lost the race for 2–3 % of the resets: those flows
+ * stayed where they were while counted as reset.) A flow whose backend speaks first after the
+ * delete is reset anyway: the backend's segment finds no entry and this node answers with a RST.
  *
  * Oldest first, by conntrack's start timestamp (CTA_TIMESTAMP_START, needs
  * net.netfilter.nf_conntrack_timestamp=1 in the namespace; the agent turns it on while
@@ -26,6 +33,7 @@
  */
 import { hostPort } from '../net/address.js';
 import type { ConntrackVipFlows, ConntrackVipQuery } from '../native.js';
+import type { EvictedFlow } from './nftables.js';
 
 /** The rebalancer's settings (config `dataplane.rebalance`, normalized: types.ts RebalanceConfig). */
 export interface RebalanceSettings {
@@ -209,6 +217,13 @@ export interface ConnectionTrackerDeps {
   /** what the plane serves now: family, VIPs, port and the ready backends (host:port) */
   target(): { family: 4 | 6; vips: readonly string[]; port: number; ready: readonly string[] };
   settings(): RebalanceSettings;
+  /**
+   * Puts flows about to be reset into the table's evict set (NftablesApplier.evict), before their
+   * entries are deleted; absent: the entries are deleted at once, unmarked (then a client that
+   * speaks first keeps its backend). A rejection is logged once per message, and those flows are
+   * not reset.
+   */
+  evict?(family: 4 | 6, flows: readonly EvictedFlow[]): Promise<unknown>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
   /** ms since the epoch; default Date.now */
   now?: () => number;
@@ -242,6 +257,9 @@ export class ConnectionTracker {
   readonly #resets: Record<string, number> = {};
   #lastRound: RebalanceStatus['lastRound'] = null;
   #lastError: string | null = null;
+  #evictError: string | null = null;
+  /** the marked resets of a round, while under way (see #resetMarked) */
+  #pending: Promise<void> | null = null;
   #timer: NodeJS.Timeout | null = null;
   #running = false;
 
@@ -308,18 +326,52 @@ export class ConnectionTracker {
     this.#memory = d.memory;
     this.#last = d;
     if (!s.enabled) return false;
-    for (const target of d.targets) this.#reset(now, t, d, target, counts);
+    if (this.#deps.evict) {
+      // a reset under way (its nft run) finishes first; the next round decides again
+      if (this.#pending === null && d.targets.length > 0) this.#pending = this.#resetMarked(t, d, counts, this.#deps.evict).finally(() => void (this.#pending = null));
+    } else {
+      for (const target of d.targets) this.#delete(now, t, d, target.backend, target.count, counts);
+    }
     return d.over.length > 0;
   }
 
-  #reset(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, target: { backend: string; count: number }, counts: Map<string, number>): void {
-    const { backend, count } = target;
-    const i = backend.lastIndexOf(':');
-    const address = backend.slice(0, i).replace(/^\[|\]$/g, '');
-    const port = Number(backend.slice(i + 1));
+  /**
+   * The resets of one round, each target in turn: choose its oldest flows (a dry run), put them
+   * into the evict set, and only then delete their entries (those flows only): a client segment
+   * arriving after the delete then always finds its mark. A failed mark deletes nothing (the
+   * reset would not move a client that speaks first), logged once per message.
+   */
+  async #resetMarked(t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, counts: Map<string, number>, evict: NonNullable<ConnectionTrackerDeps['evict']>): Promise<void> {
+    for (const { backend, count } of d.targets) {
+      const { address, port } = splitBackend(backend);
+      let chosen: readonly EvictedFlow[];
+      try {
+        chosen = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count, dryRun: true } }).reset?.flows ?? [];
+      } catch (err) {
+        this.#fail(err);
+        return;
+      }
+      if (chosen.length === 0) continue;
+      try {
+        await evict(t.family, chosen);
+        this.#evictError = null;
+      } catch (err) {
+        const msg = err instanceof Error ? err.message : String(err);
+        if (msg !== this.#evictError) this.#deps.log.warn({ err: msg, backend, flows: chosen.length }, 'rebalance: cannot mark the flows to reset for a RST; not resetting them');
+        this.#evictError = msg;
+        return;
+      }
+      if (!this.#running) return;
+      this.#delete((this.#deps.now ?? Date.now)(), t, d, backend, chosen.length, counts, chosen);
+    }
+  }
+
+  /** Deletes the `count` oldest flows of `backend` (among `only`, when given), records and logs them. */
+  #delete(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, backend: string, count: number, counts: Map<string, number>, only?: readonly EvictedFlow[]): void {
+    const { address, port } = splitBackend(backend);
     let deleted = 0;
     try {
-      const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count } });
+      const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count, ...(only ? { only } : {}) } });
       deleted = r.reset?.deleted ?? 0;
     } catch (err) {
       this.#fail(err);
@@ -370,3 +422,9 @@ export class ConnectionTracker {
 }
 
 const round1 = (n: number): number => Math.round(n * 10) / 10;
+
+/** `10.0.0.11:6443` / `[fd00::11]:6443` → address and port. */
+function splitBackend(backend: string): { address: string; port: number } {
+  const i = backend.lastIndexOf(':');
+  return { address: backend.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(backend.slice(i + 1)) };
+}

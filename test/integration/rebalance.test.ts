@@ -76,7 +76,7 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
       '--count', String(WATCHERS), '--interval', String(WATCH_INTERVAL_MS), '--duration', '40000', '--open-rate', '300', '--report', '100',
     ], { logFile: 'watchers.log' });
     onJsonLines<WatchersReport>(watchers, (r) => void (last = r));
-    const report = (): WatchersReport => last ?? { t: 0, open: 0, opening: 0, nodes: {}, oldest: {}, connects: 0, reconnects: 0, failedAttempts: 0, failedReconnects: 0, requests: 0, failedRequests: 0 };
+    const report = (): WatchersReport => last ?? { t: 0, open: 0, opening: 0, nodes: {}, oldest: {}, connects: 0, reconnects: 0, failedAttempts: 0, failedReconnects: 0, requests: 0, failedRequests: 0, switched: 0 };
     await waitFor(async () => report(), (r) => r.open === WATCHERS, { timeoutMs: 8000, intervalMs: 100, what: `${WATCHERS} watchers connected` });
     const initial = { ...report().nodes };
 

@@ -17,10 +17,12 @@ import { flushBackend } from '../../src/dataplane/conntrack.js';
 import {
   backendKey,
   counterName,
+  evictElements,
   parseCounterName,
   renderRemoval,
   renderRuleset,
   RULESET_FORMAT,
+  SPREAD_SEED,
   type Backend,
   type DesiredDataplane,
 } from '../../src/dataplane/nftables.js';
@@ -96,15 +98,48 @@ describe('renderRuleset: shape', () => {
     expect(three).toContain('type nat hook postrouting priority srcnat; policy accept;');
   });
 
-  it('spreads with numgen random over one chain per backend, each counting and DNATing', () => {
+  it('spreads with a seeded jhash of the tuple over one chain per backend, each counting and DNATing', () => {
     expect(three).toContain(
-      'numgen random mod 3 vmap { 0 : goto be_10_241_0_11_6443, 1 : goto be_10_241_0_12_6443, 2 : goto be_10_241_0_13_6443 }',
+      'jhash ip saddr . tcp sport . ip daddr . tcp dport mod 3 seed 0x62616c73 vmap { 0 : goto be_10_241_0_11_6443, 1 : goto be_10_241_0_12_6443, 2 : goto be_10_241_0_13_6443 }',
     );
+    expect(SPREAD_SEED).toBe(0x62616c73);
+    // no random pick anywhere: a pickup after lost conntrack state must take the same slot
+    expect(three).not.toContain('numgen');
     for (const a of ['10.241.0.11', '10.241.0.12', '10.241.0.13']) {
       const n = `be_${a.replace(/\./g, '_')}_6443`;
       expect(three).toContain(`counter ${n} {`);
       expect(three).toContain(`meta l4proto tcp counter name "${n}" dnat to ${a}:6443`);
     }
+    // the same text on every render: the seed is not drawn per apply
+    expect(renderRuleset(fixture(4, 3))).toBe(three);
+  });
+
+  it('resets only mid-stream pickups of flows in the evict set (the rebalancer’s), on both hooks', () => {
+    expect(three).toMatch(/set evict \{\n\t\ttype ipv4_addr \. inet_service \. ipv4_addr\n\t\tflags timeout\n\t\ttimeout 120s\n/);
+    const stray = 'ip daddr @vips tcp dport 6443 ct state new tcp flags & (syn | rst) == 0 ip saddr . tcp sport . ip daddr @evict reject with tcp reset';
+    expect(three.split(stray)).toHaveLength(3);
+    expect(three).toContain('type filter hook prerouting priority mangle; policy accept;');
+    expect(three).toContain('type filter hook output priority mangle; policy accept;');
+    // no blanket reset of pickups: that would reset every flow after a conntrack flush
+    expect(three).not.toMatch(/ct state new tcp flags & \(syn \| rst\) == 0 reject/);
+    const six = renderRuleset(fixture(6, 3));
+    expect(six).toContain('type ipv6_addr . inet_service . ipv6_addr');
+    expect(six).toContain('ip6 saddr . tcp sport . ip6 daddr @evict reject with tcp reset');
+    expect(six).toContain('jhash ip6 saddr . tcp sport . ip6 daddr . tcp dport mod 3 seed 0x62616c73 vmap');
+  });
+
+  it('evictElements: one add-element transaction, canonical addresses, nothing for no flows', () => {
+    expect(evictElements(4, [])).toBe('');
+    expect(
+      evictElements(4, [
+        { source: '10.241.0.200', sourcePort: 40000, vip: '10.241.0.100' },
+        { source: '10.241.0.201', sourcePort: 1, vip: '10.241.0.100' },
+      ]),
+    ).toBe('add element ip ballast evict {\n\t10.241.0.200 . 40000 . 10.241.0.100,\n\t10.241.0.201 . 1 . 10.241.0.100\n}\n');
+    expect(evictElements(6, [{ source: 'FD41:0::200', sourcePort: 65535, vip: 'fd41::100' }])).toBe('add element ip6 ballast evict {\n\tfd41::200 . 65535 . fd41::100\n}\n');
+    expect(() => evictElements(4, [{ source: 'fd41::200', sourcePort: 1, vip: '10.241.0.100' }])).toThrow(/flows\[0\]\.source.*IPv6/);
+    expect(() => evictElements(4, [{ source: '10.0.0.1', sourcePort: 0, vip: '10.241.0.100' }])).toThrow(/sourcePort/);
+    expect(() => evictElements(4, [{ source: '10.0.0.1', sourcePort: 1, vip: '10.0.0.1; flush ruleset' }])).toThrow(TypeError);
   });
 
   it('masquerades only remote backends, and only flows it DNATed from a VIP', () => {
@@ -125,7 +160,7 @@ describe('renderRuleset: shape', () => {
 
   it('with zero backends: no dnat and no spread rule, but every chain and set still exists', () => {
     const zero = renderRuleset(fixture(4, 0));
-    expect(zero).not.toMatch(/dnat to|numgen|goto/);
+    expect(zero).not.toMatch(/dnat to|jhash|numgen|goto/);
     for (const chain of ['prerouting', 'output', 'spread', 'postrouting']) expect(zero).toContain(`chain ${chain} {`);
     expect(zero).toContain('set vips {');
     expect(zero).toContain('set remote_backends {');
@@ -240,6 +275,13 @@ describe.skipIf(why)(`golden files pass the real nft -c in netns ${CHK_NS}${why 
     expect(check(renderRuleset(fixture(4, 3), { counters: { '10.241.0.11:6443': { packets: 12, bytes: 720 } } })).status).toBe(0);
     expect(check(renderRuleset({ ...fixture(6, 3), masqueradeRemote: false })).status).toBe(0);
     expect(check(renderRemoval(4) + renderRemoval(6)).status).toBe(0);
+  });
+
+  it('nft -c accepts evict elements added to a rendered table, both families', () => {
+    const four = evictElements(4, [{ source: '10.241.0.200', sourcePort: 40000, vip: '10.241.0.100' }, { source: '10.241.0.201', sourcePort: 40001, vip: '10.241.0.100' }]);
+    expect(check(renderRuleset(fixture(4, 3)) + four)).toEqual({ status: 0, stderr: '' });
+    const six = evictElements(6, [{ source: 'fd41::200', sourcePort: 40000, vip: 'fd41::100' }]);
+    expect(check(renderRuleset(fixture(6, 3)) + six)).toEqual({ status: 0, stderr: '' });
   });
 
   it('nft -c rejects a broken ruleset (the check is real)', () => {

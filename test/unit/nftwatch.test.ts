@@ -275,4 +275,29 @@ describe('NftablesApplier.verify (fake nft)', () => {
     expect(normalizedTable({ nftables: [{ metainfo: {} }, { table: { family: 'ip', name: 'ballast', handle: 1 } }] })).toBe('[{"table":{"family":"ip","name":"ballast"}}]');
     expect(() => normalizedTable({})).toThrow(TypeError);
   });
+
+  it('normalizedTable ignores the evict set’s elements (the rebalancer adds them at run time), not other sets’', () => {
+    const set = (name: string, elem?: unknown[]) => ({ set: { family: 'ip', name, table: 'ballast', type: ['ipv4_addr'], handle: 3, ...(elem ? { elem } : {}) } });
+    const doc = (...sets: object[]) => ({ nftables: [{ metainfo: {} }, { table: { family: 'ip', name: 'ballast', handle: 1 } }, ...sets] });
+    const added = [{ elem: { val: { concat: ['10.0.0.5', 40000, '10.0.0.100'] }, timeout: 120, expires: 119 } }];
+    expect(normalizedTable(doc(set('evict', added)))).toBe(normalizedTable(doc(set('evict'))));
+    expect(normalizedTable(doc(set('vips', ['10.0.0.100'])))).not.toBe(normalizedTable(doc(set('vips'))));
+    expect(normalizedTable(doc(set('evict', added)))).not.toBe(normalizedTable(doc(set('vips'))));
+  });
+
+  it('evict adds flows in one serialized nft -f transaction; nothing runs for none; a failure throws', async () => {
+    const calls: { args: string[]; stdin: string }[] = [];
+    let code = 0;
+    const exec: Executor = async (args, stdin) => {
+      calls.push({ args, stdin });
+      return { code, stdout: '', stderr: code ? 'Error: No such file or directory' : '' };
+    };
+    const a = new NftablesApplier({ exec });
+    expect(await a.evict(4, [])).toBe(0);
+    expect(calls).toEqual([]);
+    expect(await a.evict(4, [{ source: '10.0.0.5', sourcePort: 40000, vip: '10.0.0.100' }])).toBe(1);
+    expect(calls).toEqual([{ args: ['-f', '-'], stdin: 'add element ip ballast evict {\n\t10.0.0.5 . 40000 . 10.0.0.100\n}\n' }]);
+    code = 1;
+    await expect(a.evict(6, [{ source: 'fd00::5', sourcePort: 1, vip: 'fd00::100' }])).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
+  });
 });

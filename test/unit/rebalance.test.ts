@@ -235,6 +235,7 @@ function fakeKernel(start: Record<string, number>) {
   const flows = new Map(Object.entries(start));
   const queries: ConntrackVipQuery[] = [];
   let failing: string | null = null;
+  let resetFlows = 0;
   const read = (q: ConntrackVipQuery): ConntrackVipFlows => {
     queries.push(q);
     if (failing) throw new Error(failing);
@@ -245,10 +246,17 @@ function fakeKernel(start: Record<string, number>) {
       timestamped: [...flows.values()].reduce((a, b) => a + b, 0),
     };
     if (q.reset) {
+      // the flows of a backend are numbered; the oldest are the lowest numbers still there
       const key = `${q.reset.address}:${q.reset.port}`;
-      const deleted = Math.min(q.reset.count, flows.get(key) ?? 0);
-      flows.set(key, (flows.get(key) ?? 0) - deleted);
-      out.reset = { deleted, youngestStartNs: 0 };
+      const n = Math.min(q.reset.count, flows.get(key) ?? 0, q.reset.only?.length ?? Infinity);
+      const chosen = Array.from({ length: n }, (_, i) => ({ source: '10.0.0.200', sourcePort: 40000 + resetFlows + i, vip: q.vips[0]! }));
+      if (q.reset.dryRun) {
+        out.reset = { deleted: 0, youngestStartNs: 0, flows: chosen };
+      } else {
+        flows.set(key, (flows.get(key) ?? 0) - n);
+        resetFlows += n;
+        out.reset = { deleted: n, youngestStartNs: 0, flows: chosen };
+      }
     }
     return out;
   };
@@ -304,6 +312,53 @@ describe('ConnectionTracker', () => {
     expect(final.rebalance.state).toBe('balanced');
     expect(busy.at(-1)).toBe(false);
     expect(Object.values(final.rebalance.resets).reduce((a, b) => a + b, 0)).toBe(resets.reduce((s, q) => s + q.reset!.count, 0));
+  });
+
+  it('on, with evict: each reset chooses its flows (dry run), marks them, and only then deletes those flows; a failing mark deletes nothing, logged once', async () => {
+    const k = fakeKernel({ [A]: 150, [B]: 150 });
+    const log = logs();
+    let now = 0;
+    const settings: RebalanceSettings = { enabled: true, factor: 1.2, afterMs: 0, resetsPerSecond: 10, maxFractionPerMinute: 1 };
+    const steps: string[] = [];
+    let failing: string | null = null;
+    let release: () => void = () => undefined;
+    const evict = (family: 4 | 6, flows: readonly { source: string; sourcePort: number; vip: string }[]): Promise<number> => {
+      steps.push(`evict ${family} ${flows.map((f) => `${f.source}.${f.sourcePort}.${f.vip}`).join(',')}`);
+      if (failing) return Promise.reject(new Error(failing));
+      return new Promise((r) => (release = () => r(flows.length)));
+    };
+    const read = (q: ConntrackVipQuery): ConntrackVipFlows => {
+      if (q.reset) steps.push(`${q.reset.dryRun ? 'choose' : 'delete'} ${q.reset.count}${q.reset.only ? ` only ${q.reset.only.length}` : ''}`);
+      return k.read(q);
+    };
+    const t = new ConnectionTracker({ read, target: () => target, settings: () => settings, evict, log, now: () => now });
+    const stop = t.start();
+    const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+    await tick();
+    const marked = Array.from({ length: 10 }, (_, i) => `10.0.0.200.${40000 + i}.10.0.0.100`).join(',');
+    // chosen and marked, not deleted while the mark is under way; a round meanwhile starts no second reset
+    expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`]);
+    now = 1000;
+    t.round();
+    await tick();
+    expect(steps).toHaveLength(2);
+    release();
+    await tick();
+    expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`, 'delete 10 only 10']);
+    expect(t.status().rebalance.resets).toStrictEqual({ [A]: 10 });
+    expect(log.lines.filter((l) => l.m === REBALANCE_MESSAGE)).toHaveLength(1);
+    // a failing mark: nothing deleted, one warning however often
+    failing = 'nft: No such file or directory';
+    steps.length = 0;
+    for (now = 2000; now <= 4000; now += 1000) {
+      t.round();
+      await tick();
+    }
+    expect(steps.filter((x) => x.startsWith('delete'))).toStrictEqual([]);
+    expect(steps.filter((x) => x.startsWith('evict'))).toHaveLength(3);
+    expect(log.lines.filter((l) => l.level === 'warn' && /cannot mark the flows to reset/.test(l.m))).toHaveLength(1);
+    expect(t.status().rebalance.resets).toStrictEqual({ [A]: 10 });
+    stop();
   });
 
   it('a failing dump is logged once per message and leaves the last counts; no backend: no dump', () => {
