@@ -21,4 +21,9 @@ export class Coalescer {
     }
     return this.queue;
   }
+
+  /** Resolves when every apply queued so far is done (at once when none is); never rejects. */
+  idle(): Promise<void> {
+    return this.queue;
+  }
 }

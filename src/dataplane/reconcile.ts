@@ -102,13 +102,19 @@ export class Reconciler<P extends Plane = Plane> {
   /**
    * Subscribes to the source's `verdict` events (one listener). Backends already dead now are
    * queued for a reset, as if their verdict had just arrived.
-   * @returns the undo: unsubscribes.
+   * @returns the undo: unsubscribes, then resolves once the applies already queued are done (and
+   *   their resets), so that a caller removing the plane's table next does not race an apply that
+   *   would put it back (a reload to the other family left `table ip ballast` behind that way).
+   *   Never rejects.
    */
-  follow(): () => void {
+  follow(): () => Promise<void> {
     for (const v of this.#source.verdicts()) if (v.state === 'dead') this.#dead.set(formatHostPort(v.backend), v);
     const listener = (v: Verdict): void => void this.note(v);
     this.#source.on('verdict', listener);
-    return () => void this.#source.off('verdict', listener);
+    return () => {
+      this.#source.off('verdict', listener);
+      return this.#applies.idle();
+    };
   }
 
   /**

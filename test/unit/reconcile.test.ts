@@ -203,6 +203,21 @@ describe('Reconciler', () => {
     expect(plane.log).toHaveLength(2);
   });
 
+  it('follow()\'s undo resolves only after the apply in flight is done: the caller may remove the table next', async () => {
+    const { source, plane, unfollow } = setup([B1]);
+    plane.hold = true;
+    source.judge(verdict(B1, 'up'));
+    await settle();
+    expect(plane.log).toStrictEqual([`apply ready=${B1} draining=- unknown=-`]);
+    let undone = false;
+    const undo = unfollow().then(() => (undone = true));
+    await settle();
+    expect([undone, source.listenerCount('verdict')]).toStrictEqual([false, 0]);
+    plane.held.splice(0).forEach((r) => r());
+    await undo;
+    expect(undone).toBe(true);
+  });
+
   it('a reset that fails is logged and the others still run', async () => {
     const { source, plane, r, logs } = setup();
     plane.reset = async (v) => {
