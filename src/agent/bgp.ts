@@ -27,6 +27,7 @@ import { canonicalAddress } from '../net/address.js';
 import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
 import { BirdSpeaker, type BgpStatus } from '../bgp/speaker.js';
 import { BirdError } from '../bgp/bird.js';
+import { birdRefusalFix } from '../bgp/refusal.js';
 import { addVip, delVip, openRtnl, listInterfaces } from '../vip/netlink.js';
 import type { HealthFollowers } from './health.js';
 import { TableRemoval } from './leftovers.js';
@@ -244,7 +245,7 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     try {
       await speaker.start();
     } catch (err) {
-      if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}`, { cause: err });
+      if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}; ${birdRefusalFix(err.message, bgp.socket)}`, { cause: err });
       throw err;
     }
     // withdraw first on the way down (the undo runs in reverse: this one before the table goes),

@@ -6,6 +6,7 @@ import { EventEmitter } from 'node:events';
 import { afterAll, describe, expect, it } from 'vitest';
 import { validateConfig } from '../../src/config/index.js';
 import { parseProtocols, parseReply, parseStatus, renderBirdConfig } from '../../src/bgp/bird.js';
+import { birdRefusalFix } from '../../src/bgp/refusal.js';
 import { announceDecision, balancedSource } from '../../src/agent/bgp.js';
 import type { BackendVerdict, Verdict } from '../../src/health/verdict.js';
 import type { HostPort } from '../../src/net/hostport.js';
@@ -194,5 +195,15 @@ describe('what BGP mode announces and balances to', () => {
     ee.emit('verdict', { backend: hp('10.0.1.2') });
     expect(seen).toStrictEqual(['10.0.1.2']);
     expect(ee.listenerCount('verdict')).toBe(0);
+  });
+});
+
+describe('birdRefusalFix (BALLAST_E_BGP)', () => {
+  it('a name clash names the symbol and the two causes; anything else points at configure check', () => {
+    // BIRD 2.0.12's words for a snippet included twice (bird -p on two includes of one file)
+    const clash = birdRefusalFix(`bird refused "configure": /etc/bird/ballast.conf:4:30 Symbol 'ballast_vip4' already defined`, '/run/bird/bird.ctl');
+    expect(clash).toMatch(/^fix: ballast_vip4 is declared twice: bird.conf includes ballast's snippet more than once/);
+    expect(clash).toContain('another snippet or bird.conf itself declares ballast_* names');
+    expect(birdRefusalFix('bird refused "configure": syntax error', '/run/bird/bird.ctl')).toBe('fix: correct what BIRD names above (birdc -s /run/bird/bird.ctl configure check shows the same); docs/errors.md BALLAST_E_BGP');
   });
 });
