@@ -417,13 +417,17 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
     const dir = dirname(path);
     const title = `bgp.configFile ${path} can be written by ballast`;
     const header = renderBirdConfig({ bgp, family: config.family, vips: config.vips, announced: false }, path).split('\n')[0]!;
+    // the agent creates a missing directory (mkdir -p, src/bgp/speaker.ts): the nearest existing one must be writable
+    let existing = dir;
+    while (!existsSync(existing) && dirname(existing) !== existing) existing = dirname(existing);
+    const creates = existing !== dir;
     let dirProblem: string | null = null;
     try {
-      if (!statSync(dir).isDirectory()) dirProblem = `${dir} is not a directory`;
-      else accessSync(dir, fsConstants.W_OK | fsConstants.X_OK);
+      if (!statSync(existing).isDirectory()) dirProblem = `${existing} is not a directory`;
+      else accessSync(existing, fsConstants.W_OK | fsConstants.X_OK);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      dirProblem = code === 'ENOENT' ? `the directory ${dir} does not exist` : code === 'EACCES' ? `the directory ${dir} is not writable by this user` : `${dir}: ${(err as Error).message}`;
+      dirProblem = code === 'EACCES' ? `the directory ${existing} is not writable by this user${creates ? ` (the agent would create ${dir} in it)` : ''}` : `${existing}: ${(err as Error).message}`;
     }
     let first: string | null = null;
     try {
@@ -431,9 +435,9 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') dirProblem ??= `cannot read ${path}: ${(err as Error).message}`;
     }
-    if (dirProblem) out.push(fail('bgp-config-file', title, `${dirProblem}: the agent cannot write the snippet`, `create ${dir} (BIRD's configuration directory) and run the agent as root, or set bgp.configFile to a path in a writable directory`));
+    if (dirProblem) out.push(fail('bgp-config-file', title, `${dirProblem}: the agent cannot write the snippet`, `run the agent (and the check) as root, or set bgp.configFile to a path in a directory it can write`));
     else if (first !== null && first !== header) out.push(fail('bgp-config-file', title, `${path} exists and is not ballast's snippet (its first line is ${JSON.stringify(first.slice(0, 80))}, not ballast's header "${header}"): the agent would overwrite another file`, `set bgp.configFile to a file of ballast's own (e.g. /etc/bird/ballast.conf), or move that file away`));
-    else out.push(ok('bgp-config-file', title, `${first === null ? `${path} does not exist yet; the agent writes it in ${dir}` : `${path} is ballast's generated snippet`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`));
+    else out.push(ok('bgp-config-file', title, `${first === null ? `${path} does not exist yet; the agent writes it${creates ? `, creating ${dir} in ${existing}` : ` in ${dir}`}` : `${path} is ballast's generated snippet`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`));
   }
   return out;
 }

@@ -86,9 +86,15 @@ describe('bgpResults', () => {
       expect(other.status).toBe('fail');
       expect(other.detail).toContain('is not ballast\'s snippet (its first line is "protocol device { }"');
 
+      // the agent creates a missing directory (mkdir -p): ok when the nearest existing one is writable
       const missing = (await bgpResults(bgpConfig({ configFile: join(dir, 'no', 'such', 'ballast.conf') }), [iface('lo', 1)]))[2]!;
-      expect(missing.status).toBe('fail');
-      expect(missing.detail).toContain(`the directory ${join(dir, 'no', 'such')} does not exist`);
+      expect(missing.status).toBe('ok');
+      expect(missing.detail).toContain(`the agent writes it, creating ${join(dir, 'no', 'such')} in ${dir}`);
+      // a file where a directory should be
+      writeFileSync(join(dir, 'plain'), '');
+      const notDir = (await bgpResults(bgpConfig({ configFile: join(dir, 'plain', 'ballast.conf') }), [iface('lo', 1)]))[2]!;
+      expect(notDir.status).toBe('fail');
+      expect(notDir.detail).toContain(`${join(dir, 'plain')} is not a directory: the agent cannot write the snippet`);
     } finally {
       await new Promise((r) => server.close(() => r(undefined)));
     }
