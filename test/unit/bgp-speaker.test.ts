@@ -117,6 +117,35 @@ describe('BirdSpeaker', () => {
     expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
   });
 
+  // BIRD prints "Last reboot on" as the wall clock minus the monotonic time since boot (lib/timer.c,
+  // tm_format_time): a busy event loop moves it by a millisecond (seen: 58 × .412, 2 × .413 in 60
+  // reads during reconfigurations), NTP by its step; neither is a restart
+  it('a "Last reboot on" that moves while the connection stays open is no restart: no loss, one push', async () => {
+    fake = await startFakeBird(socket, '2026-12-01 10:00:00.412');
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 20 });
+    await speaker.start();
+    await speaker.set(true, 'ready');
+    const reads = (): number => fake!.commands.filter((c) => c === 'show status').length;
+    const n = reads();
+    fake.reboot = '2026-12-01 10:00:00.413';
+    await waitFor(reads, (k) => k >= n + 3, { timeoutMs: 2000, what: 'three reads after the move' });
+    expect(speaker.status()).toMatchObject({ daemonUp: true, announced: true, daemonLosses: 0, pushes: 1 });
+    expect(fake.commands.filter((c) => c === 'configure')).toHaveLength(1);
+  });
+
+  it('a restart between two polls (the connection closes, the successor answers at once) is one loss and one push', async () => {
+    fake = await startFakeBird(socket);
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 5000 });
+    await speaker.start();
+    await speaker.set(true, 'ready');
+    // the same boot time: only the closed connection can tell
+    await fake.close();
+    fake = await startFakeBird(socket);
+    await waitFor(() => speaker!.status(), (s) => s.pushes === 2 && s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push to the successor' });
+    expect(speaker.status().daemonLosses).toBe(1);
+    expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
+  });
+
   it('notices the daemon going away and a restart, and pushes again', async () => {
     fake = await startFakeBird(socket);
     speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 50 });
