@@ -16,11 +16,9 @@
  * Nothing here throws once started: the daemon being absent or restarting is a state
  * (status, logs, the metrics), and the announcement follows once it answers again.
  */
-import { mkdirSync, renameSync, writeFileSync, readFileSync } from 'node:fs';
-import { dirname } from 'node:path';
 import type { AddressFamily } from '../net/address.js';
 import type { BgpConfig } from '../config/bgp.js';
-import { BirdControl, BirdError, parseProtocols, parseStatus, peerProtocol, renderBirdConfig, vipProtocol, type BirdDesired } from './bird.js';
+import { announceCommand, BirdControl, BirdError, configure, parseProtocols, parseStatus, peerProtocol, renderBirdConfig, vipProtocol, writeSnippet, type BirdDesired } from './bird.js';
 
 /** One peer in /status. */
 export interface BgpPeerStatus {
@@ -134,19 +132,7 @@ export class BirdSpeaker {
   /** Writes the snippet (atomically: a temporary file renamed over it). @returns whether its bytes changed. */
   #write(): boolean {
     const path = this.#bgp.configFile;
-    const text = renderBirdConfig(this.#desired(), path);
-    let old: string | null = null;
-    try {
-      old = readFileSync(path, 'utf8');
-    } catch {
-      old = null;
-    }
-    if (old === text) return false;
-    mkdirSync(dirname(path), { recursive: true });
-    const tmp = `${path}.ballast-tmp`;
-    writeFileSync(tmp, text, { mode: 0o644 });
-    renameSync(tmp, path);
-    return true;
+    return writeSnippet(path, renderBirdConfig(this.#desired(), path));
   }
 
   /**
@@ -199,8 +185,7 @@ export class BirdSpeaker {
 
   /** `enable|disable` the static protocol to match the wanted state. */
   async #apply(): Promise<void> {
-    const proto = vipProtocol(this.#family);
-    await this.#ctl.command(`${this.#wanted ? 'enable' : 'disable'} ${proto}`);
+    await this.#ctl.command(announceCommand(this.#family, this.#wanted));
     if (this.#announced !== this.#wanted) this.#since = new Date().toISOString();
     this.#announced = this.#wanted;
   }
@@ -210,10 +195,7 @@ export class BirdSpeaker {
     // a close from here on is of the connection this push opens (or of one it finds gone)
     this.#closed = false;
     this.#write();
-    const lines = await this.#ctl.command('configure');
-    if (!lines.some((l) => l.code === 3 || l.code === 4 || l.code === 19 || l.code === 18)) {
-      throw new BirdError(`bird did not reconfigure: ${lines.map((l) => l.text).join('; ')}`, lines.at(-1)?.code ?? 0);
-    }
+    await configure(this.#ctl);
     this.#pushes++;
     await this.#apply();
     await this.#read();
