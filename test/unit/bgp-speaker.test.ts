@@ -4,69 +4,13 @@
  * loss and return. BIRD itself is driven in test/integration/bgp.test.ts.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { validateConfig } from '../../src/config/index.js';
 import { BirdSpeaker } from '../../src/bgp/speaker.js';
 import { waitFor } from '../../lab/wait.js';
-
-interface FakeBird {
-  server: Server;
-  commands: string[];
-  /** the static protocol's state as the fake keeps it */
-  vipUp: boolean;
-  reboot: string;
-  close(): Promise<void>;
-}
-
-function startFakeBird(path: string, reboot = '2026-12-01 10:00:00.000'): Promise<FakeBird> {
-  const socks = new Set<Socket>();
-  const fake: FakeBird = {
-    server: createServer((s) => {
-      socks.add(s);
-      s.on('close', () => socks.delete(s));
-      s.write('0001 BIRD 2.0.12 ready.\n');
-      let buf = '';
-      s.on('data', (d) => {
-        buf += d.toString();
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const cmd = buf.slice(0, nl);
-          buf = buf.slice(nl + 1);
-          fake.commands.push(cmd);
-          s.write(answer(cmd));
-        }
-      });
-    }),
-    commands: [],
-    vipUp: false,
-    reboot,
-    close: () =>
-      new Promise((r) => {
-        for (const s of socks) s.destroy();
-        fake.server.close(() => r());
-      }),
-  };
-  const answer = (cmd: string): string => {
-    if (cmd === 'configure') return '0002-Reading configuration from bird.conf\n0003 Reconfigured\n';
-    if (cmd === 'enable ballast_vip4') {
-      fake.vipUp = true;
-      return '0011-ballast_vip4: enabled\n0000 \n';
-    }
-    if (cmd === 'disable ballast_vip4') {
-      fake.vipUp = false;
-      return '0009-ballast_vip4: disabled\n0000 \n';
-    }
-    if (cmd === 'show status') return `1000-BIRD 2.0.12\n1011-Router ID is 10.0.1.2\n Last reboot on ${fake.reboot}\n0013 Daemon is up and running\n`;
-    if (cmd === 'show protocols') {
-      return `2002-Name       Proto      Table      State  Since         Info\n1002-ballast_vip4 Static     master4    ${fake.vipUp ? 'up' : 'down'}     10:00:00.000  \n ballast_peer4_1 BGP        ---        up     10:00:01.000  Established   \n0000 \n`;
-    }
-    return '9001 syntax error\n';
-  };
-  return new Promise((resolve) => fake.server.listen(path, () => resolve(fake)));
-}
+import { startFakeBird, type FakeBird } from '../support/fake-bird.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ballast-speaker-'));
 const socket = join(dir, 'bird.ctl');
