@@ -4,7 +4,28 @@
  * answers BIRD 2.0.12 gives to what ballast sends. It records every command. BIRD itself is
  * driven in test/integration/bgp.test.ts.
  */
+import { mkdtempSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { validateConfig, type Config } from '../../src/config/index.js';
+
+/**
+ * A mode: bgp config whose bgp.socket and bgp.configFile are in a new temporary directory
+ * (`dir`, named after `prefix`; the caller removes it): VIP 10.0.0.100, one peer.
+ */
+export function fakeBirdConfig(prefix: string): { dir: string; socket: string; configFile: string; config: Config } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const socket = join(dir, 'bird.ctl');
+  const configFile = join(dir, 'ballast4.conf');
+  const config = validateConfig({
+    mode: 'bgp',
+    vips: ['10.0.0.100'],
+    apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } },
+    bgp: { socket, configFile, localAsn: 64512, peers: [{ address: '10.0.1.1', asn: 64500 }] },
+  });
+  return { dir, socket, configFile, config };
+}
 
 /** The fake's state. */
 export interface FakeBird {

@@ -3,24 +3,13 @@
  * the reply format of bird.ts's header): the commands ballast sends, and the daemon's absence,
  * loss and return. BIRD itself is driven in test/integration/bgp.test.ts.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync, rmSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { validateConfig } from '../../src/config/index.js';
 import { BirdSpeaker } from '../../src/bgp/speaker.js';
 import { waitFor } from '../../lab/wait.js';
-import { startFakeBird, type FakeBird } from '../support/fake-bird.js';
+import { fakeBirdConfig, startFakeBird, type FakeBird } from '../support/fake-bird.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'ballast-speaker-'));
-const socket = join(dir, 'bird.ctl');
-const configFile = join(dir, 'ballast4.conf');
-const config = validateConfig({
-  mode: 'bgp',
-  vips: ['10.0.0.100'],
-  apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } },
-  bgp: { socket, configFile, localAsn: 64512, peers: [{ address: '10.0.1.1', asn: 64500 }] },
-});
+const { dir, socket, configFile, config } = fakeBirdConfig('ballast-speaker-');
 const log = { lines: [] as string[], info(_o: object, m: string) { this.lines.push(`info ${m}`); }, warn(_o: object, m: string) { this.lines.push(`warn ${m}`); }, error(_o: object, m: string) { this.lines.push(`error ${m}`); } };
 
 let speaker: BirdSpeaker | undefined;

@@ -3,24 +3,13 @@
  * fake control socket: ballast's own snippet rewritten disabled, `configure` and `disable`;
  * BIRD absent or a foreign configFile are notes; a second run finds nothing to do.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { validateConfig } from '../../src/config/index.js';
 import { renderBirdConfig } from '../../src/bgp/bird.js';
 import { withdrawBgp, type CleanupReport } from '../../src/agent/cleanup.js';
-import { startFakeBird, type FakeBird } from '../support/fake-bird.js';
+import { fakeBirdConfig, startFakeBird, type FakeBird } from '../support/fake-bird.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'ballast-cleanup-bgp-'));
-const socket = join(dir, 'bird.ctl');
-const configFile = join(dir, 'ballast4.conf');
-const config = validateConfig({
-  mode: 'bgp',
-  vips: ['10.0.0.100'],
-  apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } },
-  bgp: { socket, configFile, localAsn: 64512, peers: [{ address: '10.0.1.1', asn: 64500 }] },
-});
+const { dir, socket, configFile, config } = fakeBirdConfig('ballast-cleanup-bgp-');
 const snippet = (announced: boolean): string => renderBirdConfig({ bgp: config.bgp!, family: 4, vips: config.vips, announced }, configFile);
 const report = (): CleanupReport => ({ removed: [], inUse: [], notes: [], failed: [] });
 
