@@ -20,7 +20,7 @@ import { dirname } from 'node:path';
 import type { Config } from '../config/index.js';
 import { acquireInstanceLock, listAllInterfaces, missingCapabilities } from '../agent/preflight.js';
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
-import { BirdControl, BirdError, parseStatus, renderBirdConfig } from '../bgp/bird.js';
+import { BirdControl, BirdError, foreignSnippet, parseStatus } from '../bgp/bird.js';
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';
 import { ConfigError, isBallastError } from '../errors.js';
@@ -384,7 +384,7 @@ export interface BgpCheckOptions {
  * The checks of `mode: bgp` (docs/check.md): `bgp-interface` (bgp.interface exists), `bgp-socket`
  * (BIRD's control socket answers `show status`; a warn when it does not, since the agent waits
  * for BIRD), `bgp-config-file` (bgp.configFile's directory is writable and the file, when there,
- * is ballast's generated snippet: its first line is the header renderBirdConfig writes).
+ * is ballast's to write: bird.ts's foreignSnippet, the rule the agent applies at start).
  * Whether BIRD's own configuration includes the snippet is not knowable from here and not checked.
  * @param interfaces every interface of the node (listAllInterfaces).
  * @returns three results; [] when `config` is not in BGP mode.
@@ -416,8 +416,7 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
     const path = bgp.configFile;
     const dir = dirname(path);
     const title = `bgp.configFile ${path} can be written by ballast`;
-    const header = renderBirdConfig({ bgp, family: config.family, vips: config.vips, announced: false }, path).split('\n')[0]!;
-    // the agent creates a missing directory (mkdir -p, src/bgp/speaker.ts): the nearest existing one must be writable
+    // the agent creates a missing directory (mkdir -p, bird.ts writeSnippet): the nearest existing one must be writable
     let existing = dir;
     while (!existsSync(existing) && dirname(existing) !== existing) existing = dirname(existing);
     const creates = existing !== dir;
@@ -429,15 +428,12 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
       const code = (err as NodeJS.ErrnoException).code;
       dirProblem = code === 'EACCES' ? `the directory ${existing} is not writable by this user${creates ? ` (the agent would create ${dir} in it)` : ''}` : `${existing}: ${(err as Error).message}`;
     }
-    let first: string | null = null;
-    try {
-      first = readFileSync(path, 'utf8').split('\n')[0]!;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') dirProblem ??= `cannot read ${path}: ${(err as Error).message}`;
-    }
+    // whose the file is: the agent's own rule (bird.ts foreignSnippet, BALLAST_E_BGP_CONFIG_FILE at start)
+    const foreign = foreignSnippet(path);
+    const present = existsSync(path);
     if (dirProblem) out.push(fail('bgp-config-file', title, `${dirProblem}: the agent cannot write the snippet`, `run the agent (and the check) as root, or set bgp.configFile to a path in a directory it can write`));
-    else if (first !== null && first !== header) out.push(fail('bgp-config-file', title, `${path} exists and is not ballast's snippet (its first line is ${JSON.stringify(first.slice(0, 80))}, not ballast's header "${header}"): the agent would overwrite another file`, `set bgp.configFile to a file of ballast's own (e.g. /etc/bird/ballast.conf), or move that file away`));
-    else out.push(ok('bgp-config-file', title, `${first === null ? `${path} does not exist yet; the agent writes it${creates ? `, creating ${dir} in ${existing}` : ` in ${dir}`}` : `${path} is ballast's generated snippet`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`));
+    else if (foreign !== null) out.push(fail('bgp-config-file', title, `${path} ${foreign}: the agent refuses to start (BALLAST_E_BGP_CONFIG_FILE)`, `set bgp.configFile to a file of ballast's own (e.g. /etc/bird/ballast4.conf, one per family) and include it from bird.conf, or move that file away`));
+    else out.push(ok('bgp-config-file', title, `${!present ? `${path} does not exist yet; the agent writes it${creates ? `, creating ${dir} in ${existing}` : ` in ${dir}`}` : `${path} is ballast's to write (its snippet, or empty)`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`));
   }
   return out;
 }

@@ -79,12 +79,13 @@ describe('bgpResults', () => {
       const r = await bgpResults(c, [iface('lo', 1)]);
       expect(r.map((x) => `${x.id}:${x.status}`)).toStrictEqual(['bgp-interface:ok', 'bgp-socket:ok', 'bgp-config-file:ok']);
       expect(r[1]!.detail).toBe('BIRD 2.0.12, router ID 10.0.1.2, up and running');
-      expect(r[2]!.detail).toContain("is ballast's generated snippet");
+      expect(r[2]!.detail).toContain("is ballast's to write (its snippet, or empty)");
 
       writeFileSync(configFile, 'protocol device { }\n');
       const other = (await bgpResults(c, [iface('lo', 1)]))[2]!;
       expect(other.status).toBe('fail');
-      expect(other.detail).toContain('is not ballast\'s snippet (its first line is "protocol device { }"');
+      expect(other.detail).toContain(`${configFile} exists and is not a snippet ballast wrote`);
+      expect(other.detail).toContain('the agent refuses to start (BALLAST_E_BGP_CONFIG_FILE)');
 
       // the agent creates a missing directory (mkdir -p): ok when the nearest existing one is writable
       const missing = (await bgpResults(bgpConfig({ configFile: join(dir, 'no', 'such', 'ballast.conf') }), [iface('lo', 1)]))[2]!;
