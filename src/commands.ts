@@ -230,10 +230,12 @@ async function cleanup(o: { config?: string }): Promise<number> {
   }
   const r = await cleanupNode(config);
   for (const line of r.removed) process.stdout.write(`removed ${line}\n`);
-  if (r.removed.length === 0 && r.inUse.length === 0) process.stdout.write('nothing of ballast left on this node\n');
+  for (const line of r.notes) process.stderr.write(`ballast cleanup: ${line}\n`);
+  if (r.removed.length === 0 && r.inUse.length === 0 && r.failed.length === 0) process.stdout.write('nothing of ballast left on this node\n');
   if (r.inUse.length > 0) {
     throw createError('BALLAST_E_ALREADY_RUNNING', `a running ballast agent holds ${r.inUse.join(', ')}: left alone; stop the agent first`);
   }
+  if (r.failed.length > 0) throw createError('BALLAST_E_BGP', `${r.failed.join('; ')} (the rest was removed)`);
   return 0;
 }
 

@@ -92,6 +92,10 @@ export const ERRORS = {
     exitCode: 1,
     description: 'BIRD refused the configuration snippet ballast wrote for mode: bgp (a parse error, or a protocol name already taken).',
   },
+  BALLAST_E_BGP_CONFIG_FILE: {
+    exitCode: 2,
+    description: "bgp.configFile exists and is not a snippet ballast wrote (it may be BIRD's own configuration): ballast refuses to overwrite it.",
+  },
   BALLAST_E_CGROUP: {
     exitCode: 2,
     description: 'localEndpoint.cgroup is not an existing directory of the mounted cgroup-v2 hierarchy.',

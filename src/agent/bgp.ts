@@ -27,11 +27,12 @@ import { canonicalAddress } from '../net/address.js';
 import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
 import { BirdSpeaker, type BgpStatus } from '../bgp/speaker.js';
 import { BirdError } from '../bgp/bird.js';
+import { birdRefusalFix } from '../bgp/refusal.js';
 import { addVip, delVip, openRtnl, listInterfaces } from '../vip/netlink.js';
 import type { HealthFollowers } from './health.js';
 import { TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-import { acquireTableLock } from './preflight.js';
+import { acquireTableLock, bgpInterface } from './preflight.js';
 
 /**
  * After a stop's withdrawal the data plane stays until no new connection has been DNATed for
@@ -148,8 +149,8 @@ export function announceDecision(announce: 'backends' | 'local', served: readonl
  * Starts BGP mode: takes the nftables table lock of the VIPs' family, binds the VIPs on
  * bgp.interface, programs the table, writes and pushes the BIRD snippet (not announced), then
  * follows the data plane.
- * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails; BALLAST_E_NETLINK when
- *   bgp.interface is missing or the VIPs cannot be added; BALLAST_E_BGP when BIRD refuses the snippet.
+ * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails; BALLAST_E_INTERFACE_NOT_FOUND
+ *   when bgp.interface is missing; BALLAST_E_NETLINK when the VIPs cannot be added; BALLAST_E_BGP when BIRD refuses the snippet.
  */
 export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers }): Promise<BgpPhase> {
   return runPhase(ctx, 'BGP', async (own) => {
@@ -167,8 +168,8 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     const all = await listInterfaces(rt).catch((err: unknown) => {
       throw createError('BALLAST_E_NETLINK', `cannot list interfaces through rtnetlink: ${(err as Error).message}`, { cause: err });
     });
-    const iface = all.find((i) => i.ifname === bgp.interface);
-    if (!iface) throw createError('BALLAST_E_NETLINK', `bgp.interface: there is no interface ${bgp.interface} (ballast binds the VIPs on it; lo, or a dummy interface you created)`);
+    // preflight checked it before anything changed; it may have gone since
+    const iface = bgpInterface(config, all);
     const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
     const localBackend = config.policy.localBackend ?? config.apiserver.backends.find((b) => nodeAddresses.has(b.host));
     const isLocal = (b: HostPort): boolean =>
@@ -244,7 +245,7 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     try {
       await speaker.start();
     } catch (err) {
-      if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}`, { cause: err });
+      if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}; ${birdRefusalFix(err.message, bgp.socket)}`, { cause: err });
       throw err;
     }
     // withdraw first on the way down (the undo runs in reverse: this one before the table goes),

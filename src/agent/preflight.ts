@@ -21,6 +21,7 @@ import { formatHostPort } from '../net/hostport.js';
 import { chooseInterface, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
 import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
 import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
+import { foreignSnippet } from '../bgp/bird.js';
 import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
@@ -55,7 +56,7 @@ export interface Preflight extends PhaseHandle {
  * only when it is `none`), so that a stop removes them even when the data-plane phases never
  * ran (a killed earlier run left them).
  * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_CONFIG_READ, the interface errors of
- *   {@link resolveInterface}, BALLAST_E_LOCAL_ENDPOINT_ADDRESS, BALLAST_E_ADMIN_ADDRESS,
+ *   {@link resolveInterface} (with mode: bgp, of {@link bgpInterface}), BALLAST_E_BGP_CONFIG_FILE, BALLAST_E_LOCAL_ENDPOINT_ADDRESS, BALLAST_E_ADMIN_ADDRESS,
  *   BALLAST_E_ALREADY_RUNNING, BALLAST_E_NETLINK, BALLAST_E_SOCKET, BALLAST_E_CGROUP (a wrong
  *   localEndpoint.cgroup), BALLAST_E_LOCAL_ENDPOINT_IN_USE (another agent holds the pin
  *   directory), BALLAST_E_DATAPLANE (its lock cannot be made).
@@ -73,6 +74,10 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     const authKeys = v?.auth ? readAuthKeys(v.auth.keyFile) : null;
     const all = await listAllInterfaces();
     checkBindAddresses(config, all);
+    if (config.bgp) {
+      bgpInterface(config, all);
+      checkBgpConfigFile(config.bgp.configFile);
+    }
     const resolved = v ? resolveInterface(config, all) : null;
     let locks: ElectionLocks | null = null;
     if (v && resolved) {
@@ -276,6 +281,30 @@ export async function listAllInterfaces(): Promise<InterfaceInfo[]> {
     throw createError('BALLAST_E_NETLINK', `cannot list interfaces through rtnetlink: ${(err as Error).message}`, { cause: err });
   } finally {
     rt.close();
+  }
+}
+
+/**
+ * mode: bgp's bgp.interface, where the VIPs are bound.
+ * @param all every interface of the namespace (rtnetlink).
+ * @throws BallastError BALLAST_E_INTERFACE_NOT_FOUND (exit 2) when there is none of that name.
+ */
+export function bgpInterface(config: Config, all: readonly InterfaceInfo[]): InterfaceInfo {
+  const name = config.bgp!.interface;
+  const iface = all.find((i) => i.ifname === name);
+  if (!iface) throw createError('BALLAST_E_INTERFACE_NOT_FOUND', `bgp.interface: there is no interface ${name} (ballast binds the VIPs on it; lo, or a dummy interface you created)`);
+  return iface;
+}
+
+/**
+ * bgp.configFile must be ballast's to rewrite: absent, empty, or a snippet ballast wrote
+ * ({@link foreignSnippet}); never the operator's bird.conf or another file of theirs.
+ * @throws BallastError BALLAST_E_BGP_CONFIG_FILE (exit 2) naming the file and why.
+ */
+export function checkBgpConfigFile(path: string): void {
+  const why = foreignSnippet(path);
+  if (why !== null) {
+    throw createError('BALLAST_E_BGP_CONFIG_FILE', `bgp.configFile: ${path} ${why}; ballast left it alone. Point bgp.configFile at a file of ballast's own (e.g. /etc/bird/ballast4.conf) and include it from bird.conf`);
   }
 }
 

@@ -7,14 +7,18 @@
  *                                                    └─► back (or restarted): snippet + `configure`,
  *                                                        then the static protocol to the wanted state
  *
+ * A restart is told by the control connection closing (BIRD closes its CLI sessions only when it
+ * exits), not by `show status`'s "Last reboot on": BIRD prints that as the wall clock now minus
+ * the monotonic time since boot, read at different points of its event loop (lib/timer.c,
+ * tm_format_time), so it moves by a millisecond when the loop is busy (a start-up, a large
+ * reconfiguration) and by whatever NTP steps the clock: comparing it took such a move for a restart.
+ *
  * Nothing here throws once started: the daemon being absent or restarting is a state
  * (status, logs, the metrics), and the announcement follows once it answers again.
  */
-import { mkdirSync, renameSync, writeFileSync, readFileSync } from 'node:fs';
-import { dirname } from 'node:path';
 import type { AddressFamily } from '../net/address.js';
 import type { BgpConfig } from '../config/bgp.js';
-import { BirdControl, BirdError, parseProtocols, parseStatus, peerProtocol, renderBirdConfig, vipProtocol, type BirdDesired } from './bird.js';
+import { announceCommand, BirdControl, BirdError, configure, parseProtocols, parseStatus, peerProtocol, renderBirdConfig, vipProtocol, writeSnippet, type BirdDesired } from './bird.js';
 
 /** One peer in /status. */
 export interface BgpPeerStatus {
@@ -91,7 +95,8 @@ export class BirdSpeaker {
   #lastChangeMs: number | null = null;
   #daemonUp = false;
   #daemonSince: string | null = null;
-  #lastReboot: string | null = null;
+  /** The control connection was closed by the daemon (it exited) since the last push. */
+  #closed = false;
   #version: string | null = null;
   #routerId: string | null = null;
   #pushes = 0;
@@ -114,6 +119,7 @@ export class BirdSpeaker {
     this.#ctl = o.control ?? new BirdControl(bgp.socket);
     this.#ctl.onClose = () => {
       // BIRD stopped (or restarts): look again soon rather than at the next poll
+      this.#closed = true;
       if (!this.#stopped) this.#schedule(100);
     };
   }
@@ -126,19 +132,7 @@ export class BirdSpeaker {
   /** Writes the snippet (atomically: a temporary file renamed over it). @returns whether its bytes changed. */
   #write(): boolean {
     const path = this.#bgp.configFile;
-    const text = renderBirdConfig(this.#desired(), path);
-    let old: string | null = null;
-    try {
-      old = readFileSync(path, 'utf8');
-    } catch {
-      old = null;
-    }
-    if (old === text) return false;
-    mkdirSync(dirname(path), { recursive: true });
-    const tmp = `${path}.ballast-tmp`;
-    writeFileSync(tmp, text, { mode: 0o644 });
-    renameSync(tmp, path);
-    return true;
+    return writeSnippet(path, renderBirdConfig(this.#desired(), path));
   }
 
   /**
@@ -191,23 +185,19 @@ export class BirdSpeaker {
 
   /** `enable|disable` the static protocol to match the wanted state. */
   async #apply(): Promise<void> {
-    const proto = vipProtocol(this.#family);
-    await this.#ctl.command(`${this.#wanted ? 'enable' : 'disable'} ${proto}`);
+    await this.#ctl.command(announceCommand(this.#family, this.#wanted));
     if (this.#announced !== this.#wanted) this.#since = new Date().toISOString();
     this.#announced = this.#wanted;
   }
 
   /** Snippet + configure, then the static protocol to the wanted state, then a status read. */
   async #push(): Promise<void> {
+    // a close from here on is of the connection this push opens (or of one it finds gone)
+    this.#closed = false;
     this.#write();
-    const lines = await this.#ctl.command('configure');
-    if (!lines.some((l) => l.code === 3 || l.code === 4 || l.code === 19 || l.code === 18)) {
-      throw new BirdError(`bird did not reconfigure: ${lines.map((l) => l.text).join('; ')}`, lines.at(-1)?.code ?? 0);
-    }
+    await configure(this.#ctl);
     this.#pushes++;
     await this.#apply();
-    // a push is the new baseline: the boot time it reads is not a restart
-    this.#lastReboot = null;
     await this.#read();
     if (!this.#daemonUp) {
       this.#daemonUp = true;
@@ -222,8 +212,6 @@ export class BirdSpeaker {
     const rows = parseProtocols(await this.#ctl.command('show protocols'));
     this.#version = st.version;
     this.#routerId = st.routerId;
-    const restarted = this.#lastReboot !== null && st.lastReboot !== null && st.lastReboot !== this.#lastReboot;
-    this.#lastReboot = st.lastReboot;
     const prev = this.#peers;
     this.#peers = new Map(rows.map((r) => [r.name, { state: r.state, info: r.info }]));
     this.#bgp.peers.forEach((p, i) => {
@@ -235,7 +223,6 @@ export class BirdSpeaker {
       }
     });
     const vip = this.#peers.get(vipProtocol(this.#family));
-    if (restarted) throw new BirdError('the routing daemon restarted', null, 'ERESTART');
     if (vip !== undefined && (vip.state === 'up') !== this.#announced) {
       // someone changed it behind ballast's back (birdc by hand): put it back
       this.#log.warn({ protocol: vipProtocol(this.#family), state: vip.state, wanted: this.#wanted }, 'the VIPs\' static protocol is not in the state ballast set; setting it again');
@@ -253,18 +240,19 @@ export class BirdSpeaker {
   #tick(): Promise<void> {
     const run = async (): Promise<void> => {
       if (this.#stopped) return;
+      if (this.#daemonUp && this.#closed) {
+        // it exited (a later command reaches its successor, if any): one loss, then a push
+        this.#log.warn({ socket: this.#bgp.socket }, 'the routing daemon closed its control connection (it stopped or restarted); pushing the configuration again when it answers');
+        this.#losses++;
+        this.#daemonUp = false;
+        this.#announced = false;
+        this.#peers.clear();
+        this.#daemonSince = new Date().toISOString();
+      }
       try {
         if (this.#daemonUp) await this.#read();
         else await this.#push().then(() => this.#log.info({ socket: this.#bgp.socket, version: this.#version, announced: this.#announced }, 'routing daemon answers; configuration pushed'));
       } catch (err) {
-        if (err instanceof BirdError && err.errno === 'ERESTART') {
-          this.#log.warn({ socket: this.#bgp.socket }, 'the routing daemon restarted; pushing the configuration again');
-          this.#losses++;
-          this.#daemonUp = false;
-          this.#daemonSince = new Date().toISOString();
-          this.#schedule(0);
-          return;
-        }
         if (this.#daemonUp || this.#lastError === null) this.#down(err);
         else this.#lastError = err instanceof Error ? err.message : String(err);
       }

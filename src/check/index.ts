@@ -15,10 +15,12 @@
  * The slow parts run side by side: the VRRP listen (3 × Advertisement_Interval), the VIP probe
  * (half a second, probe.ts) and the backend certificates (certificates.ts, owned by checkcert).
  */
-import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { accessSync, constants as fsConstants, existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Config } from '../config/index.js';
 import { acquireInstanceLock, listAllInterfaces, missingCapabilities } from '../agent/preflight.js';
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
+import { BirdControl, BirdError, foreignSnippet, parseStatus } from '../bgp/bird.js';
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';
 import { ConfigError, isBallastError } from '../errors.js';
@@ -171,7 +173,7 @@ function checkPorts(config: Config, listeners: readonly Listener[]): CheckResult
       else out.push(ok('port-local-endpoint', title, 'nothing listens there'));
     }
   }
-  if (config.vrrp && config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) {
+  if (runsVipDataPlane(config)) {
     for (const vip of config.vips) {
       const title = `no process is bound to the VIP ${formatHostPort({ host: vip, port: config.apiserver.port })} itself`;
       const found = listenersOn(vip, config.apiserver.port, listeners, true).map(describeOwner).filter((f) => !f.ballast);
@@ -304,14 +306,38 @@ function readSysctl(path: string): string | null {
   }
 }
 
-function forwardingResult(config: Config, nodeAddresses: ReadonlySet<string>): CheckResult {
+/**
+ * Whether this configuration runs the nftables VIP data plane on this node: VRRP mode with
+ * `dataplane.vip: nftables`, or BGP mode (which always balances VIP:port with it, src/agent/bgp.ts).
+ */
+export function runsVipDataPlane(config: Config): boolean {
+  if (config.apiserver.backends.length === 0) return false;
+  if (config.bgp) return true;
+  return config.vrrp !== null && config.dataplane.vip === 'nftables';
+}
+
+/**
+ * The backends the VIP data plane balances to here: every backend, except in BGP mode with
+ * `bgp.balance: local` (this node's own apiservers only, as balancedSource in src/agent/bgp.ts).
+ * @returns [] when no VIP data plane runs ({@link runsVipDataPlane}).
+ */
+export function vipPlaneBackends(config: Config, nodeAddresses: ReadonlySet<string>): Config['apiserver']['backends'] {
+  if (!runsVipDataPlane(config)) return [];
+  const all = config.apiserver.backends;
+  if (config.bgp?.balance !== 'local') return all;
+  const local = config.policy.localBackend;
+  return all.filter((b) => (local ? b.port === local.port && canonicalAddress(b.host) === canonicalAddress(local.host) : nodeAddresses.has(b.host)));
+}
+
+/** `ip-forwarding`: the sysctl must be 1 when the VIP data plane DNATs to a backend on another node. */
+export function forwardingResult(config: Config, nodeAddresses: ReadonlySet<string>, read: (path: string) => string | null = readSysctl): CheckResult {
   const key = config.family === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
   const title = `${key} is on where the data plane forwards`;
-  const remote = config.apiserver.backends.filter((b) => !nodeAddresses.has(b.host));
-  if (!config.vrrp || config.dataplane.vip !== 'nftables' || remote.length === 0) {
-    return ok('ip-forwarding', title, 'not needed: no connection to the VIP is DNATed to another node here (no nftables VIP data plane, or no remote backend)');
+  const remote = vipPlaneBackends(config, nodeAddresses).filter((b) => !nodeAddresses.has(b.host));
+  if (remote.length === 0) {
+    return ok('ip-forwarding', title, `not needed: no connection to the VIP is DNATed to another node here (${!runsVipDataPlane(config) ? 'no nftables VIP data plane' : config.bgp?.balance === 'local' ? 'bgp.balance: local balances to this node\'s apiserver only' : 'no remote backend'})`);
   }
-  const value = readSysctl(`/proc/sys/${key.replaceAll('.', '/')}`);
+  const value = read(`/proc/sys/${key.replaceAll('.', '/')}`);
   if (value === '1') return ok('ip-forwarding', title, `${key} = 1: connections to the VIP DNATed to ${remote.map(formatHostPort).join(', ')} are forwarded`);
   return fail(
     'ip-forwarding',
@@ -327,7 +353,7 @@ async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>,
     family: config.family,
     vips: [...config.vips],
     port: config.apiserver.port,
-    backends: config.apiserver.backends.map((b) => ({ address: b.host, port: b.port, local: nodeAddresses.has(b.host) })),
+    backends: vipPlaneBackends(config, nodeAddresses).map((b) => ({ address: b.host, port: b.port, local: nodeAddresses.has(b.host) })),
     masqueradeRemote: true,
   });
   let r;
@@ -343,6 +369,73 @@ async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>,
     `nft -c refused it (exit ${r.code}${r.killed ? `, ${r.killed}` : ''}): ${r.stderr.trim().split('\n').slice(0, 6).join(' | ')}`,
     'the kernel lacks an nftables module the data plane needs (nf_tables, nft_nat, nft_hash, nft_ct, nft_masq, nft_counter, nft_reject_ipv4 or _ipv6): load them or use a kernel with them; or set dataplane.vip: none',
   );
+}
+
+// ---------------------------------------------------------------------------------------------
+// BGP mode: the interface, BIRD's control socket, the snippet
+
+/** Options of {@link bgpResults}. */
+export interface BgpCheckOptions {
+  /** How long BIRD's control socket may take to greet and answer `show status`, ms (default 3000). */
+  timeoutMs?: number;
+}
+
+/**
+ * The checks of `mode: bgp` (docs/check.md): `bgp-interface` (bgp.interface exists), `bgp-socket`
+ * (BIRD's control socket answers `show status`; a warn when it does not, since the agent waits
+ * for BIRD), `bgp-config-file` (bgp.configFile's directory is writable and the file, when there,
+ * is ballast's to write: bird.ts's foreignSnippet, the rule the agent applies at start).
+ * Whether BIRD's own configuration includes the snippet is not knowable from here and not checked.
+ * @param interfaces every interface of the node (listAllInterfaces).
+ * @returns three results; [] when `config` is not in BGP mode.
+ */
+export async function bgpResults(config: Config, interfaces: readonly InterfaceInfo[], opts: BgpCheckOptions = {}): Promise<CheckResult[]> {
+  const bgp = config.bgp;
+  if (!bgp) return [];
+  const out: CheckResult[] = [];
+  {
+    const title = `bgp.interface ${bgp.interface} exists`;
+    const found = interfaces.find((i) => i.ifname === bgp.interface);
+    if (found) out.push(ok('bgp-interface', title, `${bgp.interface} (ifindex ${found.ifindex}) is where the agent binds ${config.vips.join(', ')}`));
+    else out.push(fail('bgp-interface', title, `there is no interface ${bgp.interface} (${interfaces.map((i) => i.ifname).join(', ') || 'none'} exist): the agent refuses to start`, `set bgp.interface to lo, or create it (ip link add ${bgp.interface} type dummy && ip link set ${bgp.interface} up)`));
+  }
+  {
+    const title = `BIRD answers on its control socket ${bgp.socket}`;
+    const bird = new BirdControl(bgp.socket, opts.timeoutMs ?? 3000);
+    try {
+      const s = parseStatus(await bird.command('show status'));
+      out.push(ok('bgp-socket', title, `BIRD ${s.version ?? '(version not given)'}${s.routerId ? `, router ID ${s.routerId}` : ''}${s.up ? ', up and running' : ''}`));
+    } catch (err) {
+      const why = err instanceof BirdError && err.errno === 'ENOENT' ? 'no socket there (BIRD is not running, or bgp.socket names another path)' : (err as Error).message;
+      out.push(warn('bgp-socket', title, `${why}; the agent starts anyway and waits for BIRD, announcing nothing until it answers`, `start BIRD 2 (systemctl start bird), or set bgp.socket to the path of its control socket (bird -s)`));
+    } finally {
+      bird.close();
+    }
+  }
+  {
+    const path = bgp.configFile;
+    const dir = dirname(path);
+    const title = `bgp.configFile ${path} can be written by ballast`;
+    // the agent creates a missing directory (mkdir -p, bird.ts writeSnippet): the nearest existing one must be writable
+    let existing = dir;
+    while (!existsSync(existing) && dirname(existing) !== existing) existing = dirname(existing);
+    const creates = existing !== dir;
+    let dirProblem: string | null = null;
+    try {
+      if (!statSync(existing).isDirectory()) dirProblem = `${existing} is not a directory`;
+      else accessSync(existing, fsConstants.W_OK | fsConstants.X_OK);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      dirProblem = code === 'EACCES' ? `the directory ${existing} is not writable by this user${creates ? ` (the agent would create ${dir} in it)` : ''}` : `${existing}: ${(err as Error).message}`;
+    }
+    // whose the file is: the agent's own rule (bird.ts foreignSnippet, BALLAST_E_BGP_CONFIG_FILE at start)
+    const foreign = foreignSnippet(path);
+    const present = existsSync(path);
+    if (dirProblem) out.push(fail('bgp-config-file', title, `${dirProblem}: the agent cannot write the snippet`, `run the agent (and the check) as root, or set bgp.configFile to a path in a directory it can write`));
+    else if (foreign !== null) out.push(fail('bgp-config-file', title, `${path} ${foreign}: the agent refuses to start (BALLAST_E_BGP_CONFIG_FILE)`, `set bgp.configFile to a file of ballast's own (e.g. /etc/bird/ballast4.conf, one per family) and include it from bird.conf, or move that file away`));
+    else out.push(ok('bgp-config-file', title, `${!present ? `${path} does not exist yet; the agent writes it${creates ? `, creating ${dir} in ${existing}` : ` in ${dir}`}` : `${path} is ballast's to write (its snippet, or empty)`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -513,7 +606,8 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
   }
 
   checks.push(forwardingResult(config, nodeAddresses));
-  if (v && config.dataplane.vip === 'nftables' && config.apiserver.backends.length > 0) checks.push(await rulesetResult(config, nodeAddresses, nft));
+  if (vipPlaneBackends(config, nodeAddresses).length > 0) checks.push(await rulesetResult(config, nodeAddresses, nft));
+  if (config.bgp && all.length > 0) checks.push(...(await bgpResults(config, all)));
   if (config.localEndpoint && config.dataplane.local === 'ebpf') checks.push(ebpfResult(await checkEbpf(), true));
   checks.push(...checkPorts(config, currentListeners()));
   if (v || config.apiserver.backends.length > 0) {

@@ -191,6 +191,25 @@ function formatReload(r: ReloadStatus | undefined): [string, string][] {
   return [['reload', `${last.at} ${what}`]];
 }
 
+/**
+ * The rows of /status `bgp` (mode: bgp, src/bgp/speaker.ts): the announcement and why, the
+ * routing daemon, one `bgp peer` row per session, this node's backend, the last error when set.
+ */
+export function bgpRows(b: NonNullable<StatusDocument['bgp']>): [string, string][] {
+  const since = (t: string | null): string => (t === null ? '' : ` since ${t}`);
+  const daemon = b.daemonUp
+    ? `${b.daemon} ${b.version ?? ''} up${since(b.daemonSince)}${b.routerId ? `, router ID ${b.routerId}` : ''} (socket ${b.socket}, ${b.pushes} configuration push${b.pushes === 1 ? '' : 'es'}, lost ${b.daemonLosses} time${b.daemonLosses === 1 ? '' : 's'})`
+    : `${b.daemon} not answering${since(b.daemonSince)} (socket ${b.socket}; waiting for it, lost ${b.daemonLosses} time${b.daemonLosses === 1 ? '' : 's'})`;
+  return [
+    ['bgp', `${b.announced ? 'announced' : 'not announced'}${since(b.since)}${b.lastChangeMs === null ? '' : `, last change took ${b.lastChangeMs} ms`}`],
+    ['bgp wanted', `${b.wanted ? 'yes' : 'no'}: ${b.reason} (announce: ${b.announce}, balance: ${b.balance})`],
+    ['bgp daemon', daemon.replace(/ {2,}/g, ' ')],
+    ...b.peers.map((p): [string, string] => ['bgp peer', `${p.address} AS ${p.asn} (${p.protocol}): ${p.session ?? 'unknown'}${p.state === null ? '' : `, protocol ${p.state}`}${p.bfd ? ', BFD' : ''}`]),
+    ['bgp local', b.localBackend ?? 'none (no backend on this node)'],
+    ...(b.lastError === null ? [] : [['bgp error', b.lastError] as [string, string]]),
+  ];
+}
+
 /** One `firewall` row per foreign chain in the way (docs/check.md); none when nothing is. */
 function formatFirewall(f: ForeignFirewallStatus | undefined): [string, string][] {
   if (!f) return [];
@@ -259,6 +278,9 @@ function round(ms: number): number {
 
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
+  if (d.state === 'none' && d.bgp) {
+    return aligned([['state', 'none (mode: bgp: no election, this node announces the VIPs while it can serve them)'], ...bgpRows(d.bgp), ['dataplane', formatDataplane(d.dataplane)], ['local', formatLocal(d.local)], ...failOpenRows(d), ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
+  }
   if (d.state === 'none') {
     return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...failOpenRows(d), ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
   }

@@ -15,7 +15,7 @@ import { BgpLab, ecmpSpread, spreadBound, type BgpLabNode } from '../../lab/bgp-
 import { bgpAgentConfig, startBgpAgent } from '../../lab/bgp-agents.js';
 import { cliPath, type LabAgent } from '../../lab/cluster.js';
 import { probeOnce, runProber } from '../../lab/lab.js';
-import { needs, waitFor } from '../support/index.js';
+import { needs, sleep, waitFor } from '../support/index.js';
 import type { StatusDocument } from '../../src/observe/status.js';
 
 const INTERVAL_MS = 200;
@@ -159,6 +159,54 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     expect((await bgpOf(v4[0]!)).announced).toBe(true);
   });
 
+  it('bgp.interface missing, or bgp.configFile the operator\'s bird.conf: exit 2 before anything changes', async () => {
+    const n1 = b.nodes[0]!;
+    const birdConf = join(n1.birdDir, 'bird.conf');
+    const conf = readFileSync(birdConf, 'utf8');
+    const run = async (name: string, bgp: Record<string, unknown>): Promise<{ code: number; stderr: string }> => {
+      const path = join(b.lab.dir, `n1-${name}.yaml`);
+      // the running agent holds the table lock: a check made after taking it would end in BALLAST_E_ALREADY_RUNNING instead
+      writeFileSync(path, bgpAgentConfig(b, n1, { adminPort: 9651, bgp }));
+      return b.lab.exec(n1.node.netns, [process.execPath, cliPath(), 'run', '--config', path], { allowFail: true, timeoutMs: 10_000 });
+    };
+    const noIface = await run('noiface', { interface: 'bbgpnone0' });
+    expect([noIface.code, noIface.stderr], noIface.stderr).toStrictEqual([2, expect.stringContaining('BALLAST_E_INTERFACE_NOT_FOUND')]);
+    expect(noIface.stderr).toContain('bgp.interface: there is no interface bbgpnone0');
+    const foreign = await run('birdconf', { configFile: birdConf });
+    expect([foreign.code, foreign.stderr], foreign.stderr).toStrictEqual([2, expect.stringContaining('BALLAST_E_BGP_CONFIG_FILE')]);
+    expect(foreign.stderr).toContain(`bgp.configFile: ${birdConf} exists and is not a snippet ballast wrote`);
+    expect(readFileSync(birdConf, 'utf8')).toBe(conf);
+    expect(await b.birdc(n1.node.netns, n1.socket, 'show protocols')).toContain('device1');
+    expect(await b.nexthops(b.vip4)).toHaveLength(3);
+    expect((await bgpOf(v4[0]!)).announced).toBe(true);
+  });
+
+  it('`ballast cleanup --config` after a SIGKILLed agent withdraws through BIRD, removes the VIP from lo and the table; the agent then starts again', async () => {
+    const n1 = b.nodes[0]!;
+    const killed = v4[0]!;
+    killed.proc.kill('SIGKILL');
+    await killed.proc.exited;
+    // BIRD keeps announcing what the snippet says: the dead agent's path stays
+    expect(await b.nexthops(b.vip4)).toContain(n1.link4.node);
+    const t0 = performance.now();
+    // a /run of its own: /run/ballast's lock files are the host's, other labs' agents hold theirs
+    const r = await b.lab.exec(n1.node.netns, ['unshare', '-m', 'sh', '-c', 'mount -t tmpfs tmpfs /run && exec "$@"', 'sh', process.execPath, cliPath(), 'cleanup', '--config', killed.configPath], { allowFail: true, timeoutMs: 30_000 });
+    expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
+    expect(r.stdout).toContain(`removed the BGP announcement of ${b.vip4} from ${n1.snippet4} (ballast_vip4 disabled)`);
+    expect(r.stdout).toContain(`removed VIP ${b.vip4}/32 on lo`);
+    expect(r.stdout).toContain('removed table ip ballast');
+    // BIRD sent the withdrawal at once: the router drops the path without waiting for a timer
+    const gone = await untilNexthops(b, b.vip4, 2, t0, 3000);
+    expect(await b.nexthops(b.vip4)).not.toContain(n1.link4.node);
+    expect(readFileSync(n1.snippet4, 'utf8')).toContain('  disabled yes;');
+    expect((await b.lab.exec(n1.node.netns, ['ip', '-4', '-o', 'addr', 'show', 'dev', 'lo'])).stdout).not.toContain(b.vip4);
+    expect((await b.lab.exec(n1.node.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code).not.toBe(0);
+    console.log(`[bgp] cleanup after SIGKILL: path withdrawn ${Math.round(gone.ms)} ms after the cleanup started`);
+    const announcing = untilNexthops(b, b.vip4, 3, performance.now(), 10_000);
+    v4[0] = await startBgpAgent(b, n1, { intervalMs: INTERVAL_MS, fall: FALL, balance: 'local' });
+    await announcing;
+  });
+
   it('the routing daemon dying is reported, and recovered from when it is back', async () => {
     const n1 = b.nodes[0]!;
     n1.bird!.kill('SIGKILL');
@@ -169,8 +217,13 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     console.log(`[bgp] while n1's BIRD is down the router has ${during.length} next hops: ${during.join(', ')}`);
     await b.startNodeBird(n1);
     const s = await waitFor(() => bgpOf(v4[0]!), (x) => x.daemonUp && x.announced && x.peers[0]!.session === 'Established', { timeoutMs: 10_000, what: 'n1 to push its configuration again' });
-    expect(s.daemonLosses).toBeGreaterThanOrEqual(1);
+    // n1's agent started afresh in the cleanup case (one push, no loss): one kill is one loss and one push
+    expect([s.daemonLosses, s.pushes]).toStrictEqual([1, 2]);
     await untilNexthops(b, b.vip4, 3, performance.now(), 10_000);
+    // the freshly started BIRD's first polls (speaker pollMs 1000) are no restart: its "Last reboot on" may move by a ms then
+    await sleep(3 * 1000 + 200);
+    const later = await bgpOf(v4[0]!);
+    expect([later.daemonUp, later.daemonLosses, later.pushes]).toStrictEqual([true, 1, 2]);
   });
 
   it('IPv6: every node announces the /128 (balance all, announce local) and a client is served over IPv6', async () => {

@@ -4,16 +4,18 @@
  * at a time — the VIP answered by another host (IPv4 ARP and IPv6 DAD), keepalived VRRPv2 and
  * VRRPv3 groups on our VRID, foreign nftables tables with a drop policy (and the running agent
  * warning at its start and noticing one appear), the VIP on the network / broadcast / subnet-router anycast address,
- * forwarding off, a port taken by another process.
+ * forwarding off, a port taken by another process; mode: bgp (forwarding with bgp.balance all and
+ * local, the BGP checks with BIRD absent and then running in n1's namespace).
  *
  * Bounds: one check run is the VRRP listen (3 × Advertisement_Interval: 300 ms at 100 ms, 3 s at
  * 1 s) beside the VIP probe (3 probes 100 ms apart + 1 s = 1.2 s), plus Node's start and nft.
  * The agent's firewall watch polls every 5 s (FOREIGN_FIREWALL_POLL_MS): a new table is logged
  * within one poll plus 1 s.
  */
-import { writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse, stringify } from 'yaml';
 import { Lab } from '../../lab/lab.js';
 import { agentConfig, cliPath, runAgent } from '../../lab/cluster.js';
 import { startKeepalived } from '../../lab/peers/keepalived.js';
@@ -229,4 +231,48 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
       await lab.exec(n1().netns, ['nft', 'delete', 'table', 'ip', 'hostfw2'], { allowFail: true });
     }
   }, 20_000);
+
+  it.skipIf(needs('bird'))('mode: bgp: ip-forwarding fails with balance: all and forwarding off (ok with balance: local), the ruleset is checked, BIRD absent warns, then answers with its version', async () => {
+    const dir = join(lab.dir, 'check-bgp');
+    mkdirSync(dir, { recursive: true });
+    const socket = join(dir, 'bird.ctl');
+    const bgpFile = (name: string, bgp: Record<string, unknown>): string => {
+      const path = join(lab.dir, `check-${name}.yaml`);
+      const doc = parse(agentConfig(lab, n1(), { priority: 100, balance: true, noElection: true })) as Record<string, unknown>;
+      writeFileSync(path, stringify({ ...doc, mode: 'bgp', vips: [lab.vip4], bgp: { socket, configFile: join(dir, 'ballast.conf'), localAsn: 64512, peers: [{ address: '10.78.105.1', asn: 64500 }], ...bgp } }));
+      return path;
+    };
+    await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=0']);
+    let bird: ReturnType<Lab['spawn']> | null = null;
+    try {
+      const r = await check(bgpFile('bgp-all', {}));
+      expect(statuses(r.report)).toStrictEqual([
+        'privileges:ok',
+        'ip-forwarding:fail',
+        'nftables-ruleset:ok',
+        'bgp-interface:ok',
+        'bgp-socket:warn',
+        'bgp-config-file:ok',
+        'port-admin:ok',
+        'port-vip:ok',
+        'foreign-firewall:ok',
+      ]);
+      expect(r.code).toBe(2);
+      expect(r.byId.get('ip-forwarding')![0]!.detail).toContain('net.ipv4.ip_forward = 0');
+      expect(r.byId.get('ip-forwarding')![0]!.detail).toContain(`${lab.nodes[1]!.ipv4}:6443`);
+      expect(r.byId.get('bgp-socket')![0]!.detail).toContain('waits for BIRD');
+
+      writeFileSync(join(dir, 'bird.conf'), 'router id 10.78.105.11;\nprotocol device { }\n');
+      bird = lab.spawn(n1().netns, ['bird', '-f', '-c', join(dir, 'bird.conf'), '-s', socket, '-P', join(dir, 'bird.pid')], { logFile: 'check-bird.out' });
+      await waitFor(async () => existsSync(socket), (x) => x, { timeoutMs: 5000, what: "BIRD's control socket" });
+      const local = await check(bgpFile('bgp-local', { balance: 'local', interface: 'nosuch0' }));
+      expect(statuses(local.report).slice(0, 6)).toStrictEqual(['privileges:ok', 'ip-forwarding:ok', 'nftables-ruleset:ok', 'bgp-interface:fail', 'bgp-socket:ok', 'bgp-config-file:ok']);
+      expect(local.byId.get('ip-forwarding')![0]!.detail).toContain('bgp.balance: local');
+      expect(local.byId.get('bgp-interface')![0]!.detail).toContain('there is no interface nosuch0');
+      expect(local.byId.get('bgp-socket')![0]!.detail).toMatch(/^BIRD 2\.\S+, router ID 10\.78\.105\.11, up and running$/);
+    } finally {
+      await bird?.stop('SIGKILL');
+      await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
+    }
+  }, 30_000);
 });

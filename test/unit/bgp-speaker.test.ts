@@ -3,80 +3,13 @@
  * the reply format of bird.ts's header): the commands ballast sends, and the daemon's absence,
  * loss and return. BIRD itself is driven in test/integration/bgp.test.ts.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, type Server, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync, rmSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { validateConfig } from '../../src/config/index.js';
 import { BirdSpeaker } from '../../src/bgp/speaker.js';
 import { waitFor } from '../../lab/wait.js';
+import { fakeBirdConfig, startFakeBird, type FakeBird } from '../support/fake-bird.js';
 
-interface FakeBird {
-  server: Server;
-  commands: string[];
-  /** the static protocol's state as the fake keeps it */
-  vipUp: boolean;
-  reboot: string;
-  close(): Promise<void>;
-}
-
-function startFakeBird(path: string, reboot = '2026-12-01 10:00:00.000'): Promise<FakeBird> {
-  const socks = new Set<Socket>();
-  const fake: FakeBird = {
-    server: createServer((s) => {
-      socks.add(s);
-      s.on('close', () => socks.delete(s));
-      s.write('0001 BIRD 2.0.12 ready.\n');
-      let buf = '';
-      s.on('data', (d) => {
-        buf += d.toString();
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const cmd = buf.slice(0, nl);
-          buf = buf.slice(nl + 1);
-          fake.commands.push(cmd);
-          s.write(answer(cmd));
-        }
-      });
-    }),
-    commands: [],
-    vipUp: false,
-    reboot,
-    close: () =>
-      new Promise((r) => {
-        for (const s of socks) s.destroy();
-        fake.server.close(() => r());
-      }),
-  };
-  const answer = (cmd: string): string => {
-    if (cmd === 'configure') return '0002-Reading configuration from bird.conf\n0003 Reconfigured\n';
-    if (cmd === 'enable ballast_vip4') {
-      fake.vipUp = true;
-      return '0011-ballast_vip4: enabled\n0000 \n';
-    }
-    if (cmd === 'disable ballast_vip4') {
-      fake.vipUp = false;
-      return '0009-ballast_vip4: disabled\n0000 \n';
-    }
-    if (cmd === 'show status') return `1000-BIRD 2.0.12\n1011-Router ID is 10.0.1.2\n Last reboot on ${fake.reboot}\n0013 Daemon is up and running\n`;
-    if (cmd === 'show protocols') {
-      return `2002-Name       Proto      Table      State  Since         Info\n1002-ballast_vip4 Static     master4    ${fake.vipUp ? 'up' : 'down'}     10:00:00.000  \n ballast_peer4_1 BGP        ---        up     10:00:01.000  Established   \n0000 \n`;
-    }
-    return '9001 syntax error\n';
-  };
-  return new Promise((resolve) => fake.server.listen(path, () => resolve(fake)));
-}
-
-const dir = mkdtempSync(join(tmpdir(), 'ballast-speaker-'));
-const socket = join(dir, 'bird.ctl');
-const configFile = join(dir, 'ballast4.conf');
-const config = validateConfig({
-  mode: 'bgp',
-  vips: ['10.0.0.100'],
-  apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } },
-  bgp: { socket, configFile, localAsn: 64512, peers: [{ address: '10.0.1.1', asn: 64500 }] },
-});
+const { dir, socket, configFile, config } = fakeBirdConfig('ballast-speaker-');
 const log = { lines: [] as string[], info(_o: object, m: string) { this.lines.push(`info ${m}`); }, warn(_o: object, m: string) { this.lines.push(`warn ${m}`); }, error(_o: object, m: string) { this.lines.push(`error ${m}`); } };
 
 let speaker: BirdSpeaker | undefined;
@@ -114,6 +47,35 @@ describe('BirdSpeaker', () => {
     expect(readFileSync(configFile, 'utf8')).toContain('  disabled no;');
     fake = await startFakeBird(socket);
     await waitFor(() => speaker!.status(), (s) => s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push' });
+    expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
+  });
+
+  // BIRD prints "Last reboot on" as the wall clock minus the monotonic time since boot (lib/timer.c,
+  // tm_format_time): a busy event loop moves it by a millisecond (seen: 58 × .412, 2 × .413 in 60
+  // reads during reconfigurations), NTP by its step; neither is a restart
+  it('a "Last reboot on" that moves while the connection stays open is no restart: no loss, one push', async () => {
+    fake = await startFakeBird(socket, '2026-12-01 10:00:00.412');
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 20 });
+    await speaker.start();
+    await speaker.set(true, 'ready');
+    const reads = (): number => fake!.commands.filter((c) => c === 'show status').length;
+    const n = reads();
+    fake.reboot = '2026-12-01 10:00:00.413';
+    await waitFor(reads, (k) => k >= n + 3, { timeoutMs: 2000, what: 'three reads after the move' });
+    expect(speaker.status()).toMatchObject({ daemonUp: true, announced: true, daemonLosses: 0, pushes: 1 });
+    expect(fake.commands.filter((c) => c === 'configure')).toHaveLength(1);
+  });
+
+  it('a restart between two polls (the connection closes, the successor answers at once) is one loss and one push', async () => {
+    fake = await startFakeBird(socket);
+    speaker = new BirdSpeaker(config.bgp!, 4, config.vips, { log, pollMs: 5000 });
+    await speaker.start();
+    await speaker.set(true, 'ready');
+    // the same boot time: only the closed connection can tell
+    await fake.close();
+    fake = await startFakeBird(socket);
+    await waitFor(() => speaker!.status(), (s) => s.pushes === 2 && s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push to the successor' });
+    expect(speaker.status().daemonLosses).toBe(1);
     expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
   });
 

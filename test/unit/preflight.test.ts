@@ -3,9 +3,13 @@
  * VIP is the node's own address (a config error, exit 2) and when it is a leftover beside the
  * node's own address (removed by the election's start-up cleanup).
  */
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/index.js';
-import { acquireInstanceLock, ElectionLocks, resolveInterface } from '../../src/agent/preflight.js';
+import { acquireInstanceLock, bgpInterface, checkBgpConfigFile, ElectionLocks, resolveInterface } from '../../src/agent/preflight.js';
+import { renderBirdConfig, SNIPPET_HEADER } from '../../src/bgp/bird.js';
 import type { InterfaceAddress, InterfaceInfo } from '../../src/vip/netlink.js';
 
 const addr = (address: string, prefixLen: number, more: Partial<InterfaceAddress> = {}): InterfaceAddress => ({
@@ -90,5 +94,42 @@ describe('ElectionLocks: a hand-over swaps a lock (commit releases the old one, 
     expect(await free(ifname, 3)).toBe(false);
     l.close();
     expect(await free(ifname, 3)).toBe(true);
+  });
+});
+
+describe('mode: bgp host checks (before anything changes)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ballast-preflight-bgp-'));
+  const bgpConfig = (iface: string, configFile: string) =>
+    parseConfig(`mode: bgp\nvips: [10.0.0.100]\napiserver: { backends: ["10.0.1.2:6443"], health: { insecureSkipVerify: true } }\nbgp: { interface: ${iface}, configFile: ${configFile}, localAsn: 64512, peers: [{ address: 10.0.1.1, asn: 64500 }] }\n`);
+  const lo: InterfaceInfo = { ifname: 'lo', ifindex: 1, mac: '00:00:00:00:00:00', running: true, addresses: [addr('127.0.0.1', 8)] };
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('a missing bgp.interface is BALLAST_E_INTERFACE_NOT_FOUND, exit 2, the message naming the field', () => {
+    const c = bgpConfig('dummy9', join(dir, 'b4.conf'));
+    expect(() => bgpInterface(c, [lo, eth0()])).toThrow(
+      expect.objectContaining({ code: 'BALLAST_E_INTERFACE_NOT_FOUND', exitCode: 2, message: 'bgp.interface: there is no interface dummy9 (ballast binds the VIPs on it; lo, or a dummy interface you created)' }),
+    );
+    expect(bgpInterface(bgpConfig('lo', join(dir, 'b4.conf')), [lo, eth0()]).ifindex).toBe(1);
+  });
+
+  it("bgp.configFile: absent, empty or ballast's own snippet may be written; another file (bird.conf) is BALLAST_E_BGP_CONFIG_FILE, exit 2, and stays as it was", () => {
+    const path = join(dir, 'ballast4.conf');
+    expect(() => checkBgpConfigFile(path)).not.toThrow();
+    writeFileSync(path, '\n');
+    expect(() => checkBgpConfigFile(path)).not.toThrow();
+    const c = bgpConfig('lo', path);
+    writeFileSync(path, renderBirdConfig({ bgp: c.bgp!, family: 4, vips: c.vips, announced: true }, path));
+    expect(() => checkBgpConfigFile(path)).not.toThrow();
+    const birdConf = join(dir, 'bird.conf');
+    const operators = 'router id 10.0.1.2;\nprotocol device { }\ninclude "/etc/bird/ballast4.conf";\n';
+    writeFileSync(birdConf, operators);
+    expect(() => checkBgpConfigFile(birdConf)).toThrow(
+      expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE', exitCode: 2, message: expect.stringMatching(/^bgp\.configFile: .*bird\.conf exists and is not a snippet ballast wrote .*it may be BIRD's own configuration/) }),
+    );
+    // the header further down (a copy pasted into bird.conf) does not make it ballast's
+    writeFileSync(birdConf, `${operators}${SNIPPET_HEADER}\n`);
+    expect(() => checkBgpConfigFile(birdConf)).toThrow(expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE' }));
+    expect(() => checkBgpConfigFile(dir)).toThrow(expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE', message: expect.stringContaining('is not a regular file') }));
+    expect(readFileSync(birdConf, 'utf8')).toBe(`${operators}${SNIPPET_HEADER}\n`);
   });
 });

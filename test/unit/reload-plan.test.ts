@@ -178,3 +178,12 @@ describe('planReload', () => {
     expect(planReload(config(), config({ apiserver: '', localEndpoint: '' })).restart).toStrictEqual(['localEndpoint', 'apiserver.backends (none ↔ some)']);
   });
 });
+
+describe('mode: bgp reloads', () => {
+  const bgp = (configFile: string) =>
+    parseConfig(`mode: bgp\nvips: [10.0.0.100]\napiserver: { backends: ["10.0.0.11:6443"], health: { insecureSkipVerify: true } }\nbgp: { configFile: ${configFile}, localAsn: 64512, peers: [{ address: 10.0.1.1, asn: 64500 }] }\n`);
+  it('a bgp.configFile moved (onto bird.conf, say) is refused as a restart: the running snippet and announcement stay', () => {
+    const p = planReload(bgp('/etc/bird/ballast4.conf'), bgp('/etc/bird/bird.conf'));
+    expect(p.restart).toStrictEqual(['bgp.configFile']);
+  });
+});
