@@ -2,8 +2,9 @@
  * BIRD 2 as ballast drives it: the configuration snippet ballast owns (pure rendering) and the
  * control socket (what `birdc -s` talks to).
  *
- * The snippet (bgp.configFile) is included by the operator's bird.conf with one line,
- * `include "<configFile>";`. It declares, all named `ballast_*` so nothing the operator wrote is
+ * The snippet (bgp.configFile) is included by the operator's bird.conf with one line, a glob
+ * such as `include "/etc/bird/ballast*.conf";` (a glob matching no file yet is no parse error; a
+ * single-file include of a file not written yet is). It declares, all named `ballast_*` so nothing the operator wrote is
  * touched:
  *
  *   protocol static ballast_vip4|6          the VIPs /32 (/128) via bgp.interface; announcing is
