@@ -378,6 +378,11 @@ async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>,
 export interface BgpCheckOptions {
   /** How long BIRD's control socket may take to greet and answer `show status`, ms (default 3000). */
   timeoutMs?: number;
+  /**
+   * access(2) on bgp.configFile's directory (default fs.accessSync); throws an errno error
+   * (EACCES, EROFS, …) when it may not be written. Tests replace it: root passes every mode check.
+   */
+  access?: (path: string, mode: number) => void;
 }
 
 /**
@@ -423,7 +428,7 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
     let dirProblem: string | null = null;
     try {
       if (!statSync(existing).isDirectory()) dirProblem = `${existing} is not a directory`;
-      else accessSync(existing, fsConstants.W_OK | fsConstants.X_OK);
+      else (opts.access ?? accessSync)(existing, fsConstants.W_OK | fsConstants.X_OK);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       dirProblem = code === 'EACCES' ? `the directory ${existing} is not writable by this user${creates ? ` (the agent would create ${dir} in it)` : ''}` : `${existing}: ${(err as Error).message}`;

@@ -101,12 +101,16 @@ describe('bgpResults', () => {
     }
   });
 
-  it.skipIf(process.getuid?.() === 0)('a directory this user cannot write fails', async () => {
-    const ro = join(dir, 'ro');
-    mkdirSync(ro);
-    chmodSync(ro, 0o555);
-    const r = (await bgpResults(bgpConfig({ configFile: join(ro, 'ballast.conf') }), [iface('lo', 1)]))[2]!;
-    expect(r.status).toBe('fail');
-    expect(r.detail).toContain('is not writable by this user');
+  it('a directory this user cannot write fails, by its errno (access(2) stands in: root may write any mode)', async () => {
+    const denied = (code: string) => (): never => {
+      throw Object.assign(new Error(`${code}: permission denied, access`), { code });
+    };
+    const cfg = bgpConfig({ configFile: join(dir, 'not-yet.conf') });
+    const r = (await bgpResults(cfg, [iface('lo', 1)], { access: denied('EACCES') }))[2]!;
+    expect([r.status, r.detail]).toStrictEqual(['fail', `the directory ${dir} is not writable by this user: the agent cannot write the snippet`]);
+    const ro = (await bgpResults(cfg, [iface('lo', 1)], { access: denied('EROFS') }))[2]!;
+    expect([ro.status, ro.detail]).toStrictEqual(['fail', `${dir}: EROFS: permission denied, access: the agent cannot write the snippet`]);
+    const fine = (await bgpResults(cfg, [iface('lo', 1)], { access: () => undefined }))[2]!;
+    expect(fine.status, fine.detail).toBe('ok');
   });
 });
