@@ -3,7 +3,7 @@
  * data plane BGP mode runs (bgp.balance), and the BGP checks: bgp.interface, BIRD's control socket
  * (a BIRD-speaking unix socket in a temporary directory), bgp.configFile.
  */
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
