@@ -99,6 +99,17 @@ export function writeSnippet(path: string, text: string): boolean {
   return true;
 }
 
+/**
+ * The glob bird.conf's `include` line gives for the snippet at `path` (BIRD 2 `include` takes
+ * shell globs): `/etc/bird/ballast4.conf` → `/etc/bird/ballast*.conf`, which also matches the
+ * other family's snippet; any other name gets a `*` before its extension (`/x/vip.conf` →
+ * `/x/vip*.conf`).
+ */
+export function includeGlob(path: string): string {
+  const ours = /\/ballast[^/]*\.conf$/;
+  return ours.test(path) ? path.replace(ours, '/ballast*.conf') : path.replace(/(\.[^./]*)?$/, '*$1');
+}
+
 /** A BIRD string literal. */
 const str = (s: string): string => `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
 
@@ -113,7 +124,7 @@ export function renderBirdConfig(d: BirdDesired, path: string): string {
   const vip = vipProtocol(family);
   const out: string[] = [
     SNIPPET_HEADER,
-    `# bird.conf includes it with a glob (one that matches no file yet is no parse error): include ${str(/\/ballast[^/]*\.conf$/.test(path) ? path.replace(/\/ballast[^/]*\.conf$/, '/ballast*.conf') : path.replace(/(\.[^./]*)?$/, '*$1'))};`,
+    `# bird.conf includes it with a glob (one that matches no file yet is no parse error): include ${str(includeGlob(path))};`,
     '',
     `protocol static ${vip} {`,
     `  disabled ${d.announced ? 'no' : 'yes'};`,
