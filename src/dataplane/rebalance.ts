@@ -219,11 +219,11 @@ export interface ConnectionTrackerDeps {
   settings(): RebalanceSettings;
   /**
    * Puts flows about to be reset into the table's evict set (NftablesApplier.evict), before their
-   * entries are deleted; absent: the entries are deleted at once, unmarked (then a client that
-   * speaks first keeps its backend). A rejection is logged once per message, and those flows are
-   * not reset.
+   * entries are deleted: without the mark the spread's hash would send a client that speaks first
+   * straight back to the same backend. A rejection is logged once per message, and those flows
+   * are not reset.
    */
-  evict?(family: 4 | 6, flows: readonly EvictedFlow[]): Promise<unknown>;
+  evict(family: 4 | 6, flows: readonly EvictedFlow[]): Promise<unknown>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
   /** ms since the epoch; default Date.now */
   now?: () => number;
@@ -326,12 +326,8 @@ export class ConnectionTracker {
     this.#memory = d.memory;
     this.#last = d;
     if (!s.enabled) return false;
-    if (this.#deps.evict) {
-      // a reset under way (its nft run) finishes first; the next round decides again
-      if (this.#pending === null && d.targets.length > 0) this.#pending = this.#resetMarked(t, d, counts, this.#deps.evict).finally(() => void (this.#pending = null));
-    } else {
-      for (const target of d.targets) this.#delete(now, t, d, target.backend, target.count, counts);
-    }
+    // a reset under way (its nft run) finishes first; the next round decides again
+    if (this.#pending === null && d.targets.length > 0) this.#pending = this.#resetMarked(t, d, counts).finally(() => void (this.#pending = null));
     return d.over.length > 0;
   }
 
@@ -341,7 +337,7 @@ export class ConnectionTracker {
    * arriving after the delete then always finds its mark. A failed mark deletes nothing (the
    * reset would not move a client that speaks first), logged once per message.
    */
-  async #resetMarked(t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, counts: Map<string, number>, evict: NonNullable<ConnectionTrackerDeps['evict']>): Promise<void> {
+  async #resetMarked(t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, counts: Map<string, number>): Promise<void> {
     for (const { backend, count } of d.targets) {
       const { address, port } = splitBackend(backend);
       let chosen: readonly EvictedFlow[];
@@ -353,7 +349,7 @@ export class ConnectionTracker {
       }
       if (chosen.length === 0) continue;
       try {
-        await evict(t.family, chosen);
+        await this.#deps.evict(t.family, chosen);
         this.#evictError = null;
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
@@ -366,12 +362,12 @@ export class ConnectionTracker {
     }
   }
 
-  /** Deletes the `count` oldest flows of `backend` (among `only`, when given), records and logs them. */
-  #delete(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, backend: string, count: number, counts: Map<string, number>, only?: readonly EvictedFlow[]): void {
+  /** Deletes the `count` oldest flows of `backend` among `only` (the marked ones), records and logs them. */
+  #delete(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, backend: string, count: number, counts: Map<string, number>, only: readonly EvictedFlow[]): void {
     const { address, port } = splitBackend(backend);
     let deleted = 0;
     try {
-      const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count, ...(only ? { only } : {}) } });
+      const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count, only } });
       deleted = r.reset?.deleted ?? 0;
     } catch (err) {
       this.#fail(err);

@@ -270,11 +270,15 @@ describe('ConnectionTracker', () => {
     return { lines, info: (o, m) => void lines.push({ level: 'info', o, m }), warn: (o, m) => void lines.push({ level: 'warn', o, m }) };
   };
 
+  /** Marks nothing, at once (the table's evict set is the applier's: nftables tests). */
+  const markAll = (_family: 4 | 6, flows: readonly unknown[]): Promise<number> => Promise.resolve(flows.length);
+  const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+
   it('off: counts every round (ready backends without flows at 0), never resets', () => {
     const k = fakeKernel({ [A]: 150, [B]: 150 });
     let now = 0;
     const settings: RebalanceSettings = { enabled: false, ...S };
-    const t = new ConnectionTracker({ read: k.read, target: () => target, settings: () => settings, log: logs(), now: () => now });
+    const t = new ConnectionTracker({ read: k.read, target: () => target, settings: () => settings, evict: markAll, log: logs(), now: () => now });
     for (; now < 60_000; now += 1000) t.round();
     expect(k.queries.every((q) => q.reset === undefined)).toBe(true);
     expect(k.queries[0]).toStrictEqual({ family: 4, vips: ['10.0.0.100'], port: 6443 });
@@ -284,7 +288,7 @@ describe('ConnectionTracker', () => {
     expect(st.rebalance.over.map((o) => o.backend)).toStrictEqual([A, B]);
   });
 
-  it('on: after `after`, resets the most loaded backend each second within the budgets until the spread is within the factor; logs each round', () => {
+  it('on: after `after`, resets the most loaded backend each second within the budgets until the spread is within the factor; logs each round', async () => {
     const k = fakeKernel({ [A]: 150, [B]: 150 });
     const log = logs();
     let now = 0;
@@ -296,10 +300,18 @@ describe('ConnectionTracker', () => {
       for (let i = 0; i < (r.reset?.deleted ?? 0); i++, next++) k.flows.set(target.ready[next % 3]!, (k.flows.get(target.ready[next % 3]!) ?? 0) + 1);
       return r;
     };
-    const t = new ConnectionTracker({ read, target: () => target, settings: () => settings, log, now: () => now });
+    const t = new ConnectionTracker({ read, target: () => target, settings: () => settings, evict: markAll, log, now: () => now });
+    const stop = t.start();
+    await tick();
     const busy: boolean[] = [];
-    for (; now <= 60_000; now += 1000) busy.push(t.round());
-    const resets = k.queries.filter((q) => q.reset);
+    for (; now <= 60_000; now += 1000) {
+      busy.push(t.round());
+      // the round's reset: marked (the evict promise), then deleted
+      await tick();
+    }
+    stop();
+    // each reset is a choice (dry run) and then the delete of exactly the chosen flows
+    const resets = k.queries.filter((q) => q.reset && !q.reset.dryRun);
     // the first reset at 5 s (over since 0)
     expect(log.lines.filter((l) => l.m === REBALANCE_MESSAGE).length).toBe(resets.length);
     expect((log.lines.find((l) => l.m === REBALANCE_MESSAGE)!.o as { before: number }).before).toBe(150);
@@ -365,7 +377,7 @@ describe('ConnectionTracker', () => {
     const k = fakeKernel({ [A]: 3 });
     const log = logs();
     let ready: string[] = [A, B];
-    const t = new ConnectionTracker({ read: k.read, target: () => ({ ...target, ready }), settings: () => ({ enabled: true, ...S }), log });
+    const t = new ConnectionTracker({ read: k.read, target: () => ({ ...target, ready }), settings: () => ({ enabled: true, ...S }), evict: markAll, log });
     t.round();
     k.fail('recv: ETIMEDOUT');
     t.round();
