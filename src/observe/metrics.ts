@@ -32,6 +32,13 @@ export interface Metrics {
 }
 
 /**
+ * How often (ms) prom-client samples event-loop delay for `nodejs_eventloop_lag_*`. Its default
+ * (10 ms) is a timer that wakes an idle agent's main thread 100 times a second; 100 ms keeps the
+ * histogram's percentiles meaningful for a loop whose work comes in 100 ms advert ticks at most.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 100;
+
+/**
  * Creates ballast's metrics in a fresh registry, plus prom-client's process metrics under their
  * standard names (`process_*`, `nodejs_*`, no prefix: stock Node.js dashboards work) and
  * `ballast_build_info{version,node_version} 1`. Counters mirror the worker's cumulative
@@ -40,7 +47,7 @@ export interface Metrics {
  */
 export function createMetrics(build: { version?: string } = {}): Metrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
+  collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   new Gauge({ name: 'ballast_build_info', help: 'Always 1; the labels say which ballast runs (version) on which Node.js (node_version)', labelNames: ['version', 'node_version'], registers: [registry] })
     .set({ version: build.version ?? ballastVersion(), node_version: process.version }, 1);
   const labels = ['vrid'] as const;
