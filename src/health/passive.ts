@@ -297,6 +297,8 @@ export function openCtSocket(): CtSocket {
 export interface ConntrackWatch {
   /** Closes the socket and the timer. Idempotent. */
   stop(): void;
+  /** True while the unanswered-SYN timer is armed (only while a SYN waits for its answer). */
+  readonly ticking: boolean;
 }
 
 /** Receive buffer asked for: bursts of new connections (a reconnect storm) must not overflow it. */
@@ -305,7 +307,8 @@ const RECV_BUFFER_BYTES = 4 * 1024 * 1024;
 /**
  * Reads conntrack events from ctnetlink (NFNLGRP_CONNTRACK_NEW, _UPDATE, _DESTROY) and feeds a
  * {@link FlowTracker}; calls `onVerdict` for every verdict, and checks for unanswered SYNs every
- * `tickMs` (ms). Everything runs in this process: there is no child to outlive it.
+ * `tickMs` (ms, default 50) while one waits (the timer is disarmed when none does). Everything
+ * runs in this process: there is no child to outlive it.
  *
  * `onExit(code, message)` is called when the watch cannot start (e.g. EPERM without
  * CAP_NET_ADMIN; then `code` is the errno name) or the socket fails for good; `onLost` when the
@@ -330,7 +333,7 @@ export function watchConntrack(
   } catch (err) {
     sock?.close();
     o.onExit?.((err as NodeJS.ErrnoException).code ?? null, (err as Error).message);
-    return { stop: () => undefined };
+    return { stop: () => undefined, ticking: false };
   }
   const s = sock;
   let stopped = false;
@@ -339,15 +342,39 @@ export function watchConntrack(
   } catch {
     // the default buffer still works; only a burst may overflow it (ENOBUFS, reported)
   }
+  // the unanswered-SYN check runs only while a SYN waits: an idle agent (no new connections
+  // through the VIP) takes no wake-ups for it
+  let timer: NodeJS.Timeout | undefined;
+  const tickMs = o.tickMs ?? 50;
+  const disarm = (): void => {
+    if (timer !== undefined) clearInterval(timer);
+    timer = undefined;
+  };
+  const arm = (): void => {
+    if (timer !== undefined || tracker.pendingCount === 0) return;
+    // judged in the check phase, after this loop iteration's poll phase has read the events
+    // that queued up meanwhile: after an event-loop stall (GC, a busy main thread, CPU
+    // starvation) the timers phase runs first, and answers already in the socket buffer would be
+    // judged unanswered (found by the chaos soak: every pending SYN of every backend after a 1 s stall)
+    timer = setInterval(() => {
+      setImmediate(() => {
+        if (stopped) return;
+        for (const v of tracker.tick(now())) onVerdict(v);
+        if (tracker.pendingCount === 0) disarm();
+      });
+    }, tickMs);
+    timer.unref();
+  };
   const stop = (): void => {
     if (stopped) return;
     stopped = true;
-    clearInterval(timer);
+    disarm();
     s.close();
   };
   s.on('message', (msg) => {
     if (stopped) return;
     for (const e of parseCtEvents(msg)) for (const v of tracker.onEvent(e, now())) onVerdict(v);
+    arm();
   });
   s.on('error', (err) => {
     if (stopped) return;
@@ -355,16 +382,10 @@ export function watchConntrack(
     stop();
     o.onExit?.(err.code ?? null, err.message);
   });
-  // judged in the check phase, after this loop iteration's poll phase has read the events that
-  // queued up meanwhile: after an event-loop stall (GC, a busy main thread, CPU starvation) the
-  // timers phase runs first, and answers already in the socket buffer would be judged
-  // unanswered (found by the chaos soak: every pending SYN of every backend after a 1 s stall)
-  const timer = setInterval(() => {
-    setImmediate(() => {
-      if (stopped) return;
-      for (const v of tracker.tick(now())) onVerdict(v);
-    });
-  }, o.tickMs ?? 50);
-  timer.unref();
-  return { stop };
+  return {
+    stop,
+    get ticking() {
+      return timer !== undefined;
+    },
+  };
 }

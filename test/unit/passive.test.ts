@@ -258,6 +258,36 @@ describe('watchConntrack (an injected socket)', () => {
     }
   });
 
+  it('the unanswered-SYN timer runs only while a SYN waits: armed by a SYN, disarmed once it is answered or judged', async () => {
+    const sock = new FakeCtSocket();
+    const out: PassiveVerdict[] = [];
+    let clock = 0;
+    const w = watchConntrack(new FlowTracker(['10.9.9.9'], 6443, 100), (v) => out.push(v), { open: () => sock, tickMs: 5, now: () => clock });
+    const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 30));
+    try {
+      expect(w.ticking).toBe(false);
+      const [syn, recv] = golden.captures.v4ok.map((h) => Buffer.from(h, 'hex'));
+      sock.emit('message', syn!);
+      expect(w.ticking).toBe(true);
+      sock.emit('message', recv!);
+      await settle();
+      expect(w.ticking).toBe(false);
+      expect(text(out)).toStrictEqual(['10.9.9.11:6443 alive answered answered']);
+      // a later SYN nobody answers: judged after the SYN timeout, then the timer stops again
+      clock = 10;
+      sock.emit('message', syn!);
+      expect(w.ticking).toBe(true);
+      await settle();
+      expect(w.ticking).toBe(true);
+      clock = 1000;
+      await settle();
+      expect(w.ticking).toBe(false);
+      expect(text(out)).toStrictEqual(['10.9.9.11:6443 alive answered answered', '10.9.9.11:6443 dead unanswered unanswered SYN']);
+    } finally {
+      w.stop();
+    }
+    expect(w.ticking).toBe(false);
+  });
   it('joins the three conntrack groups and turns datagrams into verdicts; stop() closes the socket', () => {
     const sock = new FakeCtSocket();
     const out: PassiveVerdict[] = [];
