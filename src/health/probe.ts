@@ -6,9 +6,12 @@
  *       ─ GET path ─ status line ─ body (at most 64 KiB) ─ result
  *   one deadline (timeoutMs) covers all of it; when it fires the socket is destroyed.
  *
- * Every check opens its own connection (agent: false, no keep-alive, no TLS session reuse):
- * a pooled connection would keep passing after the backend stopped accepting new ones, which is
- * exactly what a kernel load balancer sends new clients to.
+ * Every check opens its own connection (agent: false, no keep-alive): a pooled connection would
+ * keep passing after the backend stopped accepting new ones, which is exactly what a kernel load
+ * balancer sends new clients to. The TLS session is resumed (RFC 8446 §2.2, a session ticket) for
+ * at most {@link SESSION_REUSE_MS} after a full handshake with the same backend and TLS context,
+ * which saves the signature and the chain verification of most checks: the TCP connection, the
+ * handshake and the request are still new each time. Any failed check forgets the session.
  */
 import { stat, readFile } from 'node:fs/promises';
 import https from 'node:https';
@@ -21,6 +24,13 @@ import type { Cause, Failure } from './verdict.js';
 
 /** At most this much of a response body is read; the rest is discarded with the connection. */
 export const MAX_BODY_BYTES = 64 * 1024;
+
+/**
+ * How long (ms) a TLS session from a full handshake is resumed by later checks of the same backend.
+ * After it, the next check makes a full handshake again and verifies the serving certificate
+ * (chain and name) anew: a certificate that stopped verifying is seen within this bound.
+ */
+export const SESSION_REUSE_MS = 30_000;
 
 /** Where to send a check: an IP literal (IPv6 without brackets) and a TCP port. */
 export interface ProbeTarget {
@@ -148,6 +158,42 @@ function causeOfCode(code: string): Cause {
   return { kind: 'network', code };
 }
 
+/** A session ticket to resume, with the context it was made with and when its full handshake was (ms, monotonic). */
+interface CachedSession {
+  ticket: Buffer;
+  context: SecureContext;
+  fullAt: number;
+}
+
+/** The sessions of one probe, by backend (`host:port`), resumed while younger than `reuseMs`. */
+class SessionCache {
+  readonly #reuseMs: number;
+  readonly #byTarget = new Map<string, CachedSession>();
+
+  constructor(reuseMs: number) {
+    this.#reuseMs = reuseMs;
+  }
+
+  /** The ticket to offer `key` now, when one is fresh and was made with `context`. */
+  take(key: string, context: SecureContext, now: number): CachedSession | undefined {
+    const c = this.#byTarget.get(key);
+    if (c === undefined) return undefined;
+    if (c.context !== context || now - c.fullAt >= this.#reuseMs) {
+      this.#byTarget.delete(key);
+      return undefined;
+    }
+    return c;
+  }
+
+  store(key: string, session: CachedSession): void {
+    this.#byTarget.set(key, session);
+  }
+
+  forget(key: string): void {
+    this.#byTarget.delete(key);
+  }
+}
+
 /** A file's content, re-read only when its version changes. */
 class FileCache {
   readonly #files: ProbeFiles;
@@ -259,19 +305,24 @@ export function createCredentials(settings: ProbeSettings, deps: { files?: Probe
  * tokens are picked up without a restart; the TLS context is rebuilt only then. A file that does
  * not exist yet (also one whose directory is missing) fails the check with cause
  * `waitingForFile`, and is looked for again at the next one: the first check after it appears uses it.
+ * TLS sessions are resumed for `sessionReuseMs` after each full handshake (see {@link SESSION_REUSE_MS});
+ * a resumed handshake carries no certificate, so its result has no `peerCertificate`.
  *
  * @param settings see {@link ProbeSettings}; `timeoutMs` must be > 0.
  * @param deps.files the file system (default: the host's).
+ * @param deps.sessionReuseMs ms a session is resumed after its full handshake (default
+ *   {@link SESSION_REUSE_MS}; 0 = a full handshake every check).
  * @returns the probe function; it never rejects.
  * @throws RangeError when `timeoutMs` is not a positive number or `path` does not start with "/".
  */
-export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles } = {}): Probe {
+export function createProbe(settings: ProbeSettings, deps: { files?: ProbeFiles; sessionReuseMs?: number } = {}): Probe {
   if (!(settings.timeoutMs > 0) || !Number.isFinite(settings.timeoutMs)) {
     throw new RangeError(`timeoutMs must be a positive number of milliseconds, got ${settings.timeoutMs}`);
   }
   if (!settings.path.startsWith('/')) throw new RangeError(`path must start with "/", got ${JSON.stringify(settings.path)}`);
   const credentials = createCredentials(settings, deps);
-  return (target, signal) => probeWith(target, settings, credentials, signal);
+  const sessions = new SessionCache(deps.sessionReuseMs ?? SESSION_REUSE_MS);
+  return (target, signal) => probeWith(target, settings, credentials, sessions, signal);
 }
 
 /**
@@ -281,8 +332,10 @@ function probeWith(
   target: ProbeTarget,
   settings: ProbeSettings,
   credentials: () => Promise<ProbeCredentials | Failure>,
+  sessions: SessionCache,
   signal: AbortSignal | undefined,
 ): Promise<ProbeResult> {
+  const key = `${target.host}:${target.port}`;
   const start = performance.now();
   const elapsed = (): number => Math.round((performance.now() - start) * 100) / 100;
   return new Promise<ProbeResult>((resolve) => {
@@ -300,6 +353,7 @@ function probeWith(
       signal?.removeEventListener('abort', onAbort);
       // the connection is never reused: destroying it also ends a body we stopped reading
       req?.destroy();
+      if (!r.ok) sessions.forget(key);
       resolve({ ...r, latencyMs: elapsed(), ...(peer === undefined ? {} : { peerCertificate: peer }) });
     };
     const fail = (f: Failure, status?: number): void => finish({ ok: false, ...(status === undefined ? {} : { status }), cause: f.cause, error: f.message });
@@ -323,8 +377,8 @@ function probeWith(
         const verifyName = name ?? target.host;
         const headers: Record<string, string> = { 'user-agent': 'ballast-health', accept: '*/*', connection: 'close' };
         if (creds.token !== undefined) headers.authorization = `Bearer ${creds.token}`;
-        // secureContext is passed through to tls.connect(); @types/node lists it for tls only
-        const options: https.RequestOptions & Pick<tls.ConnectionOptions, 'secureContext'> = {
+        // secureContext and session are passed through to tls.connect(); @types/node lists them for tls only
+        const options: https.RequestOptions & Pick<tls.ConnectionOptions, 'secureContext' | 'session'> = {
           host: target.host,
           port: target.port,
           method: 'GET',
@@ -336,9 +390,17 @@ function probeWith(
           ...(sni === undefined ? {} : { servername: sni }),
           checkServerIdentity: (_host: string, cert: PeerCertificate) => tls.checkServerIdentity(verifyName, cert),
         };
+        const cached = sessions.take(key, creds.secureContext, start);
+        if (cached !== undefined) options.session = cached.ticket;
         const r = https.request(options);
         req = r;
         r.on('socket', (socket) => {
+          // a new ticket from a resumed session keeps the time of the full handshake it came from
+          socket.on('session', (ticket: Buffer) => {
+            if (done) return;
+            const fullAt = (socket as tls.TLSSocket).isSessionReused() && cached !== undefined ? cached.fullAt : start;
+            sessions.store(key, { ticket, context: creds.secureContext, fullAt });
+          });
           socket.once('connect', () => {
             connected = true;
             handshaking = true;

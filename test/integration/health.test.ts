@@ -286,12 +286,16 @@ describe('probe (HTTPS over loopback, no root)', () => {
     expect(await probe(target())).toMatchObject({ ok: true });
   });
 
-  it('opens a new connection for every check, with no TLS session reuse', async () => {
+  it('opens a new connection for every check, resuming the TLS session of the first (none with sessionReuseMs 0)', async () => {
     const before = srv.connections();
     const probe = createProbe(settings());
     for (let i = 0; i < 3; i++) expect((await probe(target())).ok).toBe(true);
     expect(srv.connections() - before).toBe(3);
-    expect(srv.seen.slice(-3).map((s) => s.reused)).toStrictEqual([false, false, false]);
+    expect(srv.seen.slice(-3).map((s) => s.reused)).toStrictEqual([false, true, true]);
+    const full = createProbe(settings(), { sessionReuseMs: 0 });
+    for (let i = 0; i < 2; i++) expect((await full(target())).ok).toBe(true);
+    expect(srv.connections() - before).toBe(5);
+    expect(srv.seen.slice(-2).map((s) => s.reused)).toStrictEqual([false, false]);
   });
 
   it('enforces one deadline over connect + TLS + response, and destroys the socket', async () => {
