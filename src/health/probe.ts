@@ -84,7 +84,8 @@ export interface ProbeResult {
   cause: Cause;
   error?: string;
   /**
-   * The backend's serving certificate, when the TLS handshake completed (whatever the answer):
+   * The backend's serving certificate, when a full TLS handshake completed (whatever the answer;
+   * a resumed session carries none):
    * `raw` is its DER, `fingerprint256` OpenSSL's colon-separated SHA-256. What the agent's
    * certificate tracker (src/health/certificates.ts) follows.
    */
