@@ -4,7 +4,7 @@
  * loss and return. BIRD itself is driven in test/integration/bgp.test.ts.
  */
 import { readFileSync, rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { BirdSpeaker } from '../../src/bgp/speaker.js';
 import { waitFor } from '../../lab/wait.js';
 import { fakeBirdConfig, startFakeBird, type FakeBird } from '../support/fake-bird.js';
@@ -98,4 +98,5 @@ describe('BirdSpeaker', () => {
   });
 });
 
-process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+// vitest runs files in reused workers: a process 'exit' handler would run long after, or never
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
