@@ -27,7 +27,7 @@ const SETUPS = ['full', 'resumed'] as const;
 type Setup = (typeof SETUPS)[number];
 const USAGE = 'usage: node dist/bench/probe-cpu.js [--rounds 5] [--checks 200] [--json]';
 
-/** The child: serves `/readyz` with the certificate files named in argv, prints its port. */
+/** The child: serves `/readyz` with the certificate files named in argv and sends its port to the parent (IPC). */
 async function serve(certFile: string, keyFile: string): Promise<void> {
   const srv = https.createServer({ cert: readFileSync(certFile), key: readFileSync(keyFile) }, (_req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
