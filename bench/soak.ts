@@ -3,22 +3,27 @@
  * schedule of lab/soak/schedule.ts, the invariants of lab/soak/invariants.ts checked over the
  * recorded timeline, a report in DIR (soak-report.md, .json, .svg).
  *
- *   npm run soak -- --minutes N --seed S [--out DIR] [--json] [--watches 300] [--max-concurrent 2]
+ *   npm run soak -- --minutes N --seed S [--out DIR] [--json] [--watches 300] [--max-concurrent 2] [--capture]
  *
  * --minutes: the whole schedule (0.25 … 120, fractions allowed); --seed: the schedule's seed
  * (default: from the clock, printed); --out: where the report goes (default ./soak-<seed>);
- * --json: the report's JSON on stdout instead of the summary. Exit 0 with 0 violations, 1
+ * --json: the report's JSON on stdout instead of the summary; --capture: tcpdump(8) on the lab's
+ * bridge (TCP 6443, headers only: ~350 MB per 30 min) into DIR/soak-capture.pcap, and the report
+ * says where each retransmitted client SYN to the VIP was lost (lab/soak/capture.ts). When the run
+ * has a violation, the lab's files (every agent's log, the configurations) are copied to DIR/lab
+ * before teardown. Exit 0 with 0 violations, 1
  * otherwise (or when the lab could not be built), 2 for a bad option. Everything is torn down
  * at the end, on failure and on SIGINT / SIGTERM. Needs root; hold the lab lock:
  *   flock /tmp/ballast-lab.lock bash scripts/node-env.sh node dist/bench/soak.js --minutes 10 --seed 7
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SoakCluster, LIBFAKETIME } from '../lab/soak/cluster.js';
 import { heal, healAll, inject } from '../lab/soak/faults.js';
 import type { InjectedFault, Timeline } from '../lab/soak/invariants.js';
-import { buildReport, renderMarkdown, renderSvg, type SoakReport } from '../lab/soak/report.js';
+import { buildReport, captureSummary, renderMarkdown, renderSvg, type SoakReport } from '../lab/soak/report.js';
+import { pcapSegments, startCapture, synRetransmits, type Capture } from '../lab/soak/capture.js';
 import { DEFAULT_TIMING, makeSchedule, recoverMs, type FaultKind, type PlannedFault } from '../lab/soak/schedule.js';
 import { sleep } from '../lab/wait.js';
 import { runIfMain } from '../lab/entry.js';
@@ -32,7 +37,9 @@ function fullErrText(e: unknown): string {
   return tail ? `${first} ${tail}` : first;
 }
 
-const USAGE = 'usage: soak --minutes N --seed S [--out DIR] [--json] [--watches 300] [--max-concurrent 2]';
+const USAGE = 'usage: soak --minutes N --seed S [--out DIR] [--json] [--watches 300] [--max-concurrent 2] [--capture]';
+/** tcpdump, which --capture needs (Debian's package puts it here) */
+const TCPDUMP = '/usr/bin/tcpdump';
 /** The soak's lab: prefix and subnet (10.78.120.0/24). */
 export const SOAK_LAB = { prefix: 'bsoak', subnet: 120 } as const;
 
@@ -47,6 +54,8 @@ export interface SoakOptions {
   subnet?: number;
   /** draw only these kinds (default all) */
   kinds?: readonly FaultKind[];
+  /** capture TCP 6443 on the lab's bridge and say where retransmitted SYNs were lost (see the file comment) */
+  capture?: boolean;
   /** aborts the run (SIGINT): faults are healed, everything torn down, the report written */
   signal?: AbortSignal;
   log?: (line: string) => void;
@@ -77,7 +86,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   });
   const injected: InjectedFault[] = [];
   let leftovers: string[] = [];
+  let capture: Capture | null = null;
   try {
+    mkdirSync(o.out, { recursive: true });
+    if (o.capture) capture = await startCapture({ netns: c.lab.lan, ifname: 'br0', port: 6443, file: join(o.out, 'soak-capture.pcap'), tcpdump: TCPDUMP });
     c.t0 = Date.now();
     const abort = new Promise<void>((r) => (o.signal?.aborted ? r() : o.signal?.addEventListener('abort', () => r(), { once: true })));
     const until = async (t: number): Promise<boolean> => {
@@ -122,15 +134,28 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     };
     const counts = { vip: c.vipCounts, local: c.localCounts, watch: c.watchCounts };
     const logsDir = c.lab.dir;
+    await capture?.stop();
+    const ctx = { seed: o.seed, minutes: o.minutes, startedAt, counts };
+    // the lab's files go with a failed run's report (teardown removes them)
+    const failed = !buildReport(tl, { ...ctx, leftovers: [] }).ok;
+    if (failed && existsSync(logsDir)) cpSync(logsDir, join(o.out, 'lab'), { recursive: true });
+    const t0 = c.t0;
     leftovers = await c.teardown();
-    const report = buildReport(tl, { seed: o.seed, minutes: o.minutes, startedAt, counts, leftovers });
-    mkdirSync(o.out, { recursive: true });
+    const report = buildReport(tl, { ...ctx, leftovers });
+    if (failed) report.labFiles = 'lab/';
+    if (capture) {
+      const buf = readFileSync(capture.file);
+      const names = { byMac: Object.fromEntries(c.lab.nodes.map((n) => [n.mac, n.name])), byAddress: { ...Object.fromEntries(c.lab.nodes.map((n) => [n.ipv4, n.name])), [c.lab.vip4]: 'VIP', [c.lab.client.ipv4]: 'client' } };
+      const syns = synRetransmits(() => pcapSegments(buf), { vip: c.lab.vip4, port: 6443, names }).map((x) => ({ ...x, t: x.t - t0 }));
+      report.capture = captureSummary('soak-capture.pcap', syns, report.violations, timing.requestTimeoutMs);
+    }
     writeFileSync(join(o.out, 'soak-report.json'), `${JSON.stringify(report, null, 2)}\n`);
     writeFileSync(join(o.out, 'soak-report.md'), renderMarkdown(report));
     writeFileSync(join(o.out, 'soak-report.svg'), await renderSvg(report, tl));
     if (process.env.BALLAST_LAB_KEEP === '1') log(`lab files kept in ${logsDir}`);
     return report;
   } catch (e) {
+    await capture?.stop().catch(() => undefined);
     await c.teardown().catch(() => undefined);
     throw e;
   }
@@ -145,6 +170,13 @@ export function summaryLines(r: SoakReport, out: string): string[] {
   L.push('', `VIP prober: ${vip.requests} requests, ${vip.requests - vip.ok} failed; local: ${local.requests}, ${local.requests - local.ok} failed; watches: ${watch.drops} drops, ${watch.reconnects} reconnects`);
   for (const v of r.violations.slice(0, 20)) L.push(`  (${v.invariant}) ${(v.t / 1000).toFixed(1)}–${(v.untilMs / 1000).toFixed(1)} s ${v.what}${v.count > 1 ? ` ×${v.count}` : ''} [active: ${v.active.map((id) => `#${id}`).join(' ') || 'none'}]`);
   if (r.violations.length > 20) L.push(`  … ${r.violations.length - 20} more in the report`);
+  if (r.capture) {
+    L.push('', `capture: ${r.capture.retransmits} client SYNs to the VIP sent again — ${Object.entries(r.capture.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`);
+    for (const nv of r.capture.nearViolations) {
+      L.push(`  around ${(r.violations[nv.violation]!.t / 1000).toFixed(1)} s: ${nv.syns.map((x) => `${(x.t / 1000).toFixed(1)} s ${x.fate} (holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''})`).join('; ') || 'no retransmitted SYN'}`);
+    }
+  }
+  if (r.labFiles) L.push(`lab files: ${join(out, r.labFiles)}`);
   L.push('', `report: ${join(out, 'soak-report.md')} (.json, .svg)`);
   return L;
 }
@@ -154,7 +186,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     values = parseArgs({
       args: argv,
-      options: { minutes: { type: 'string' }, seed: { type: 'string' }, out: { type: 'string' }, json: { type: 'boolean', default: false }, watches: { type: 'string' }, 'max-concurrent': { type: 'string' } },
+      options: { minutes: { type: 'string' }, seed: { type: 'string' }, out: { type: 'string' }, json: { type: 'boolean', default: false }, watches: { type: 'string' }, 'max-concurrent': { type: 'string' }, capture: { type: 'boolean', default: false } },
       strict: true,
     }).values;
   } catch (e) {
@@ -176,7 +208,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const pre = preflight({}, {
     name: 'soak', usage: USAGE, defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 }, root: 'network namespaces, nftables, BPF',
-    files: [['/usr/bin/stress-ng', 'stress-ng'], ['/usr/sbin/conntrack', 'conntrack'], [LIBFAKETIME, 'faketime'], ['/usr/sbin/nft', 'nftables']],
+    files: [...(values.capture ? [[TCPDUMP, 'tcpdump'] as [string, string]] : []), ['/usr/bin/stress-ng', 'stress-ng'], ['/usr/sbin/conntrack', 'conntrack'], [LIBFAKETIME, 'faketime'], ['/usr/sbin/nft', 'nftables']],
   });
   if (typeof pre === 'number') return pre;
   const out = resolve(typeof values.out === 'string' ? values.out : `soak-${seed}`);
@@ -188,7 +220,7 @@ async function main(argv: string[]): Promise<number> {
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
   try {
-    const r = await runSoak({ minutes, seed, out, watches, maxConcurrent, signal: ac.signal });
+    const r = await runSoak({ minutes, seed, out, watches, maxConcurrent, capture: values.capture === true, signal: ac.signal });
     if (values.json) say(JSON.stringify(r));
     else for (const l of summaryLines(r, out)) say(l);
     return ac.signal.aborted ? 130 : r.ok ? 0 : 1;

@@ -3,9 +3,10 @@
  * bsok2, 10.78.121.0/24): the full cluster (3 control-plane agents and stand-ins, a worker with
  * the eBPF local endpoint, the 10 ms VIP prober, the local prober, 100 watch-like connections),
  * seed 5's schedule (n3's /readyz 500; then n2's link down while n3 gets a bad reload), every
- * invariant checked, the report written. The full soak is `npm run soak`.
+ * invariant checked, the report written, the bridge captured (`--capture`). The full soak is
+ * `npm run soak`.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -19,7 +20,7 @@ describe.skipIf(needs('bpf'))('chaos soak smoke, 24 s (root; skipped otherwise)'
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('seed 5: 3 faults (2 at once), 0 violations, a well-formed report (md, json, svg), nothing left behind', async () => {
-    const r = await runSoak({ minutes: 0.4, seed: 5, out, watches: 100, maxConcurrent: 2, prefix: 'bsok2', subnet: 121, log: () => undefined });
+    const r = await runSoak({ minutes: 0.4, seed: 5, out, watches: 100, maxConcurrent: 2, prefix: 'bsok2', subnet: 121, capture: true, log: () => undefined });
     const problems = r.violations.map((v) => `(${v.invariant}) ${v.t} ms ${v.what}`);
     expect(problems).toStrictEqual([]);
     expect(r.ok).toBe(true);
@@ -42,5 +43,19 @@ describe.skipIf(needs('bpf'))('chaos soak smoke, 24 s (root; skipped otherwise)'
     expect(svg).toMatch(/^<svg[\s\S]*<\/svg>\s*$/);
     expect(svg).toContain('>fault link-down<');
     expect(existsSync('/run/netns/bsok2-n1')).toBe(false);
+    // the capture (tcpdump on the bridge): while n2's link is down and n1 still DNATs to it, the
+    // SYNs hashed to n2 go out on the backend leg and get no answer, and only those
+    const c = r.capture!;
+    expect(statSync(join(out, 'soak-capture.pcap')).size).toBeGreaterThan(100_000);
+    const down = r.faults[1]!;
+    const silent = c.list.filter((x) => x.fate === 'backend silent');
+    expect(silent.length).toBeGreaterThan(0);
+    for (const x of silent) {
+      expect(x).toMatchObject({ holder: 'n1', backend: 'n2' });
+      expect(x.t).toBeGreaterThanOrEqual(down.startMs - 50);
+      expect(x.t).toBeLessThanOrEqual(down.healMs + 50);
+    }
+    expect(c.nearViolations).toStrictEqual([]);
+    expect(md).toContain('## SYNs sent again (packet capture)');
   }, 90_000);
 });

@@ -1,0 +1,270 @@
+/**
+ * What happened on the wire to the connections whose SYN had to be sent again (pure, but for
+ * {@link startCapture}): the soak's optional packet capture on the lab's bridge (`--capture`),
+ * read back after the run and folded into one line per retransmitted SYN to VIP:port.
+ *
+ * A client's request that fails with a timeout of T = 1 s is, on this lab, almost always a
+ * connection whose first SYN went unanswered: Linux sends the SYN again after its initial RTO
+ * of 1 s (RFC 6298 §2.1, `TCP_TIMEOUT_INIT`), so one lost handshake costs exactly the timeout.
+ * The bridge sees both legs of a connection the holder DNATs to another node — the client's
+ * (client → VIP) and the masqueraded one (holder → backend, the client's source port kept) —
+ * so the capture tells where the handshake was lost:
+ *
+ *   unanswered at the holder  no backend leg and no answer from the VIP: the holder dropped the
+ *                             SYN, or DNATed it to its own apiserver (inside the holder, which
+ *                             the bridge cannot see) and that did not answer
+ *   refused at the holder     the VIP answered with a RST
+ *   backend silent            the backend leg's SYN got no answer
+ *   challenge ACK             the backend answered the SYN with a bare ACK (RFC 5961 §4: it
+ *                             holds a socket on that 4-tuple from an earlier connection)
+ *   reset by backend          the backend answered the SYN with a RST
+ *   reply not forwarded       the backend's SYN-ACK reached the holder, the client never got it
+ *   answered                  the client's leg saw a SYN-ACK before the retransmit (lost after
+ *                             the bridge)
+ *
+ * The capture format is the classic pcap file (pcap-savefile(5)): a 24-byte global header (magic
+ * 0xa1b2c3d4 for µs or 0xa1b23c4d for ns timestamps, either byte order; link type 1, Ethernet)
+ * and a 16-byte header per record.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+
+/** One TCP segment from the capture (IPv4 or IPv6, headers only). */
+export interface TcpSegment {
+  /** ms since the epoch (the capture's clock: the machine's) */
+  t: number;
+  srcMac: string;
+  dstMac: string;
+  src: string;
+  sport: number;
+  dst: string;
+  dport: number;
+  /** TCP flags byte (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10) */
+  flags: number;
+  seq: number;
+  ack: number;
+}
+
+const FIN = 0x01;
+const SYN = 0x02;
+const RST = 0x04;
+const ACK = 0x10;
+
+const mac = (b: Buffer, at: number): string => [...b.subarray(at, at + 6)].map((x) => x.toString(16).padStart(2, '0')).join(':');
+const ipv6Text = (b: Buffer): string => {
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(b.readUInt16BE(i).toString(16));
+  return groups.join(':').replace(/(^|:)0(:0)+(:|$)/, '::');
+};
+
+/**
+ * The TCP segments of a classic pcap file, in file order, one at a time (a 30-minute soak
+ * captures ~14 million). Records that are not Ethernet + IPv4 / IPv6 + TCP are skipped, as is a
+ * truncated last record (a capture stopped mid-write).
+ * @throws Error (at the first step) when the global header is not a pcap one or the link type is not Ethernet.
+ */
+export function* pcapSegments(buf: Buffer): Generator<TcpSegment> {
+  if (buf.length < 24) throw new Error(`not a pcap file: ${buf.length} bytes`);
+  const m = buf.readUInt32LE(0);
+  const le = m === 0xa1b2c3d4 || m === 0xa1b23c4d;
+  const be = buf.readUInt32BE(0) === 0xa1b2c3d4 || buf.readUInt32BE(0) === 0xa1b23c4d;
+  if (!le && !be) throw new Error(`not a pcap file: magic 0x${m.toString(16)}`);
+  const u32 = (at: number): number => (le ? buf.readUInt32LE(at) : buf.readUInt32BE(at));
+  const nano = (le ? m : buf.readUInt32BE(0)) === 0xa1b23c4d;
+  const link = u32(20) & 0x0fffffff;
+  if (link !== 1) throw new Error(`pcap link type ${link}, expected 1 (Ethernet)`);
+  for (let at = 24; at + 16 <= buf.length; ) {
+    const sec = u32(at);
+    const frac = u32(at + 4);
+    const incl = u32(at + 8);
+    const start = at + 16;
+    at = start + incl;
+    if (at > buf.length) break;
+    const f = buf.subarray(start, start + incl);
+    if (f.length < 14) continue;
+    let off = 14;
+    let type = f.readUInt16BE(12);
+    if (type === 0x8100 && f.length >= 18) {
+      type = f.readUInt16BE(16);
+      off = 18;
+    }
+    let src: string;
+    let dst: string;
+    let l4: number;
+    if (type === 0x0800 && f.length >= off + 20) {
+      if (f[off + 9] !== 6) continue;
+      src = [...f.subarray(off + 12, off + 16)].join('.');
+      dst = [...f.subarray(off + 16, off + 20)].join('.');
+      l4 = off + (f[off]! & 0x0f) * 4;
+    } else if (type === 0x86dd && f.length >= off + 40) {
+      if (f[off + 6] !== 6) continue;
+      src = ipv6Text(f.subarray(off + 8, off + 24));
+      dst = ipv6Text(f.subarray(off + 24, off + 40));
+      l4 = off + 40;
+    } else continue;
+    if (f.length < l4 + 14) continue;
+    yield {
+      t: sec * 1000 + frac / (nano ? 1e6 : 1e3),
+      srcMac: mac(f, 6),
+      dstMac: mac(f, 0),
+      src,
+      sport: f.readUInt16BE(l4),
+      dst,
+      dport: f.readUInt16BE(l4 + 2),
+      seq: f.readUInt32BE(l4 + 4),
+      ack: f.readUInt32BE(l4 + 8),
+      flags: f[l4 + 13]!,
+    };
+  }
+}
+
+/** {@link pcapSegments} as an array (small captures, tests). @throws as pcapSegments does. */
+export function readPcap(buf: Buffer): TcpSegment[] {
+  return [...pcapSegments(buf)];
+}
+
+/** Where a retransmitted SYN's first handshake was lost (see the file comment). */
+export type SynFate =
+  | 'unanswered at the holder'
+  | 'refused at the holder'
+  | 'backend silent'
+  | 'challenge ACK'
+  | 'reset by backend'
+  | 'reply not forwarded'
+  | 'answered';
+
+/** One client SYN to VIP:port that was sent more than once. */
+export interface SynRetransmit {
+  /** the first transmission, ms since the epoch */
+  t: number;
+  /** "addr:port" of the client */
+  client: string;
+  /** the node whose MAC the first SYN was sent to (who the client took for the VIP's holder), or the MAC */
+  holder: string;
+  /** the backend of the masqueraded leg, by node name (or address); null when the bridge saw none */
+  backend: string | null;
+  fate: SynFate;
+  /** ms from the first transmission to the first retransmission */
+  retransmitAfterMs: number;
+  /** the segments of this port from the first SYN to the retransmission, one line each */
+  trace: string[];
+}
+
+/** The names the lab gives its MAC and IP addresses (node name by MAC, by address). */
+export interface CaptureNames {
+  byMac: Record<string, string>;
+  byAddress: Record<string, string>;
+}
+
+const flagText = (f: number): string => (['F', 'S', 'R', 'P', 'A'] as const).filter((_, i) => f & (1 << i)).join('') || '.';
+
+/**
+ * Every client SYN to `vip`:`port` seen again at least `minGapMs` (ms, default 500) after its
+ * first transmission (same source, port and sequence number), with where the first handshake
+ * was lost. The backend leg is the segments between a node's address and a backend's `port`
+ * that carry the client's source port (masquerade keeps it when it can). Sorted by time.
+ */
+export function synRetransmits(segs: () => Iterable<TcpSegment>, o: { vip: string; port: number; names: CaptureNames; minGapMs?: number }): SynRetransmit[] {
+  const minGap = o.minGapMs ?? 500;
+  const name = (addr: string): string => o.names.byAddress[addr] ?? addr;
+  const first = new Map<string, TcpSegment>();
+  const seen = new Set<TcpSegment>();
+  const found: { syn: TcpSegment; again: TcpSegment }[] = [];
+  for (const s of segs()) {
+    if (s.dst !== o.vip || s.dport !== o.port || (s.flags & (SYN | ACK)) !== SYN) continue;
+    const k = `${s.src} ${s.sport} ${s.seq}`;
+    const f = first.get(k);
+    if (!f) first.set(k, s);
+    else if (s.t - f.t >= minGap && !seen.has(f)) {
+      seen.add(f);
+      found.push({ syn: f, again: s });
+    }
+  }
+  const byPort = new Map<number, TcpSegment[]>();
+  for (const x of found) byPort.set(x.syn.sport, []);
+  // second pass: only the segments of the ports that matter are kept
+  const windows = new Map<number, [number, number][]>();
+  for (const x of found) windows.set(x.syn.sport, [...(windows.get(x.syn.sport) ?? []), [x.syn.t, x.again.t]]);
+  const inWindow = (port: number, t: number): boolean => windows.get(port)?.some(([a, b]) => t >= a && t < b) === true;
+  for (const s of segs()) {
+    if (inWindow(s.sport, s.t)) byPort.get(s.sport)!.push(s);
+    else if (s.dport !== s.sport && inWindow(s.dport, s.t)) byPort.get(s.dport)!.push(s);
+  }
+  return found
+    .sort((a, b) => a.syn.t - b.syn.t)
+    .map(({ syn, again }): SynRetransmit => {
+      const port = syn.sport;
+      const during = (byPort.get(port) ?? []).filter((s) => s.t >= syn.t && s.t < again.t);
+      const fromVip = during.filter((s) => s.src === o.vip && s.dst === syn.src && s.dport === port);
+      const holder = o.names.byMac[syn.dstMac] ?? syn.dstMac;
+      // the holder's own leg: from its address, with the client's port (another node's health check may use the same port)
+      const legSyn = during.find((s) => s.sport === port && s.dport === o.port && s.dst !== o.vip && name(s.src) === holder && (s.flags & (SYN | ACK)) === SYN);
+      const backend = legSyn ? legSyn.dst : null;
+      const fromBackend = legSyn ? during.filter((s) => s.src === backend && s.sport === o.port && s.dst === legSyn.src && s.dport === port) : [];
+      let fate: SynFate;
+      if (fromVip.some((s) => (s.flags & (SYN | ACK)) === (SYN | ACK))) fate = 'answered';
+      else if (legSyn) {
+        fate = fromBackend.some((s) => (s.flags & (SYN | ACK)) === (SYN | ACK)) ? 'reply not forwarded'
+          : fromBackend.some((s) => s.flags & RST) ? 'reset by backend'
+          : fromBackend.some((s) => s.flags & ACK) ? 'challenge ACK'
+          : 'backend silent';
+      } else fate = fromVip.some((s) => s.flags & RST) ? 'refused at the holder' : 'unanswered at the holder';
+      return {
+        t: syn.t,
+        client: `${syn.src}:${port}`,
+        holder,
+        backend: backend === null ? null : name(backend),
+        fate,
+        retransmitAfterMs: Math.round((again.t - syn.t) * 10) / 10,
+        trace: during.map((s) => `+${(s.t - syn.t).toFixed(1)} ms ${name(s.src)}:${s.sport} > ${name(s.dst)}:${s.dport} ${flagText(s.flags & (FIN | SYN | RST | 0x08 | ACK))}`),
+      };
+    });
+}
+
+/** A running capture: stop() ends it (SIGTERM, the file flushed) and resolves when it exited. */
+export interface Capture {
+  file: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts tcpdump(8) inside network namespace `netns` on `ifname`, headers only (96 bytes of each
+ * frame), TCP port `port`, written to `file` packet by packet (-U). Resolves once tcpdump says it
+ * is listening.
+ * @throws Error when tcpdump cannot start or exits first (its stderr in the message).
+ */
+export function startCapture(o: { netns: string; ifname: string; port: number; file: string; tcpdump?: string }): Promise<Capture> {
+  const p: ChildProcess = spawn('ip', ['netns', 'exec', o.netns, o.tcpdump ?? 'tcpdump', '-i', o.ifname, '-s', '96', '-n', '-U', '-w', o.file, 'tcp', 'port', String(o.port)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  const exited = new Promise<void>((r) => p.once('exit', () => r()));
+  let started = false;
+  return new Promise((resolve, reject) => {
+    const fail = (why: string): void => void (started || reject(new Error(`tcpdump in ${o.netns}: ${why}${err ? `: ${err.trim()}` : ''}`)));
+    const t = setTimeout(() => {
+      p.kill('SIGKILL');
+      fail('did not start within 5 s');
+    }, 5000);
+    p.once('error', (e) => {
+      clearTimeout(t);
+      fail(e.message);
+    });
+    p.once('exit', (code) => {
+      clearTimeout(t);
+      fail(`exited with code ${code}`);
+    });
+    p.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+      if (/listening on/.test(err)) {
+        if (started) return;
+        started = true;
+        clearTimeout(t);
+        resolve({
+          file: o.file,
+          stop: async () => {
+            if (p.exitCode === null && p.signalCode === null) p.kill('SIGTERM');
+            await exited;
+          },
+        });
+      }
+    });
+  });
+}
