@@ -9,7 +9,7 @@
  * (default: from the clock, printed); --out: where the report goes (default ./soak-<seed>);
  * --json: the report's JSON on stdout instead of the summary; --capture: tcpdump(8) on the lab's
  * bridge (TCP 6443, headers only: ~350 MB per 30 min) into DIR/soak-capture.pcap, and the report
- * says where each retransmitted client SYN to the VIP was lost (lab/soak/capture.ts). When the run
+ * says where each stalled client handshake to the VIP was lost (lab/soak/capture.ts). When the run
  * has a violation, the lab's files (every agent's log, the configurations) are copied to DIR/lab
  * before teardown. Exit 0 with 0 violations, 1
  * otherwise (or when the lab could not be built), 2 for a bad option. Everything is torn down
@@ -23,7 +23,7 @@ import { SoakCluster, LIBFAKETIME } from '../lab/soak/cluster.js';
 import { heal, healAll, inject } from '../lab/soak/faults.js';
 import type { InjectedFault, Timeline } from '../lab/soak/invariants.js';
 import { buildReport, captureSummary, renderMarkdown, renderSvg, type SoakReport } from '../lab/soak/report.js';
-import { pcapSegments, startCapture, synRetransmits, type Capture } from '../lab/soak/capture.js';
+import { pcapSegments, startCapture, stalledHandshakes, type Capture } from '../lab/soak/capture.js';
 import { DEFAULT_TIMING, makeSchedule, recoverMs, type FaultKind, type PlannedFault } from '../lab/soak/schedule.js';
 import { sleep } from '../lab/wait.js';
 import { runIfMain } from '../lab/entry.js';
@@ -54,7 +54,7 @@ export interface SoakOptions {
   subnet?: number;
   /** draw only these kinds (default all) */
   kinds?: readonly FaultKind[];
-  /** capture TCP 6443 on the lab's bridge and say where retransmitted SYNs were lost (see the file comment) */
+  /** capture TCP 6443 on the lab's bridge and say where stalled handshakes were lost (see the file comment) */
   capture?: boolean;
   /** aborts the run (SIGINT): faults are healed, everything torn down, the report written */
   signal?: AbortSignal;
@@ -146,7 +146,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     if (capture) {
       const buf = readFileSync(capture.file);
       const names = { byMac: Object.fromEntries(c.lab.nodes.map((n) => [n.mac, n.name])), byAddress: { ...Object.fromEntries(c.lab.nodes.map((n) => [n.ipv4, n.name])), [c.lab.vip4]: 'VIP', [c.lab.client.ipv4]: 'client' } };
-      const syns = synRetransmits(() => pcapSegments(buf), { vip: c.lab.vip4, port: 6443, names }).map((x) => ({ ...x, t: x.t - t0 }));
+      const syns = stalledHandshakes(() => pcapSegments(buf), { vip: c.lab.vip4, port: 6443, names, windowMs: timing.requestTimeoutMs }).map((x) => ({ ...x, t: x.t - t0 }));
       report.capture = captureSummary('soak-capture.pcap', syns, report.violations, timing.requestTimeoutMs);
     }
     writeFileSync(join(o.out, 'soak-report.json'), `${JSON.stringify(report, null, 2)}\n`);
@@ -171,9 +171,9 @@ export function summaryLines(r: SoakReport, out: string): string[] {
   for (const v of r.violations.slice(0, 20)) L.push(`  (${v.invariant}) ${(v.t / 1000).toFixed(1)}–${(v.untilMs / 1000).toFixed(1)} s ${v.what}${v.count > 1 ? ` ×${v.count}` : ''} [active: ${v.active.map((id) => `#${id}`).join(' ') || 'none'}]`);
   if (r.violations.length > 20) L.push(`  … ${r.violations.length - 20} more in the report`);
   if (r.capture) {
-    L.push('', `capture: ${r.capture.retransmits} client SYNs to the VIP sent again — ${Object.entries(r.capture.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`);
+    L.push('', `capture: ${r.capture.stalled} stalled handshakes to the VIP — ${Object.entries(r.capture.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`);
     for (const nv of r.capture.nearViolations) {
-      L.push(`  around ${(r.violations[nv.violation]!.t / 1000).toFixed(1)} s: ${nv.syns.map((x) => `${(x.t / 1000).toFixed(1)} s ${x.fate} (holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''})`).join('; ') || 'no retransmitted SYN'}`);
+      L.push(`  around ${(r.violations[nv.violation]!.t / 1000).toFixed(1)} s: ${nv.syns.map((x) => `${(x.t / 1000).toFixed(1)} s ${x.fate} (holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''})`).join('; ') || 'no stalled handshake'}`);
     }
   }
   if (r.labFiles) L.push(`lab files: ${join(out, r.labFiles)}`);

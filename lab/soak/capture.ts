@@ -1,11 +1,12 @@
 /**
- * What happened on the wire to the connections whose SYN had to be sent again (pure, but for
+ * What happened on the wire to the connections whose TCP handshake stalled (pure, but for
  * {@link startCapture}): the soak's optional packet capture on the lab's bridge (`--capture`),
- * read back after the run and folded into one line per retransmitted SYN to VIP:port.
+ * read back after the run and folded into one line per stalled handshake to VIP:port.
  *
  * A client's request that fails with a timeout of T = 1 s is, on this lab, almost always a
- * connection whose first SYN went unanswered: Linux sends the SYN again after its initial RTO
- * of 1 s (RFC 6298 §2.1, `TCP_TIMEOUT_INIT`), so one lost handshake costs exactly the timeout.
+ * connection whose first SYN went unanswered: Linux sends the SYN again only after its initial
+ * RTO of 1 s (RFC 6298 §2.1, `TCP_TIMEOUT_INIT`), so one lost handshake costs the whole timeout,
+ * and the client usually gives up before that retransmission leaves.
  * The bridge sees both legs of a connection the holder DNATs to another node — the client's
  * (client → VIP) and the masqueraded one (holder → backend, the client's source port kept) —
  * so the capture tells where the handshake was lost:
@@ -19,8 +20,8 @@
  *                             holds a socket on that 4-tuple from an earlier connection)
  *   reset by backend          the backend answered the SYN with a RST
  *   reply not forwarded       the backend's SYN-ACK reached the holder, the client never got it
- *   answered                  the client's leg saw a SYN-ACK before the retransmit (lost after
- *                             the bridge)
+ *   answered                  the client's leg saw a SYN-ACK, but late (≥ 500 ms) or followed by
+ *                             the SYN again (lost after the bridge)
  *
  * The capture format is the classic pcap file (pcap-savefile(5)): a 24-byte global header (magic
  * 0xa1b2c3d4 for µs or 0xa1b23c4d for ns timestamps, either byte order; link type 1, Ethernet)
@@ -122,7 +123,7 @@ export function readPcap(buf: Buffer): TcpSegment[] {
   return [...pcapSegments(buf)];
 }
 
-/** Where a retransmitted SYN's first handshake was lost (see the file comment). */
+/** Where a stalled handshake was lost (see the file comment). */
 export type SynFate =
   | 'unanswered at the holder'
   | 'refused at the holder'
@@ -132,8 +133,8 @@ export type SynFate =
   | 'reply not forwarded'
   | 'answered';
 
-/** One client SYN to VIP:port that was sent more than once. */
-export interface SynRetransmit {
+/** One client SYN to VIP:port whose handshake stalled: no SYN-ACK back to the client in time, or the SYN sent again. */
+export interface StalledHandshake {
   /** the first transmission, ms since the epoch */
   t: number;
   /** "addr:port" of the client */
@@ -143,9 +144,9 @@ export interface SynRetransmit {
   /** the backend of the masqueraded leg, by node name (or address); null when the bridge saw none */
   backend: string | null;
   fate: SynFate;
-  /** ms from the first transmission to the first retransmission */
-  retransmitAfterMs: number;
-  /** the segments of this port from the first SYN to the retransmission, one line each */
+  /** ms from the first transmission to the first retransmission; null when the SYN was not sent again (the client gave up first) */
+  retransmitAfterMs: number | null;
+  /** the segments of this port in the handshake's window (to the retransmission, else `windowMs`), one line each */
   trace: string[];
 }
 
@@ -158,32 +159,57 @@ export interface CaptureNames {
 const flagText = (f: number): string => (['F', 'S', 'R', 'P', 'A'] as const).filter((_, i) => f & (1 << i)).join('') || '.';
 
 /**
- * Every client SYN to `vip`:`port` seen again at least `minGapMs` (ms, default 500) after its
- * first transmission (same source, port and sequence number), with where the first handshake
- * was lost. The backend leg is the segments between a node's address and a backend's `port`
- * that carry the client's source port (masquerade keeps it when it can). Sorted by time.
+ * Every client SYN to `vip`:`port` whose handshake stalled, with where it was lost: the first
+ * transmission (source, port, sequence number) got no SYN-ACK from the VIP within `minGapMs`
+ * (ms, default 500), or was seen again at least `minGapMs` after it. A SYN within `minGapMs` of
+ * the capture's end is not judged. A client whose request times out at the kernel's initial RTO
+ * (1 s) usually gives up before the retransmission, so both kinds are needed. The handshake's
+ * window runs from the first SYN to the retransmission, else for `windowMs` (ms, default 1000:
+ * the soak's request timeout). The backend leg is the segments between a node's address and a
+ * backend's `port` that carry the client's source port (masquerade keeps it when it can).
+ * Sorted by time. Reads `segs()` twice.
  */
-export function synRetransmits(segs: () => Iterable<TcpSegment>, o: { vip: string; port: number; names: CaptureNames; minGapMs?: number }): SynRetransmit[] {
+export function stalledHandshakes(segs: () => Iterable<TcpSegment>, o: { vip: string; port: number; names: CaptureNames; minGapMs?: number; windowMs?: number }): StalledHandshake[] {
   const minGap = o.minGapMs ?? 500;
+  const windowMs = o.windowMs ?? 1000;
   const name = (addr: string): string => o.names.byAddress[addr] ?? addr;
-  const first = new Map<string, TcpSegment>();
-  const seen = new Set<TcpSegment>();
-  const found: { syn: TcpSegment; again: TcpSegment }[] = [];
+  interface Open { syn: TcpSegment; again?: TcpSegment; answeredAt?: number }
+  // first pass: every handshake by "client port seq", judged (and forgotten) once it is 10 s old
+  const open = new Map<string, Open>();
+  const found: { syn: TcpSegment; end: number; again?: TcpSegment }[] = [];
+  const judge = (x: Open, lastT: number): void => {
+    const late = (x.answeredAt ?? Infinity) - x.syn.t >= minGap && lastT - x.syn.t >= minGap;
+    if (x.again || late) found.push({ syn: x.syn, again: x.again, end: x.again?.t ?? x.syn.t + windowMs });
+  };
+  let lastT = -Infinity;
+  let n = 0;
   for (const s of segs()) {
-    if (s.dst !== o.vip || s.dport !== o.port || (s.flags & (SYN | ACK)) !== SYN) continue;
-    const k = `${s.src} ${s.sport} ${s.seq}`;
-    const f = first.get(k);
-    if (!f) first.set(k, s);
-    else if (s.t - f.t >= minGap && !seen.has(f)) {
-      seen.add(f);
-      found.push({ syn: f, again: s });
+    lastT = s.t;
+    if (s.dst === o.vip && s.dport === o.port && (s.flags & (SYN | ACK)) === SYN) {
+      const k = `${s.src} ${s.sport} ${s.seq}`;
+      const f = open.get(k);
+      if (!f) open.set(k, { syn: s });
+      else if (!f.again && s.t - f.syn.t >= minGap) f.again = s;
+    } else if (s.src === o.vip && s.sport === o.port && (s.flags & (SYN | ACK)) === (SYN | ACK)) {
+      const f = open.get(`${s.dst} ${s.dport} ${(s.ack - 1) >>> 0}`);
+      if (f && f.answeredAt === undefined) f.answeredAt = s.t;
+    }
+    if (++n % 50_000 === 0) {
+      for (const [k, x] of open) {
+        if (s.t - x.syn.t < 10_000) break; // insertion order is time order
+        judge(x, lastT);
+        open.delete(k);
+      }
     }
   }
+  for (const x of open.values()) judge(x, lastT);
   const byPort = new Map<number, TcpSegment[]>();
-  for (const x of found) byPort.set(x.syn.sport, []);
-  // second pass: only the segments of the ports that matter are kept
   const windows = new Map<number, [number, number][]>();
-  for (const x of found) windows.set(x.syn.sport, [...(windows.get(x.syn.sport) ?? []), [x.syn.t, x.again.t]]);
+  for (const x of found) {
+    byPort.set(x.syn.sport, []);
+    windows.set(x.syn.sport, [...(windows.get(x.syn.sport) ?? []), [x.syn.t, x.end]]);
+  }
+  // second pass: only the segments of the ports that matter are kept
   const inWindow = (port: number, t: number): boolean => windows.get(port)?.some(([a, b]) => t >= a && t < b) === true;
   for (const s of segs()) {
     if (inWindow(s.sport, s.t)) byPort.get(s.sport)!.push(s);
@@ -191,19 +217,21 @@ export function synRetransmits(segs: () => Iterable<TcpSegment>, o: { vip: strin
   }
   return found
     .sort((a, b) => a.syn.t - b.syn.t)
-    .map(({ syn, again }): SynRetransmit => {
+    .map(({ syn, again, end }): StalledHandshake => {
       const port = syn.sport;
-      const during = (byPort.get(port) ?? []).filter((s) => s.t >= syn.t && s.t < again.t);
+      const during = (byPort.get(port) ?? []).filter((s) => s.t >= syn.t && s.t < end);
       const fromVip = during.filter((s) => s.src === o.vip && s.dst === syn.src && s.dport === port);
       const holder = o.names.byMac[syn.dstMac] ?? syn.dstMac;
       // the holder's own leg: from its address, with the client's port (another node's health check may use the same port)
       const legSyn = during.find((s) => s.sport === port && s.dport === o.port && s.dst !== o.vip && name(s.src) === holder && (s.flags & (SYN | ACK)) === SYN);
       const backend = legSyn ? legSyn.dst : null;
       const fromBackend = legSyn ? during.filter((s) => s.src === backend && s.sport === o.port && s.dst === legSyn.src && s.dport === port) : [];
+      // a SYN-ACK answers this SYN only if it acknowledges its sequence number (NAT keeps it)
+      const synAck = (s: TcpSegment): boolean => (s.flags & (SYN | ACK)) === (SYN | ACK) && ((s.ack - 1) >>> 0) === syn.seq;
       let fate: SynFate;
-      if (fromVip.some((s) => (s.flags & (SYN | ACK)) === (SYN | ACK))) fate = 'answered';
+      if (fromVip.some(synAck)) fate = 'answered';
       else if (legSyn) {
-        fate = fromBackend.some((s) => (s.flags & (SYN | ACK)) === (SYN | ACK)) ? 'reply not forwarded'
+        fate = fromBackend.some(synAck) ? 'reply not forwarded'
           : fromBackend.some((s) => s.flags & RST) ? 'reset by backend'
           : fromBackend.some((s) => s.flags & ACK) ? 'challenge ACK'
           : 'backend silent';
@@ -214,7 +242,7 @@ export function synRetransmits(segs: () => Iterable<TcpSegment>, o: { vip: strin
         holder,
         backend: backend === null ? null : name(backend),
         fate,
-        retransmitAfterMs: Math.round((again.t - syn.t) * 10) / 10,
+        retransmitAfterMs: again ? Math.round((again.t - syn.t) * 10) / 10 : null,
         trace: during.map((s) => `+${(s.t - syn.t).toFixed(1)} ms ${name(s.src)}:${s.sport} > ${name(s.dst)}:${s.dport} ${flagText(s.flags & (FIN | SYN | RST | 0x08 | ACK))}`),
       };
     });

@@ -7,7 +7,7 @@
 import * as vega from 'vega';
 import { checkInvariants, summarizeKinds, RESOURCE_BAND, BASELINE_AFTER_MS, type KindSummary, type Timeline, type Violation } from './invariants.js';
 import { boundOf, derived, FAULT_KINDS } from './schedule.js';
-import type { SynFate, SynRetransmit } from './capture.js';
+import type { StalledHandshake, SynFate } from './capture.js';
 
 /** A band on one row of the timeline: [from, to] ms, a value that colours it, a label. */
 export interface Band {
@@ -52,28 +52,28 @@ export interface SoakReport {
   leftovers: string[];
   bands: Band[];
   ok: boolean;
-  /** with --capture: the SYNs to VIP:6443 that had to be sent again, times in ms since the soak's start */
+  /** with --capture: the handshakes to VIP:6443 that stalled, times in ms since the soak's start */
   capture?: CaptureSummary;
   /** where the lab's files (agent logs, configs) were copied when the run failed, relative to the report */
   labFiles?: string;
 }
 
-/** The capture's retransmitted SYNs: how many per fate, and those near each VIP-request violation. */
+/** The capture's stalled handshakes: how many per fate, and those near each VIP-request violation. */
 export interface CaptureSummary {
   file: string;
-  retransmits: number;
+  stalled: number;
   byFate: Partial<Record<SynFate, number>>;
   /** every one of them, in time order, without its trace */
-  list: Omit<SynRetransmit, 'trace'>[];
+  list: Omit<StalledHandshake, 'trace'>[];
   /** per violation of (b) by the VIP prober (index into `violations`): the SYNs first sent from T + 100 ms before it to 100 ms after it */
-  nearViolations: { violation: number; syns: SynRetransmit[] }[];
+  nearViolations: { violation: number; syns: StalledHandshake[] }[];
 }
 
 /**
- * The capture's part of the report (pure): counts by fate, and the retransmitted SYNs around
+ * The capture's part of the report (pure): counts by fate, and the stalled handshakes around
  * each failed-VIP-request violation. `syns` times are ms since the soak's start.
  */
-export function captureSummary(file: string, syns: readonly SynRetransmit[], violations: readonly Violation[], requestTimeoutMs: number): CaptureSummary {
+export function captureSummary(file: string, syns: readonly StalledHandshake[], violations: readonly Violation[], requestTimeoutMs: number): CaptureSummary {
   const byFate: Partial<Record<SynFate, number>> = {};
   for (const x of syns) byFate[x.fate] = (byFate[x.fate] ?? 0) + 1;
   const nearViolations = violations.flatMap((v, i) => {
@@ -81,7 +81,7 @@ export function captureSummary(file: string, syns: readonly SynRetransmit[], vio
     return [{ violation: i, syns: syns.filter((x) => x.t >= v.t - requestTimeoutMs - 100 && x.t <= v.untilMs + 100) }];
   });
   const list = syns.map(({ trace: _, ...rest }) => rest);
-  return { file, retransmits: syns.length, byFate, list, nearViolations };
+  return { file, stalled: syns.length, byFate, list, nearViolations };
 }
 
 const ROW_ORDER = (tl: Timeline): string[] => [
@@ -197,13 +197,13 @@ export function renderMarkdown(r: SoakReport, svgFile = 'soak-report.svg'): stri
   if (r.labFiles) L.push('', `The lab's files (agent logs, configurations) are in \`${r.labFiles}\`.`);
   if (r.capture) {
     const c = r.capture;
-    L.push('', '## SYNs sent again (packet capture)', '');
-    L.push(`\`${c.file}\`: ${c.retransmits} client SYNs to the VIP were sent again (each costs the client its initial RTO, 1 s). Where the first handshake was lost: ${Object.entries(c.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'nowhere'}.`);
+    L.push('', '## Stalled handshakes (packet capture)', '');
+    L.push(`\`${c.file}\`: ${c.stalled} client SYNs to the VIP got no SYN-ACK within 500 ms or were sent again (each costs the client its initial RTO, 1 s, or its request). Where the handshake was lost: ${Object.entries(c.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'nowhere'}.`);
     for (const nv of c.nearViolations) {
       const v = r.violations[nv.violation]!;
-      L.push('', `Around the violation at ${s1(v.t)} s: ${nv.syns.length === 0 ? 'no retransmitted SYN in the capture' : ''}`);
+      L.push('', `Around the violation at ${s1(v.t)} s: ${nv.syns.length === 0 ? 'no stalled handshake in the capture' : ''}`);
       for (const x of nv.syns) {
-        L.push(`- ${s1(x.t)} s ${x.client} → holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''}: **${x.fate}**, sent again after ${x.retransmitAfterMs} ms`);
+        L.push(`- ${s1(x.t)} s ${x.client} → holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''}: **${x.fate}**, ${x.retransmitAfterMs === null ? 'not sent again' : `sent again after ${x.retransmitAfterMs} ms`}`);
         for (const line of x.trace.slice(0, 12)) L.push(`  - \`${line}\``);
       }
     }

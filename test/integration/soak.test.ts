@@ -43,8 +43,9 @@ describe.skipIf(needs('bpf'))('chaos soak smoke, 24 s (root; skipped otherwise)'
     expect(svg).toMatch(/^<svg[\s\S]*<\/svg>\s*$/);
     expect(svg).toContain('>fault link-down<');
     expect(existsSync('/run/netns/bsok2-n1')).toBe(false);
-    // the capture (tcpdump on the bridge): while n2's link is down and n1 still DNATs to it, the
-    // SYNs hashed to n2 go out on the backend leg and get no answer, and only those
+    // the capture (tcpdump on the bridge): while n2's link is down and n1 still DNATs to it (until
+    // its health check takes n2 out), the handshakes hashed to n2 go out on the backend leg and
+    // get no answer, and only those (the prober opens ~100 connections a second)
     const c = r.capture!;
     expect(statSync(join(out, 'soak-capture.pcap')).size).toBeGreaterThan(100_000);
     const down = r.faults[1]!;

@@ -1,11 +1,11 @@
 /**
  * lab/soak/capture.ts on hand-built pcap files: the file format (both byte orders, µs and ns
- * timestamps, a truncated last record, foreign records skipped) and the fate of each
- * retransmitted SYN (lost at the holder, at the backend, a challenge ACK, a reply not forwarded),
- * and the report's summary of them.
+ * timestamps, a truncated last record, foreign records skipped) and the fate of each stalled
+ * handshake (sent again, or unanswered for 500 ms: lost at the holder, at the backend, a challenge
+ * ACK, a reply not forwarded), and the report's summary of them.
  */
 import { describe, expect, it } from 'vitest';
-import { pcapSegments, readPcap, synRetransmits, type TcpSegment } from '../../lab/soak/capture.js';
+import { pcapSegments, readPcap, stalledHandshakes, type TcpSegment } from '../../lab/soak/capture.js';
 import { captureSummary } from '../../lab/soak/report.js';
 import type { Violation } from '../../lab/soak/invariants.js';
 
@@ -20,7 +20,7 @@ const A = 0x10;
 const R = 0x04;
 const SA = S | A;
 
-interface Seg { t: number; srcMac: string; dstMac: string; src: string; sport: number; dst: string; dport: number; flags: number; seq?: number }
+interface Seg { t: number; srcMac: string; dstMac: string; src: string; sport: number; dst: string; dport: number; flags: number; seq?: number; ack?: number }
 
 const macBytes = (m: string): number[] => m.split(':').map((x) => parseInt(x, 16));
 const ipBytes = (a: string): number[] => a.split('.').map(Number);
@@ -39,6 +39,7 @@ function frame(s: Seg): Buffer {
   b.writeUInt16BE(s.sport, 34);
   b.writeUInt16BE(s.dport, 36);
   b.writeUInt32BE(s.seq ?? 1000, 38);
+  b.writeUInt32BE(s.ack ?? 0, 42);
   b[46] = 0x50;
   b[47] = s.flags;
   return b;
@@ -70,9 +71,10 @@ function pcap(segs: Seg[], o: { bigEndian?: boolean; nano?: boolean; link?: numb
 const T0 = 1_796_237_300_000;
 /** client → VIP (at n1's MAC) */
 const c2v = (t: number, sport: number, flags: number, seq = 7): Seg => ({ t: T0 + t, srcMac: MAC.client, dstMac: MAC.n1, src: IP.client, sport, dst: IP.vip, dport: 6443, flags, seq });
-const v2c = (t: number, dport: number, flags: number): Seg => ({ t: T0 + t, srcMac: MAC.n1, dstMac: MAC.client, src: IP.vip, sport: 6443, dst: IP.client, dport, flags });
+/** VIP → client; a SYN-ACK acknowledges c2v's default sequence number */
+const v2c = (t: number, dport: number, flags: number, seq = 7): Seg => ({ t: T0 + t, srcMac: MAC.n1, dstMac: MAC.client, src: IP.vip, sport: 6443, dst: IP.client, dport, flags, ack: seq + 1 });
 const leg = (t: number, to: 'n2' | 'n3', sport: number, flags: number): Seg => ({ t: T0 + t, srcMac: MAC.n1, dstMac: MAC[to], src: IP.n1, sport, dst: IP[to], dport: 6443, flags });
-const back = (t: number, from: 'n2' | 'n3', dport: number, flags: number): Seg => ({ t: T0 + t, srcMac: MAC[from], dstMac: MAC.n1, src: IP[from], sport: 6443, dst: IP.n1, dport, flags });
+const back = (t: number, from: 'n2' | 'n3', dport: number, flags: number): Seg => ({ t: T0 + t, srcMac: MAC[from], dstMac: MAC.n1, src: IP[from], sport: 6443, dst: IP.n1, dport, flags, ack: 8 });
 
 describe('pcapSegments', () => {
   const segs = [c2v(0.25, 40000, S), v2c(0.5, 40000, SA)];
@@ -81,7 +83,7 @@ describe('pcapSegments', () => {
     const le = readPcap(pcap(segs));
     expect(le).toHaveLength(2);
     expect(le[0]).toStrictEqual<TcpSegment>({ t: T0 + 0.25, srcMac: MAC.client, dstMac: MAC.n1, src: IP.client, sport: 40000, dst: IP.vip, dport: 6443, flags: S, seq: 7, ack: 0 });
-    expect(le[1]).toMatchObject({ src: IP.vip, sport: 6443, dst: IP.client, dport: 40000, flags: SA });
+    expect(le[1]).toMatchObject({ src: IP.vip, sport: 6443, dst: IP.client, dport: 40000, flags: SA, ack: 8 });
     for (const o of [{ bigEndian: true }, { nano: true }, { bigEndian: true, nano: true }]) {
       const other = readPcap(pcap(segs, o));
       expect(other.map((s) => ({ ...s, t: Math.round(s.t * 1000) }))).toStrictEqual(le.map((s) => ({ ...s, t: Math.round(s.t * 1000) })));
@@ -100,10 +102,10 @@ describe('pcapSegments', () => {
   });
 });
 
-describe('synRetransmits', () => {
-  const fates = (segs: Seg[]): ReturnType<typeof synRetransmits> => {
+describe('stalledHandshakes', () => {
+  const fates = (segs: Seg[]): ReturnType<typeof stalledHandshakes> => {
     const buf = pcap(segs);
-    return synRetransmits(() => pcapSegments(buf), { vip: IP.vip, port: 6443, names });
+    return stalledHandshakes(() => pcapSegments(buf), { vip: IP.vip, port: 6443, names });
   };
 
   it('a handshake answered the first time is not reported; one sent again after 1 s is, with where it was lost', () => {
@@ -147,18 +149,40 @@ describe('synRetransmits', () => {
     ]);
     expect(r.map((x) => [x.client, x.backend, x.fate])).toStrictEqual([[`${IP.client}:40100`, null, 'unanswered at the holder']]);
   });
+
+  it('a handshake the client gave up on before a retransmission is reported too; a SYN-ACK for another sequence number is not its answer', () => {
+    const r = fates([
+      // the backend leg went out, no answer, the client gave up at 1 s: no second SYN
+      c2v(0, 40300, S), leg(0.1, 'n2', 40300, S), leg(999, 'n2', 40300, S),
+      // answered, but 700 ms late
+      c2v(100, 40310, S), leg(100.1, 'n3', 40310, S), back(800, 'n3', 40310, SA), v2c(800.1, 40310, SA), c2v(800.2, 40310, A),
+      // answered at once, but the SYN-ACK acknowledges an older SYN (sequence number 3): no answer to this one
+      c2v(200, 40320, S), v2c(200.2, 40320, SA, 3),
+      // answered in 450 ms: in time
+      c2v(300, 40330, S), v2c(750, 40330, SA), c2v(750.2, 40330, A),
+      // the last SYN, 400 ms before the capture ends: not judged
+      c2v(1200, 40340, S), c2v(1600, 40399, A),
+    ]);
+    expect(r.map((x) => [x.t - T0, x.backend, x.fate, x.retransmitAfterMs])).toStrictEqual([
+      [0, 'n2', 'backend silent', null],
+      [100, 'n3', 'answered', null],
+      [200, null, 'unanswered at the holder', null],
+    ]);
+    // the window is the request timeout (1000 ms here): n1's own retransmission to n2 is in the trace
+    expect(r[0]!.trace).toStrictEqual(['+0.0 ms client:40300 > VIP:6443 S', '+0.1 ms n1:40300 > n2:6443 S', '+999.0 ms n1:40300 > n2:6443 S']);
+  });
 });
 
 describe('captureSummary', () => {
   it('counts by fate and lists the SYNs first sent from T + 100 ms before a VIP violation to 100 ms after it', () => {
-    const syn = (t: number, fate: 'backend silent' | 'challenge ACK') => ({ t, client: 'c', holder: 'n1', backend: 'n2', fate, retransmitAfterMs: 1000, trace: [] });
+    const syn = (t: number, fate: 'backend silent' | 'challenge ACK') => ({ t, client: 'c', holder: 'n1', backend: 'n2', fate, retransmitAfterMs: t > 50_000 ? null : 1000, trace: [] });
     const syns = [syn(1000, 'backend silent'), syn(49_000, 'challenge ACK'), syn(50_500, 'backend silent'), syn(51_200, 'challenge ACK')];
     const v = (invariant: Violation['invariant'], t: number, what: string): Violation => ({ invariant, t, untilMs: t + 1000, what, active: [], count: 1 });
     const violations = [v('b', 50_000, 'VIP request failed (timeout) outside every fault\'s bound'), v('b', 1000, 'watch 3 dropped outside every fault\'s bound'), v('a', 1000, 'two holders')];
     const s = captureSummary('soak-capture.pcap', syns, violations, 1000);
     expect(s).toStrictEqual({
       file: 'soak-capture.pcap',
-      retransmits: 4,
+      stalled: 4,
       byFate: { 'backend silent': 2, 'challenge ACK': 2 },
       list: syns.map(({ trace: _, ...rest }) => rest),
       nearViolations: [{ violation: 0, syns: [syns[1], syns[2]] }],
