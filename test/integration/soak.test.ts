@@ -57,6 +57,6 @@ describe.skipIf(needs('bpf'))('chaos soak smoke, 24 s (root; skipped otherwise)'
       expect(x.t).toBeLessThanOrEqual(down.healMs + 50);
     }
     expect(c.nearViolations).toStrictEqual([]);
-    expect(md).toContain('## SYNs sent again (packet capture)');
+    expect(md).toContain('## Stalled handshakes (packet capture)');
   }, 90_000);
 });
