@@ -35,11 +35,16 @@ export interface FlushOptions {
  * `backend` (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT
  * --reply-src ADDR --reply-port-src BPORT`), so that each such client gets a RST on its next
  * segment (see the file comment). Other flows, also other flows to the same backend, are kept.
+ * conntrack-tools 1.4.7 stops at the first entry that is gone before its turn ("Operation
+ * failed: such conntrack doesn't exist": the kernel ended it between the dump and the delete,
+ * common right after a backend died), leaving the rest; that run is repeated, up to
+ * {@link FLUSH_ATTEMPTS} runs in all.
  *
  * @param vip a VIP (IPv4 or IPv6), of the same family as `backend.address`.
  * @param port the VIP's TCP port, 1..65535.
  * @param backend the dead backend: its address and port.
- * @returns the number of entries deleted (0 when there were none; that is not an error).
+ * @returns the number of entries the last run deleted (0 when there were none; that is not an
+ *   error); runs cut short by a vanished entry deleted some more, uncounted.
  * @throws TypeError for a malformed argument (nothing ran).
  * @throws DataplaneError (code BALLAST_E_DATAPLANE) when conntrack cannot run (not installed:
  *   `apt-get install conntrack`), fails (e.g. no CAP_NET_ADMIN), or hangs: the default executor
@@ -60,20 +65,26 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
     '--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port),
     '--reply-src', canonicalAddress(backend.address), '--reply-port-src', String(backend.port),
   ];
-  let r;
-  try {
-    r = await exec(args, '');
-  } catch (err) {
-    const why = err instanceof Error ? err.message : String(err);
-    throw new DataplaneError(`flushing conntrack entries: could not run conntrack (Debian package "conntrack"): ${why}`, args, { code: -1, stderr: '' }, { cause: err });
+  for (let attempt = 1; ; attempt++) {
+    let r;
+    try {
+      r = await exec(args, '');
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      throw new DataplaneError(`flushing conntrack entries: could not run conntrack (Debian package "conntrack"): ${why}`, args, { code: -1, stderr: '' }, { cause: err });
+    }
+    // conntrack-tools 1.4.x: "conntrack v1.4.7 (conntrack-tools): N flow entries have been deleted."
+    // on stderr; exit status 1 when N is 0
+    const m = /(\d+) flow entr(?:y has|ies have) been deleted/.exec(r.stderr);
+    if (m) return Number(m[1]);
+    if (r.killed !== undefined) throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} ${r.killed === 'timeout' ? 'hung and was killed' : 'was killed because the agent is stopping'}: ${r.stderr.trim()}`, args, r);
+    if (attempt < FLUSH_ATTEMPTS && /such conntrack doesn't exist/.test(r.stderr)) continue;
+    throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} exited with ${r.code}: ${r.stderr.trim() || '(no message)'}`, args, r);
   }
-  // conntrack-tools 1.4.x: "conntrack v1.4.7 (conntrack-tools): N flow entries have been deleted."
-  // on stderr; exit status 1 when N is 0
-  const m = /(\d+) flow entr(?:y has|ies have) been deleted/.exec(r.stderr);
-  if (m) return Number(m[1]);
-  if (r.killed !== undefined) throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} ${r.killed === 'timeout' ? 'hung and was killed' : 'was killed because the agent is stopping'}: ${r.stderr.trim()}`, args, r);
-  throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} exited with ${r.code}: ${r.stderr.trim() || '(no message)'}`, args, r);
 }
+
+/** How many times {@link flushBackend} runs conntrack when entries vanish under it. */
+export const FLUSH_ATTEMPTS = 5;
 
 /** The sysctl that gives conntrack entries a start time (per network namespace): net.netfilter.nf_conntrack_timestamp. */
 export const CONNTRACK_TIMESTAMP_SYSCTL = '/proc/sys/net/netfilter/nf_conntrack_timestamp';

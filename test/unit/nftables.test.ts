@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DataplaneError, NftablesApplier, parseCountersJson, type ExecResult, type Executor } from '../../src/dataplane/apply.js';
-import { flushBackend } from '../../src/dataplane/conntrack.js';
+import { FLUSH_ATTEMPTS, flushBackend } from '../../src/dataplane/conntrack.js';
 import {
   backendKey,
   counterName,
@@ -481,6 +481,18 @@ describe('flushBackend (fake conntrack)', () => {
   it('returns 0 when nothing matched (conntrack exits 1 then)', async () => {
     const exec: Executor = async () => ({ code: 1, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n' });
     expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toBe(0);
+  });
+
+  it('runs conntrack again when an entry vanished under it (1.4.7 stops there), at most FLUSH_ATTEMPTS times', async () => {
+    const gone = { code: 1, stdout: '', stderr: "conntrack v1.4.7 (conntrack-tools): Operation failed: such conntrack doesn't exist\n" };
+    let n = 0;
+    const flaky: Executor = async () => (++n < 3 ? gone : { code: 0, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 4 flow entries have been deleted.\n' });
+    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: flaky })).toBe(4);
+    expect(n).toBe(3);
+    let m = 0;
+    const always: Executor = async () => (m++, gone);
+    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: always })).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE', message: expect.stringContaining("such conntrack doesn't exist") });
+    expect(m).toBe(FLUSH_ATTEMPTS);
   });
 
   it('throws BALLAST_E_DATAPLANE on a real failure, TypeError on bad arguments', async () => {
