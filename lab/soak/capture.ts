@@ -23,11 +23,11 @@
  *   answered                  the client's leg saw a SYN-ACK, but late (≥ 500 ms) or followed by
  *                             the SYN again (lost after the bridge)
  *
- * The capture format is the classic pcap file (pcap-savefile(5)): a 24-byte global header (magic
- * 0xa1b2c3d4 for µs or 0xa1b23c4d for ns timestamps, either byte order; link type 1, Ethernet)
- * and a 16-byte header per record.
+ * The capture is a classic pcap file (pcap-savefile(5), read by lab/pcap.ts), link type 1
+ * (Ethernet).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { pcapRecords } from '../pcap.js';
 
 /** One TCP segment from the capture (IPv4 or IPv6, headers only). */
 export interface TcpSegment {
@@ -58,29 +58,14 @@ const ipv6Text = (b: Buffer): string => {
 };
 
 /**
- * The TCP segments of a classic pcap file, in file order, one at a time (a 30-minute soak
- * captures ~14 million). Records that are not Ethernet + IPv4 / IPv6 + TCP are skipped, as is a
- * truncated last record (a capture stopped mid-write).
+ * The TCP segments of a classic pcap file (lab/pcap.ts), in file order, one at a time (a
+ * 30-minute soak captures ~14 million). Records that are not Ethernet + IPv4 / IPv6 + TCP are
+ * skipped, as is a truncated last record (a capture stopped mid-write).
  * @throws Error (at the first step) when the global header is not a pcap one or the link type is not Ethernet.
  */
 export function* pcapSegments(buf: Buffer): Generator<TcpSegment> {
-  if (buf.length < 24) throw new Error(`not a pcap file: ${buf.length} bytes`);
-  const m = buf.readUInt32LE(0);
-  const le = m === 0xa1b2c3d4 || m === 0xa1b23c4d;
-  const be = buf.readUInt32BE(0) === 0xa1b2c3d4 || buf.readUInt32BE(0) === 0xa1b23c4d;
-  if (!le && !be) throw new Error(`not a pcap file: magic 0x${m.toString(16)}`);
-  const u32 = (at: number): number => (le ? buf.readUInt32LE(at) : buf.readUInt32BE(at));
-  const nano = (le ? m : buf.readUInt32BE(0)) === 0xa1b23c4d;
-  const link = u32(20) & 0x0fffffff;
-  if (link !== 1) throw new Error(`pcap link type ${link}, expected 1 (Ethernet)`);
-  for (let at = 24; at + 16 <= buf.length; ) {
-    const sec = u32(at);
-    const frac = u32(at + 4);
-    const incl = u32(at + 8);
-    const start = at + 16;
-    at = start + incl;
-    if (at > buf.length) break;
-    const f = buf.subarray(start, start + incl);
+  for (const r of pcapRecords(buf, { truncated: 'stop' })) {
+    const f = r.data;
     if (f.length < 14) continue;
     let off = 14;
     let type = f.readUInt16BE(12);
@@ -104,7 +89,7 @@ export function* pcapSegments(buf: Buffer): Generator<TcpSegment> {
     } else continue;
     if (f.length < l4 + 14) continue;
     yield {
-      t: sec * 1000 + frac / (nano ? 1e6 : 1e3),
+      t: r.tsSec * 1000 + r.tsUsec / 1000,
       srcMac: mac(f, 6),
       dstMac: mac(f, 0),
       src,

@@ -1,76 +1,22 @@
 /**
- * A minimal reader for classic libpcap files (not pcapng) and just enough Ethernet / IPv4 / IPv6
- * header splitting for tests to pull a VRRP or ICMPv6 payload, its TTL / hop limit, source and
- * destination out of a capture. Test-only: it throws on anything it does not understand.
- *
- * File layout (all fields in the writer's byte order, told by the magic number):
- *   global header, 24 bytes: magic(4) version_major(2) version_minor(2) thiszone(4) sigfigs(4)
- *                            snaplen(4) network(4)
- *   per record, 16 bytes:    ts_sec(4) ts_usec(4; nanoseconds for the 0xa1b23c4d magic)
- *                            incl_len(4) orig_len(4), then incl_len bytes of frame
+ * Test helpers for classic libpcap captures: the reader (lab/pcap.ts, shared with the soak's
+ * capture), the keepalived fixtures, and just enough Ethernet / IPv4 / IPv6 header splitting for
+ * tests to pull a VRRP or ICMPv6 payload, its TTL / hop limit, source and destination out of a
+ * capture. Test-only: it throws on anything it does not understand.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { pcapRecords, type PcapRecord } from '../../lab/pcap.js';
 
-/** One captured frame. */
-export interface PcapRecord {
-  /** Seconds since the epoch. */
-  tsSec: number;
-  /** Microseconds within the second (converted from nanoseconds for nanosecond captures). */
-  tsUsec: number;
-  /** The captured bytes (incl_len of them), from the Ethernet header on. */
-  data: Buffer;
-  /** The frame's length on the wire (orig_len); more than data.length when the capture was cut. */
-  origLen: number;
-}
-
-const MAGIC_USEC = 0xa1b2c3d4;
-const MAGIC_NSEC = 0xa1b23c4d;
-/** LINKTYPE_ETHERNET. */
-export const LINKTYPE_ETHERNET = 1;
+export { LINKTYPE_ETHERNET, type PcapRecord } from '../../lab/pcap.js';
 
 /**
- * Reads every record of a classic pcap file, either byte order, microsecond or nanosecond
- * timestamps, link type 1 (Ethernet) only.
+ * Every record of a classic pcap file (lab/pcap.ts pcapRecords), microseconds as whole numbers.
  * @throws Error for another format, another link type, or a truncated file.
  */
 export function parsePcap(file: Buffer): PcapRecord[] {
-  if (file.length < 24) throw new Error(`pcap: ${file.length} bytes, shorter than the global header`);
-  let u32: (at: number) => number;
-  let nanos: boolean;
-  const le = file.readUInt32LE(0);
-  if (le === MAGIC_USEC || le === MAGIC_NSEC) {
-    u32 = (at) => file.readUInt32LE(at);
-    nanos = le === MAGIC_NSEC;
-  } else {
-    const be = file.readUInt32BE(0);
-    if (be !== MAGIC_USEC && be !== MAGIC_NSEC) throw new Error(`pcap: bad magic 0x${le.toString(16)}`);
-    u32 = (at) => file.readUInt32BE(at);
-    nanos = be === MAGIC_NSEC;
-  }
-  const linkType = u32(20) & 0x0fffffff; // the top bits may carry FCS information
-  if (linkType !== LINKTYPE_ETHERNET) throw new Error(`pcap: link type ${linkType}, only Ethernet (1) is supported`);
-
-  const records: PcapRecord[] = [];
-  let at = 24;
-  while (at < file.length) {
-    if (at + 16 > file.length) throw new Error(`pcap: truncated record header at offset ${at}`);
-    const tsSec = u32(at);
-    const frac = u32(at + 4);
-    const inclLen = u32(at + 8);
-    const origLen = u32(at + 12);
-    at += 16;
-    if (at + inclLen > file.length) throw new Error(`pcap: truncated record at offset ${at}`);
-    records.push({
-      tsSec,
-      tsUsec: nanos ? Math.floor(frac / 1000) : frac,
-      data: file.subarray(at, at + inclLen),
-      origLen,
-    });
-    at += inclLen;
-  }
-  return records;
+  return [...pcapRecords(file)].map((r) => ({ ...r, tsUsec: Math.floor(r.tsUsec) }));
 }
 
 /** Reads and parses a pcap file from disk. */
