@@ -13,7 +13,11 @@ export type Rtnl = Pick<RtNetlinkSocket, 'getLinks' | 'getAddresses' | 'newAddre
 /** An rtnetlink socket, closed with `close()`. The caller owns it. */
 export interface RtnlSocket extends Rtnl {
   close(): void;
-  /** The underlying socket, for link notifications (RTNLGRP_LINK). */
+  /**
+   * The underlying socket, for notifications (RTNLGRP_LINK, …): on a socket of its own — the
+   * package ends a multipart reply (a dump) at the first other message on the socket, so a
+   * notification arriving during a dump fails it.
+   */
   raw: RtNetlinkSocket;
 }
 

@@ -71,23 +71,31 @@ export interface EdgeOptions {
 export type OpenEdge = (opts: EdgeOptions, inputs: EdgeInputs) => Promise<VrrpEdge>;
 
 /**
- * The real edge: opens rtnetlink, the packet socket and the VRRP socket (in that order), joins
- * the group, and follows the interface through rtnetlink notifications (rtnetlink(7)).
+ * The real edge: opens rtnetlink (one socket for requests, one for notifications), the packet
+ * socket and the VRRP socket (in that order), joins the group, and follows the interface through
+ * rtnetlink notifications (rtnetlink(7)).
  * @throws Error with `code` (errno name) and `syscall` when a socket cannot be opened; what was
  *   opened is closed again.
  */
 export const openNativeEdge: OpenEdge = async (o, inputs) => {
   let rtnl: RtnlSocket | null = null;
+  let events: RtnlSocket | null = null;
   let packets: PacketSocket | null = null;
   let socket: VrrpSocket | null = null;
   const close = (): void => {
     socket?.close();
     packets?.close();
+    events?.close();
     rtnl?.close();
-    socket = packets = rtnl = null;
+    socket = packets = events = rtnl = null;
   };
   try {
+    // two rtnetlink sockets: requests on one, notifications on the other — the netlink package
+    // ends a multipart reply at the first other message on its socket, so a notification that
+    // arrived during a dump failed it ("Multipart message not terminated properly"; an agent the
+    // chaos soak restarted after SIGKILL exited 1 on it, at the edge's first dump)
     rtnl = openRtnl();
+    events = openRtnl();
     packets = PacketSocket.open(o.ifname);
     socket = VrrpSocket.open({ family: o.family, ifname: o.ifname, sourceAddress: o.primaryAddress }, (p) => inputs.packet(p), (err) => inputs.socketError(err));
     if (o.joinGroup) socket.joinGroup();
@@ -95,7 +103,7 @@ export const openNativeEdge: OpenEdge = async (o, inputs) => {
     close();
     throw err;
   }
-  const raw = rtnl.raw;
+  const raw = events.raw;
   raw.addMembership('LINK');
   raw.addMembership(o.family === 4 ? 'IPV4_IFADDR' : 'IPV6_IFADDR');
   raw.on('message', (msgs) => {
