@@ -135,8 +135,9 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     const [a1] = await cluster();
     const t0 = Date.now();
     await lab.setReady(lab.nodes[2]!, false);
-    // out of the ruleset because it is down (not only held out: a backend the earlier tests made
-    // flap may be damped, out of the ruleset while up)
+    // out of the ruleset because it is down: cluster() waits for /status to call every backend
+    // up, which can come before the apply that puts the last one into the ruleset, so "not in
+    // the ruleset" alone may hold at once
     const n3 = `${lab.nodes[2]!.ipv4}:6443`;
     const seen = await waitFor(
       async () => ({ r: await ruleset(0), b: (await a1!.status()).backends.find((b) => b.address === n3) }),
