@@ -162,11 +162,12 @@ export function stalledHandshakes(segs: () => Iterable<TcpSegment>, o: { vip: st
   // first pass: every handshake by "client port seq", judged (and forgotten) once it is 10 s old
   const open = new Map<string, Open>();
   const found: { syn: TcpSegment; end: number; again?: TcpSegment }[] = [];
-  const judge = (x: Open, lastT: number): void => {
+  let lastT = -Infinity;
+  // stalled: sent again, or not answered within minGap (judged only when the capture ran that long)
+  const judge = (x: Open): void => {
     const late = (x.answeredAt ?? Infinity) - x.syn.t >= minGap && lastT - x.syn.t >= minGap;
     if (x.again || late) found.push({ syn: x.syn, again: x.again, end: x.again?.t ?? x.syn.t + windowMs });
   };
-  let lastT = -Infinity;
   let n = 0;
   for (const s of segs()) {
     lastT = s.t;
@@ -182,12 +183,12 @@ export function stalledHandshakes(segs: () => Iterable<TcpSegment>, o: { vip: st
     if (++n % 50_000 === 0) {
       for (const [k, x] of open) {
         if (s.t - x.syn.t < 10_000) break; // insertion order is time order
-        judge(x, lastT);
+        judge(x);
         open.delete(k);
       }
     }
   }
-  for (const x of open.values()) judge(x, lastT);
+  for (const x of open.values()) judge(x);
   const byPort = new Map<number, TcpSegment[]>();
   const windows = new Map<number, [number, number][]>();
   for (const x of found) {
