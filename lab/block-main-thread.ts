@@ -2,8 +2,9 @@
  * A test hook, preloaded into an agent with NODE_OPTIONS="--import <this file, compiled>":
  * on SIGUSR2 the main thread busy-waits for BALLAST_TEST_BLOCK_MS milliseconds (default 500),
  * the way a long synchronous task or a GC pause would block it, then prints
- * `{"hook":"blocked","ms":<measured>}` on stderr. The VRRP engine runs in a worker thread, so its
- * adverts must keep their rhythm meanwhile. Never loaded by the product itself.
+ * `{"hook":"blocked","ms":<measured>}` on stderr. The VRRP engine runs on that thread; its
+ * socket's advert pacer must keep an Active's adverts on the wire meanwhile. Never loaded by the
+ * product itself.
  */
 import { performance } from 'node:perf_hooks';
 

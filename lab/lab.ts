@@ -208,7 +208,6 @@ const SCRIPTS = {
   'vrrp-host': 'lab/vrrp-host',
   'fuzz-vrrp': 'lab/fuzz-vrrp',
   'block-main-thread': 'lab/block-main-thread',
-  'stall-worker': 'lab/stall-worker',
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',

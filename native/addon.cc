@@ -12,7 +12,6 @@
 #include "notify.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
-#include "thread_sched.h"
 #include "vrrp_socket.h"
 
 namespace ballast {
@@ -39,7 +38,6 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("lockFile", Napi::Function::New<LockFile>(env, "lockFile"));
     exports.Set("unlockFile", Napi::Function::New<UnlockFile>(env, "unlockFile"));
     exports.Set("notify", Napi::Function::New<Notify>(env, "notify"));
-    exports.Set("setThreadRealtime", Napi::Function::New<SetThreadRealtime>(env, "setThreadRealtime"));
     exports.Set("trimMalloc", Napi::Function::New<TrimMalloc>(env, "trimMalloc"));
     exports.Set("releaseFilePages", Napi::Function::New<ReleaseFilePages>(env, "releaseFilePages"));
     exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));

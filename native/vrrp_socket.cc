@@ -24,7 +24,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <system_error>
 
+#include "advert_pacer.h"
 #include "common.h"
 #include "errors.h"
 
@@ -47,6 +50,8 @@ const char* const kGroup6 = "ff02::12";    // RFC 9568 §5.1.2.2
 struct VrrpSocket::Core {
   uv_poll_t poll;
   int fd = -1;
+  // created with the fd, stopped (its thread joined) before the fd closes
+  std::unique_ptr<AdvertPacer> pacer;
   bool closing = false;
   VrrpSocket* wrap = nullptr;  // cleared by the wrap's destructor
   napi_async_cleanup_hook_handle hook = nullptr;
@@ -63,6 +68,10 @@ Napi::Function VrrpSocket::Define(Napi::Env env) {
                          InstanceMethod<&VrrpSocket::UnrefLoop>("unref"),
                          InstanceMethod<&VrrpSocket::Close>("close"),
                          InstanceMethod<&VrrpSocket::ReceivePending>("receivePending"),
+                         InstanceMethod<&VrrpSocket::StartPacer>("startPacer"),
+                         InstanceMethod<&VrrpSocket::Pace>("pace"),
+                         InstanceMethod<&VrrpSocket::SetAuth>("setAuth"),
+                         InstanceMethod<&VrrpSocket::TakeSequence>("takeSequence"),
                          InstanceAccessor<&VrrpSocket::GetIfindex>("ifindex"),
                      });
 }
@@ -78,15 +87,16 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
   if (!info[2].IsUndefined() && !info[2].IsNull()) {
     if (!info[2].IsString()) ThrowTypeError(env, "sourceAddress must be a string");
     const std::string text = info[2].As<Napi::String>().Utf8Value();
-    if (family_ == 4 && inet_pton(AF_INET, text.c_str(), &source4_) != 1) {
+    if (family_ == 4 && inet_pton(AF_INET, text.c_str(), &route_.source4) != 1) {
       ThrowTypeError(env, "sourceAddress must be an IPv4 address, got \"" + text + "\"");
     }
-    if (family_ == 6 && (inet_pton(AF_INET6, text.c_str(), &source6_) != 1 ||
-                         !IN6_IS_ADDR_LINKLOCAL(&source6_))) {
+    if (family_ == 6 && (inet_pton(AF_INET6, text.c_str(), &route_.source6) != 1 ||
+                         !IN6_IS_ADDR_LINKLOCAL(&route_.source6))) {
       ThrowTypeError(env, "sourceAddress must be an IPv6 link-local address, got \"" + text + "\"");
     }
-    hasSource_ = true;
+    route_.hasSource = true;
   }
+  route_.family = family_;
   if (!info[3].IsFunction()) ThrowTypeError(env, "onPacket must be a function");
   if (!info[4].IsFunction()) ThrowTypeError(env, "onError must be a function");
 
@@ -104,6 +114,7 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
   SetOption(env, s, SOL_SOCKET, SO_BINDTODEVICE, ifname_.data(),
             static_cast<socklen_t>(ifname_.size()), "setsockopt(SO_BINDTODEVICE)", ifname_);
   ifindex_ = InterfaceIndex(env, s, ifname_);
+  route_.ifindex = ifindex_;
 
   if (family_ == 4) {
     // man 7 ip
@@ -147,12 +158,12 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
   // sees unicast sent to its global address. The source goes on each send as IP_PKTINFO /
   // IPV6_PKTINFO instead. bind() here only checks the address is local (EADDRNOTAVAIL if not;
   // for IPv6 also while it is tentative), then the socket is bound back to the wildcard.
-  if (hasSource_) {
+  if (route_.hasSource) {
     if (family_ == 4) {
       struct sockaddr_in address;
       std::memset(&address, 0, sizeof address);
       address.sin_family = AF_INET;
-      address.sin_addr = source4_;
+      address.sin_addr = route_.source4;
       if (::bind(s, reinterpret_cast<sockaddr*>(&address), sizeof address) < 0) {
         ThrowSystemError(env, errno, "bind", ifname_);
       }
@@ -164,7 +175,7 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
       struct sockaddr_in6 address;
       std::memset(&address, 0, sizeof address);
       address.sin6_family = AF_INET6;
-      address.sin6_addr = source6_;
+      address.sin6_addr = route_.source6;
       address.sin6_scope_id = ifindex_;
       if (::bind(s, reinterpret_cast<sockaddr*>(&address), sizeof address) < 0) {
         ThrowSystemError(env, errno, "bind", ifname_);
@@ -190,6 +201,7 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
   }
   core->poll.data = core;
   core->fd = fd.release();
+  core->pacer = std::make_unique<AdvertPacer>(core->fd, route_);
   rc = uv_poll_start(&core->poll, UV_READABLE, OnPoll);
   if (rc < 0) {
     BeginClose(core);
@@ -230,6 +242,8 @@ void VrrpSocket::ThrowClosed(Napi::Env env, const std::string& syscall) const {
 void VrrpSocket::BeginClose(Core* core) {
   if (core->closing) return;
   core->closing = true;
+  // the pacer's thread sends on the fd: it ends before the fd closes
+  if (core->pacer) core->pacer->Stop();
   uv_poll_stop(&core->poll);
   uv_close(reinterpret_cast<uv_handle_t*>(&core->poll), OnClosed);
   // after uv_close the fd is no longer watched, so closing it cannot confuse the loop
@@ -285,6 +299,15 @@ Napi::Value VrrpSocket::Stats(const Napi::CallbackInfo& info) {
   stats.Set("received", Napi::Number::New(env, received_));
   stats.Set("malformedIpHeader", Napi::Number::New(env, malformed_));
   stats.Set("sent", Napi::Number::New(env, sent_));
+  if (core_ != nullptr && core_->pacer) pacer_ = core_->pacer->Stats();
+  Napi::Object pacer = Napi::Object::New(env);
+  pacer.Set("sent", Napi::Number::New(env, static_cast<double>(pacer_.sent)));
+  pacer.Set("sendErrors", Napi::Number::New(env, static_cast<double>(pacer_.sendErrors)));
+  pacer.Set("lastErrno", Napi::Number::New(env, pacer_.lastErrno));
+  pacer.Set("covers", Napi::Number::New(env, static_cast<double>(pacer_.covers)));
+  pacer.Set("holds", Napi::Number::New(env, static_cast<double>(pacer_.holds)));
+  pacer.Set("longestSilenceMs", Napi::Number::New(env, pacer_.longestSilenceMs));
+  stats.Set("pacer", pacer);
   return stats;
 }
 
@@ -330,73 +353,91 @@ Napi::Value VrrpSocket::Send(const Napi::CallbackInfo& info) {
     ThrowTypeError(env, "payload must be 1 to 1500 bytes long, got " +
                             std::to_string(payload.Length()));
   }
-  if (!info[1].IsString()) ThrowTypeError(env, "destination must be a string");
-  const std::string destination = info[1].As<Napi::String>().Utf8Value();
+  const VrrpDestination to = Destination(env, info[1]);
   if (!IsOpen()) ThrowClosed(env, "sendmsg");
-
-  struct iovec iov;
-  iov.iov_base = payload.Data();
-  iov.iov_len = payload.Length();
-  struct msghdr message;
-  std::memset(&message, 0, sizeof message);
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-
-  // the source address (if configured) and the interface travel with each datagram
-  alignas(struct cmsghdr) unsigned char control[CMSG_SPACE(sizeof(struct in6_pktinfo))];
-  std::memset(control, 0, sizeof control);
-  message.msg_control = control;
-  struct sockaddr_in to4;
-  struct sockaddr_in6 to6;
-  if (family_ == 4) {
-    std::memset(&to4, 0, sizeof to4);
-    to4.sin_family = AF_INET;
-    if (inet_pton(AF_INET, destination.c_str(), &to4.sin_addr) != 1) {
-      ThrowTypeError(env, "destination must be an IPv4 address, got \"" + destination + "\"");
-    }
-    message.msg_name = &to4;
-    message.msg_namelen = sizeof to4;
-    message.msg_controllen = CMSG_SPACE(sizeof(struct in_pktinfo));
-    struct cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = IPPROTO_IP;
-    header->cmsg_type = IP_PKTINFO;
-    header->cmsg_len = CMSG_LEN(sizeof(struct in_pktinfo));
-    struct in_pktinfo packet_info;
-    std::memset(&packet_info, 0, sizeof packet_info);
-    packet_info.ipi_ifindex = static_cast<int>(ifindex_);
-    if (hasSource_) packet_info.ipi_spec_dst = source4_;
-    std::memcpy(CMSG_DATA(header), &packet_info, sizeof packet_info);
-  } else {
-    std::memset(&to6, 0, sizeof to6);
-    to6.sin6_family = AF_INET6;
-    if (inet_pton(AF_INET6, destination.c_str(), &to6.sin6_addr) != 1) {
-      ThrowTypeError(env, "destination must be an IPv6 address, got \"" + destination + "\"");
-    }
-    // link-local unicast and link-scope multicast (ff02::12) need the zone
-    if (IN6_IS_ADDR_LINKLOCAL(&to6.sin6_addr) || IN6_IS_ADDR_MC_LINKLOCAL(&to6.sin6_addr)) {
-      to6.sin6_scope_id = ifindex_;
-    }
-    message.msg_name = &to6;
-    message.msg_namelen = sizeof to6;
-    message.msg_controllen = CMSG_SPACE(sizeof(struct in6_pktinfo));
-    struct cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = IPPROTO_IPV6;
-    header->cmsg_type = IPV6_PKTINFO;
-    header->cmsg_len = CMSG_LEN(sizeof(struct in6_pktinfo));
-    struct in6_pktinfo packet_info;
-    std::memset(&packet_info, 0, sizeof packet_info);
-    packet_info.ipi6_ifindex = ifindex_;
-    if (hasSource_) packet_info.ipi6_addr = source6_;
-    std::memcpy(CMSG_DATA(header), &packet_info, sizeof packet_info);
-  }
-
-  ssize_t n;
-  do {
-    n = ::sendmsg(core_->fd, &message, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) ThrowSystemError(env, errno, "sendmsg", ifname_);
+  const int err = SendDatagram(core_->fd, route_, to, payload.Data(), payload.Length());
+  // a failed send is still the engine at work: the pacer covers silence, not errors
+  core_->pacer->NoteSend();
+  if (err != 0) ThrowSystemError(env, err, "sendmsg", ifname_);
   sent_ += 1;
   return env.Undefined();
+}
+
+VrrpDestination VrrpSocket::Destination(Napi::Env env, const Napi::Value& value) const {
+  if (!value.IsString()) ThrowTypeError(env, "destination must be a string");
+  const std::string text = value.As<Napi::String>().Utf8Value();
+  VrrpDestination to;
+  if (!ParseDestination(route_, text, &to)) {
+    ThrowTypeError(env, std::string("destination must be an IPv") + (family_ == 4 ? "4" : "6") +
+                            " address, got \"" + text + "\"");
+  }
+  return to;
+}
+
+Napi::Value VrrpSocket::StartPacer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber()) ThrowTypeError(env, "rtPriority must be a number");
+  const int priority = info[0].As<Napi::Number>().Int32Value();
+  if (priority < 0 || priority > 99) ThrowTypeError(env, "rtPriority must be 0..99");
+  if (!IsOpen()) ThrowClosed(env, "pthread_create");
+  int refused;
+  try {
+    refused = core_->pacer->Start(priority);
+  } catch (const std::system_error& e) {
+    ThrowSystemError(env, e.code().value(), "pthread_create", ifname_);
+  }
+  return Napi::Number::New(env, refused < 0 ? 0 : refused);
+}
+
+Napi::Value VrrpSocket::Pace(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!IsOpen()) return env.Undefined();
+  std::vector<PacedAdvert> adverts;
+  if (!info[0].IsNull() && !info[0].IsUndefined()) {
+    if (!info[0].IsArray()) ThrowTypeError(env, "adverts must be an array or null");
+    Napi::Array list = info[0].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      Napi::Value item = list.Get(i);
+      if (!item.IsArray() || item.As<Napi::Array>().Length() != 2) {
+        ThrowTypeError(env, "each advert must be [message, destination]");
+      }
+      Napi::Array pair = item.As<Napi::Array>();
+      Napi::Value message = pair.Get(0u);
+      if (!message.IsBuffer()) ThrowTypeError(env, "an advert's message must be a Buffer");
+      Napi::Buffer<uint8_t> bytes = message.As<Napi::Buffer<uint8_t>>();
+      if (bytes.Length() == 0 || bytes.Length() > kMaxPayload) ThrowTypeError(env, "an advert's message must be 1 to 1500 bytes long");
+      PacedAdvert a;
+      a.message.assign(bytes.Data(), bytes.Data() + bytes.Length());
+      a.to = Destination(env, pair.Get(1u));
+      adverts.push_back(std::move(a));
+    }
+  }
+  if (!info[1].IsNumber() || !info[2].IsNumber()) ThrowTypeError(env, "intervalMs and holdMs must be numbers");
+  const double interval = info[1].As<Napi::Number>().DoubleValue();
+  const double hold = info[2].As<Napi::Number>().DoubleValue();
+  if (!(interval > 0) || !(hold > 0)) ThrowTypeError(env, "intervalMs and holdMs must be > 0");
+  core_->pacer->Pace(std::move(adverts), static_cast<int64_t>(interval * 1e6), static_cast<int64_t>(hold * 1e6));
+  return env.Undefined();
+}
+
+Napi::Value VrrpSocket::SetAuth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsBuffer()) ThrowTypeError(env, "key must be a Buffer");
+  if (!info[1].IsBigInt()) ThrowTypeError(env, "firstSequence must be a bigint");
+  if (!route_.hasSource) ThrowTypeError(env, "signed adverts need the socket's sourceAddress");
+  Napi::Buffer<uint8_t> key = info[0].As<Napi::Buffer<uint8_t>>();
+  bool lossless = false;
+  const uint64_t first = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) ThrowTypeError(env, "firstSequence must fit in 64 bits");
+  if (!IsOpen()) ThrowClosed(env, "setAuth");
+  core_->pacer->SetAuth(std::vector<uint8_t>(key.Data(), key.Data() + key.Length()), first);
+  return env.Undefined();
+}
+
+Napi::Value VrrpSocket::TakeSequence(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!IsOpen()) ThrowClosed(env, "takeSequence");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(core_->pacer->TakeSequence()));
 }
 
 void VrrpSocket::OnPoll(uv_poll_t* handle, int status, int /*events*/) {

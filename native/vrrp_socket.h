@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "advert_pacer.h"
+#include "vrrp_send.h"
+
 namespace ballast {
 
 class VrrpSocket : public Napi::ObjectWrap<VrrpSocket> {
@@ -35,6 +38,13 @@ class VrrpSocket : public Napi::ObjectWrap<VrrpSocket> {
   // callback would (onPacket for each), instead of at the loop's next poll phase
   Napi::Value ReceivePending(const Napi::CallbackInfo& info);
   Napi::Value GetIfindex(const Napi::CallbackInfo& info);
+  // the advert pacer (advert_pacer.h): startPacer(rtPriority) → 0 or the errno that refused
+  // SCHED_FIFO; pace([[message, destination], ...] | null, intervalMs, holdMs);
+  // setAuth(key, firstSequence: bigint); takeSequence() → bigint
+  Napi::Value StartPacer(const Napi::CallbackInfo& info);
+  Napi::Value Pace(const Napi::CallbackInfo& info);
+  Napi::Value SetAuth(const Napi::CallbackInfo& info);
+  Napi::Value TakeSequence(const Napi::CallbackInfo& info);
 
   void Membership(bool join);
   // The receive path runs from a libuv callback with no JS below it, so it uses plain napi
@@ -54,20 +64,20 @@ class VrrpSocket : public Napi::ObjectWrap<VrrpSocket> {
   static void BeginClose(Core* core);
 
   bool IsOpen() const;
+  VrrpDestination Destination(Napi::Env env, const Napi::Value& value) const;
 
   Core* core_ = nullptr;  // null once the libuv handle has finished closing
   int family_;
   unsigned ifindex_ = 0;
   std::string ifname_;
-  bool hasSource_ = false;
-  in_addr source4_{};
-  in6_addr source6_{};
+  VrrpRoute route_;
   Napi::FunctionReference onPacket_;
   Napi::FunctionReference onError_;
   std::vector<uint8_t> buffer_;
   double received_ = 0;
   double malformed_ = 0;
   double sent_ = 0;
+  PacerStats pacer_;  // the pacer's counters as last read (still readable after close)
 };
 
 }  // namespace ballast

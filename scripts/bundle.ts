@@ -7,12 +7,10 @@
  *                             modules for `ballast run`, the check, cleanup and manifest commands)
  *                             is a chunk of its own beside it, loaded only by the command that
  *                             takes that path
- *   dist/bundle/worker.js     the election worker's entry (src/vrrp/worker.ts: the engine, the
- *                             addon's loader, netlink's rtnetlink), one file with no shared chunk
  *
  * dist/src/cli.js (tsc's, which every launcher runs: /usr/bin/ballast, the systemd unit, the
  * image's entrypoint, the lab's cliPath) sets the V8 flags and the signal handlers and imports
- * dist/bundle/commands.js; host.ts finds the worker beside its own chunk (`./worker.js`).
+ * dist/bundle/commands.js.
  * Why: V8 keeps every module's source on the heap for lazy compilation, and a minified bundle is
  * a fraction of the sources it replaces (docs/performance.md, "What was done").
  *
@@ -30,7 +28,7 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build, type BuildOptions, type Metafile, type Plugin } from 'esbuild';
+import { build, type BuildOptions, type Plugin } from 'esbuild';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -80,14 +78,8 @@ async function main(): Promise<void> {
   const outdir = outOpt > 0 ? join(root, process.argv[outOpt + 1]!) : join(root, 'dist', 'bundle');
   const common: BuildOptions = { ...COMMON, outdir };
   rmSync(outdir, { recursive: true, force: true });
-  const [cmds, worker] = await Promise.all([
-    build({ ...common, entryPoints: { commands: 'src/commands.ts' }, splitting: true, chunkNames: 'chunk-[hash]' }),
-    build({ ...common, entryPoints: { worker: 'src/vrrp/worker.ts' } }),
-  ]);
-  if (metaOut > 0) {
-    const merged: Metafile = { inputs: { ...cmds.metafile!.inputs, ...worker.metafile!.inputs }, outputs: { ...cmds.metafile!.outputs, ...worker.metafile!.outputs } };
-    writeFileSync(process.argv[metaOut + 1]!, JSON.stringify(merged));
-  }
+  const cmds = await build({ ...common, entryPoints: { commands: 'src/commands.ts' }, splitting: true, chunkNames: 'chunk-[hash]' });
+  if (metaOut > 0) writeFileSync(process.argv[metaOut + 1]!, JSON.stringify(cmds.metafile!));
 }
 
 main().catch((err: unknown) => {

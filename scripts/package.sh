@@ -24,7 +24,7 @@ source scripts/node-env.sh
 # shellcheck source=scripts/node-runtime.sh
 source scripts/node-runtime.sh
 
-for f in dist/src/cli.js dist/bundle/commands.js dist/bundle/worker.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
+for f in dist/src/cli.js dist/bundle/commands.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
   [ -f "$f" ] || die "$f is missing: run bash scripts/setup.sh (or npm run package, which does) first"
 done
 for t in dpkg-deb dpkg-shlibdeps strip; do

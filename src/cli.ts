@@ -22,8 +22,7 @@ import { setFlagsFromString } from 'node:v8';
  * (--max-semi-space-size) do nothing here; these are read on every scavenge:
  *   --semi-space-growth-factor=1  the young generation stays at its initial size (1 MiB per
  *     semi-space) instead of doubling up to 16 MiB during start-up's allocation burst and keeping
- *     it: 10 MiB less RSS, the same idle CPU (docs/performance.md has the measurement). The
- *     election worker's isolate, created later, gets it too.
+ *     it: 10 MiB less RSS, the same idle CPU (docs/performance.md has the measurement).
  *   --no-maglev  no mid-tier JIT: hot functions go from the baseline code (Sparkplug) straight to
  *     TurboFan. Maglev's compiler is code of the node executable that, once run, stays mapped:
  *     2.0-2.4 MiB less RSS (file-backed and its compile zones), idle CPU within the noise

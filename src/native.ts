@@ -21,6 +21,7 @@ import { createRequire } from 'node:module';
 import { isIPv4, isIPv6 } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { getSystemErrorName } from 'node:util';
 import { createError } from './errors.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -79,6 +80,29 @@ export interface VrrpSocketStats {
   malformedIpHeader: number;
   /** Datagrams handed to the kernel by {@link VrrpSocket.send}. */
   sent: number;
+  /** The advert pacer's counters ({@link VrrpSocket.pace}). */
+  pacer: AdvertPacerStats;
+}
+
+/** What the advert pacer did since the socket opened ({@link VrrpSocket.pace}). */
+export interface AdvertPacerStats {
+  /** Adverts it sent for a silent engine. */
+  sent: number;
+  /** Its sends that failed; `lastErrno` is the errno number of the last one (0: none). */
+  sendErrors: number;
+  lastErrno: number;
+  /** Times it began sending because the engine had not sent for 1.5 × Advertisement_Interval. */
+  covers: number;
+  /** Times it stopped because the engine stayed silent for the hold time. */
+  holds: number;
+  /** The engine's longest silence while adverts were paced, ms (between two of its sends). */
+  longestSilenceMs: number;
+}
+
+/** One advert the pacer repeats: the VRRP message (without an auth trailer) and where it goes. */
+export interface PacedAdvert {
+  message: Buffer;
+  destination: string;
 }
 
 /** A TCP address: IPv4 or IPv6 text without zone, and a port 1..65535 (host order). */
@@ -159,6 +183,10 @@ interface RawVrrpSocket {
   unref(): void;
   close(): void;
   receivePending(): void;
+  startPacer(realtimePriority: number): number;
+  pace(adverts: [Buffer, string][] | null, intervalMs: number, holdMs: number): void;
+  setAuth(key: Buffer, firstSequence: bigint): void;
+  takeSequence(): bigint;
 }
 
 /** The raw NftWatch object of the addon ({@link NftWatch}). */
@@ -232,7 +260,6 @@ interface Addon {
   lockFile(path: string): number;
   unlockFile(fd: number, path?: string): void;
   notify(socketPath: string, message: string): void;
-  setThreadRealtime(priority: number): void;
   /** native/memory.cc (absent from an addon built before them) */
   trimMalloc?(): boolean;
   releaseFilePages?(): { mappings: number; kib: number };
@@ -463,7 +490,56 @@ export class VrrpSocket {
     this.#raw.receivePending();
   }
 
-  /** Stops receiving and closes the socket. Idempotent; never throws. */
+  /**
+   * Starts the socket's advert pacer thread (native/advert_pacer.h), idle until
+   * {@link VrrpSocket.pace} gives it adverts. `realtimePriority` 1..99 asks for SCHED_FIFO at
+   * that priority (sched(7); the rest of the process keeps its scheduling), 0 for normal
+   * scheduling. Only the first call starts it.
+   * @returns null, or the errno name that refused SCHED_FIFO (EPERM without CAP_SYS_NICE or a
+   *   real-time budget): the thread then runs with normal scheduling.
+   * @throws TypeError when realtimePriority is not 0..99; NativeError (pthread_create) when no
+   *   thread can be created, EBADF when closed.
+   */
+  startPacer(realtimePriority: number): string | null {
+    if (!Number.isInteger(realtimePriority) || realtimePriority < 0 || realtimePriority > 99) throw new TypeError(`realtimePriority must be an integer 0..99, got ${String(realtimePriority)}`);
+    const refused = this.#raw.startPacer(realtimePriority);
+    return refused === 0 ? null : getSystemErrorName(-refused);
+  }
+
+  /**
+   * What the pacer sends while the engine cannot: `adverts` (each round sends them in order)
+   * once the last {@link VrrpSocket.send} is 1.5 × `intervalMs` old, then every `intervalMs`
+   * (Advertisement_Interval, ms) until the next send, and nothing once the last send is
+   * `holdMs` (ms) old. `null`: not Active, nothing is sent. With {@link VrrpSocket.setAuth}
+   * each is signed as it goes (docs/auth.md). The call counts as a send.
+   * @throws TypeError when an advert or a number is invalid (nothing changed then).
+   */
+  pace(adverts: readonly PacedAdvert[] | null, intervalMs: number, holdMs: number): void {
+    if (adverts) {
+      for (const a of adverts) {
+        checkBuffer('message', a.message, 1, MAX_PAYLOAD);
+        checkAddress('destination', a.destination, this.family);
+      }
+    }
+    this.#raw.pace(adverts ? adverts.map((a) => [a.message, a.destination]) : null, intervalMs, holdMs);
+  }
+
+  /**
+   * Makes the pacer sign what it sends with `key` (HMAC-SHA256 trailer, docs/auth.md), taking
+   * sequence numbers from the socket's counter, which starts at `firstSequence`; the engine's
+   * own signed sends take theirs from {@link VrrpSocket.takeSequence}, so none is used twice.
+   * @throws TypeError when the socket has no sourceAddress (the MAC covers it); EBADF when closed.
+   */
+  setAuth(key: Buffer, firstSequence: bigint): void {
+    this.#raw.setAuth(key, firstSequence);
+  }
+
+  /** The next sequence number of signed adverts, taken (see {@link VrrpSocket.setAuth}). @throws NativeError EBADF when closed. */
+  takeSequence(): bigint {
+    return this.#raw.takeSequence();
+  }
+
+  /** Stops receiving and closes the socket (the pacer's thread ends first). Idempotent; never throws. */
   close(): void {
     this.#raw.close();
   }
@@ -908,17 +984,6 @@ export function notify(message: string, socketPath: string | undefined = process
   if (socketPath === undefined || socketPath === '') return false;
   native().notify(socketPath, message);
   return true;
-}
-
-/**
- * Sets the CALLING thread's scheduling (sched(7)): `priority` 1..99 = SCHED_FIFO at that
- * priority (not inherited by what it spawns), 0 = SCHED_OTHER again. The other threads of the
- * process keep theirs. The election worker calls it for `vrrp.realtimePriority`.
- * @throws TypeError for a priority outside 0..99; NativeError "sched_setscheduler" (EPERM
- *   without CAP_SYS_NICE); BALLAST_E_ADDON_MISSING without the addon.
- */
-export function setThreadRealtime(priority: number): void {
-  native().setThreadRealtime(priority);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ export function effectivePriority(priority: number, weight: number, canServe: bo
   return Math.max(1, priority - weight);
 }
 
-/** What the policy drives (the election worker's host). */
+/** What the policy drives (the election's host). */
 export interface PolicyTarget {
   setPriority(priority: number): void;
   setPreemptHold(hold: boolean): void;

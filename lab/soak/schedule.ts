@@ -330,9 +330,10 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
     case 'clock-step':
       return { name: 'none (timers are monotonic)', ms: 0, vip: none, local: none, recoverMs: M };
     case 'cpu-hog':
-      return { name: 'none (election in a worker thread)', ms: 0, vip: none, local: none, recoverMs: back + M };
+      return { name: 'none (the advert pacer sends while the election thread waits; a late Backup reads its socket first)', ms: 0, vip: none, local: none, recoverMs: back + M };
     case 'main-stall':
-      return { name: 'none (election in a worker thread; kernel data plane)', ms: 0, vip: none, local: none, recoverMs: back + M };
+      // the stall (SoakTiming.stallMs, 1 s) is shorter than the pacer's hold (engine.ts PACER_HOLD_MS, 2 s)
+      return { name: 'none (the advert pacer covers a stall shorter than its hold; kernel data plane)', ms: 0, vip: none, local: none, recoverMs: back + M };
     case 'reload-good':
       return { name: 'none (a reload applies only its difference)', ms: 0, vip: none, local: none, recoverMs: back + M };
     case 'reload-bad':

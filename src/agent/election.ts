@@ -1,7 +1,8 @@
 /**
- * Phase, election: the VRRP engine in its worker thread (src/vrrp/host.ts), which adds, removes
- * and announces the VIPs. Its events reach the operator's log; the fatal ones (the interface was
- * deleted, the worker died) make the agent unwind everything and exit.
+ * Phase, election: the VRRP engine (src/vrrp/host.ts; its adverts kept on time by the VRRP
+ * socket's native pacer thread), which adds, removes and announces the VIPs. Its events reach
+ * the operator's log; the fatal ones (the interface was deleted, a call into the engine threw)
+ * make the agent unwind everything and exit.
  */
 import type { Config } from '../config/index.js';
 import { createError, ERRORS, isBallastError, type BallastError } from '../errors.js';
@@ -72,7 +73,7 @@ export function updateMembership(
 
 /**
  * Starts the engine. The undo resigns (priority 0 if Active) and removes the VIPs; after the
- * worker died it removes the VIPs from this thread instead (unless this node owns them).
+ * engine failed it also removes the VIPs itself (unless this node owns them).
  * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_ADDON_MISSING, BALLAST_E_SOCKET,
  *   BALLAST_E_NETLINK when the engine does not start.
  */
@@ -140,7 +141,7 @@ export function startElection(
         if (fatal) return;
         fatal = true;
         crashed = true;
-        log.fatal({ err: ev.error.message }, 'election worker died; removing the VIPs and exiting');
+        log.fatal({ err: ev.error.message }, 'the election failed; removing the VIPs and exiting');
         ctx.fail(1);
       }
     };
@@ -155,10 +156,10 @@ export function startElection(
     // what the crash path removes: the VIPs as the last reconfigure set them
     let vips: readonly string[] = config.vips;
     own.defer('election', async () => {
-      if (!crashed) await host.stop();
-      // the worker died holding them: removed from the main thread, first (preflight's undo would
-      // too, but only after the data planes are unwound)
-      else if (!opts.owner) await removeLeftoverVips(iface.ifindex, vips, log);
+      await host.stop();
+      // the engine failed holding them: removed here too, first (preflight's undo would too, but
+      // only after the data planes are unwound)
+      if (crashed && !opts.owner) await removeLeftoverVips(iface.ifindex, vips, log);
     });
     const reconfigure = async (patch: EngineReconfigure): Promise<void> => {
       await host.reconfigure(patch);

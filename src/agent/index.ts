@@ -3,11 +3,11 @@
  *
  *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► discovery
  *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,   (owns the
- *    locks)                                                      worker)     health)           passive          backend set)
+ *    locks)                                                      engine)     health)           passive          backend set)
  *                                                                                              detection)
  *
  * Stop, a failed start, a signal during start-up and the fatal events (the interface was
- * deleted, the election worker died) are the same thing: one unwind of the stack, last phase
+ * deleted, the election failed) are the same thing: one unwind of the stack, last phase
  * first. Nothing on the system changes before preflight has checked the configuration against
  * the host. The local endpoint and the VIP data plane start before the election (a failure there
  * leaves the VIPs untouched) and are undone after it (a resigning master still serves).
@@ -30,7 +30,6 @@ import { statusDocument, type ReloadResult, type StatusDocument } from '../obser
 import { startAdminPhase } from './admin.js';
 import { startBgp } from './bgp.js';
 import { startElection } from './election.js';
-import { discardPrewarmed, prewarmWorker } from '../vrrp/host.js';
 import { startDiscovery } from './discovery.js';
 import { startHealth, type HealthFollowers } from './health.js';
 import { startLocalEndpoint } from './local-endpoint.js';
@@ -96,11 +95,6 @@ export async function startAgent(
   opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel; serviceManager?: ServiceManager | null } = {},
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
-  // the election worker's thread boots while the phases before the election run (vrrp/host.ts)
-  if (config.vrrp) {
-    prewarmWorker();
-    stack.defer('prewarmed election worker', discardPrewarmed);
-  }
   const cancel = new AbortController();
   const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null, discovery: null };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };
@@ -159,7 +153,7 @@ export async function startAgent(
       const f = firewall.status();
       return f ? { ...d, foreignFirewall: f } : d;
     });
-  // the watchdog's gate is a round trip to the election worker (none runs: nothing to wait for)
+  // the watchdog's gate: the election answers (it runs on this thread, as the pings do)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: (ms) => running.election?.host.status(ms).then(() => undefined) ?? Promise.resolve() });
 
   const memory = new MemoryRelease(log);

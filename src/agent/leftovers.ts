@@ -16,7 +16,7 @@ import { openRtnl, removeVips } from '../vip/netlink.js';
 /**
  * Removes `vips` from the interface `ifindex` whatever their prefix length, from the main thread
  * (the caller holds their VIP locks): what a killed master left, at a stop before the election
- * ran, and what the election worker held when it died. A clean election stop removes its own.
+ * ran, and what a failed election held. A clean election stop removes its own.
  * @throws Error when netlink refuses (the stack logs it).
  */
 export async function removeLeftoverVips(ifindex: number, vips: readonly string[], log: Pick<Logger, 'info'>): Promise<void> {

@@ -21,7 +21,7 @@ export interface AgentContext {
    */
   readonly signal: AbortSignal;
   /**
-   * A running part found a fatal condition (the election worker died, the interface is gone):
+   * A running part found a fatal condition (the election failed, the interface is gone):
    * the agent unwinds everything and exits with `exitCode`. Returns at once.
    */
   fail(exitCode: number): void;

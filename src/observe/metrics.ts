@@ -3,9 +3,8 @@
  * https://prometheus.io/docs/practices/naming/ (units in the name, `_total` counters, durations
  * `_duration_seconds`, `_info` = 1 with the facts as labels); docs/metrics.md lists them.
  *
- * The election's counters live in the worker; they are read from the latest status document
- * at scrape time, so a scrape costs one message round trip to the worker and nothing on the
- * advert path.
+ * The election's counters live in the engine; they are read from its status document at
+ * scrape time, so a scrape costs nothing on the advert path.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -41,7 +40,7 @@ export const EVENT_LOOP_SAMPLE_MS = 100;
 /**
  * Creates ballast's metrics in a fresh registry, plus prom-client's process metrics under their
  * standard names (`process_*`, `nodejs_*`, no prefix: stock Node.js dashboards work) and
- * `ballast_build_info{version,node_version} 1`. Counters mirror the worker's cumulative
+ * `ballast_build_info{version,node_version} 1`. Counters mirror the engine's cumulative
  * counters, so they only ever grow while the agent runs.
  * @param build.version default: package.json's ({@link ballastVersion}).
  */
@@ -64,6 +63,8 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
     announcementsSent: new Counter({ name: 'ballast_announcements_sent_total', help: 'Gratuitous ARP / unsolicited NA frames sent', labelNames: labels, registers: [registry] }),
     foreign: new Counter({ name: 'ballast_vrrp_foreign_adverts_total', help: 'Adverts for our VRID listing other addresses than our VIPs (another group or a misconfigured peer)', labelNames: labels, registers: [registry] }),
   };
+  const pacerAdverts = new Counter({ name: 'ballast_vrrp_pacer_adverts_total', help: 'Adverts the native pacer sent while the election thread was stalled (native/advert_pacer.h); counted in ballast_vrrp_adverts_sent_total too', labelNames: labels, registers: [registry] });
+  const pacerHolds = new Counter({ name: 'ballast_vrrp_pacer_holds_total', help: 'Times the election thread stayed silent past the pacer\'s hold, so the pacer stopped sending (a Backup may take over)', labelNames: labels, registers: [registry] });
   const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend'], registers: [registry] });
   const backendState = new Gauge({ name: 'ballast_backend_state', help: 'Health state of the backend: 1 for the current state (unknown before its first verdict, up, down), 0 for the others', labelNames: ['backend', 'state'], registers: [registry] });
   const backendWaiting = new Gauge({ name: 'ballast_backend_waiting_for_file', help: '1 while the checks of the backend wait for a file that does not exist yet (setting, path: the CA before kubeadm init)', labelNames: ['backend', 'setting', 'path'], registers: [registry] });
@@ -120,6 +121,13 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         }
         dropped.reset();
         for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
+        const pacer = doc.timing?.pacer;
+        if (pacer) {
+          pacerAdverts.reset();
+          pacerAdverts.inc({ vrid }, pacer.sent);
+          pacerHolds.reset();
+          pacerHolds.inc({ vrid }, pacer.holds);
+        }
       }
       if (doc.reload) {
         reloadOk.set(doc.reload.last === null || doc.reload.last.ok ? 1 : 0);

@@ -8,7 +8,7 @@
  *     Master for the owner); no election: every
  *     phase is up
  *   every WATCHDOG_USEC / 2, once the election        WATCHDOG=1
- *     worker answered a status query
+ *     answered a status query
  *   every 1 s, when the state line changed            STATUS=<state line>
  *   a reload starts (SIGHUP, POST /reload)            RELOADING=1  MONOTONIC_USEC=<CLOCK_MONOTONIC µs>
  *   the reload ended (applied, refused or failed)     READY=1  STATUS=<state line>
@@ -16,10 +16,10 @@
  *
  * The state line reads "MASTER for 10.0.0.100, 3 of 3 backends ready" ({@link statusLine}).
  *
- * The watchdog is gated on the election worker, not on a timer alone: the main thread's timers
- * keep running when the worker is stuck, and a ping from them would hide exactly the hang the
- * watchdog is there for. A worker that has not answered for WatchdogSec makes systemd kill the
- * agent (SIGABRT) and, with Restart=on-failure, start it again.
+ * The watchdog is gated on the election answering a status query, from the thread it runs on
+ * (the main thread, vrrp/host.ts): a main thread stuck for WatchdogSec sends no ping, and systemd
+ * kills the agent (SIGABRT) and, with Restart=on-failure, starts it again. (Its adverts stop
+ * sooner: the advert pacer's hold, vrrp/engine.ts PACER_HOLD_MS.)
  *
  * Without NOTIFY_SOCKET (not started by systemd) everything here is a no-op, silently.
  * {@link serviceManagerFromEnv} removes NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID from the
@@ -112,8 +112,8 @@ export interface NotifierDeps {
   /** The agent's /status document (for STATUS=). */
   status: () => Promise<StatusDocument>;
   /**
-   * The watchdog's gate: resolves once the election worker answered a query within `timeoutMs`
-   * (ms), rejects when it did not; resolves at once when no worker runs (no election).
+   * The watchdog's gate: resolves once the election answered a query within `timeoutMs` (ms),
+   * rejects when it did not; resolves at once when no election runs.
    */
   alive: (timeoutMs: number) => Promise<void>;
   /** Sends one message (default: the addon's notify). @throws NativeError as src/native.ts notify. */
@@ -129,7 +129,7 @@ export interface NotifierDeps {
 /**
  * The agent's notifier for `manager` (null: every method a no-op). A failed send is logged once
  * per errno until a send succeeds again; the watchdog gate's failure is logged once until the
- * worker answers again: a stuck worker or a vanished manager makes one line, not one per second.
+ * election answers again: a stuck election or a vanished manager makes one line, not one per second.
  */
 export function createNotifier(manager: ServiceManager | null, deps: NotifierDeps): ServiceNotifier {
   if (manager === null) return { enabled: false, ready: () => Promise.resolve(), reloading: () => undefined, stopping: () => undefined };
@@ -165,7 +165,7 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
     try {
       return statusLine(await deps.status());
     } catch {
-      // the election is being handed over, or its worker is slow: the next refresh tells
+      // the election is being handed over, or slow: the next refresh tells
       return null;
     }
   };
@@ -188,12 +188,12 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
     try {
       await deps.alive(Math.min(1000, Math.max(1, Math.floor(pingMs! / 2))));
     } catch (err) {
-      if (!gateFailing) log.warn({ err: (err as Error).message }, 'the election worker did not answer: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)');
+      if (!gateFailing) log.warn({ err: (err as Error).message }, 'the election did not answer: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)');
       gateFailing = true;
       return;
     }
     if (stopped) return;
-    if (gateFailing) log.info('the election worker answers again: watchdog pings resumed');
+    if (gateFailing) log.info('the election answers again: watchdog pings resumed');
     gateFailing = false;
     put([['WATCHDOG', 1]]);
   };

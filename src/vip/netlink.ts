@@ -25,7 +25,7 @@ export interface RtnlSocket extends Rtnl {
 export function openRtnl(): RtnlSocket {
   const require = createRequire(import.meta.url);
   // rtnetlink alone: the package's index also loads its nl80211, genl and WireGuard parts
-  // (0.5 MiB of heap in each isolate that opens a socket, the election worker's too)
+  // (0.5 MiB of heap)
   const netlink = require('netlink/dist/rt/rt.js') as typeof import('netlink/dist/rt/rt.js');
   const raw = netlink.createRtNetlink();
   return {

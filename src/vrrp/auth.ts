@@ -74,8 +74,10 @@ export function hasAuthTrailer(payload: Uint8Array, family: 4 | 6): boolean {
  */
 export class AdvertAuth {
   private readonly keys: Buffer[];
-  private epoch: number;
-  private counter = 0;
+  /** The next sequence number of this sender's own counter (high half epoch, low half count). */
+  private sequence: bigint;
+  /** Where sequence numbers come from when another counter is shared ({@link AdvertAuth.shareSequence}). */
+  private take: (() => bigint) | null = null;
   private readonly last = new Map<string, bigint>();
 
   /**
@@ -92,12 +94,34 @@ export class AdvertAuth {
       if (key.length < AUTH_KEY_MIN_LENGTH) throw new RangeError(`the auth key must be at least ${AUTH_KEY_MIN_LENGTH} bytes, got ${key.length}`);
     }
     this.keys = list.map((k) => Buffer.from(k));
-    this.epoch = startSeconds >>> 0;
+    this.sequence = BigInt(startSeconds >>> 0) << 32n;
   }
 
-  /** The next sequence number this sender will use. */
+  /** The next sequence number this sender's own counter will give (before {@link AdvertAuth.shareSequence}). */
   nextSequence(): bigint {
-    return (BigInt(this.epoch) << 32n) | BigInt(this.counter);
+    return this.sequence;
+  }
+
+  /** The key that signs (the first). */
+  signingKey(): Buffer {
+    return this.keys[0]!;
+  }
+
+  /**
+   * From now on, takes each sequence number from `take` (the advert pacer's counter, which its
+   * own signed sends share: native/advert_pacer.h), which must continue from
+   * {@link AdvertAuth.nextSequence}.
+   */
+  shareSequence(take: () => bigint): void {
+    this.take = take;
+  }
+
+  /** The sequence for the next advert: the low half counts; its wrap carries into the high half. */
+  private nextToUse(): bigint {
+    if (this.take) return this.take();
+    const s = this.sequence;
+    this.sequence = (s + 1n) & 0xffff_ffff_ffff_ffffn;
+    return s;
   }
 
   /**
@@ -108,13 +132,7 @@ export class AdvertAuth {
     const head = Buffer.alloc(MAC_OFFSET);
     head[0] = MAGIC;
     head[1] = VERSION;
-    head.writeBigUInt64BE(this.nextSequence(), 4);
-    if (this.counter === 0xffffffff) {
-      this.epoch = (this.epoch + 1) >>> 0;
-      this.counter = 0;
-    } else {
-      this.counter++;
-    }
+    head.writeBigUInt64BE(this.nextToUse(), 4);
     return Buffer.concat([message, head, mac(this.keys[0]!, this.family, source, destination, message, head)]);
   }
 

@@ -5,7 +5,7 @@
  * (test/unit/engine.test.ts); {@link openNativeEdge} is the real one (raw VRRP socket, packet
  * socket, rtnetlink, sock_diag), which the integration tests drive.
  */
-import { PacketSocket, VrrpSocket, destroySockets } from '../native.js';
+import { PacketSocket, VrrpSocket, destroySockets, type AdvertPacerStats, type PacedAdvert } from '../native.js';
 import { addVip, openRtnl, removeVips, vipAddresses, type PrefixedAddress, type RtnlSocket } from '../vip/netlink.js';
 import type { AddressFamily } from '../net/address.js';
 import type { ReceivedAdvert } from './filters.js';
@@ -38,6 +38,21 @@ export interface VrrpEdge {
    * call returns. Optional: an edge without it delivers them at the loop's next poll only.
    */
   receivePending?(): void;
+  /**
+   * Starts the advert pacer (native/advert_pacer.h: a thread that sends an Active's adverts
+   * while the engine's thread is stalled), at SCHED_FIFO `realtimePriority` when > 0; with
+   * `auth` it signs them, sequence numbers from the counter {@link VrrpEdge.takeSequence} shares.
+   * Optional: an edge without a pacer sends only what the engine sends.
+   * @returns null, or the errno name that refused SCHED_FIFO (the pacer then runs normally).
+   * @throws Error with `code` when no thread can be created.
+   */
+  startPacer?(realtimePriority: number, auth: { key: Buffer; firstSequence: bigint } | null): string | null;
+  /** The adverts the pacer repeats for a silent engine (see VrrpSocket.pace), or null: none. */
+  pace?(adverts: readonly PacedAdvert[] | null, intervalMs: number, holdMs: number): void;
+  /** The next sequence number of a signed advert, taken from the counter the pacer shares. */
+  takeSequence?(): bigint;
+  /** The pacer's counters. */
+  pacerStats?(): AdvertPacerStats;
   /** Received datagrams the socket dropped for a malformed IPv4 header, since it opened. */
   malformedIpHeader(): number;
   /** Closes every socket. Idempotent. */
@@ -136,6 +151,17 @@ export const openNativeEdge: OpenEdge = async (o, inputs) => {
       return links ? links.some((l) => l.data.index === o.ifindex) : null;
     },
     receivePending: () => socket?.receivePending(),
+    startPacer: (realtimePriority, auth) => {
+      if (!socket) throw Object.assign(new Error('the VRRP socket is closed'), { code: 'EBADF' });
+      if (auth) socket.setAuth(auth.key, auth.firstSequence);
+      return socket.startPacer(realtimePriority);
+    },
+    pace: (adverts, intervalMs, holdMs) => socket?.pace(adverts, intervalMs, holdMs),
+    takeSequence: () => {
+      if (!socket) throw Object.assign(new Error('the VRRP socket is closed'), { code: 'EBADF' });
+      return socket.takeSequence();
+    },
+    pacerStats: () => socket?.stats().pacer ?? { sent: 0, sendErrors: 0, lastErrno: 0, covers: 0, holds: 0, longestSilenceMs: 0 },
     malformedIpHeader: () => socket?.stats().malformedIpHeader ?? 0,
     close,
   };

@@ -1,7 +1,9 @@
 /**
- * The election engine: one VRRP virtual router with its effects. It runs inside a
- * `worker_threads` worker (see worker.ts) so that a stalled main thread (TLS handshakes, GC, a
- * Kubernetes list) never delays an advert or fires a Master_Down_Timer late.
+ * The election engine: one VRRP virtual router with its effects. It runs on the agent's main
+ * thread (host.ts); a stall of that thread (TLS handshakes, GC, a Kubernetes list) delays no
+ * advert of an Active router — the VRRP socket's native pacer sends them meanwhile (edge.ts
+ * startPacer, native/advert_pacer.h) — and makes no Backup take over — a late
+ * Master_Down_Timer reads the adverts waiting in the socket first (onTimer).
  *
  *              ┌──────────────── OS edge (edge.ts) ────────────────┐
  *   raw socket ─► filters.ts (allowlist, auth, §7.1 codec) ─► advert ─┐
@@ -20,6 +22,7 @@
  * clock is used only to print `since`.
  */
 import { performance } from 'node:perf_hooks';
+import { getSystemErrorName } from 'node:util';
 import { encodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6 } from './packet.js';
 import { checkReconfigure, VrrpMachine, type AnnounceReason, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
 import { netlinkErrno } from '../vip/netlink.js';
@@ -28,6 +31,7 @@ import { addressFamily, canonicalAddress, type AddressFamily } from '../net/addr
 import { AdvertAuth } from './auth.js';
 import { FILTER_WARNINGS, filterAdvert, type ReceivedAdvert } from './filters.js';
 import { openNativeEdge, type OpenEdge, type VrrpEdge } from './edge.js';
+import type { AdvertPacerStats, PacedAdvert } from '../native.js';
 import { RateLimitedLog } from '../observe/ratelimit.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
@@ -86,7 +90,7 @@ export interface EngineOptions {
   linkRunning: boolean;
   /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
   owner: boolean;
-  /** The election thread's SCHED_FIFO priority (vrrp.realtimePriority), set by worker.ts; 0 or absent: normal scheduling. */
+  /** The advert pacer thread's SCHED_FIFO priority (vrrp.realtimePriority); 0 or absent: normal scheduling. */
   realtimePriority?: number;
 }
 
@@ -145,9 +149,19 @@ export interface EngineTiming {
    * was already waiting in the socket was handled first (the thread ran late past the deadline).
    */
   rescued: number;
-  /** This thread's garbage collections (PerformanceObserver 'gc' in worker.ts): count, the longest and the total, ms; absent without an observer */
+  /** This thread's garbage collections (PerformanceObserver 'gc' in host.ts): count, the longest and the total, ms; absent without an observer */
   gc?: EngineGcStats;
+  /** What the advert pacer sent while this thread was silent (native/advert_pacer.h); absent without one */
+  pacer?: AdvertPacerStats;
 }
+
+/**
+ * The advert pacer's hold time, ms: when the engine's thread has sent nothing for this long
+ * (or 3 × Advertisement_Interval, whichever is longer), the pacer stops sending for it, so that
+ * a wedged agent loses the VIP a Master_Down_Interval later instead of holding it forever.
+ * Shorter stalls (GC pauses, a long synchronous task, a starved CPU) cost no failover.
+ */
+export const PACER_HOLD_MS = 2000;
 
 /** A fixed-size histogram over TIMING_BOUNDS_MS: adding allocates nothing. */
 class TimingHistogram {
@@ -221,7 +235,7 @@ export interface EngineDeps {
   openEdge?: OpenEdge;
   /** Monotonic ms; default `performance.now`. */
   now?: () => number;
-  /** This thread's garbage collections so far, for `timing.gc` (worker.ts observes them). */
+  /** This thread's garbage collections so far, for `timing.gc` (host.ts observes them). */
   gcStats?: () => EngineGcStats;
   /**
    * Blocks the thread for `ms` (fractional ms), for the last stretch before a deadline (see
@@ -231,7 +245,7 @@ export interface EngineDeps {
   preciseWait?: ((ms: number) => void) | null;
 }
 
-/** This thread's garbage collections (worker.ts): count, longest and total pause, ms; the longest per kind (perf_hooks gc `detail.kind`: minor, major, incremental, weakcb). */
+/** This thread's garbage collections (host.ts): count, longest and total pause, ms; the longest per kind (perf_hooks gc `detail.kind`: minor, major, incremental, weakcb). */
 export interface EngineGcStats {
   count: number;
   maxMs: number;
@@ -273,6 +287,11 @@ export class VrrpEngine {
   private readonly sendLate = new TimingHistogram();
   private readonly receiveGap = new TimingHistogram();
   private rescued = 0;
+  /** The adverts handed to the pacer (null: it sends nothing) and the engine's last send, monotonic ms. */
+  private paced: PacedAdvert[] | null = null;
+  private lastSendAt = 0;
+  /** The pacer's counters at the last look (covers and holds are logged as they grow). */
+  private pacerSeen = { covers: 0, holds: 0, sent: 0, sendErrors: 0 };
   /** The source and time (monotonic ms) of the last advert handled, for receiveGap. */
   private lastAdvertSource: string | null = null;
   private lastAdvertAt = 0;
@@ -384,6 +403,7 @@ export class VrrpEngine {
         addressesChanged: () => this.onAddressesChanged(),
       },
     );
+    this.startPacer();
     if (!o.owner) {
       // a VIP still on the interface (a killed agent, keepalived, a hand) would make two holders;
       // the machine, still in Initialize, answers with removeVips
@@ -400,6 +420,22 @@ export class VrrpEngine {
     }
     if (!o.linkRunning) this.feed({ type: 'linkDown', now: this.now() });
     this.feed({ type: 'startup', now: this.now() });
+  }
+
+  /**
+   * Starts the edge's advert pacer (signing with the first key when auth is on: its counter
+   * then gives every sequence number, ours too) and logs the real-time policy it got.
+   * @throws what the edge's startPacer throws (no thread).
+   */
+  private startPacer(): void {
+    const edge = this.edge;
+    if (!edge?.startPacer) return;
+    const rt = this.opts.realtimePriority ?? 0;
+    const refused = edge.startPacer(rt, this.auth ? { key: this.auth.signingKey(), firstSequence: this.auth.nextSequence() } : null);
+    if (this.auth && edge.takeSequence) this.auth.shareSequence(() => edge.takeSequence!());
+    if (rt <= 0) return;
+    if (refused === null) this.log('info', 'the advert pacer thread runs SCHED_FIFO (vrrp.realtimePriority)', { realtimePriority: rt });
+    else this.log('warn', 'cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', { realtimePriority: rt, code: refused });
   }
 
   /** Lowers or restores the priority we advertise (policy). 1..254; a no-op for the owner (255). */
@@ -495,6 +531,8 @@ export class VrrpEngine {
     const malformed = this.edge?.malformedIpHeader() ?? 0;
     const dropped = { ...this.counters.dropped };
     if (malformed > 0) dropped.malformedIpHeader = malformed;
+    // the pacer's adverts are adverts this router sent
+    const pacer = this.edge?.pacerStats?.();
     return {
       state: s.state,
       vrid: this.opts.vrid,
@@ -507,7 +545,7 @@ export class VrrpEngine {
       masterDownIntervalMs: s.masterDownIntervalMs,
       skewTimeMs: s.skewTimeMs,
       vipsHeld: this.vipsHeld,
-      counters: { ...this.counters, dropped },
+      counters: { ...this.counters, advertsSent: this.counters.advertsSent + (pacer?.sent ?? 0), sendErrors: this.counters.sendErrors + (pacer?.sendErrors ?? 0), dropped },
       vips: [...this.opts.vips],
       advertisementIntervalMs: this.opts.advertisementIntervalCs * 10,
       peers: [...this.opts.peers],
@@ -521,6 +559,7 @@ export class VrrpEngine {
         receiveGapMaxMs: round3(this.receiveGap.max),
         rescued: this.rescued,
         ...(this.gcStats ? { gc: this.gcStats() } : {}),
+        ...(pacer ? { pacer } : {}),
       },
     };
   }
@@ -586,7 +625,17 @@ export class VrrpEngine {
     if (due === null || this.stopped) return;
     const wait = due - this.now();
     // with a precise wait, wake early and sleep the rest in onTimer
-    this.timer = setTimeout(this.onTimer, this.preciseWait ? Math.max(0, Math.floor(wait - PRECISE_WAIT_MS)) : Math.max(0, Math.ceil(wait)));
+    this.timer = setTimeout(this.onTimer, this.precise() ? Math.max(0, Math.floor(wait - PRECISE_WAIT_MS)) : Math.max(0, Math.ceil(wait)));
+  }
+
+  /**
+   * Whether the next deadline is slept to the sub-millisecond: a Backup's Master_Down_Timer
+   * only (its expiry is a takeover, once per failover). An Active's Adver_Timer is not: the
+   * pacer covers its lateness, and a wait blocks the thread the health checks share, every
+   * interval.
+   */
+  private precise(): boolean {
+    return this.preciseWait !== null && this.machine.state === 'backup';
   }
 
   /**
@@ -598,7 +647,7 @@ export class VrrpEngine {
    */
   private readonly onTimer = (): void => {
     this.timer = null;
-    if (this.preciseWait && this.due !== null) {
+    if (this.preciseWait && this.precise() && this.due !== null) {
       // woken PRECISE_WAIT_MS early (schedule), up to 1 ms more (libuv's loop time is whole ms
       // behind the real one): sleep the rest, bounded
       const rest = this.due - this.now();
@@ -624,7 +673,10 @@ export class VrrpEngine {
         return this.sendAdvert(a.priority);
       case 'transition':
         this.counters.transitions++;
-        if (a.from === 'active') this.activeEpoch++;
+        if (a.from === 'active') {
+          this.activeEpoch++;
+          this.pace(null);
+        }
         // the owner adds nothing: its VIPs are its own addresses, held while Active
         if (o.owner) this.vipsHeld = a.to === 'active';
         // Active: the interval is ours and the master is us; the next master heard is new again
@@ -679,9 +731,17 @@ export class VrrpEngine {
   private sendAdvert(priority: number): void {
     const o = this.opts;
     const dests = o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+    // what the pacer repeats: this round, while Active; priority 0 (shutdown, §6.4.3) ends it first
+    const pacing = priority > 0 && this.machine.state === 'active';
+    if (!pacing) this.pace(null);
+    const round: PacedAdvert[] = [];
+    const now = this.now();
+    const silentMs = now - this.lastSendAt;
+    this.lastSendAt = now;
     for (const [i, destination] of dests.entries()) {
       try {
         const pkt = this.encoded(i, priority, destination);
+        round.push({ message: pkt, destination });
         if (!this.edge) throw new Error('the engine is closed');
         this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
         this.counters.advertsSent++;
@@ -692,6 +752,36 @@ export class VrrpEngine {
         this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
       }
     }
+    if (!pacing) return;
+    this.pace(round);
+    if (silentMs > 1.5 * o.advertisementIntervalCs * 10) this.notePacer(silentMs);
+  }
+
+  /**
+   * Hands the pacer this round of adverts (null: none) when it differs from what it has: the
+   * encoded adverts are cached, so an unchanged round is the same Buffers.
+   */
+  private pace(round: PacedAdvert[] | null): void {
+    const edge = this.edge;
+    if (!edge?.pace) return;
+    const had = this.paced;
+    if (round === null ? had === null : had !== null && had.length === round.length && had.every((a, i) => a.message === round[i]!.message && a.destination === round[i]!.destination)) return;
+    this.paced = round;
+    const intervalMs = this.opts.advertisementIntervalCs * 10;
+    edge.pace(round, intervalMs, Math.max(PACER_HOLD_MS, 3 * intervalMs));
+  }
+
+  /** After a silence of this thread (ms) while Active: says what the pacer did meanwhile. */
+  private notePacer(silentMs: number): void {
+    const st = this.edge?.pacerStats?.();
+    if (!st) return;
+    const seen = this.pacerSeen;
+    const intervalMs = this.opts.advertisementIntervalCs * 10;
+    const fields = { silentMs: Math.round(silentMs), advertisementIntervalMs: intervalMs, pacerSent: st.sent - seen.sent };
+    if (st.holds > seen.holds) this.limited.log('warn', 'pacer:hold', { ...fields, holdMs: Math.max(PACER_HOLD_MS, 3 * intervalMs) }, 'the election thread was silent longer than the advert pacer\'s hold: the pacer stopped sending, and a Backup may have taken over');
+    else if (st.covers > seen.covers) this.limited.log('info', 'pacer:cover', fields, 'the election thread was silent; the advert pacer sent its adverts meanwhile');
+    if (st.sendErrors > seen.sendErrors) this.limited.log('warn', 'pacer:send', { sendErrors: st.sendErrors - seen.sendErrors, code: st.lastErrno > 0 ? getSystemErrorName(-st.lastErrno) : 'HMAC' }, 'the advert pacer could not send some adverts');
+    this.pacerSeen = { covers: st.covers, holds: st.holds, sent: st.sent, sendErrors: st.sendErrors };
   }
 
   /**

@@ -1,11 +1,18 @@
 /**
- * The main thread's handle on the election worker (worker.ts): starts it, asks it for status,
- * passes priority changes and reconfigurations, and stops it.
+ * The agent's handle on the election engine (engine.ts), which runs on the main thread: starts
+ * it, asks it for status, passes priority changes and reconfigurations, and stops it.
+ *
+ * What keeps the election punctual while this thread is busy (a GC pause, a long synchronous
+ * task, a starved CPU) is not a thread of JavaScript but the VRRP socket's advert pacer
+ * (native/advert_pacer.h): a native thread that sends an Active router's adverts whenever the
+ * engine has not for 1.5 × Advertisement_Interval, up to the hold time (engine.ts
+ * PACER_HOLD_MS). A Backup's Master_Down_Timer that fires late reads the adverts already
+ * waiting in the socket before it acts (engine.ts onTimer), so a stall only delays a takeover.
+ * An election worker thread did this before at the cost of a second V8 isolate (10–15 MiB of
+ * RSS, docs/performance.md).
  */
-import { setFlagsFromString } from 'node:v8';
-import { Worker } from 'node:worker_threads';
-import type { EngineEvent, EngineOptions, EngineReconfigure, EngineStatus } from './engine.js';
-import type { FromWorker, ToWorker } from './worker.js';
+import { constants as perfConstants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
+import { VrrpEngine, type EngineEvent, type EngineGcStats, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
 
 /** The engine could not start; `code`/`syscall` come from the failing call (errno name). */
 export class EngineStartError extends Error {
@@ -15,223 +22,145 @@ export class EngineStartError extends Error {
   }
 }
 
-/**
- * The election worker's heap limits, MiB (Worker resourceLimits): the old generation at several
- * times what the engine uses (~7 MiB, most of it Node's own worker bootstrap), the young
- * generation at 4 MiB (with cli.ts's --semi-space-growth-factor=1 it stays at its initial 2 MiB
- * anyway; the cap keeps a burst from growing it).
- */
-export const WORKER_LIMITS = { maxOldGenerationSizeMb: 48, maxYoungGenerationSizeMb: 4 } as const;
-
-const WORKER_URL = new URL('./worker.js', import.meta.url);
-
-/** The worker prewarmWorker started, until VrrpHost.start takes it; `dead` once it errored or exited. */
-let prewarmed: { worker: Worker; dead: boolean } | null = null;
+/** The longest GC pause per kind (perf_hooks constants NODE_PERFORMANCE_GC_*). */
+const GC_KINDS: Record<number, string> = {
+  [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb',
+};
+const ms3 = (ms: number): number => Math.round(ms * 1000) / 1000;
 
 /**
- * Starts the election worker's thread ahead of VrrpHost.start (its isolate's boot and its
- * modules, ~100-250 ms, then overlap the agent's other start-up phases; measured in
- * docs/performance.md): the next VrrpHost.start uses it. Until then it does not keep the process
- * alive. Idempotent.
+ * This thread's GC pauses while an election runs, for /status `timing.gc` (a pause delays the
+ * engine like a lost CPU; the pacer covers an Active's adverts meanwhile).
  */
-export function prewarmWorker(): void {
-  if (prewarmed) return;
-  const p = { worker: new Worker(WORKER_URL, { workerData: null, resourceLimits: WORKER_LIMITS }), dead: false };
-  // never an unhandled 'error': a broken prewarmed worker is replaced by a fresh one at the start
-  p.worker.once('error', () => (p.dead = true)).once('exit', () => (p.dead = true));
-  p.worker.unref();
-  prewarmed = p;
+class GcPauses {
+  private count = 0;
+  private maxMs = 0;
+  private totalMs = 0;
+  private readonly maxByKind: Record<string, number> = {};
+  private readonly observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      this.count++;
+      this.totalMs += e.duration;
+      if (e.duration > this.maxMs) this.maxMs = e.duration;
+      const kind = GC_KINDS[(e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind ?? -1] ?? 'other';
+      if (e.duration > (this.maxByKind[kind] ?? -1)) this.maxByKind[kind] = e.duration;
+    }
+  });
+
+  constructor() {
+    this.observer.observe({ entryTypes: ['gc'] });
+  }
+
+  stats(): EngineGcStats {
+    return {
+      count: this.count,
+      maxMs: ms3(this.maxMs),
+      totalMs: ms3(this.totalMs),
+      maxMsByKind: Object.fromEntries(Object.entries(this.maxByKind).map(([k, v]) => [k, ms3(v)])),
+    };
+  }
+
+  close(): void {
+    this.observer.disconnect();
+  }
 }
 
-/** Ends a prewarmed worker no VrrpHost.start took (a start-up that failed before its election). */
-export async function discardPrewarmed(): Promise<void> {
-  const p = prewarmed;
-  prewarmed = null;
-  if (p && !p.dead) await p.worker.terminate();
-}
-
-/** The prewarmed worker, if one is alive (ref'd again); null otherwise. */
-function takePrewarmed(): Worker | null {
-  const p = prewarmed;
-  prewarmed = null;
-  if (!p) return null;
-  if (p.dead) return null;
-  p.worker.ref();
-  return p.worker;
-}
-
-/**
- * V8 flags for a SCHED_FIFO election thread (vrrp.realtimePriority > 0), process-wide: no GC
- * work on V8's helper threads, so that no collection of the worker's heap waits for one.
- * The helpers run with normal scheduling; on a CPU-starved node (stress-ng on every core) the
- * real-time thread waited for a preempted one: collections of a heap of a few MiB that take
- * about a millisecond paused the worker up to ~50 ms (/status timing.gc.maxMsByKind, minor
- * and incremental; bench/stress.ts), longer than a Backup's Master_Down_Interval at 10 ms
- * adverts (36 ms), and a Backup took over. Without them the worker scavenges, marks and sweeps
- * its heap itself, at its own priority.
- *   --no-parallel-scavenge, --no-parallel-compaction, --no-parallel-pointer-update,
- *   --no-parallel-weak-ref-clearing: the pauses are done by the collecting thread alone.
- *   --no-concurrent-marking, --no-concurrent-sweeping, --no-concurrent-array-buffer-sweeping:
- *   marking runs as incremental steps on the collecting thread, sweeping lazily on it.
- * They are the parts of --single-threaded-gc that may change in a running process: at run
- * time V8 does not apply that flag's implications, and --no-parallel-marking set at run time
- * makes the next major GC fail V8's own check (a fatal error, Node 24 / V8 13.6). The main
- * thread's collections lose their helpers too: its (rare) major GCs do all their marking and
- * sweeping on the main thread, which only delays health checks and the admin API a little
- * (docs/config.md vrrp.realtimePriority). Normal scheduling (the default) sets nothing.
- */
-export const REALTIME_GC_FLAGS: readonly string[] = [
-  '--no-parallel-scavenge',
-  '--no-parallel-compaction',
-  '--no-parallel-pointer-update',
-  '--no-parallel-weak-ref-clearing',
-  '--no-concurrent-marking',
-  '--no-concurrent-sweeping',
-  '--no-concurrent-array-buffer-sweeping',
-];
-
-let realtimeGcSet = false;
-function realtimeGcFlags(): void {
-  if (realtimeGcSet) return;
-  realtimeGcSet = true;
-  for (const f of REALTIME_GC_FLAGS) setFlagsFromString(f);
-}
-
-/** A running election worker. */
+/** A running election. */
 export class VrrpHost {
-  private nextId = 1;
-  private readonly pending = new Map<number, (s: EngineStatus) => void>();
-  private readonly reconfiguring = new Map<number, (error: string | undefined) => void>();
   private stopping: Promise<void> | null = null;
-  private exited = false;
 
   private constructor(
-    private readonly worker: Worker,
-    /** Called for transitions and log events, and with `crash` if the worker dies unasked. */
+    private readonly engine: VrrpEngine,
+    private readonly gc: GcPauses,
+    /** Called for transitions and log events, and with `crash` if a call into the engine threw. */
     private readonly onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void,
   ) {}
 
   /**
-   * Starts the worker and waits until the engine has joined the group.
-   * @throws EngineStartError when the engine cannot open its sockets or the worker dies first.
+   * Starts the engine and waits until it has joined the group. Its events reach `onEvent` each
+   * in a microtask of its own, in order, never from inside the engine's own processing (a
+   * handler may call back into the host).
+   * @throws EngineStartError when the engine cannot open its sockets or start its pacer.
    */
-  static start(opts: EngineOptions, onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void): Promise<VrrpHost> {
-    if ((opts.realtimePriority ?? 0) > 0) realtimeGcFlags();
-    const ahead = takePrewarmed();
-    // a leak ends in the worker's out-of-memory crash (the agent exits, its supervisor restarts
-    // it) before it takes the node's memory
-    const worker = ahead ?? new Worker(WORKER_URL, { workerData: opts, resourceLimits: WORKER_LIMITS });
-    if (ahead) ahead.postMessage({ type: 'start', opts } satisfies ToWorker);
-    const host = new VrrpHost(worker, onEvent);
-    return new Promise((resolve, reject) => {
-      let started = false;
-      worker.on('message', (m: FromWorker) => {
-        switch (m.type) {
-          case 'started':
-            started = true;
-            resolve(host);
-            break;
-          case 'failed':
-            reject(new EngineStartError(m.error.message, m.error.code, m.error.syscall));
-            break;
-          case 'status':
-            host.pending.get(m.id)?.(m.status);
-            host.pending.delete(m.id);
-            break;
-          case 'reconfigured':
-            host.reconfiguring.get(m.id)?.(m.error);
-            host.reconfiguring.delete(m.id);
-            break;
-          case 'stopped':
-            break;
-          default:
-            onEvent(m);
-        }
-      });
-      worker.on('error', (err) => {
-        if (!started) reject(new EngineStartError(`election worker failed: ${err.message}`));
-        else onEvent({ type: 'crash', error: err });
-      });
-      worker.on('exit', (code) => {
-        host.exited = true;
-        for (const answer of host.reconfiguring.values()) answer('the election worker exited');
-        host.reconfiguring.clear();
-        if (!started) reject(new EngineStartError(`election worker exited with code ${code} before starting`));
-        else if (!host.stopping) onEvent({ type: 'crash', error: new Error(`election worker exited with code ${code}`) });
-      });
-    });
+  static async start(opts: EngineOptions, onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void): Promise<VrrpHost> {
+    const gc = new GcPauses();
+    const deliver = (ev: EngineEvent): void => queueMicrotask(() => onEvent(ev));
+    try {
+      const engine = await VrrpEngine.start(opts, deliver, { gcStats: () => gc.stats() });
+      return new VrrpHost(engine, gc, onEvent);
+    } catch (err) {
+      gc.close();
+      const e = err as Error & { code?: string; syscall?: string };
+      throw new EngineStartError(e.message, e.code, e.syscall);
+    }
   }
 
-  /** The engine's status; rejects after `timeoutMs` (ms) if the worker does not answer. */
-  status(timeoutMs = 1000): Promise<EngineStatus> {
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      const t = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error('the election worker did not answer'));
-      }, timeoutMs);
-      this.pending.set(id, (s) => {
-        clearTimeout(t);
-        resolve(s);
-      });
-      this.send({ type: 'status', id });
-    });
+  /** The engine's status (`timeoutMs` is kept for callers that bound the wait: the answer is immediate). */
+  status(_timeoutMs = 1000): Promise<EngineStatus> {
+    return Promise.resolve(this.engine.status());
   }
 
   /** Sets the advertised priority (1..254). */
   setPriority(priority: number): void {
-    this.send({ type: 'priority', priority });
+    this.call(() => this.engine.setPriority(priority));
   }
 
   /**
    * Changes the running election (see engine.ts `EngineReconfigure`: VIPs added or removed
    * individually, priority, interval and preempt settings from the next advert, unicast peers,
-   * acceptFrom members, announce and lifetime settings). Resolves once the worker applied it
+   * acceptFrom members, announce and lifetime settings). Resolves once the engine applied it
    * (the address changes done); rejects with an Error saying why when the patch cannot apply
-   * (then nothing changed), when the worker is gone, or when it does not answer within
+   * (then nothing changed), when the election is stopped, or when it does not finish within
    * `timeoutMs` (ms).
    */
   reconfigure(patch: EngineReconfigure, timeoutMs = 5000): Promise<void> {
-    if (this.exited || this.stopping) return Promise.reject(new Error('the election is stopped'));
-    const id = this.nextId++;
+    if (this.stopping) return Promise.reject(new Error('the election is stopped'));
     return new Promise((resolve, reject) => {
-      const t = setTimeout(() => {
-        this.reconfiguring.delete(id);
-        reject(new Error('the election worker did not answer the reconfigure'));
-      }, timeoutMs);
-      this.reconfiguring.set(id, (error) => {
-        clearTimeout(t);
-        if (error === undefined) resolve();
-        else reject(new Error(`cannot reconfigure the election: ${error}`));
-      });
-      this.send({ type: 'reconfigure', id, patch });
+      const t = setTimeout(() => reject(new Error('the election did not finish the reconfigure in time')), timeoutMs);
+      this.engine.reconfigure(patch).then(
+        () => {
+          clearTimeout(t);
+          resolve();
+        },
+        (err: unknown) => {
+          clearTimeout(t);
+          reject(new Error(`cannot reconfigure the election: ${(err as Error).message}`));
+        },
+      );
     });
   }
 
   /** Holds or releases preemption (policy: not before this node can serve). */
   setPreemptHold(hold: boolean): void {
-    this.send({ type: 'preemptHold', hold });
+    this.call(() => this.engine.setPreemptHold(hold));
   }
 
   /**
-   * Asks the engine to shut down (priority 0 if Active, VIPs removed) and waits for the worker
-   * to exit; after `timeoutMs` (ms) the worker is terminated.
+   * Shuts the engine down (priority 0 if Active, VIPs removed, sockets and the pacer closed);
+   * resolves when done or after `timeoutMs` (ms), whichever comes first. Idempotent.
    */
   stop(timeoutMs = 3000): Promise<void> {
-    if (this.stopping) return this.stopping;
-    this.stopping = new Promise<void>((resolve) => {
-      if (this.exited) return resolve();
-      const t = setTimeout(() => void this.worker.terminate(), timeoutMs);
-      this.worker.once('exit', () => {
+    this.stopping ??= new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, timeoutMs);
+      void this.engine.stop().finally(() => {
         clearTimeout(t);
+        this.gc.close();
         resolve();
       });
-      this.send({ type: 'shutdown' });
     });
     return this.stopping;
   }
 
-  private send(m: ToWorker): void {
-    if (!this.exited) this.worker.postMessage(m);
+  /** One call into the engine; a throw is the election's crash (the agent unwinds and exits). */
+  private call(f: () => void): void {
+    if (this.stopping) return;
+    try {
+      f();
+    } catch (err) {
+      this.onEvent({ type: 'crash', error: err as Error });
+    }
   }
 }

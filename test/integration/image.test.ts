@@ -35,11 +35,11 @@ const masterDownMs = (priority: number): number => 3 * ADVERT_MS + skewMs(priori
 /**
  * What `podman run` itself takes before the agent's first line runs (a Go program opening the
  * storage, conmon, crun, the overlay mount) plus the agent's own start (Node, the config, the
- * admin endpoint, the election worker): measured 1.5–1.7 s here when quiet, 6.3 s once on a cold
+ * admin endpoint, the election): measured 1.5–1.7 s here when quiet, 6.3 s once on a cold
  * cache with a load average of 13 on the 2 cores; the bound leaves room.
  */
 const CONTAINER_START_MARGIN_MS = 10_000;
-/** From the agent's first log line to its election running: preflight, the nftables table, the election worker. */
+/** From the agent's first log line to its election running: preflight, the nftables table, the engine's sockets. */
 const AGENT_START_MARGIN_MS = 3000;
 /** podman stop's own start (it opens the storage before it signals) and the signal's delivery. */
 const STOP_MARGIN_MS = 3000;
@@ -170,7 +170,7 @@ describe.skipIf(needs('root', 'nft'))('the OCI image (root; skipped otherwise)',
     const agentStartMs = Date.parse((JSON.parse(firstLine ?? '{}') as { time?: string }).time ?? '') - tRun;
     expect(agentStartMs).toBeGreaterThan(0);
     // once the agent runs, the election is the protocol's: one Master_Down_Interval, plus the
-    // agent's own start after its first line (preflight, nft, the election worker)
+    // agent's own start after its first line (preflight, nft, the engine's sockets)
     expect(electMs - agentStartMs).toBeLessThanOrEqual(masterDownMs(150) + AGENT_START_MARGIN_MS);
 
     // exactly the granted capabilities, effective and bounding (proc(5) CapEff / CapBnd)

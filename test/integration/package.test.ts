@@ -111,7 +111,7 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
 
   it('the installed files are the runtime only: no lab, bench, tests, vitest, typescript or cmake-js; the conffile is registered', async () => {
     const files = (await sh(['dpkg', '-L', 'ballast'])).stdout.trim().split('\n');
-    expect(files).toEqual(expect.arrayContaining(['/usr/bin/ballast', '/usr/lib/ballast/bin/node', '/usr/lib/ballast/dist/src/cli.js', '/usr/lib/ballast/dist/bundle/commands.js', '/usr/lib/ballast/dist/bundle/worker.js', '/usr/lib/ballast/build/Release/ballast.node', '/usr/lib/ballast/build/Release/ballast_sock_lb.bpf.o', '/usr/lib/ballast/node_modules/yaml/package.json', UNIT, CONFFILE]));
+    expect(files).toEqual(expect.arrayContaining(['/usr/bin/ballast', '/usr/lib/ballast/bin/node', '/usr/lib/ballast/dist/src/cli.js', '/usr/lib/ballast/dist/bundle/commands.js', '/usr/lib/ballast/build/Release/ballast.node', '/usr/lib/ballast/build/Release/ballast_sock_lb.bpf.o', '/usr/lib/ballast/node_modules/yaml/package.json', UNIT, CONFFILE]));
     const ours = files.filter((f) => f.startsWith('/usr/lib/ballast/') && !f.startsWith('/usr/lib/ballast/node_modules/'));
     expect(ours.filter((f) => /\/(lab|bench|test)(\/|$)|\.ts$|\.map$/.test(f))).toEqual([]);
     expect(files.filter((f) => /\/node_modules\/(vitest|@vitest|vite|typescript|cmake-js|@types\/node)(\/|$)/.test(f))).toEqual([]);

@@ -32,7 +32,7 @@ describe('AdvertAuth: the trailer format (docs/auth.md)', () => {
     const seqs = [0, 1, 2].map(() => a.sign(advert4(), '10.0.0.11', '224.0.0.18').readBigUInt64BE(advert4().length + 4));
     expect(seqs).toStrictEqual([0n, 1n, 2n].map((n) => (BigInt(START) << 32n) + n));
     const w = new AdvertAuth(KEY, 4, START);
-    (w as unknown as { counter: number }).counter = 0xffffffff;
+    (w as unknown as { sequence: bigint }).sequence = (BigInt(START) << 32n) | 0xffffffffn;
     expect(w.nextSequence()).toBe((BigInt(START) << 32n) | 0xffffffffn);
     w.sign(advert4(), '10.0.0.11', '224.0.0.18');
     expect(w.nextSequence()).toBe(BigInt(START + 1) << 32n);

@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PRECISE_WAIT_MS, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PACER_HOLD_MS, PRECISE_WAIT_MS, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -630,6 +630,129 @@ describe('timer precision and the advert hot path', () => {
     await vi.advanceTimersByTimeAsync(100);
     expect(edge.sent.at(-1)!.addresses).toStrictEqual([VIP, '10.0.0.101']);
     expect(decodeAdvertisement(payloads.at(-1)!, { family: 4, source: '10.0.0.12', destination: '224.0.0.18', ttl: 255, checkTtl: true }).ok).toBe(true);
+    await e.stop();
+  });
+});
+
+/** The fake edge with a pacer: what the engine hands it, in the same call log. */
+class PacingEdge extends FakeEdge {
+  started: { realtimePriority: number; auth: { key: Buffer; firstSequence: bigint } | null }[] = [];
+  rounds: ({ priority: number; destination: string }[] | null)[] = [];
+  paceArgs: { intervalMs: number; holdMs: number }[] = [];
+  stats = { sent: 0, sendErrors: 0, lastErrno: 0, covers: 0, holds: 0, longestSilenceMs: 0 };
+  sequence = 1000n;
+  startPacer(realtimePriority: number, auth: { key: Buffer; firstSequence: bigint } | null): string | null {
+    this.started.push({ realtimePriority, auth });
+    if (auth) this.sequence = auth.firstSequence;
+    return realtimePriority > 0 ? 'EPERM' : null;
+  }
+  pace(adverts: readonly { message: Buffer; destination: string }[] | null, intervalMs: number, holdMs: number): void {
+    const round = adverts === null ? null : adverts.map((a) => {
+      const r = decodeAdvertisement(a.message, { family: 4, source: '10.0.0.12', destination: a.destination, ttl: 255, checkTtl: true });
+      if (!r.ok) throw new Error(`bad paced advert: ${r.reason}`);
+      return { priority: r.advert.priority, destination: a.destination };
+    });
+    this.rounds.push(round);
+    this.paceArgs.push({ intervalMs, holdMs });
+    this.calls.push(round === null ? 'pace null' : `pace ${round.map((a) => a.priority).join(',')}`);
+  }
+  takeSequence(): bigint {
+    return this.sequence++;
+  }
+  pacerStats() {
+    return { ...this.stats };
+  }
+}
+
+describe('VrrpEngine and the advert pacer (edge.pace)', () => {
+  let pacing: PacingEdge;
+  beforeEach(() => {
+    pacing = new PacingEdge();
+    edge = pacing;
+  });
+
+  it('becoming Active hands the pacer the advert it sent, once; unchanged adverts are not handed again', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
+    expect(pacing.started).toStrictEqual([{ realtimePriority: 0, auth: null }]);
+    expect(pacing.calls).toStrictEqual(['send 100', 'pace 100', 'add 10.0.0.100 0']);
+    // the hold: PACER_HOLD_MS, or 3 × the interval when longer
+    expect(pacing.paceArgs).toStrictEqual([{ intervalMs: 100, holdMs: PACER_HOLD_MS }]);
+    await vi.advanceTimersByTimeAsync(300);
+    expect(pacing.calls.filter((c) => c.startsWith('pace'))).toStrictEqual(['pace 100']);
+    expect(pacing.adverts.length).toBe(4);
+    await e.stop();
+  });
+
+  it('a new priority is handed over with the advert that carries it', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(400);
+    pacing.calls = [];
+    e.setPriority(90);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(pacing.calls.slice(0, 2)).toStrictEqual(['send 90', 'pace 90']);
+    await e.stop();
+  });
+
+  it('leaving Active for a higher priority: the pacer stops before our last advert', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(400);
+    pacing.calls = [];
+    pacing.inputs.packet(advertFrom('10.0.0.11', 200));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(pacing.calls).toStrictEqual(['pace null', 'send 100', 'remove 10.0.0.100']);
+    // a Backup hands the pacer nothing (within n1's Master_Down_Interval, before we would take over again)
+    await vi.advanceTimersByTimeAsync(300);
+    expect(pacing.calls.filter((c) => c.startsWith('pace'))).toStrictEqual(['pace null']);
+    await e.stop();
+  });
+
+  it('stop while Active: the pacer stops before priority 0, so nothing after it advertises the old priority', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(400);
+    pacing.calls = [];
+    await e.stop();
+    expect(pacing.calls).toStrictEqual(['pace null', 'send 0', 'remove 10.0.0.100', 'close']);
+  });
+
+  it('a refused SCHED_FIFO is a warning; with auth the pacer gets the key and the next sequence, and the engine signs from the shared counter', async () => {
+    const key = Buffer.from('a key of thirty-two bytes or more, for the test');
+    const signed: Buffer[] = [];
+    pacing.sendAdvert = (payload) => {
+      signed.push(payload);
+      pacing.calls.push('send signed');
+    };
+    const e = await start({ realtimePriority: 10, authKeys: [key] });
+    expect(pacing.started).toHaveLength(1);
+    expect(pacing.started[0]!.realtimePriority).toBe(10);
+    expect(pacing.started[0]!.auth!.key).toStrictEqual(key);
+    const first = pacing.started[0]!.auth!.firstSequence;
+    // the high half is the start second (docs/auth.md)
+    expect(Number(first >> 32n)).toBe(Math.floor(Date.now() / 1000));
+    expect(logs('cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling')).toStrictEqual([{ realtimePriority: 10, code: 'EPERM' }]);
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 100);
+    // the trailer's sequence (message 8 + 4 bytes, then magic, version, 2 reserved) comes from takeSequence
+    expect(signed.map((p) => p.readBigUInt64BE(12 + 4))).toStrictEqual([first, first + 1n]);
+    expect(pacing.sequence).toBe(first + 2n);
+    await e.stop();
+  });
+
+  it('after a silence of the engine while Active it says what the pacer did: covered, or stopped at the hold', async () => {
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(400);
+    // the clock jumps past the next deadline, as a stalled thread sees it when it runs again
+    pacing.stats = { ...pacing.stats, covers: 1, sent: 4 };
+    vi.setSystemTime(Date.now() + 500);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(logs('the election thread was silent; the advert pacer sent its adverts meanwhile')).toStrictEqual([{ silentMs: expect.any(Number), advertisementIntervalMs: 100, pacerSent: 4 }]);
+    expect(logs('the election thread was silent; the advert pacer sent its adverts meanwhile')[0]!.silentMs).toBeGreaterThanOrEqual(500);
+    pacing.stats = { ...pacing.stats, covers: 2, holds: 1, sent: 24 };
+    vi.setSystemTime(Date.now() + 2500);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(logs("the election thread was silent longer than the advert pacer's hold: the pacer stopped sending, and a Backup may have taken over")).toHaveLength(1);
+    expect(e.status().timing!.pacer).toMatchObject({ covers: 2, holds: 1, sent: 24 });
+    // the pacer's adverts are adverts sent
+    expect(e.status().counters.advertsSent).toBe(pacing.adverts.length + 24);
     await e.stop();
   });
 });
