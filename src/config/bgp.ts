@@ -51,117 +51,127 @@ const KEEPALIVE: DurationRule = { min: 1000, max: 21_845_000, default: 'a third 
 const GR_TIME: DurationRule = { min: 1000, max: 4_095_000, default: BGP_DEFAULTS.gracefulRestartTime, range: rangeMessage('1s', '4095s (12 bits, RFC 4724 §3)') };
 const BFD_INTERVAL: DurationRule = { min: 10, max: 10_000, default: BGP_DEFAULTS.bfdInterval, range: rangeMessage('10ms', '10s') };
 
-/** A peer's address: an IP literal, unicast (the family against the VIPs is a cross-field check). */
-const peerAddressField = z.unknown().transform((input, ctx) => {
-  const r = checkAddress(input, 'peer');
-  if (typeof r === 'string') {
-    ctx.addIssue({ code: 'custom', message: input === undefined ? "required: the peer router's IP address, e.g. 10.0.0.1" : r, input });
-    return z.NEVER;
-  }
-  return { text: r.text, family: r.family };
-});
-
-/** A community: "asn:value" (standard, two 16-bit parts) or "a:b:c" (large, three 32-bit parts). */
-const communityField = z.unknown().transform((input, ctx) => {
-  const fail = (m: string) => {
-    ctx.addIssue({ code: 'custom', message: m, input });
-    return z.NEVER;
-  };
-  const what = 'a BGP community "asn:value" (0..65535 each, RFC 1997) or a large community "asn:a:b" (0..4294967295 each, RFC 8092)';
-  if (typeof input !== 'string') return fail(`must be ${what}, got ${show(input)}`);
-  const parts = input.split(':');
-  if ((parts.length !== 2 && parts.length !== 3) || parts.some((p) => !/^\d{1,10}$/.test(p))) return fail(`must be ${what}, got ${show(input)}`);
-  const max = parts.length === 2 ? 65_535 : ASN_MAX;
-  const n = parts.map(Number);
-  if (n.some((x) => x > max)) return fail(`${input}: each part must be from 0 to ${max} in a ${parts.length === 2 ? 'standard' : 'large'} community`);
-  return n.join(':');
-});
-
-/** `bgp.interface`: a name the kernel accepts (where the VIPs are bound: lo, or a dummy interface the operator made). */
-const bgpInterfaceField = z
-  .string({ error: expect('an interface name such as "lo"', { default: BGP_DEFAULTS.interface }) })
-  .superRefine((name, ctx) => {
-    const problem = interfaceNameProblem(name);
-    if (problem !== null) ctx.addIssue({ code: 'custom', message: `${show(name)} is not a valid interface name: ${problem}`, input: name });
-  })
-  .default(BGP_DEFAULTS.interface);
-
-/** `bgp.routerId`: an IPv4 address (BGP identifiers are 32 bits, also on IPv6-only nodes). */
-const routerIdField = z
-  .unknown()
-  .transform((input, ctx) => {
-    if (input === undefined || input === '') return undefined;
-    const ip = typeof input === 'string' ? parseIp(input) : null;
-    if (ip === null || ip.family !== 4) {
-      ctx.addIssue({ code: 'custom', message: `must be an IPv4 address (a BGP identifier is 32 bits, RFC 6286), got ${show(input)}`, input });
-      return z.NEVER;
-    }
-    return ip.text;
-  })
-  .optional();
-
-/** A socket or snippet path: absolute. */
-const pathField = (example: string) => fileField(example).transform((v) => v ?? example);
-
-/** One entry of `bgp.peers`. */
-export const bgpPeerShape = {
-  address: peerAddressField,
-  asn: asnField('the peer\'s ASN, an integer from 1 to 4294967295'),
-  bfd: boolField(true),
-  nextHopSelf: boolField(true),
-};
-
-/** `bgp.bfd`: the BFD timers of every session (RFC 5880: detection time = interval × multiplier). */
-export const bgpBfdShape = {
-  interval: durationField(BFD_INTERVAL),
-  multiplier: intField(1, 255, { default: String(BGP_DEFAULTS.bfdMultiplier) }).default(BGP_DEFAULTS.bfdMultiplier),
-};
-
-/** The `bgp` section's settings. */
-export const bgpShape = {
-  daemon: z.enum(['bird'], { error: expect('"bird" (BIRD 2)', { default: BGP_DEFAULTS.daemon }) }).default(BGP_DEFAULTS.daemon),
-  socket: pathField(BGP_DEFAULTS.socket),
-  configFile: pathField(BGP_DEFAULTS.configFile),
-  interface: bgpInterfaceField,
-  localAsn: asnField("this node's ASN, an integer from 1 to 4294967295"),
-  routerId: routerIdField,
-  announce: z
-    .enum(['backends', 'local'], { error: expect('"backends" (while the data plane has a ready backend) or "local" (while this node\'s apiserver is ready)', { default: BGP_DEFAULTS.announce }) })
-    .default(BGP_DEFAULTS.announce),
-  balance: z
-    .enum(['all', 'local'], { error: expect('"all" (every ready apiserver) or "local" (this node\'s apiserver only)', { default: BGP_DEFAULTS.balance }) })
-    .default(BGP_DEFAULTS.balance),
-  communities: z.array(communityField, { error: expect('a list of communities such as ["64512:100"]', { default: '[]' }) }).default([]),
-  holdTime: secondsField(HOLD_TIME),
-  keepaliveTime: z.unknown().transform((input, ctx) => {
-    if (input === undefined) return undefined;
-    const r = durationMs(input, { ...KEEPALIVE, step: { ms: 1000, message: (ms) => `must be whole seconds (BGP carries seconds), got ${formatDuration(ms)}` } });
+/**
+ * The `bgp` section's settings as zod shapes, built with the rest of the schema when a validation
+ * needs it (schema.ts configSchema), not kept on the agent's heap for its whole life (docs/performance.md).
+ */
+function bgpShapes() {
+  /** A peer's address: an IP literal, unicast (the family against the VIPs is a cross-field check). */
+  const peerAddressField = z.unknown().transform((input, ctx) => {
+    const r = checkAddress(input, 'peer');
     if (typeof r === 'string') {
-      ctx.addIssue({ code: 'custom', message: r, input });
+      ctx.addIssue({ code: 'custom', message: input === undefined ? "required: the peer router's IP address, e.g. 10.0.0.1" : r, input });
       return z.NEVER;
     }
-    return r;
-  }).optional(),
-  gracefulRestart: boolField(BGP_DEFAULTS.gracefulRestart),
-  gracefulRestartTime: secondsField(GR_TIME),
-  bfd: z.preprocess((v) => v ?? {}, z.strictObject(bgpBfdShape, { error: mappingError })),
-  peers: z
-    .array(z.strictObject(bgpPeerShape, { error: mappingError }), { error: expect(`a list of 1 to ${MAX_BGP_PEERS} peers, e.g. [{ address: 10.0.0.1, asn: 64500 }]`) })
-    .min(1, { error: 'must list at least one peer, e.g. [{ address: 10.0.0.1, asn: 64500 }]' })
-    .max(MAX_BGP_PEERS, { error: `must list at most ${MAX_BGP_PEERS} peers` }),
-};
+    return { text: r.text, family: r.family };
+  });
 
-/** The `bgp` section as a strict zod object (absent = undefined). */
-export const bgpSection = z.preprocess((v) => (v === null ? {} : v), z.strictObject(bgpShape, { error: mappingError }).optional());
+  /** A community: "asn:value" (standard, two 16-bit parts) or "a:b:c" (large, three 32-bit parts). */
+  const communityField = z.unknown().transform((input, ctx) => {
+    const fail = (m: string) => {
+      ctx.addIssue({ code: 'custom', message: m, input });
+      return z.NEVER;
+    };
+    const what = 'a BGP community "asn:value" (0..65535 each, RFC 1997) or a large community "asn:a:b" (0..4294967295 each, RFC 8092)';
+    if (typeof input !== 'string') return fail(`must be ${what}, got ${show(input)}`);
+    const parts = input.split(':');
+    if ((parts.length !== 2 && parts.length !== 3) || parts.some((p) => !/^\d{1,10}$/.test(p))) return fail(`must be ${what}, got ${show(input)}`);
+    const max = parts.length === 2 ? 65_535 : ASN_MAX;
+    const n = parts.map(Number);
+    if (n.some((x) => x > max)) return fail(`${input}: each part must be from 0 to ${max} in a ${parts.length === 2 ? 'standard' : 'large'} community`);
+    return n.join(':');
+  });
+
+  /** `bgp.interface`: a name the kernel accepts (where the VIPs are bound: lo, or a dummy interface the operator made). */
+  const bgpInterfaceField = z
+    .string({ error: expect('an interface name such as "lo"', { default: BGP_DEFAULTS.interface }) })
+    .superRefine((name, ctx) => {
+      const problem = interfaceNameProblem(name);
+      if (problem !== null) ctx.addIssue({ code: 'custom', message: `${show(name)} is not a valid interface name: ${problem}`, input: name });
+    })
+    .default(BGP_DEFAULTS.interface);
+
+  /** `bgp.routerId`: an IPv4 address (BGP identifiers are 32 bits, also on IPv6-only nodes). */
+  const routerIdField = z
+    .unknown()
+    .transform((input, ctx) => {
+      if (input === undefined || input === '') return undefined;
+      const ip = typeof input === 'string' ? parseIp(input) : null;
+      if (ip === null || ip.family !== 4) {
+        ctx.addIssue({ code: 'custom', message: `must be an IPv4 address (a BGP identifier is 32 bits, RFC 6286), got ${show(input)}`, input });
+        return z.NEVER;
+      }
+      return ip.text;
+    })
+    .optional();
+
+  /** A socket or snippet path: absolute. */
+  const pathField = (example: string) => fileField(example).transform((v) => v ?? example);
+
+  /** One entry of `bgp.peers`. */
+  const bgpPeerShape = {
+    address: peerAddressField,
+    asn: asnField('the peer\'s ASN, an integer from 1 to 4294967295'),
+    bfd: boolField(true),
+    nextHopSelf: boolField(true),
+  };
+
+  /** `bgp.bfd`: the BFD timers of every session (RFC 5880: detection time = interval × multiplier). */
+  const bgpBfdShape = {
+    interval: durationField(BFD_INTERVAL),
+    multiplier: intField(1, 255, { default: String(BGP_DEFAULTS.bfdMultiplier) }).default(BGP_DEFAULTS.bfdMultiplier),
+  };
+
+  /** The `bgp` section's settings. */
+  const bgpShape = {
+    daemon: z.enum(['bird'], { error: expect('"bird" (BIRD 2)', { default: BGP_DEFAULTS.daemon }) }).default(BGP_DEFAULTS.daemon),
+    socket: pathField(BGP_DEFAULTS.socket),
+    configFile: pathField(BGP_DEFAULTS.configFile),
+    interface: bgpInterfaceField,
+    localAsn: asnField("this node's ASN, an integer from 1 to 4294967295"),
+    routerId: routerIdField,
+    announce: z
+      .enum(['backends', 'local'], { error: expect('"backends" (while the data plane has a ready backend) or "local" (while this node\'s apiserver is ready)', { default: BGP_DEFAULTS.announce }) })
+      .default(BGP_DEFAULTS.announce),
+    balance: z
+      .enum(['all', 'local'], { error: expect('"all" (every ready apiserver) or "local" (this node\'s apiserver only)', { default: BGP_DEFAULTS.balance }) })
+      .default(BGP_DEFAULTS.balance),
+    communities: z.array(communityField, { error: expect('a list of communities such as ["64512:100"]', { default: '[]' }) }).default([]),
+    holdTime: secondsField(HOLD_TIME),
+    keepaliveTime: z.unknown().transform((input, ctx) => {
+      if (input === undefined) return undefined;
+      const r = durationMs(input, { ...KEEPALIVE, step: { ms: 1000, message: (ms) => `must be whole seconds (BGP carries seconds), got ${formatDuration(ms)}` } });
+      if (typeof r === 'string') {
+        ctx.addIssue({ code: 'custom', message: r, input });
+        return z.NEVER;
+      }
+      return r;
+    }).optional(),
+    gracefulRestart: boolField(BGP_DEFAULTS.gracefulRestart),
+    gracefulRestartTime: secondsField(GR_TIME),
+    bfd: z.preprocess((v) => v ?? {}, z.strictObject(bgpBfdShape, { error: mappingError })),
+    peers: z
+      .array(z.strictObject(bgpPeerShape, { error: mappingError }), { error: expect(`a list of 1 to ${MAX_BGP_PEERS} peers, e.g. [{ address: 10.0.0.1, asn: 64500 }]`) })
+      .min(1, { error: 'must list at least one peer, e.g. [{ address: 10.0.0.1, asn: 64500 }]' })
+      .max(MAX_BGP_PEERS, { error: `must list at most ${MAX_BGP_PEERS} peers` }),
+  };
+  return { bgpPeerShape, bgpBfdShape, bgpShape };
+}
+
+/** The `bgp` section as a strict zod object (absent = undefined), built anew by each call. */
+export function bgpSection() {
+  return z.preprocess((v) => (v === null ? {} : v), z.strictObject(bgpShapes().bgpShape, { error: mappingError }).optional());
+}
 
 /** The `bgp` section's known keys, by dotted path (for unknown-key suggestions and issue order). */
-export const BGP_SECTION_KEYS = {
-  bgp: Object.keys(bgpShape),
-  'bgp.bfd': Object.keys(bgpBfdShape),
-} as const;
+export const BGP_SECTION_KEYS = ((): { readonly bgp: readonly string[]; readonly 'bgp.bfd': readonly string[] } => {
+  const s = bgpShapes();
+  return { bgp: Object.keys(s.bgpShape), 'bgp.bfd': Object.keys(s.bgpBfdShape) };
+})();
 
 /** `bgp` as the schema parsed it. */
-export type ParsedBgp = z.output<typeof bgpSection>;
+export type ParsedBgp = z.output<ReturnType<typeof bgpSection>>;
+
 
 /** One BGP peer, normalized. */
 export interface BgpPeerConfig {

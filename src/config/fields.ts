@@ -150,22 +150,24 @@ export function interfaceNameProblem(name: string): string | null {
 }
 
 /** `interface`: a name the kernel accepts; absent = picked at run time. */
-export const interfaceField = z
-  .string({
-    error: expect('an interface name such as "eth0"', {
-      default: 'the interface whose subnet holds the first VIP',
-    }),
-  })
-  .superRefine((name, ctx) => {
-    const problem = interfaceNameProblem(name);
-    if (problem === null) return;
-    ctx.addIssue({
-      code: 'custom',
-      message: `${show(name)} is not a valid interface name (1 to 15 characters, counted in UTF-8 bytes; no "/", ":", whitespace or NUL; not "." or ".."): ${problem}`,
-      input: name,
-    });
-  })
-  .optional();
+export function interfaceField() {
+  return z
+    .string({
+      error: expect('an interface name such as "eth0"', {
+        default: 'the interface whose subnet holds the first VIP',
+      }),
+    })
+    .superRefine((name, ctx) => {
+      const problem = interfaceNameProblem(name);
+      if (problem === null) return;
+      ctx.addIssue({
+        code: 'custom',
+        message: `${show(name)} is not a valid interface name (1 to 15 characters, counted in UTF-8 bytes; no "/", ":", whitespace or NUL; not "." or ".."): ${problem}`,
+        input: name,
+      });
+    })
+    .optional();
+}
 
 /**
  * A list of addresses, checked as a whole so that every element's problem is reported:
@@ -263,45 +265,49 @@ export function backendList() {
 }
 
 /** policy.localBackend: host:port, or "" (the default) for "the backend whose address is on this node". */
-export const localBackendField = z
-  .unknown()
-  .transform((input, ctx): BackendAddress | undefined => {
-    if (input === undefined || input === '') return undefined;
-    const fail = rejecter(ctx, input);
-    if (input === null) {
-      return fail(`has no value: expected host:port, e.g. "127.0.0.1:6443" (or delete the key: the backend whose address is on this node)`);
-    }
-    const r = parseRoleHostPort(input, LOCAL_RULE);
-    if (typeof r === 'string') return fail(r);
-    return { host: r.host, port: r.port, family: r.family };
-  })
-  .optional();
+export function localBackendField() {
+  return z
+    .unknown()
+    .transform((input, ctx): BackendAddress | undefined => {
+      if (input === undefined || input === '') return undefined;
+      const fail = rejecter(ctx, input);
+      if (input === null) {
+        return fail(`has no value: expected host:port, e.g. "127.0.0.1:6443" (or delete the key: the backend whose address is on this node)`);
+      }
+      const r = parseRoleHostPort(input, LOCAL_RULE);
+      if (typeof r === 'string') return fail(r);
+      return { host: r.host, port: r.port, family: r.family };
+    })
+    .optional();
+}
 
 /** localEndpoint.address: one host:port or a list of 1..4 (one per family is the usual). */
-export const localEndpointAddressField = z
-  .unknown()
-  .transform((input, ctx): BackendAddress[] => {
-    const fail = rejecter(ctx, input);
-    const list = Array.isArray(input) ? input : [input];
-    if (input === null || list.length === 0 || list.length > 4) {
-      return fail(`expected host:port or a list of 1 to 4 of them, ${LOCAL_ENDPOINT_RULE.example} (default ${DEFAULTS.localEndpoint})`);
-    }
-    const out: BackendAddress[] = [];
-    const before = ctx.issues.length;
-    list.forEach((item, i) => {
-      const path = Array.isArray(input) ? [i] : [];
-      const r = parseRoleHostPort(item, LOCAL_ENDPOINT_RULE);
-      if (typeof r === 'string') {
-        ctx.addIssue({ code: 'custom', message: r, path, input: item });
-      } else if (out.some((o) => o.host === r.host && o.port === r.port)) {
-        ctx.addIssue({ code: 'custom', message: `${String(item)} is listed twice`, path, input: item });
-      } else {
-        out.push({ host: r.host, port: r.port, family: r.family });
+export function localEndpointAddressField() {
+  return z
+    .unknown()
+    .transform((input, ctx): BackendAddress[] => {
+      const fail = rejecter(ctx, input);
+      const list = Array.isArray(input) ? input : [input];
+      if (input === null || list.length === 0 || list.length > 4) {
+        return fail(`expected host:port or a list of 1 to 4 of them, ${LOCAL_ENDPOINT_RULE.example} (default ${DEFAULTS.localEndpoint})`);
       }
-    });
-    return ctx.issues.length > before ? z.NEVER : out;
-  })
-  .prefault(DEFAULTS.localEndpoint);
+      const out: BackendAddress[] = [];
+      const before = ctx.issues.length;
+      list.forEach((item, i) => {
+        const path = Array.isArray(input) ? [i] : [];
+        const r = parseRoleHostPort(item, LOCAL_ENDPOINT_RULE);
+        if (typeof r === 'string') {
+          ctx.addIssue({ code: 'custom', message: r, path, input: item });
+        } else if (out.some((o) => o.host === r.host && o.port === r.port)) {
+          ctx.addIssue({ code: 'custom', message: `${String(item)} is listed twice`, path, input: item });
+        } else {
+          out.push({ host: r.host, port: r.port, family: r.family });
+        }
+      });
+      return ctx.issues.length > before ? z.NEVER : out;
+    })
+    .prefault(DEFAULTS.localEndpoint);
+}
 
 /**
  * An optional absolute file path; "" means not set. Whether the file exists is checked by
@@ -328,38 +334,42 @@ export function fileField(example: string) {
 const DNS_NAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
 /** apiserver.health.serverName: a DNS name or an IP literal; "" = verify the backend's own IP. */
-export const serverNameField = z
-  .unknown()
-  .transform((input, ctx): string | undefined => {
-    if (input === undefined || input === '') return undefined;
-    const fail = rejecter(ctx, input);
-    const what = 'a DNS name or IP address that the apiservers\' certificates carry, e.g. "kubernetes"';
-    if (input === null) return fail(`has no value: expected ${what} (or delete the key to verify each backend's IP address)`);
-    if (typeof input !== 'string') return fail(`must be ${what}, got ${show(input)}`);
-    const ip = parseIp(input);
-    if (ip !== null) return ip.text;
-    if (input.startsWith('*')) return fail(`must be one name, not a wildcard, got ${show(input)}`);
-    if (!DNS_NAME.test(input)) return fail(`must be ${what}, got ${show(input)}`);
-    return input;
-  })
-  .optional();
+export function serverNameField() {
+  return z
+    .unknown()
+    .transform((input, ctx): string | undefined => {
+      if (input === undefined || input === '') return undefined;
+      const fail = rejecter(ctx, input);
+      const what = 'a DNS name or IP address that the apiservers\' certificates carry, e.g. "kubernetes"';
+      if (input === null) return fail(`has no value: expected ${what} (or delete the key to verify each backend's IP address)`);
+      if (typeof input !== 'string') return fail(`must be ${what}, got ${show(input)}`);
+      const ip = parseIp(input);
+      if (ip !== null) return ip.text;
+      if (input.startsWith('*')) return fail(`must be one name, not a wildcard, got ${show(input)}`);
+      if (!DNS_NAME.test(input)) return fail(`must be ${what}, got ${show(input)}`);
+      return input;
+    })
+    .optional();
+}
 
 /** apiserver.health.path: an absolute request path (a query is allowed). */
-export const healthPathField = z
-  .unknown()
-  .transform((input, ctx): string => {
-    const fail = rejecter(ctx, input);
-    if (input === null) {
-      return fail(`has no value: expected a request path such as "/readyz" (or delete the key to get the default, ${DEFAULTS.healthPath})`);
-    }
-    if (typeof input !== 'string') return fail(`must be a request path such as "/readyz", got ${show(input)}`);
-    if (!input.startsWith('/')) return fail(`must start with "/", e.g. "/readyz", got ${show(input)}`);
-    if (/[\s\x00-\x1f\x7f]/.test(input)) return fail(`must not contain spaces or control characters (percent-encode them), got ${show(input)}`);
-    if (input.includes('#')) return fail(`must not contain a fragment ("#…"): it is never sent to the server, got ${show(input)}`);
-    if (input.length > 1024) return fail(`must be at most 1024 characters, got ${input.length}`);
-    return input;
-  })
-  .prefault(DEFAULTS.healthPath);
+export function healthPathField() {
+  return z
+    .unknown()
+    .transform((input, ctx): string => {
+      const fail = rejecter(ctx, input);
+      if (input === null) {
+        return fail(`has no value: expected a request path such as "/readyz" (or delete the key to get the default, ${DEFAULTS.healthPath})`);
+      }
+      if (typeof input !== 'string') return fail(`must be a request path such as "/readyz", got ${show(input)}`);
+      if (!input.startsWith('/')) return fail(`must start with "/", e.g. "/readyz", got ${show(input)}`);
+      if (/[\s\x00-\x1f\x7f]/.test(input)) return fail(`must not contain spaces or control characters (percent-encode them), got ${show(input)}`);
+      if (input.includes('#')) return fail(`must not contain a fragment ("#…"): it is never sent to the server, got ${show(input)}`);
+      if (input.length > 1024) return fail(`must be at most 1024 characters, got ${input.length}`);
+      return input;
+    })
+    .prefault(DEFAULTS.healthPath);
+}
 
 /** The default health timeout for an interval: 1 s, or the interval when that is shorter (a check ends before the next is due). */
 export const defaultHealthTimeoutMs = (intervalMs: number): number => Math.min(parseDuration(DEFAULTS.healthTimeout), intervalMs);
