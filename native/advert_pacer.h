@@ -3,8 +3,9 @@
 // starved by other processes). The engine sends every advert itself; the pacer only watches the
 // time of its last send, and when none came for 1.5 × Advertisement_Interval it sends the
 // current adverts in its place, every Advertisement_Interval, until the engine sends again, or
-// until the engine has been silent for the hold time: then it stops, so that a wedged agent
-// loses the VIP (RFC 9568 §6.4.3: a Backup takes over Master_Down_Interval after the last advert).
+// until the engine has been silent for the hold time (src/vrrp/engine.ts pacerHoldMs): then it
+// stops, so that a wedged agent loses the VIP (RFC 9568 §6.4.2: a Backup takes over
+// Master_Down_Interval after the last advert).
 //
 // With authenticated adverts (docs/auth.md) it signs what it sends (HMAC-SHA256 from the
 // OpenSSL that node carries), taking sequence numbers from the counter the engine's own sends

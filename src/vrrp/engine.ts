@@ -156,12 +156,25 @@ export interface EngineTiming {
 }
 
 /**
- * The advert pacer's hold time, ms: when the engine's thread has sent nothing for this long
- * (or 3 × Advertisement_Interval, whichever is longer), the pacer stops sending for it, so that
- * a wedged agent loses the VIP a Master_Down_Interval later instead of holding it forever.
- * Shorter stalls (GC pauses, a long synchronous task, a starved CPU) cost no failover.
+ * The advert pacer's hold time, ms, at most: when the engine's thread has sent nothing for this
+ * long the pacer stops sending for it, so that a wedged agent loses the VIP a
+ * Master_Down_Interval later instead of holding it forever. Shorter stalls (GC pauses, a long
+ * synchronous task, a starved CPU) cost no failover. See {@link pacerHoldMs}.
  */
 export const PACER_HOLD_MS = 2000;
+
+/**
+ * The hold for these settings, ms: {@link PACER_HOLD_MS}, shortened where the VIPs' valid
+ * lifetime (vipLifetimeMs, renewed every third of it by this same thread) would run out first:
+ * from a stall's start a VIP lives at least two thirds of its lifetime, which must cover the hold
+ * and the Backup's Master_Down_Interval after it (< 4 × Advertisement_Interval), or the VIP
+ * would vanish from this node while its adverts still keep the Backups away.
+ * @param o vipLifetimeMs (0 = permanent) and advertisementIntervalCs (centiseconds); owner: its VIPs are its own addresses.
+ */
+export function pacerHoldMs(o: { vipLifetimeMs: number; advertisementIntervalCs: number; owner: boolean }): number {
+  if (o.owner || o.vipLifetimeMs <= 0) return PACER_HOLD_MS;
+  return Math.max(0, Math.min(PACER_HOLD_MS, (2 * o.vipLifetimeMs) / 3 - 4 * o.advertisementIntervalCs * 10));
+}
 
 /** A fixed-size histogram over TIMING_BOUNDS_MS: adding allocates nothing. */
 class TimingHistogram {
@@ -768,7 +781,7 @@ export class VrrpEngine {
     if (round === null ? had === null : had !== null && had.length === round.length && had.every((a, i) => a.message === round[i]!.message && a.destination === round[i]!.destination)) return;
     this.paced = round;
     const intervalMs = this.opts.advertisementIntervalCs * 10;
-    edge.pace(round, intervalMs, Math.max(PACER_HOLD_MS, 3 * intervalMs));
+    edge.pace(round, intervalMs, Math.max(1, pacerHoldMs(this.opts)));
   }
 
   /** After a silence of this thread (ms) while Active: says what the pacer did meanwhile. */
@@ -778,7 +791,7 @@ export class VrrpEngine {
     const seen = this.pacerSeen;
     const intervalMs = this.opts.advertisementIntervalCs * 10;
     const fields = { silentMs: Math.round(silentMs), advertisementIntervalMs: intervalMs, pacerSent: st.sent - seen.sent };
-    if (st.holds > seen.holds) this.limited.log('warn', 'pacer:hold', { ...fields, holdMs: Math.max(PACER_HOLD_MS, 3 * intervalMs) }, 'the election thread was silent longer than the advert pacer\'s hold: the pacer stopped sending, and a Backup may have taken over');
+    if (st.holds > seen.holds) this.limited.log('warn', 'pacer:hold', { ...fields, holdMs: pacerHoldMs(this.opts) }, 'the election thread was silent longer than the advert pacer\'s hold: the pacer stopped sending, and a Backup may have taken over');
     else if (st.covers > seen.covers) this.limited.log('info', 'pacer:cover', fields, 'the election thread was silent; the advert pacer sent its adverts meanwhile');
     if (st.sendErrors > seen.sendErrors) this.limited.log('warn', 'pacer:send', { sendErrors: st.sendErrors - seen.sendErrors, code: st.lastErrno > 0 ? getSystemErrorName(-st.lastErrno) : 'HMAC' }, 'the advert pacer could not send some adverts');
     this.pacerSeen = { covers: st.covers, holds: st.holds, sent: st.sent, sendErrors: st.sendErrors };

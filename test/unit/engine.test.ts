@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PACER_HOLD_MS, PRECISE_WAIT_MS, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -676,11 +676,25 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
     expect(pacing.started).toStrictEqual([{ realtimePriority: 0, auth: null }]);
     expect(pacing.calls).toStrictEqual(['send 100', 'pace 100', 'add 10.0.0.100 0']);
-    // the hold: PACER_HOLD_MS, or 3 × the interval when longer
+    // the hold: PACER_HOLD_MS (permanent VIPs here: vipLifetimeMs 0)
     expect(pacing.paceArgs).toStrictEqual([{ intervalMs: 100, holdMs: PACER_HOLD_MS }]);
     await vi.advanceTimersByTimeAsync(300);
     expect(pacing.calls.filter((c) => c.startsWith('pace'))).toStrictEqual(['pace 100']);
     expect(pacing.adverts.length).toBe(4);
+    await e.stop();
+  });
+
+  it('the hold is 2 s unless the VIPs\' lifetime would run out first: two thirds of it must cover the hold and a Backup\'s Master_Down_Interval', async () => {
+    expect(pacerHoldMs({ vipLifetimeMs: 5000, advertisementIntervalCs: 10, owner: false })).toBe(PACER_HOLD_MS);
+    expect(pacerHoldMs({ vipLifetimeMs: 0, advertisementIntervalCs: 10, owner: false })).toBe(PACER_HOLD_MS);
+    expect(pacerHoldMs({ vipLifetimeMs: 2000, advertisementIntervalCs: 10, owner: true })).toBe(PACER_HOLD_MS);
+    // 2000 × 2/3 − 4 × 100
+    expect(pacerHoldMs({ vipLifetimeMs: 2000, advertisementIntervalCs: 10, owner: false })).toBeCloseTo(933.33, 2);
+    // 1 s adverts and a 2 s lifetime: nothing to cover with
+    expect(pacerHoldMs({ vipLifetimeMs: 2000, advertisementIntervalCs: 100, owner: false })).toBe(0);
+    const e = await start({ vipLifetimeMs: 2000 });
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
+    expect(pacing.paceArgs[0]!.holdMs).toBeCloseTo(933.33, 2);
     await e.stop();
   });
 
