@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstring>
 #include <system_error>
-#include <time.h>
 
 // HMAC-SHA256 from the OpenSSL inside node (its symbols are exported for addons, like libuv's;
 // OpenSSL 3's one-shot HMAC(3), not deprecated), declared here so that building needs no
@@ -114,6 +113,8 @@ PacerStats AdvertPacer::Stats() {
 }
 
 void* AdvertPacer::Main(void* self) {
+  // the name `top -H` and /proc/PID/task/*/comm show (15 bytes at most)
+  pthread_setname_np(pthread_self(), "vrrp-pacer");
   static_cast<AdvertPacer*>(self)->Run();
   return nullptr;
 }
@@ -150,7 +151,9 @@ void AdvertPacer::Run() {
 }
 
 void AdvertPacer::SendRound() {
-  std::vector<uint8_t> payload;
+  // no allocation on this thread: a message is at most 1500 bytes (the socket's limit)
+  uint8_t input[1 + 2 * 16 + 1500 + kAuthHead];
+  uint8_t payload[1500 + kAuthHead + kMacLength];
   for (const PacedAdvert& a : adverts_) {
     const uint8_t* data = a.message.data();
     size_t length = a.message.size();
@@ -160,29 +163,30 @@ void AdvertPacer::SendRound() {
       uint8_t head[kAuthHead] = {kAuthMagic, kAuthVersion, 0, 0};
       for (int i = 0; i < 8; i++) head[4 + i] = static_cast<uint8_t>(sequence >> (56 - 8 * i));
       const size_t addressLength = route_.family == 4 ? 4 : 16;
-      std::vector<uint8_t> input;
-      input.reserve(1 + 2 * addressLength + length + kAuthHead);
-      input.push_back(static_cast<uint8_t>(route_.family));
-      const uint8_t* source = route_.family == 4 ? reinterpret_cast<const uint8_t*>(&route_.source4)
-                                                 : reinterpret_cast<const uint8_t*>(&route_.source6);
-      input.insert(input.end(), source, source + addressLength);
-      input.insert(input.end(), a.to.bytes, a.to.bytes + addressLength);
-      input.insert(input.end(), data, data + length);
-      input.insert(input.end(), head, head + kAuthHead);
-      uint8_t mac[kMacLength];
+      const void* source = route_.family == 4 ? static_cast<const void*>(&route_.source4)
+                                              : static_cast<const void*>(&route_.source6);
+      size_t n = 0;
+      input[n++] = static_cast<uint8_t>(route_.family);
+      std::memcpy(input + n, source, addressLength);
+      n += addressLength;
+      std::memcpy(input + n, a.to.bytes, addressLength);
+      n += addressLength;
+      std::memcpy(input + n, data, length);
+      n += length;
+      std::memcpy(input + n, head, kAuthHead);
+      n += kAuthHead;
       unsigned int macLength = 0;
-      if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), input.data(), input.size(), mac,
-               &macLength) == nullptr ||
+      std::memcpy(payload, data, length);
+      std::memcpy(payload + length, head, kAuthHead);
+      if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), input, n,
+               payload + length + kAuthHead, &macLength) == nullptr ||
           macLength != kMacLength) {
         stats_.sendErrors++;
         stats_.lastErrno = EINVAL;
         continue;
       }
-      payload.assign(data, data + length);
-      payload.insert(payload.end(), head, head + kAuthHead);
-      payload.insert(payload.end(), mac, mac + kMacLength);
-      data = payload.data();
-      length = payload.size();
+      data = payload;
+      length += kAuthHead + kMacLength;
     }
     const int err = SendDatagram(fd_, route_, a.to, data, length);
     if (err == 0) {

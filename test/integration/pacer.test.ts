@@ -8,7 +8,7 @@
  * after the engine's last, Master_Down_Interval (RFC 9568 §6.1) = 3 × 100 ms + Skew_Time, the
  * hold (engine.ts PACER_HOLD_MS).
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -135,6 +135,23 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
     expect((await a1!.status()).timing!.pacer!.holds).toBe(1);
     expect(a1!.logLines().filter((l) => String(l.msg).startsWith('the election thread was silent longer than the advert pacer\'s hold'))).toHaveLength(1);
     console.log(`holder blocked ${stallMs} ms: n2 took over ${tookOverMs} ms after the block began (hold ${PACER_HOLD_MS} ms + Master_Down_Interval ${mdi} ms, Skew_Time ${skewTimeMs(100, INTERVAL_MS / 10)} ms)`);
+  });
+
+  it('vrrp.realtimePriority: the pacer thread (vrrp-pacer) runs SCHED_FIFO at that priority, the main thread stays SCHED_OTHER', async () => {
+    const [a1] = await start([{ priority: 150, realtimePriority: 20 }]);
+    await waitForHolder(lab, lab.vip4, 'n1');
+    const pid = a1!.proc.pid;
+    const tasks = readdirSync(`/proc/${pid}/task`);
+    const named = tasks.filter((t) => readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'vrrp-pacer');
+    expect(named).toHaveLength(1);
+    const sched = (tid: string): { policy: number; prio: number } => {
+      const text = readFileSync(`/proc/${pid}/task/${tid}/sched`, 'utf8');
+      return { policy: Number(/^policy\s*:\s*(\d+)/m.exec(text)![1]), prio: Number(/^prio\s*:\s*(\d+)/m.exec(text)![1]) };
+    };
+    // SCHED_FIFO = 1 (sched(7)); the kernel's prio for real-time priority p is 99 − p
+    expect(sched(named[0]!)).toStrictEqual({ policy: 1, prio: 99 - 20 });
+    expect(sched(String(pid)).policy).toBe(0);
+    expect(a1!.logLines().some((l) => l.msg === 'the advert pacer thread runs SCHED_FIFO (vrrp.realtimePriority)')).toBe(true);
   });
 
   it('a Backup\'s main thread blocked 500 ms (past its Master_Down_Interval): it reads the waiting adverts first, zero transitions', async () => {
