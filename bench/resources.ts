@@ -54,7 +54,7 @@ const MAX_ROUNDS = 20;
 const DEFAULT_WARMUP_S = 5;
 const DEFAULT_SECONDS = 10;
 /** the environment the shipped launchers give the agent (scripts/package.sh's /usr/bin/ballast, scripts/image.sh) */
-export const SHIPPED_ENV = { MALLOC_ARENA_MAX: '2' } as const;
+export const SHIPPED_ENV = { MALLOC_ARENA_MAX: '1' } as const;
 
 export type ResourceSetup = 'ballast' | 'keepalivedHaproxy';
 const SETUPS: readonly ResourceSetup[] = ['ballast', 'keepalivedHaproxy'];

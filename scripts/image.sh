@@ -10,7 +10,7 @@
 #   time: docs (the copyright file is kept), man/info pages, lintian overrides, locales, systemd
 #   units, iconv modules; the package's dpkg record goes to /var/lib/dpkg/status.d/ (as distroless
 #   does, so image scanners see the packages)
-#   -> buildah from scratch, config (labels, entrypoint node cli.js, cmd run --config, user root, env MALLOC_ARENA_MAX=2),
+#   -> buildah from scratch, config (labels, entrypoint node cli.js, cmd run --config, user root, env MALLOC_ARENA_MAX=1),
 #      commit to an oci-archive; buildah's storage is a temp dir, removed at the end: nothing is
 #      left in the machine's containers-storage
 #   -> dist-pkg/ballast_<version>.oci.tar and dist-pkg/ballast_<version>.spdx.json (SPDX 2.3:
@@ -183,7 +183,7 @@ esac
   --user root \
   --workingdir / \
   --env PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-  --env MALLOC_ARENA_MAX=2 \
+  --env MALLOC_ARENA_MAX=1 \
   --entrypoint '["/usr/lib/ballast/bin/node","/usr/lib/ballast/dist/src/cli.js"]' \
   --cmd '["run","--config","/etc/ballast/ballast.yaml"]' \
   --stop-signal SIGTERM \

@@ -105,8 +105,8 @@ strip "$lib/bin/node"
 
 # --- ballast on PATH, the unit, the example configuration --------------------------------------
 # MALLOC_ARENA_MAX: glibc reads it before Node starts its threads (mallopt from the addon comes too
-# late); 2 arenas instead of one per thread: docs/performance.md, "What was done"
-printf '#!/bin/sh\nexport MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"\nexec /usr/lib/ballast/bin/node /usr/lib/ballast/dist/src/cli.js "$@"\n' > "$stage/usr/bin/ballast"
+# late); one arena instead of one per thread: docs/performance.md, "What was done"
+printf '#!/bin/sh\nexport MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-1}"\nexec /usr/lib/ballast/bin/node /usr/lib/ballast/dist/src/cli.js "$@"\n' > "$stage/usr/bin/ballast"
 chmod 0755 "$stage/usr/bin/ballast"
 "$lib/bin/node" -e '
   import(process.argv[1]).then((m) => process.stdout.write(m.systemdUnit({ configPath: "/etc/ballast/ballast.yaml" })));
