@@ -44,7 +44,7 @@ int64_t AdvertPacer::Now() {
 
 int AdvertPacer::Start(int rtPriority) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (started_) return -1;
+  if (started_ || stop_) return -1;
   int refused = 0;
   if (rtPriority > 0) {
     pthread_attr_t attr;
@@ -70,9 +70,11 @@ int AdvertPacer::Start(int rtPriority) {
 void AdvertPacer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!started_ || stop_) return;
+    const bool running = started_ && !stop_;
+    // also before Start: nothing may run after a Stop
     stop_ = true;
     adverts_.clear();
+    if (!running) return;
   }
   wake_.notify_all();
   pthread_join(thread_, nullptr);

@@ -47,7 +47,7 @@ class AdvertPacer {
 
   // Starts the thread, at SCHED_FIFO `rtPriority` when it is > 0. Returns 0, or the errno that
   // refused the real-time policy (the thread then runs with normal scheduling); -1 when already
-  // started; throws std::system_error when no thread can be created.
+  // started or stopped; throws std::system_error when no thread can be created.
   int Start(int rtPriority);
   // Ends the thread (joins it). Idempotent. After it, nothing is sent.
   void Stop();

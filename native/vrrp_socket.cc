@@ -386,7 +386,8 @@ Napi::Value VrrpSocket::StartPacer(const Napi::CallbackInfo& info) {
   } catch (const std::system_error& e) {
     ThrowSystemError(env, e.code().value(), "pthread_create", ifname_);
   }
-  return Napi::Number::New(env, refused < 0 ? 0 : refused);
+  if (refused < 0) ThrowSystemError(env, EALREADY, "pthread_create", ifname_);
+  return Napi::Number::New(env, refused);
 }
 
 Napi::Value VrrpSocket::Pace(const Napi::CallbackInfo& info) {
@@ -415,7 +416,11 @@ Napi::Value VrrpSocket::Pace(const Napi::CallbackInfo& info) {
   if (!info[1].IsNumber() || !info[2].IsNumber()) ThrowTypeError(env, "intervalMs and holdMs must be numbers");
   const double interval = info[1].As<Napi::Number>().DoubleValue();
   const double hold = info[2].As<Napi::Number>().DoubleValue();
-  if (!(interval > 0) || !(hold > 0)) ThrowTypeError(env, "intervalMs and holdMs must be > 0");
+  // Advertisement_Interval is 10 ms to 40.95 s (RFC 9568 §5.2.7, 12 bits of centiseconds); the
+  // hold at most a day: bounded, so the nanoseconds fit and no wait is zero
+  if (!(interval >= 1 && interval <= 1e7) || !(hold >= 1 && hold <= 8.64e7)) {
+    ThrowTypeError(env, "intervalMs must be 1..1e7 and holdMs 1..8.64e7");
+  }
   core_->pacer->Pace(std::move(adverts), static_cast<int64_t>(interval * 1e6), static_cast<int64_t>(hold * 1e6));
   return env.Undefined();
 }

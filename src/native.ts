@@ -494,11 +494,11 @@ export class VrrpSocket {
    * Starts the socket's advert pacer thread (native/advert_pacer.h), idle until
    * {@link VrrpSocket.pace} gives it adverts. `realtimePriority` 1..99 asks for SCHED_FIFO at
    * that priority (sched(7); the rest of the process keeps its scheduling), 0 for normal
-   * scheduling. Only the first call starts it.
+   * scheduling. Once per socket.
    * @returns null, or the errno name that refused SCHED_FIFO (EPERM without CAP_SYS_NICE or a
    *   real-time budget): the thread then runs with normal scheduling.
    * @throws TypeError when realtimePriority is not 0..99; NativeError (pthread_create) when no
-   *   thread can be created, EBADF when closed.
+   *   thread can be created, EALREADY when it was started before, EBADF when closed.
    */
   startPacer(realtimePriority: number): string | null {
     if (!Number.isInteger(realtimePriority) || realtimePriority < 0 || realtimePriority > 99) throw new TypeError(`realtimePriority must be an integer 0..99, got ${String(realtimePriority)}`);
@@ -512,7 +512,8 @@ export class VrrpSocket {
    * (Advertisement_Interval, ms) until the next send, and nothing once the last send is
    * `holdMs` (ms) old. `null`: not Active, nothing is sent. With {@link VrrpSocket.setAuth}
    * each is signed as it goes (docs/auth.md). The call counts as a send.
-   * @throws TypeError when an advert or a number is invalid (nothing changed then).
+   * @throws TypeError when an advert is invalid, intervalMs is not 1..1e7 or holdMs not
+   *   1..8.64e7 (nothing changed then).
    */
   pace(adverts: readonly PacedAdvert[] | null, intervalMs: number, holdMs: number): void {
     if (adverts) {

@@ -167,14 +167,18 @@ export const PACER_HOLD_MS = 2000;
  * The hold for these settings, ms: {@link PACER_HOLD_MS}, shortened where the VIPs' valid
  * lifetime (vipLifetimeMs, renewed every third of it by this same thread) would run out first:
  * from a stall's start a VIP lives at least two thirds of its lifetime, which must cover the hold
- * and the Backup's Master_Down_Interval after it (< 4 × Advertisement_Interval), or the VIP
- * would vanish from this node while its adverts still keep the Backups away.
- * @param o vipLifetimeMs (0 = permanent) and advertisementIntervalCs (centiseconds); owner: its VIPs are its own addresses.
+ * (less {@link PACER_HOLD_MARGIN_MS}), or the VIP would vanish from this node while the pacer's
+ * adverts still keep the Backups away. 0 (or less than 1.5 × Advertisement_Interval) means the
+ * pacer never sends: vipLifetime 2s at 1 s adverts, for one.
+ * @param o vipLifetimeMs (0 = permanent); owner: its VIPs are its own addresses.
  */
-export function pacerHoldMs(o: { vipLifetimeMs: number; advertisementIntervalCs: number; owner: boolean }): number {
+export function pacerHoldMs(o: { vipLifetimeMs: number; owner: boolean }): number {
   if (o.owner || o.vipLifetimeMs <= 0) return PACER_HOLD_MS;
-  return Math.max(0, Math.min(PACER_HOLD_MS, (2 * o.vipLifetimeMs) / 3 - 4 * o.advertisementIntervalCs * 10));
+  return Math.max(0, Math.min(PACER_HOLD_MS, (2 * o.vipLifetimeMs) / 3 - PACER_HOLD_MARGIN_MS));
 }
+
+/** What the VIPs' remaining lifetime keeps beyond the hold, ms: a renewal timer that ran late. */
+export const PACER_HOLD_MARGIN_MS = 250;
 
 /** A fixed-size histogram over TIMING_BOUNDS_MS: adding allocates nothing. */
 class TimingHistogram {
@@ -240,7 +244,12 @@ export type EngineEvent =
    * A Backup heard a new Active router (another source than the last one; not a resign): the
    * agent tells whether it is one of the known members (agent/election.ts).
    */
-  | { type: 'master'; address: string; priority: number; previous: string | null };
+  | { type: 'master'; address: string; priority: number; previous: string | null }
+  /**
+   * An exception escaped the engine's own processing (a timer, a packet, a netlink
+   * notification): its state can no longer be trusted; the agent unwinds and exits.
+   */
+  | { type: 'failed'; error: Error };
 
 /** What the engine is given besides its options: the OS edge and the clock (tests pass fakes). */
 export interface EngineDeps {
@@ -300,8 +309,11 @@ export class VrrpEngine {
   private readonly sendLate = new TimingHistogram();
   private readonly receiveGap = new TimingHistogram();
   private rescued = 0;
+  /** An exception escaped once (guard): reported, not again. */
+  private failed = false;
   /** The adverts handed to the pacer (null: it sends nothing) and the engine's last send, monotonic ms. */
   private paced: PacedAdvert[] | null = null;
+  private pacedTimes = { intervalMs: 0, holdMs: 0 };
   private lastSendAt = 0;
   /** The pacer's counters at the last look (covers and holds are logged as they grow). */
   private pacerSeen = { covers: 0, holds: 0, sent: 0, sendErrors: 0 };
@@ -410,10 +422,10 @@ export class VrrpEngine {
     this.edge = await openEdge(
       { family: o.family, ifname: o.ifname, ifindex: o.ifindex, primaryAddress: o.primaryAddress, joinGroup: !o.unicast },
       {
-        packet: (p) => this.onPacket(p),
-        socketError: (err) => this.limited.log('error', `socket:${err.code ?? err.message}`, { code: err.code, syscall: err.syscall, error: err.message }, 'VRRP socket error'),
-        link: (running) => this.onLink(running),
-        addressesChanged: () => this.onAddressesChanged(),
+        packet: (p) => this.guard(() => this.onPacket(p)),
+        socketError: (err) => this.guard(() => this.limited.log('error', `socket:${err.code ?? err.message}`, { code: err.code, syscall: err.syscall, error: err.message }, 'VRRP socket error')),
+        link: (running) => this.guard(() => this.onLink(running)),
+        addressesChanged: () => this.guard(() => this.onAddressesChanged()),
       },
     );
     this.startPacer();
@@ -446,6 +458,9 @@ export class VrrpEngine {
     const rt = this.opts.realtimePriority ?? 0;
     const refused = edge.startPacer(rt, this.auth ? { key: this.auth.signingKey(), firstSequence: this.auth.nextSequence() } : null);
     if (this.auth && edge.takeSequence) this.auth.shareSequence(() => edge.takeSequence!());
+    const intervalMs = this.opts.advertisementIntervalCs * 10;
+    const holdMs = pacerHoldMs(this.opts);
+    if (holdMs <= 1.5 * intervalMs) this.log('info', 'the advert pacer cannot cover a stalled election thread with these settings: its hold ends before its first advert would be due (a longer vipLifetime or shorter adverts give it room)', { holdMs: Math.round(holdMs), advertisementIntervalMs: intervalMs, vipLifetimeMs: this.opts.vipLifetimeMs });
     if (rt <= 0) return;
     if (refused === null) this.log('info', 'the advert pacer thread runs SCHED_FIFO (vrrp.realtimePriority)', { realtimePriority: rt });
     else this.log('warn', 'cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', { realtimePriority: rt, code: refused });
@@ -455,6 +470,7 @@ export class VrrpEngine {
   setPriority(priority: number): void {
     if (this.opts.owner) return;
     this.feed({ type: 'priority', now: this.now(), priority });
+    this.repace();
   }
 
   /** Holds (true) or releases preemption of a lower-priority Active router; see MachineEvent `preemptHold`. */
@@ -534,6 +550,7 @@ export class VrrpEngine {
       for (const action of this.machine.handle({ type: 'standby', now: this.now(), standby })) this.carryOut(action);
     }
     this.schedule();
+    this.repace();
     this.log('info', 'election reconfigured', { changed: Object.keys(patch).filter((k) => patch[k as keyof EngineReconfigure] !== undefined) });
     await (addressesDone ?? this.vipQueue);
   }
@@ -658,7 +675,29 @@ export class VrrpEngine {
    * socket, and the Backup would take over from a live master. So a Backup first reads what
    * waits in the socket (edge.receivePending); the tick then acts only on what is still due.
    */
-  private readonly onTimer = (): void => {
+  /**
+   * Runs one of the engine's entry points from the event loop (a timer, an edge input): an
+   * exception is reported once as `failed` instead of becoming the process's uncaught exception,
+   * so that the agent can unwind (priority 0 where it can, VIPs removed) before it exits.
+   */
+  private guard(f: () => void): void {
+    try {
+      f();
+    } catch (err) {
+      if (this.failed) return;
+      this.failed = true;
+      this.emit({ type: 'failed', error: err instanceof Error ? err : new Error(String(err)) });
+    }
+  }
+
+  /** Closes every socket now, synchronously (the pacer's thread ends first): for a process that exits without stop(). */
+  closeSockets(): void {
+    this.edge?.close();
+  }
+
+  private readonly onTimer = (): void => this.guard(this.tick);
+
+  private readonly tick = (): void => {
     this.timer = null;
     if (this.preciseWait && this.precise() && this.due !== null) {
       // woken PRECISE_WAIT_MS early (schedule), up to 1 ms more (libuv's loop time is whole ms
@@ -778,10 +817,30 @@ export class VrrpEngine {
     const edge = this.edge;
     if (!edge?.pace) return;
     const had = this.paced;
-    if (round === null ? had === null : had !== null && had.length === round.length && had.every((a, i) => a.message === round[i]!.message && a.destination === round[i]!.destination)) return;
-    this.paced = round;
     const intervalMs = this.opts.advertisementIntervalCs * 10;
-    edge.pace(round, intervalMs, Math.max(1, pacerHoldMs(this.opts)));
+    // a reload can change the hold (vipLifetime) or the interval with the same adverts
+    const holdMs = Math.max(1, pacerHoldMs(this.opts));
+    const same = round === null ? had === null : had !== null && had.length === round.length && had.every((a, i) => a.message === round[i]!.message && a.destination === round[i]!.destination);
+    if (same && (round === null || (this.pacedTimes.intervalMs === intervalMs && this.pacedTimes.holdMs === holdMs))) return;
+    this.paced = round;
+    this.pacedTimes = { intervalMs, holdMs };
+    edge.pace(round, intervalMs, holdMs);
+  }
+
+  /**
+   * After a priority change or a reconfigure while Active: the pacer gets the adverts the next
+   * send will carry now, not at that send (a stall in between would advertise the old ones).
+   */
+  private repace(): void {
+    if (this.machine.state !== 'active' || this.paced === null) return;
+    const o = this.opts;
+    const dests = o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+    const priority = this.machine.snapshot().effectivePriority;
+    try {
+      this.pace(dests.map((destination, i) => ({ message: this.encoded(i, priority, destination), destination })));
+    } catch {
+      // the next send reports what cannot be encoded
+    }
   }
 
   /** After a silence of this thread (ms) while Active: says what the pacer did meanwhile. */

@@ -72,6 +72,13 @@ class GcPauses {
 export class VrrpHost {
   private stopping: Promise<void> | null = null;
 
+  /**
+   * A process that exits without stop() (process.exit at a stop's deadline, a fatal error):
+   * the sockets close first, so that the pacer's thread has ended before the runtime's own
+   * exit handlers (OpenSSL's among them) run.
+   */
+  private readonly onExit = (): void => this.engine.closeSockets();
+
   private constructor(
     private readonly engine: VrrpEngine,
     private readonly gc: GcPauses,
@@ -87,10 +94,13 @@ export class VrrpHost {
    */
   static async start(opts: EngineOptions, onEvent: (ev: EngineEvent | { type: 'crash'; error: Error }) => void): Promise<VrrpHost> {
     const gc = new GcPauses();
-    const deliver = (ev: EngineEvent): void => queueMicrotask(() => onEvent(ev));
+    // an exception the engine caught in its own processing is the election's crash
+    const deliver = (ev: EngineEvent): void => queueMicrotask(() => onEvent(ev.type === 'failed' ? { type: 'crash', error: ev.error } : ev));
     try {
       const engine = await VrrpEngine.start(opts, deliver, { gcStats: () => gc.stats() });
-      return new VrrpHost(engine, gc, onEvent);
+      const host = new VrrpHost(engine, gc, onEvent);
+      process.once('exit', host.onExit);
+      return host;
     } catch (err) {
       gc.close();
       const e = err as Error & { code?: string; syscall?: string };
@@ -148,6 +158,7 @@ export class VrrpHost {
       void this.engine.stop().finally(() => {
         clearTimeout(t);
         this.gc.close();
+        process.removeListener('exit', this.onExit);
         resolve();
       });
     });

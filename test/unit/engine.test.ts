@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -684,27 +684,43 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     await e.stop();
   });
 
-  it('the hold is 2 s unless the VIPs\' lifetime would run out first: two thirds of it must cover the hold and a Backup\'s Master_Down_Interval', async () => {
-    expect(pacerHoldMs({ vipLifetimeMs: 5000, advertisementIntervalCs: 10, owner: false })).toBe(PACER_HOLD_MS);
-    expect(pacerHoldMs({ vipLifetimeMs: 0, advertisementIntervalCs: 10, owner: false })).toBe(PACER_HOLD_MS);
-    expect(pacerHoldMs({ vipLifetimeMs: 2000, advertisementIntervalCs: 10, owner: true })).toBe(PACER_HOLD_MS);
-    // 2000 × 2/3 − 4 × 100
-    expect(pacerHoldMs({ vipLifetimeMs: 2000, advertisementIntervalCs: 10, owner: false })).toBeCloseTo(933.33, 2);
-    // 1 s adverts and a 2 s lifetime: nothing to cover with
-    expect(pacerHoldMs({ vipLifetimeMs: 2000, advertisementIntervalCs: 100, owner: false })).toBe(0);
+  it('the hold is 2 s unless the VIPs\' lifetime would run out first: two thirds of it, less a margin, must cover it', async () => {
+    expect(pacerHoldMs({ vipLifetimeMs: 5000, owner: false })).toBe(PACER_HOLD_MS);
+    expect(pacerHoldMs({ vipLifetimeMs: 0, owner: false })).toBe(PACER_HOLD_MS);
+    expect(pacerHoldMs({ vipLifetimeMs: 2000, owner: true })).toBe(PACER_HOLD_MS);
+    // 2000 × 2/3 − 250
+    expect(pacerHoldMs({ vipLifetimeMs: 2000, owner: false })).toBeCloseTo(2000 * (2 / 3) - PACER_HOLD_MARGIN_MS, 6);
     const e = await start({ vipLifetimeMs: 2000 });
     await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)));
-    expect(pacing.paceArgs[0]!.holdMs).toBeCloseTo(933.33, 2);
+    expect(pacing.paceArgs[0]!.holdMs).toBeCloseTo(1083.33, 2);
+    // a reload of vipLifetime alone: the same adverts, a new hold
+    await e.reconfigure({ vipLifetimeMs: 5000 });
+    expect(pacing.paceArgs.at(-1)).toStrictEqual({ intervalMs: 100, holdMs: PACER_HOLD_MS });
+    expect(pacing.rounds.at(-1)).toStrictEqual([{ priority: 100, destination: '224.0.0.18' }]);
     await e.stop();
   });
 
-  it('a new priority is handed over with the advert that carries it', async () => {
+  it('a new priority reaches the pacer at once, before the advert that carries it (a stall in between advertises the new one)', async () => {
     const e = await start();
     await vi.advanceTimersByTimeAsync(400);
     pacing.calls = [];
     e.setPriority(90);
+    expect(pacing.calls).toStrictEqual(['pace 90']);
     await vi.advanceTimersByTimeAsync(100);
-    expect(pacing.calls.slice(0, 2)).toStrictEqual(['send 90', 'pace 90']);
+    expect(pacing.calls).toStrictEqual(['pace 90', 'send 90']);
+    await e.stop();
+  });
+
+  it('an exception in the engine\'s own processing is one failed event, not an uncaught exception', async () => {
+    const e = await start();
+    pacing.receivePending = () => {
+      throw new Error('boom');
+    };
+    // a Backup's Master_Down_Timer reads the socket first: the edge throws there
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 10);
+    const failed = events.filter((ev) => ev.type === 'failed');
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.type === 'failed' && failed[0]!.error.message).toBe('boom');
     await e.stop();
   });
 
