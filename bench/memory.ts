@@ -6,7 +6,8 @@
  * 2 s), the VIP data plane (nftables), the eBPF local endpoint, VRRPv3 adverts every 100 ms —
  * alone on its VRID, so it becomes master.
  *
- * Every variant (a name, environment variables and node arguments placed before the CLI script)
+ * Every variant (a name, environment variables over the shipped environment (bench/resources.ts
+ * SHIPPED_ENV, as the launchers set it) and node arguments placed before the CLI script)
  * is started `--starts` times (default 5), the variants interleaved; each start is measured after
  * `--warmup` seconds (default 5) once it is master with 3 healthy backends:
  *   rss, pss, anon, file   /proc/PID/smaps_rollup (KiB → MiB)
@@ -30,6 +31,7 @@ import { errText, intArg, progress, round1, say } from './common.js';
 import { stats } from './stats.js';
 import { cpuPercent, parseSmapsRollup, sampleTree } from './procfs.js';
 import { runIfMain } from '../lab/entry.js';
+import { SHIPPED_ENV } from './resources.js';
 
 const PREFIX = 'brss';
 const SUBNET = 142;
@@ -113,7 +115,8 @@ async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number
       extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } },
     }));
   const probeOut = join(lab.dir, `probe-${i}.json`);
-  const env = { ...(v.env ?? {}), ...(v.env?.RSS_PROBE ? { RSS_PROBE_OUT: probeOut } : {}) };
+  // the environment the shipped launchers give the agent, under the variant's own
+  const env = { ...SHIPPED_ENV, ...(v.env ?? {}), ...(v.env?.RSS_PROBE ? { RSS_PROBE_OUT: probeOut } : {}) };
   const proc = lab.spawn(n1.netns, [process.execPath, ...(v.nodeArgs ?? []), v.cli ?? cliPath(), 'run', '--config', configPath], { logFile: join(lab.dir, `n1-${i}.log`), env, hostMounts: true });
   const agent = new LabAgent(lab, n1, proc, configPath);
   try {

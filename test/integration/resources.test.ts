@@ -34,18 +34,17 @@ const PRIORITY = 150;
 const MASTER_DOWN_MS = 3 * ADVERT_MS + ((256 - PRIORITY) * ADVERT_MS) / 256;
 const TIMER_SLACK_MS = 5;
 const SCHEDULING_MS = 250;
-/** process start → first advert: Master_Down_Interval plus the start-up (modules, config, preflight, nft, BPF, worker), on 2 shared cores */
+/** process start → first advert: Master_Down_Interval plus the start-up (modules, config, preflight, nft, BPF, the engine's sockets), on 2 shared cores */
 const START_BUDGET_MS = 4000;
 /**
- * The budget, MiB: the most this agent measured once it had released its start-up memory, plus
- * 7 %: 74.2–76.5 MiB over 13 starts (7 in bench/memory.ts, 12 and 42 s after the backends were
- * up; 5 rounds of bench:resources, 74.3–74.5; this test's own, 74.2), 2026-12-02, with the
- * runtime bundle and --no-maglev; 76.5 × 1.07 = 81.9. Before them 79.8–82.3 (budget 88), 107–108 before the release, 117 before
- * docs/performance.md's first changes. Not the issue's 60 MiB: the election worker's isolate
- * alone is 10–12 MiB, and Node 24 with one worker thread and nothing loaded is 35 after the same
- * release (docs/performance.md, "The floor").
+ * The budget, MiB: the issue's 60. Measured once the start-up memory was released: 57.1–58.1 MiB
+ * in 5 rounds of bench:resources (2026-12-03, the election on the main thread with the native
+ * advert pacer, MALLOC_ARENA_MAX=1, --optimize-for-size), 59–61 in bench/memory.ts 42 s after
+ * the backends were up (the heap still grows a little). Before: 74.2–76.5 with the election in
+ * a worker thread (budget 82), 107–108 before the release, 117 before docs/performance.md's
+ * first changes.
  */
-const RSS_BUDGET_MIB = 82;
+const RSS_BUDGET_MIB = 60;
 /** after the release: the steady state's code is mapped back within 5 s (docs/performance.md) */
 const WARM_UP_MS = 4000;
 /** the agent releases its start-up memory RELEASE_DELAY_MS (5 s) after its start-up */
