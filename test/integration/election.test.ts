@@ -3,11 +3,11 @@
  * real gratuitous ARP, a real TLS client measuring the outage. Adverts every 100 ms.
  * Bounds come from RFC 9568 §6.1: Master_Down_Interval = 3 * interval + Skew_Time.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Lab, compiledScript, runProber } from '../../lab/lab.js';
-import { blockVrrp, resetElectionLab, cliPath, startAgent, waitForHolder, waitForSingleHolder, type AgentSettings, type LabAgent, startAgents } from '../../lab/cluster.js';
+import { blockVrrp, cliPath, startAgent, waitForHolder, waitForSingleHolder } from '../../lab/cluster.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
-import { needs, sleep, startLab, waitFor } from '../support/index.js';
+import { needs, sleep, useElectionLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'belec';
 const SUBNET = 211;
@@ -16,21 +16,9 @@ const INTERVAL_CS = 10;
 const MARGIN_MS = 250;
 
 describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', () => {
-  let lab: Lab;
-  let agents: LabAgent[] = [];
+  let lab!: Lab;
+  const { agents, start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 , apiservers: true }, (l) => (lab = l));
 
-  beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 , apiservers: true });
-  });
-  afterEach(async () => {
-    await resetElectionLab(lab, agents);
-    agents = [];
-  });
-  afterAll(async () => {
-    await lab?.teardown();
-  });
-
-  const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
 
   it('the highest priority wins, and exactly one node holds the VIP', async () => {
     const [a1, a2, a3] = await start([{ priority: 150 }, { priority: 100 }, { priority: 50 }]);

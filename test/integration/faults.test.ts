@@ -7,11 +7,11 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Lab, compiledScript } from '../../lab/lab.js';
-import { blockVrrp, resetElectionLab, startAgent, startLongconn, waitForHolder, type AgentSettings, type LabAgent, startAgents } from '../../lab/cluster.js';
+import { blockVrrp, startAgent, startLongconn, waitForHolder, type LabAgent } from '../../lab/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
-import { needs, sleep, startLab, waitFor } from '../support/index.js';
+import { needs, sleep, useElectionLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bflt';
 const SUBNET = 216;
@@ -21,21 +21,9 @@ const MARGIN_MS = 250;
 const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
 
 describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', () => {
-  let lab: Lab;
-  let agents: LabAgent[] = [];
+  let lab!: Lab;
+  const { agents, start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 }, (l) => (lab = l));
 
-  beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
-  });
-  afterEach(async () => {
-    await resetElectionLab(lab, agents);
-    agents = [];
-  });
-  afterAll(async () => {
-    await lab?.teardown();
-  });
-
-  const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
   const dropped = async (a: LabAgent, reason: string): Promise<number> => (await a.status()).counters.dropped[reason] ?? 0;
 

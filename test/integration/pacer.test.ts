@@ -11,12 +11,12 @@
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Lab, compiledScript } from '../../lab/lab.js';
-import { resetElectionLab, waitForHolder, type AgentSettings, type LabAgent, startAgents } from '../../lab/cluster.js';
+import { waitForHolder, type LabAgent } from '../../lab/cluster.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 import { PACER_HOLD_MS } from '../../src/vrrp/engine.js';
-import { needs, sleep, startLab, waitFor } from '../support/index.js';
+import { needs, sleep, useElectionLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bpac';
 const SUBNET = 157;
@@ -27,22 +27,10 @@ const FIRST_COVER_MS = 1.5 * INTERVAL_MS;
 const SLACK_MS = 40;
 
 describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root; skipped otherwise)', () => {
-  let lab: Lab;
-  let agents: LabAgent[] = [];
+  let lab!: Lab;
+  const { agents, start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 }, (l) => (lab = l));
   const hook = (ms: number): Record<string, string> => ({ NODE_OPTIONS: `--import ${pathToFileURL(compiledScript('block-main-thread')).href}`, BALLAST_TEST_BLOCK_MS: String(ms) });
 
-  beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 });
-  });
-  afterEach(async () => {
-    await resetElectionLab(lab, agents);
-    agents = [];
-  });
-  afterAll(async () => {
-    await lab?.teardown();
-  });
-
-  const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
 
   /** Blocks `a`'s main thread (its hook's BALLAST_TEST_BLOCK_MS); resolves with the ms it measured. */

@@ -7,4 +7,4 @@
  */
 export { needs, type Need } from './needs.js';
 export { sleep, waitFor, type WaitOptions } from '../../lab/wait.js';
-export { startLab, type StartLabOptions } from './lab.js';
+export { startLab, useElectionLab, type StartLabOptions } from './lab.js';
