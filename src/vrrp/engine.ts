@@ -782,7 +782,7 @@ export class VrrpEngine {
 
   private sendAdvert(priority: number): void {
     const o = this.opts;
-    const dests = o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+    const dests = this.destinations();
     // what the pacer repeats: this round, while Active; priority 0 (shutdown, §6.4.3) ends it first
     const pacing = priority > 0 && this.machine.state === 'active';
     if (!pacing) this.pace(null);
@@ -809,6 +809,12 @@ export class VrrpEngine {
     if (silentMs > 1.5 * o.advertisementIntervalCs * 10) this.notePacer(silentMs);
   }
 
+  /** Where adverts go: the unicast peers, or the group (224.0.0.18 / ff02::12, RFC 9568 §5.1.1.2, §5.1.2.2). */
+  private destinations(): readonly string[] {
+    const o = this.opts;
+    return o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+  }
+
   /**
    * Hands the pacer this round of adverts (null: none) when it differs from what it has: the
    * encoded adverts are cached, so an unchanged round is the same Buffers.
@@ -833,8 +839,7 @@ export class VrrpEngine {
    */
   private repace(): void {
     if (this.machine.state !== 'active' || this.paced === null) return;
-    const o = this.opts;
-    const dests = o.unicast ? o.peers : [o.family === 4 ? VRRP_MULTICAST_V4 : VRRP_MULTICAST_V6];
+    const dests = this.destinations();
     const priority = this.machine.snapshot().effectivePriority;
     try {
       this.pace(dests.map((destination, i) => ({ message: this.encoded(i, priority, destination), destination })));
