@@ -1,8 +1,8 @@
 /**
- * One election engine (src/vrrp/host.ts, its worker and the native edge) in a lab namespace,
- * driven over stdin: for the tests that reconfigure a running election at the engine level
- * (peers that follow membership, members, VIPs) without a whole agent. Bounded: it stops on
- * `{"op":"stop"}`, on stdin's end, on SIGTERM, or after `--max-ms` (default 120 s).
+ * One election engine (src/vrrp/host.ts: the engine on this thread, the native edge and its
+ * advert pacer) in a lab namespace, driven over stdin: for the tests that reconfigure a running
+ * election at the engine level (peers that follow membership, members, VIPs) without a whole
+ * agent. Bounded: it stops on `{"op":"stop"}`, on stdin's end, on SIGTERM, or after `--max-ms` (default 120 s).
  *
  *   node dist/lab/vrrp-host.js --ifname eth0 --vip 10.78.S.100 --priority 200 \
  *     [--peer ADDR]... [--member ADDR]... [--interval-cs 10] [--vrid 51] [--max-ms 120000]

@@ -154,7 +154,7 @@ export async function startAgent(
       return f ? { ...d, foreignFirewall: f } : d;
     });
   // the watchdog's gate: the election answers (it runs on this thread, as the pings do)
-  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: (ms) => running.election?.host.status(ms).then(() => undefined) ?? Promise.resolve() });
+  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.status().then(() => undefined) ?? Promise.resolve() });
 
   const memory = new MemoryRelease(log);
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */

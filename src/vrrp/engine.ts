@@ -669,13 +669,6 @@ export class VrrpEngine {
   }
 
   /**
-   * The timer fired. A Backup's deadline is its Master_Down_Timer: libuv runs expired timers
-   * before it polls the sockets, so when this thread got the CPU late (a loaded machine: it was
-   * preempted while it ran), the timer fires although the master's adverts already wait in the
-   * socket, and the Backup would take over from a live master. So a Backup first reads what
-   * waits in the socket (edge.receivePending); the tick then acts only on what is still due.
-   */
-  /**
    * Runs one of the engine's entry points from the event loop (a timer, an edge input): an
    * exception is reported once as `failed` instead of becoming the process's uncaught exception,
    * so that the agent can unwind (priority 0 where it can, VIPs removed) before it exits.
@@ -697,13 +690,21 @@ export class VrrpEngine {
 
   private readonly onTimer = (): void => this.guard(this.tick);
 
+  /**
+   * The timer fired. A Backup's deadline is its Master_Down_Timer: libuv runs expired timers
+   * before it polls the sockets, so when this thread got the CPU late (a loaded machine: it was
+   * preempted while it ran), the timer fires although the master's adverts already wait in the
+   * socket, and the Backup would take over from a live master. So a Backup first reads what
+   * waits in the socket (edge.receivePending); the tick then acts only on what is still due.
+   */
   private readonly tick = (): void => {
     this.timer = null;
-    if (this.preciseWait && this.precise() && this.due !== null) {
+    const preciseWait = this.precise() ? this.preciseWait : null;
+    if (preciseWait && this.due !== null) {
       // woken PRECISE_WAIT_MS early (schedule), up to 1 ms more (libuv's loop time is whole ms
       // behind the real one): sleep the rest, bounded
       const rest = this.due - this.now();
-      if (rest > 0) this.preciseWait(Math.min(rest, PRECISE_WAIT_MS + 2));
+      if (rest > 0) preciseWait(Math.min(rest, PRECISE_WAIT_MS + 2));
     }
     if (this.machine.state === 'backup' && this.edge?.receivePending) {
       const firedFor = this.due;

@@ -108,8 +108,8 @@ export class VrrpHost {
     }
   }
 
-  /** The engine's status (`timeoutMs` is kept for callers that bound the wait: the answer is immediate). */
-  status(_timeoutMs = 1000): Promise<EngineStatus> {
+  /** The engine's status, at once (a Promise, as the agent's other status sources are). */
+  status(): Promise<EngineStatus> {
     return Promise.resolve(this.engine.status());
   }
 
