@@ -153,8 +153,8 @@ export async function startAgent(
       const f = firewall.status();
       return f ? { ...d, foreignFirewall: f } : d;
     });
-  // the watchdog's gate: the election answers (it runs on this thread, as the pings do)
-  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.status().then(() => undefined) ?? Promise.resolve() });
+  // the watchdog's gate: the election's timers run (it is on this thread, as the pings are)
+  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.alive() ?? Promise.resolve() });
 
   const memory = new MemoryRelease(log);
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */

@@ -20,8 +20,8 @@ export const DEFAULT_CONFIG_PATH = '/etc/ballast/ballast.yaml';
 export const DEFAULT_BIN_PATH = '/usr/bin/ballast';
 
 /**
- * WatchdogSec, seconds. The agent sends WATCHDOG=1 every half of it while its election
- * answers; a main thread stuck this long (not a GC pause, not a 5 s `nft` timeout) is a hung
+ * WatchdogSec, seconds. The agent sends WATCHDOG=1 every half of it while its election runs
+ * on time (vrrp/host.ts alive); a main thread stuck this long (not a GC pause, not a 5 s `nft` timeout) is a hung
  * agent that systemd should kill and restart. Failover does not wait for it: the other nodes
  * take the VIP over after Master_Down_Interval (about 3 × the advertisement interval).
  */
@@ -73,7 +73,7 @@ Before=kubelet.service
 Type=notify
 # only ballast run itself may notify, not the nft / conntrack it runs
 NotifyAccess=main
-# WATCHDOG=1 every ${WATCHDOG_SEC / 2} s while the election answers; a hung agent is killed and restarted
+# WATCHDOG=1 every ${WATCHDOG_SEC / 2} s while the election runs on time; a hung agent is killed and restarted
 WatchdogSec=${WATCHDOG_SEC}s
 # no ExecStartPre validate: ballast run checks the file first and exits 2 before it changes anything
 ExecStart=${b} run --config ${c}

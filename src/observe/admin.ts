@@ -29,7 +29,7 @@ export class ReloadUnavailable extends Error {
 
 /** What the admin server asks of the agent. */
 export interface AdminHandlers {
-  /** The current status; rejects when the election does not answer. */
+  /** The current status; rejects when the election engine is not running ("the election engine is not running"). */
   status(): Promise<StatusDocument>;
   /** The Prometheus exposition: content type and body. */
   metrics(): Promise<{ contentType: string; body: string }>;

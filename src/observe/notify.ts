@@ -7,8 +7,8 @@
  *   the election has its first state (Backup, or      READY=1  STATUS=<state line>  MAINPID=<pid>
  *     Master for the owner); no election: every
  *     phase is up
- *   every WATCHDOG_USEC / 2, once the election        WATCHDOG=1
- *     answered a status query
+ *   every WATCHDOG_USEC / 2, while the election's     WATCHDOG=1
+ *     timers run on time
  *   every 1 s, when the state line changed            STATUS=<state line>
  *   a reload starts (SIGHUP, POST /reload)            RELOADING=1  MONOTONIC_USEC=<CLOCK_MONOTONIC µs>
  *   the reload ended (applied, refused or failed)     READY=1  STATUS=<state line>
@@ -16,10 +16,12 @@
  *
  * The state line reads "MASTER for 10.0.0.100, 3 of 3 backends ready" ({@link statusLine}).
  *
- * The watchdog is gated on the election answering a status query, from the thread it runs on
- * (the main thread, vrrp/host.ts): a main thread stuck for WatchdogSec sends no ping, and systemd
- * kills the agent (SIGABRT) and, with Restart=on-failure, starts it again. (Its adverts stop
- * sooner: the advert pacer's hold, vrrp/engine.ts PACER_HOLD_MS.)
+ * The pings come from the main thread's timers, the thread the election runs on (vrrp/host.ts):
+ * a main thread stuck for WatchdogSec sends none, and systemd kills the agent (SIGABRT) and, with
+ * Restart=on-failure, starts it again. (Its adverts stop sooner: the advert pacer's hold,
+ * vrrp/engine.ts PACER_HOLD_MS.) They are also gated on the election's own timers running (its
+ * next deadline at most a second past, vrrp/host.ts alive): a thread that runs while the
+ * election's timer chain is broken sends none either.
  *
  * Without NOTIFY_SOCKET (not started by systemd) everything here is a no-op, silently.
  * {@link serviceManagerFromEnv} removes NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID from the
@@ -112,10 +114,10 @@ export interface NotifierDeps {
   /** The agent's /status document (for STATUS=). */
   status: () => Promise<StatusDocument>;
   /**
-   * The watchdog's gate: resolves once the election answered a query within `timeoutMs` (ms),
-   * rejects when it did not; resolves at once when no election runs.
+   * The watchdog's gate: resolves while the election runs on time (vrrp/host.ts alive), rejects
+   * when it does not; resolves at once when no election runs.
    */
-  alive: (timeoutMs: number) => Promise<void>;
+  alive: () => Promise<void>;
   /** Sends one message (default: the addon's notify). @throws NativeError as src/native.ts notify. */
   send?: (socket: string, message: string) => void;
   /** CLOCK_MONOTONIC µs (default {@link monotonicUsec}). */
@@ -129,7 +131,8 @@ export interface NotifierDeps {
 /**
  * The agent's notifier for `manager` (null: every method a no-op). A failed send is logged once
  * per errno until a send succeeds again; the watchdog gate's failure is logged once until the
- * election answers again: a stuck election or a vanished manager makes one line, not one per second.
+ * election runs on time again: a broken election or a vanished manager makes one line, not one
+ * per second.
  */
 export function createNotifier(manager: ServiceManager | null, deps: NotifierDeps): ServiceNotifier {
   if (manager === null) return { enabled: false, ready: () => Promise.resolve(), reloading: () => undefined, stopping: () => undefined };
@@ -186,14 +189,14 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
   };
   const ping = async (): Promise<void> => {
     try {
-      await deps.alive(Math.min(1000, Math.max(1, Math.floor(pingMs! / 2))));
+      await deps.alive();
     } catch (err) {
-      if (!gateFailing) log.warn({ err: (err as Error).message }, 'the election did not answer: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)');
+      if (!gateFailing) log.warn({ err: (err as Error).message }, 'the election is not running on time: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)');
       gateFailing = true;
       return;
     }
     if (stopped) return;
-    if (gateFailing) log.info('the election answers again: watchdog pings resumed');
+    if (gateFailing) log.info('the election runs on time again: watchdog pings resumed');
     gateFailing = false;
     put([['WATCHDOG', 1]]);
   };

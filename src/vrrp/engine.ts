@@ -683,6 +683,17 @@ export class VrrpEngine {
     }
   }
 
+  /**
+   * How late the engine's next deadline (Adver_Timer or Master_Down_Timer, RFC 9568 §6.4) is
+   * now, ms: 0 while it is ahead, when there is none (Initialize) or once stopped. A thread that
+   * runs fires the engine's timer at the deadline and sets the next, so a deadline long past
+   * means the engine's timer chain is broken (the watchdog's gate: host.ts alive).
+   */
+  overdueMs(): number {
+    if (this.stopped || this.due === null) return 0;
+    return Math.max(0, this.now() - this.due);
+  }
+
   /** Closes every socket now, synchronously (the pacer's thread ends first): for a process that exits without stop(). */
   closeSockets(): void {
     this.edge?.close();

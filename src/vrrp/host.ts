@@ -68,6 +68,13 @@ class GcPauses {
   }
 }
 
+/**
+ * How far past its deadline the engine's timer may be before the watchdog's gate fails, ms. On a
+ * thread that runs, the timer fires within milliseconds of it (the gate looks after the loop ran
+ * its expired timers: see {@link VrrpHost.alive}).
+ */
+export const OVERDUE_LIMIT_MS = 1000;
+
 /** A running election. */
 export class VrrpHost {
   private stopping: Promise<void> | null = null;
@@ -111,6 +118,23 @@ export class VrrpHost {
   /** The engine's status, at once (a Promise, as the agent's other status sources are). */
   status(): Promise<EngineStatus> {
     return Promise.resolve(this.engine.status());
+  }
+
+  /**
+   * The watchdog's gate (observe/notify.ts): resolves while the engine's timers run, its next
+   * deadline at most {@link OVERDUE_LIMIT_MS} past; rejects with an Error saying how late it is
+   * otherwise (a broken timer chain: the agent should be restarted). It looks in the loop's check
+   * phase (setImmediate), after the timers phase has run every expired timer: when a stall ends,
+   * the watchdog's timer may come before the engine's, both late, and the engine's must have run.
+   */
+  alive(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      setImmediate(() => {
+        const late = this.engine.overdueMs();
+        if (late <= OVERDUE_LIMIT_MS) resolve();
+        else reject(new Error(`the election's timer is ${Math.round(late)} ms past its deadline`));
+      });
+    });
   }
 
   /** Sets the advertised priority (1..254). */

@@ -572,6 +572,27 @@ describe('a late election thread (the machine was CPU-starved)', () => {
   });
 });
 
+describe('VrrpEngine.overdueMs (the watchdog\'s gate)', () => {
+  it('0 while the timers run, in Backup and Active; how far past its deadline when the timer did not fire; 0 once stopped', async () => {
+    const e = await start();
+    expect(e.overdueMs()).toBe(0);
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 250);
+    expect(e.status().state).toBe('active');
+    expect(e.overdueMs()).toBe(0);
+    // the clock moves on, the timers do not run (a broken timer chain as the gate sees it):
+    // the next Adver_Timer deadline is at most one interval (100 ms) ahead
+    vi.setSystemTime(Date.now() + 1500);
+    expect(e.overdueMs()).toBeGreaterThanOrEqual(1400);
+    expect(e.overdueMs()).toBeLessThanOrEqual(1500);
+    // the timer fires (within one interval of the fake clock): the next deadline is ahead again
+    await vi.advanceTimersByTimeAsync(100);
+    expect(e.overdueMs()).toBe(0);
+    await e.stop();
+    vi.setSystemTime(Date.now() + 5000);
+    expect(e.overdueMs()).toBe(0);
+  });
+});
+
 describe('timer precision and the advert hot path', () => {
   it('with a precise wait the timer wakes PRECISE_WAIT_MS early and the rest is slept: Master_Down fires on time, not at the next whole ms', async () => {
     const waits: number[] = [];

@@ -83,7 +83,7 @@ describe('createNotifier: what goes when', () => {
   const deps = (over: Partial<NotifierDeps> = {}): NotifierDeps => ({
     log,
     status: () => Promise.resolve(doc),
-    alive: () => (alive === 'yes' ? Promise.resolve() : Promise.reject(new Error('the election did not answer'))),
+    alive: () => (alive === 'yes' ? Promise.resolve() : Promise.reject(new Error("the election's timer is 1500 ms past its deadline"))),
     send: (socket, m) => sent.push(`${socket} ${m}`),
     monotonicUsec: () => 123_456_789n,
     pid: 4242,
@@ -131,11 +131,11 @@ describe('createNotifier: what goes when', () => {
     sent = [];
     await vi.advanceTimersByTimeAsync(10_000);
     expect(messages().filter((m) => m === 'WATCHDOG=1')).toEqual([]);
-    expect(logs.filter((l) => l.startsWith('WARN'))).toEqual(['WARN the election did not answer: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)']);
+    expect(logs.filter((l) => l.startsWith('WARN'))).toEqual(['WARN the election is not running on time: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)']);
     alive = 'yes';
     await vi.advanceTimersByTimeAsync(1000);
     expect(messages()).toEqual(['WATCHDOG=1']);
-    expect(logs.at(-1)).toBe('INFO the election answers again: watchdog pings resumed');
+    expect(logs.at(-1)).toBe('INFO the election runs on time again: watchdog pings resumed');
   });
 
   it('no WATCHDOG_USEC: no pings; STATUS= follows the state within the refresh period, only when it changed', async () => {
