@@ -151,7 +151,13 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
     serviceManager,
   });
   if (hupBeforeStart && firstSignal === null) onHup();
-  return agent.done;
+  const code = await agent.done;
+  // a second signal that arrived during a stop is written to libuv's signal pipe, and read only
+  // when the loop next polls; the stop's last step may resolve first (its fd can come before
+  // the pipe in the same poll), so poll once more before the exit: the signal is then logged
+  // ('already stopping') instead of dropped unseen. Two immediates: a poll lies between them.
+  await new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
+  return code;
 }
 
 /** A signal ends a command other than `run` the way the default action would be reported by a shell. */
