@@ -17,8 +17,7 @@ const MARGIN_MS = 250;
 
 describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', () => {
   let lab!: Lab;
-  const { agents, start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 , apiservers: true }, (l) => (lab = l));
-
+  const { agents, start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, apiservers: true }, (l) => (lab = l));
 
   it('the highest priority wins, and exactly one node holds the VIP', async () => {
     const [a1, a2, a3] = await start([{ priority: 150 }, { priority: 100 }, { priority: 50 }]);
