@@ -28,3 +28,20 @@ export const AGENT_CAPABILITIES: readonly string[] = Object.freeze(['CAP_BPF', '
  * agent without it runs the proxy instead of the eBPF programs.
  */
 export const AGENT_CAPABILITIES_EBPF_FREE: readonly string[] = Object.freeze(['CAP_NET_ADMIN', 'CAP_NET_RAW']);
+
+/**
+ * What `vrrp.realtimePriority` > 0 needs beyond AGENT_CAPABILITIES: CAP_SYS_NICE, to give the
+ * advert pacer thread SCHED_FIFO (sched_setscheduler(2) refuses EPERM without it, and the agent
+ * then only warns and paces at normal priority). Measured under the packaged unit on a booted
+ * Debian 12 (test/integration/systemd-nodes.test.ts): with it and RestrictRealtime=no the
+ * `vrrp-pacer` thread runs SCHED_FIFO at the configured priority.
+ */
+export const REALTIME_CAPABILITIES: readonly string[] = Object.freeze(['CAP_SYS_NICE']);
+
+/**
+ * The systemd unit's CapabilityBoundingSet (sorted): AGENT_CAPABILITIES plus
+ * REALTIME_CAPABILITIES, because a unit file cannot follow the configuration file and the README
+ * recommends `vrrp.realtimePriority` for loaded nodes. The agent only uses CAP_SYS_NICE when
+ * that setting is > 0 (docs/install.md says how to take it away with a drop-in).
+ */
+export const UNIT_CAPABILITIES: readonly string[] = Object.freeze([...new Set([...AGENT_CAPABILITIES, ...REALTIME_CAPABILITIES])].sort());

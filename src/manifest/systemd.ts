@@ -4,7 +4,7 @@
  * module) and what `ballast manifest systemd` prints. Every option carries a one-line comment
  * with its reason; docs/install.md explains them at length.
  */
-import { AGENT_CAPABILITIES } from './capabilities.js';
+import { UNIT_CAPABILITIES } from './capabilities.js';
 
 /** What varies between units: where the configuration and the `ballast` command are. */
 export interface SystemdUnitOptions {
@@ -55,7 +55,7 @@ export function systemdUnit(opts: SystemdUnitOptions): string {
   }
   const b = execArg(bin);
   const c = execArg(config);
-  const caps = AGENT_CAPABILITIES.join(' ');
+  const caps = UNIT_CAPABILITIES.join(' ');
   return `# ballast: one stable, highly available Kubernetes API endpoint (VRRPv3 VIP + in-kernel balancing).
 # Installed by the ballast package; edit ${config}, then: systemctl enable --now ballast
 # Local changes: systemctl edit ballast (a drop-in survives upgrades). See docs/install.md.
@@ -93,7 +93,8 @@ TimeoutStopSec=15s
 
 # runs as root (it reads root's /etc/kubernetes files) with only these capabilities, measured
 # (src/manifest/capabilities.ts): raw VRRP and ARP sockets (CAP_NET_RAW); addresses, nftables,
-# conntrack, cgroup attach (CAP_NET_ADMIN); BPF programs and maps (CAP_BPF). For a root service the
+# conntrack, cgroup attach (CAP_NET_ADMIN); BPF programs and maps (CAP_BPF); SCHED_FIFO for the
+# advert pacer thread, used only with vrrp.realtimePriority > 0 (CAP_SYS_NICE). For a root service the
 # bounding set is the limit (AmbientCapabilities= only matters with User=), nft and conntrack inherit it
 CapabilityBoundingSet=${caps}
 # no setuid / file capabilities can raise that set again
@@ -114,8 +115,14 @@ ProtectHome=yes
 PrivateTmp=yes
 # a minimal /dev (null, zero, urandom, ...): ballast opens no device
 PrivateDevices=yes
-# /proc/sys and /sys read-only (ballast only reads ip_forward); bpffs stays writable by ReadWritePaths
-ProtectKernelTunables=yes
+# NOT ProtectKernelTunables=yes: it keeps bpffs read-only whatever ReadWritePaths= says (systemd 252
+# and 257), and the eBPF local endpoint could never pin its programs; the same paths are made
+# read-only (or hidden) one by one below instead, and only /sys/fs/bpf is writable
+ProtectKernelTunables=no
+# /proc/sys and /sys read-only (ballast only reads ip_forward); and the rest of what ProtectKernelTunables=yes makes read-only
+ReadOnlyPaths=/proc/sys /sys -/proc/acpi -/proc/apm -/proc/asound -/proc/bus -/proc/fs -/proc/irq -/proc/latency_stats -/proc/mtrr -/proc/scsi -/proc/sysrq-trigger -/proc/timer_stats
+# no kernel symbol addresses, no kernel memory image (ProtectKernelTunables= hides them too)
+InaccessiblePaths=-/proc/kallsyms -/proc/kcore
 # ballast loads no kernel module (nftables' modules are auto-loaded by the kernel itself)
 ProtectKernelModules=yes
 # no access to the kernel log ring buffer
@@ -124,6 +131,10 @@ ProtectKernelLogs=yes
 ProtectControlGroups=yes
 # ballast never sets the clock
 ProtectClock=yes
+# nor the host name
+ProtectHostname=yes
+# it mounts nothing: no mount of its namespace reaches the host's (the bpffs pins are files, not mounts)
+PrivateMounts=yes
 # UNIX (admin socket locks, sd_notify), IPv4/IPv6 (VRRP, health checks, proxy), netlink (addresses,
 # nftables, conntrack, sock_diag), packet (gratuitous ARP)
 RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET
@@ -131,8 +142,9 @@ RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET
 RestrictNamespaces=yes
 # no personality(2) changes
 LockPersonality=yes
-# no realtime scheduling
-RestrictRealtime=yes
+# NOT RestrictRealtime=yes: vrrp.realtimePriority gives the advert pacer thread SCHED_FIFO (with
+# CAP_SYS_NICE above); the agent asks for it only when that setting is > 0
+RestrictRealtime=no
 # no SUID/SGID files created
 RestrictSUIDSGID=yes
 # what it writes (the last-known backends, lock files) is root's alone
