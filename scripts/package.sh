@@ -10,6 +10,12 @@
 #   dist-pkg/VERSION           the version (package.json's)
 # Then, when the file exists, scripts/image.sh builds the OCI image from dist-pkg/stage.
 # Environment: BALLAST_DEB_COMPRESSION (zstd, the default; xz; gzip; none) for dpkg-deb -Z.
+# BALLAST_PKG_VERSION (default package.json's version): the .deb's Version and file name, for a
+# second package of the same tree (an upgrade test); it is also written into the staged
+# package.json, which `ballast --version` and ballast_build_info read, so the installed binary
+# says the version dpkg says (the code is this tree's whatever the label). BALLAST_PKG_OUT
+# (default dist-pkg): where the outputs go, a directory name in the tree matching dist-pkg*
+# (git-ignored; it is emptied first); the OCI image is built only into dist-pkg.
 # Needs: node + npm (Node 24 through scripts/node-env.sh), dpkg-deb and dpkg-shlibdeps (dpkg-dev),
 # strip (binutils). Docs: docs/install.md.
 set -euo pipefail
@@ -31,8 +37,10 @@ for t in dpkg-deb dpkg-shlibdeps strip; do
   command -v "$t" >/dev/null || die "$t is missing (Debian packages dpkg-dev, binutils)"
 done
 
-version=$(node -p 'require("./package.json").version')
-out=dist-pkg
+version=${BALLAST_PKG_VERSION:-$(node -p 'require("./package.json").version')}
+[[ "$version" =~ ^[0-9][A-Za-z0-9.+~-]*$ ]] || die "BALLAST_PKG_VERSION is not a Debian version: $version"
+out=${BALLAST_PKG_OUT:-dist-pkg}
+[[ "$out" =~ ^dist-pkg[A-Za-z0-9._-]*$ ]] || die "BALLAST_PKG_OUT must be a directory name in the tree starting with dist-pkg: $out"
 stage=$out/stage
 lib=$stage/usr/lib/ballast
 deb=$out/ballast_${version}_amd64.deb
@@ -61,10 +69,10 @@ strip --strip-unneeded "$lib/build/Release/ballast.node"
 # --- package.json (what the runtime reads: name, version, "type": "module") and npm deps ------
 node -e '
   const p = require("./package.json");
-  const keep = { name: p.name, version: p.version, description: p.description, license: p.license, private: true, type: p.type,
+  const keep = { name: p.name, version: process.argv[2], description: p.description, license: p.license, private: true, type: p.type,
     bin: { ballast: "dist/src/cli.js" }, engines: p.engines, dependencies: p.dependencies, overrides: p.overrides };
   require("fs").writeFileSync(process.argv[1], JSON.stringify(keep, null, 2) + "\n");
-' "$lib/package.json"
+' "$lib/package.json" "$version"
 cp package-lock.json "$lib/"
 # the tree's node_modules (npm ci of this package-lock.json) hard-linked into the stage, then
 # `npm prune --omit=dev`: the same files `npm ci --omit=dev` would unpack, in a second instead of
@@ -200,6 +208,6 @@ dpkg-deb --build --root-owner-group -Z"$compression" "$stage" "$deb" >/dev/null
 echo "$version" > "$out/VERSION"
 log "$deb: $(du -h "$deb" | cut -f1), installed $((installed_kb / 1024)) MiB"
 
-if [ -f scripts/image.sh ]; then
+if [ -f scripts/image.sh ] && [ "$out" = dist-pkg ]; then
   bash scripts/image.sh
 fi

@@ -91,3 +91,30 @@ export function ensureArtefacts(opts: { timeoutMs?: number } = {}): Artefacts {
   }
   return { version, deb, stage: join(out, 'stage'), image: join(out, `ballast_${version}.oci.tar`), sbom: join(out, `ballast_${version}.spdx.json`), built, buildMs };
 }
+
+/**
+ * A second package of this tree labelled `version` (an upgrade test installs one over the other):
+ * scripts/package.sh with BALLAST_PKG_VERSION=version and BALLAST_PKG_OUT=dist-pkg-<version>,
+ * under the same lock as ensureArtefacts, rebuilt each call (about 5 s; no OCI image). Its
+ * `ballast --version` says `version` too (the staged package.json carries it).
+ * @param version a Debian version, e.g. "0.1.0+upgrade1" (sorts after "0.1.0")
+ * @returns the absolute path of dist-pkg-<version>/ballast_<version>_amd64.deb
+ * @throws Error with the script's output when the build fails.
+ */
+export function buildPackageVersion(version: string, opts: { timeoutMs?: number } = {}): string {
+  if (!/^[0-9][A-Za-z0-9.+~-]*$/.test(version)) throw new TypeError(`buildPackageVersion: not a Debian version: ${JSON.stringify(version)}`);
+  const root = packageRoot();
+  const outName = `dist-pkg-${version.replace(/[^A-Za-z0-9._-]/g, '_')}`;
+  try {
+    execFileSync('flock', ['/tmp/ballast-package.lock', 'bash', 'scripts/package.sh'], {
+      cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 180_000,
+      env: { ...process.env, BALLAST_PKG_VERSION: version, BALLAST_PKG_OUT: outName },
+    });
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string; message: string };
+    throw new Error(`scripts/package.sh (BALLAST_PKG_VERSION=${version}) failed: ${e.message}\n${e.stdout ?? ''}${e.stderr ?? ''}`, { cause: err });
+  }
+  const deb = join(root, outName, `ballast_${version}_amd64.deb`);
+  if (!existsSync(deb)) throw new Error(`scripts/package.sh ran but ${deb} is missing`);
+  return deb;
+}
