@@ -341,8 +341,13 @@ export interface SystemdNode {
   install(deb: string, opts?: { timeoutMs?: number; reinstall?: boolean }): Promise<ExecResult>;
   /** MainPID of a unit in the node's PID namespace (0: not running). */
   mainPid(unit: string): Promise<number>;
-  /** Powers the node off (SIGRTMIN+4 to PID 1), bounded, then kills what is left; idempotent. */
-  stop(): Promise<void>;
+  /**
+   * Powers the node off (SIGRTMIN+4 to PID 1: systemd's poweroff), waits up to 20 s for nspawn to
+   * exit, then SIGKILLs nspawn and PID 1 and kills and removes the node's cgroup tree; idempotent.
+   * Resolves with how long it took (ms) and whether the node powered off by itself.
+   * @throws Error when the cgroup cannot be removed (a process of it would not die).
+   */
+  stop(): Promise<{ ms: number; poweredOff: boolean }>;
 }
 
 interface Started {
@@ -373,7 +378,7 @@ class NodeImpl implements SystemdNode {
   bootState = '';
   readonly #child: ChildProcess;
   readonly #dir: string;
-  #stopped: Promise<void> | undefined;
+  #stopped: Promise<{ ms: number; poweredOff: boolean }> | undefined;
 
   constructor(node: LabNode, s: Started, leader: number) {
     this.node = node;
@@ -435,12 +440,13 @@ class NodeImpl implements SystemdNode {
     return Number((await this.exec(['systemctl', 'show', '-p', 'MainPID', '--value', unit])).stdout.trim());
   }
 
-  stop(): Promise<void> {
+  stop(): Promise<{ ms: number; poweredOff: boolean }> {
     this.#stopped ??= this.#stop();
     return this.#stopped;
   }
 
-  async #stop(): Promise<void> {
+  async #stop(): Promise<{ ms: number; poweredOff: boolean }> {
+    const t0 = performance.now();
     const exited = new Promise<void>((resolve) => {
       if (this.#child.exitCode !== null || this.#child.signalCode !== null) resolve();
       else this.#child.once('exit', () => resolve());
@@ -448,6 +454,7 @@ class NodeImpl implements SystemdNode {
     // SIGRTMIN+4: systemd's poweroff (systemd(1)); nspawn exits when its PID 1 does
     if (alive(this.leader)) killPid(this.leader, 38);
     await Promise.race([exited, sleep(20_000)]);
+    const poweredOff = !alive(this.nspawnPid);
     if (alive(this.nspawnPid)) killPid(this.nspawnPid, 'SIGKILL');
     if (alive(this.leader)) killPid(this.leader, 'SIGKILL');
     await Promise.race([exited, sleep(5000)]);
@@ -455,6 +462,7 @@ class NodeImpl implements SystemdNode {
     await rm(join('/run/systemd/nspawn/propagate', this.machine), { recursive: true, force: true });
     await rm(this.#dir, { recursive: true, force: true });
     registry.delete(this);
+    return { ms: performance.now() - t0, poweredOff };
   }
 
   killSync(): void {
@@ -593,11 +601,15 @@ exec nsenter --net=/run/netns/$3 -- systemd-nspawn --quiet --directory="$1/root"
   return nodes.map((nd) => booted.find((b) => b.node === nd)!);
 }
 
-/** Stops the nodes (SystemdNode.stop, in parallel); rejects with the first failure after all were tried. */
-export async function stopSystemdNodes(nodes: readonly SystemdNode[]): Promise<void> {
+/**
+ * Stops the nodes (SystemdNode.stop, in parallel) and resolves with each one's result, in order.
+ * @throws the first failure, after every node was tried.
+ */
+export async function stopSystemdNodes(nodes: readonly SystemdNode[]): Promise<{ ms: number; poweredOff: boolean }[]> {
   const rs = await Promise.allSettled(nodes.map((n) => n.stop()));
   const bad = rs.find((r) => r.status === 'rejected');
   if (bad) throw (bad as PromiseRejectedResult).reason;
+  return rs.map((r) => (r as PromiseFulfilledResult<{ ms: number; poweredOff: boolean }>).value);
 }
 
 /** True when this machine can boot systemd nodes: root, systemd-nspawn, debootstrap (or a cached root file system), overlayfs. Else the reason. */
