@@ -2,7 +2,7 @@
 /**
  * The `ballast` command's entry point (the commands are in commands.ts).
  *
- * It catches SIGTERM, SIGINT and SIGHUP before anything else is loaded: Node's default for them
+ * It catches SIGTERM, SIGINT, SIGHUP and SIGUSR2 before anything else is loaded: Node's default for them
  * is to die, and a `ballast run` killed half-way through start-up would leave VIPs, nftables
  * tables or BPF programs behind. Signals that arrive before a command takes them over are kept
  * and handed to it (`ballast run` stops cleanly, the other commands exit 128 + signal number).
@@ -43,7 +43,8 @@ function catchStopSignals(): StopSignals {
     if (handler) handler(sig);
     else pending.push(sig);
   };
-  for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(sig, on);
+  // SIGUSR2: a stop for a restart in place (docs/operations.md); Node's default would kill the process
+  for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR2'] as const) process.on(sig, on);
   return {
     handle(fn) {
       handler = fn;

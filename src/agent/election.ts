@@ -19,6 +19,7 @@ import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
+import { takeHandOff, writeHandOff } from './handoff.js';
 
 /** The running election. */
 export interface ElectionPhase extends PhaseHandle {
@@ -99,7 +100,12 @@ export function startElection(
     const membership = membershipOf(config, { own: ownAddresses, discovered, confirmed });
     if (membership.anyBecause) log.warn({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
-    const opts = engineOptions(config, resolved, authKeys, membership);
+    // the previous process handed off in place while master, and the Backups still wait: resume
+    const key = { ifname: iface.ifname, family: config.family, vrid: v.vrid, primary: resolved.primary };
+    const handOff = takeHandOff(key);
+    if (handOff.resume) log.info({ vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) }, 'resuming as master: the previous process handed off in place and the Backups wait for this one');
+    else if (handOff.reason !== null) log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
+    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner };
     let crashed = false;
     let fatal = false;
     let becameActive = false;
@@ -156,6 +162,20 @@ export function startElection(
     // what the crash path removes: the VIPs as the last reconfigure set them
     let vips: readonly string[] = config.vips;
     own.defer('election', async () => {
+      const restart = crashed ? null : (ctx.restarting?.() ?? null);
+      if (restart) {
+        // sent from now on: the Backups' wait ends no earlier than this + the bound
+        const sentAt = Date.now();
+        const r = await host.handOff(restart.holdMs);
+        if (!r.active) return;
+        try {
+          const path = writeHandOff({ ...key, vips: [...vips], at: sentAt, until: sentAt + r.masterDownBoundMs });
+          log.info({ note: path, untilMs: Math.round(r.masterDownBoundMs) }, 'hand-off note written for the next process');
+        } catch (err) {
+          log.error({ err: (err as Error).message }, 'cannot write the hand-off note: the next process starts as a Backup and the VIP moves once');
+        }
+        return;
+      }
       await host.stop();
       // the engine failed holding them: removed here too, first (preflight's undo would too, but
       // only after the data planes are unwound)

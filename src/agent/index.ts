@@ -44,6 +44,11 @@ import { flowsFor } from '../check/firewall.js';
 import { commandExecutor } from '../dataplane/apply.js';
 import { listAllInterfaces } from './preflight.js';
 import { MemoryRelease } from './memory.js';
+import { parseDuration } from '../config/duration.js';
+import { DEFAULTS } from '../config/limits.js';
+
+/** vrrp.restartHold's default, ms: the hold of a restart in place without an election (mode: bgp keeps everything alike). */
+const DEFAULT_RESTART_HOLD_MS = parseDuration(DEFAULTS.restartHold);
 
 export { acquireEndpointLock, acquireInstanceLock, acquireVipLock, missingCapabilities, resolveInterface } from './preflight.js';
 export { backendsOfNode } from './health.js';
@@ -54,8 +59,13 @@ export { planReload, type ReloadPlan } from './reload-plan.js';
 export interface Agent {
   /** The current /status document. */
   status(): Promise<StatusDocument>;
-  /** Clean stop: priority 0 if Active, VIPs removed, admin closed. Idempotent. */
-  stop(): Promise<void>;
+  /**
+   * Clean stop: priority 0 if Active, VIPs removed, admin closed. With `restart` (a restart in
+   * place, docs/operations.md): an Active router keeps its VIPs and tells the Backups to wait up
+   * to vrrp.restartHold for the next process; the nftables table and the eBPF programs stay.
+   * Idempotent: the first call decides which.
+   */
+  stop(opts?: { restart?: boolean }): Promise<void>;
   /**
    * Applies `next` (a validated Config): only its difference from the running one (see
    * reload-plan.ts). Waits for the start-up and for a reload under way. Never rejects for a
@@ -92,7 +102,15 @@ export interface Agent {
 export async function startAgent(
   config: Config,
   log: Logger,
-  opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel; serviceManager?: ServiceManager | null } = {},
+  opts: {
+    signal?: AbortSignal;
+    load?: () => Config;
+    source?: string;
+    logLevel?: LogLevel;
+    serviceManager?: ServiceManager | null;
+    /** Asked when `signal` aborts: whether that stop is a restart in place (see {@link Agent.stop}). */
+    restartOnAbort?: () => boolean;
+  } = {},
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
@@ -118,14 +136,17 @@ export async function startAgent(
   let stopping: Promise<void> | null = null;
   let started: Promise<void> = Promise.resolve();
   /** The one way down: cancel the start, let the phase under way settle, unwind, exit `code`. */
-  const stopWith = (code: number): Promise<void> => {
+  let restart = false;
+  const stopWith = (code: number, asRestart = false): Promise<void> => {
     stopping ??= (async () => {
+      restart = asRestart;
       notifier.stopping();
       cancel.abort();
       await started.catch(() => undefined);
       // a reload under way finishes first (its phase starts see the abort and stop early)
       await reloads.queue.catch(() => undefined);
-      log.info(running.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
+      if (restart) log.info({ restartHoldMs: reloads.current.vrrp?.restartHoldMs ?? null }, 'stopping for a restart in place: the VIPs, the nftables table and the eBPF programs stay for the next process; the Backups wait for it');
+      else log.info(running.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
       await stack.unwind();
       log.info('stopped');
       finish(code);
@@ -133,7 +154,13 @@ export async function startAgent(
     return stopping;
   };
   const history = new ElectionHistory();
-  const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code), history };
+  const ctx: AgentContext = {
+    log,
+    signal: cancel.signal,
+    fail: (code) => void stopWith(code),
+    history,
+    restarting: () => (restart ? { holdMs: reloads.current.vrrp?.restartHoldMs ?? DEFAULT_RESTART_HOLD_MS } : null),
+  };
 
   // other firewalls on the node that would drop what ballast serves (src/check/watch.ts)
   const firewall = new ForeignFirewallWatch({
@@ -185,7 +212,7 @@ export async function startAgent(
   };
   const reloadAdmin = (): Promise<ReloadResult> => reloadFile('admin');
 
-  const onAbort = (): void => void stopWith(0);
+  const onAbort = (): void => void stopWith(0, opts.restartOnAbort?.() ?? false);
   // started first: a stop (also one requested before startAgent) waits for the phase under way
   started = startPhases(ctx, config, { stack, running, followers, checker, status, reload: opts.load ? reloadAdmin : undefined }, () => notifier.ready());
   if (opts.signal?.aborted) onAbort();
@@ -208,7 +235,7 @@ export async function startAgent(
       throw err;
     }
   }
-  return { status, stop: () => stopWith(0), done, reload: (next) => enqueue('api', () => next), reloadFile };
+  return { status, stop: (o) => stopWith(0, o?.restart ?? false), done, reload: (next) => enqueue('api', () => next), reloadFile };
 }
 
 /**

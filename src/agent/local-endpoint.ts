@@ -34,9 +34,10 @@ export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { 
     const { checker, followers } = inputs;
     const { log } = ctx;
     // a stop is a restart unless keepOnStop: none (the eBPF programs keep serving, the next start adopts them)
-    const keep = config.dataplane.keepOnStop !== 'none';
+    // (and a restart in place always keeps it)
+    const keep = (): boolean => config.dataplane.keepOnStop !== 'none' || (ctx.restarting?.() ?? null) !== null;
     const local = await startLocalDataplane(config, log, ctx.signal, inputs.ebpf);
-    own.defer('local endpoint data plane', () => local.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
+    own.defer('local endpoint data plane', () => local.close({ keep: keep() }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
     own.defer('local endpoint verdict subscription', localLb.follow());
     followers.localLb = localLb;

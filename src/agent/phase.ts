@@ -27,6 +27,18 @@ export interface AgentContext {
   fail(exitCode: number): void;
   /** The election's state changes and master, for /status (absent in tests that build a context by hand). */
   readonly history?: ElectionHistory;
+  /**
+   * Whether the stop under way is a restart in place (SIGUSR2, a systemd restart job: see
+   * docs/operations.md): then the undos keep what the next process adopts (the VIPs, the
+   * nftables table, the eBPF programs) and the election hands off (engine.ts `handOff`) instead
+   * of resigning. Its `holdMs` is vrrp.restartHold, ms. null (or absent): a stop.
+   */
+  readonly restarting?: () => RestartIntent | null;
+}
+
+/** A stop for a restart in place: how long the Backups are told to wait for the next process, ms. */
+export interface RestartIntent {
+  holdMs: number;
 }
 
 /** What a started phase exposes, and how to undo it. */
