@@ -22,6 +22,7 @@ import { HealthChecker } from '../health/checker.js';
 import { CertificateTracker } from '../health/certificates.js';
 import { certificateNeeds } from '../check/certificates.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
+import { loadClient } from '../discovery/credentials.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
@@ -274,6 +275,14 @@ async function startPhases(
   }
   const local = running.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
+  // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to import:
+  // before the election starts, never while a Backup's Master_Down_Timer runs on it
+  if (config.discovery !== null && checker) {
+    const t0 = performance.now();
+    await loadClient();
+    log.debug({ ms: Math.round(performance.now() - t0) }, 'discovery: the Kubernetes client library loaded');
+    throwIfAborted(ctx.signal);
+  }
   // what ships and is tested is Node 24 (package.json engines); an older one is the operator's to know
   if (Number(process.versions.node.split('.')[0]) < 24) log.warn({ node: process.version }, 'ballast is tested on Node.js 24 LTS; this Node.js is older');
   const v = config.vrrp;

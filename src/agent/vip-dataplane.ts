@@ -3,7 +3,8 @@
  * (`dataplane.vip: nftables`), fed by the health checks through a LoadBalancer. Started before
  * the election and undone after it: a resigning master still balances until its VIPs are gone.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { handOffPath } from './handoff.js';
 import { conntrackVipFlows } from '../native.js';
 import { ConnectionTracker } from '../dataplane/rebalance.js';
 import { enableConntrackTimestamps } from '../dataplane/conntrack.js';
@@ -81,9 +82,11 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     wantTimestamps();
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
     own.defer('VIP data plane verdict subscription', lb.follow());
-    // a previous process's table (a restart in place, a crash): its backends keep their new
-    // connections until their first verdicts here, instead of none being DNATed meanwhile
-    const inherited = await applier.dnatTargets(config.family, { signal: ctx.signal }).catch((err: unknown) => {
+    // a previous process handed off in place (its note is there): its table's backends keep their
+    // new connections until their first verdicts here, instead of none being DNATed meanwhile.
+    // Only then: a cold start pays no extra nft run before its election
+    const handedOff = config.vrrp !== null && existsSync(handOffPath({ ifname: iface.ifname, family: config.family, vrid: config.vrrp.vrid }));
+    const inherited = !handedOff ? [] : await applier.dnatTargets(config.family, { signal: ctx.signal }).catch((err: unknown) => {
       log.warn({ err: (err as Error).message }, 'cannot read the nftables table left by a previous process; starting with no backend until the first verdicts');
       return [] as string[];
     });
