@@ -37,7 +37,7 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
   let watchers: LabProcess | undefined;
 
   beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: false, apiservers: true });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2, ipv6: true, apiservers: true });
   });
   afterEach(async () => {
     await prober?.stop().catch(() => undefined);
@@ -46,34 +46,37 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     watchers = undefined;
     await Promise.all(agents.splice(0).map((a) => a?.stop('SIGTERM').catch(() => undefined)));
     // a hand-off left on purpose: its VIP and table go with the next test's agents or the lab
-    await lab.exec(lab.nodes[0]!.netns, ['nft', 'delete', 'table', 'ip', 'ballast'], { allowFail: true });
+    for (const t of ['ip', 'ip6']) await lab.exec(lab.nodes[0]!.netns, ['nft', 'delete', 'table', t, 'ballast'], { allowFail: true });
     await lab.exec(lab.nodes[0]!.netns, ['ip', 'addr', 'del', `${lab.vip4}/32`, 'dev', lab.nodes[0]!.ifname], { allowFail: true });
+    await lab.exec(lab.nodes[0]!.netns, ['ip', 'addr', 'del', `${lab.vip6}/128`, 'dev', lab.nodes[0]!.ifname], { allowFail: true });
   });
   afterAll(async () => {
     await lab?.teardown();
   });
 
-  const settings = (priority: number, restartHold: string): AgentSettings => ({ priority, advertisementInterval: `${ADVERT_CS * 10}ms`, balance: true, healthInterval: '200ms', restartHold });
-  const start = async (i: number, restartHold: string): Promise<LabAgent> => (agents[i] = await startAgent(lab, lab.nodes[i]!, settings(i === 0 ? 150 : 100, restartHold)));
+  const settings = (priority: number, restartHold: string, family: 4 | 6): AgentSettings => ({ priority, advertisementInterval: `${ADVERT_CS * 10}ms`, balance: true, healthInterval: '200ms', restartHold, family });
+  const start = async (i: number, restartHold: string, family: 4 | 6 = 4): Promise<LabAgent> => (agents[i] = await startAgent(lab, lab.nodes[i]!, settings(i === 0 ? 150 : 100, restartHold, family)));
   const settled = (i: number): Promise<unknown> =>
     waitFor(() => agents[i]!.status(), (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy), { timeoutMs: 10_000, intervalMs: 50, what: `n${i + 1} settled` });
   const linesOf = (a: LabAgent, msg: string): Record<string, unknown>[] => a.logLines().filter((l) => l.msg === msg);
 
-  it('SIGUSR2, then a new process: 0 VIP moves, 0 failed requests, 0 watch connections lost', async () => {
+  it.each([4, 6] as const)('IPv%i: SIGUSR2, then a new process: 0 VIP moves, 0 failed requests, 0 watch connections lost', async (family) => {
     const hold = '4s';
-    await start(0, hold);
-    await start(1, hold);
-    await waitForHolder(lab, lab.vip4, 'n1');
+    const vip = family === 4 ? lab.vip4 : lab.vip6;
+    const url = family === 4 ? `https://${vip}:6443/version` : `https://[${vip}]:6443/version`;
+    await start(0, hold, family);
+    await start(1, hold, family);
+    await waitForHolder(lab, vip, 'n1');
     await settled(0);
     await settled(1);
     let last: WatchersReport | undefined;
     watchers = lab.spawn(lab.client.netns, [
-      process.execPath, compiledScript('watchers'), '--url', `https://${lab.vip4}:6443/version`, '--ca', lab.ca.certFile,
+      process.execPath, compiledScript('watchers'), '--url', url, '--ca', lab.ca.certFile,
       '--count', String(WATCHERS), '--interval', '200', '--duration', '30000', '--report', '100', '--attempts', '1',
     ], { logFile: 'watchers.log' });
     onJsonLines<WatchersReport>(watchers, (r) => void (last = r));
     await waitFor(async () => last, (r) => r !== undefined && r.open === WATCHERS, { timeoutMs: 8000, intervalMs: 100, what: `${WATCHERS} watchers connected` });
-    prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 20, durationMs: 30_000, timeoutMs: 1000, logFile: 'prober.log' });
+    prober = runProber(lab, { url, intervalMs: 20, durationMs: 30_000, timeoutMs: 1000, logFile: 'prober.log' });
     await waitFor(async () => prober!.results().length, (n) => n > 20, { timeoutMs: 10_000, what: 'the prober running' });
     const before = { ...last! };
 
@@ -81,8 +84,8 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     const t0 = Date.now();
     expect(await old.stop('SIGUSR2')).toBe(0);
     expect(linesOf(old, 'handed off for a restart in place: the VIPs stay, the Backups wait for the next process')).toHaveLength(1);
-    expect((await lab.holders(lab.vip4)).map((h) => h.name)).toStrictEqual(['n1']);
-    const next = await start(0, hold);
+    expect((await lab.holders(vip)).map((h) => h.name)).toStrictEqual(['n1']);
+    const next = await start(0, hold, family);
     await waitFor(async () => linesOf(next, 'state change'), (ls) => ls.some((l) => l.to === 'master' && l.reason === 'resumed'), { timeoutMs: 3000, intervalMs: 50, what: 'n1 resumed as master' });
     const resumedAt = Date.parse(String(linesOf(next, 'state change').find((l) => l.reason === 'resumed')!.time));
     await settled(0);
@@ -95,7 +98,7 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
 
     // 0 VIP moves: n2 never became master, n1 was master again at once, one holder now
     expect(agents[1]!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master')).toStrictEqual([]);
-    expect((await lab.holders(lab.vip4)).map((h) => h.name)).toStrictEqual(['n1']);
+    expect((await lab.holders(vip)).map((h) => h.name)).toStrictEqual(['n1']);
     // n2 adopted the hand-off's interval (RFC 9568 §6.4.2)
     const adopted = agents[1]!.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith("adopted the master's advertisement interval"));
     expect(adopted?.masterAdverIntervalCs).toBe(handOffIntervalCs(4000, ADVERT_CS));
@@ -105,7 +108,7 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     // the watches: none lost, none failed, all still open
     expect({ reconnects: w.reconnects - before.reconnects, failedRequests: w.failedRequests - before.failedRequests, open: w.open }).toStrictEqual({ reconnects: 0, failedRequests: 0, open: WATCHERS });
     expect(w.requests - before.requests).toBeGreaterThan(WATCHERS * 5);
-    console.info(`restart in place: SIGUSR2 to resumed ${resumedAt - t0} ms; requests ${p.requests} (failed ${p.failed}); watch requests ${w.requests - before.requests} (failed ${w.failedRequests - before.failedRequests}, reconnects ${w.reconnects - before.reconnects})`);
+    console.info(`IPv${family} restart in place: SIGUSR2 to resumed ${resumedAt - t0} ms; requests ${p.requests} (failed ${p.failed}); watch requests ${w.requests - before.requests} (failed ${w.failedRequests - before.failedRequests}, reconnects ${w.reconnects - before.reconnects})`);
   });
 
   it('SIGUSR2 and no new process: the Backup takes over within the announced bound, the VIP expires on the old node', async () => {
