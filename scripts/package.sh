@@ -83,6 +83,22 @@ find "$lib/node_modules" -mindepth 1 -maxdepth 1 -type d -name "@*" -empty -dele
 find "$lib/node_modules" -type d -path '*/node_modules/@types' -prune -exec rm -rf {} +
 find "$lib/node_modules" -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete
 find "$lib/node_modules" -mindepth 1 -type d -empty -delete
+# prebuilt addons for other systems than this package's (linux-x64): never loaded here (node-gyp-build
+# picks prebuilds/linux-x64), and lintian rightly calls them binaries from another architecture
+find "$lib/node_modules" -type d -path '*/prebuilds/*' -prune ! -name linux-x64 -exec rm -rf {} +
+# the kept ones are stripped as Debian strips binaries, and a shared object needs no execute bit.
+# Each is a hard link into the tree's node_modules (and whatever shares its inodes): copied first, so
+# that strip (which rewrites a multiply-linked file in place) and chmod change the stage's copy only
+find "$lib/node_modules" -type f -path '*/prebuilds/linux-x64/*' \( -name '*.node' -o -name '*.bare' \) -print0 |
+  while IFS= read -r -d '' so; do
+    cp "$so" "$so.copy" && mv -f "$so.copy" "$so"
+    strip --strip-unneeded "$so"
+    chmod 0644 "$so"
+  done
+# the packages' development files (linters, CI, editors, npm's publish list): nothing loads them
+find "$lib/node_modules" \( -name '.eslintrc*' -o -name .eslintignore -o -name .npmignore -o -name '.git*' -o -name .editorconfig \
+  -o -name .travis.yml -o -name '.nycrc*' -o -name '.prettierrc*' -o -name .prettierignore -o -name .taprc -o -name .codeclimate.yml \
+  -o -name .mailmap -o -name .nvmrc -o -name .nojekyll -o -name .husky -o -name .claude \) -prune -exec rm -rf {} +
 for dev in vitest @vitest vite typescript cmake-js; do
   [ ! -e "$lib/node_modules/$dev" ] || die "a development package is in the stage: node_modules/$dev"
 done
@@ -195,6 +211,8 @@ EOF
 # --- permissions, then the archive -------------------------------------------------------------
 chmod -R u=rwX,go=rX "$stage"
 chmod 0755 "$stage/usr/bin/ballast" "$lib/bin/node" "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
+# the addon is a shared object dlopen()ed by node: no execute bit (lintian shared-library-is-executable)
+chmod 0644 "$lib/build/Release/ballast.node"
 log "dpkg-deb --build ($compression)"
 dpkg-deb --build --root-owner-group -Z"$compression" "$stage" "$deb" >/dev/null
 echo "$version" > "$out/VERSION"
