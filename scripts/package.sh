@@ -132,6 +132,38 @@ cp examples/ballast.yaml "$stage/etc/ballast/ballast.yaml"
 # the example must be valid as shipped (files it names that do not exist yet are notes, exit 0)
 "$lib/bin/node" "$lib/dist/src/cli.js" validate --config "$stage/etc/ballast/ballast.yaml" >/dev/null || die "examples/ballast.yaml does not validate"
 
+# --- /usr/share/doc/ballast: the docs, copyright, changelog ------------------------------------
+# Maintainer, the copyright file's Upstream-Contact and a generated changelog entry's signature
+maintainer='ballast maintainers <maintainers@ballast.dev>'
+doc=$stage/usr/share/doc/ballast
+mkdir -p "$doc/docs"
+# the README and every docs/*.md that the agent's messages, help texts, metric descriptions and the
+# unit name (read from what ships: the minified bundle holds no comments), so that "docs/config.md"
+# in a message is /usr/share/doc/ballast/docs/config.md on the node
+cp README.md "$doc/README.md"
+for md in $(grep -ohE 'docs/[a-z0-9-]+\.md' "$lib"/dist/bundle/*.js "$lib/dist/src/cli.js" "$stage/lib/systemd/system/ballast.service" | sort -u); do
+  [ -f "$md" ] || die "$md is named by the agent but does not exist"
+  cp "$md" "$doc/$md"
+done
+# copyright (DEP-5): ballast, the Node.js runtime and the production npm packages as staged
+node scripts/package-copyright.ts --stage "$stage" --contact "$maintainer" --year "$(dpkg-parsechangelog -l packaging/changelog -S Date | awk '{print $4}')" --out "$doc/copyright" \
+  || die "scripts/package-copyright.ts failed"
+# changelog: packaging/changelog; a version that is not its newest entry's (set at build time) gets an
+# entry of its own on top. Debian policy 12.7: changelog.gz for a native version (no Debian revision),
+# changelog.Debian.gz otherwise; gzip -9n: no name or time stamp in the archive
+changelog=$out/changelog
+if [ "$(dpkg-parsechangelog -l packaging/changelog -S Version)" = "$version" ]; then
+  cp packaging/changelog "$changelog"
+else
+  built_at=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+  printf 'ballast (%s) unstable; urgency=medium\n\n  * Built from %s with its version set to %s at build time; the changes\n    are those of the entries below.\n\n -- %s  %s\n\n' \
+    "$version" "$(git rev-parse --short HEAD 2>/dev/null || echo 'a tree without git')" "$version" "$maintainer" "$(date -u -R -d "@$built_at")" > "$changelog"
+  cat packaging/changelog >> "$changelog"
+fi
+case $version in *-*) changelog_name=changelog.Debian.gz ;; *) changelog_name=changelog.gz ;; esac
+gzip -9n < "$changelog" > "$doc/$changelog_name"
+rm -f "$changelog"
+
 # --- Debian control files ----------------------------------------------------------------------
 # Depends: the programs ballast runs (nft, conntrack) and, from dpkg-shlibdeps, the libraries the
 # addon and node link against (libbpf1, libelf1, libstdc++6, libc6, ...).
@@ -146,7 +178,7 @@ cat > "$stage/DEBIAN/control" <<EOF
 Package: ballast
 Version: $version
 Architecture: amd64
-Maintainer: ballast maintainers <ballast@localhost>
+Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: nftables, conntrack, $shlibs
 Section: net
