@@ -132,11 +132,11 @@ cp examples/ballast.yaml "$stage/etc/ballast/ballast.yaml"
 # the example must be valid as shipped (files it names that do not exist yet are notes, exit 0)
 "$lib/bin/node" "$lib/dist/src/cli.js" validate --config "$stage/etc/ballast/ballast.yaml" >/dev/null || die "examples/ballast.yaml does not validate"
 
-# --- /usr/share/doc/ballast: the docs, copyright, changelog ------------------------------------
+# --- /usr/share/doc/ballast and lintian's overrides ----------------------------------------------
 # Maintainer, the copyright file's Upstream-Contact and a generated changelog entry's signature
 maintainer='ballast maintainers <maintainers@ballast.dev>'
 doc=$stage/usr/share/doc/ballast
-mkdir -p "$doc/docs"
+mkdir -p "$doc/docs" "$stage/usr/share/lintian/overrides"
 # the README and every docs/*.md that the agent's messages, help texts, metric descriptions and the
 # unit name (read from what ships: the minified bundle holds no comments), so that "docs/config.md"
 # in a message is /usr/share/doc/ballast/docs/config.md on the node
@@ -163,6 +163,17 @@ fi
 case $version in *-*) changelog_name=changelog.Debian.gz ;; *) changelog_name=changelog.gz ;; esac
 gzip -9n < "$changelog" > "$doc/$changelog_name"
 rm -f "$changelog"
+# what lintian reports that is so by design (docs/install.md, "lintian")
+cat > "$stage/usr/share/lintian/overrides/ballast" <<'OVERRIDES'
+# the eBPF object is for the kernel's BPF virtual machine, not for amd64
+ballast: binary-from-other-architecture [usr/lib/ballast/build/Release/ballast_sock_lb.bpf.o]
+# the pinned Node.js runtime, as its project builds it, links zlib (and OpenSSL, ICU...) statically
+ballast: embedded-library zlib [usr/lib/ballast/bin/node]
+# zstd (BALLAST_DEB_COMPRESSION): dpkg reads it since Debian 12 and Ubuntu 21.10; lintian's check predates that
+ballast: malformed-deb-archive *
+# npm packages' command-line entry points: not on PATH, never run; ballast runs on its own node
+ballast: missing-dep-for-interpreter node (does not satisfy nodejs:any) [usr/lib/ballast/node_modules/*]
+OVERRIDES
 
 # --- Debian control files ----------------------------------------------------------------------
 # Depends: the programs ballast runs (nft, conntrack) and, from dpkg-shlibdeps, the libraries the
