@@ -212,32 +212,33 @@ set -e
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
   if [ -n "$2" ]; then
-    systemctl try-restart ballast.service || true
+    deb-systemd-invoke try-restart ballast.service || true
   fi
 fi
 exit 0
 EOF
 cat > "$stage/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
-# On remove (not on upgrade): stop the agent, then remove what it leaves on the node (VIPs of the
+# On remove (not on upgrade): stop the agent (deb-systemd-invoke: as policy-rc.d allows), then remove what it leaves on the node (VIPs of the
 # configuration, the nftables tables, eBPF programs and pins, lock files): `ballast cleanup`.
 set -e
 if [ "$1" = remove ]; then
   if [ -d /run/systemd/system ]; then
-    systemctl stop ballast.service >/dev/null 2>&1 || true
+    deb-systemd-invoke stop ballast.service >/dev/null 2>&1 || true
   fi
   if [ -f /etc/ballast/ballast.yaml ]; then
-    /usr/bin/ballast cleanup --config /etc/ballast/ballast.yaml || echo "ballast: cleanup did not finish (an agent still running?); run ballast cleanup by hand" >&2
+    ballast cleanup --config /etc/ballast/ballast.yaml || echo "ballast: cleanup did not finish (an agent still running?); run ballast cleanup by hand" >&2
   else
-    /usr/bin/ballast cleanup || echo "ballast: cleanup did not finish; run ballast cleanup by hand" >&2
+    ballast cleanup || echo "ballast: cleanup did not finish; run ballast cleanup by hand" >&2
   fi
 fi
 exit 0
 EOF
 cat > "$stage/DEBIAN/postrm" <<'EOF'
 #!/bin/sh
-# remove: systemd forgets the unit. purge: the configuration (/etc/ballast), the state
-# (/var/lib/ballast) and the unit's enablement links go too.
+# remove: systemd forgets the unit; what is configuration stays, as Debian policy has it for remove
+# (the conffile, the state in /var/lib/ballast, the enablement link `systemctl enable` made: a
+# reinstall resumes as it was). purge: those go too. docs/install.md, "Remove, purge".
 set -e
 if [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
