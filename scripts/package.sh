@@ -257,6 +257,9 @@ chmod -R u=rwX,go=rX "$stage"
 chmod 0755 "$stage/usr/bin/ballast" "$lib/bin/node" "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
 # the addon is a shared object dlopen()ed by node: no execute bit (lintian shared-library-is-executable)
 chmod 0644 "$lib/build/Release/ballast.node"
+# DEBIAN/md5sums, as debhelper writes it (every file but the conffiles): `dpkg --verify ballast`
+(cd "$stage" && find . -type f ! -path './DEBIAN/*' ! -path './etc/ballast/ballast.yaml' -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum) > "$stage/DEBIAN/md5sums"
+chmod 0644 "$stage/DEBIAN/md5sums"
 log "dpkg-deb --build ($compression)"
 dpkg-deb --build --root-owner-group -Z"$compression" "$stage" "$deb" >/dev/null
 echo "$version" > "$out/VERSION"
