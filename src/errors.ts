@@ -234,7 +234,7 @@ export class ConfigError extends BallastError {
     const where = this.source === undefined ? '' : ` in ${this.source}`;
     const lines = [`ballast: invalid configuration${where} (${n} ${n === 1 ? 'problem' : 'problems'}):`];
     for (const l of this.problemLines()) lines.push(`  ${l}`);
-    lines.push(`(${this.code}; every setting is described in docs/config.md)`);
+    lines.push(`(${this.code}; every setting is described in docs/config.md, /usr/share/doc/ballast/docs/config.md with the package)`);
     return lines.join('\n') + '\n';
   }
 }
