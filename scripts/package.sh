@@ -206,8 +206,9 @@ cat > "$stage/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 # Installed, not started: the example configuration names no real VIP or interface, so the
 # operator edits /etc/ballast/ballast.yaml and runs `systemctl enable --now ballast`. On an
-# upgrade a running agent is restarted on the new files (keepOnStop keeps the local endpoint
-# serving meanwhile). See docs/install.md.
+# upgrade (or a reinstall) a running agent is restarted on the new files: systemd's restart job
+# tells the agent to restart in place (a master keeps the VIP, the table and the eBPF programs,
+# and the Backups wait for the new process: docs/operations.md). See docs/install.md.
 set -e
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
