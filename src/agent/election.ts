@@ -19,7 +19,7 @@ import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
-import { takeHandOff, writeHandOff } from './handoff.js';
+import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
 
 /** The running election. */
 export interface ElectionPhase extends PhaseHandle {
@@ -102,7 +102,7 @@ export function startElection(
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
     // the previous process handed off in place while master, and the Backups still wait: resume
     const key = { ifname: iface.ifname, family: config.family, vrid: v.vrid, primary: resolved.primary };
-    const handOff = takeHandOff(key);
+    const handOff = readHandOff(key);
     if (handOff.resume) log.info({ vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) }, 'resuming as master: the previous process handed off in place and the Backups wait for this one');
     else if (handOff.reason !== null) log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
     const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner };
@@ -159,6 +159,8 @@ export function startElection(
     } catch (err) {
       throw engineError(err);
     }
+    // resumed (its first advert sent): the note is spent; a later start is a start
+    if (handOff.resume) removeHandOff(key);
     // what the crash path removes: the VIPs as the last reconfigure set them
     let vips: readonly string[] = config.vips;
     own.defer('election', async () => {

@@ -2,7 +2,7 @@
  * The note a master leaves for its next process when it stops for a restart in place (an
  * upgrade, `systemctl restart`, SIGUSR2): which router it was, and until when the Backups wait
  * for it (the Max Adver Int its last adverts announced, RFC 9568 §6.4.2). The next process of
- * the same router reads it once at start (and deletes it) and, while the Backups still wait,
+ * the same router reads it at start and, while the Backups still wait,
  * starts Active with the VIPs where they are (engine.ts `resume`) instead of as a Backup that
  * would remove them. docs/operations.md explains the restart.
  *
@@ -65,12 +65,25 @@ export function writeHandOff(note: Omit<HandOffNote, 'version' | 'bootId'>, dir 
 export type HandOffVerdict = { resume: true; note: HandOffNote } | { resume: false; reason: string | null };
 
 /**
- * Reads and removes the note of `key`, and says whether this process resumes as the master it
- * names: the same boot, the same router (interface, family, VRID, primary address), and at
- * least {@link RESUME_MARGIN_MS} of the Backups' wait left at `now`. `reason` null: no note.
- * Never throws (an unreadable note is a reason).
+ * Reads the note of `key`, and says whether this process resumes as the master it names: the
+ * same boot, the same router (interface, family, VRID, primary address), and at least
+ * {@link RESUME_MARGIN_MS} of the Backups' wait left at `now`. `reason` null: no note. A note
+ * that is not used is removed; one that is stays until {@link removeHandOff} (after the election
+ * started): a process killed before that leaves it to the next start, which may still resume
+ * (systemd's Restart= comes back within a second). Never throws (an unreadable note is a reason).
  */
-export function takeHandOff(key: RouterKey, now = Date.now(), dir = LOCK_DIR): HandOffVerdict {
+export function readHandOff(key: RouterKey, now = Date.now(), dir = LOCK_DIR): HandOffVerdict {
+  const v = judge(key, now, dir);
+  if (!v.resume && v.reason !== null) removeHandOff(key, dir);
+  return v;
+}
+
+/** Removes the note of `key` (none: nothing to do). */
+export function removeHandOff(key: Pick<RouterKey, 'ifname' | 'family' | 'vrid'>, dir = LOCK_DIR): void {
+  rmSync(handOffPath(key, dir), { force: true });
+}
+
+function judge(key: RouterKey, now: number, dir: string): HandOffVerdict {
   const path = handOffPath(key, dir);
   let text: string;
   try {
@@ -78,7 +91,6 @@ export function takeHandOff(key: RouterKey, now = Date.now(), dir = LOCK_DIR): H
   } catch {
     return { resume: false, reason: null };
   }
-  rmSync(path, { force: true });
   let note: HandOffNote;
   try {
     note = JSON.parse(text) as HandOffNote;
