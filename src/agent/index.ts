@@ -247,8 +247,6 @@ async function startPhases(
   }
   const local = running.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
-  // what ships and is tested is Node 24 (package.json engines); an older one is the operator's to know
-  if (Number(process.versions.node.split('.')[0]) < 24) log.warn({ node: process.version }, 'ballast is tested on Node.js 24 LTS; this Node.js is older');
   const v = config.vrrp;
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;
