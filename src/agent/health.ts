@@ -53,26 +53,29 @@ export function startHealth(
   return runPhase(ctx, 'health', async (own) => {
     const { checker, followers: f, local } = inputs;
     const { log } = ctx;
+    // log lines and the policy's re-evaluation: a throw here would reach the checker's emit and
+    // end the process; contained (observe/contain.ts), the checks and the planes go on
+    const contain = <A extends unknown[]>(fn: (...a: A) => void): ((...a: A) => void) => (ctx.internal ? ctx.internal.wrap('health-events', fn) : fn);
     // the planes follow verdicts (their own subscriptions); here: the log and the policy
-    const onChange = (c: HealthChange): void => {
+    const onChange = contain((c: HealthChange): void => {
       log.info({ backend: formatHostPort(c.backend), from: c.from, to: c.to, reason: c.reason, ...(c.cause ? { cause: c.cause.kind } : {}) }, 'backend health');
       f.balancing?.evaluate();
-    };
+    });
     checker.on('change', onChange);
-    const onVerdict = (v: Verdict): void => {
+    const onVerdict = contain((v: Verdict): void => {
       if (v.state !== 'up') log.info({ backend: formatHostPort(v.backend), verdict: v.state, cause: v.cause.kind, reason: v.message }, 'backend verdict');
-    };
+    });
     checker.on('verdict', onVerdict);
     // what the planes serve changed without a health change (a hold ended, a reload): the policy looks again
-    const onFailOpen = (c: FailOpenChange): void => {
+    const onFailOpen = contain((c: FailOpenChange): void => {
       logFailOpen(log, c);
       f.balancing?.evaluate();
-    };
+    });
     checker.on('failOpen', onFailOpen);
-    const onDamping = (d: DampingChange): void => {
+    const onDamping = contain((d: DampingChange): void => {
       logDamping(log, d);
       f.balancing?.evaluate();
-    };
+    });
     checker.on('damping', onDamping);
     own.defer('health subscriptions', () => {
       checker.off('change', onChange);

@@ -7,6 +7,7 @@
  * stack only ever holds whole phases. Reload (next issue) is then: undo one phase's handle, run the
  * phase again with the new config.
  */
+import type { InternalErrors } from '../observe/contain.js';
 import type { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
 import { CleanupStack } from './stack.js';
@@ -27,6 +28,8 @@ export interface AgentContext {
   fail(exitCode: number): void;
   /** The election's state changes and master, for /status (absent in tests that build a context by hand). */
   readonly history?: ElectionHistory;
+  /** Where observer paths (reports, status, metrics, log-only listeners) contain their failures (observe/contain.ts); absent in tests that build a context by hand: failures then propagate. */
+  readonly internal?: InternalErrors;
 }
 
 /** What a started phase exposes, and how to undo it. */

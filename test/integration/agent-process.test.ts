@@ -1,9 +1,12 @@
 /**
- * The agent as a process, the compiled CLI in lab node n1 (issue 26 items 3, 8):
+ * The agent as a process, the compiled CLI in lab node n1 (issue 26 items 3, 8, 10):
  *
  *   its name: `ballast` (the main thread's comm), so `pgrep -x ballast` finds it;
  *   its log as the journal reads it: stdout a file whose dev:ino is JOURNAL_STREAM, each line
- *     starts with the `<N>` syslog level of its pino level; without the match, plain JSON.
+ *     starts with the `<N>` syslog level of its pino level; without the match, plain JSON;
+ *   a reporting path that throws (X509Certificate as on Node 20, lab/node20-x509.ts) is contained:
+ *     the agent stays master, holds the VIP, keeps advertising, counts it in
+ *     ballast_internal_errors_total{path="certificates"} and logs it once.
  *
  * Node 20's refusal is in cli.test.ts (no root needed).
  */
@@ -12,9 +15,11 @@ import { closeSync, fstatSync, openSync, readFileSync, statSync, writeFileSync }
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { agentConfig, cliPath } from '../../lab/cluster.js';
+import { compiledScript } from '../../lab/lab.js';
+import { agentConfig, cliPath, runAgent, type LabAgent } from '../../lab/cluster.js';
 import { SYSLOG_LEVELS } from '../../src/observe/log.js';
-import { needs, startLab, waitFor } from '../support/index.js';
+import { INTERNAL_ERROR_MSG } from '../../src/observe/contain.js';
+import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bfix';
 const SUBNET = 170;
@@ -29,14 +34,15 @@ interface FileAgent {
 
 describe.skipIf(needs('root', 'nft'))('the agent process (root; skipped otherwise)', () => {
   let lab: Lab;
-  const started: ChildProcess[] = [];
+  const started: (ChildProcess | LabAgent)[] = [];
 
   beforeAll(async () => {
     lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 1, apiservers: true });
   });
   afterEach(async () => {
     for (const a of started.splice(0)) {
-      if (a.exitCode === null && a.signalCode === null) {
+      if ('proc' in a) await a.stop('SIGKILL').catch(() => undefined);
+      else if (a.exitCode === null && a.signalCode === null) {
         const gone = new Promise((r) => a.once('exit', r));
         a.kill('SIGKILL');
         await gone;
@@ -110,5 +116,35 @@ describe.skipIf(needs('root', 'nft'))('the agent process (root; skipped otherwis
     const lines = a.lines();
     expect(lines.length).toBeGreaterThan(3);
     for (const l of lines) expect(l.startsWith('{"level":"'), l).toBe(true);
+  });
+
+  it('a reporting path that throws (X509Certificate without validToDate, as on Node 20) is contained: master, VIP held, adverts go on, counted, logged once', async () => {
+    const n1 = lab.nodes[0]!;
+    const configPath = join(lab.dir, 'n1-node20x509.yaml');
+    writeFileSync(configPath, agentConfig(lab, n1, { priority: 150, balance: true }));
+    const hook = compiledScript('node20-x509');
+    const agent = await runAgent(lab, n1, configPath, { logFile: 'n1-node20x509.log', env: { NODE_OPTIONS: `--import ${hook}` } });
+    started.push(agent);
+    await waitFor(() => agent.status(), (s) => s.state === 'master', { timeoutMs: 10_000, what: 'n1 master' });
+    // the checks run every 200 ms; each handshake hands its certificate to the report, which throws
+    await waitFor(() => agent.admin('/metrics'), (m) => /ballast_internal_errors_total\{path="certificates"\} [1-9]/.test(m), { timeoutMs: 5000, what: 'the contained failure counted' });
+    const before = await agent.status();
+    await sleep(2000);
+    const after = await agent.status();
+    expect(after.state).toBe('master');
+    expect(after.vipsHeld).toBe(true);
+    expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual([n1.name]);
+    // 100 ms adverts: about 20 in 2 s; at least half of them, whatever the scheduling
+    expect(after.counters.advertsSent - before.counters.advertsSent).toBeGreaterThanOrEqual(10);
+    const contained = agent.logLines().filter((l) => l.msg === INTERNAL_ERROR_MSG);
+    // the first failure, then at most one line per 10 s window: one within these seconds
+    expect(contained).toHaveLength(1);
+    expect(contained[0]).toMatchObject({ level: 'error', path: 'certificates' });
+    expect(String(contained[0]!.err)).toMatch(/getTime/);
+    // the backend's entry in /status has no certificate, and /status still answers
+    expect(after.backends.map((b) => b.certificate)).toStrictEqual([undefined]);
+    expect(after.backends[0]!.healthy).toBe(true);
+    const metrics = await agent.admin('/metrics');
+    console.log(`contained: ${/ballast_internal_errors_total\{path="certificates"\} (\d+)/.exec(metrics)![1]} certificate report failures, adverts sent ${before.counters.advertsSent} -> ${after.counters.advertsSent} in 2 s, VIP held`);
   });
 });
