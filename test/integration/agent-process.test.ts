@@ -1,12 +1,16 @@
 /**
- * The agent as a process, the compiled CLI in lab node n1 (issue 26 items 3, 8, 10):
+ * The agent as a process, the compiled CLI in lab node n1 (issue 26 items 3, 6, 8, 10):
  *
  *   its name: `ballast` (the main thread's comm), so `pgrep -x ballast` finds it;
  *   its log as the journal reads it: stdout a file whose dev:ino is JOURNAL_STREAM, each line
  *     starts with the `<N>` syslog level of its pino level; without the match, plain JSON;
  *   a reporting path that throws (X509Certificate as on Node 20, lab/node20-x509.ts) is contained:
  *     the agent stays master, holds the VIP, keeps advertising, counts it in
- *     ballast_internal_errors_total{path="certificates"} and logs it once.
+ *     ballast_internal_errors_total{path="certificates"} and logs it once;
+ *   the eBPF local endpoint on a read-only bpffs (a private mount namespace, as systemd's
+ *     ProtectKernelTunables=yes leaves it): the fallback warning, at warn, names EROFS, the unit
+ *     options (ProtectKernelTunables, ReadWritePaths=/sys/fs/bpf) and `systemctl edit ballast`,
+ *     and the proxy serves the endpoint.
  *
  * Node 20's refusal is in cli.test.ts (no root needed).
  */
@@ -16,7 +20,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
 import { compiledScript } from '../../lab/lab.js';
-import { agentConfig, cliPath, runAgent, type LabAgent } from '../../lab/cluster.js';
+import { agentConfig, cliPath, LabAgent, runAgent } from '../../lab/cluster.js';
 import { SYSLOG_LEVELS } from '../../src/observe/log.js';
 import { INTERNAL_ERROR_MSG } from '../../src/observe/contain.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -32,7 +36,7 @@ interface FileAgent {
   lines(): string[];
 }
 
-describe.skipIf(needs('root', 'nft'))('the agent process (root; skipped otherwise)', () => {
+describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped otherwise)', () => {
   let lab: Lab;
   const started: (ChildProcess | LabAgent)[] = [];
 
@@ -146,5 +150,39 @@ describe.skipIf(needs('root', 'nft'))('the agent process (root; skipped otherwis
     expect(after.backends[0]!.healthy).toBe(true);
     const metrics = await agent.admin('/metrics');
     console.log(`contained: ${/ballast_internal_errors_total\{path="certificates"\} (\d+)/.exec(metrics)![1]} certificate report failures, adverts sent ${before.counters.advertsSent} -> ${after.counters.advertsSent} in 2 s, VIP held`);
+  });
+
+  it('eBPF local endpoint on a read-only bpffs (as under ProtectKernelTunables=yes): the warning names EROFS and the unit options; the proxy serves', async () => {
+    const n1 = lab.nodes[0]!;
+    const cgroup = await lab.cgroup(n1);
+    const configPath = join(lab.dir, 'n1-robpf.yaml');
+    writeFileSync(
+      configPath,
+      agentConfig(lab, n1, {
+        priority: 150,
+        balance: true,
+        noElection: true,
+        extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } },
+      }),
+    );
+    // the agent's own mount namespace: a fresh bpffs mounted read-only over /sys/fs/bpf (mkdir: EROFS)
+    const proc = lab.spawn(n1.netns, ['unshare', '-m', '--propagation', 'private', 'sh', '-c', 'mount -t bpf -o ro bpf /sys/fs/bpf && exec "$@"', 'ro-bpffs', process.execPath, cliPath(), 'run', '--config', configPath], {
+      hostMounts: true,
+      logFile: 'n1-robpf.log',
+    });
+    const agent = new LabAgent(lab, n1, proc, configPath);
+    started.push(agent);
+    const local = await waitFor(() => agent.anyStatus().then((d) => d.local, () => null), (l) => l !== null && l.mode !== 'off', { timeoutMs: 10_000, what: 'the local endpoint' });
+    expect(local!.mode).toBe('proxy');
+    const warning = agent.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('eBPF local endpoint unavailable'));
+    expect(warning).toBeDefined();
+    expect(warning).toMatchObject({ level: 'warn', code: 'EROFS' });
+    const msg = String(warning!.msg);
+    expect(msg).toMatch(/^eBPF local endpoint unavailable: bpffs \(\/sys\/fs\/bpf\) is read-only in this process's mount namespace \(mkdir failed on \/sys\/fs\/bpf\/ballast[^:]*: EROFS/);
+    for (const part of ['ProtectKernelTunables=yes', 'ReadWritePaths=/sys/fs/bpf', '`systemctl edit ballast`', '`ProtectKernelTunables=no`', 'serving it with the user-space proxy instead']) expect(msg).toContain(part);
+    // the temporary-cgroup probe is a detail now, not the message
+    expect(msg).not.toContain('temporary cgroup');
+    expect(await agent.stop()).toBe(0);
+    console.log(`read-only bpffs: ${msg.slice(0, 160)}…`);
   });
 });
