@@ -34,7 +34,7 @@ import { checkBackendCertificates } from './certificates.js';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, flowsFor, type FirewallFinding, type HookFlows } from './firewall.js';
 import { listenForAdverts, probeAddress, PROBE_COUNT, PROBE_SPACING_MS, PROBE_WAIT_MS, type AddressClaim, type HeardAdvert } from './probe.js';
 import { exitStatus, type CheckReport, type CheckResult } from './report.js';
-import { ebpfUnderUnit, realtimeUnderUnit, unitSandbox, UNIT_NAME, type Sandbox } from './unit.js';
+import { ebpfUnderUnit, realtimeUnderUnit, runningUnitBpffs, unitSandbox, UNIT_NAME, type Sandbox } from './unit.js';
 
 export { exitStatus } from './report.js';
 export type { CheckReport, CheckResult } from './report.js';
@@ -539,11 +539,17 @@ function firewallResult(r: Awaited<ReturnType<typeof foreignFirewall>>): CheckRe
  * does not run under it (unit.ts): an attach that works from a root shell is no answer for
  * ballast.service.
  */
-function ebpfResult(r: { ok: boolean; reasons: string[] }, configured: boolean, unit: Sandbox | null): CheckResult {
+function ebpfResult(r: { ok: boolean; reasons: string[] }, configured: boolean, unit: Sandbox | null, running: { pid: number; readOnly: boolean } | null = unit ? runningUnitBpffs() : null): CheckResult {
   const title = 'eBPF local endpoint (cgroup v2, BPF programs, sock_diag)';
   const probed = 'cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup, and SOCK_DESTROY works';
   if (r.ok && unit) {
     const u = ebpfUnderUnit(unit);
+    // the running unit's own mount namespace settles what the options cannot
+    const seen = running === null ? '' : `in the running ${UNIT_NAME} (pid ${running.pid}, as of its last start) /sys/fs/bpf is ${running.readOnly ? 'read-only' : 'writable'}`;
+    if (running?.readOnly) {
+      return warn('ebpf', title, `${probed} from this process, but ${seen}: the agent falls back to the user-space proxy${u.status === 'ok' ? '' : ` (${u.detail})`}`, u.fix ?? `\`systemctl edit ballast\` and add under [Service]: ProtectKernelTunables=no and ReadWritePaths=/sys/fs/bpf, then \`systemctl restart ballast\``);
+    }
+    if (running && !u.known) return ok('ebpf', title, `${probed} (from this process), and ${seen}`);
     if (u.status === 'ok') return ok('ebpf', title, `${probed} (from this process); ${u.detail}`);
     return warn('ebpf', title, `${probed} from this process, but ${u.detail}`, u.fix!);
   }

@@ -18,7 +18,8 @@
  * Only the [Service] section's assignments count; an empty assignment resets a list.
  *
  * Where it cannot tell, it says so: ProtectKernelTunables=yes with ReadWritePaths=/sys/fs/bpf has
- * been seen to leave bpffs read-only (systemd 252 and 257), so that is "cannot tell", not ok.
+ * been seen to leave bpffs read-only (systemd 252 and 257), so that is "cannot tell", not ok —
+ * unless the unit runs: then its process's mountinfo says what it met ({@link runningUnitBpffs}).
  * When the check itself runs under the unit (its cgroup is ballast.service's) the probes are the
  * truth and the unit is not read.
  */
@@ -185,6 +186,8 @@ export interface UnitVerdict {
   detail: string;
   /** The fix (warn, fail). */
   fix?: string;
+  /** False when the options alone cannot tell (what the running unit shows may: {@link runningUnitBpffs}). */
+  known: boolean;
 }
 
 const BPFFS = '/sys/fs/bpf';
@@ -221,16 +224,17 @@ export function ebpfUnderUnit(s: Sandbox): UnitVerdict {
     fixes.push('ProtectKernelTunables=no', 'ReadWritePaths=/sys/fs/bpf');
   }
   if (problems.length > 0) {
-    return { status: 'warn', detail: `under ${UNIT_NAME} it cannot: ${problems.join('; ')}; the agent falls back to the user-space proxy`, fix: `${EDIT} ${fixes.join(' and ')}, then \`systemctl restart ballast\`` };
+    return { status: 'warn', known: true, detail: `under ${UNIT_NAME} it cannot: ${problems.join('; ')}; the agent falls back to the user-space proxy`, fix: `${EDIT} ${fixes.join(' and ')}, then \`systemctl restart ballast\`` };
   }
   if (s.protectKernelTunables) {
     return {
       status: 'warn',
+      known: false,
       detail: `cannot tell from here whether bpffs is writable under ${UNIT_NAME}: it has ProtectKernelTunables=yes and ReadWritePaths=/sys/fs/bpf, which was seen to leave bpffs read-only (EROFS; systemd 252 and 257); the agent then falls back to the user-space proxy`,
       fix: `${EDIT} ProtectKernelTunables=no (ReadWritePaths=/sys/fs/bpf stays), then \`systemctl restart ballast\`; \`journalctl -u ballast -p warning\` shows the fallback if it happens`,
     };
   }
-  return { status: 'ok', detail: `${UNIT_NAME} allows it: ProtectKernelTunables= off, bpffs not read-only, CAP_BPF and CAP_NET_ADMIN in the bounding set` };
+  return { status: 'ok', known: true, detail: `${UNIT_NAME} allows it: ProtectKernelTunables= off, bpffs not read-only, CAP_BPF and CAP_NET_ADMIN in the bounding set` };
 }
 
 /** Can the advert pacer get SCHED_FIFO `priority` under the unit? Pure. */
@@ -249,16 +253,85 @@ export function realtimeUnderUnit(s: Sandbox, priority: number): UnitVerdict {
   if (problems.length > 0) {
     return {
       status: 'fail',
+      known: true,
       detail: `vrrp.realtimePriority: ${priority} cannot work under ${UNIT_NAME}: ${problems.join('; ')}; the pacer thread runs with normal scheduling (one warning at start)`,
       fix: `${EDIT} ${fixes.join(' and ')}, then \`systemctl restart ballast\`; or set vrrp.realtimePriority: 0`,
     };
   }
-  return { status: 'ok', detail: `${UNIT_NAME} allows SCHED_FIFO ${priority}: RestrictRealtime= off, ${byLimit ? `LimitRTPRIO=${s.limitRtprio}` : 'CAP_SYS_NICE in the bounding set'}` };
+  return { status: 'ok', known: true, detail: `${UNIT_NAME} allows SCHED_FIFO ${priority}: RestrictRealtime= off, ${byLimit ? `LimitRTPRIO=${s.limitRtprio}` : 'CAP_SYS_NICE in the bounding set'}` };
 }
 
-/** Whether this process runs in ballast.service's cgroup (/proc/self/cgroup, cgroup v2 `0::/…/ballast.service`). */
+/**
+ * A process of the running unit: the lowest PID whose cgroup is ballast.service's (its main
+ * process, or the first child), or null when the unit runs nothing. Never throws.
+ * @param proc the proc file system (tests).
+ */
+export function unitProcess(proc = '/proc'): number | null {
+  let pids: number[] = [];
+  try {
+    pids = readdirSync(proc).filter((d) => /^\d+$/.test(d)).map(Number);
+  } catch {
+    return null;
+  }
+  for (const pid of pids.sort((a, b) => a - b)) {
+    try {
+      if (runsUnderUnit(readFileSync(join(proc, String(pid), 'cgroup'), 'utf8'))) return pid;
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return null;
+}
+
+/**
+ * Whether `path` is read-only in the mount namespace /proc/PID/mountinfo describes (proc(5)): the
+ * mount listed last whose mount point holds `path` (a later mount covers an earlier one) is
+ * read-only when its mount options or its super block options say `ro`. Pure.
+ * @returns null when no mount holds it (an empty text).
+ */
+export function readOnlyIn(mountinfo: string, path: string): boolean | null {
+  let found: boolean | null = null;
+  let depth = -1;
+  for (const line of mountinfo.split('\n')) {
+    const f = line.split(' ');
+    const dash = f.indexOf('-');
+    if (f.length < 6 || dash < 6) continue;
+    const point = f[4]!.replace(/\\040/g, ' ');
+    if (!under(path, point)) continue;
+    // the deepest mount point wins; among equals, the one listed last (mounted on top)
+    const d = point === '/' ? 0 : point.split('/').length;
+    if (d < depth) continue;
+    depth = d;
+    const opts = [...f[5]!.split(','), ...(f[dash + 3] ?? '').split(',')];
+    found = opts.includes('ro');
+  }
+  return found;
+}
+
+/**
+ * bpffs as the running unit has it: whether /sys/fs/bpf is read-only in the mount namespace of a
+ * process of ballast.service ({@link unitProcess}, {@link readOnlyIn}): what the agent met at its
+ * last start, whatever the options say. Null when the unit runs nothing or its mountinfo cannot be read.
+ */
+export function runningUnitBpffs(proc = '/proc'): { pid: number; readOnly: boolean } | null {
+  const pid = unitProcess(proc);
+  if (pid === null) return null;
+  try {
+    const ro = readOnlyIn(readFileSync(join(proc, String(pid), 'mountinfo'), 'utf8'), BPFFS);
+    return ro === null ? null : { pid, readOnly: ro };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Whether a /proc/PID/cgroup text is ballast.service's cgroup as this host's system manager makes
+ * it: cgroup v2 `0::/system.slice/ballast.service` (or below other slices, Slice=). Not a unit of
+ * the same name inside a container, whose cgroup the host sees below the container's own
+ * (`/machine.slice/….service/…/ballast.service`).
+ */
 export function runsUnderUnit(cgroupText: string): boolean {
-  return cgroupText.split('\n').some((l) => /(^|\/)ballast\.service$/.test(l.slice(l.lastIndexOf(':') + 1)));
+  return cgroupText.split('\n').some((l) => /^0::\/(?:[^/]+\.slice\/)*ballast\.service$/.test(l.trim()));
 }
 
 /** The unit as the check sees it: null when it runs under it (the probes say it all) or when none is installed. */

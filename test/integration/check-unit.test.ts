@@ -9,14 +9,16 @@
  *   vrrp.realtimePriority under the shipped unit (RestrictRealtime=yes, no CAP_SYS_NICE): `[fail] realtime`;
  *   a node none of whose addresses is a backend or a peer: `[fail] membership`, "would never become master".
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
 import { agentConfig, cliPath } from '../../lab/cluster.js';
 import type { CheckReport } from '../../src/check/report.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
-import { needs, startLab } from '../support/index.js';
+import { readOnlyIn } from '../../src/check/unit.js';
+import { needs, startLab, waitFor } from '../support/index.js';
 
 describe.skipIf(needs('root', 'bpf'))('ballast check and the unit it runs under (root; skipped otherwise)', () => {
   let lab: Lab;
@@ -83,5 +85,17 @@ describe.skipIf(needs('root', 'bpf'))('ballast check and the unit it runs under 
     const m = await check(['--config', member, '--json']);
     expect(m.report!.checks.find((c) => c.id === 'membership')).toMatchObject({ status: 'ok' });
     expect(m.report!.checks.some((c) => c.id === 'realtime')).toBe(false);
+  });
+
+  it("the running unit's mount namespace, read for real: a read-only bpffs over /sys/fs/bpf (as ProtectKernelTunables leaves it) reads read-only", async () => {
+    const p = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'mount -t bpf -o ro bpf /sys/fs/bpf && exec sleep 30'], { stdio: 'ignore' });
+    try {
+      const mi = await waitFor(() => readFileSync(`/proc/${p.pid}/mountinfo`, 'utf8'), (t) => / \/sys\/fs\/bpf ro[, ]/.test(t), { timeoutMs: 3000, what: 'the read-only bpffs mount' });
+      expect(readOnlyIn(mi, '/sys/fs/bpf')).toBe(true);
+      expect(readOnlyIn(mi, '/sys/fs/bpf/ballast')).toBe(true);
+      expect(readOnlyIn(mi, '/sys')).toBe(false);
+    } finally {
+      p.kill('SIGKILL');
+    }
   });
 });

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { membershipResult } from '../../src/check/index.js';
-import { DEFAULT_UNIT_DIRS, ebpfUnderUnit, findUnit, readSandbox, realtimeUnderUnit, runsUnderUnit, sandboxOf, serviceAssignments, unitDirs, unitSandbox } from '../../src/check/unit.js';
+import { DEFAULT_UNIT_DIRS, ebpfUnderUnit, findUnit, readOnlyIn, readSandbox, realtimeUnderUnit, runningUnitBpffs, runsUnderUnit, sandboxOf, serviceAssignments, unitDirs, unitProcess, unitSandbox } from '../../src/check/unit.js';
 import { stringify } from 'yaml';
 import { parseConfig as parseText } from '../../src/config/index.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
@@ -82,10 +82,48 @@ describe('the unit as systemd assembles it', () => {
     expect(runsUnderUnit('0::/system.slice/ballast.service\n')).toBe(true);
     expect(runsUnderUnit('0::/user.slice/user-0.slice/session-3.scope\n')).toBe(false);
     expect(runsUnderUnit('0::/system.slice/ballast.service.d\n')).toBe(false);
+    expect(runsUnderUnit('0::/ballast.service\n')).toBe(true);
+    // a container's unit of the same name, seen from the host
+    expect(runsUnderUnit('0::/machine.slice/systemd-nspawn@n1.service/payload/system.slice/ballast.service\n')).toBe(false);
     const d = dirs('installed', { 'lib/ballast.service': shipped });
     const env = { SYSTEMD_UNIT_PATH: d.join(':') };
     expect(unitSandbox(env, () => '0::/system.slice/ballast.service\n')).toBeNull();
     expect(unitSandbox(env, () => '0::/user.slice/session-1.scope\n')?.protectKernelTunables).toBe(true);
+  });
+});
+
+describe('the running unit', () => {
+  const mountinfo = [
+    '23 27 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw',
+    '98 23 0:43 / /sys/fs/bpf rw,relatime shared:40 - bpf bpf rw,mode=700',
+    '69 98 0:40 / /sys/fs/bpf ro,relatime - bpf bpf ro',
+  ].join('\n');
+  it('readOnlyIn: the deepest mount holding the path, the last listed on top; ro in its mount or super block options', () => {
+    expect(readOnlyIn(mountinfo, '/sys/fs/bpf')).toBe(true);
+    expect(readOnlyIn(mountinfo, '/sys/fs/bpf/ballast')).toBe(true);
+    expect(readOnlyIn(mountinfo.split('\n').slice(0, 2).join('\n'), '/sys/fs/bpf')).toBe(false);
+    // ProtectKernelTunables: /sys remounted read-only, bpffs below it not a mount of its own
+    expect(readOnlyIn('23 27 0:22 / /sys ro,nosuid - sysfs sysfs rw', '/sys/fs/bpf')).toBe(true);
+    expect(readOnlyIn('40 1 0:50 / /sys/fs/bpf rw,relatime - bpf bpf ro', '/sys/fs/bpf')).toBe(true);
+    expect(readOnlyIn('', '/sys/fs/bpf')).toBeNull();
+  });
+
+  it('unitProcess / runningUnitBpffs: the lowest PID in ballast.service\'s cgroup, and bpffs in its mount namespace', () => {
+    const proc = join(root, 'proc');
+    const pid = (n: number, cgroup: string, mi = mountinfo) => {
+      mkdirSync(join(proc, String(n)), { recursive: true });
+      writeFileSync(join(proc, String(n), 'cgroup'), `${cgroup}\n`);
+      writeFileSync(join(proc, String(n), 'mountinfo'), mi);
+    };
+    pid(7, '0::/user.slice/session-1.scope');
+    pid(31, '0::/system.slice/ballast.service');
+    pid(12, '0::/machine.slice/systemd-nspawn@n1.service/payload/system.slice/ballast.service');
+    pid(40, '0::/system.slice/ballast.service', '23 27 0:22 / /sys rw - sysfs sysfs rw');
+    mkdirSync(join(proc, 'self'), { recursive: true });
+    expect(unitProcess(proc)).toBe(31);
+    expect(runningUnitBpffs(proc)).toStrictEqual({ pid: 31, readOnly: true });
+    expect(unitProcess(join(root, 'no-proc'))).toBeNull();
+    expect(runningUnitBpffs(join(root, 'no-proc'))).toBeNull();
   });
 });
 
