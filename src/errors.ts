@@ -120,6 +120,10 @@ export const ERRORS = {
     exitCode: 1,
     description: '`ballast manifest --output FILE` could not write FILE; an existing FILE is left as it was.',
   },
+  BALLAST_E_NODE_VERSION: {
+    exitCode: 2,
+    description: 'The Node.js running ballast is older than 24; nothing was changed (src/cli.ts checks it first).',
+  },
 } as const satisfies Readonly<Record<`BALLAST_E_${string}`, ErrorDefinition>>;
 
 /** A stable error code, one key of {@link ERRORS}. */

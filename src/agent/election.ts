@@ -109,15 +109,20 @@ export function startElection(
     let crashed = false;
     let fatal = false;
     let becameActive = false;
+    // the log lines and /status's history: observers, whose failure (a throw in this microtask
+    // would end the process) is contained (observe/contain.ts); the engine's own actions are not
+    const observe = (fn: () => void): void => void (ctx.internal ? ctx.internal.run('election-events', fn) : fn());
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
       if (ev.type === 'transition') {
-        const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
-        // the first Active state is the first advert sent (RFC 9568 6.4.1/6.4.2): its time since the process started
-        const first = ev.to === 'active' && !becameActive ? { elapsedMs: Math.round(Date.parse(ev.at) - performance.timeOrigin) } : {};
-        if (ev.to === 'active') becameActive = true;
-        log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at, ...first }, 'state change');
-        ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
-        if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
+        observe(() => {
+          const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
+          // the first Active state is the first advert sent (RFC 9568 6.4.1/6.4.2): its time since the process started
+          const first = ev.to === 'active' && !becameActive ? { elapsedMs: Math.round(Date.parse(ev.at) - performance.timeOrigin) } : {};
+          if (ev.to === 'active') becameActive = true;
+          log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at, ...first }, 'state change');
+          ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
+          if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
+        });
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
           // the old master went silent: its node, and so its apiserver, is most likely gone
           // (a resign is a clean agent stop: its apiserver may well still serve)
@@ -127,16 +132,18 @@ export function startElection(
           }
         }
       } else if (ev.type === 'master') {
-        ctx.history?.master(ev.address, new Date().toISOString());
-        const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
-        const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
-        if (isStranger(ev.address, known)) {
-          log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
-        } else {
-          log.info(fields, 'new master');
-        }
+        observe(() => {
+          ctx.history?.master(ev.address, new Date().toISOString());
+          const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
+          const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
+          if (isStranger(ev.address, known)) {
+            log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
+          } else {
+            log.info(fields, 'new master');
+          }
+        });
       } else if (ev.type === 'log') {
-        log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
+        observe(() => log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg));
       } else if (ev.type === 'interfaceGone') {
         // acted on once, whatever comes after it
         if (fatal) return;

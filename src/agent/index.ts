@@ -25,6 +25,7 @@ import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { loadClient } from '../discovery/credentials.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import { ElectionHistory } from '../observe/history.js';
+import { InternalErrors } from '../observe/contain.js';
 import type { Logger } from '../observe/log.js';
 import { createNotifier, type ServiceManager } from '../observe/notify.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
@@ -125,11 +126,16 @@ export async function startAgent(
   const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: initial ?? config.apiserver.backends, logger: log }) : null;
   // each backend's serving certificate, from the checks' handshakes: reported, never a health input
   const certificates = checker ? new CertificateTracker((b) => certificateNeeds(reloads.current, b), log) : null;
+  // observer paths contain their failures here: counted, logged, never fatal (observe/contain.ts)
+  const internal = new InternalErrors(log);
   if (checker && certificates) {
-    checker.on('check', (c) => {
-      if (c.result.peerCertificate) certificates.observe(c.backend, c.result.peerCertificate);
-      if (certificates.size > checker.backends().length) certificates.retain(new Set(checker.snapshot().map((b) => b.address)));
-    });
+    checker.on(
+      'check',
+      internal.wrap('certificates', (c) => {
+        if (c.result.peerCertificate) certificates.observe(c.backend, c.result.peerCertificate);
+        if (certificates.size > checker.backends().length) certificates.retain(new Set(checker.snapshot().map((b) => b.address)));
+      }),
+    );
   }
 
   let finish!: (code: number) => void;
@@ -160,6 +166,7 @@ export async function startAgent(
     signal: cancel.signal,
     fail: (code) => void stopWith(code),
     history,
+    internal,
     restarting: () => (restart ? { holdMs: reloads.current.vrrp?.restartHoldMs ?? DEFAULT_RESTART_HOLD_MS } : null),
   };
 
@@ -177,14 +184,14 @@ export async function startAgent(
     },
   });
   const status = (): Promise<StatusDocument> =>
-    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history).then((d) => {
+    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then((d) => {
       const f = firewall.status();
       return f ? { ...d, foreignFirewall: f } : d;
     });
   // the watchdog's gate: the election's timers run (it is on this thread, as the pings are)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.alive() ?? Promise.resolve() });
 
-  const memory = new MemoryRelease(log);
+  const memory = new MemoryRelease(log, undefined, internal);
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
     if (stopping) return Promise.reject(new ReloadUnavailable('the agent is stopping; the configuration was not reloaded'));
@@ -198,7 +205,7 @@ export async function startAgent(
         memory.schedule();
         reloads.current = r.config!;
         reloads.lastSuccessAt = r.result.at;
-        certificates?.setNeeds((b) => certificateNeeds(reloads.current, b));
+        internal.run('certificates', () => certificates?.setNeeds((b) => certificateNeeds(reloads.current, b)));
       }
       return r.result;
     };
@@ -224,6 +231,7 @@ export async function startAgent(
       stack.defer('foreign firewall watch', () => firewall.stop());
       firewall.start();
       stack.defer('memory release', () => memory.stop());
+      stack.defer('internal errors log', () => internal.close());
       memory.schedule();
     }
   } catch (err) {
@@ -283,8 +291,6 @@ async function startPhases(
     log.debug({ ms: Math.round(performance.now() - t0) }, 'discovery: the Kubernetes client library loaded');
     throwIfAborted(ctx.signal);
   }
-  // what ships and is tested is Node 24 (package.json engines); an older one is the operator's to know
-  if (Number(process.versions.node.split('.')[0]) < 24) log.warn({ node: process.version }, 'ballast is tested on Node.js 24 LTS; this Node.js is older');
   const v = config.vrrp;
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;
@@ -313,13 +319,14 @@ async function startPhases(
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
-async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory): Promise<StatusDocument> {
+async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory, internal: InternalErrors): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   const stats = running.discovery?.stats() ?? null;
   const common = {
     ...(reload ? { reload } : {}),
     backends: (checker?.snapshot() ?? []).map((b) => {
-      const certificate = certificates?.get(b.address);
+      // a certificate that cannot be reported leaves the backend's entry without one, not /status failing
+      const certificate = internal.run('certificates', () => certificates?.get(b.address));
       return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
     }),
     ...(stats === null ? {} : { discovery: stats }),
@@ -333,9 +340,9 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
   if (!running.election) throw new Error('the election engine is not running');
   const engine = await running.election.host.status();
   // since when the master the engine names now is heard (not an earlier one's time)
-  const heard = history.currentMaster();
+  const heard = internal.run('history', () => history.currentMaster()) ?? null;
   const masterSince = heard !== null && heard.address === engine.masterAddress ? heard.since : null;
-  return statusDocument(engine, fixed, common, { transitions: history.transitions(), masterSince, priorityReason: running.priority?.reason() ?? null });
+  return statusDocument(engine, fixed, common, { transitions: internal.run('history', () => history.transitions()) ?? [], masterSince, priorityReason: running.priority?.reason() ?? null });
 }
 
 /** The parts of /status that do not change while the election runs; null without an election. */
