@@ -24,6 +24,8 @@ export interface AgentSettings {
   preemptDelay?: string;
   /** vrrp.realtimePriority (absent: the agent's default, 0) */
   realtimePriority?: number;
+  /** vrrp.restartHold, e.g. "4s" (absent: the agent's default) */
+  restartHold?: string;
   checksum?: 'rfc5798' | 'rfc9568';
   /** Unicast peers; absent = multicast. */
   peers?: string[];
@@ -69,6 +71,7 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
       preempt: s.preempt ?? true,
       preemptDelay: s.preemptDelay ?? '0s',
       ...(s.realtimePriority === undefined ? {} : { realtimePriority: s.realtimePriority }),
+      ...(s.restartHold === undefined ? {} : { restartHold: s.restartHold }),
       ...(s.peers === undefined ? {} : { peers: s.peers }),
       ...(s.acceptFrom === undefined ? {} : { acceptFrom: s.acceptFrom }),
       checksum: s.checksum ?? 'rfc5798',

@@ -208,6 +208,7 @@ const SCRIPTS = {
   'vrrp-host': 'lab/vrrp-host',
   'fuzz-vrrp': 'lab/fuzz-vrrp',
   'block-main-thread': 'lab/block-main-thread',
+  'node20-x509': 'lab/node20-x509',
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',

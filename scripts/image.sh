@@ -61,6 +61,9 @@ ctr=$("${bh[@]}" from --quiet scratch)
 rootfs=$("${bh[@]}" mount "$ctr")
 cp -al "$stage/." "$rootfs/" 2>/dev/null || cp -a "$stage/." "$rootfs/"
 rm -rf "$rootfs/usr/bin/ballast" "$rootfs/lib/systemd" "$rootfs/DEBIAN"
+# as for the Debian packages below: of the package's docs only its copyright file, no lintian overrides
+find "$rootfs/usr/share/doc/ballast" -mindepth 1 ! -name copyright -delete 2>/dev/null || true
+rm -rf "$rootfs/usr/share/lintian"
 rmdir --ignore-fail-on-non-empty "$rootfs/usr/bin" "$rootfs/lib" 2>/dev/null || true
 
 log "the package's files: $(du -sh "$rootfs" | cut -f1)"

@@ -91,6 +91,22 @@ find "$lib/node_modules" -mindepth 1 -maxdepth 1 -type d -name "@*" -empty -dele
 find "$lib/node_modules" -type d -path '*/node_modules/@types' -prune -exec rm -rf {} +
 find "$lib/node_modules" -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete
 find "$lib/node_modules" -mindepth 1 -type d -empty -delete
+# prebuilt addons for other systems than this package's (linux-x64): never loaded here (node-gyp-build
+# picks prebuilds/linux-x64), and lintian rightly calls them binaries from another architecture
+find "$lib/node_modules" -type d -path '*/prebuilds/*' -prune ! -name linux-x64 -exec rm -rf {} +
+# the kept ones are stripped as Debian strips binaries, and a shared object needs no execute bit.
+# Each is a hard link into the tree's node_modules (and whatever shares its inodes): copied first, so
+# that strip (which rewrites a multiply-linked file in place) and chmod change the stage's copy only
+find "$lib/node_modules" -type f -path '*/prebuilds/linux-x64/*' \( -name '*.node' -o -name '*.bare' \) -print0 |
+  while IFS= read -r -d '' so; do
+    cp "$so" "$so.copy" && mv -f "$so.copy" "$so"
+    strip --strip-unneeded "$so"
+    chmod 0644 "$so"
+  done
+# the packages' development files (linters, CI, editors, npm's publish list): nothing loads them
+find "$lib/node_modules" \( -name '.eslintrc*' -o -name .eslintignore -o -name .npmignore -o -name '.git*' -o -name .editorconfig \
+  -o -name .travis.yml -o -name '.nycrc*' -o -name '.prettierrc*' -o -name .prettierignore -o -name .taprc -o -name .codeclimate.yml \
+  -o -name .mailmap -o -name .nvmrc -o -name .nojekyll -o -name .husky -o -name .claude \) -prune -exec rm -rf {} +
 for dev in vitest @vitest vite typescript cmake-js; do
   [ ! -e "$lib/node_modules/$dev" ] || die "a development package is in the stage: node_modules/$dev"
 done
@@ -124,6 +140,49 @@ cp examples/ballast.yaml "$stage/etc/ballast/ballast.yaml"
 # the example must be valid as shipped (files it names that do not exist yet are notes, exit 0)
 "$lib/bin/node" "$lib/dist/src/cli.js" validate --config "$stage/etc/ballast/ballast.yaml" >/dev/null || die "examples/ballast.yaml does not validate"
 
+# --- /usr/share/doc/ballast and lintian's overrides ----------------------------------------------
+# Maintainer, the copyright file's Upstream-Contact and a generated changelog entry's signature
+maintainer='ballast maintainers <maintainers@ballast.dev>'
+doc=$stage/usr/share/doc/ballast
+mkdir -p "$doc/docs" "$stage/usr/share/lintian/overrides"
+# the README and every docs/*.md that the agent's messages, help texts, metric descriptions and the
+# unit name (read from what ships: the minified bundle holds no comments), so that "docs/config.md"
+# in a message is /usr/share/doc/ballast/docs/config.md on the node
+cp README.md "$doc/README.md"
+for md in $(grep -ohE 'docs/[a-z0-9-]+\.md' "$lib"/dist/bundle/*.js "$lib/dist/src/cli.js" "$stage/lib/systemd/system/ballast.service" | sort -u); do
+  [ -f "$md" ] || die "$md is named by the agent but does not exist"
+  cp "$md" "$doc/$md"
+done
+# copyright (DEP-5): ballast, the Node.js runtime and the production npm packages as staged
+node scripts/package-copyright.ts --stage "$stage" --contact "$maintainer" --year "$(dpkg-parsechangelog -l packaging/changelog -S Date | awk '{print $4}')" --out "$doc/copyright" \
+  || die "scripts/package-copyright.ts failed"
+# changelog: packaging/changelog; a version that is not its newest entry's (set at build time) gets an
+# entry of its own on top. Debian policy 12.7: changelog.gz for a native version (no Debian revision),
+# changelog.Debian.gz otherwise; gzip -9n: no name or time stamp in the archive
+changelog=$out/changelog
+if [ "$(dpkg-parsechangelog -l packaging/changelog -S Version)" = "$version" ]; then
+  cp packaging/changelog "$changelog"
+else
+  built_at=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+  printf 'ballast (%s) unstable; urgency=medium\n\n  * Built from %s with its version set to %s at build time; the changes\n    are those of the entries below.\n\n -- %s  %s\n\n' \
+    "$version" "$(git rev-parse --short HEAD 2>/dev/null || echo 'a tree without git')" "$version" "$maintainer" "$(date -u -R -d "@$built_at")" > "$changelog"
+  cat packaging/changelog >> "$changelog"
+fi
+case $version in *-*) changelog_name=changelog.Debian.gz ;; *) changelog_name=changelog.gz ;; esac
+gzip -9n < "$changelog" > "$doc/$changelog_name"
+rm -f "$changelog"
+# what lintian reports that is so by design (docs/install.md, "lintian")
+cat > "$stage/usr/share/lintian/overrides/ballast" <<'OVERRIDES'
+# the eBPF object is for the kernel's BPF virtual machine, not for amd64
+ballast: binary-from-other-architecture [usr/lib/ballast/build/Release/ballast_sock_lb.bpf.o]
+# the pinned Node.js runtime, as its project builds it, links zlib (and OpenSSL, ICU...) statically
+ballast: embedded-library zlib [usr/lib/ballast/bin/node]
+# zstd (BALLAST_DEB_COMPRESSION): dpkg reads it since Debian 12 and Ubuntu 21.10; lintian's check predates that
+ballast: malformed-deb-archive *
+# npm packages' command-line entry points: not on PATH, never run; ballast runs on its own node
+ballast: missing-dep-for-interpreter node (does not satisfy nodejs:any) [usr/lib/ballast/node_modules/*]
+OVERRIDES
+
 # --- Debian control files ----------------------------------------------------------------------
 # Depends: the programs ballast runs (nft, conntrack) and, from dpkg-shlibdeps, the libraries the
 # addon and node link against (libbpf1, libelf1, libstdc++6, libc6, ...).
@@ -138,7 +197,7 @@ cat > "$stage/DEBIAN/control" <<EOF
 Package: ballast
 Version: $version
 Architecture: amd64
-Maintainer: ballast maintainers <ballast@localhost>
+Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: nftables, conntrack, $shlibs
 Section: net
@@ -155,38 +214,40 @@ cat > "$stage/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 # Installed, not started: the example configuration names no real VIP or interface, so the
 # operator edits /etc/ballast/ballast.yaml and runs `systemctl enable --now ballast`. On an
-# upgrade a running agent is restarted on the new files (keepOnStop keeps the local endpoint
-# serving meanwhile). See docs/install.md.
+# upgrade (or a reinstall) a running agent is restarted on the new files: systemd's restart job
+# tells the agent to restart in place (a master keeps the VIP, the table and the eBPF programs,
+# and the Backups wait for the new process: docs/operations.md). See docs/install.md.
 set -e
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
   if [ -n "$2" ]; then
-    systemctl try-restart ballast.service || true
+    deb-systemd-invoke try-restart ballast.service || true
   fi
 fi
 exit 0
 EOF
 cat > "$stage/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
-# On remove (not on upgrade): stop the agent, then remove what it leaves on the node (VIPs of the
+# On remove (not on upgrade): stop the agent (deb-systemd-invoke: as policy-rc.d allows), then remove what it leaves on the node (VIPs of the
 # configuration, the nftables tables, eBPF programs and pins, lock files): `ballast cleanup`.
 set -e
 if [ "$1" = remove ]; then
   if [ -d /run/systemd/system ]; then
-    systemctl stop ballast.service >/dev/null 2>&1 || true
+    deb-systemd-invoke stop ballast.service >/dev/null 2>&1 || true
   fi
   if [ -f /etc/ballast/ballast.yaml ]; then
-    /usr/bin/ballast cleanup --config /etc/ballast/ballast.yaml || echo "ballast: cleanup did not finish (an agent still running?); run ballast cleanup by hand" >&2
+    ballast cleanup --config /etc/ballast/ballast.yaml || echo "ballast: cleanup did not finish (an agent still running?); run ballast cleanup by hand" >&2
   else
-    /usr/bin/ballast cleanup || echo "ballast: cleanup did not finish; run ballast cleanup by hand" >&2
+    ballast cleanup || echo "ballast: cleanup did not finish; run ballast cleanup by hand" >&2
   fi
 fi
 exit 0
 EOF
 cat > "$stage/DEBIAN/postrm" <<'EOF'
 #!/bin/sh
-# remove: systemd forgets the unit. purge: the configuration (/etc/ballast), the state
-# (/var/lib/ballast) and the unit's enablement links go too.
+# remove: systemd forgets the unit; what is configuration stays, as Debian policy has it for remove
+# (the conffile, the state in /var/lib/ballast, the enablement link `systemctl enable` made: a
+# reinstall resumes as it was). purge: those go too. docs/install.md, "Remove, purge".
 set -e
 if [ -d /run/systemd/system ]; then
   systemctl --system daemon-reload >/dev/null || true
@@ -203,6 +264,11 @@ EOF
 # --- permissions, then the archive -------------------------------------------------------------
 chmod -R u=rwX,go=rX "$stage"
 chmod 0755 "$stage/usr/bin/ballast" "$lib/bin/node" "$stage/DEBIAN/postinst" "$stage/DEBIAN/prerm" "$stage/DEBIAN/postrm"
+# the addon is a shared object dlopen()ed by node: no execute bit (lintian shared-library-is-executable)
+chmod 0644 "$lib/build/Release/ballast.node"
+# DEBIAN/md5sums, as debhelper writes it (every file but the conffiles): `dpkg --verify ballast`
+(cd "$stage" && find . -type f ! -path './DEBIAN/*' ! -path './etc/ballast/ballast.yaml' -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum) > "$stage/DEBIAN/md5sums"
+chmod 0644 "$stage/DEBIAN/md5sums"
 log "dpkg-deb --build ($compression)"
 dpkg-deb --build --root-owner-group -Z"$compression" "$stage" "$deb" >/dev/null
 echo "$version" > "$out/VERSION"

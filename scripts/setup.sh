@@ -23,11 +23,11 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # built from nothing), podman and crun (the image run as a lab node), prometheus (promtool and a
 # real server for the alert test), chromium (the status page in a real browser), socat (the
 # systemd notify socket in the Type=notify test), bird2 (BIRD 2: the routing daemon of mode: bgp and
-# the BGP lab's router and nodes);
-# debootstrap and systemd-container (systemd-nspawn) for the lab nodes that boot a real systemd on
-# their own Debian 12 root file system (lab/systemd-node.ts: the package installed with apt, the unit
-# started by systemctl); lintian to check the .deb as Debian would.
-PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat stress-ng libmnl-dev bird2 debootstrap systemd-container lintian)
+# the BGP lab's router and nodes); lintian, which checks the built .deb against Debian policy
+# (test/integration/package.test.ts: no error); debootstrap and systemd-container (systemd-nspawn)
+# for the lab nodes that boot a real systemd on their own Debian 12 root file system
+# (lab/systemd-node.ts: the package installed with apt, the unit started by systemctl).
+PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack openssl keepalived haproxy procps tcpdump faketime iputils-arping nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat stress-ng libmnl-dev bird2 lintian debootstrap systemd-container)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

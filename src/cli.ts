@@ -2,17 +2,46 @@
 /**
  * The `ballast` command's entry point (the commands are in commands.ts).
  *
- * It catches SIGTERM, SIGINT and SIGHUP before anything else is loaded: Node's default for them
+ * It catches SIGTERM, SIGINT, SIGHUP and SIGUSR2 before anything else is loaded: Node's default for them
  * is to die, and a `ballast run` killed half-way through start-up would leave VIPs, nftables
  * tables or BPF programs behind. Signals that arrive before a command takes them over are kept
  * and handed to it (`ballast run` stops cleanly, the other commands exit 128 + signal number).
  * SIGUSR1 is caught too, so that it never opens Node's inspector (`ballast run` answers it with
- * its status). This file imports nothing at run time but node:v8 (for its V8 flags), so the
- * handlers exist as soon as Node runs its first line; the commands come from dist/bundle/
- * (scripts/bundle.ts), not from dist/src/commands.js.
+ * its status). Before all that it refuses a Node.js older than 24 and names the process `ballast`.
+ * This file imports nothing at run time but node:v8 (for its V8 flags) and node:fs (to name the
+ * process), so the handlers exist as soon as Node runs its first line; the commands come from
+ * dist/bundle/ (scripts/bundle.ts), not from dist/src/commands.js.
  */
 import type { StopSignals } from './commands.js';
+import { writeFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
+
+/**
+ * The oldest Node.js major ballast runs on (package.json `engines`; the package ships 24). An older
+ * one fails late and in the middle of things (Node 20 has no X509Certificate.validToDate, which
+ * the certificate report reads after the VIP is up), so it is refused here, before anything:
+ * this file is the first code Node runs and uses nothing Node 20 cannot parse or load.
+ * Registry: BALLAST_E_NODE_VERSION (src/errors.ts; this file cannot import it before the check).
+ */
+const MIN_NODE_MAJOR = 24;
+const nodeMajor = Number(process.versions.node.split('.')[0]);
+if (!(nodeMajor >= MIN_NODE_MAJOR)) {
+  process.stderr.write(
+    `ballast: this is Node.js ${process.version} (${process.execPath}); ballast needs Node.js ${MIN_NODE_MAJOR} or later and changes nothing on an older one (BALLAST_E_NODE_VERSION). ` +
+      'The Debian package and the image bring their own Node.js 24 (/usr/bin/ballast runs /usr/lib/ballast/bin/node); ' +
+      'from a clone, run `bash scripts/setup.sh` (it installs Node.js 24 under .node/), then `bash scripts/node-env.sh node dist/src/cli.js ...`\n',
+  );
+  process.exit(2);
+}
+
+// `ballast` in ps, top, pgrep and systemctl status, instead of the name Node gives its main thread
+// (MainThread): writing /proc/self/comm is prctl(PR_SET_NAME) on the main thread (proc(5)). The
+// command line (/proc/self/cmdline) is left as it is: process.title would overwrite it.
+try {
+  writeFileSync('/proc/self/comm', 'ballast');
+} catch {
+  // no /proc (a container without it): the name is cosmetic
+}
 
 /**
  * V8 flags for the whole process, set before any of ballast's modules load: the agent is started
@@ -43,7 +72,8 @@ function catchStopSignals(): StopSignals {
     if (handler) handler(sig);
     else pending.push(sig);
   };
-  for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(sig, on);
+  // SIGUSR2: a stop for a restart in place (docs/operations.md); Node's default would kill the process
+  for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR2'] as const) process.on(sig, on);
   return {
     handle(fn) {
       handler = fn;

@@ -27,6 +27,7 @@ import { formatStatus, type ReloadResult, type StatusDocument } from './observe/
 import { parse as parseYaml } from 'yaml';
 import { formatHostPort, tryParseHostPort, type HostPort } from './net/hostport.js';
 import type { Agent } from './agent/index.js';
+import { systemdRestartJob, underSystemd } from './observe/restart-job.js';
 // node:http through require (observe/admin.ts says why: an ESM import loads all of undici)
 const { get, request } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
@@ -54,7 +55,7 @@ function report(err: unknown): number {
 const STOP_DEADLINE_MS = 10_000;
 
 /**
- * SIGTERM, SIGINT and SIGHUP, caught from the process's first line (cli.ts): `handle(fn)` sends
+ * SIGTERM, SIGINT, SIGHUP and SIGUSR2, caught from the process's first line (cli.ts): `handle(fn)` sends
  * every one of them to `fn`, first those that arrived before it was called, in order.
  */
 export interface StopSignals {
@@ -88,6 +89,8 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
     // the result is logged by the agent (one line, and each problem); only a refusal to start one is left
     agent.reloadFile('signal').catch((err: Error) => log?.warn({ err: err.message }, 'SIGHUP: the configuration is not reloaded'));
   };
+  // a restart in place (SIGUSR2, or SIGTERM of a systemd restart job) keeps the VIP for the next process
+  let restart = false;
   const onStop = (sig: NodeJS.Signals): void => {
     if (firstSignal !== null) {
       // double delivery is common (timeout(1), a signal to the process group): never skip the cleanup
@@ -100,7 +103,22 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
       log?.error({ deadlineMs: STOP_DEADLINE_MS }, 'clean stop did not finish in time; exiting');
       process.exit(1);
     }, STOP_DEADLINE_MS).unref();
-    cancel.abort();
+    if (sig === 'SIGUSR2') {
+      restart = true;
+      log?.info({ signal: sig }, 'SIGUSR2: stopping for a restart in place');
+      cancel.abort();
+      return;
+    }
+    if (sig !== 'SIGTERM' || !underSystemd()) {
+      cancel.abort();
+      return;
+    }
+    // systemd sends SIGTERM for a stop and for a restart alike: its job says which
+    void systemdRestartJob().then((r) => {
+      restart = r.restart;
+      log?.info({ unit: r.unit, job: r.job }, r.restart ? 'systemd is restarting this service: stopping for a restart in place' : 'systemd is stopping this service');
+      cancel.abort();
+    });
   };
   stops.handle((sig) => {
     // keepalived's (and most daemons') reload signal
@@ -149,6 +167,7 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
     source: opts.config,
     ...(opts.logLevel ? { logLevel: opts.logLevel } : {}),
     serviceManager,
+    restartOnAbort: () => restart,
   });
   if (hupBeforeStart && firstSignal === null) onHup();
   const code = await agent.done;

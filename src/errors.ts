@@ -120,6 +120,10 @@ export const ERRORS = {
     exitCode: 1,
     description: '`ballast manifest --output FILE` could not write FILE; an existing FILE is left as it was.',
   },
+  BALLAST_E_NODE_VERSION: {
+    exitCode: 2,
+    description: 'The Node.js running ballast is older than 24; nothing was changed (src/cli.ts checks it first).',
+  },
 } as const satisfies Readonly<Record<`BALLAST_E_${string}`, ErrorDefinition>>;
 
 /** A stable error code, one key of {@link ERRORS}. */
@@ -234,7 +238,7 @@ export class ConfigError extends BallastError {
     const where = this.source === undefined ? '' : ` in ${this.source}`;
     const lines = [`ballast: invalid configuration${where} (${n} ${n === 1 ? 'problem' : 'problems'}):`];
     for (const l of this.problemLines()) lines.push(`  ${l}`);
-    lines.push(`(${this.code}; every setting is described in docs/config.md)`);
+    lines.push(`(${this.code}; every setting is described in docs/config.md, /usr/share/doc/ballast/docs/config.md with the package)`);
     return lines.join('\n') + '\n';
   }
 }

@@ -100,7 +100,8 @@ class Watcher {
     if (this.stopped() || this.#gaveUp) return;
     this.opening = true;
     this.#tries++;
-    const s = tls.connect({ host: this.o.url.hostname, port: Number(this.o.url.port || 443), ca: this.o.ca, servername: undefined, session: undefined });
+    // URL.hostname keeps an IPv6 literal's brackets; tls.connect wants the bare address
+    const s = tls.connect({ host: this.o.url.hostname.replace(/^\[(.*)\]$/, '$1'), port: Number(this.o.url.port || 443), ca: this.o.ca, servername: undefined, session: undefined });
     s.setNoDelay(true);
     s.setEncoding('utf8');
     let settled = false;

@@ -32,12 +32,18 @@ export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { sta
     const { status, reload } = inputs;
     const metrics = createMetrics();
     const where = formatHostPort(config.admin.listen);
+    const { internal } = ctx;
     const admin = await startAdmin(config.admin.listen.host, config.admin.listen.port, {
       status,
       metrics: async () => {
-        metrics.update(await status());
+        const doc = await status();
+        // a metric that cannot be set leaves the others served, and is counted
+        if (internal) internal.run('metrics', () => metrics.update(doc));
+        else metrics.update(doc);
+        if (internal) metrics.internalErrors(internal.counts());
         return { contentType: metrics.registry.contentType, body: await metrics.registry.metrics() };
       },
+      ...(internal ? { internalError: (err: unknown) => internal.note('admin', err) } : {}),
       ...(reload ? { reload } : {}),
     }).catch((err: unknown) => {
       if ((err as NodeJS.ErrnoException).code === 'EADDRNOTAVAIL') {

@@ -158,7 +158,9 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     const { log } = ctx;
     const bgp = config.bgp!;
     const family = config.family;
-    const keepAll = config.dataplane.keepOnStop === 'all';
+    const keepAllSetting = config.dataplane.keepOnStop === 'all';
+    // a restart in place keeps the announcement, the VIPs and the table for the next process
+    const keepAll = (): boolean => keepAllSetting || (ctx.restarting?.() ?? null) !== null;
 
     const lock = await acquireTableLock(family);
     own.defer('nftables table lock', () => void lock.close());
@@ -184,7 +186,7 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
       });
     }
     own.defer('VIPs on bgp.interface', async () => {
-      if (keepAll) return;
+      if (keepAll()) return;
       for (const vip of config.vips) await delVip(rt, iface.ifindex, vip).catch((err: unknown) => log.error({ vip, err: (err as Error).message }, 'cannot remove a VIP'));
     });
 
@@ -199,7 +201,7 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
 
     const tables = new TableRemoval(log, family);
     own.defer('nftables table', async () => {
-      if (!keepAll) await tables.remove();
+      if (!keepAll()) await tables.remove();
     });
     const applier = new NftablesApplier();
     const lb = new LoadBalancer(
@@ -254,8 +256,8 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     // (the router still hashed a new flow here after it); the DNAT counters show when flows stop.
     own.defer('BGP announcement', async () => {
       const wasAnnounced = speaker.status().announced;
-      await speaker.stop(!keepAll);
-      if (keepAll || !wasAnnounced) return;
+      await speaker.stop(!keepAll());
+      if (keepAll() || !wasAnnounced) return;
       const total = async (): Promise<number> => Object.values(await applier.counters()).reduce((sum, c) => sum + c.packets, 0);
       const d = await drainAfterWithdraw(total);
       const fields = { waitedMs: Math.round(d.waitedMs), newConnections: d.arrived, quietMs: WITHDRAW_QUIET_MS, maxMs: WITHDRAW_DRAIN_MAX_MS };

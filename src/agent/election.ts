@@ -19,6 +19,7 @@ import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
+import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
 
 /** The running election. */
 export interface ElectionPhase extends PhaseHandle {
@@ -99,19 +100,29 @@ export function startElection(
     const membership = membershipOf(config, { own: ownAddresses, discovered, confirmed });
     if (membership.anyBecause) log.warn({ vrid: v.vrid }, ANY_BECAUSE[membership.anyBecause]);
     else if (membership.members) log.info({ vrid: v.vrid, members: membership.members }, 'adverts are heard from the members only (vrrp.acceptFrom: members)');
-    const opts = engineOptions(config, resolved, authKeys, membership);
+    // the previous process handed off in place while master, and the Backups still wait: resume
+    const key = { ifname: iface.ifname, family: config.family, vrid: v.vrid, primary: resolved.primary };
+    const handOff = readHandOff(key);
+    if (handOff.resume) log.info({ vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) }, 'resuming as master: the previous process handed off in place and the Backups wait for this one');
+    else if (handOff.reason !== null) log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
+    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner };
     let crashed = false;
     let fatal = false;
     let becameActive = false;
+    // the log lines and /status's history: observers, whose failure (a throw in this microtask
+    // would end the process) is contained (observe/contain.ts); the engine's own actions are not
+    const observe = (fn: () => void): void => void (ctx.internal ? ctx.internal.run('election-events', fn) : fn());
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
       if (ev.type === 'transition') {
-        const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
-        // the first Active state is the first advert sent (RFC 9568 6.4.1/6.4.2): its time since the process started
-        const first = ev.to === 'active' && !becameActive ? { elapsedMs: Math.round(Date.parse(ev.at) - performance.timeOrigin) } : {};
-        if (ev.to === 'active') becameActive = true;
-        log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at, ...first }, 'state change');
-        ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
-        if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
+        observe(() => {
+          const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
+          // the first Active state is the first advert sent (RFC 9568 6.4.1/6.4.2): its time since the process started
+          const first = ev.to === 'active' && !becameActive ? { elapsedMs: Math.round(Date.parse(ev.at) - performance.timeOrigin) } : {};
+          if (ev.to === 'active') becameActive = true;
+          log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at, ...first }, 'state change');
+          ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
+          if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
+        });
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
           // the old master went silent: its node, and so its apiserver, is most likely gone
           // (a resign is a clean agent stop: its apiserver may well still serve)
@@ -121,16 +132,18 @@ export function startElection(
           }
         }
       } else if (ev.type === 'master') {
-        ctx.history?.master(ev.address, new Date().toISOString());
-        const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
-        const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
-        if (isStranger(ev.address, known)) {
-          log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
-        } else {
-          log.info(fields, 'new master');
-        }
+        observe(() => {
+          ctx.history?.master(ev.address, new Date().toISOString());
+          const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
+          const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
+          if (isStranger(ev.address, known)) {
+            log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
+          } else {
+            log.info(fields, 'new master');
+          }
+        });
       } else if (ev.type === 'log') {
-        log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg);
+        observe(() => log[ev.level]({ vrid: v.vrid, ...ev.fields }, ev.msg));
       } else if (ev.type === 'interfaceGone') {
         // acted on once, whatever comes after it
         if (fatal) return;
@@ -153,9 +166,25 @@ export function startElection(
     } catch (err) {
       throw engineError(err);
     }
+    // resumed (its first advert sent): the note is spent; a later start is a start
+    if (handOff.resume) removeHandOff(key);
     // what the crash path removes: the VIPs as the last reconfigure set them
     let vips: readonly string[] = config.vips;
     own.defer('election', async () => {
+      const restart = crashed ? null : (ctx.restarting?.() ?? null);
+      if (restart) {
+        // sent from now on: the Backups' wait ends no earlier than this + the bound
+        const sentAt = Date.now();
+        const r = await host.handOff(restart.holdMs);
+        if (!r.active) return;
+        try {
+          const path = writeHandOff({ ...key, vips: [...vips], at: sentAt, until: sentAt + r.masterDownBoundMs });
+          log.info({ note: path, untilMs: Math.round(r.masterDownBoundMs) }, 'hand-off note written for the next process');
+        } catch (err) {
+          log.error({ err: (err as Error).message }, 'cannot write the hand-off note: the next process starts as a Backup and the VIP moves once');
+        }
+        return;
+      }
       await host.stop();
       // the engine failed holding them: removed here too, first (preflight's undo would too, but
       // only after the data planes are unwound)

@@ -7,7 +7,7 @@
 import type { Config } from '../config/index.js';
 import type { DampingChange, FailOpenChange, HealthChange, HealthChecker } from '../health/checker.js';
 import type { Verdict } from '../health/verdict.js';
-import { FlowTracker, watchConntrack, type ConntrackWatch } from '../health/passive.js';
+import { FlowTracker, watchConntrack, type ConntrackWatch, type PassiveVerdict } from '../health/passive.js';
 import type { LoadBalancer } from '../dataplane/controller.js';
 import type { LocalBalancer, LocalDataplane } from '../dataplane/local.js';
 import type { Reconciler } from '../dataplane/reconcile.js';
@@ -53,26 +53,29 @@ export function startHealth(
   return runPhase(ctx, 'health', async (own) => {
     const { checker, followers: f, local } = inputs;
     const { log } = ctx;
+    // log lines and the policy's re-evaluation: a throw here would reach the checker's emit and
+    // end the process; contained (observe/contain.ts), the checks and the planes go on
+    const contain = <A extends unknown[]>(fn: (...a: A) => void): ((...a: A) => void) => (ctx.internal ? ctx.internal.wrap('health-events', fn) : fn);
     // the planes follow verdicts (their own subscriptions); here: the log and the policy
-    const onChange = (c: HealthChange): void => {
+    const onChange = contain((c: HealthChange): void => {
       log.info({ backend: formatHostPort(c.backend), from: c.from, to: c.to, reason: c.reason, ...(c.cause ? { cause: c.cause.kind } : {}) }, 'backend health');
       f.balancing?.evaluate();
-    };
+    });
     checker.on('change', onChange);
-    const onVerdict = (v: Verdict): void => {
+    const onVerdict = contain((v: Verdict): void => {
       if (v.state !== 'up') log.info({ backend: formatHostPort(v.backend), verdict: v.state, cause: v.cause.kind, reason: v.message }, 'backend verdict');
-    };
+    });
     checker.on('verdict', onVerdict);
     // what the planes serve changed without a health change (a hold ended, a reload): the policy looks again
-    const onFailOpen = (c: FailOpenChange): void => {
+    const onFailOpen = contain((c: FailOpenChange): void => {
       logFailOpen(log, c);
       f.balancing?.evaluate();
-    };
+    });
     checker.on('failOpen', onFailOpen);
-    const onDamping = (d: DampingChange): void => {
+    const onDamping = contain((d: DampingChange): void => {
       logDamping(log, d);
       f.balancing?.evaluate();
-    };
+    });
     checker.on('damping', onDamping);
     own.defer('health subscriptions', () => {
       checker.off('change', onChange);
@@ -118,22 +121,39 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
     Math.max(200, Math.min(1000, api.health.timeoutMs)),
     direct ? api.backends : [],
   );
-  // one line per burst of losses, then one per window with the count
+  // one line per burst (lost events; a dead backend's repeated verdicts, per backend), then one per window with the count
   const limited = new RateLimitedLog(pinoSink(log));
   return watchConntrack(
     tracker,
-    (v) => {
-      // its kernel answers SYNs: an active check's connect timeout is then a full accept queue, not a death
-      if (v.alive) return checker.noteAnswered(v.backend);
-      // a dead verdict follows (also for a backend already draining); the planes reset it
-      if (checker.markDead(v.backend, { kind: 'passive', signal: v.signal }, v.reason)) log.warn({ backend: formatHostPort(v.backend), reason: v.reason }, 'backend judged dead from its connections');
-    },
+    passiveVerdictHandler(checker, limited),
     {
       onExit: (code, err) => log.warn({ code, err }, 'conntrack event watch ended: passive detection is off (it needs CAP_NET_ADMIN and ctnetlink, module nf_conntrack_netlink)'),
       // a burst overflowed the socket buffer: some flows are not followed; active checks still are
       onLost: () => void limited.log('warn', 'lost', {}, 'conntrack events were lost (receive buffer full); passive detection missed some connections'),
     },
   );
+}
+
+/** The line passive detection writes when it judges a backend dead (docs/health.md). */
+export const PASSIVE_DEAD_MESSAGE = 'backend judged dead from its connections';
+
+/**
+ * What passive detection does with each verdict: an answered SYN is noted, a refused or
+ * unanswered one takes the backend down at once (markDead: the planes reset it). A backend that
+ * is down keeps refusing every new connection the holder still sends it, so its verdicts repeat
+ * (one a second with an active client): the line is rate-limited per backend in `limited` (the
+ * first, then one summary with the count per window; ratelimit.ts), not written per verdict.
+ * @param limited the passive watch's rate limiter (warn lines, key `dead <host:port>`).
+ */
+export function passiveVerdictHandler(checker: Pick<HealthChecker, 'markDead' | 'noteAnswered'>, limited: RateLimitedLog): (v: PassiveVerdict) => void {
+  return (v) => {
+    // its kernel answers SYNs: an active check's connect timeout is then a full accept queue, not a death
+    if (v.alive) return checker.noteAnswered(v.backend);
+    // a dead verdict follows (also for a backend already draining); the planes reset it
+    if (!checker.markDead(v.backend, { kind: 'passive', signal: v.signal }, v.reason)) return;
+    const backend = formatHostPort(v.backend);
+    limited.log('warn', `dead ${backend}`, { backend, reason: v.reason }, PASSIVE_DEAD_MESSAGE);
+  };
 }
 
 /** The log messages of fail open (docs/health.md), by what happened. */

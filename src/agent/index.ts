@@ -22,8 +22,10 @@ import { HealthChecker } from '../health/checker.js';
 import { CertificateTracker } from '../health/certificates.js';
 import { certificateNeeds } from '../check/certificates.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
+import { loadClient } from '../discovery/credentials.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import { ElectionHistory } from '../observe/history.js';
+import { InternalErrors } from '../observe/contain.js';
 import type { Logger } from '../observe/log.js';
 import { createNotifier, type ServiceManager } from '../observe/notify.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
@@ -44,6 +46,11 @@ import { flowsFor } from '../check/firewall.js';
 import { commandExecutor } from '../dataplane/apply.js';
 import { listAllInterfaces } from './preflight.js';
 import { MemoryRelease } from './memory.js';
+import { parseDuration } from '../config/duration.js';
+import { DEFAULTS } from '../config/limits.js';
+
+/** vrrp.restartHold's default, ms: the hold of a restart in place without an election (mode: bgp keeps everything alike). */
+const DEFAULT_RESTART_HOLD_MS = parseDuration(DEFAULTS.restartHold);
 
 export { acquireEndpointLock, acquireInstanceLock, acquireVipLock, missingCapabilities, resolveInterface } from './preflight.js';
 export { backendsOfNode } from './health.js';
@@ -54,8 +61,13 @@ export { planReload, type ReloadPlan } from './reload-plan.js';
 export interface Agent {
   /** The current /status document. */
   status(): Promise<StatusDocument>;
-  /** Clean stop: priority 0 if Active, VIPs removed, admin closed. Idempotent. */
-  stop(): Promise<void>;
+  /**
+   * Clean stop: priority 0 if Active, VIPs removed, admin closed. With `restart` (a restart in
+   * place, docs/operations.md): an Active router keeps its VIPs and tells the Backups to wait up
+   * to vrrp.restartHold for the next process; the nftables table and the eBPF programs stay.
+   * Idempotent: the first call decides which.
+   */
+  stop(opts?: { restart?: boolean }): Promise<void>;
   /**
    * Applies `next` (a validated Config): only its difference from the running one (see
    * reload-plan.ts). Waits for the start-up and for a reload under way. Never rejects for a
@@ -92,7 +104,15 @@ export interface Agent {
 export async function startAgent(
   config: Config,
   log: Logger,
-  opts: { signal?: AbortSignal; load?: () => Config; source?: string; logLevel?: LogLevel; serviceManager?: ServiceManager | null } = {},
+  opts: {
+    signal?: AbortSignal;
+    load?: () => Config;
+    source?: string;
+    logLevel?: LogLevel;
+    serviceManager?: ServiceManager | null;
+    /** Asked when `signal` aborts: whether that stop is a restart in place (see {@link Agent.stop}). */
+    restartOnAbort?: () => boolean;
+  } = {},
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
@@ -106,11 +126,16 @@ export async function startAgent(
   const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: initial ?? config.apiserver.backends, logger: log }) : null;
   // each backend's serving certificate, from the checks' handshakes: reported, never a health input
   const certificates = checker ? new CertificateTracker((b) => certificateNeeds(reloads.current, b), log) : null;
+  // observer paths contain their failures here: counted, logged, never fatal (observe/contain.ts)
+  const internal = new InternalErrors(log);
   if (checker && certificates) {
-    checker.on('check', (c) => {
-      if (c.result.peerCertificate) certificates.observe(c.backend, c.result.peerCertificate);
-      if (certificates.size > checker.backends().length) certificates.retain(new Set(checker.snapshot().map((b) => b.address)));
-    });
+    checker.on(
+      'check',
+      internal.wrap('certificates', (c) => {
+        if (c.result.peerCertificate) certificates.observe(c.backend, c.result.peerCertificate);
+        if (certificates.size > checker.backends().length) certificates.retain(new Set(checker.snapshot().map((b) => b.address)));
+      }),
+    );
   }
 
   let finish!: (code: number) => void;
@@ -118,14 +143,17 @@ export async function startAgent(
   let stopping: Promise<void> | null = null;
   let started: Promise<void> = Promise.resolve();
   /** The one way down: cancel the start, let the phase under way settle, unwind, exit `code`. */
-  const stopWith = (code: number): Promise<void> => {
+  let restart = false;
+  const stopWith = (code: number, asRestart = false): Promise<void> => {
     stopping ??= (async () => {
+      restart = asRestart;
       notifier.stopping();
       cancel.abort();
       await started.catch(() => undefined);
       // a reload under way finishes first (its phase starts see the abort and stop early)
       await reloads.queue.catch(() => undefined);
-      log.info(running.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
+      if (restart) log.info({ restartHoldMs: reloads.current.vrrp?.restartHoldMs ?? null }, 'stopping for a restart in place: the VIPs, the nftables table and the eBPF programs stay for the next process; the Backups wait for it');
+      else log.info(running.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
       await stack.unwind();
       log.info('stopped');
       finish(code);
@@ -133,7 +161,14 @@ export async function startAgent(
     return stopping;
   };
   const history = new ElectionHistory();
-  const ctx: AgentContext = { log, signal: cancel.signal, fail: (code) => void stopWith(code), history };
+  const ctx: AgentContext = {
+    log,
+    signal: cancel.signal,
+    fail: (code) => void stopWith(code),
+    history,
+    internal,
+    restarting: () => (restart ? { holdMs: reloads.current.vrrp?.restartHoldMs ?? DEFAULT_RESTART_HOLD_MS } : null),
+  };
 
   // other firewalls on the node that would drop what ballast serves (src/check/watch.ts)
   const firewall = new ForeignFirewallWatch({
@@ -149,14 +184,14 @@ export async function startAgent(
     },
   });
   const status = (): Promise<StatusDocument> =>
-    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history).then((d) => {
+    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then((d) => {
       const f = firewall.status();
       return f ? { ...d, foreignFirewall: f } : d;
     });
   // the watchdog's gate: the election's timers run (it is on this thread, as the pings are)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.alive() ?? Promise.resolve() });
 
-  const memory = new MemoryRelease(log);
+  const memory = new MemoryRelease(log, undefined, internal);
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
   const enqueue = (trigger: ReloadResult['trigger'], get: () => Config, source?: string): Promise<ReloadResult> => {
     if (stopping) return Promise.reject(new ReloadUnavailable('the agent is stopping; the configuration was not reloaded'));
@@ -170,7 +205,7 @@ export async function startAgent(
         memory.schedule();
         reloads.current = r.config!;
         reloads.lastSuccessAt = r.result.at;
-        certificates?.setNeeds((b) => certificateNeeds(reloads.current, b));
+        internal.run('certificates', () => certificates?.setNeeds((b) => certificateNeeds(reloads.current, b)));
       }
       return r.result;
     };
@@ -185,7 +220,7 @@ export async function startAgent(
   };
   const reloadAdmin = (): Promise<ReloadResult> => reloadFile('admin');
 
-  const onAbort = (): void => void stopWith(0);
+  const onAbort = (): void => void stopWith(0, opts.restartOnAbort?.() ?? false);
   // started first: a stop (also one requested before startAgent) waits for the phase under way
   started = startPhases(ctx, config, { stack, running, followers, checker, status, reload: opts.load ? reloadAdmin : undefined }, () => notifier.ready());
   if (opts.signal?.aborted) onAbort();
@@ -196,6 +231,7 @@ export async function startAgent(
       stack.defer('foreign firewall watch', () => firewall.stop());
       firewall.start();
       stack.defer('memory release', () => memory.stop());
+      stack.defer('internal errors log', () => internal.close());
       memory.schedule();
     }
   } catch (err) {
@@ -208,7 +244,7 @@ export async function startAgent(
       throw err;
     }
   }
-  return { status, stop: () => stopWith(0), done, reload: (next) => enqueue('api', () => next), reloadFile };
+  return { status, stop: (o) => stopWith(0, o?.restart ?? false), done, reload: (next) => enqueue('api', () => next), reloadFile };
 }
 
 /**
@@ -247,8 +283,14 @@ async function startPhases(
   }
   const local = running.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
-  // what ships and is tested is Node 24 (package.json engines); an older one is the operator's to know
-  if (Number(process.versions.node.split('.')[0]) < 24) log.warn({ node: process.version }, 'ballast is tested on Node.js 24 LTS; this Node.js is older');
+  // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to import:
+  // before the election starts, never while a Backup's Master_Down_Timer runs on it
+  if (config.discovery !== null && checker) {
+    const t0 = performance.now();
+    await loadClient();
+    log.debug({ ms: Math.round(performance.now() - t0) }, 'discovery: the Kubernetes client library loaded');
+    throwIfAborted(ctx.signal);
+  }
   const v = config.vrrp;
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;
@@ -277,13 +319,14 @@ async function startPhases(
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
-async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory): Promise<StatusDocument> {
+async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory, internal: InternalErrors): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   const stats = running.discovery?.stats() ?? null;
   const common = {
     ...(reload ? { reload } : {}),
     backends: (checker?.snapshot() ?? []).map((b) => {
-      const certificate = certificates?.get(b.address);
+      // a certificate that cannot be reported leaves the backend's entry without one, not /status failing
+      const certificate = internal.run('certificates', () => certificates?.get(b.address));
       return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
     }),
     ...(stats === null ? {} : { discovery: stats }),
@@ -297,9 +340,9 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
   if (!running.election) throw new Error('the election engine is not running');
   const engine = await running.election.host.status();
   // since when the master the engine names now is heard (not an earlier one's time)
-  const heard = history.currentMaster();
+  const heard = internal.run('history', () => history.currentMaster()) ?? null;
   const masterSince = heard !== null && heard.address === engine.masterAddress ? heard.since : null;
-  return statusDocument(engine, fixed, common, { transitions: history.transitions(), masterSince, priorityReason: running.priority?.reason() ?? null });
+  return statusDocument(engine, fixed, common, { transitions: internal.run('history', () => history.transitions()) ?? [], masterSince, priorityReason: running.priority?.reason() ?? null });
 }
 
 /** The parts of /status that do not change while the election runs; null without an election. */

@@ -18,6 +18,53 @@ import { runPhase, throwIfAborted, type AgentContext, type PhaseHandle } from '.
 import type { HealthFollowers } from './health.js';
 import type { Preflight } from './preflight.js';
 
+/** The errno names, in an error or its causes, of what stopped the eBPF local endpoint. */
+function errnoCodes(err: unknown): { code: string; syscall?: string; message: string }[] {
+  const out: { code: string; syscall?: string; message: string }[] = [];
+  for (let e = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const { code, syscall } = e as { code?: unknown; syscall?: unknown };
+    if (typeof code === 'string' && /^E[A-Z0-9]+$/.test(code)) out.push({ code, ...(typeof syscall === 'string' ? { syscall } : {}), message: e.message });
+  }
+  return out;
+}
+
+/**
+ * What stopped {@link EbpfLocalDataplane.open}, in the words of the fix: the errno the kernel
+ * gave (the addon's errors carry `code` and `syscall`, also as a BallastError's `cause`) turned
+ * into the setting that causes it, under systemd first (the packaged unit is where these meet).
+ * Pure; never throws.
+ *   EROFS            bpffs read-only in this mount namespace: ProtectKernelTunables=yes (systemd
+ *                    remounts /sys read-only; ReadWritePaths=/sys/fs/bpf does not lift it on
+ *                    every version) or a read-only /sys in a container
+ *   EPERM / EACCES   the kernel refused bpf() or the attach: CAP_BPF / CAP_NET_ADMIN
+ *                    (CapabilityBoundingSet=), or a seccomp filter (SystemCallFilter=)
+ *   anything else    the error's own message
+ * @returns `text`, one clause for the log line, and the errno name when there is one.
+ */
+export function ebpfBlocker(err: unknown): { text: string; code?: string } {
+  const codes = errnoCodes(err);
+  const message = err instanceof Error ? err.message : String(err);
+  const rofs = codes.find((c) => c.code === 'EROFS');
+  if (rofs) {
+    return {
+      code: 'EROFS',
+      text:
+        `bpffs (/sys/fs/bpf) is read-only in this process's mount namespace (${rofs.message}): under systemd, ProtectKernelTunables=yes makes it so, and ReadWritePaths=/sys/fs/bpf must be listed for it to be writable; ` +
+        '`systemctl edit ballast` and add `[Service]` `ProtectKernelTunables=no` and `ReadWritePaths=/sys/fs/bpf`, then `systemctl restart ballast` (in a container: mount /sys/fs/bpf read-write)',
+    };
+  }
+  const perm = codes.find((c) => c.code === 'EPERM' || c.code === 'EACCES');
+  if (perm) {
+    return {
+      code: perm.code,
+      text:
+        `the kernel refused ${perm.syscall ?? 'a BPF call'} (${perm.message}): the process lacks CAP_BPF and CAP_NET_ADMIN (CAP_SYS_ADMIN before Linux 5.8), or a seccomp filter forbids bpf(); ` +
+        'under systemd, `systemctl edit ballast` and make sure `CapabilityBoundingSet=` lists CAP_BPF CAP_NET_ADMIN (with `User=`, `AmbientCapabilities=` too) and `SystemCallFilter=` allows bpf (in a container: add the BPF and NET_ADMIN capabilities)',
+    };
+  }
+  return { ...(codes[0] ? { code: codes[0].code } : {}), text: `${message} (\`ballast check\` run the same way, under the unit or in the container, tells more)` };
+}
+
 /** The running local endpoint. */
 export interface LocalEndpointPhase extends PhaseHandle {
   local: LocalDataplane;
@@ -34,9 +81,10 @@ export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { 
     const { checker, followers } = inputs;
     const { log } = ctx;
     // a stop is a restart unless keepOnStop: none (the eBPF programs keep serving, the next start adopts them)
-    const keep = config.dataplane.keepOnStop !== 'none';
+    // (and a restart in place always keeps it)
+    const keep = (): boolean => config.dataplane.keepOnStop !== 'none' || (ctx.restarting?.() ?? null) !== null;
     const local = await startLocalDataplane(config, log, ctx.signal, inputs.ebpf);
-    own.defer('local endpoint data plane', () => local.close({ keep }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
+    own.defer('local endpoint data plane', () => local.close({ keep: keep() }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
     own.defer('local endpoint verdict subscription', localLb.follow());
     followers.localLb = localLb;
@@ -78,9 +126,10 @@ async function startLocalDataplane(config: Config, log: Logger, signal: AbortSig
         throwIfAborted(signal);
         // the host can run eBPF (check attached to a test cgroup): this failure is ours to report
         if (check.ok) throw createError('BALLAST_E_DATAPLANE', `cannot start the eBPF local endpoint: ${(err as Error).message}`, { cause: err });
+        const blocker = ebpfBlocker(err);
         log.warn(
-          { err: (err as Error).message, reasons: check.reasons },
-          'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path: every byte is copied through the agent). `ballast check` explains why',
+          { err: (err as Error).message, ...(blocker.code ? { code: blocker.code } : {}), checkReasons: check.reasons },
+          `eBPF local endpoint unavailable: ${blocker.text}; serving it with the user-space proxy instead (the slower path: every byte is copied through the agent)`,
         );
       }
     } else {

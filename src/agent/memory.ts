@@ -6,6 +6,7 @@
  * data plane and the eBPF local endpoint; the code the steady state runs is mapped back within
  * seconds by minor faults from the page cache). One "memory released" info line says what it did.
  */
+import type { InternalErrors } from '../observe/contain.js';
 import { readFileSync } from 'node:fs';
 import type { Logger } from '../observe/log.js';
 import { releaseMemory } from '../native.js';
@@ -33,9 +34,11 @@ function rssParts(): { anonKiB: number; fileKiB: number } | null {
 export class MemoryRelease {
   #timer: NodeJS.Timeout | null = null;
 
+  /** @param internal where a failure of the release (its logging included) is contained; absent: it propagates to the timer. */
   constructor(
     private readonly log: Logger,
     private readonly delayMs = RELEASE_DELAY_MS,
+    private readonly internal?: InternalErrors,
   ) {}
 
   /** (Re)arms the release `delayMs` from now; the timer does not keep the process alive. */
@@ -43,7 +46,8 @@ export class MemoryRelease {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = setTimeout(() => {
       this.#timer = null;
-      this.release();
+      if (this.internal) this.internal.run('memory-release', () => this.release());
+      else this.release();
     }, this.delayMs);
     this.#timer.unref();
   }

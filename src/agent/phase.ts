@@ -7,6 +7,7 @@
  * stack only ever holds whole phases. Reload (next issue) is then: undo one phase's handle, run the
  * phase again with the new config.
  */
+import type { InternalErrors } from '../observe/contain.js';
 import type { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../observe/log.js';
 import { CleanupStack } from './stack.js';
@@ -27,6 +28,20 @@ export interface AgentContext {
   fail(exitCode: number): void;
   /** The election's state changes and master, for /status (absent in tests that build a context by hand). */
   readonly history?: ElectionHistory;
+  /**
+   * Whether the stop under way is a restart in place (SIGUSR2, a systemd restart job: see
+   * docs/operations.md): then the undos keep what the next process adopts (the VIPs, the
+   * nftables table, the eBPF programs) and the election hands off (engine.ts `handOff`) instead
+   * of resigning. Its `holdMs` is vrrp.restartHold, ms. null (or absent): a stop.
+   */
+  readonly restarting?: () => RestartIntent | null;
+  /** Where observer paths (reports, status, metrics, log-only listeners) contain their failures (observe/contain.ts); absent in tests that build a context by hand: failures then propagate. */
+  readonly internal?: InternalErrors;
+}
+
+/** A stop for a restart in place: how long the Backups are told to wait for the next process, ms. */
+export interface RestartIntent {
+  holdMs: number;
 }
 
 /** What a started phase exposes, and how to undo it. */

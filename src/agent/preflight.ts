@@ -90,7 +90,10 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       if (!v.owner) {
         const { ifindex } = resolved.iface;
         // the VIPs locked now, not the start-up ones: a reload may have given some up to another agent
-        own.defer('VIPs (an earlier run\'s)', () => removeLeftoverVips(ifindex, l.vips(), ctx.log));
+        own.defer('VIPs (an earlier run\'s)', async () => {
+          // a restart in place leaves them to the next process (the election handed off)
+          if (!ctx.restarting?.()) await removeLeftoverVips(ifindex, l.vips(), ctx.log);
+        });
       }
     } else if (config.bgp === null) {
       // (mode: bgp takes its family's nftables table lock instead, agent/bgp.ts: one agent per family)
@@ -115,10 +118,16 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     }
     const keep = config.dataplane.keepOnStop;
     const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family, new NftablesApplier({ exec: commandExecutor(['nft'], { timeoutMs: config.dataplane.commandTimeoutMs }) })) : null;
-    if (tables && keep !== 'all') own.defer('nftables tables (also an earlier run\'s)', () => tables.remove());
+    if (tables && keep !== 'all') {
+      own.defer('nftables tables (also an earlier run\'s)', async () => {
+        if (!ctx.restarting?.()) await tables.remove();
+      });
+    }
     if (ebpf && keep === 'none') {
       const { pinDir } = ebpf;
-      own.defer('eBPF pins (also an earlier run\'s)', () => removePins(pinDir, ctx.log));
+      own.defer('eBPF pins (also an earlier run\'s)', async () => {
+        if (!ctx.restarting?.()) await removePins(pinDir, ctx.log);
+      });
     }
     return { authKeys, resolved, locks, tables, ebpf };
   });

@@ -101,6 +101,8 @@ const APPLIED = [
   'vrrp.advertisementIntervalCs',
   'vrrp.preempt',
   'vrrp.preemptDelayMs',
+  // read when the agent stops
+  'vrrp.restartHoldMs',
   'vrrp.peers',
   'vrrp.discoveredPeers',
   'vrrp.acceptFrom',

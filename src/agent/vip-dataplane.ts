@@ -3,7 +3,8 @@
  * (`dataplane.vip: nftables`), fed by the health checks through a LoadBalancer. Started before
  * the election and undone after it: a resigning master still balances until its VIPs are gone.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { handOffPath } from './handoff.js';
 import { conntrackVipFlows } from '../native.js';
 import { ConnectionTracker } from '../dataplane/rebalance.js';
 import { enableConntrackTimestamps } from '../dataplane/conntrack.js';
@@ -54,7 +55,8 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const conntrack = commandExecutor(['conntrack'], { timeoutMs });
     tables.rearm();
     own.defer('nftables table', async () => {
-      if (config.dataplane.keepOnStop !== 'all') await tables.remove();
+      // a restart in place keeps the table: the flows through it keep their NAT, the next process adopts it
+      if (config.dataplane.keepOnStop !== 'all' && !ctx.restarting?.()) await tables.remove();
     });
     const a = applier;
     // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
@@ -80,6 +82,18 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     wantTimestamps();
     const lb = new Reconciler(plane, checker, { log, ...VIP_PLANE_MESSAGES });
     own.defer('VIP data plane verdict subscription', lb.follow());
+    // a previous process handed off in place (its note is there): its table's backends keep their
+    // new connections until their first verdicts here, instead of none being DNATed meanwhile.
+    // Only then: a cold start pays no extra nft run before its election
+    const handedOff = config.vrrp !== null && existsSync(handOffPath({ ifname: iface.ifname, family: config.family, vrid: config.vrrp.vrid }));
+    const inherited = !handedOff ? [] : await applier.dnatTargets(config.family, { signal: ctx.signal }).catch((err: unknown) => {
+      log.warn({ err: (err as Error).message }, 'cannot read the nftables table left by a previous process; starting with no backend until the first verdicts');
+      return [] as string[];
+    });
+    if (inherited.length > 0) {
+      plane.inherit(inherited);
+      log.info({ backends: inherited }, "serving the backends of the previous process's nftables table until their first verdicts");
+    }
     // the table exists (with no DNAT rule while nothing is healthy) before the first check
     await lb.sync();
     if (lb.status().failures > 0) {

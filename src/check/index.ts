@@ -24,7 +24,9 @@ import { BirdControl, BirdError, foreignSnippet, parseStatus } from '../bgp/bird
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';
 import { ConfigError, isBallastError } from '../errors.js';
-import { addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
+import { addressFamily, addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
+import { membershipOf } from '../agent/membership.js';
+import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { formatHostPort } from '../net/hostport.js';
 import { currentListeners, type Listener } from '../net/listening.js';
 import { chooseInterface, inSubnet, type InterfaceInfo } from '../vip/netlink.js';
@@ -32,6 +34,7 @@ import { checkBackendCertificates } from './certificates.js';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, flowsFor, type FirewallFinding, type HookFlows } from './firewall.js';
 import { listenForAdverts, probeAddress, PROBE_COUNT, PROBE_SPACING_MS, PROBE_WAIT_MS, type AddressClaim, type HeardAdvert } from './probe.js';
 import { exitStatus, type CheckReport, type CheckResult } from './report.js';
+import { ebpfUnderUnit, realtimeUnderUnit, runningUnitBpffs, unitSandbox, UNIT_NAME, type Sandbox } from './unit.js';
 
 export { exitStatus } from './report.js';
 export type { CheckReport, CheckResult } from './report.js';
@@ -46,6 +49,8 @@ export interface CheckOptions {
   vrrpListenMs?: number;
   /** Timeout of one backend's TLS handshake, ms (passed to checkBackendCertificates). */
   certificateTimeoutMs?: number;
+  /** The installed unit's sandbox (unit.ts); default {@link unitSandbox}: null under the unit or when none is installed. */
+  unit?: Sandbox | null;
 }
 
 const ok = (id: string, title: string, detail: string): CheckResult => ({ id, title, status: 'ok', detail });
@@ -182,6 +187,35 @@ function checkPorts(config: Config, listeners: readonly Listener[]): CheckResult
     }
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// membership: can this node ever be master?
+
+/**
+ * The `membership` check: whether this node is a member of its group as the agent will compute
+ * it at start (agent/membership.ts membershipOf, with the interface's addresses, the seed and the
+ * last-known file as election.ts gives them). A node that is not (standby) is never Active: the
+ * others drop its adverts under vrrp.acceptFrom: members. **fail** without discovery (nothing
+ * will make it one); **warn** with discovery (it becomes one once the EndpointSlices list an
+ * apiserver on this node).
+ * @param own the addresses of the election's interface.
+ */
+export function membershipResult(config: Config, ifname: string, own: readonly string[]): CheckResult {
+  const v = config.vrrp!;
+  const title = 'this node is a member of its VRRP group (it can become master)';
+  const seedHosts = config.apiserver.backends.map((b) => b.host);
+  const lastKnown = config.discovery === null ? null : seedAndLastKnown(config.apiserver.backends, config.discovery.lastKnownFile);
+  const discovered = lastKnown === null ? null : [...new Set(lastKnown.map((b) => b.host))];
+  const inSeed = seedHosts.some((h) => own.some((a) => canonicalAddress(a) === canonicalAddress(h)));
+  const m = membershipOf(config, { own, discovered, confirmed: discovered === null && inSeed ? [] : seedHosts });
+  const mine = own.filter((a) => addressFamily(a) === config.family);
+  if (m.members === null) return ok('membership', title, m.anyBecause ? `adverts from any source are heard (${m.anyBecause === 'ipv6Multicast' ? 'IPv6 multicast' : 'no member is known'}): every node can become master` : 'vrrp.acceptFrom: any: every node can become master');
+  if (!m.standby) return ok('membership', title, `an address of ${ifname} (${mine.join(', ')}) is ${discovered === null ? 'a host of apiserver.backends or in vrrp.peers' : 'a backend host (apiserver.backends or the last-known file) or in vrrp.peers'}`);
+  const known = [...new Set([...(discovered ?? seedHosts), ...v.peers])].join(', ') || 'none';
+  const detail = `none of ${ifname}'s addresses (${mine.join(', ') || 'none of the VIPs\' family'}) is a backend host or a listed peer (known nodes: ${known}): the other nodes drop its adverts (vrrp.acceptFrom: members), so it stays Backup — this node would never become master${config.discovery === null ? '' : ', until discovery lists an apiserver on it'}`;
+  const fix = `add this node's apiserver (${mine[0] ?? 'its address'}:${config.apiserver.port}) to apiserver.backends on every node, or list ${mine[0] ?? 'its address'} in vrrp.peers on the others (unicast), or set vrrp.acceptFrom: any`;
+  return config.discovery === null ? fail('membership', title, detail, fix) : warn('membership', title, detail, fix);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -500,9 +534,26 @@ function firewallResult(r: Awaited<ReturnType<typeof foreignFirewall>>): CheckRe
 
 // ---------------------------------------------------------------------------------------------
 
-function ebpfResult(r: { ok: boolean; reasons: string[] }, configured: boolean): CheckResult {
+/**
+ * The `ebpf` check: the probe (this process), then what the unit's sandbox allows when the check
+ * does not run under it (unit.ts): an attach that works from a root shell is no answer for
+ * ballast.service.
+ */
+function ebpfResult(r: { ok: boolean; reasons: string[] }, configured: boolean, unit: Sandbox | null, running: { pid: number; readOnly: boolean } | null = unit ? runningUnitBpffs() : null): CheckResult {
   const title = 'eBPF local endpoint (cgroup v2, BPF programs, sock_diag)';
-  if (r.ok) return ok('ebpf', title, 'cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup, and SOCK_DESTROY works');
+  const probed = 'cgroup connect4/6 and getpeername4/6 programs loaded and attached to a test cgroup, and SOCK_DESTROY works';
+  if (r.ok && unit) {
+    const u = ebpfUnderUnit(unit);
+    // the running unit's own mount namespace settles what the options cannot
+    const seen = running === null ? '' : `in the running ${UNIT_NAME} (pid ${running.pid}, as of its last start) /sys/fs/bpf is ${running.readOnly ? 'read-only' : 'writable'}`;
+    if (running?.readOnly) {
+      return warn('ebpf', title, `${probed} from this process, but ${seen}: the agent falls back to the user-space proxy${u.status === 'ok' ? '' : ` (${u.detail})`}`, u.fix ?? `\`systemctl edit ballast\` and add under [Service]: ProtectKernelTunables=no and ReadWritePaths=/sys/fs/bpf, then \`systemctl restart ballast\``);
+    }
+    if (running && !u.known) return ok('ebpf', title, `${probed} (from this process), and ${seen}`);
+    if (u.status === 'ok') return ok('ebpf', title, `${probed} (from this process); ${u.detail}`);
+    return warn('ebpf', title, `${probed} from this process, but ${u.detail}`, u.fix!);
+  }
+  if (r.ok) return ok('ebpf', title, probed);
   return warn(
     'ebpf',
     title,
@@ -522,9 +573,9 @@ function privilegesResult(): CheckResult {
  * The host checks alone (no configuration): the eBPF local endpoint, as `ballast check` did
  * before it took a configuration (exit 0 when the host can run it, 1 when not).
  */
-export async function runHostChecks(): Promise<{ report: CheckReport; ebpf: { ok: boolean; reasons: string[] } }> {
+export async function runHostChecks(opts: { unit?: Sandbox | null } = {}): Promise<{ report: CheckReport; ebpf: { ok: boolean; reasons: string[] } }> {
   const e = await checkEbpf();
-  return { report: { config: '', checks: [ebpfResult(e, false)] }, ebpf: e };
+  return { report: { config: '', checks: [ebpfResult(e, false, opts.unit === undefined ? unitSandbox() : opts.unit)] }, ebpf: e };
 }
 
 /**
@@ -533,6 +584,7 @@ export async function runHostChecks(): Promise<{ report: CheckReport; ebpf: { ok
  */
 export async function runChecks(config: Config, opts: CheckOptions): Promise<CheckReport> {
   const nft = opts.nft ?? commandExecutor(['nft']);
+  const unit = opts.unit === undefined ? unitSandbox() : opts.unit;
   const checks: CheckResult[] = [];
   const priv = privilegesResult();
   checks.push(priv);
@@ -610,10 +662,17 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
     else checks.push(vrrpResult(config, a.heard, speakers, listenMs, ifname));
   }
 
+  if (v && iface) checks.push(membershipResult(config, iface.ifname, iface.addresses.map((a) => a.address)));
+
   checks.push(forwardingResult(config, nodeAddresses));
   if (vipPlaneBackends(config, nodeAddresses).length > 0) checks.push(await rulesetResult(config, nodeAddresses, nft));
   if (config.bgp && all.length > 0) checks.push(...(await bgpResults(config, all)));
-  if (config.localEndpoint && config.dataplane.local === 'ebpf') checks.push(ebpfResult(await checkEbpf(), true));
+  if (config.localEndpoint && config.dataplane.local === 'ebpf') checks.push(ebpfResult(await checkEbpf(), true, unit));
+  if (v && v.realtimePriority > 0 && unit) {
+    const r = realtimeUnderUnit(unit, v.realtimePriority);
+    const title = `the advert pacer gets SCHED_FIFO ${v.realtimePriority} (vrrp.realtimePriority) under ${UNIT_NAME}`;
+    checks.push(r.status === 'ok' ? ok('realtime', title, r.detail) : fail('realtime', title, r.detail, r.fix!));
+  }
   checks.push(...checkPorts(config, currentListeners()));
   if (v || config.apiserver.backends.length > 0) {
     const hooks = flowsFor({

@@ -27,6 +27,7 @@ export const DEFAULTS = Object.freeze({
   preempt: true,
   preemptDelay: '0s',
   realtimePriority: 0,
+  restartHold: '8s',
   checksum: 'rfc5798',
   acceptFrom: 'members',
   announceCount: 5,

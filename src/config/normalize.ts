@@ -55,6 +55,7 @@ function normalizeVrrp(v: ParsedConfig['vrrp']): VrrpConfig | null {
     preempt: v.preempt,
     preemptDelayMs: v.preemptDelay,
     realtimePriority: v.realtimePriority,
+    restartHoldMs: v.restartHold,
     unicast: v.peers !== undefined || v.singleNode,
     peers: v.peers?.addresses ?? [],
     discoveredPeers: v.peers?.keyword ?? false,

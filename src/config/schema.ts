@@ -95,6 +95,8 @@ function shapes() {
     }),
     preempt: boolField(DEFAULTS.preempt),
     preemptDelay: durationField({ min: 0, max: HOUR_MS, default: DEFAULTS.preemptDelay, range: rangeMessage('0s', '1h') }),
+    // how long the Backups wait for the next process of a master that restarts in place (docs/config.md)
+    restartHold: durationField({ min: 1000, max: 120_000, default: DEFAULTS.restartHold, range: rangeMessage('1s', '2m') }),
     // the election thread's SCHED_FIFO priority; 0 = normal scheduling (docs/config.md)
     realtimePriority: intField(0, 99, { default: String(DEFAULTS.realtimePriority) }).default(DEFAULTS.realtimePriority),
     // `discovered` alone stands for [discovered]: the discovered apiservers' node addresses

@@ -36,6 +36,11 @@ export interface VrrpConfig {
   /** The election thread's SCHED_FIFO priority, 1..99; 0 = normal scheduling (SCHED_OTHER). Needs CAP_SYS_NICE. */
   readonly realtimePriority: number;
   /**
+   * A master that stops for a restart in place (SIGUSR2, or a systemd restart job) tells the
+   * Backups to wait at most this long for its next process, in milliseconds: 1000..120000.
+   */
+  readonly restartHoldMs: number;
+  /**
    * Unicast mode: `vrrp.peers` was given (or `singleNode`). Adverts go to the peers only and
    * adverts from anyone else are dropped. False = multicast (224.0.0.18 / ff02::12).
    */

@@ -342,6 +342,32 @@ export class NftablesApplier {
     this.#last.delete(family);
   }
 
+  /**
+   * The backends ballast's table of `family` DNATs new connections to now (`nft -j list table`,
+   * the `dnat` statements of its rules, libnftables-json(5)), keyed `host:port` / `[v6]:port`
+   * as {@link backendKey}: what a previous process of the agent left (a restart, a crash), for
+   * the next one to serve until its own checks have a verdict. [] when there is no such table.
+   * @throws DataplaneError (code BALLAST_E_DATAPLANE) when nft fails otherwise, or prints unparsable JSON.
+   */
+  dnatTargets(family: 4 | 6, opts: { signal?: AbortSignal } = {}): Promise<string[]> {
+    return this.#serial(async () => {
+      const args = ['-j', 'list', 'table', nftFamily(family), TABLE_NAME];
+      const what = `listing the ${nftFamily(family)} ${TABLE_NAME} table`;
+      const r = await this.#run(args, '', what, opts.signal);
+      if (r.code !== 0) {
+        if (r.killed === undefined && NO_TABLE.test(r.stderr)) return [];
+        this.#fail(what, args, r);
+      }
+      let doc: unknown;
+      try {
+        doc = JSON.parse(r.stdout);
+      } catch (err) {
+        throw new DataplaneError(`${what}: nft printed no JSON: ${r.stdout.slice(0, 200)}`, args, r, { cause: err });
+      }
+      return parseDnatTargets(doc);
+    });
+  }
+
   /** The table of `family` as {@link normalizedTable} of its JSON listing; null when there is no such table. */
   async #listTable(family: 4 | 6, signal?: AbortSignal): Promise<string | null> {
     const args = ['-j', 'list', 'table', nftFamily(family), TABLE_NAME];
@@ -410,6 +436,26 @@ export class NftablesApplier {
     }
     for (const [key, value] of parseCountersJson(doc, family)) this.#known.set(key, value);
   }
+}
+
+/**
+ * The DNAT targets in a table listing (`nft -j list table …`, libnftables-json(5)): every
+ * `{"dnat": {"addr": A, "port": P}}` statement of a rule, as {@link backendKey} of (A, P), each
+ * once, in listing order. Anything else (no `nftables` array, other statements) is skipped.
+ */
+export function parseDnatTargets(doc: unknown): string[] {
+  const items = (doc as { nftables?: unknown } | null)?.nftables;
+  if (!Array.isArray(items)) return [];
+  const out = new Set<string>();
+  for (const item of items) {
+    const exprs = (item as { rule?: { expr?: unknown } } | null)?.rule?.expr;
+    if (!Array.isArray(exprs)) continue;
+    for (const e of exprs) {
+      const d = (e as { dnat?: { addr?: unknown; port?: unknown } } | null)?.dnat;
+      if (d && typeof d.addr === 'string' && typeof d.port === 'number') out.add(backendKey({ address: d.addr, port: d.port }));
+    }
+  }
+  return [...out];
 }
 
 /**

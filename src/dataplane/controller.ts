@@ -84,6 +84,8 @@ export class LoadBalancer implements Plane {
   readonly #deps: LoadBalancerDeps;
   #o: VipPlaneOptions;
   readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0, restores: 0, lastRestore: null };
+  /** Backends (host:port) the table held when this plane started: served while their verdict is unknown. */
+  #inherited: ReadonlySet<string> = new Set();
 
   constructor(deps: LoadBalancerDeps, o: VipPlaneOptions) {
     this.#deps = deps;
@@ -99,6 +101,16 @@ export class LoadBalancer implements Plane {
   reconfigure(o: VipPlaneOptions): void {
     if (o.family !== this.#o.family) throw new RangeError(`the VIP data plane serves IPv${this.#o.family}, not IPv${o.family}`);
     this.#o = o;
+  }
+
+  /**
+   * The backends (host:port, as {@link formatHostPort}) that the table a previous process left
+   * DNATs to (NftablesApplier.dnatTargets): each stays a DNAT target while its own verdict is
+   * unknown, so that a restarted agent neither refuses new connections nor changes the spread
+   * before its checks conclude (rise × interval). A verdict, either way, ends it for that backend.
+   */
+  inherit(backends: readonly string[]): void {
+    this.#inherited = new Set(backends);
   }
 
   /** Counts a restore of the table (nftwatch.ts) that ended at `at`, for /status. */
@@ -119,7 +131,8 @@ export class LoadBalancer implements Plane {
   }
 
   /** One transaction replacing the table. @throws what the applier throws (the previous rules stay). */
-  async apply(set: ReadySet): Promise<readonly HostPort[]> {
+  async apply(given: ReadySet): Promise<readonly HostPort[]> {
+    const set = this.#withInherited(given);
     const d = desiredDataplane(set, this.#o);
     const r = await this.#deps.apply(d);
     this.#st.applies++;
@@ -128,6 +141,15 @@ export class LoadBalancer implements Plane {
     this.#st.backends = now.map(formatHostPort);
     if (r.changed) this.#deps.log.info({ backends: this.#st.backends, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
     return now;
+  }
+
+  /** `set` with the inherited backends whose verdict is still unknown among the ready ones, in the order of `set.all`. */
+  #withInherited(set: ReadySet): ReadySet {
+    if (this.#inherited.size === 0) return set;
+    const keep = new Set(set.unknown.filter((b) => this.#inherited.has(formatHostPort(b))));
+    if (keep.size === 0) return set;
+    const ready = new Set(set.ready);
+    return { ...set, ready: set.all.filter((b) => ready.has(b) || keep.has(b)), unknown: set.unknown.filter((b) => !keep.has(b)) };
   }
 
   /**

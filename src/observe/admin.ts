@@ -9,7 +9,7 @@
  * `{ ok: false, problems: [why] }`. `ballast reload` maps these to exit 0, 2 and 1.
  */
 import { createRequire } from 'node:module';
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { escapeHtml, renderStatusPage } from './page.js';
 import type { ReloadResult, StatusDocument } from './status.js';
 /**
@@ -35,6 +35,8 @@ export interface AdminHandlers {
   metrics(): Promise<{ contentType: string; body: string }>;
   /** Re-reads the configuration file and applies it; rejects with {@link ReloadUnavailable} when the agent cannot reload now. Absent: 404. */
   reload?(): Promise<ReloadResult>;
+  /** A handler or an answer threw (a bug): told here (observe/contain.ts counts it); the request gets a 500, the server goes on. */
+  internalError?(err: unknown): void;
 }
 
 /**
@@ -42,7 +44,38 @@ export interface AdminHandlers {
  * @throws Error with `code` EADDRINUSE / EACCES / EADDRNOTAVAIL when the address cannot be bound.
  */
 export async function startAdmin(host: string, port: number, h: AdminHandlers): Promise<Server> {
+  /** The 500 of a handler that threw: never a throw out of the request (it would end the process). */
+  const fail500 = (res: ServerResponse, err: unknown): void => {
+    try {
+      h.internalError?.(err);
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
+      if (!res.writableEnded) res.end('internal error\n');
+    } catch {
+      res.destroy();
+    }
+  };
+  /**
+   * `p()`'s outcome to `ok` or `fail`; a throw in any of the three is a 500 (each callback makes
+   * its body before writeHead, so that a throw leaves the status unsent).
+   */
+  const answer = <T>(res: ServerResponse, p: () => Promise<T>, ok: (v: T) => void, fail: (err: Error) => void): void => {
+    let q: Promise<T>;
+    try {
+      q = p();
+    } catch (err) {
+      fail500(res, err);
+      return;
+    }
+    q.then(ok, fail).catch((err: unknown) => fail500(res, err));
+  };
   const server = createServer((req, res) => {
+    try {
+      route(req, res);
+    } catch (err) {
+      fail500(res, err);
+    }
+  });
+  const route = (req: IncomingMessage, res: ServerResponse): void => {
     const url = (req.url ?? '/').split('?')[0];
     if (url === '/reload' && h.reload) {
       if (req.method !== 'POST') {
@@ -51,8 +84,13 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       }
       // the body is not read (there is none to read): drain it so the connection stays usable
       req.resume();
-      h.reload().then(
-        (r) => res.writeHead(r.ok ? 200 : 422, { 'content-type': 'application/json' }).end(`${JSON.stringify(r)}\n`),
+      answer(
+        res,
+        () => h.reload!(),
+        (r) => {
+          const body = `${JSON.stringify(r)}\n`;
+          res.writeHead(r.ok ? 200 : 422, { 'content-type': 'application/json' }).end(body);
+        },
         (err: Error) => res.writeHead(err instanceof ReloadUnavailable ? 503 : 500, { 'content-type': 'application/json' }).end(`${JSON.stringify({ ok: false, problems: [err.message] })}\n`),
       );
       return;
@@ -62,10 +100,13 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       return;
     }
     if (url === '/status' || url === '/healthz') {
-      h.status().then(
+      answer(
+        res,
+        () => h.status(),
         (doc) => {
           if (url === '/status') {
-            res.writeHead(200, { 'content-type': 'application/json' }).end(`${JSON.stringify(doc)}\n`);
+            const body = `${JSON.stringify(doc)}\n`;
+            res.writeHead(200, { 'content-type': 'application/json' }).end(body);
           } else {
             res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
           }
@@ -77,21 +118,28 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
       return;
     }
     if (url === '/') {
-      h.status().then(
-        (doc) => res.writeHead(200, PAGE_HEADERS).end(renderStatusPage(doc)),
+      answer(
+        res,
+        () => h.status(),
+        (doc) => {
+          const page = renderStatusPage(doc);
+          res.writeHead(200, PAGE_HEADERS).end(page);
+        },
         (err: Error) => res.writeHead(503, PAGE_HEADERS).end(`<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5"><title>ballast: election engine not answering</title></head><body><h1>ballast</h1><p>The election engine is not answering: ${escapeHtml(err.message)}</p></body></html>\n`),
       );
       return;
     }
     if (url === '/metrics') {
-      h.metrics().then(
+      answer(
+        res,
+        () => h.metrics(),
         (m) => res.writeHead(200, { 'content-type': m.contentType }).end(m.body),
         (err: Error) => res.writeHead(503, { 'content-type': 'text/plain' }).end(`metrics unavailable: ${err.message}\n`),
       );
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /, /status, /healthz, /metrics or POST /reload\n');
-  });
+  };
   server.keepAliveTimeout = 5000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

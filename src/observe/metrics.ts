@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { packageRoot } from '../native.js';
 import type { StatusDocument } from './status.js';
+import { INTERNAL_ERROR_PATHS, type InternalErrorPath } from './contain.js';
 
 const STATES = ['init', 'backup', 'master', 'fault'] as const;
 /** A backend's health states (health/hysteresis.ts BackendState), one ballast_backend_state series each. */
@@ -28,6 +29,8 @@ export interface Metrics {
   registry: Registry;
   /** Sets every election metric from `doc` (call right before serializing). */
   update(doc: StatusDocument): void;
+  /** Sets `ballast_internal_errors_total{path}` from the contained failures' counts (observe/contain.ts); every path is exported, 0 until it fails. */
+  internalErrors(counts: Partial<Record<InternalErrorPath, number>>): void;
 }
 
 /**
@@ -95,10 +98,16 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const bgpDaemonUp = new Gauge({ name: 'ballast_bgp_daemon_up', help: '1 when the routing daemon (BIRD) answers on its control socket (mode: bgp)', registers: [registry] });
   const bgpAnnounced = new Gauge({ name: 'ballast_bgp_announced', help: '1 when this node offers the VIPs to its BGP peers (mode: bgp)', registers: [registry] });
   const bgpPeer = new Gauge({ name: 'ballast_bgp_peer_established', help: '1 when the BGP session with the peer is Established (mode: bgp)', labelNames: ['peer'], registers: [registry] });
+  const internalErrors = new Counter({ name: 'ballast_internal_errors_total', help: 'Failures contained in an observer path (certificate report, status, history, metrics, admin answers, log-only event listeners, memory release): a bug, logged with its stack; the election went on', labelNames: ['path'], registers: [registry] });
+  for (const path of INTERNAL_ERROR_PATHS) internalErrors.inc({ path }, 0);
   const bgpLosses = new Counter({ name: 'ballast_bgp_daemon_losses_total', help: 'Times the routing daemon was found gone or restarted (mode: bgp)', registers: [registry] });
 
   return {
     registry,
+    internalErrors(counts) {
+      internalErrors.reset();
+      for (const path of INTERNAL_ERROR_PATHS) internalErrors.inc({ path }, counts[path] ?? 0);
+    },
     update(doc) {
       if (doc.bgp) {
         bgpDaemonUp.set(doc.bgp.daemonUp ? 1 : 0);

@@ -24,7 +24,7 @@
 import { performance } from 'node:perf_hooks';
 import { getSystemErrorName } from 'node:util';
 import { encodeAdvertisement, VRRP_MULTICAST_V4, VRRP_MULTICAST_V6 } from './packet.js';
-import { checkReconfigure, VrrpMachine, type AnnounceReason, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
+import { checkReconfigure, masterDownIntervalMs, VrrpMachine, type AnnounceReason, type MachineAction, type MachineEvent, type VrrpState } from './state.js';
 import { netlinkErrno } from '../vip/netlink.js';
 import { gratuitousArpFrame, parseMac, unsolicitedNeighborAdvertFrame } from '../vip/frames.js';
 import { addressFamily, canonicalAddress, type AddressFamily } from '../net/address.js';
@@ -92,6 +92,37 @@ export interface EngineOptions {
   owner: boolean;
   /** The advert pacer thread's SCHED_FIFO priority (vrrp.realtimePriority); 0 or absent: normal scheduling. */
   realtimePriority?: number;
+  /**
+   * The previous process of this router handed off in place while Active (see
+   * {@link VrrpEngine.handOff}) and the Backups still wait for it: start Active at once, keep the
+   * VIPs on the interface (state.ts MachineEvent `startup` with `resume`). Absent: false.
+   */
+  resume?: boolean;
+}
+
+/** What {@link VrrpEngine.handOff} did. */
+export interface HandOffResult {
+  /** Whether the router was Active (then the VIPs stay and the Backups wait); false: a plain stop. */
+  active: boolean;
+  /** The Max Adver Int the last adverts announced, centiseconds (0 when not Active). */
+  intervalCs: number;
+  /**
+   * Master_Down_Interval of a Backup that heard them, at the lowest possible priority (1): the
+   * longest any Backup waits before it takes over, ms (RFC 9568 §6.1). 0 when not Active.
+   */
+  masterDownBoundMs: number;
+  /** The lifetime the VIPs were renewed with, ms (0 when not Active): they expire when the Backups take over. */
+  vipLifetimeMs: number;
+}
+
+/**
+ * The Max Adver Int a hand-off announces for a hold of `holdMs`: the longest interval whose
+ * Master_Down_Interval (3 × interval + Skew_Time, RFC 9568 §6.1) stays within the hold for a
+ * Backup of any priority (Skew_Time < interval), in centiseconds 1..4095, and never shorter
+ * than our own Advertisement_Interval.
+ */
+export function handOffIntervalCs(holdMs: number, advertisementIntervalCs: number): number {
+  return Math.min(4095, Math.max(advertisementIntervalCs, Math.floor(holdMs / 40)));
 }
 
 /**
@@ -176,6 +207,9 @@ export function pacerHoldMs(o: { vipLifetimeMs: number; owner: boolean }): numbe
   if (o.owner || o.vipLifetimeMs <= 0) return PACER_HOLD_MS;
   return Math.max(0, Math.min(PACER_HOLD_MS, (2 * o.vipLifetimeMs) / 3 - PACER_HOLD_MARGIN_MS));
 }
+
+/** How long a hand-off's VIPs outlive the Backups' longest wait, ms: their takeover is not instant either. */
+export const HANDOFF_VIP_MARGIN_MS = 250;
 
 /** What the VIPs' remaining lifetime keeps beyond the hold, ms: a renewal timer that ran late. */
 export const PACER_HOLD_MARGIN_MS = 250;
@@ -429,9 +463,10 @@ export class VrrpEngine {
       },
     );
     this.startPacer();
-    if (!o.owner) {
+    if (!o.owner && !o.resume) {
       // a VIP still on the interface (a killed agent, keepalived, a hand) would make two holders;
-      // the machine, still in Initialize, answers with removeVips
+      // the machine, still in Initialize, answers with removeVips (a resumed router keeps them:
+      // its previous process left them for it, and the Backups wait)
       const present = await this.edge.vipsPresent(this.machine.vips);
       // the time is read after the dump: adverts may have been fed while it ran
       this.feed({ type: 'vipsObserved', now: this.now(), present });
@@ -444,7 +479,7 @@ export class VrrpEngine {
       this.feed({ type: 'standby', now: this.now(), standby: true });
     }
     if (!o.linkRunning) this.feed({ type: 'linkDown', now: this.now() });
-    this.feed({ type: 'startup', now: this.now() });
+    this.feed({ type: 'startup', now: this.now(), ...(o.resume ? { resume: true } : {}) });
   }
 
   /**
@@ -611,6 +646,38 @@ export class VrrpEngine {
     this.limited.close();
   }
 
+  /**
+   * A stop for a restart in place (state.ts MachineEvent `handOff`): an Active router sends its
+   * last adverts announcing a Max Adver Int that makes every Backup wait up to `holdMs` (RFC 9568
+   * §6.4.2: a Backup adopts the interval of the advert it accepts), renews the VIPs with a
+   * lifetime that ends then, and keeps them; then every socket is closed. Any other state stops
+   * as {@link stop} does. Sends the advert twice (a single lost frame would cost a failover).
+   * Idempotent with stop(): whichever comes first acts.
+   * @param holdMs the longest the next process may take to resume, ms (> 0).
+   */
+  async handOff(holdMs: number): Promise<HandOffResult> {
+    const none: HandOffResult = { active: false, intervalCs: 0, masterDownBoundMs: 0, vipLifetimeMs: 0 };
+    if (this.stopped) return none;
+    const active = this.machine.state === 'active' && !this.opts.owner;
+    const intervalCs = handOffIntervalCs(holdMs, this.opts.advertisementIntervalCs);
+    // a Backup at priority 1 waits longest: 3 × interval + (255/256) × interval
+    const masterDownBoundMs = masterDownIntervalMs(1, intervalCs);
+    // the VIPs outlive the wait by a little, never the takeover by much: two holders answer ARP meanwhile
+    const vipLifetimeMs = Math.ceil(masterDownBoundMs) + HANDOFF_VIP_MARGIN_MS;
+    // (also with permanent VIPs, vipLifetime 0: an agent that never comes back must not leave them)
+    this.feed({ type: 'handOff', now: this.now(), intervalCs, lifetimeMs: vipLifetimeMs });
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.settleTimer) clearTimeout(this.settleTimer);
+    await this.vipQueue;
+    this.edge?.close();
+    this.edge = null;
+    this.limited.close();
+    if (!active) return none;
+    this.log('info', 'handed off for a restart in place: the VIPs stay, the Backups wait for the next process', { advertisedIntervalCs: intervalCs, masterDownBoundMs: round3(masterDownBoundMs), vipLifetimeMs });
+    return { active, intervalCs, masterDownBoundMs, vipLifetimeMs };
+  }
+
   private feed(ev: MachineEvent): void {
     if (this.stopped) return;
     const actions = this.machine.handle(ev);
@@ -734,6 +801,7 @@ export class VrrpEngine {
     const o = this.opts;
     switch (a.type) {
       case 'send':
+        if (a.intervalCs !== undefined) return this.sendHandOffAdvert(a.priority, a.intervalCs);
         return this.sendAdvert(a.priority);
       case 'transition':
         this.counters.transitions++;
@@ -761,7 +829,7 @@ export class VrrpEngine {
         });
       case 'renewVips':
         return this.enqueue(async () => {
-          await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
+          await this.edge?.addVips(a.vips, (a.lifetimeMs ?? o.vipLifetimeMs) / 1000);
         });
       case 'removeVips':
         if (a.reason === 'released') this.vipsHeld = false;
@@ -819,6 +887,30 @@ export class VrrpEngine {
     if (!pacing) return;
     this.pace(round);
     if (silentMs > 1.5 * o.advertisementIntervalCs * 10) this.notePacer(silentMs);
+  }
+
+  /**
+   * A hand-off's last adverts (MachineEvent `handOff`): our priority, Max Adver Int `intervalCs`,
+   * sent twice to every destination; the pacer stops first (it would repeat our usual interval).
+   */
+  private sendHandOffAdvert(priority: number, intervalCs: number): void {
+    const o = this.opts;
+    this.pace(null);
+    for (const destination of this.destinations()) {
+      const pkt = encodeAdvertisement({ vrid: o.vrid, priority, maxAdvertIntervalCs: intervalCs, addresses: o.vips }, { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination });
+      for (let i = 0; i < 2; i++) {
+        try {
+          if (!this.edge) throw new Error('the engine is closed');
+          this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
+          this.counters.advertsSent++;
+        } catch (err) {
+          this.counters.sendErrors++;
+          const e = err as Error & { code?: string };
+          this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
+        }
+      }
+    }
+    this.lastSendAt = this.now();
   }
 
   /** Where adverts go: the unicast peers, or the group (224.0.0.18 / ff02::12, RFC 9568 §5.1.1.2, §5.1.2.2). */

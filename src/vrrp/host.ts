@@ -12,7 +12,7 @@
  * RSS, docs/performance.md).
  */
 import { constants as perfConstants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
-import { VrrpEngine, type EngineEvent, type EngineGcStats, type EngineOptions, type EngineReconfigure, type EngineStatus } from './engine.js';
+import { VrrpEngine, type EngineEvent, type EngineGcStats, type EngineOptions, type EngineReconfigure, type EngineStatus, type HandOffResult } from './engine.js';
 
 /** The engine could not start; `code`/`syscall` come from the failing call (errno name). */
 export class EngineStartError extends Error {
@@ -187,6 +187,31 @@ export class VrrpHost {
       });
     });
     return this.stopping;
+  }
+
+  /**
+   * Stops for a restart in place (engine.ts {@link VrrpEngine.handOff}): an Active router keeps
+   * its VIPs and tells the Backups to wait up to `holdMs` (ms) for the next process. Resolves
+   * with what was done, or a plain stop's result (`active: false`) when the engine was already
+   * stopping or did not finish within `timeoutMs` (ms). Idempotent with {@link stop}.
+   */
+  handOff(holdMs: number, timeoutMs = 3000): Promise<HandOffResult> {
+    const none: HandOffResult = { active: false, intervalCs: 0, masterDownBoundMs: 0, vipLifetimeMs: 0 };
+    if (this.stopping) return this.stopping.then(() => none);
+    let result = none;
+    this.stopping = new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, timeoutMs);
+      void this.engine
+        .handOff(holdMs)
+        .then((r) => (result = r), () => undefined)
+        .finally(() => {
+          clearTimeout(t);
+          this.gc.close();
+          process.removeListener('exit', this.onExit);
+          resolve();
+        });
+    });
+    return this.stopping.then(() => result);
   }
 
   /** One call into the engine; a throw is the election's crash (the agent unwinds and exits). */

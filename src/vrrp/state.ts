@@ -75,8 +75,25 @@ export interface MachineConfig {
 
 /** Inputs. `now` is a monotonic time in ms; it must never decrease. */
 export type MachineEvent =
-  | { type: 'startup'; now: number }
+  /**
+   * RFC 9568 §6.4.1 Startup. `resume` (not in the RFC): this router's previous process was Active
+   * and handed off in place (the `handOff` event) within the hold it announced, so the Backups
+   * still wait for it: go Active at once (as the owner does), keeping the VIPs where they are.
+   * Ignored by a router standing by (not a member), which starts as a Backup.
+   */
+  | { type: 'startup'; now: number; resume?: boolean }
   | { type: 'shutdown'; now: number }
+  /**
+   * Not in the RFC: the process is restarting in place (an upgrade, `systemctl restart`), and the
+   * next one resumes. Active: one last advert at our priority announcing Max Adver Int =
+   * `intervalCs` (longer than ours), so that every Backup, which takes Master_Adver_Interval from
+   * the advert it accepts (RFC 9568 §6.4.2), waits Master_Down_Interval = 3 × intervalCs +
+   * Skew_Time for the next process; the VIPs are renewed with `lifetimeMs` (so that they expire
+   * by themselves when the Backups take over, if no process comes back) and stay on the
+   * interface; their connections are kept. Then Initialize, every timer stopped. Any other state:
+   * as Shutdown (nothing is sent).
+   */
+  | { type: 'handOff'; now: number; intervalCs: number; lifetimeMs: number }
   /** A valid ADVERTISEMENT for our VRID (the codec and filters.ts have done the §7.1 checks). */
   | { type: 'advert'; now: number; priority: number; maxAdvertIntervalCs: number; source: string }
   /** Time passed; fires every timer whose deadline is <= now. */
@@ -155,6 +172,10 @@ export type TransitionReason =
   | 'higherPriority'
   | 'addressTieBreak'
   | 'shutdown'
+  /** Stopped for a restart in place, the VIPs kept (MachineEvent `handOff`). */
+  | 'handOff'
+  /** Started Active: the previous process handed off in place (MachineEvent `startup` with `resume`). */
+  | 'resumed'
   | 'linkDown'
   | 'linkUp'
   /** Resigned: this router stopped being a member of the group (MachineEvent `standby`). */
@@ -177,8 +198,11 @@ export type AnnounceReason =
 
 /** Outputs, to be carried out in order. */
 export type MachineAction =
-  /** Send an ADVERTISEMENT with this priority (0 = resign) and our Advertisement_Interval. */
-  | { type: 'send'; priority: number }
+  /**
+   * Send an ADVERTISEMENT with this priority (0 = resign) and our Advertisement_Interval, or
+   * `intervalCs` as its Max Adver Int when given (a hand-off announces a longer one).
+   */
+  | { type: 'send'; priority: number; intervalCs?: number }
   /** A state change (for logs, metrics and `/status`; the effects follow as their own actions). */
   | {
       type: 'transition';
@@ -191,8 +215,11 @@ export type MachineAction =
     }
   /** Add these VIPs (as /32 or /128, with the configured lifetime). */
   | { type: 'addVips'; vips: readonly string[]; reason: 'becameActive' | 'restored' | 'added' }
-  /** Add these held VIPs again, which renews their valid lifetime. */
-  | { type: 'renewVips'; vips: readonly string[] }
+  /**
+   * Add these held VIPs again, which renews their valid lifetime (the configured one, or
+   * `lifetimeMs` when given: a hand-off's).
+   */
+  | { type: 'renewVips'; vips: readonly string[]; lifetimeMs?: number }
   /**
    * Remove these VIPs whatever their prefix length: `released` on leaving Active, `stray` when
    * they were found on the interface while this router is not Active (two holders are worse than
@@ -377,10 +404,18 @@ export class VrrpMachine {
     const out: MachineAction[] = [];
     switch (event.type) {
       case 'startup':
-        if (this.current === 'initialize') this.startup(event.now, out, 'startup');
+        if (this.current === 'initialize') {
+          if (event.resume === true && !this.standingBy && this.effective !== 255) {
+            this.startedAt = event.now;
+            this.becomeActive(event.now, out, 'resumed');
+          } else this.startup(event.now, out, 'startup');
+        }
         break;
       case 'shutdown':
         this.shutdown(event.now, out);
+        break;
+      case 'handOff':
+        this.handOff(event, out);
         break;
       case 'advert':
         this.onAdvert(event, out);
@@ -445,6 +480,21 @@ export class VrrpMachine {
     this.stopTimers();
     if (this.current !== 'initialize') this.enter('initialize', now, 'shutdown', out);
     if (wasActive) this.release(out);
+  }
+
+  /** See MachineEvent `handOff`. */
+  private handOff(ev: Extract<MachineEvent, { type: 'handOff' }>, out: MachineAction[]): void {
+    if (!Number.isInteger(ev.intervalCs) || ev.intervalCs < 1 || ev.intervalCs > 4095) throw new RangeError(`intervalCs must be 1..4095, got ${ev.intervalCs}`);
+    if (!(ev.lifetimeMs >= 0)) throw new RangeError(`lifetimeMs must be >= 0, got ${ev.lifetimeMs}`);
+    if (this.current !== 'active') {
+      this.shutdown(ev.now, out);
+      return;
+    }
+    out.push({ type: 'send', priority: this.effective, intervalCs: ev.intervalCs });
+    const { vips, manageVips } = this.cfg;
+    if (manageVips && vips.length > 0) out.push({ type: 'renewVips', vips, lifetimeMs: ev.lifetimeMs });
+    this.stopTimers();
+    this.enter('initialize', ev.now, 'handOff', out);
   }
 
   private onTick(now: number, out: MachineAction[]): void {

@@ -1,8 +1,8 @@
 /**
  * The `ballast` command as an operator runs it (the compiled CLI, a child process each time).
  */
-import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -133,6 +133,31 @@ describe('ballast status against something that is not an agent (found by a new-
       expect(r.code).toBe(3);
       expect(r.stderr).toContain(`no agent answers at 127.0.0.1:${port}: the answer is ${body === 'notjson' ? 'not JSON, so' : 'JSON but'} not a ballast agent's /status`);
       expect(r.stderr).not.toMatch(/TypeError|Unexpected token|at .*\.js:\d+/);
+    }
+  });
+});
+
+/** The machine's own Node.js (Debian's is 20), when it is older than 24: the one an operator runs a clone with. */
+const OLD_NODE = '/usr/bin/node';
+const oldNodeVersion = existsSync(OLD_NODE) ? spawnSync(OLD_NODE, ['--version'], { encoding: 'utf8' }).stdout.trim() : '';
+const noOldNode = /^v(\d+)\./.exec(oldNodeVersion) && Number(/^v(\d+)\./.exec(oldNodeVersion)![1]) < 24 ? null : `${OLD_NODE} is ${oldNodeVersion || 'missing'}, not older than 24`;
+if (noOldNode) process.stderr.write(`skip: ballast on an older Node.js: ${noOldNode}\n`);
+
+describe.skipIf(noOldNode)(`ballast on an older Node.js (${OLD_NODE}, ${oldNodeVersion})`, () => {
+  it('refuses at once: exit 2, the version found and how to get 24, before it reads the configuration', async () => {
+    const config = join(dir, 'old-node.yaml');
+    writeFileSync(config, good);
+    for (const args of [['run', '--config', config], ['check', '--config', config], ['status']]) {
+      const r = await new Promise<Run>((resolve) => {
+        execFile(OLD_NODE, [cliPath(), ...args], { timeout: 15_000 }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }));
+      });
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toBe(
+        `ballast: this is Node.js ${oldNodeVersion} (${OLD_NODE}); ballast needs Node.js 24 or later and changes nothing on an older one (BALLAST_E_NODE_VERSION). ` +
+          'The Debian package and the image bring their own Node.js 24 (/usr/bin/ballast runs /usr/lib/ballast/bin/node); ' +
+          'from a clone, run `bash scripts/setup.sh` (it installs Node.js 24 under .node/), then `bash scripts/node-env.sh node dist/src/cli.js ...`\n',
+      );
     }
   });
 });

@@ -112,7 +112,7 @@ describe.skipIf(needs('root', 'nft'))('the OCI image (root; skipped otherwise)',
     const doc = JSON.parse(readFileSync(art.sbom, 'utf8')) as SpdxDocument;
     expect(doc.spdxVersion).toBe('SPDX-2.3');
     const nodeVersion = execFileSync(join(rootfs, 'usr/lib/ballast/bin/node'), ['--version'], { encoding: 'utf8' }).trim().replace(/^v/, '');
-    const ownFiles = ['etc/passwd', 'etc/group', 'etc/ld.so.conf', 'etc/ld.so.cache', 'etc/ballast/ballast.yaml'];
+    const ownFiles = ['etc/passwd', 'etc/group', 'etc/ld.so.conf', 'etc/ld.so.cache', 'etc/ballast/ballast.yaml', 'usr/share/doc/ballast/copyright'];
     expect(sbomGaps(doc, rootfs, { app: join(rootfs, 'usr/lib/ballast'), ownFiles, nodeVersion })).toEqual([]);
     // the programs ballast execs came with their packages
     const names = doc.packages.map((p) => p.name);

@@ -233,6 +233,29 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
   });
 
   // -------------------------------------------------------------------------------------------
+  describe('restart in place of the ballast holder (SIGUSR2): keepalived as Backup waits', () => {
+    it('keepalived adopts the announced interval, never takes over, and follows the resumed holder', async () => {
+      const [a1, k2] = await Promise.all([ballast(n1(), { priority: 150, restartHold: '4s' }), keepalived(n2(), { priority: 100 })]);
+      await waitForHolder(lab, lab.vip4, 'n1', 5000);
+      await k2.waitForState('BACKUP');
+      await sleep(500);
+      // started together, keepalived may have been master for a moment before ballast preempted it
+      const mastersBefore = kaLines(k2, /Entering MASTER STATE/).length;
+      expect(await a1.stop('SIGUSR2')).toBe(0);
+      agents = agents.filter((a) => a !== a1);
+      // the next process 1 s later: far past keepalived's own Master_Down_Interval (~361 ms) but
+      // within the one the last adverts announced (RFC 9568 §6.4.2: 3 × 1 s + Skew_Time)
+      await sleep(1000);
+      await expectSoleHolder(lab.vip4, 'n1', 500);
+      const a1b = await ballast(n1(), { priority: 150, restartHold: '4s' });
+      await waitFor(async () => a1b.logLines().filter((l) => l.msg === 'state change'), (ls) => ls.some((l) => l.to === 'master' && l.reason === 'resumed'), { timeoutMs: 3000, intervalMs: 50, what: 'ballast resumed as master' });
+      await expectSoleHolder(lab.vip4, 'n1', 1500);
+      // keepalived never left BACKUP
+      expect(kaLines(k2, /Entering MASTER STATE/)).toHaveLength(mastersBefore);
+    });
+  });
+
+  // -------------------------------------------------------------------------------------------
   describe('preemption: the higher priority comes back and takes the VIP back', () => {
     const bound = masterDownIntervalMs(150, INTERVAL_CS) + PREEMPT_MARGIN_MS;
 

@@ -1,8 +1,11 @@
 /**
  * The Debian package (issue 11 item 1), installed for real on this machine with apt-get and
  * removed again: scripts/package.sh's .deb (built by ensureArtefacts when dist-pkg/ is stale),
- * `ballast --version`, `ballast validate` of the shipped example, `systemd-analyze verify` of the
- * installed unit, the installed file list (nothing of the lab, tests or build tools), the installed
+ * lintian on the .deb (no error: issue 26 item 7), the control file's Depends against
+ * docs/install.md's list, `ballast --version`, `ballast validate` of the shipped example,
+ * `systemd-analyze verify` of the installed unit, the installed file list (nothing of the lab,
+ * tests or build tools; /usr/share/doc/ballast with the DEP-5 copyright, the changelog and every
+ * doc the agent names; `dpkg --verify` clean), the installed
  * agent run in a lab node with exactly the unit's CapabilityBoundingSet (it elects itself within
  * Master_Down_Interval, balances with nftables and serves the local endpoint with eBPF), then
  * `apt-get remove` (only the conffile stays) and `apt-get purge` (nothing stays).
@@ -11,9 +14,10 @@
  * Lab prefix bpkg, subnet 101. Needs root, dpkg/apt, systemd-analyze, setpriv, BPF.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import type { Lab, LabProcess } from '../../lab/lab.js';
@@ -22,6 +26,7 @@ import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 import type { StatusDocument } from '../../src/observe/status.js';
 import { ensureArtefacts, type Artefacts } from '../support/artefacts.js';
 import { needs, startLab, waitFor } from '../support/index.js';
+import { packageRoot } from '../../lab/lab.js';
 
 const PREFIX = 'bpkg';
 const SUBNET = 101;
@@ -31,6 +36,7 @@ const INTERVAL_CS = 10;
 const MARGIN_MS = 150;
 const UNIT = '/lib/systemd/system/ballast.service';
 const CONFFILE = '/etc/ballast/ballast.yaml';
+const DOC = '/usr/share/doc/ballast';
 /** capabilities(7) numbers of the names UNIT_CAPABILITIES may hold. */
 const CAP_NUMBER: Record<string, number> = { CAP_DAC_OVERRIDE: 1, CAP_NET_ADMIN: 12, CAP_NET_RAW: 13, CAP_IPC_LOCK: 14, CAP_SYS_ADMIN: 21, CAP_SYS_NICE: 23, CAP_SYS_RESOURCE: 24, CAP_PERFMON: 38, CAP_BPF: 39 };
 
@@ -74,6 +80,23 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     await lab?.teardown();
     if (installedByUs && (await dpkgStatus()) !== null) await sh(['dpkg', '--purge', 'ballast']);
   }, 60_000);
+
+  it('lintian finds no error in the .deb (the overrides name what is so by design); the Depends docs/install.md lists are the control file\'s', async () => {
+    expect(refused).toBeNull();
+    const l = await sh(['lintian', '--tag-display-limit', '0', art.deb], 180_000);
+    // exit 0: nothing; 1: tags at or above --fail-on (error, the default); 2: lintian itself failed
+    expect(l.code, l.stderr + l.stdout).toBeLessThan(2);
+    const tags = l.stdout.split('\n').filter((line) => /^[EW]: /.test(line));
+    expect(tags.filter((t) => t.startsWith('E: '))).toEqual([]);
+    console.log(`package: lintian: 0 errors, ${tags.length} warnings${tags.length ? `\n  ${tags.join('\n  ')}` : ''}`);
+    // docs/install.md's "Depends:" paragraph names exactly the control file's packages
+    const depends = (await sh(['dpkg-deb', '-f', art.deb, 'Depends'])).stdout.trim();
+    const controlNames = depends.split(',').map((d) => d.trim().split(/[\s(]/)[0]!).sort();
+    const install = readFileSync(join(packageRoot(), 'docs/install.md'), 'utf8');
+    const para = /^Depends[^\n]*(?:\n(?!\n)[^\n]*)*/m.exec(install)?.[0] ?? '';
+    const docNames = [...para.matchAll(/`([a-z0-9][a-z0-9.+-]*)`/g)].map((m) => m[1]!).filter((n) => n !== 'dpkg-shlibdeps').sort();
+    expect(docNames, `docs/install.md says: ${para}`).toEqual(controlNames);
+  }, 200_000);
 
   it('installs with apt-get from the file alone (no download: the dependencies are Debian 12\'s, already here)', async () => {
     expect(refused).toBeNull();
@@ -119,6 +142,30 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     // no tool's cache or state from the build tree (npm's own hidden lockfile is the one dot file)
     expect(files.filter((f) => /\/node_modules\/\.(?!package-lock\.json$)/.test(f))).toEqual([]);
     expect((await sh(['dpkg-query', '-W', '-f=${Conffiles}', 'ballast'])).stdout.trim()).toMatch(/^\/etc\/ballast\/ballast\.yaml [0-9a-f]{32}$/);
+  });
+
+  it('/usr/share/doc/ballast holds the DEP-5 copyright, the changelog of this version and every doc the agent names; a real Maintainer; dpkg --verify is clean', async () => {
+    const files = (await sh(['dpkg', '-L', 'ballast'])).stdout.trim().split('\n');
+    // the docs/X.md the shipped bundle names (in messages, help, metric descriptions), as installed
+    const named = new Set<string>();
+    for (const f of readdirSync('/usr/lib/ballast/dist/bundle')) for (const m of readFileSync(join('/usr/lib/ballast/dist/bundle', f), 'utf8').matchAll(/docs\/[a-z0-9-]+\.md/g)) named.add(m[0]);
+    expect(named.size).toBeGreaterThan(0);
+    const changelog = art.version.includes('-') ? 'changelog.Debian.gz' : 'changelog.gz';
+    expect(files).toEqual(expect.arrayContaining([DOC, `${DOC}/copyright`, `${DOC}/${changelog}`, `${DOC}/README.md`, ...[...named].map((d) => `${DOC}/${d}`)]));
+    // copyright: DEP-5, ballast Apache-2.0 (common-licenses), the runtime, one paragraph per npm package
+    const copyright = readFileSync(`${DOC}/copyright`, 'utf8');
+    expect(copyright).toMatch(/^Format: https:\/\/www\.debian\.org\/doc\/packaging-manuals\/copyright-format\/1\.0\/\n/);
+    expect(copyright).toMatch(/^Files: \*\nCopyright: .+\nLicense: Apache-2\.0$/m);
+    expect(copyright).toContain('/usr/share/common-licenses/Apache-2.0');
+    expect(copyright).toMatch(/^Files: usr\/lib\/ballast\/bin\/node /m);
+    const topLevel = files.filter((f) => /^\/usr\/lib\/ballast\/node_modules\/(@[^/]+\/)?[^/@]+\/package\.json$/.test(f)).map((f) => f.slice(1, -'/package.json'.length));
+    expect(topLevel.length).toBeGreaterThan(10);
+    expect(topLevel.filter((d) => !copyright.includes(`\nFiles: ${d}/*\n`))).toEqual([]);
+    // the changelog's newest entry is this version's
+    expect(gunzipSync(readFileSync(`${DOC}/${changelog}`)).toString('utf8')).toMatch(new RegExp(`^ballast \\(${art.version.replace(/[.+]/g, '\\$&')}\\) `));
+    expect((await sh(['dpkg-query', '-W', '-f=${Maintainer}', 'ballast'])).stdout).not.toMatch(/localhost/);
+    // md5sums: every installed file as packaged
+    expect(await sh(['dpkg', '--verify', 'ballast'])).toEqual({ code: 0, stdout: '', stderr: '' });
   });
 
   it('the installed agent, with only the unit\'s capabilities, elects itself within Master_Down_Interval and runs nftables and the eBPF local endpoint', async () => {

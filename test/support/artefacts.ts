@@ -40,6 +40,11 @@ const INPUTS = [
   'package-lock.json',
   'examples/ballast.yaml',
   'scripts/package.sh',
+  'scripts/package-copyright.ts',
+  'packaging/changelog',
+  // /usr/share/doc/ballast: the README and the docs the agent names
+  'README.md',
+  'docs',
   'scripts/node-runtime.sh',
   'scripts/image.sh',
   'scripts/image-sbom.ts',

@@ -177,7 +177,7 @@ describe("keys that are Object.prototype's names (found by a new-user test: 'con
   it('constructor, toString and hasOwnProperty are unknown keys with the section’s list, never an exception', () => {
     for (const key of ['constructor', 'toString', 'hasOwnProperty']) {
       expect(issuesOf(`vrrp: {vrid: 77, ${key}: 1}\nvips: [10.0.0.100]\n`).map((i) => [i.path, i.message])).toStrictEqual([
-        [`vrrp.${key}`, 'unknown key (expected one of: vrid, priority, advertisementInterval, preempt, preemptDelay, realtimePriority, peers, acceptFrom, singleNode, checksum, auth)'],
+        [`vrrp.${key}`, 'unknown key (expected one of: vrid, priority, advertisementInterval, preempt, preemptDelay, restartHold, realtimePriority, peers, acceptFrom, singleNode, checksum, auth)'],
       ]);
     }
     expect(issuesOf('constructor: {a: 1}\nvrrp: {vrid: 77}\nvips: [10.0.0.100]\n').map((i) => i.path)).toStrictEqual(['constructor']);

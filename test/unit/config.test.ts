@@ -108,6 +108,7 @@ describe('parseConfig: valid files', () => {
         preempt: true,
         preemptDelayMs: 0,
         realtimePriority: 0,
+        restartHoldMs: 8000,
         unicast: false,
         peers: [],
         discoveredPeers: false,

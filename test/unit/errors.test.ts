@@ -138,7 +138,7 @@ describe('ConfigError', () => {
         'ballast: invalid configuration in /etc/ballast/ballast.yaml (2 problems):',
         '  line 3: vrrp.vrid: must be an integer from 1 to 255, got 0',
         '  vips: required: a list',
-        '(BALLAST_E_CONFIG; every setting is described in docs/config.md)',
+        '(BALLAST_E_CONFIG; every setting is described in docs/config.md, /usr/share/doc/ballast/docs/config.md with the package)',
         '',
       ].join('\n'),
     );

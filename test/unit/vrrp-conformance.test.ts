@@ -97,6 +97,8 @@ describe('VRRP conformance (RFC 9568 §6.4 and ballast outputs)', () => {
       'addVips:added', 'removeVips:removed', 'announce:added',
       // not a member (acceptFrom members)
       'active>backup:notMember',
+      // restart in place
+      'active>initialize:handOff', 'initialize>active:resumed',
     ];
     expect(required.filter((r) => !seen.has(r))).toStrictEqual([]);
   });
