@@ -117,6 +117,7 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     const after = Date.parse(String(taken!.time)) - sentAt;
     expect(after).toBeGreaterThan(bound - MARGIN_MS);
     expect(after).toBeLessThan(bound + MARGIN_MS);
+    console.info(`no new process: n2 master ${after} ms after the hand-off (announced ${intervalCs} cs: its Master_Down_Interval ${bound.toFixed(1)} ms)`);
     // the old node's copy had the hand-off's lifetime: gone by itself (whole seconds, rounded up)
     const lifetimeMs = Number(handOff.vipLifetimeMs);
     await waitFor(() => lab.holders(lab.vip4), (hs) => hs.length === 1 && hs[0]!.name === 'n2', { timeoutMs: Math.max(0, sentAt + lifetimeMs + 1000 + MARGIN_MS - Date.now()) + 100, intervalMs: 50, what: 'n2 the only holder' });
