@@ -10,7 +10,10 @@
  *      agent restarts in place (a hand-off, the new process resumes as master);
  *   2. `apt install --reinstall` of the same version: the same;
  *   3. the same reinstall, the new process SIGKILLed as soon as systemd forked it: the unit's
- *      Restart= starts another one after RestartSec, which resumes from the hand-off note.
+ *      Restart= starts another one after RestartSec, which resumes from the hand-off note;
+ *   4. the same with a drop-in Restart=no (the agent does not come back at all): n2 takes over
+ *      within the Master_Down_Interval the hand-off announced (RFC 9568 §6.1: 3 × restartHold / 4
+ *      + Skew_Time) and no earlier than it less a margin, and n1's copy of the VIP expires.
  * Each: 0 VIP moves (the holders, sampled every ~50 ms, are [n1] in every sample; n2 logged no
  * state change to master), 0 failed requests, 0 watch connections lost or failed. The figures
  * (moves, longest time with no holder, failed requests, connections lost, signal to resumed) are
@@ -24,6 +27,8 @@ import { startClients, type LabClients } from '../../lab/cluster.js';
 import { bootSystemdNodes, debDependencies, ensureRootfs, stopSystemdNodes, systemdNodesMissing, type JournalEntry, type SystemdNode } from '../../lab/systemd-node.js';
 import { buildPackageVersion, ensureArtefacts, type Artefacts } from '../support/artefacts.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
+import { handOffIntervalCs } from '../../src/vrrp/engine.js';
+import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 
 const PREFIX = 'bsysu';
 const SUBNET = 163;
@@ -232,6 +237,36 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
     // the killed one did not resume; the next one did, from the note it left
     expect(journal.filter((e) => e._PID === String(killed) && e.MESSAGE.includes('"reason":"resumed"'))).toStrictEqual([]);
     nothingMoved(f);
+  }, 180_000);
+
+  it('the same with Restart=no (the agent never comes back): n2 takes over within the bound the hand-off announced', async () => {
+    const [n1, n2] = nodes as [SystemdNode, SystemdNode];
+    await n1.exec(['mkdir', '-p', '/etc/systemd/system/ballast.service.d']);
+    n1.writeFile('/etc/systemd/system/ballast.service.d/no-restart.conf', '[Service]\nRestart=no\n');
+    await n1.exec(['systemctl', 'daemon-reload']);
+    const old = await n1.mainPid('ballast');
+    const n2Before = (await n2.journal('ballast')).length;
+    const apt = n1.install(next, { reinstall: true, timeoutMs: 120_000 });
+    let killed = 0;
+    const until = Date.now() + 60_000;
+    while (killed === 0 && Date.now() < until) {
+      const pid = await n1.mainPid('ballast');
+      if (pid !== 0 && pid !== old) {
+        await n1.exec(['kill', '-KILL', String(pid)], { allowFail: true });
+        killed = pid;
+      }
+    }
+    await apt;
+    expect(killed).not.toBe(0);
+    const handOff = (await n1.journal('ballast')).filter((e) => e.MESSAGE.includes(HANDED_OFF)).at(-1)!;
+    // vrrp.restartHold 8 s (the default): 200 cs announced; n2 (priority 100) waits 3 × 2 s + Skew_Time
+    const bound = masterDownIntervalMs(PRIORITIES[1]!, handOffIntervalCs(8000, 10));
+    const taken = await waitFor(async () => (await n2.journal('ballast')).slice(n2Before).find((e) => /"msg":"state change"/.test(e.MESSAGE) && /"to":"master"/.test(e.MESSAGE)), (e) => e !== undefined, { timeoutMs: bound + 5000, intervalMs: 100, what: 'n2 master' });
+    const after = realtimeMs(taken!) - realtimeMs(handOff);
+    figures.push(`reinstall with Restart=no, the new process SIGKILLed: n2 master ${Math.round(after)} ms after the hand-off (its announced Master_Down_Interval ${bound.toFixed(1)} ms)`);
+    expect(after).toBeGreaterThan(bound - 500);
+    expect(after).toBeLessThan(bound + 500);
+    await waitFor(() => lab!.holders(lab!.vip4), (hs) => hs.length === 1 && hs[0] === lab!.nodes[1], { timeoutMs: 5000, intervalMs: 100, what: 'n2 the only holder (n1\'s copy expired)' });
   }, 180_000);
 });
 
