@@ -156,6 +156,9 @@ export const STANDBY_ON = 'not a member of the group yet: listening as Backup un
 /** Logged once when standby is cleared: from then on RFC 9568 §6.4 rules apply (a silent group: Active within one Master_Down_Interval). */
 export const STANDBY_OFF = 'a member of the group now: normal VRRP rules apply';
 
+/** Logged when a reload added a VIP that was already on the interface of a node that is not master (it is removed, as at start). */
+export const STRAY_ON_RELOAD = 'a VIP the reload added was already on the interface while this node is not master; removed it';
+
 /** Most sources logged once each per kind of drop; the rest only count (a flood of forged sources cannot grow memory). */
 export const LOGGED_SOURCES_MAX = 256;
 
@@ -562,6 +565,7 @@ export class VrrpEngine {
       throw new Error((err as Error).message);
     }
     // checked: from here on nothing throws
+    const added = vips !== undefined && !o.owner ? vips.filter((v) => !o.vips.includes(v)) : [];
     if (vips !== undefined) o.vips = vips;
     if (peers !== undefined) o.peers = peers;
     if (members !== undefined) this.members = memberSet(members);
@@ -578,6 +582,13 @@ export class VrrpEngine {
       if (action.type === 'announce') addressesDone ??= this.vipQueue;
       this.carryOut(action);
     }
+    if (added.length > 0) {
+      // a reload does what a start does: an added VIP may already be on the interface (put there
+      // by hand, left by a crashed agent or an old config); no address notification will come
+      // for it, so look now, after the machine's own address changes: when not Active the
+      // machine answers removeVips 'stray' (two nodes answering ARP / NS for it is worse than none)
+      this.enqueue(() => this.observeVips('reload'));
+    }
     const standby = patch.standby;
     if (standby !== undefined && standby !== (o.standby === true)) {
       o.standby = standby;
@@ -588,6 +599,8 @@ export class VrrpEngine {
     this.repace();
     this.log('info', 'election reconfigured', { changed: Object.keys(patch).filter((k) => patch[k as keyof EngineReconfigure] !== undefined) });
     await (addressesDone ?? this.vipQueue);
+    // the look at the interface queued the removal of what it found: wait for that too
+    if (addressesDone === null && added.length > 0) await this.vipQueue;
   }
 
   /** A snapshot for `/status`. */
@@ -831,8 +844,9 @@ export class VrrpEngine {
         return this.enqueue(async () => {
           await this.edge?.addVips(a.vips, (a.lifetimeMs ?? o.vipLifetimeMs) / 1000);
         });
-      case 'removeVips':
+      case 'removeVips': {
         if (a.reason === 'released') this.vipsHeld = false;
+        const cause = this.strayCause;
         return this.enqueue(async () => {
           const removed = (await this.edge?.removeVips(a.vips)) ?? [];
           if (removed.length === 0) return;
@@ -841,8 +855,10 @@ export class VrrpEngine {
           if (a.reason === 'released') this.log('info', 'VIPs removed', fields);
           else if (a.reason === 'removed') this.log('info', 'VIPs removed', { ...fields, reason: 'reconfigured' });
           else if (!this.started) this.log('warn', 'removed a VIP left on the interface by an earlier run', fields);
+          else if (cause === 'reload') this.log('warn', STRAY_ON_RELOAD, fields);
           else this.log('warn', 'a VIP was added to the interface while this node is not master; removing it', fields);
         });
+      }
       case 'destroyVipSockets':
         return this.enqueue(async () => this.destroyVipSockets(a.vips));
       case 'announce': {
@@ -1055,14 +1071,27 @@ export class VrrpEngine {
     this.settleTimer = setTimeout(() => this.enqueue(() => this.observeVips()), ADDRESS_SETTLE_MS);
   }
 
-  private async observeVips(): Promise<void> {
+  /**
+   * Lists our VIPs on the interface and tells the machine (MachineEvent `vipsObserved`).
+   * @param cause what made us look, for the log line of a stray VIP removed: an address
+   *   notification (`watch`) or a reload that added VIPs (`reload`).
+   */
+  private async observeVips(cause: 'watch' | 'reload' = 'watch'): Promise<void> {
     if (!this.edge || this.stopped) return;
     const before = this.counters.transitions;
     const present = await this.edge.vipsPresent(this.machine.vips);
     // a transition while we listed makes the list stale (e.g. the VIPs we are about to add): look again
     if (this.counters.transitions !== before) return this.onAddressesChanged();
-    this.feed({ type: 'vipsObserved', now: this.now(), present });
+    this.strayCause = cause;
+    try {
+      this.feed({ type: 'vipsObserved', now: this.now(), present });
+    } finally {
+      this.strayCause = 'watch';
+    }
   }
+
+  /** Why the next `removeVips` 'stray' is carried out (set only while observeVips feeds the machine). */
+  private strayCause: 'watch' | 'reload' = 'watch';
 
   private onLink(running: boolean): void {
     // serialized with the address changes: the netlink package cannot interleave two dumps

@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, STRAY_ON_RELOAD, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -295,6 +295,33 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     expect(edge.frameBytes.length).toBe(4);
     await e.stop();
     expect(edge.calls.at(-2)).toBe('remove 10.0.0.100,10.0.0.102');
+  });
+
+  it('adding a VIP while Backup that is already on the interface (by hand, a crashed agent): removed, as at start, whatever its prefix; the kept VIP is not looked at again', async () => {
+    const e = await start();
+    expect(e.status().state).toBe('backup');
+    edge.addresses.push({ address: V3, prefixLen: 24 });
+    edge.calls = [];
+    await e.reconfigure({ vips: [VIP, V3] });
+    expect(edge.calls).toStrictEqual(['remove 10.0.0.102']);
+    expect(edge.addresses).toStrictEqual([]);
+    expect(logs(STRAY_ON_RELOAD)).toStrictEqual([{ vips: [V3], addresses: ['10.0.0.102/24'], interface: 'eth0' }]);
+    expect(e.status()).toMatchObject({ state: 'backup', vipsHeld: false, vips: [VIP, V3] });
+    // not there: nothing removed, nothing logged
+    edge.calls = [];
+    await e.reconfigure({ vips: [VIP, V3, V2] });
+    expect(edge.calls).toStrictEqual([]);
+    await e.stop();
+  });
+
+  it('adding a VIP while Active that is already on the interface: kept and announced, never removed', async () => {
+    const e = await becomeActive();
+    edge.addresses.push({ address: V3, prefixLen: 32 });
+    await e.reconfigure({ vips: [VIP, V3] });
+    await vi.advanceTimersByTimeAsync(25);
+    expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual(['add 10.0.0.102 0']);
+    expect(edge.addresses.map((a) => a.address).sort()).toStrictEqual([VIP, V3]);
+    await e.stop();
   });
 
   it('a longer interval while Active: the next advert comes no later than the old interval and carries the new Max Adver Int, the following ones at the new interval', async () => {
