@@ -582,11 +582,12 @@ export class VrrpEngine {
       if (action.type === 'announce') addressesDone ??= this.vipQueue;
       this.carryOut(action);
     }
-    if (added.length > 0) {
+    const looking = added.length > 0 && this.machine.state !== 'active';
+    if (looking) {
       // a reload does what a start does: an added VIP may already be on the interface (put there
       // by hand, left by a crashed agent or an old config); no address notification will come
-      // for it, so look now, after the machine's own address changes: when not Active the
-      // machine answers removeVips 'stray' (two nodes answering ARP / NS for it is worse than none)
+      // for it, so look now: the machine answers removeVips 'stray' (two nodes answering ARP / NS
+      // for it is worse than none). An Active router has just added them (no look needed).
       this.enqueue(() => this.observeVips('reload'));
     }
     const standby = patch.standby;
@@ -600,7 +601,7 @@ export class VrrpEngine {
     this.log('info', 'election reconfigured', { changed: Object.keys(patch).filter((k) => patch[k as keyof EngineReconfigure] !== undefined) });
     await (addressesDone ?? this.vipQueue);
     // the look at the interface queued the removal of what it found: wait for that too
-    if (addressesDone === null && added.length > 0) await this.vipQueue;
+    if (looking) await this.vipQueue;
   }
 
   /** A snapshot for `/status`. */
