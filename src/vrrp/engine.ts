@@ -257,6 +257,34 @@ export interface EngineStatus {
   standby?: boolean;
   /** The election thread's punctuality (see {@link EngineTiming}). */
   timing?: EngineTiming;
+  /** Other Active routers heard while this one was Active (see {@link EngineOtherMasters}). */
+  otherMasters?: EngineOtherMasters;
+  /** Age of the last valid advert heard from any other router (the master's, on a Backup), ms; null before any. */
+  lastAdvertAgeMs?: number | null;
+}
+
+/**
+ * How long a second master, once heard, counts as heard now ({@link EngineOtherMasters} `heard`),
+ * ms: longer than a usual Prometheus scrape interval, so that a short episode (a healed
+ * partition ends in one advert) is seen by a scrape, and a lasting one (a peer that cannot hear
+ * us keeps advertising) keeps it set.
+ */
+export const OTHER_MASTER_WINDOW_MS = 60_000;
+
+/**
+ * state.ts OtherMastersHeard for /status: ages instead of monotonic times. Nobody hears a second
+ * master while the two cannot hear each other (a partition): this reports what was heard, from
+ * the moment it is heard (the partition heals, or one direction works).
+ */
+export interface EngineOtherMasters {
+  /** Distinct other routers heard advertising as Active, while this one was Active, within the last `windowMs`. */
+  heard: number;
+  /** {@link OTHER_MASTER_WINDOW_MS}, ms. */
+  windowMs: number;
+  /** Such adverts since start, per outcome (state.ts OtherMastersHeard): `kept` means two masters held the VIPs. */
+  adverts: { kept: number; yielded: number; handover: number };
+  /** The latest: sender, its priority, what this router did, how long ago (ms); null before any. */
+  last: { source: string; priority: number; outcome: 'kept' | 'yielded' | 'handover'; ageMs: number } | null;
 }
 
 export interface EngineCounters {
@@ -357,6 +385,8 @@ export class VrrpEngine {
   /** The source and time (monotonic ms) of the last advert handled, for receiveGap. */
   private lastAdvertSource: string | null = null;
   private lastAdvertAt = 0;
+  /** When the last valid advert of another router was handled (monotonic ms), null before any. */
+  private lastHeardAt: number | null = null;
   private settleTimer: NodeJS.Timeout | null = null;
   private readonly healLogged = new Set<string>();
   /** Address changes and announce bursts run one after another, in the order the machine asked for them. */
@@ -612,6 +642,8 @@ export class VrrpEngine {
     if (malformed > 0) dropped.malformedIpHeader = malformed;
     // the pacer's adverts are adverts this router sent
     const pacer = this.edge?.pacerStats?.();
+    const now = this.now();
+    const om = s.otherMasters;
     return {
       state: s.state,
       vrid: this.opts.vrid,
@@ -640,6 +672,13 @@ export class VrrpEngine {
         ...(this.gcStats ? { gc: this.gcStats() } : {}),
         ...(pacer ? { pacer } : {}),
       },
+      otherMasters: {
+        heard: om.sources.filter((h) => now - h.at <= OTHER_MASTER_WINDOW_MS).length,
+        windowMs: OTHER_MASTER_WINDOW_MS,
+        adverts: om.adverts,
+        last: om.last === null ? null : { source: om.last.source, priority: om.last.priority, outcome: om.last.outcome, ageMs: Math.max(0, Math.round(now - om.last.at)) },
+      },
+      lastAdvertAgeMs: this.lastHeardAt === null ? null : Math.max(0, Math.round(now - this.lastHeardAt)),
     };
   }
 
@@ -1131,6 +1170,7 @@ export class VrrpEngine {
     if (p.source === this.lastAdvertSource && this.machine.state === 'backup') this.receiveGap.add(at - this.lastAdvertAt);
     this.lastAdvertSource = p.source;
     this.lastAdvertAt = at;
+    this.lastHeardAt = at;
     if (r.foreign) {
       this.counters.foreign++;
       this.warnOnce(`foreign:${p.source}`, FILTER_WARNINGS.foreign!, { source: p.source, theirs: r.advert.addresses, ours: o.vips });

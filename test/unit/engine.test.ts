@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, STRAY_ON_RELOAD, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, OTHER_MASTER_WINDOW_MS, STANDBY_OFF, STANDBY_ON, STRAY_ON_RELOAD, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -193,6 +193,24 @@ describe('VrrpEngine carries out the machine through the edge', () => {
     expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual(['add 10.0.0.100 0']);
     expect(edge.frames).toBe(4);
     expect(logs('a VIP was removed from the interface by something else; restoring it')).toStrictEqual([{ vips: [VIP], interface: 'eth0' }]);
+    await e.stop();
+  });
+
+  it('another master heard while Active: counted by outcome with its sender and age in /status; heard for OTHER_MASTER_WINDOW_MS, then not', async () => {
+    const e = await start();
+    expect(e.status()).toMatchObject({ otherMasters: { heard: 0, windowMs: OTHER_MASTER_WINDOW_MS, adverts: { kept: 0, yielded: 0, handover: 0 }, last: null }, lastAdvertAgeMs: null });
+    await vi.advanceTimersByTimeAsync(400);
+    expect(e.status().state).toBe('active');
+    // a lower priority claims the VIP too (a healed partition): we keep it
+    edge.inputs.packet(advertFrom('10.0.0.13', 50));
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(e.status()).toMatchObject({ state: 'active', otherMasters: { heard: 1, adverts: { kept: 1, yielded: 0, handover: 0 }, last: { source: '10.0.0.13', priority: 50, outcome: 'kept', ageMs: 1000 } }, lastAdvertAgeMs: 1000 });
+    await vi.advanceTimersByTimeAsync(OTHER_MASTER_WINDOW_MS - 1000 + 1);
+    expect(e.status().otherMasters).toMatchObject({ heard: 0, adverts: { kept: 1 }, last: { ageMs: OTHER_MASTER_WINDOW_MS + 1 } });
+    // a higher priority: we yield, and as a Backup its adverts are no second master
+    edge.inputs.packet(advertFrom('10.0.0.11', 200));
+    edge.inputs.packet(advertFrom('10.0.0.11', 200));
+    expect(e.status()).toMatchObject({ state: 'backup', otherMasters: { heard: 1, adverts: { kept: 1, yielded: 1, handover: 0 }, last: { source: '10.0.0.11', priority: 200, outcome: 'yielded', ageMs: 0 } }, lastAdvertAgeMs: 0 });
     await e.stop();
   });
 
