@@ -9,7 +9,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { Lab, LabNode, LabProcess } from './lab.js';
-import { compiledScript, onJsonLines, packageRoot } from './lab.js';
+import { compiledScript, onJsonLines, packageRoot, runProber, type ProberRun } from './lab.js';
+import type { WatchersReport } from './clients/watchers.js';
 import { waitFor } from './wait.js';
 import type { LongconnEvent, LongconnResult, LongconnSummary } from './clients/longconn.js';
 import type { ElectionStatusDocument, StatusDocument } from '../src/observe/status.js';
@@ -361,4 +362,43 @@ export async function startAgents(lab: Lab, settings: readonly AgentSettings[], 
   const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) throw failed.reason;
   return started;
+}
+
+/** Clients through a URL of the lab: watch-like connections and a prober on new connections (see {@link startClients}). */
+export interface LabClients {
+  watchers: LabProcess;
+  prober: ProberRun;
+  /** The watchers' latest report. */
+  report(): WatchersReport;
+  /** Stops both (bounded by their own durations); never rejects. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts, in the lab's client namespace, `watches` watch-like TLS connections to `url` (a request
+ * on each every ~200 ms, no reconnect attempt after a loss: lab/clients/watchers.ts) and a prober
+ * making a new TLS request every `probeEveryMs` (lab/clients/prober.ts), both for at most
+ * `durationMs`; resolves once every watch is open and the prober has 20 results.
+ * @throws Error when they are not running within 10 s.
+ */
+export async function startClients(lab: Lab, o: { url: string; watches: number; probeEveryMs: number; durationMs: number }): Promise<LabClients> {
+  let last: WatchersReport | undefined;
+  const watchers = lab.spawn(lab.client.netns, [
+    process.execPath, compiledScript('watchers'), '--url', o.url, '--ca', lab.ca.certFile,
+    '--count', String(o.watches), '--interval', '200', '--duration', String(o.durationMs), '--report', '100', '--attempts', '1',
+  ], { logFile: 'watchers.log' });
+  onJsonLines<WatchersReport>(watchers, (r) => void (last = r));
+  const prober = runProber(lab, { url: o.url, intervalMs: o.probeEveryMs, durationMs: o.durationMs, timeoutMs: 1000, logFile: 'prober.log' });
+  const stop = async (): Promise<void> => {
+    await prober.stop().catch(() => undefined);
+    await watchers.stop('SIGTERM').catch(() => undefined);
+  };
+  try {
+    await waitFor(async () => last, (r) => r !== undefined && r.open === o.watches, { timeoutMs: 10_000, intervalMs: 100, what: `${o.watches} watchers connected` });
+    await waitFor(async () => prober.results().length, (n) => n > 20, { timeoutMs: 10_000, what: 'the prober running' });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { watchers, prober, report: () => last!, stop };
 }

@@ -351,38 +351,34 @@ export class NftablesApplier {
    */
   dnatTargets(family: 4 | 6, opts: { signal?: AbortSignal } = {}): Promise<string[]> {
     return this.#serial(async () => {
-      const args = ['-j', 'list', 'table', nftFamily(family), TABLE_NAME];
-      const what = `listing the ${nftFamily(family)} ${TABLE_NAME} table`;
-      const r = await this.#run(args, '', what, opts.signal);
-      if (r.code !== 0) {
-        if (r.killed === undefined && NO_TABLE.test(r.stderr)) return [];
-        this.#fail(what, args, r);
-      }
-      let doc: unknown;
-      try {
-        doc = JSON.parse(r.stdout);
-      } catch (err) {
-        throw new DataplaneError(`${what}: nft printed no JSON: ${r.stdout.slice(0, 200)}`, args, r, { cause: err });
-      }
-      return parseDnatTargets(doc);
+      const doc = await this.#listJson(['-j', 'list', 'table', nftFamily(family), TABLE_NAME], `listing the ${nftFamily(family)} ${TABLE_NAME} table`, opts.signal);
+      return doc === null ? [] : parseDnatTargets(doc);
     });
   }
 
-  /** The table of `family` as {@link normalizedTable} of its JSON listing; null when there is no such table. */
-  async #listTable(family: 4 | 6, signal?: AbortSignal): Promise<string | null> {
-    const args = ['-j', 'list', 'table', nftFamily(family), TABLE_NAME];
-    const what = `listing the ${nftFamily(family)} ${TABLE_NAME} table`;
+  /**
+   * One `nft -j list …` of ballast's table, parsed; null when there is no such table.
+   * @throws DataplaneError when nft fails otherwise, or prints unparsable JSON.
+   */
+  async #listJson(args: string[], what: string, signal?: AbortSignal): Promise<unknown> {
     const r = await this.#run(args, '', what, signal);
     if (r.code !== 0) {
       if (r.killed === undefined && NO_TABLE.test(r.stderr)) return null;
       this.#fail(what, args, r);
     }
     try {
-      return normalizedTable(JSON.parse(r.stdout));
+      return JSON.parse(r.stdout) as unknown;
     } catch (err) {
       throw new DataplaneError(`${what}: nft printed no JSON: ${r.stdout.slice(0, 200)}`, args, r, { cause: err });
     }
   }
+
+  /** The table of `family` as {@link normalizedTable} of its JSON listing; null when there is no such table. */
+  async #listTable(family: 4 | 6, signal?: AbortSignal): Promise<string | null> {
+    const doc = await this.#listJson(['-j', 'list', 'table', nftFamily(family), TABLE_NAME], `listing the ${nftFamily(family)} ${TABLE_NAME} table`, signal);
+    return doc === null ? null : normalizedTable(doc);
+  }
+
 
   /**
    * Deletes ballast's tables of `families` (default both: `table ip ballast`, `table ip6
@@ -421,19 +417,8 @@ export class NftablesApplier {
   }
 
   async #readCounters(family: 4 | 6, signal?: AbortSignal): Promise<void> {
-    const args = ['-j', 'list', 'counters', 'table', nftFamily(family), TABLE_NAME];
-    const what = `reading the ${nftFamily(family)} ${TABLE_NAME} counters`;
-    const r = await this.#run(args, '', what, signal);
-    if (r.code !== 0) {
-      if (r.killed === undefined && NO_TABLE.test(r.stderr)) return;
-      this.#fail(what, args, r);
-    }
-    let doc: unknown;
-    try {
-      doc = JSON.parse(r.stdout);
-    } catch (err) {
-      throw new DataplaneError(`${what}: nft printed no JSON: ${r.stdout.slice(0, 200)}`, args, r, { cause: err });
-    }
+    const doc = await this.#listJson(['-j', 'list', 'counters', 'table', nftFamily(family), TABLE_NAME], `reading the ${nftFamily(family)} ${TABLE_NAME} counters`, signal);
+    if (doc === null) return;
     for (const [key, value] of parseCountersJson(doc, family)) this.#known.set(key, value);
   }
 }

@@ -84,7 +84,8 @@ Restart=on-failure
 RestartSec=1s
 # 2 = configuration error, 4 = installation lacks something: a restart loop cannot fix either
 RestartPreventExitStatus=2 4
-# a clean stop releases the VIP at once (a priority-0 advert) and removes what keepOnStop says
+# a stop job releases the VIP at once (a priority-0 advert) and removes what keepOnStop says; a
+# restart job (systemctl restart, an upgrade) is a restart in place: the VIP stays (docs/operations.md)
 KillSignal=SIGTERM
 # SIGTERM to ballast only: its own nft / conntrack children finish the clean-up it started
 KillMode=mixed

@@ -689,6 +689,11 @@ export class VrrpEngine {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.feed({ type: 'shutdown', now: this.now() });
+    await this.close();
+  }
+
+  /** After the last event: no more timers, the queued address work done, every socket closed. */
+  private async close(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     if (this.settleTimer) clearTimeout(this.settleTimer);
@@ -719,13 +724,7 @@ export class VrrpEngine {
     const vipLifetimeMs = Math.ceil(masterDownBoundMs) + HANDOFF_VIP_MARGIN_MS;
     // (also with permanent VIPs, vipLifetime 0: an agent that never comes back must not leave them)
     this.feed({ type: 'handOff', now: this.now(), intervalCs, lifetimeMs: vipLifetimeMs });
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    if (this.settleTimer) clearTimeout(this.settleTimer);
-    await this.vipQueue;
-    this.edge?.close();
-    this.edge = null;
-    this.limited.close();
+    await this.close();
     if (!active) return none;
     this.log('info', 'handed off for a restart in place: the VIPs stay, the Backups wait for the next process', { advertisedIntervalCs: intervalCs, masterDownBoundMs: round3(masterDownBoundMs), vipLifetimeMs });
     return { active, intervalCs, masterDownBoundMs, vipLifetimeMs };
@@ -927,18 +926,8 @@ export class VrrpEngine {
     const silentMs = now - this.lastSendAt;
     this.lastSendAt = now;
     for (const [i, destination] of dests.entries()) {
-      try {
-        const pkt = this.encoded(i, priority, destination);
-        round.push({ message: pkt, destination });
-        if (!this.edge) throw new Error('the engine is closed');
-        this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
-        this.counters.advertsSent++;
-      } catch (err) {
-        this.counters.sendErrors++;
-        // one key per kind of error, not per peer: 252 unreachable peers are one line per window
-        const e = err as Error & { code?: string };
-        this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
-      }
+      const pkt = this.sendOne(destination, () => this.encoded(i, priority, destination));
+      if (pkt) round.push({ message: pkt, destination });
     }
     if (!pacing) return;
     this.pace(round);
@@ -953,20 +942,34 @@ export class VrrpEngine {
     const o = this.opts;
     this.pace(null);
     for (const destination of this.destinations()) {
-      const pkt = encodeAdvertisement({ vrid: o.vrid, priority, maxAdvertIntervalCs: intervalCs, addresses: o.vips }, { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination });
-      for (let i = 0; i < 2; i++) {
-        try {
-          if (!this.edge) throw new Error('the engine is closed');
-          this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
-          this.counters.advertsSent++;
-        } catch (err) {
-          this.counters.sendErrors++;
-          const e = err as Error & { code?: string };
-          this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
-        }
-      }
+      const encode = (): Buffer => encodeAdvertisement({ vrid: o.vrid, priority, maxAdvertIntervalCs: intervalCs, addresses: o.vips }, { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination });
+      for (let i = 0; i < 2; i++) this.sendOne(destination, encode);
     }
     this.lastSendAt = this.now();
+  }
+
+  /**
+   * One advert, made by `encode` (signed here with vrrp.auth), to one destination. A failure
+   * (encoding or sending) is counted and logged, never thrown.
+   * @returns the unsigned packet (also when the send failed: the pacer repeats it), or null when
+   *   it could not be made.
+   */
+  private sendOne(destination: string, encode: () => Buffer): Buffer | null {
+    const o = this.opts;
+    let pkt: Buffer | null = null;
+    try {
+      pkt = encode();
+      if (!this.edge) throw new Error('the engine is closed');
+      this.edge.sendAdvert(this.auth ? this.auth.sign(pkt, o.primaryAddress, destination) : pkt, destination);
+      this.counters.advertsSent++;
+      return pkt;
+    } catch (err) {
+      this.counters.sendErrors++;
+      // one key per kind of error, not per peer: 252 unreachable peers are one line per window
+      const e = err as Error & { code?: string };
+      this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
+      return pkt;
+    }
   }
 
   /** Where adverts go: the unicast peers, or the group (224.0.0.18 / ff02::12, RFC 9568 §5.1.1.2, §5.1.2.2). */

@@ -19,8 +19,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { compiledScript, onJsonLines, runProber, type Lab, type LabProcess, type ProberRun } from '../../lab/lab.js';
-import type { WatchersReport } from '../../lab/clients/watchers.js';
+import type { Lab } from '../../lab/lab.js';
+import { startClients, type LabClients } from '../../lab/cluster.js';
 import { bootSystemdNodes, debDependencies, ensureRootfs, stopSystemdNodes, systemdNodesMissing, type JournalEntry, type SystemdNode } from '../../lab/systemd-node.js';
 import { buildPackageVersion, ensureArtefacts, type Artefacts } from '../support/artefacts.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -55,9 +55,7 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
   let nextVersion: string;
   let lab: Lab | undefined;
   let nodes: SystemdNode[] = [];
-  let prober: ProberRun | undefined;
-  let watchers: LabProcess | undefined;
-  let report: WatchersReport | undefined;
+  let clients: LabClients | undefined;
   const figures: string[] = [];
 
   const configFor = (i: number): string =>
@@ -94,21 +92,12 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
     for (const n of nodes) {
       await waitFor(async () => (await n.exec(['systemctl', 'show', '-p', 'StatusText', '--value', 'ballast'])).stdout.trim(), (t) => t.endsWith('2 of 2 backends ready'), { timeoutMs: 15_000, intervalMs: 200, what: `${n.machine} with 2 of 2 backends ready` });
     }
-    const url = `https://${lab.vip4}:6443/version`;
-    watchers = lab.spawn(lab.client.netns, [
-      process.execPath, compiledScript('watchers'), '--url', url, '--ca', lab.ca.certFile,
-      '--count', String(WATCHERS), '--interval', '200', '--duration', '240000', '--report', '100', '--attempts', '1',
-    ], { logFile: 'watchers.log' });
-    onJsonLines<WatchersReport>(watchers, (r) => void (report = r));
-    await waitFor(async () => report, (r) => r !== undefined && r.open === WATCHERS, { timeoutMs: 10_000, intervalMs: 100, what: `${WATCHERS} watchers connected` });
-    prober = runProber(lab, { url, intervalMs: 20, durationMs: 240_000, timeoutMs: 1000, logFile: 'prober.log' });
-    await waitFor(async () => prober!.results().length, (n) => n > 20, { timeoutMs: 10_000, what: 'the prober running' });
+    clients = await startClients(lab, { url: `https://${lab.vip4}:6443/version`, watches: WATCHERS, probeEveryMs: 20, durationMs: 240_000 });
   }, 600_000);
 
   afterAll(async () => {
     if (figures.length > 0) console.log(`package upgrades on the holder:\n  ${figures.join('\n  ')}`);
-    await prober?.stop().catch(() => undefined);
-    await watchers?.stop('SIGTERM').catch(() => undefined);
+    await clients?.stop();
     try {
       await stopSystemdNodes(nodes);
     } finally {
@@ -133,8 +122,9 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
         await sleep(30);
       }
     })();
-    const fromProbe = prober!.results().length;
-    const before = { ...report! };
+    const c = clients!;
+    const fromProbe = c.prober.results().length;
+    const before = { ...c.report() };
     const n2Before = (await n2.journal('ballast')).length;
     const since = Date.now();
     try {
@@ -150,10 +140,10 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
     const handOff = journal1.filter((e) => e.MESSAGE.includes(HANDED_OFF) && realtimeMs(e) >= since).at(-1);
     const resumed = journal1.filter((e) => e.MESSAGE.includes('"reason":"resumed"') && realtimeMs(e) >= since).at(-1);
     const n2Masters = (await n2.journal('ballast')).slice(n2Before).filter((e) => /"msg":"state change"/.test(e.MESSAGE) && /"to":"master"/.test(e.MESSAGE));
-    const probes = prober!.results().slice(fromProbe);
+    const probes = c.prober.results().slice(fromProbe);
     const show = (await n1.exec(['systemctl', 'show', '-p', 'ExecMainStartTimestampMonotonic', '-p', 'ActiveEnterTimestampMonotonic', 'ballast'])).stdout;
     const mono = (k: string): number => Number(/^(\w+)=(\d+)$/m.exec(show.split('\n').find((l) => l.startsWith(`${k}=`)) ?? '')?.[2] ?? NaN);
-    const w = report!;
+    const w = c.report();
     let moves = 0;
     let noHolderFrom: number | null = null;
     let longestNoHolderMs = 0;
