@@ -130,7 +130,11 @@ export function handOffIntervalCs(holdMs: number, advertisementIntervalCs: numbe
  * A change of vrid, interface or family is not a reconfigure (the agent hands over and rejoins).
  */
 export interface EngineReconfigure {
-  /** The whole new VIP set, same family. VIPs that stay are never removed; see state.ts `MachineReconfigure`. */
+  /**
+   * The whole new VIP set, same family. VIPs that stay are never removed; see state.ts
+   * `MachineReconfigure`. A router that is not Active then lists the added VIPs on the interface
+   * and removes those it finds (whatever their prefix), as a start does.
+   */
   vips?: string[];
   /** The configured base priority, 1..254 (setPriority still sets the effective one). Not for the owner (255). */
   priority?: number;
@@ -549,7 +553,8 @@ export class VrrpEngine {
   /**
    * Changes the running election's parameters (see {@link EngineReconfigure}; the machine's
    * rules are state.ts `MachineReconfigure`). Everything is checked first: a patch that cannot
-   * apply changes nothing. Resolves once the address changes it asked for are done (an
+   * apply changes nothing. Resolves once the address changes it asked for are done (with added
+   * VIPs on a router that is not Active: once those found on the interface are removed; an
    * announce burst for added VIPs may still be running); a failing address change is logged,
    * as for any other address change.
    * @throws Error saying why (an address of the other family, a number out of range, a priority

@@ -121,7 +121,8 @@ export type MachineEvent =
   | { type: 'standby'; now: number; standby: boolean }
   /**
    * Which of our VIPs are on the interface now (any prefix length), as rtnetlink reports them:
-   * at start-up and after someone else changed the interface's addresses.
+   * at start-up, after someone else changed the interface's addresses, and after a reconfigure
+   * added VIPs while not Active (a reload does what a start does).
    */
   | { type: 'vipsObserved'; now: number; present: readonly string[] }
   /**
@@ -136,7 +137,9 @@ export type MachineEvent =
  *
  * - `vips`: the whole new set. While Active (and managing the VIPs) the added ones are added and
  *   announced, the removed ones removed and their connections reset; the kept ones are never
- *   touched and the Adver_Timer does not move. In any other state only the list changes.
+ *   touched and the Adver_Timer does not move. In any other state only the list changes (the
+ *   engine then reports the added VIPs it finds on the interface, `vipsObserved`, which the
+ *   machine answers with removeVips 'stray' as at start).
  * - `priority`: the configured (base) priority, 1..254. The effective priority follows it unless
  *   the policy has lowered it (effective ≠ old base), in which case the policy's next
  *   `priority` event decides. Takes effect from the next advert / decision.
