@@ -66,6 +66,10 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
     announcementsSent: new Counter({ name: 'ballast_announcements_sent_total', help: 'Gratuitous ARP / unsolicited NA frames sent', labelNames: labels, registers: [registry] }),
     foreign: new Counter({ name: 'ballast_vrrp_foreign_adverts_total', help: 'Adverts for our VRID listing other addresses than our VIPs (another group or a misconfigured peer)', labelNames: labels, registers: [registry] }),
   };
+  // engine.ts EngineOtherMasters: what this node heard of a second master while it was master
+  const otherHeard = new Gauge({ name: 'ballast_vrrp_other_master_heard', help: 'Other VRRP routers heard advertising as master while this node was master, in the last minute (0: none); nothing is heard while a partition lasts, only once it heals', labelNames: labels, registers: [registry] });
+  const otherAdverts = new Counter({ name: 'ballast_vrrp_other_master_adverts_total', help: 'Adverts of another master heard while this node was master, by outcome: kept (this node won: two nodes held the VIPs), yielded (it lost: a preemption or a healed partition), handover (the last advert of the router it had just preempted)', labelNames: ['vrid', 'outcome'], registers: [registry] });
+  const otherAge = new Gauge({ name: 'ballast_vrrp_other_master_last_heard_age_seconds', help: 'How long ago the last advert of another master was heard while this node was master (absent before any)', labelNames: labels, registers: [registry] });
   const pacerAdverts = new Counter({ name: 'ballast_vrrp_pacer_adverts_total', help: 'Adverts the native pacer sent while the election thread was stalled (native/advert_pacer.h); counted in ballast_vrrp_adverts_sent_total too', labelNames: labels, registers: [registry] });
   const pacerHolds = new Counter({ name: 'ballast_vrrp_pacer_holds_total', help: 'Times the election thread stayed silent past the pacer\'s hold, so the pacer stopped sending (a Backup may take over)', labelNames: labels, registers: [registry] });
   const backendUp = new Gauge({ name: 'ballast_backend_up', help: '1 when the apiserver backend is healthy (in the data plane), 0 when not', labelNames: ['backend'], registers: [registry] });
@@ -130,6 +134,15 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         }
         dropped.reset();
         for (const [reason, n] of Object.entries(doc.counters.dropped)) dropped.inc({ vrid, reason }, n);
+        const om = doc.otherMasters;
+        if (om) {
+          otherHeard.set({ vrid }, om.heard);
+          otherAdverts.reset();
+          // every outcome from the start (0), so that increase() sees the first one
+          for (const outcome of ['kept', 'yielded', 'handover'] as const) otherAdverts.inc({ vrid, outcome }, om.adverts[outcome]);
+          otherAge.reset();
+          if (om.last !== null) otherAge.set({ vrid }, om.last.ageMs / 1000);
+        }
         const pacer = doc.timing?.pacer;
         if (pacer) {
           pacerAdverts.reset();

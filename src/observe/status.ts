@@ -117,6 +117,14 @@ export interface ElectionStatusDocument extends CommonStatus {
   counters: EngineStatus['counters'];
   /** The election thread's punctuality (engine.ts EngineTiming). */
   timing?: EngineStatus['timing'];
+  /**
+   * Other Active routers this node heard while it was Active (engine.ts EngineOtherMasters):
+   * `heard` > 0 means another master within the last minute; `adverts.kept` counts the adverts of
+   * a second master this node outlasted (two nodes held the VIPs). Absent from older engines.
+   */
+  otherMasters?: EngineStatus['otherMasters'];
+  /** Age of the last valid advert from any other router, ms; null before any (absent from older engines). */
+  lastAdvertAgeMs?: number | null;
   /** The last state change: from, to, the machine's reason, when (ISO 8601); null before the first (absent from documents built without an agent). */
   lastTransition?: TransitionRecord | null;
   /** The last state changes (at most 20), oldest first (absent without an agent). */
@@ -165,6 +173,8 @@ export function statusDocument(
     skewTimeMs: round(s.skewTimeMs),
     counters: s.counters,
     ...(s.timing ? { timing: s.timing } : {}),
+    ...(s.otherMasters ? { otherMasters: s.otherMasters } : {}),
+    ...(s.lastAdvertAgeMs !== undefined ? { lastAdvertAgeMs: s.lastAdvertAgeMs } : {}),
     ...(extras
       ? { lastTransition: extras.transitions.at(-1) ?? null, transitions: extras.transitions, masterSince: extras.masterSince, priorityReason: extras.priorityReason }
       : {}),
@@ -272,6 +282,15 @@ function aligned(rows: [string, string][]): string {
   return rows.map(([k, v]) => `${`${k}:`.padEnd(w)} ${v}`).join('\n');
 }
 
+/** The `other masters` row: only once this node heard one while it was master. */
+function formatOtherMasters(d: ElectionStatusDocument): [string, string][] {
+  const o = d.otherMasters;
+  if (!o || o.last === null) return [];
+  const { kept, yielded, handover } = o.adverts;
+  const last = `last ${o.last.source} (priority ${o.last.priority}, ${o.last.outcome}) ${Math.round(o.last.ageMs / 1000)}s ago`;
+  return [['other masters', `${o.heard} heard in the last ${Math.round(o.windowMs / 1000)}s; adverts kept ${kept}, yielded ${yielded}, handover ${handover}; ${last}`]];
+}
+
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;
 }
@@ -297,6 +316,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['timers', `advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`],
     ['adverts', `sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}`],
     ['dropped', dropped],
+    ...formatOtherMasters(d),
     ['dataplane', formatDataplane(d.dataplane)],
     ['local', formatLocal(d.local)],
     ...failOpenRows(d),

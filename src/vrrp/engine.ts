@@ -130,7 +130,11 @@ export function handOffIntervalCs(holdMs: number, advertisementIntervalCs: numbe
  * A change of vrid, interface or family is not a reconfigure (the agent hands over and rejoins).
  */
 export interface EngineReconfigure {
-  /** The whole new VIP set, same family. VIPs that stay are never removed; see state.ts `MachineReconfigure`. */
+  /**
+   * The whole new VIP set, same family. VIPs that stay are never removed; see state.ts
+   * `MachineReconfigure`. A router that is not Active then lists the added VIPs on the interface
+   * and removes those it finds (whatever their prefix), as a start does.
+   */
   vips?: string[];
   /** The configured base priority, 1..254 (setPriority still sets the effective one). Not for the owner (255). */
   priority?: number;
@@ -155,6 +159,9 @@ export interface EngineReconfigure {
 export const STANDBY_ON = 'not a member of the group yet: listening as Backup until discovery lists this node';
 /** Logged once when standby is cleared: from then on RFC 9568 §6.4 rules apply (a silent group: Active within one Master_Down_Interval). */
 export const STANDBY_OFF = 'a member of the group now: normal VRRP rules apply';
+
+/** Logged when a reload added a VIP that was already on the interface of a node that is not master (it is removed, as at start). */
+export const STRAY_ON_RELOAD = 'a VIP the reload added was already on the interface while this node is not master; removed it';
 
 /** Most sources logged once each per kind of drop; the rest only count (a flood of forged sources cannot grow memory). */
 export const LOGGED_SOURCES_MAX = 256;
@@ -254,6 +261,34 @@ export interface EngineStatus {
   standby?: boolean;
   /** The election thread's punctuality (see {@link EngineTiming}). */
   timing?: EngineTiming;
+  /** Other Active routers heard while this one was Active (see {@link EngineOtherMasters}). */
+  otherMasters?: EngineOtherMasters;
+  /** Age of the last valid advert heard from any other router (the master's, on a Backup), ms; null before any. */
+  lastAdvertAgeMs?: number | null;
+}
+
+/**
+ * How long a second master, once heard, counts as heard now ({@link EngineOtherMasters} `heard`),
+ * ms: longer than a usual Prometheus scrape interval, so that a short episode (a healed
+ * partition ends in one advert) is seen by a scrape, and a lasting one (a peer that cannot hear
+ * us keeps advertising) keeps it set.
+ */
+export const OTHER_MASTER_WINDOW_MS = 60_000;
+
+/**
+ * state.ts OtherMastersHeard for /status: ages instead of monotonic times. Nobody hears a second
+ * master while the two cannot hear each other (a partition): this reports what was heard, from
+ * the moment it is heard (the partition heals, or one direction works).
+ */
+export interface EngineOtherMasters {
+  /** Distinct other routers heard advertising as Active, while this one was Active, within the last `windowMs`. */
+  heard: number;
+  /** {@link OTHER_MASTER_WINDOW_MS}, ms. */
+  windowMs: number;
+  /** Such adverts since start, per outcome (state.ts OtherMastersHeard): `kept` means two masters held the VIPs. */
+  adverts: { kept: number; yielded: number; handover: number };
+  /** The latest: sender, its priority, what this router did, how long ago (ms); null before any. */
+  last: { source: string; priority: number; outcome: 'kept' | 'yielded' | 'handover'; ageMs: number } | null;
 }
 
 export interface EngineCounters {
@@ -354,6 +389,8 @@ export class VrrpEngine {
   /** The source and time (monotonic ms) of the last advert handled, for receiveGap. */
   private lastAdvertSource: string | null = null;
   private lastAdvertAt = 0;
+  /** When the last valid advert of another router was handled (monotonic ms), null before any. */
+  private lastHeardAt: number | null = null;
   private settleTimer: NodeJS.Timeout | null = null;
   private readonly healLogged = new Set<string>();
   /** Address changes and announce bursts run one after another, in the order the machine asked for them. */
@@ -516,7 +553,8 @@ export class VrrpEngine {
   /**
    * Changes the running election's parameters (see {@link EngineReconfigure}; the machine's
    * rules are state.ts `MachineReconfigure`). Everything is checked first: a patch that cannot
-   * apply changes nothing. Resolves once the address changes it asked for are done (an
+   * apply changes nothing. Resolves once the address changes it asked for are done (with added
+   * VIPs on a router that is not Active: once those found on the interface are removed; an
    * announce burst for added VIPs may still be running); a failing address change is logged,
    * as for any other address change.
    * @throws Error saying why (an address of the other family, a number out of range, a priority
@@ -562,6 +600,7 @@ export class VrrpEngine {
       throw new Error((err as Error).message);
     }
     // checked: from here on nothing throws
+    const added = vips !== undefined && !o.owner ? vips.filter((v) => !o.vips.includes(v)) : [];
     if (vips !== undefined) o.vips = vips;
     if (peers !== undefined) o.peers = peers;
     if (members !== undefined) this.members = memberSet(members);
@@ -578,6 +617,14 @@ export class VrrpEngine {
       if (action.type === 'announce') addressesDone ??= this.vipQueue;
       this.carryOut(action);
     }
+    const looking = added.length > 0 && this.machine.state !== 'active';
+    if (looking) {
+      // a reload does what a start does: an added VIP may already be on the interface (put there
+      // by hand, left by a crashed agent or an old config); no address notification will come
+      // for it, so look now: the machine answers removeVips 'stray' (two nodes answering ARP / NS
+      // for it is worse than none). An Active router has just added them (no look needed).
+      this.enqueue(() => this.observeVips('reload'));
+    }
     const standby = patch.standby;
     if (standby !== undefined && standby !== (o.standby === true)) {
       o.standby = standby;
@@ -588,6 +635,8 @@ export class VrrpEngine {
     this.repace();
     this.log('info', 'election reconfigured', { changed: Object.keys(patch).filter((k) => patch[k as keyof EngineReconfigure] !== undefined) });
     await (addressesDone ?? this.vipQueue);
+    // the look at the interface queued the removal of what it found: wait for that too
+    if (looking) await this.vipQueue;
   }
 
   /** A snapshot for `/status`. */
@@ -598,6 +647,8 @@ export class VrrpEngine {
     if (malformed > 0) dropped.malformedIpHeader = malformed;
     // the pacer's adverts are adverts this router sent
     const pacer = this.edge?.pacerStats?.();
+    const now = this.now();
+    const om = s.otherMasters;
     return {
       state: s.state,
       vrid: this.opts.vrid,
@@ -626,6 +677,13 @@ export class VrrpEngine {
         ...(this.gcStats ? { gc: this.gcStats() } : {}),
         ...(pacer ? { pacer } : {}),
       },
+      otherMasters: {
+        heard: om.sources.filter((h) => now - h.at <= OTHER_MASTER_WINDOW_MS).length,
+        windowMs: OTHER_MASTER_WINDOW_MS,
+        adverts: om.adverts,
+        last: om.last === null ? null : { source: om.last.source, priority: om.last.priority, outcome: om.last.outcome, ageMs: Math.max(0, Math.round(now - om.last.at)) },
+      },
+      lastAdvertAgeMs: this.lastHeardAt === null ? null : Math.max(0, Math.round(now - this.lastHeardAt)),
     };
   }
 
@@ -830,8 +888,9 @@ export class VrrpEngine {
         return this.enqueue(async () => {
           await this.edge?.addVips(a.vips, (a.lifetimeMs ?? o.vipLifetimeMs) / 1000);
         });
-      case 'removeVips':
+      case 'removeVips': {
         if (a.reason === 'released') this.vipsHeld = false;
+        const cause = this.strayCause;
         return this.enqueue(async () => {
           const removed = (await this.edge?.removeVips(a.vips)) ?? [];
           if (removed.length === 0) return;
@@ -840,8 +899,10 @@ export class VrrpEngine {
           if (a.reason === 'released') this.log('info', 'VIPs removed', fields);
           else if (a.reason === 'removed') this.log('info', 'VIPs removed', { ...fields, reason: 'reconfigured' });
           else if (!this.started) this.log('warn', 'removed a VIP left on the interface by an earlier run', fields);
+          else if (cause === 'reload') this.log('warn', STRAY_ON_RELOAD, fields);
           else this.log('warn', 'a VIP was added to the interface while this node is not master; removing it', fields);
         });
+      }
       case 'destroyVipSockets':
         return this.enqueue(async () => this.destroyVipSockets(a.vips));
       case 'announce': {
@@ -1058,14 +1119,27 @@ export class VrrpEngine {
     this.settleTimer = setTimeout(() => this.enqueue(() => this.observeVips()), ADDRESS_SETTLE_MS);
   }
 
-  private async observeVips(): Promise<void> {
+  /**
+   * Lists our VIPs on the interface and tells the machine (MachineEvent `vipsObserved`).
+   * @param cause what made us look, for the log line of a stray VIP removed: an address
+   *   notification (`watch`) or a reload that added VIPs (`reload`).
+   */
+  private async observeVips(cause: 'watch' | 'reload' = 'watch'): Promise<void> {
     if (!this.edge || this.stopped) return;
     const before = this.counters.transitions;
     const present = await this.edge.vipsPresent(this.machine.vips);
     // a transition while we listed makes the list stale (e.g. the VIPs we are about to add): look again
     if (this.counters.transitions !== before) return this.onAddressesChanged();
-    this.feed({ type: 'vipsObserved', now: this.now(), present });
+    this.strayCause = cause;
+    try {
+      this.feed({ type: 'vipsObserved', now: this.now(), present });
+    } finally {
+      this.strayCause = 'watch';
+    }
   }
+
+  /** Why the next `removeVips` 'stray' is carried out (set only while observeVips feeds the machine). */
+  private strayCause: 'watch' | 'reload' = 'watch';
 
   private onLink(running: boolean): void {
     // serialized with the address changes: the netlink package cannot interleave two dumps
@@ -1104,6 +1178,7 @@ export class VrrpEngine {
     if (p.source === this.lastAdvertSource && this.machine.state === 'backup') this.receiveGap.add(at - this.lastAdvertAt);
     this.lastAdvertSource = p.source;
     this.lastAdvertAt = at;
+    this.lastHeardAt = at;
     if (r.foreign) {
       this.counters.foreign++;
       this.warnOnce(`foreign:${p.source}`, FILTER_WARNINGS.foreign!, { source: p.source, theirs: r.advert.addresses, ours: o.vips });

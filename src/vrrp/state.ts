@@ -121,7 +121,8 @@ export type MachineEvent =
   | { type: 'standby'; now: number; standby: boolean }
   /**
    * Which of our VIPs are on the interface now (any prefix length), as rtnetlink reports them:
-   * at start-up and after someone else changed the interface's addresses.
+   * at start-up, after someone else changed the interface's addresses, and after a reconfigure
+   * added VIPs while not Active (a reload does what a start does).
    */
   | { type: 'vipsObserved'; now: number; present: readonly string[] }
   /**
@@ -136,7 +137,9 @@ export type MachineEvent =
  *
  * - `vips`: the whole new set. While Active (and managing the VIPs) the added ones are added and
  *   announced, the removed ones removed and their connections reset; the kept ones are never
- *   touched and the Adver_Timer does not move. In any other state only the list changes.
+ *   touched and the Adver_Timer does not move. In any other state only the list changes (the
+ *   engine then reports the added VIPs it finds on the interface, `vipsObserved`, which the
+ *   machine answers with removeVips 'stray' as at start).
  * - `priority`: the configured (base) priority, 1..254. The effective priority follows it unless
  *   the policy has lowered it (effective ≠ old base), in which case the policy's next
  *   `priority` event decides. Takes effect from the next advert / decision.
@@ -257,7 +260,40 @@ export interface MachineSnapshot {
   since: number;
   /** Not a member of the group: held in Backup (MachineEvent `standby`). */
   standby: boolean;
+  /** Adverts of other Active routers heard while this router was Active (see {@link OtherMastersHeard}). */
+  otherMasters: OtherMastersHeard;
 }
+
+/**
+ * What an Active router heard of other Active routers: every advert with a priority above 0 from
+ * another source that reached it while it was Active (Backups send no adverts, RFC 9568 §6.4.2,
+ * so each is a second master's claim). Nobody can know of a second master while they cannot hear
+ * each other (a partition): this says only what was heard, once it is heard.
+ *
+ * Outcomes: `kept` — this router won (a lower priority, or an equal one and a smaller primary
+ * address, §6.4.3) and kept the VIPs: two masters held them until then (a healed partition, a
+ * stalled holder, a peer that cannot hear us); `yielded` — the sender won and this router went
+ * Backup (a preemption, or the other side of a healed partition); `handover` — the last advert of
+ * the router this one has just preempted (§6.4.2), heard within one Master_Down_Interval of the
+ * preemption: the normal end of a preemption, not two masters.
+ */
+export interface OtherMastersHeard {
+  /** Such adverts since start, per outcome. */
+  adverts: { kept: number; yielded: number; handover: number };
+  /** The latest such advert: sender, its priority, what this router did, when (monotonic ms); null before any. */
+  last: { source: string; priority: number; outcome: OtherMasterOutcome; at: number } | null;
+  /**
+   * When each sender was last heard so (monotonic ms), the latest {@link OTHER_MASTER_SOURCES_MAX}
+   * senders, most recent last.
+   */
+  sources: { source: string; at: number }[];
+}
+
+/** What an Active router did on hearing another Active router's advert (see {@link OtherMastersHeard}). */
+export type OtherMasterOutcome = 'kept' | 'yielded' | 'handover';
+
+/** Senders remembered in {@link OtherMastersHeard} `sources` (a flood of sources cannot grow memory). */
+export const OTHER_MASTER_SOURCES_MAX = 16;
 
 /**
  * At most one healed-partition announce burst per this many ms (a peer that cannot hear us would
@@ -341,6 +377,12 @@ export class VrrpMachine {
   /** What set the running Master_Down_Timer: silence, or a priority-0 advert. */
   private downReason: 'masterDown' | 'resigned' | 'preempt' = 'masterDown';
   private lastNow = -Infinity;
+  /** See {@link OtherMastersHeard}; `heardAt` is its `sources`, in insertion order (most recent last). */
+  private readonly otherAdverts = { kept: 0, yielded: 0, handover: 0 };
+  private otherLast: OtherMastersHeard['last'] = null;
+  private readonly heardAt = new Map<string, number>();
+  /** The router this one preempted on becoming Active (reason `preempt`), else null: its last advert is a handover. */
+  private preempted: string | null = null;
 
   /** @throws RangeError when a parameter is outside its RFC 9568 §6.1 range (or a duration is negative). */
   constructor(cfg: MachineConfig) {
@@ -390,6 +432,11 @@ export class VrrpMachine {
       masterDownIntervalMs: masterDownIntervalMs(this.effective, this.masterAdverIntervalCs),
       since: this.enteredAt,
       standby: this.standingBy,
+      otherMasters: {
+        adverts: { ...this.otherAdverts },
+        last: this.otherLast === null ? null : { ...this.otherLast },
+        sources: [...this.heardAt].map(([source, at]) => ({ source, at })),
+      },
     };
   }
 
@@ -587,6 +634,7 @@ export class VrrpMachine {
       }
       const higher = ev.priority > this.effective;
       const tie = ev.priority === this.effective && compareAddresses(ev.source, this.cfg.primaryAddress) > 0;
+      if (compareAddresses(ev.source, this.cfg.primaryAddress) !== 0) this.noteOtherMaster(ev, higher || tie);
       if (higher || tie) {
         // §6.4.3: yield to the sender. Not in the RFC: our last act as Active is one advert at our
         // own priority. Two Active routers after a healed partition: if the winner's advert
@@ -632,6 +680,17 @@ export class VrrpMachine {
       }
     }
     // initialize / fault: not participating, drop
+  }
+
+  /** An Active router heard another Active router's advert (see {@link OtherMastersHeard}). */
+  private noteOtherMaster(ev: Extract<MachineEvent, { type: 'advert' }>, yields: boolean): void {
+    const handover = !yields && ev.source === this.preempted && ev.now - this.enteredAt <= this.masterDownMs();
+    const outcome: OtherMasterOutcome = yields ? 'yielded' : handover ? 'handover' : 'kept';
+    this.otherAdverts[outcome]++;
+    this.otherLast = { source: ev.source, priority: ev.priority, outcome, at: ev.now };
+    this.heardAt.delete(ev.source);
+    this.heardAt.set(ev.source, ev.now);
+    if (this.heardAt.size > OTHER_MASTER_SOURCES_MAX) this.heardAt.delete(this.heardAt.keys().next().value!);
   }
 
   /**
@@ -744,6 +803,7 @@ export class VrrpMachine {
   private becomeActive(now: number, out: MachineAction[], reason: TransitionReason): void {
     out.push({ type: 'send', priority: this.effective });
     const previous = this.current === 'backup' ? this.masterAddress : null;
+    this.preempted = reason === 'preempt' ? previous : null;
     this.masterDownTimer = null;
     this.restartAdverTimer(now);
     this.masterAdverIntervalCs = this.cfg.advertisementIntervalCs;

@@ -2,7 +2,9 @@
  * A real Prometheus (Debian's prometheus package, 2.42) scraping three real agents on a lab,
  * with the shipped rules (deploy/prometheus/ballast.rules.yaml): BallastNoVipHolder fires when
  * every node loses the VIP and clears when one takes it back; BallastMultipleVipHolders fires
- * while VRRP is blocked between the nodes (a split brain: each holds the VIP) and clears after.
+ * while VRRP is blocked between the nodes (a split brain: each holds the VIP) and clears after;
+ * meanwhile no node says it heard another master (none can), and once they hear each other every
+ * node's /status does and BallastOtherMasterHeard fires for the one that kept the VIP.
  *
  * Topology: Prometheus runs in the lab's client namespace and scrapes each agent's admin endpoint
  * on the node's lab address (admin.listen 10.78.S.1x:9641). To make every node lose the VIP while
@@ -23,6 +25,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import type { Lab, LabNode, LabProcess } from '../../lab/lab.js';
 import { agentConfig, blockVrrp, cliPath, runAgent, waitForSingleHolder, type LabAgent } from '../../lab/cluster.js';
+import type { ElectionStatusDocument } from '../../src/observe/status.js';
 import { RULES_FILE, alertRules, exposedNames, namesInUse, type RulesFile } from '../support/monitoring.js';
 import { needs, startLab, waitFor } from '../support/index.js';
 
@@ -66,6 +69,12 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     if (body.status !== 'success') throw new Error(`${path}: ${text}`);
     return body.data;
   }
+  /** `node`'s /status otherMasters (engine.ts EngineOtherMasters), from the client namespace through the side path. */
+  const otherMasters = async (node: LabNode): Promise<NonNullable<ElectionStatusDocument['otherMasters']>> => {
+    const doc = JSON.parse(await get(`http://${node.ipv4}:${ADMIN_PORT}/status`)) as ElectionStatusDocument;
+    if (!doc.otherMasters) throw new Error(`${node.name}: /status has no otherMasters`);
+    return doc.otherMasters;
+  };
   const alerts = async (name: string): Promise<PromAlert[]> => (await api<{ alerts: PromAlert[] }>('/api/v1/alerts')).alerts.filter((a) => a.labels.alertname === name);
 
   /** A veth from the client namespace into `node` and /32 routes both ways: the scrape path that does not cross the LAN bridge. */
@@ -194,6 +203,9 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
   it('BallastMultipleVipHolders fires while VRRP is blocked between the nodes (each takes the VIP) and clears once they hear each other', async () => {
     await waitForSingleHolder(lab, lab.vip4, 5000);
     await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' });
+    const before = await Promise.all(lab.nodes.map(otherMasters));
+    // (two nodes timing out together at the agents' start would have fired it already)
+    const firingBefore = (await alerts('BallastOtherMasterHeard')).map((a) => a.labels.instance).sort();
     const t0 = Date.now();
     await blockVrrp(lab, true);
     await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 3, { timeoutMs: 5000, intervalMs: 20, what: 'every node to take the VIP' });
@@ -205,6 +217,10 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     expect(Number(firing[0]!.value)).toBe(3);
     expect(tFire - Date.parse(firing[0]!.activeAt)).toBeGreaterThanOrEqual(FOR_MS);
     expect(tFire - tSplit).toBeLessThanOrEqual(STEP_MS * 3 + FOR_MS + MARGIN_MS);
+    // while they cannot hear each other, no node can know of another master: none says it heard one
+    const during = await Promise.all(lab.nodes.map(otherMasters));
+    expect(during.map((o) => o.adverts)).toStrictEqual(before.map((o) => o.adverts));
+    expect((await alerts('BallastOtherMasterHeard')).map((a) => a.labels.instance).sort()).toStrictEqual(firingBefore);
     await blockVrrp(lab, false);
     const t1 = Date.now();
     await waitForSingleHolder(lab, lab.vip4, 5000);
@@ -213,6 +229,19 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     const tClear = Date.now();
     expect(tClear - tOne).toBeLessThanOrEqual(STEP_MS * 2 + MARGIN_MS);
     expect(await alerts('BallastNoVipHolder')).toEqual([]);
-    console.log(`[prometheus] split brain ${tSplit - t0} ms after blocking VRRP; BallastMultipleVipHolders firing ${tFire - tSplit} ms after; one holder ${tOne - t1} ms after unblocking, alert cleared ${tClear - tOne} ms after that`);
+    // healed: every node heard another master while it was one. n1 (150) won and kept the VIP
+    // (two masters until then), the others yielded (each left master only on hearing a higher one)
+    const after = await Promise.all(lab.nodes.map(otherMasters));
+    expect(after[0]).toMatchObject({ heard: expect.any(Number), last: { outcome: 'kept' } });
+    expect(after[0]!.heard).toBeGreaterThanOrEqual(1);
+    expect(after[0]!.adverts.kept).toBeGreaterThan(before[0]!.adverts.kept);
+    for (const i of [1, 2]) expect(after[i]!.adverts.yielded, lab.nodes[i]!.name).toBeGreaterThan(before[i]!.adverts.yielded);
+    // and the scraped metrics say so: the alert fires for n1 (kept); n2 may have beaten n3 first
+    const heardAlert = await waitFor(() => alerts('BallastOtherMasterHeard'), (a) => a.some((x) => x.state === 'firing' && x.labels.instance === `${lab.nodes[0]!.ipv4}:${ADMIN_PORT}`), { timeoutMs: STEP_MS * 3 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastOtherMasterHeard to fire for n1' });
+    const tHeard = Date.now();
+    expect(heardAlert.every((a) => a.labels.outcome === 'kept' && a.labels.instance !== `${lab.nodes[2]!.ipv4}:${ADMIN_PORT}`)).toBe(true);
+    const heardGauge = await api<{ result: { metric: Record<string, string>; value: [number, string] }[] }>('/api/v1/query', `ballast_vrrp_other_master_heard{instance="${lab.nodes[0]!.ipv4}:${ADMIN_PORT}"}`);
+    expect(Number(heardGauge.result[0]!.value[1])).toBeGreaterThanOrEqual(1);
+    console.log(`[prometheus] split brain ${tSplit - t0} ms after blocking VRRP; BallastMultipleVipHolders firing ${tFire - tSplit} ms after; one holder ${tOne - t1} ms after unblocking, alert cleared ${tClear - tOne} ms after that; BallastOtherMasterHeard firing ${tHeard - tOne} ms after one holder (n1 kept ${after[0]!.adverts.kept - before[0]!.adverts.kept}, n2 yielded ${after[1]!.adverts.yielded - before[1]!.adverts.yielded}, n3 yielded ${after[2]!.adverts.yielded - before[2]!.adverts.yielded})`);
   });
 });

@@ -11,6 +11,8 @@ export const STATUS_DOC: ElectionStatusDocument = {
   primaryAddress: '10.0.0.11', mode: 'multicast', peers: [], auth: false, advertisementIntervalMs: 100, masterAdverIntervalMs: 100,
   masterDownIntervalMs: 341.406, skewTimeMs: 41.406,
   counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 1, dropped: { checksum: 2, vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 4 },
+  otherMasters: { heard: 1, windowMs: 60_000, adverts: { kept: 2, yielded: 1, handover: 0 }, last: { source: '10.0.0.12', priority: 100, outcome: 'kept', ageMs: 1500 } },
+  lastAdvertAgeMs: 1500,
   backends: [
     { address: '10.0.0.11:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 12, reason: null, consecutive: 4 },
     { address: '10.0.0.12:6443', state: 'down', healthy: false, lastCheck: '2026-11-29T20:00:00.000Z', lastLatencyMs: 3, reason: 'ECONNREFUSED', consecutive: 2 },

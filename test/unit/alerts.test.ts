@@ -80,7 +80,7 @@ describe.skipIf(needs('promtool'))('alerting rules (promtool; skipped otherwise)
     expect(names).toEqual(expect.arrayContaining([
       'BallastNoVipHolder', 'BallastMultipleVipHolders', 'BallastVrrpFlapping', 'BallastBackendDown', 'BallastNoReadyBackend',
       'BallastConfigReloadFailed', 'BallastForeignAdverts', 'BallastForeignVrrpSender', 'BallastVrrpSendErrors',
-      'BallastBackendCertificateSanMissing', 'BallastBackendCertificateExpiresSoon', 'BallastForeignFirewallRules',
+      'BallastBackendCertificateSanMissing', 'BallastBackendCertificateExpiresSoon', 'BallastForeignFirewallRules', 'BallastOtherMasterHeard',
     ]));
     expect(new Set(names).size).toBe(names.length);
     const doc = readFileSync(join(packageRoot(), 'docs', 'alerts.md'), 'utf8');

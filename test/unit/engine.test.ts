@@ -3,7 +3,7 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, STANDBY_OFF, STANDBY_ON, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, OTHER_MASTER_WINDOW_MS, STANDBY_OFF, STANDBY_ON, STRAY_ON_RELOAD, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -196,6 +196,24 @@ describe('VrrpEngine carries out the machine through the edge', () => {
     await e.stop();
   });
 
+  it('another master heard while Active: counted by outcome with its sender and age in /status; heard for OTHER_MASTER_WINDOW_MS, then not', async () => {
+    const e = await start();
+    expect(e.status()).toMatchObject({ otherMasters: { heard: 0, windowMs: OTHER_MASTER_WINDOW_MS, adverts: { kept: 0, yielded: 0, handover: 0 }, last: null }, lastAdvertAgeMs: null });
+    await vi.advanceTimersByTimeAsync(400);
+    expect(e.status().state).toBe('active');
+    // a lower priority claims the VIP too (a healed partition): we keep it
+    edge.inputs.packet(advertFrom('10.0.0.13', 50));
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(e.status()).toMatchObject({ state: 'active', otherMasters: { heard: 1, adverts: { kept: 1, yielded: 0, handover: 0 }, last: { source: '10.0.0.13', priority: 50, outcome: 'kept', ageMs: 1000 } }, lastAdvertAgeMs: 1000 });
+    await vi.advanceTimersByTimeAsync(OTHER_MASTER_WINDOW_MS - 1000 + 1);
+    expect(e.status().otherMasters).toMatchObject({ heard: 0, adverts: { kept: 1 }, last: { ageMs: OTHER_MASTER_WINDOW_MS + 1 } });
+    // a higher priority: we yield, and as a Backup its adverts are no second master
+    edge.inputs.packet(advertFrom('10.0.0.11', 200));
+    edge.inputs.packet(advertFrom('10.0.0.11', 200));
+    expect(e.status()).toMatchObject({ state: 'backup', otherMasters: { heard: 1, adverts: { kept: 1, yielded: 1, handover: 0 }, last: { source: '10.0.0.11', priority: 200, outcome: 'yielded', ageMs: 0 } }, lastAdvertAgeMs: 0 });
+    await e.stop();
+  });
+
   it('drops by the filters are counted by reason (unicast allowlist)', async () => {
     const e = await start({ unicast: true, peers: ['10.0.0.13'] });
     edge.inputs.packet(advertFrom('10.0.0.11', 200));
@@ -295,6 +313,33 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     expect(edge.frameBytes.length).toBe(4);
     await e.stop();
     expect(edge.calls.at(-2)).toBe('remove 10.0.0.100,10.0.0.102');
+  });
+
+  it('adding a VIP while Backup that is already on the interface (by hand, a crashed agent): removed, as at start, whatever its prefix; the kept VIP is not looked at again', async () => {
+    const e = await start();
+    expect(e.status().state).toBe('backup');
+    edge.addresses.push({ address: V3, prefixLen: 24 });
+    edge.calls = [];
+    await e.reconfigure({ vips: [VIP, V3] });
+    expect(edge.calls).toStrictEqual(['remove 10.0.0.102']);
+    expect(edge.addresses).toStrictEqual([]);
+    expect(logs(STRAY_ON_RELOAD)).toStrictEqual([{ vips: [V3], addresses: ['10.0.0.102/24'], interface: 'eth0' }]);
+    expect(e.status()).toMatchObject({ state: 'backup', vipsHeld: false, vips: [VIP, V3] });
+    // not there: nothing removed, nothing logged
+    edge.calls = [];
+    await e.reconfigure({ vips: [VIP, V3, V2] });
+    expect(edge.calls).toStrictEqual([]);
+    await e.stop();
+  });
+
+  it('adding a VIP while Active that is already on the interface: kept and announced, never removed', async () => {
+    const e = await becomeActive();
+    edge.addresses.push({ address: V3, prefixLen: 32 });
+    await e.reconfigure({ vips: [VIP, V3] });
+    await vi.advanceTimersByTimeAsync(25);
+    expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual(['add 10.0.0.102 0']);
+    expect(edge.addresses.map((a) => a.address).sort()).toStrictEqual([VIP, V3]);
+    await e.stop();
   });
 
   it('a longer interval while Active: the next advert comes no later than the old interval and carries the new Max Adver Int, the following ones at the new interval', async () => {

@@ -57,6 +57,14 @@ describe('status document', () => {
     expect(u.split('\n')).toContain('interface: eth0, IPv4, unicast (peers: 10.0.0.12 10.0.0.13), authenticated, source 10.0.0.11');
     expect(formatStatus(statusDocument(engine, { ...fixed, unicast: true }), 0)).toContain('unicast (peers: none, single node), source');
   });
+  it('carries what was heard of other masters, and prints it once there was one', () => {
+    const otherMasters = { heard: 1, windowMs: 60_000, adverts: { kept: 2, yielded: 0, handover: 1 }, last: { source: '10.0.0.12', priority: 100, outcome: 'kept' as const, ageMs: 4_400 } };
+    const d = statusDocument({ ...engine, otherMasters, lastAdvertAgeMs: 4_400 }, fixed);
+    expect(d).toMatchObject({ otherMasters, lastAdvertAgeMs: 4_400 });
+    expect(formatStatus(d, 0).split('\n')).toContain('other masters: 1 heard in the last 60s; adverts kept 2, yielded 0, handover 1; last 10.0.0.12 (priority 100, kept) 4s ago');
+    const none = statusDocument({ ...engine, otherMasters: { ...otherMasters, heard: 0, adverts: { kept: 0, yielded: 0, handover: 0 }, last: null }, lastAdvertAgeMs: null }, fixed);
+    expect(formatStatus(none, 0)).not.toContain('other masters');
+  });
   it('prints for a person', () => {
     const text = formatStatus(statusDocument(engine, fixed), Date.parse('2026-11-29T20:00:42.000Z'));
     expect(text.split('\n')).toEqual([
