@@ -74,7 +74,8 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
       await a1.stop('SIGKILL');
       agents = agents.filter((a) => a !== a1);
       // (n1 keeps its copy of the VIP until its lifetime ends or the next agent removes it)
-      await waitFor(() => a2!.status(), (s) => s.state === 'master', { timeoutMs: 5000, intervalMs: 20, what: 'n2 to take over' });
+      const before = a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length;
+      await waitFor(async () => a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length, (n) => n > before, { timeoutMs: 5000, intervalMs: 20, what: 'n2 to take over' });
       const c1 = Date.now();
       a1 = await runAgent(lab, lab.nodes[0]!, a1.configPath, { logFile: `n1-ballast.log` });
       agents.push(a1);
@@ -99,6 +100,8 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
       const last = Math.max(...adverts.filter((t) => t <= at));
       return `${a.node.name} ${Math.round(at - last)}`;
     }));
+    const silent = [a1, a2!, a3!].flatMap((a) => a.logLines().filter((l) => /election thread was silent/.test(String(l.msg))).map((l) => `${a.node.name} ${String(l.time).slice(11)} ${String(l.silentMs)}`));
+    console.log(`[holder-kill] pacer covers: ${JSON.stringify(silent)}`);
     console.log(`[holder-kill] Master_Down takeovers, ms after n1's last advert: ${JSON.stringify(takeovers)}`);
     console.log(`[holder-kill] largest gap between n1's adverts in the 2 s after each preemption, ms: ${JSON.stringify(gaps)}; n2 master ${a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length} times, n3 ${a3!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length}`);
     console.log(`[holder-kill] per restart (takeover, agent answers, preempted back), ms: ${JSON.stringify(phases)}`);
