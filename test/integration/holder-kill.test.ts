@@ -101,6 +101,8 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
       return `${a.node.name} ${Math.round(at - last)}`;
     }));
     const silent = [a1, a2!, a3!].flatMap((a) => a.logLines().filter((l) => /election thread was silent/.test(String(l.msg))).map((l) => `${a.node.name} ${String(l.time).slice(11)} ${String(l.silentMs)}`));
+    const timing = async (a: LabAgent): Promise<string> => JSON.stringify((({ gc, rescued, receiveGapMaxMs, sendLateMaxMs }) => ({ gc, rescued, receiveGapMaxMs, sendLateMaxMs }))((await a.status()).timing ?? {} as never));
+    console.log(`[holder-kill] election thread timing: n2 ${await timing(a2!)}; n3 ${await timing(a3!)}`);
     console.log(`[holder-kill] pacer covers: ${JSON.stringify(silent)}`);
     console.log(`[holder-kill] Master_Down takeovers, ms after n1's last advert: ${JSON.stringify(takeovers)}`);
     console.log(`[holder-kill] largest gap between n1's adverts in the 2 s after each preemption, ms: ${JSON.stringify(gaps)}; n2 master ${a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length} times, n3 ${a3!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length}`);
