@@ -122,8 +122,10 @@ export function startElection(
     // stopped, and maybe its node with it. Its backend is taken out (dead: its connections reset)
     // only when a TCP connect to it fails too (health/confirm.ts); a killed or crashed agent's
     // healthy apiserver stays, left to its checks. The planes follow the dead verdicts themselves.
-    const deadlineMs = confirmDeadlineMs(v.advertisementIntervalMs, config.apiserver.health.timeoutMs);
+    // Advertisement_Interval now (a reload's reconfigure changes it)
+    let advertisementIntervalMs = v.advertisementIntervalMs;
     const takeOutIfGone = (checker: HealthChecker, node: string): void => {
+      const deadlineMs = confirmDeadlineMs(advertisementIntervalMs, config.apiserver.health.timeoutMs);
       for (const b of backendsOfNode(checker.backends(), node)) {
         void confirmDown(b, deadlineMs).then((r) => {
           const fields = { backend: formatHostPort(b), node, latencyMs: Math.round(r.latencyMs) };
@@ -206,6 +208,7 @@ export function startElection(
     const reconfigure = async (patch: EngineReconfigure): Promise<void> => {
       await host.reconfigure(patch);
       if (patch.vips) vips = [...patch.vips];
+      if (patch.advertisementIntervalCs !== undefined) advertisementIntervalMs = patch.advertisementIntervalCs * 10;
     };
     phase = { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve() };
     return phase;
