@@ -13,6 +13,7 @@ import { removeLeftoverVips } from './leftovers.js';
 import type { EngineEvent, EngineOptions, EngineReconfigure } from '../vrrp/engine.js';
 import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
+import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
 import { backendsOfNode, type HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
@@ -20,6 +21,11 @@ import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './me
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
 import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
+
+/** Logged when the silent master's backend did not answer a connect either: taken out (dead). */
+export const SILENT_MASTER_TAKEN_OUT = 'backend of the silent master taken out';
+/** Logged when the silent master's backend accepted a connect: its agent stopped, not its node; the checks decide. */
+export const SILENT_MASTER_ALIVE = "the silent master's backend accepts connections: its agent stopped, not its node; left to the health checks";
 
 /** The running election. */
 export interface ElectionPhase extends PhaseHandle {
@@ -112,6 +118,22 @@ export function startElection(
     // the log lines and /status's history: observers, whose failure (a throw in this microtask
     // would end the process) is contained (observe/contain.ts); the engine's own actions are not
     const observe = (fn: () => void): void => void (ctx.internal ? ctx.internal.run('election-events', fn) : fn());
+    // the old master went silent (a resign is a clean stop and never comes here): its agent
+    // stopped, and maybe its node with it. Its backend is taken out (dead: its connections reset)
+    // only when a TCP connect to it fails too (health/confirm.ts); a killed or crashed agent's
+    // healthy apiserver stays, left to its checks. The planes follow the dead verdicts themselves.
+    // Advertisement_Interval now (a reload's reconfigure changes it)
+    let advertisementIntervalMs = v.advertisementIntervalMs;
+    const takeOutIfGone = (checker: HealthChecker, node: string): void => {
+      const deadlineMs = confirmDeadlineMs(advertisementIntervalMs, config.apiserver.health.timeoutMs);
+      for (const b of backendsOfNode(checker.backends(), node)) {
+        void confirmDown(b, deadlineMs).then((r) => {
+          const fields = { backend: formatHostPort(b), node, latencyMs: Math.round(r.latencyMs) };
+          if (r.alive) return observe(() => log.info(fields, SILENT_MASTER_ALIVE));
+          if (checker.markDead(b, { kind: 'nodeDown', node }, `node down (VRRP Master_Down; ${r.failure.message})`)) observe(() => log.warn({ ...fields, reason: r.failure.message }, SILENT_MASTER_TAKEN_OUT));
+        });
+      }
+    };
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
       if (ev.type === 'transition') {
         observe(() => {
@@ -123,14 +145,7 @@ export function startElection(
           ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
           if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
         });
-        if (ev.previousMaster && ev.reason === 'masterDown' && checker) {
-          // the old master went silent: its node, and so its apiserver, is most likely gone
-          // (a resign is a clean agent stop: its apiserver may well still serve)
-          // (the planes follow the resulting dead verdicts themselves)
-          for (const b of backendsOfNode(checker.backends(), ev.previousMaster)) {
-            if (checker.markDead(b, { kind: 'nodeDown', node: ev.previousMaster }, 'node down (VRRP Master_Down)')) log.warn({ backend: formatHostPort(b) }, 'backend of the silent master taken out');
-          }
-        }
+        if (ev.previousMaster && ev.reason === 'masterDown' && checker) takeOutIfGone(checker, ev.previousMaster);
       } else if (ev.type === 'master') {
         observe(() => {
           ctx.history?.master(ev.address, new Date().toISOString());
@@ -193,6 +208,7 @@ export function startElection(
     const reconfigure = async (patch: EngineReconfigure): Promise<void> => {
       await host.reconfigure(patch);
       if (patch.vips) vips = [...patch.vips];
+      if (patch.advertisementIntervalCs !== undefined) advertisementIntervalMs = patch.advertisementIntervalCs * 10;
     };
     phase = { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve() };
     return phase;

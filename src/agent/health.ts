@@ -188,7 +188,8 @@ function logDamping(log: Logger, d: DampingChange): void {
 }
 
 /**
- * The election knows when the Active router went silent: its node's apiserver is gone too.
+ * The backends on the node at `nodeAddress`: the election asks whether they are gone when that
+ * node's Active router went silent (election.ts, health/confirm.ts).
  * @returns the backends whose host is `nodeAddress` (any spelling of it); [] when it is no address.
  */
 export function backendsOfNode(backends: readonly HostPort[], nodeAddress: string): HostPort[] {

@@ -30,6 +30,7 @@
  *   failed        an error without a code (the probe threw)    dead
  *   passive       conntrack: RST to a SYN, or no SYN-ACK       dead
  *   nodeDown      the election: its node's VRRP went silent    dead      (RFC 9568 §6.4.2 Master_Down)
+ *                 and a connect to it got no SYN-ACK (confirm.ts)
  *   damped        the checker: up, but held out by flap         unready   it answers; its flows drain
  *                 damping (damping.ts) until `until`
  */
