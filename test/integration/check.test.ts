@@ -255,6 +255,7 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
         'bgp-interface:ok',
         'bgp-socket:warn',
         'bgp-config-file:ok',
+        'bgp-arp:ok',
         'port-admin:ok',
         'port-vip:ok',
         'foreign-firewall:ok',
