@@ -27,6 +27,7 @@ import { ConfigError, isBallastError } from '../errors.js';
 import { addressFamily, addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
 import { membershipOf } from '../agent/membership.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
+import { kubeconfigServer } from '../discovery/kubeconfig.js';
 import { formatHostPort } from '../net/hostport.js';
 import { currentListeners, type Listener } from '../net/listening.js';
 import { chooseInterface, inSubnet, type InterfaceInfo } from '../vip/netlink.js';
@@ -453,6 +454,50 @@ export function bgpArpResult(config: Config, read: (key: string) => string | nul
   return warn('bgp-arp', title, `${shown}, and the agent cannot raise ${blocked.map((s) => s.key).join(', ')} under ${UNIT_NAME} (/proc/sys is read-only there): every interface of this node answers ARP for ${config.vips.join(', ')}, so on a shared segment hosts reach the VIP on-link instead of through the routers`, ARP_SYSCTL_FIX);
 }
 
+/**
+ * `discovery-server` (with `discovery.kubeconfig`): says what the kubeconfig's `server` is used
+ * for. Discovery never connects through it: it dials each apiserver at its own address (the seed,
+ * then the EndpointSlices' endpoints) with the kubeconfig's CA and credentials
+ * (src/discovery/credentials.ts forServer), so a server that is the VIP or the node-local
+ * endpoint (what kubeadm's admin.conf and a kubelet's kubeconfig name) is harmless: discovery does
+ * not depend on the endpoint ballast programs. Always ok (an informational line); null without a
+ * kubeconfig.
+ * @param readText the file's text, or null when it cannot be read (default fs.readFileSync)
+ */
+export function discoveryServerResult(config: Config, readText: (path: string) => string | null = readText0): CheckResult | null {
+  const path = config.discovery?.kubeconfig;
+  if (path === undefined) return null;
+  const title = `discovery connects to each apiserver directly, not through ${path}'s server`;
+  const text = readText(path);
+  if (text === null) return ok('discovery-server', title, `${path} cannot be read yet: discovery waits for it, and then dials each apiserver at its own address whatever server it names`);
+  const server = kubeconfigServer(text);
+  if (server === null) return ok('discovery-server', title, `${path} names no usable server (ballast validate says why); discovery dials each apiserver at its own address in any case`);
+  // a name (not resolved here) matches neither
+  const canon = (h: string): string => {
+    try {
+      return canonicalAddress(h);
+    } catch {
+      return h.toLowerCase();
+    }
+  };
+  const host = canon(server.host);
+  const isVip = config.vips.some((v) => canon(v) === host);
+  const local = config.localEndpoint?.addresses.find((a) => canon(a.host) === host && a.port === server.port);
+  const backends = config.apiserver.backends.map(formatHostPort).join(', ') || 'none listed';
+  const how = `discovery does not connect to it: it dials each apiserver at its own address (the seed ${backends}, then the EndpointSlices' endpoints) with that file's CA and credentials, so it never depends on the endpoint ballast programs`;
+  if (isVip) return ok('discovery-server', title, `the server ${server.url} is the VIP: harmless, ${how}`);
+  if (local) return ok('discovery-server', title, `the server ${server.url} is this node's local endpoint (${formatHostPort(local)}): harmless, ${how}`);
+  return ok('discovery-server', title, `the server ${server.url}: ${how}`);
+}
+
+function readText0(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
 /** Options of {@link bgpResults}. */
 export interface BgpCheckOptions {
   /** How long BIRD's control socket may take to greet and answer `show status`, ms (default 3000). */
@@ -714,6 +759,8 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
   if (config.bgp && all.length > 0) checks.push(...(await bgpResults(config, all)));
   const arp = bgpArpResult(config, (key) => readSysctl(sysctlPath(key)), unit);
   if (arp) checks.push(arp);
+  const server = discoveryServerResult(config);
+  if (server) checks.push(server);
   if (config.localEndpoint && config.dataplane.local === 'ebpf') checks.push(ebpfResult(await checkEbpf(), true, unit));
   if (v && v.realtimePriority > 0 && unit) {
     const r = realtimeUnderUnit(unit, v.realtimePriority);
