@@ -13,6 +13,8 @@
  * Both take the maximum of `conf/all` and `conf/<interface>`, so `all` covers every interface,
  * including those created after the agent started; it is what kube-proxy's IPVS mode sets with
  * strictARP. The cost: no interface answers ARP for an address configured only on another one.
+ * A NOARP dummy device for the VIPs would not do instead: with arp_ignore 0 the receiving
+ * interface answers for any local address, whatever device holds it (net/ipv4/arp.c).
  *
  * IPv6 needs nothing: a Neighbor Solicitation is answered only for an address on the interface it
  * arrived on (the kernel's ndisc_recv_ns looks the target up strictly on that device; proxy NDP
