@@ -27,7 +27,8 @@
  * and removes it on SIGTERM / SIGINT (as the apiserver's endpoint reconciler does), then keeps
  * serving for --shutdown-delay ms (kube-apiserver's --shutdown-delay-duration) before it closes. With --token,
  * the /apis paths need `Authorization: Bearer T` (else 401 Status JSON); /readyz, /livez and
- * /version stay open, as kube-apiserver's default RBAC allows them to anyone.
+ * /version stay open, as kube-apiserver's default RBAC allows them to anyone. The store's `denial`
+ * file (endpointslice-store.ts setDenial) makes every stand-in answer /apis with 401 or 403.
  *   every response carries `x-ballast-lab-node: <name>`
  *
  * Signals: SIGUSR1 → unready, SIGUSR2 → ready (one line printed per signal, also when the
@@ -43,7 +44,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { addressTypeOf, appendChange, StoreTail, type SliceObject, type StoreEvent } from './endpointslice-store.js';
+import { addressTypeOf, appendChange, readDenial, StoreTail, type SliceObject, type StoreEvent } from './endpointslice-store.js';
 
 /**
  * How long an idle keep-alive connection stays open, ms: kube-apiserver's http.Server IdleTimeout
@@ -205,6 +206,17 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
     if (!url.pathname.startsWith('/apis/')) return false;
     if (opts.token !== undefined && req.headers.authorization !== `Bearer ${opts.token}`) {
       json(401, statusObject(401, 'Unauthorized', 'Unauthorized'));
+      return true;
+    }
+    // the store's denial (endpointslice-store.ts setDenial): kube-apiserver's answers for a
+    // rejected credential and for a user RBAC does not allow
+    const denial = opts.store === undefined ? null : readDenial(opts.store);
+    if (denial === 401) {
+      json(401, statusObject(401, 'Unauthorized', 'Unauthorized'));
+      return true;
+    }
+    if (denial === 403) {
+      json(403, statusObject(403, 'Forbidden', 'endpointslices.discovery.k8s.io is forbidden: User "ballast-lab" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "default"'));
       return true;
     }
     if (tail === null || (url.pathname !== SLICES && url.pathname !== `${SLICES}/kubernetes`)) {

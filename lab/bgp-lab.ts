@@ -167,6 +167,9 @@ export class BgpLab {
       await this.#ip(e.netns, '-6', 'addr', 'add', `${e.ipv6}/128`, 'dev', 'eth0', 'nodad');
       await this.#ip(e.netns, 'addr', 'add', `10.78.${e.s}.2/24`, 'dev', 'eth0');
       await this.#ip(e.netns, '-6', 'addr', 'add', `fd78:${e.s}::2/64`, 'dev', 'eth0', 'nodad');
+      // Linux's ARP defaults, whatever the host has: a new namespace copies the host's IPv4
+      // conf/all (net.core.devconf_inherit_init_net 0), and BGP mode's agent raises these
+      if (e.netns !== this.client.netns) await this.#sysctl(e.netns, 'net.ipv4.conf.all.arp_ignore=0', 'net.ipv4.conf.all.arp_announce=0');
       await this.#ip(e.netns, 'route', 'add', 'default', 'via', `10.78.${e.s}.1`);
       await this.#ip(e.netns, '-6', 'route', 'add', 'default', 'via', `fd78:${e.s}::1`);
       await this.#ip(r, 'route', 'add', `${e.ipv4}/32`, 'via', `10.78.${e.s}.2`);
@@ -227,6 +230,30 @@ export class BgpLab {
     writeFileSync(conf, [`router id ${n.link4.node};`, `log "${join(n.birdDir, 'bird.log')}" all;`, 'protocol device { }', `include "${join(n.birdDir, 'ballast*.conf')}";`, ''].join('\n'));
     n.bird = this.lab.spawn(n.node.netns, ['bird', '-f', '-c', conf, '-s', n.socket, '-P', join(n.birdDir, 'bird.pid')], { logFile: `bird-${n.node.name}.out` });
     await waitFor(async () => (await this.birdc(n.node.netns, n.socket, 'show status')).includes('Daemon is up'), { timeoutMs: 5000, intervalMs: 50, what: `${n.node.name}'s BIRD` });
+  }
+
+  /**
+   * The replies to ARP requests for `ip` that the router sends on `n`'s link (arping(8): `count`
+   * requests 1 s apart, from the router's link address, waiting at most `count` s).
+   * @returns how many replies came back (arping's "Received N response(s)").
+   */
+  async arpReplies(n: BgpLabNode, ip: string, count = 2): Promise<number> {
+    const port = `${this.lab.prefix}${n.node.name}`;
+    const r = await this.lab.exec(this.router, ['arping', '-c', String(count), '-w', String(count), '-I', port, '-s', n.link4.router, ip], { allowFail: true, timeoutMs: 10_000 });
+    const m = /Received (\d+) response/.exec(r.stdout);
+    if (!m) throw new Error(`arping on ${port} for ${ip}: no summary (exit ${r.code}): ${r.stdout} ${r.stderr}`);
+    return Number(m[1]);
+  }
+
+  /**
+   * The Neighbor Advertisements for `ip` that answer the router's Neighbor Solicitations on `n`'s
+   * link (ndisc6(8): `tries` solicitations, 300 ms wait each, every reply shown).
+   * @returns how many came back (ndisc6's "Target link-layer address" lines).
+   */
+  async ndpReplies(n: BgpLabNode, ip: string, tries = 3): Promise<number> {
+    const port = `${this.lab.prefix}${n.node.name}`;
+    const r = await this.lab.exec(this.router, ['ndisc6', '-m', '-n', '-r', String(tries), '-w', '300', '-s', n.link6.router, ip, port], { allowFail: true, timeoutMs: 10_000 });
+    return (r.stdout.match(/Target link-layer address/g) ?? []).length;
   }
 
   /** `birdc -s socket <command>` in `netns`; its output ('' when it failed). */

@@ -12,6 +12,10 @@
  * exist), `remove` one, `delete` the slice object. A change that changes nothing (adding an
  * address already there) still takes a resourceVersion, as an etcd write would, but no event.
  *
+ *   DIR/denial       absent or empty: the API authorizes every request with the right token; `401`
+ *                    or `403`: every stand-in answers the /apis paths with that Status (credentials
+ *                    not accepted, permission missing), as RBAC kept in etcd would for all of them
+ *
  * Every stand-in replays the log into {@link SliceState} and tails it (fs.watch plus a 100 ms poll
  * as the fallback) to feed its watches.
  */
@@ -42,6 +46,24 @@ export interface StoreEvent {
 
 const LOG = 'events.log';
 const FLOOR = 'floor';
+const DENIAL = 'denial';
+
+/** What every stand-in of the store answers on /apis: 401, 403, or null (authorized). Written by rename. */
+export function setDenial(dir: string, status: 401 | 403 | null): void {
+  writeFileSync(join(dir, `${DENIAL}.tmp`), status === null ? '' : String(status));
+  renameSync(join(dir, `${DENIAL}.tmp`), join(dir, DENIAL));
+}
+
+/** The store's denial (see {@link setDenial}); null when absent, empty or anything else. */
+export function readDenial(dir: string): 401 | 403 | null {
+  let text: string;
+  try {
+    text = readFileSync(join(dir, DENIAL), 'utf8').trim();
+  } catch {
+    return null;
+  }
+  return text === '401' ? 401 : text === '403' ? 403 : null;
+}
 
 /** Creates `dir` (and the empty log) when missing. */
 export function initStore(dir: string): void {

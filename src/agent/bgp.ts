@@ -2,6 +2,8 @@
  * Phase, BGP (`mode: bgp`, docs/bgp.md): in place of the election, this node announces the VIPs
  * through BIRD while it can serve them.
  *
+ *   arp_ignore 1, arp_announce 2 (IPv4)        no ARP reply for the VIPs, nor ARP requests
+ *                                               sent from them (src/vip/noarp.ts)
  *   VIPs /32 (/128) on bgp.interface (lo)      the node accepts their traffic
  *   nftables table (the VIP data plane)         VIP:port DNAT to the ready set: all ready
  *                                               apiservers, or this node's only (bgp.balance)
@@ -29,6 +31,7 @@ import { BirdSpeaker, type BgpStatus } from '../bgp/speaker.js';
 import { BirdError } from '../bgp/bird.js';
 import { birdRefusalFix } from '../bgp/refusal.js';
 import { addVip, delVip, openRtnl, listInterfaces } from '../vip/netlink.js';
+import { ARP_SYSCTL_FIX, raiseArpSysctls, restoreArpSysctls, type SysctlIo } from '../vip/noarp.js';
 import type { HealthFollowers } from './health.js';
 import { TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
@@ -146,13 +149,14 @@ export function announceDecision(announce: 'backends' | 'local', served: readonl
 }
 
 /**
- * Starts BGP mode: takes the nftables table lock of the VIPs' family, binds the VIPs on
+ * Starts BGP mode: takes the nftables table lock of the VIPs' family, raises arp_ignore /
+ * arp_announce (IPv4; `inputs.sysctl`, default /proc/sys; a failure is a warning), binds the VIPs on
  * bgp.interface, programs the table, writes and pushes the BIRD snippet (not announced), then
  * follows the data plane.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails; BALLAST_E_INTERFACE_NOT_FOUND
  *   when bgp.interface is missing; BALLAST_E_NETLINK when the VIPs cannot be added; BALLAST_E_BGP when BIRD refuses the snippet.
  */
-export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers }): Promise<BgpPhase> {
+export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers; sysctl?: SysctlIo }): Promise<BgpPhase> {
   return runPhase(ctx, 'BGP', async (own) => {
     const { checker, followers } = inputs;
     const { log } = ctx;
@@ -178,6 +182,21 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
       localBackend !== undefined ? sameHostPort(b, localBackend) || (b.port === localBackend.port && canonicalAddress(b.host) === canonicalAddress(localBackend.host)) : nodeAddresses.has(b.host);
     if ((bgp.balance === 'local' || bgp.announce === 'local') && localBackend === undefined) {
       log.warn({ balance: bgp.balance, announce: bgp.announce }, 'no backend is on this node (set policy.localBackend): with bgp.balance or bgp.announce local, this node never announces');
+    }
+
+    // before the VIPs exist: the node must never answer ARP for a VIP it announces by BGP
+    if (family === 4) {
+      const r = raiseArpSysctls(inputs.sysctl);
+      const keys = (xs: readonly { key: string }[]): string[] => xs.map((x) => x.key);
+      if (r.changed.length > 0) log.info({ changed: r.changed, already: r.already }, 'BGP mode: raised arp_ignore / arp_announce, so that no interface answers ARP for the VIPs (restored on stop)');
+      for (const f of r.failed) log.warn({ key: f.key, value: f.value, err: f.error, fix: ARP_SYSCTL_FIX }, 'BGP mode: cannot set an ARP sysctl: this node answers ARP for the VIPs on its other interfaces');
+      own.defer('ARP sysctls', () => {
+        if (keepAll() || r.changed.length === 0) return;
+        const back = restoreArpSysctls(r.changed, inputs.sysctl);
+        if (back.left.length > 0) log.info({ left: back.left }, 'BGP mode: left ARP sysctls changed by someone else since the start');
+        for (const f of back.failed) log.warn({ key: f.key, err: f.error }, 'BGP mode: cannot restore an ARP sysctl');
+        if (back.restored.length > 0) log.debug({ restored: keys(r.changed) }, 'BGP mode: restored the ARP sysctls');
+      });
     }
 
     for (const vip of config.vips) {

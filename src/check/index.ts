@@ -27,9 +27,11 @@ import { ConfigError, isBallastError } from '../errors.js';
 import { addressFamily, addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
 import { membershipOf } from '../agent/membership.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
+import { kubeconfigServer } from '../discovery/kubeconfig.js';
 import { formatHostPort } from '../net/hostport.js';
 import { currentListeners, type Listener } from '../net/listening.js';
 import { chooseInterface, inSubnet, type InterfaceInfo } from '../vip/netlink.js';
+import { ARP_SYSCTL_FIX, ARP_SYSCTLS, sysctlPath } from '../vip/noarp.js';
 import { checkBackendCertificates } from './certificates.js';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, flowsFor, type FirewallFinding, type HookFlows } from './firewall.js';
 import { listenForAdverts, probeAddress, PROBE_COUNT, PROBE_SPACING_MS, PROBE_WAIT_MS, type AddressClaim, type HeardAdvert } from './probe.js';
@@ -408,6 +410,94 @@ async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<string>,
 // ---------------------------------------------------------------------------------------------
 // BGP mode: the interface, BIRD's control socket, the snippet
 
+/**
+ * Whether `path` can be written under `unit`'s sandbox: not with ProtectKernelTunables=yes under
+ * /proc/sys, else the longest of ReadWritePaths= / ReadOnlyPaths= holding it decides (systemd.exec(5);
+ * a leading `-` only makes a missing path no error). Pure.
+ */
+export function writableUnder(unit: Sandbox, path: string): boolean {
+  if (unit.protectKernelTunables && path.startsWith('/proc/sys/')) return false;
+  const holds = (p: string): boolean => {
+    const q = p.replace(/^[-+]/, '').replace(/\/+$/, '');
+    return path === q || path.startsWith(`${q}/`);
+  };
+  const rw = Math.max(-1, ...unit.readWritePaths.filter(holds).map((p) => p.length));
+  const ro = Math.max(-1, ...unit.readOnlyPaths.filter(holds).map((p) => p.length));
+  return rw >= ro;
+}
+
+/**
+ * `bgp-arp` (mode: bgp): the node must never answer ARP (NDP) for a VIP it announces by BGP
+ * (src/vip/noarp.ts). IPv4: ok when `net.ipv4.conf.all.arp_ignore` ≥ 1 and `arp_announce` ≥ 2
+ * already; when lower, ok if the agent can raise them at start (it does, and restores them on
+ * stop), warn when it cannot (the installed unit's /proc/sys is read-only). IPv6: ok, nothing to
+ * set (NDP answers only for an address on the receiving interface).
+ * @param read a sysctl's value by name (null: unreadable)
+ * @param unit the installed unit's sandbox, null when the agent does not run under one
+ * @returns one result; null without a bgp section.
+ */
+export function bgpArpResult(config: Config, read: (key: string) => string | null, unit: Sandbox | null): CheckResult | null {
+  const bgp = config.bgp;
+  if (!bgp) return null;
+  const title = `no interface answers ${config.family === 4 ? 'ARP' : 'NDP'} for the VIPs on ${bgp.interface}`;
+  if (config.family === 6) {
+    return ok('bgp-arp', title, `nothing to set: the kernel answers a Neighbor Solicitation only for an address on the interface it arrived on (RFC 4861 §7.2.3; no proxy NDP), so ${config.vips.join(', ')} on ${bgp.interface} is answered by no other interface`);
+  }
+  const now = ARP_SYSCTLS.map((s) => ({ ...s, value: read(s.key) }));
+  const shown = now.map((s) => `${s.key} = ${s.value ?? '(unreadable)'}`).join(', ');
+  const low = now.filter((s) => s.value === null || Number(s.value) < s.want);
+  if (low.length === 0) return ok('bgp-arp', title, `${shown}: an ARP request for ${config.vips.join(', ')} is answered only where the VIP is configured (${bgp.interface}, which speaks no ARP), and the node's ARP requests never carry a VIP as the sender (ip-sysctl.rst)`);
+  const blocked = unit === null ? [] : low.filter((s) => !writableUnder(unit, sysctlPath(s.key)));
+  if (blocked.length === 0) {
+    return ok('bgp-arp', title, `${shown} now: the agent raises ${low.map((s) => `${s.key.split('.').pop()} to ${s.want}`).join(' and ')} at start (before the VIPs are on ${bgp.interface}) and restores ${low.length === 1 ? 'it' : 'them'} on stop; with 0 every interface would answer ARP for ${config.vips.join(', ')}`);
+  }
+  return warn('bgp-arp', title, `${shown}, and the agent cannot raise ${blocked.map((s) => s.key).join(', ')} under ${UNIT_NAME} (/proc/sys is read-only there): every interface of this node answers ARP for ${config.vips.join(', ')}, so on a shared segment hosts reach the VIP on-link instead of through the routers`, ARP_SYSCTL_FIX);
+}
+
+/**
+ * `discovery-server` (with `discovery.kubeconfig`): says what the kubeconfig's `server` is used
+ * for. Discovery never connects through it: it dials each apiserver at its own address (the seed,
+ * then the EndpointSlices' endpoints) with the kubeconfig's CA and credentials
+ * (src/discovery/credentials.ts forServer), so a server that is the VIP or the node-local
+ * endpoint (what kubeadm's admin.conf and a kubelet's kubeconfig name) is harmless: discovery does
+ * not depend on the endpoint ballast programs. Always ok (an informational line); null without a
+ * kubeconfig.
+ * @param readText the file's text, or null when it cannot be read (default fs.readFileSync)
+ */
+export function discoveryServerResult(config: Config, readText: (path: string) => string | null = readText0): CheckResult | null {
+  const path = config.discovery?.kubeconfig;
+  if (path === undefined) return null;
+  const title = `discovery connects to each apiserver directly, not through ${path}'s server`;
+  const text = readText(path);
+  if (text === null) return ok('discovery-server', title, `${path} cannot be read yet: discovery waits for it, and then dials each apiserver at its own address whatever server it names`);
+  const server = kubeconfigServer(text);
+  if (server === null) return ok('discovery-server', title, `${path} names no usable server (ballast validate says why); discovery dials each apiserver at its own address in any case`);
+  // a name (not resolved here) matches neither
+  const canon = (h: string): string => {
+    try {
+      return canonicalAddress(h);
+    } catch {
+      return h.toLowerCase();
+    }
+  };
+  const host = canon(server.host);
+  const isVip = config.vips.some((v) => canon(v) === host);
+  const local = config.localEndpoint?.addresses.find((a) => canon(a.host) === host && a.port === server.port);
+  const backends = config.apiserver.backends.map(formatHostPort).join(', ') || 'none listed';
+  const how = `discovery does not connect to it: it dials each apiserver at its own address (the seed ${backends}, then the EndpointSlices' endpoints) with that file's CA and credentials, so it never depends on the endpoint ballast programs`;
+  if (isVip) return ok('discovery-server', title, `the server ${server.url} is the VIP: harmless, ${how}`);
+  if (local) return ok('discovery-server', title, `the server ${server.url} is this node's local endpoint (${formatHostPort(local)}): harmless, ${how}`);
+  return ok('discovery-server', title, `the server ${server.url}: ${how}`);
+}
+
+function readText0(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
 /** Options of {@link bgpResults}. */
 export interface BgpCheckOptions {
   /** How long BIRD's control socket may take to greet and answer `show status`, ms (default 3000). */
@@ -667,6 +757,10 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
   checks.push(forwardingResult(config, nodeAddresses));
   if (vipPlaneBackends(config, nodeAddresses).length > 0) checks.push(await rulesetResult(config, nodeAddresses, nft));
   if (config.bgp && all.length > 0) checks.push(...(await bgpResults(config, all)));
+  const arp = bgpArpResult(config, (key) => readSysctl(sysctlPath(key)), unit);
+  if (arp) checks.push(arp);
+  const server = discoveryServerResult(config);
+  if (server) checks.push(server);
   if (config.localEndpoint && config.dataplane.local === 'ebpf') checks.push(ebpfResult(await checkEbpf(), true, unit));
   if (v && v.realtimePriority > 0 && unit) {
     const r = realtimeUnderUnit(unit, v.realtimePriority);

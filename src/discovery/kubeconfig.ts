@@ -43,3 +43,24 @@ export function kubeconfigProblem(text: string): string | null {
   if (typeof ctx.user !== 'string' || entry(value, 'users', ctx.user) === undefined) return 'not a kubeconfig for discovery: the current context names no listed user';
   return null;
 }
+
+/**
+ * The `server` of the current context's cluster in kubeconfig text, as host (canonical, no
+ * brackets) and port (443 when the URL gives none, as clients assume for https), or null when the
+ * text has none ({@link kubeconfigProblem} says why) or it is no http(s) URL.
+ */
+export function kubeconfigServer(text: string): { url: string; host: string; port: number } | null {
+  if (kubeconfigProblem(text) !== null) return null;
+  const value = parseDocument(text).toJS() as Record<string, unknown>;
+  const ctx = entry(value, 'contexts', value['current-context'] as string)!;
+  const url = entry(value, 'clusters', ctx.cluster as string)!.server as string;
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return null;
+  }
+  if (u.protocol !== 'https:' && u.protocol !== 'http:') return null;
+  const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  return { url, host, port: u.port === '' ? (u.protocol === 'https:' ? 443 : 80) : Number(u.port) };
+}

@@ -10,13 +10,17 @@
  *                                   ▼
  *            informer (list + watch, @kubernetes/client-node) ──error──► backoff, next ready backend
  *                 410 Gone: the informer relists by itself
+ *                 401 / 403: the `denied` condition, one log line with the fix, and a retry every
+ *                 deniedRetryMs (not the growing backoff): permission comes back by an operator's
+ *                 hand (RBAC applied, a certificate renewed), and the set should follow within seconds
  *
  * It never talks through the VIP or the local endpoint: the server of the credentials (normally
  * the VIP) is replaced by a ready backend's address. The backend in use turning un-ready moves
  * the watch to another one.
  */
+import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { existsSync, statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
+import { existsSync, readFileSync, statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Informer, KubeConfig, ObjectCache, V1EndpointSlice } from '@kubernetes/client-node';
 import { addressFamily, canonicalAddress } from '../net/address.js';
@@ -53,6 +57,58 @@ export interface DiscoveryOptions {
   maxBackoffMs?: number;
   /** How often a missing credentials file is looked for besides fs.watch, ms (default 1000). */
   pollMs?: number;
+  /** Retry delay after a 401 or 403, ms (default {@link DENIED_RETRY_MS}); constant, no backoff. */
+  deniedRetryMs?: number;
+}
+
+/**
+ * The retry after the API refused the credentials (401) or the permission (403), ms. Such an answer
+ * is cheap for the apiserver (authentication and authorization run before any storage read) and
+ * ends only by an operator's hand, so discovery asks again at this fixed pace instead of backing
+ * off to 10 s: the set follows within about this long of the fix (issue 27 item 8: it came 6 to
+ * 8.4 s after).
+ */
+export const DENIED_RETRY_MS = 1000;
+
+/**
+ * Why the API refused discovery (HTTP status of the list or the watch): `unauthorized` (401: the
+ * credentials were not accepted: an expired client certificate, a revoked token) or `forbidden`
+ * (403: the user may not list or watch endpointslices in namespace default).
+ */
+export type DiscoveryDenial = 'unauthorized' | 'forbidden';
+
+/**
+ * The denial an error of @kubernetes/client-node stands for, or null: a list's ApiException carries
+ * the status in `code`, a watch's Error in `statusCode`; the message `HTTP-Code: N` as a fallback.
+ */
+export function denialOf(err: unknown): DiscoveryDenial | null {
+  const e = err as { code?: unknown; statusCode?: unknown; message?: unknown } | null;
+  const status = typeof e?.code === 'number' ? e.code : typeof e?.statusCode === 'number' ? e.statusCode : Number(/HTTP-Code: (\d{3})/.exec(String(e?.message ?? ''))?.[1] ?? NaN);
+  return status === 401 ? 'unauthorized' : status === 403 ? 'forbidden' : null;
+}
+
+/**
+ * notAfter of the client certificate the credentials present (kubeconfig `client-certificate-data`
+ * or `client-certificate`), or null when they use none (a token) or it cannot be read.
+ * @param user the current user of a KubeConfig (`kc.getCurrentUser()`).
+ * @returns notAfter as ISO 8601 and whether it is past at `now` (ms since the epoch).
+ */
+export function clientCertificateExpiry(user: { certData?: string; certFile?: string } | null | undefined, now = Date.now()): { notAfter: string; expired: boolean } | null {
+  try {
+    const pem = user?.certData ? Buffer.from(user.certData, 'base64') : user?.certFile ? readFileSync(user.certFile) : null;
+    if (pem === null) return null;
+    const notAfter = new Date(new X509Certificate(pem).validTo);
+    return { notAfter: notAfter.toISOString(), expired: notAfter.getTime() <= now };
+  } catch {
+    return null;
+  }
+}
+
+/** The fix of each denial, for the log line and docs/observe. */
+export function denialFix(denial: DiscoveryDenial, cert: { notAfter: string; expired: boolean } | null): string {
+  if (denial === 'forbidden') return 'grant the credentials\' user list and watch on endpointslices (discovery.k8s.io) in namespace default: `ballast manifest rbac | kubectl apply -f -` (docs/kubeadm.md, "Discovery\'s credentials")';
+  if (cert?.expired) return `the client certificate expired on ${cert.notAfter}: renew it (kubeadm certs renew, or a new kubeconfig) and the agent picks it up`;
+  return `the apiserver did not accept the credentials: ${cert === null ? 'the token is invalid, expired or revoked' : `the client certificate (valid until ${cert.notAfter}) is not signed by the cluster's CA or was revoked`}; give discovery a valid kubeconfig (docs/kubeadm.md, "Discovery's credentials")`;
 }
 
 /** Counters and state, for /status and /metrics. */
@@ -70,6 +126,12 @@ export interface DiscoveryStats {
   lastChange: string | null;
   /** Why the last error restarted the watch; null before. */
   lastError: string | null;
+  /** The API refused the credentials (401) or the permission (403) at the last attempt; null once a list succeeds (and before any refusal). */
+  denied: DiscoveryDenial | null;
+  /** Since when (ISO 8601) `denied` holds; null when it does not. */
+  deniedSince: string | null;
+  /** Refusals since the start: 401s (`unauthorized`) and 403s (`forbidden`). Each is also one of `errors`. */
+  refusals: Record<DiscoveryDenial, number>;
 }
 
 const SLICES_PATH = '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices';
@@ -98,7 +160,15 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
   #attempt = 0;
   /** bumped at each (re)start of the informer: events of an older one are ignored */
   #generation = 0;
-  readonly #stats = { lists: 0, errors: 0, lastChange: null as string | null, lastError: null as string | null };
+  readonly #stats = {
+    lists: 0,
+    errors: 0,
+    lastChange: null as string | null,
+    lastError: null as string | null,
+    denied: null as DiscoveryDenial | null,
+    deniedSince: null as string | null,
+    refusals: { unauthorized: 0, forbidden: 0 } as Record<DiscoveryDenial, number>,
+  };
 
   /** Reads the last-known file (a corrupt or unusable one is logged and ignored). Nothing else runs until {@link start}. */
   constructor(o: DiscoveryOptions) {
@@ -118,7 +188,7 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
 
   /** Discovery's state and counters (lists, watch errors, empty answers kept), for /status and /metrics. Never throws. */
   stats(): DiscoveryStats {
-    return { state: this.#state, server: this.#server === null ? null : `https://${formatHostPort(this.#server)}`, emptyKept: this.#set.emptyKept, ...this.#stats };
+    return { state: this.#state, server: this.#server === null ? null : `https://${formatHostPort(this.#server)}`, emptyKept: this.#set.emptyKept, ...this.#stats, refusals: { ...this.#stats.refusals } };
   }
 
   /**
@@ -256,6 +326,11 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
         this.#stats.lists++;
         this.#attempt = 0;
         this.#state = 'watching';
+        if (this.#stats.denied !== null) {
+          this.#o.log.info({ server: url, was: this.#stats.denied, since: this.#stats.deniedSince }, 'discovery: the API answers again after refusing the credentials or the permission');
+          this.#stats.denied = null;
+          this.#stats.deniedSince = null;
+        }
         this.#answer(l.items, 'list');
       }
       return l;
@@ -272,6 +347,26 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
       if (gen !== this.#generation || this.#stopped) return;
       this.#stats.errors++;
       this.#stats.lastError = err instanceof Error ? err.message : String(err);
+      const denial = denialOf(err);
+      if (denial !== null) {
+        this.#stats.refusals[denial]++;
+        const delay = this.#o.deniedRetryMs ?? DENIED_RETRY_MS;
+        // one line per refusal that starts (or changes kind), not one per retry
+        if (this.#stats.denied !== denial) {
+          this.#stats.denied = denial;
+          this.#stats.deniedSince = new Date().toISOString();
+          const cert = clientCertificateExpiry(this.#kc?.getCurrentUser());
+          const what = denial === 'forbidden' ? '403 Forbidden: the credentials may not list or watch the kubernetes EndpointSlices' : '401 Unauthorized: the API did not accept the credentials';
+          // a warning, not an error: kubeadm init refuses admin.conf for a few seconds (see docs/kubeadm.md)
+          this.#o.log.warn(
+            { server: url, credentials: this.#describe(), denied: denial, ...(cert === null ? {} : { clientCertificateNotAfter: cert.notAfter }), retryEveryMs: delay, fix: denialFix(denial, cert) },
+            `discovery: ${what}; the seed and last-known backends serve meanwhile, retrying every ${delay} ms`,
+          );
+        }
+        // a 401 ends with new credentials (a renewed certificate, a new token): read them again first
+        this.#restart(delay, denial === 'unauthorized');
+        return;
+      }
       const delay = Math.min((this.#o.backoffMs ?? 500) * 2 ** this.#attempt, this.#o.maxBackoffMs ?? 10_000);
       this.#attempt++;
       this.#o.log.warn({ server: url, err: this.#stats.lastError, retryInMs: delay }, 'discovery: the EndpointSlice watch failed; retrying on a ready apiserver');
@@ -281,8 +376,11 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     void inf.start().catch(() => undefined);
   }
 
-  /** Stops the informer and connects again after `delayMs` (to the next ready backend). */
-  #restart(delayMs: number): void {
+  /**
+   * Stops the informer and connects again after `delayMs` (to the next ready backend); with
+   * `reload`, reads the credentials again first (kept as they were when they cannot be used).
+   */
+  #restart(delayMs: number, reload = false): void {
     const inf = this.#informer;
     this.#informer = null;
     this.#generation++;
@@ -291,7 +389,15 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = setTimeout(() => {
       this.#timer = null;
-      this.#connect();
+      if (!reload) return this.#connect();
+      void loadCredentials(this.#o.credentials)
+        .then((c) => {
+          if (c.kind === 'ok') this.#kc = c.kc;
+        })
+        .catch(() => undefined)
+        .finally(() => {
+          if (this.#timer === null && !this.#stopped) this.#connect();
+        });
     }, delayMs);
     this.#timer.unref?.();
   }

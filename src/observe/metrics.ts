@@ -97,6 +97,8 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const certMissing = new Gauge({ name: 'ballast_backend_certificate_san_missing', help: "1 when the backend's serving certificate lacks a SAN clients use (a VIP, a local endpoint address, the health checks' server name), 0 when it covers them", labelNames: ['backend'], registers: [registry] });
   const certExpiry = new Gauge({ name: 'ballast_backend_certificate_expiry_timestamp_seconds', help: "notAfter of the backend's serving certificate, seconds since the epoch", labelNames: ['backend'], registers: [registry] });
   const foreignFirewall = new Gauge({ name: 'ballast_foreign_firewall_rules', help: 'Base chains of other firewalls on the node (nftables tables not ours, iptables-legacy) that drop or may drop traffic to the VIP or the backends (docs/check.md, foreign-firewall)', registers: [registry] });
+  const discDenied = new Gauge({ name: 'ballast_discovery_denied', help: "1 while the API refuses discovery's credentials (reason unauthorized: 401) or permission (forbidden: 403); the seed and last-known backends serve meanwhile", labelNames: ['reason'], registers: [registry] });
+  const discRefusals = new Counter({ name: 'ballast_discovery_refusals_total', help: 'EndpointSlice lists and watches the API refused, by reason (unauthorized: 401, forbidden: 403); each is also one of ballast_discovery_errors_total', labelNames: ['reason'], registers: [registry] });
   const discLists = new Counter({ name: 'ballast_discovery_lists_total', help: 'EndpointSlice lists (the first, and each relist after a 410 or an error)', registers: [registry] });
   // mode: bgp (src/bgp/speaker.ts)
   const bgpDaemonUp = new Gauge({ name: 'ballast_bgp_daemon_up', help: '1 when the routing daemon (BIRD) answers on its control socket (mode: bgp)', registers: [registry] });
@@ -168,6 +170,11 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         for (const [c, n] of [[discEmpty, doc.discovery.emptyKept], [discErrors, doc.discovery.errors], [discLists, doc.discovery.lists]] as const) {
           c.reset();
           c.inc(n);
+        }
+        discRefusals.reset();
+        for (const reason of ['unauthorized', 'forbidden'] as const) {
+          discDenied.set({ reason }, doc.discovery.denied === reason ? 1 : 0);
+          discRefusals.inc({ reason }, doc.discovery.refusals?.[reason] ?? 0);
         }
       }
       backendUp.reset();

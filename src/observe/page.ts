@@ -181,7 +181,9 @@ function discovery(d: StatusDocument, now: number): string {
   if (!s) return '';
   return `<section><h2>Discovery</h2><table class="kv">${rows([
     ['state', `${e(s.state)}${s.server ? ` via <code>${e(s.server)}</code>` : ''}`],
-    ['counters', e(`${s.lists} lists, ${s.errors} errors, ${s.emptyKept} empty sets ignored`)],
+    // a 401 / 403 (src/discovery/watch.ts): the fix is in the log line and docs/kubeadm.md
+    ...(s.denied ? ([['refused', `${badge(s.denied === 'forbidden' ? '403 forbidden' : '401 unauthorized', 'bad')} since ${when(s.deniedSince, now)}`]] as [string, string][]) : []),
+    ['counters', e(`${s.lists} lists, ${s.errors} errors${s.refusals ? ` (${s.refusals.forbidden} forbidden, ${s.refusals.unauthorized} unauthorized)` : ''}, ${s.emptyKept} empty sets ignored`)],
     ['last change', when(s.lastChange, now)],
     ...(s.lastError ? ([['last error', `<span class="reason">${e(s.lastError)}</span>`]] as [string, string][]) : []),
   ])}</table></section>`;

@@ -57,7 +57,7 @@ const bgpOf = async (a: LabAgent): Promise<NonNullable<StatusDocument['bgp']>> =
   return d.bgp;
 };
 
-describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab (root, BIRD 2; skipped otherwise)', () => {
+describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a routed lab (root, BIRD 2; skipped otherwise)', () => {
   let b: BgpLab;
   const v4: LabAgent[] = [];
   const v6: LabAgent[] = [];
@@ -89,6 +89,18 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     expect(r.ok, JSON.stringify(r)).toBe(true);
   });
 
+  // issue 27 item 5: the VIP is on lo; with Linux's defaults (arp_ignore 0) every node answered
+  // ARP for it on its link (2 of 2 requests each), so on a shared segment hosts reached the VIP on-link
+  it('no node answers ARP for the VIP it announces (arp_ignore 1, arp_announce 2 while the agent runs); each answers for its own link address', async () => {
+    const sysctl = async (n: BgpLabNode): Promise<string> => (await b.lab.exec(n.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().replace(/\s+/g, ' ');
+    const replies = await Promise.all(b.nodes.map(async (n) => [await b.arpReplies(n, b.vip4), await b.arpReplies(n, n.link4.node, 1)] as const));
+    expect(replies, 'per node: [replies for the VIP, replies for its link address]').toStrictEqual(b.nodes.map(() => [0, 1]));
+    for (const n of b.nodes) expect(await sysctl(n), n.node.name).toBe('1 2');
+    const check = await b.lab.exec(b.nodes[0]!.node.netns, [process.execPath, cliPath(), 'check', '--json', '--config', v4[0]!.configPath], { allowFail: true, timeoutMs: 30_000 });
+    const arp = (JSON.parse(check.stdout) as { checks: { id: string; status: string; detail: string }[] }).checks.find((c) => c.id === 'bgp-arp');
+    expect([arp?.status, arp?.detail], check.stderr).toStrictEqual(['ok', expect.stringContaining('net.ipv4.conf.all.arp_ignore = 1, net.ipv4.conf.all.arp_announce = 2')]);
+  });
+
   it('ECMP: 1,000 new connections from the client spread over all three nodes, each within the binomial bound n/3 − 5σ', async () => {
     const sp = await ecmpSpread(b, 1000);
     const bound = spreadBound(1000, 3);
@@ -113,6 +125,8 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     const withdrawing = untilNexthops(b, b.vip4, 2, t0, 3000);
     await stopped.stop();
     const withdrawn = await withdrawing;
+    // the ARP sysctls it raised at start are back to Linux's defaults the lab set
+    expect((await b.lab.exec(n3.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().split(/\s+/)).toStrictEqual(['0', '0']);
     expect(await b.nexthops(b.vip4)).not.toContain(n3.link4.node);
     // the data plane went only once no new connection arrived for the quiet time (the router acted on the UPDATE)
     const drain = stopped.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('BGP: withdrawn'));
@@ -232,6 +246,11 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc'))('BGP mode in a routed lab
     expect(await b.nexthops(b.vip6)).toStrictEqual(b.nodes.map((n) => n.link6.node).sort());
     const r = await probeOnce(b.lab, `https://[${b.vip6}]:6443/version`);
     expect(r.ok, JSON.stringify(r)).toBe(true);
+    // NDP answers only for an address on the receiving interface: no node answers for the VIP on lo
+    if (needs('ndisc6') === null) {
+      const na = await Promise.all(b.nodes.map(async (n) => [await b.ndpReplies(n, b.vip6), await b.ndpReplies(n, n.link6.node, 1)] as const));
+      expect(na, 'per node: [Neighbor Advertisements for the VIP, for its link address]').toStrictEqual(b.nodes.map(() => [0, 1]));
+    }
     // a clean stop withdraws (docs/bgp.md: keepOnStop is not all)
     const t0 = performance.now();
     await v6[1]!.stop();

@@ -84,6 +84,15 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     expect(code).toBe(warned.length > 0 ? 1 : 0);
   });
 
+  // issue 27 item 11: said nothing before
+  it('a discovery kubeconfig whose server is the VIP: an ok line says discovery dials each apiserver directly', async () => {
+    const kc = join(lab.dir, 'check-admin.conf');
+    writeFileSync(kc, `apiVersion: v1\nkind: Config\nclusters: [{ name: k, cluster: { server: "https://${lab.vip4}:6443" } }]\nusers: [{ name: u, user: { token: t } }]\ncontexts: [{ name: c, context: { cluster: k, user: u } }]\ncurrent-context: c\n`);
+    const { byId } = await check(config('discovery-vip', { discovery: { kubeconfig: kc, lastKnownFile: join(lab.dir, 'check-backends.json') } }));
+    const r = byId.get('discovery-server')?.[0];
+    expect([r?.status, r?.detail]).toStrictEqual(['ok', expect.stringMatching(new RegExp(`^the server https://${lab.vip4.replaceAll('.', '\\.')}:6443 is the VIP: harmless, discovery does not connect to it: it dials each apiserver at its own address`))]);
+  });
+
   it('IPv4: the VIP answered by another host (the client, no agent), forwarding off, admin.listen taken: exit 2 naming the MAC and the process', async () => {
     const c = lab.client;
     await lab.exec(c.netns, ['ip', 'addr', 'add', `${lab.vip4}/24`, 'dev', 'eth0']);
@@ -255,6 +264,7 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
         'bgp-interface:ok',
         'bgp-socket:warn',
         'bgp-config-file:ok',
+        'bgp-arp:ok',
         'port-admin:ok',
         'port-vip:ok',
         'foreign-firewall:ok',

@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compiledScript, Lab, onJsonLines, runProber, type LabNode, type LabProcess } from '../../lab/lab.js';
 import { startAgent, startAgents, waitForHolder, type LabAgent } from '../../lab/cluster.js';
+import { setDenial } from '../../lab/endpointslice-store.js';
+import { DENIED_RETRY_MS } from '../../src/discovery/index.js';
 import type { LongconnEvent, LongconnResult } from '../../lab/clients/longconn.js';
 import type { ElectionStatusDocument } from '../../src/observe/status.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -213,5 +215,35 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     await lab.startApiserver(n3);
     await lab.startApiserver(n1);
     await waitFor(() => statusOf(agents[0]!), (x) => x.backends.every((b) => b.source === 'endpointslice' && b.healthy) && x.backends.length === 2, { timeoutMs: 15_000, what: 'the discovered set again' });
+  });
+
+  // issue 27 item 8: a 403 was raw text in /status and a generic counter, and with the backoff
+  // (500 ms doubling to 10 s: retries 0.5, 1.5, 3.5, 7.5 s after the first refusal) the set came
+  // 6 to 8.4 s after the permission; refused for 4 s here, the old code's next retry is 3.5 s late
+  it('the API refusing the permission (403): its own condition, metric and one log line with the fix; the set follows the permission within the denied retry', async () => {
+    const n1 = lab.nodes[0]!;
+    setDenial(lab.sliceStore(), 403);
+    try {
+      await agents[0]!.stop('SIGTERM');
+      agents[0] = await startAgent(lab, n1, await settings(0));
+      const a = agents[0];
+      const st = await waitFor(() => statusOf(a), (x) => x.discovery?.denied === 'forbidden', { timeoutMs: 10_000, intervalMs: 50, what: 'discovery refused (403)' });
+      const firstRefusal = Date.parse(st.discovery!.deniedSince!);
+      expect((await a.admin('/metrics')).split('\n')).toEqual(expect.arrayContaining(['ballast_discovery_denied{reason="forbidden"} 1', 'ballast_discovery_denied{reason="unauthorized"} 0']));
+      await sleep(Math.max(0, firstRefusal + 4000 - Date.now()));
+      const lines = a.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('discovery: 403 Forbidden'));
+      expect(lines.map((l) => [l.denied, String(l.fix).includes('ballast manifest rbac')])).toStrictEqual([['forbidden', true]]);
+      expect((await statusOf(a)).discovery!.refusals.forbidden).toBeGreaterThanOrEqual(3);
+      const since = Date.now();
+      setDenial(lab.sliceStore(), null);
+      const lag = await waitSetChange(a, since, (bs) => bs.length > 0 && bs.every((b) => b.endsWith('(endpointslice)')));
+      // one retry period, then a TLS handshake and a list (the lab's 2 shared cores: 1 s of slack)
+      expect(lag, `the set came ${lag} ms after the permission`).toBeLessThanOrEqual(DENIED_RETRY_MS + 1000);
+      const after = await statusOf(a);
+      expect([after.discovery!.denied, after.discovery!.deniedSince]).toStrictEqual([null, null]);
+      console.log(`[discovery] 403 for ${since - firstRefusal} ms: ${after.discovery!.refusals.forbidden} refusals, one log line; the set came ${lag} ms after the permission (bound ${DENIED_RETRY_MS + 1000})`);
+    } finally {
+      setDenial(lab.sliceStore(), null);
+    }
   });
 });

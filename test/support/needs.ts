@@ -24,7 +24,9 @@ export type Need =
   /** root, kernel ≥ 5.14, a cgroup v2 hierarchy and the BPF object built (the cgroup socket programs) */
   | 'bpf'
   /** an executable; the Debian package scripts/setup.sh installs */
-  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool' | 'bird' | 'birdc' | 'arping' | 'ndisc6'
+  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool' | 'bird' | 'birdc'
+  /** ARP requests (iputils-arping) and Neighbor Solicitations (ndisc6) sent from a lab namespace */
+  | 'arping' | 'ndisc6'
   /** a peer daemon of the lab (lab/peers/) */
   | 'keepalived' | 'haproxy' | 'nginx'
   /** Debian's Chromium, for the status page in a real headless browser */

@@ -71,7 +71,7 @@ describe('sources in ballast status and /metrics', () => {
     const doc = {
       state: 'none' as const,
       backends: [b('10.0.0.11:6443', 'seed'), b('10.0.0.12:6443', 'endpointslice'), b('10.0.0.13:6443', 'lastKnown')],
-      discovery: { state: 'watching' as const, server: 'https://10.0.0.12:6443', lists: 2, errors: 1, emptyKept: 3, lastChange: null, lastError: 'ECONNREFUSED' },
+      discovery: { state: 'watching' as const, server: 'https://10.0.0.12:6443', lists: 2, errors: 1, emptyKept: 3, lastChange: null, lastError: 'HTTP-Code: 403', denied: 'forbidden' as const, deniedSince: '2026-12-06T22:00:00.000Z', refusals: { unauthorized: 2, forbidden: 5 } },
       dataplane: { mode: 'off' as const, reason: 'test' },
       local: { mode: 'off' as const, reason: 'test' },
     };
@@ -88,6 +88,11 @@ describe('sources in ballast status and /metrics', () => {
     expect(text).toContain('ballast_discovery_empty_kept_total 3');
     expect(text).toContain('ballast_discovery_errors_total 1');
     expect(text).toContain('ballast_discovery_lists_total 2');
+    // issue 27 item 8: a refusal has its own series, by reason
+    expect(text).toContain('ballast_discovery_denied{reason="forbidden"} 1');
+    expect(text).toContain('ballast_discovery_denied{reason="unauthorized"} 0');
+    expect(text).toContain('ballast_discovery_refusals_total{reason="forbidden"} 5');
+    expect(text).toContain('ballast_discovery_refusals_total{reason="unauthorized"} 2');
   });
 });
 

@@ -88,6 +88,13 @@ describe('renderStatusPage', () => {
     expect(t).not.toContain('10.0.0.11:6443 down seed — 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED certificate');
   });
 
+  it('discovery refused by the API (issue 27 item 8): the refusal, since when, and the counts', () => {
+    const d = { ...doc(), discovery: { state: 'backoff' as const, server: 'https://10.0.0.12:6443', lists: 0, errors: 7, emptyKept: 0, lastChange: null, lastError: 'HTTP-Code: 403', denied: 'forbidden' as const, deniedSince: '2026-11-29T20:00:30.000Z', refusals: { unauthorized: 0, forbidden: 7 } } };
+    const t = text(renderStatusPage(d, { now: NOW }));
+    expect(t).toContain('refused 403 forbidden since 2026-11-29T20:00:30.000Z (30 s ago)');
+    expect(t).toContain('0 lists, 7 errors (7 forbidden, 0 unauthorized), 0 empty sets ignored');
+  });
+
   it('a master shows itself as the holder', () => {
     const d = statusDocument({ ...engine, state: 'active', effectivePriority: 150, masterAddress: '10.0.0.11', masterPriority: 150, vipsHeld: true }, fixed, undefined, { transitions: [], masterSince: null, priorityReason: null });
     const t = text(renderStatusPage(d, { now: NOW, refreshS: 0 }));
