@@ -23,6 +23,11 @@ import { setFlagsFromString } from 'node:v8';
  * this file is the first code Node runs and uses nothing Node 20 cannot parse or load.
  * Registry: BALLAST_E_NODE_VERSION (src/errors.ts; this file cannot import it before the check).
  */
+// the first statement: a listener of our own keeps Node from opening its inspector (127.0.0.1:9229,
+// in a root process) on SIGUSR1 while the commands load; `ballast run` adds the one that logs the
+// status. Only a SIGUSR1 before Node runs this line (its boot, tens of ms) still reaches the inspector.
+process.on('SIGUSR1', () => undefined);
+
 const MIN_NODE_MAJOR = 24;
 const nodeMajor = Number(process.versions.node.split('.')[0]);
 if (!(nodeMajor >= MIN_NODE_MAJOR)) {
@@ -83,10 +88,6 @@ function catchStopSignals(): StopSignals {
 }
 
 const stops = catchStopSignals();
-// a listener of our own keeps Node from opening its inspector (127.0.0.1:9229, in a root process)
-// on SIGUSR1 while the commands load; `ballast run` adds the one that logs the status. Only a
-// SIGUSR1 before Node runs this line (its boot, tens of ms) still reaches the inspector.
-process.on('SIGUSR1', () => undefined);
 // the commands from the minified bundle beside dist/src (scripts/bundle.ts; built with tsc by
 // `npm run build:ts`, `npm run build` and scripts/setup.sh, shipped by scripts/package.sh): V8
 // keeps every module's source on the heap, and the bundle's is a fraction of dist/src's
