@@ -160,6 +160,9 @@ describe.skipIf(needs('root') ?? needs('chromium'))('the status page in headless
     expect(summaries.length).toBeLessThanOrEqual(codes.length);
     for (const l of summaries) expect(l.msg).toBe(`cannot send advertisement (repeated ${l.repeated as number} times in the last ${l.repeatedOverS as number} s)`);
     const total = seen.length + summaries.reduce((n, l) => n + (l.repeated as number), 0);
-    expect(total).toBeGreaterThanOrEqual(doc.counters.sendErrors);
+    // the counter also holds the advert pacer's failed sends (it covers a busy main thread at 10 ms
+    // adverts), which it reports on a line of its own ('the advert pacer could not send some adverts')
+    const pacerErrors = doc.timing?.pacer?.sendErrors ?? 0;
+    expect(total).toBeGreaterThanOrEqual(doc.counters.sendErrors - pacerErrors);
   });
 });
