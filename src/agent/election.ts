@@ -20,6 +20,7 @@ import { seedAndLastKnown } from '../discovery/lastknown.js';
 import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
+import { masterDownIntervalMs } from '../vrrp/state.js';
 import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
 
 /** Logged when the silent master's backend did not answer a connect either: taken out (dead). */
@@ -36,6 +37,13 @@ export interface ElectionPhase extends PhaseHandle {
   membershipInputs: { config: Config; own: readonly string[]; discovered: readonly string[] | null; confirmed?: readonly string[] };
   /** The last membership change in flight (changes apply one after another). */
   membershipQueue: Promise<void>;
+  /**
+   * Resolves once the election has its first outcome: this router became Active or heard an
+   * Active router, or one Master_Down_Interval (+ 250 ms) passed since it started (nobody at
+   * all). Work that holds this thread (the Kubernetes client's import) waits for it, so that it
+   * never delays a starting Backup's takeover while nobody is master. Never rejects.
+   */
+  firstOutcome: Promise<void>;
   /**
    * A reload: host.reconfigure(patch) (from the next advert), and a new VIP set is also what the
    * crash path removes from then on.
@@ -134,7 +142,10 @@ export function startElection(
         });
       }
     };
+    let outcome!: () => void;
+    const firstOutcome = new Promise<void>((resolve) => (outcome = resolve));
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
+      if ((ev.type === 'transition' && ev.to === 'active') || ev.type === 'master') outcome();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
@@ -183,6 +194,13 @@ export function startElection(
     }
     // resumed (its first advert sent): the note is spent; a later start is a start
     if (handOff.resume) removeHandOff(key);
+    // nobody heard within a Master_Down_Interval (RFC 9568 §6.1) and the margin: an outcome too
+    const outcomeTimer = setTimeout(outcome, masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250);
+    outcomeTimer.unref();
+    own.defer('first outcome timer', () => {
+      clearTimeout(outcomeTimer);
+      outcome();
+    });
     // what the crash path removes: the VIPs as the last reconfigure set them
     let vips: readonly string[] = config.vips;
     own.defer('election', async () => {
@@ -210,7 +228,7 @@ export function startElection(
       if (patch.vips) vips = [...patch.vips];
       if (patch.advertisementIntervalCs !== undefined) advertisementIntervalMs = patch.advertisementIntervalCs * 10;
     };
-    phase = { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve() };
+    phase = { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve(), firstOutcome };
     return phase;
   });
 }

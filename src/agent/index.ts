@@ -22,7 +22,6 @@ import { HealthChecker } from '../health/checker.js';
 import { CertificateTracker } from '../health/certificates.js';
 import { certificateNeeds } from '../check/certificates.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
-import { loadClient } from '../discovery/credentials.js';
 import { ReloadUnavailable } from '../observe/admin.js';
 import { ElectionHistory } from '../observe/history.js';
 import { InternalErrors } from '../observe/contain.js';
@@ -283,14 +282,6 @@ async function startPhases(
   }
   const local = running.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
-  // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to import:
-  // before the election starts, never while a Backup's Master_Down_Timer runs on it
-  if (config.discovery !== null && checker) {
-    const t0 = performance.now();
-    await loadClient();
-    log.debug({ ms: Math.round(performance.now() - t0) }, 'discovery: the Kubernetes client library loaded');
-    throwIfAborted(ctx.signal);
-  }
   const v = config.vrrp;
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;
@@ -313,6 +304,17 @@ async function startPhases(
   if (checker) running.health = await phase(() => startHealth(ctx, config, { checker, followers, local }));
   // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
   if (checker) {
+    // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to
+    // import: not before the election has a first outcome. Imported earlier (before the election
+    // or while a starting Backup waits for its Master_Down_Timer) it delayed that node's first
+    // takeover, and a cold start of a control plane went to a lower priority first, then moved.
+    // Afterwards a held thread costs nothing: the pacer covers an Active's adverts, and a Backup
+    // reads the adverts waiting in its socket before its late timer acts
+    if (config.discovery !== null && running.election && !ctx.signal.aborted) {
+      const t0 = performance.now();
+      await Promise.race([running.election.firstOutcome, new Promise<void>((r) => ctx.signal.addEventListener('abort', () => r(), { once: true }))]);
+      log.debug({ waitedMs: Math.round(performance.now() - t0) }, 'discovery starts after the election\'s first outcome');
+    }
     running.discovery = await phase(() => startDiscovery(ctx, config, { checker, followers, election: () => running.election }));
   }
   if (!running.election) await ready();
