@@ -1,15 +1,16 @@
 /**
  * A test hook, preloaded into an agent with NODE_OPTIONS="--import <this file, compiled>":
- * on SIGUSR2 the main thread busy-waits for BALLAST_TEST_BLOCK_MS milliseconds (default 500),
+ * on SIGWINCH the main thread busy-waits for BALLAST_TEST_BLOCK_MS milliseconds (default 500),
  * the way a long synchronous task or a GC pause would block it, then prints
  * `{"hook":"blocked","ms":<measured>}` on stderr. The VRRP engine runs on that thread; its
  * socket's advert pacer must keep an Active's adverts on the wire meanwhile. Never loaded by the
- * product itself.
+ * product itself. Not SIGUSR2: the agent stops on it for a restart in place (docs/operations.md);
+ * SIGWINCH is one the agent leaves alone, and its default action is to ignore it.
  */
 import { performance } from 'node:perf_hooks';
 
 const ms = Number(process.env.BALLAST_TEST_BLOCK_MS ?? '500');
-process.on('SIGUSR2', () => {
+process.on('SIGWINCH', () => {
   const t0 = performance.now();
   // bounded: ends after `ms`, whatever happens
   while (performance.now() - t0 < ms) {

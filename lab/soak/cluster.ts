@@ -7,7 +7,7 @@
  * (ms since `t0`).
  *
  * Every agent runs under libfaketime (its CLOCK_REALTIME only: FAKETIME_DONT_FAKE_MONOTONIC=1,
- * offset from a file per node) and with lab/block-main-thread.ts preloaded (SIGUSR2 stalls its
+ * offset from a file per node) and with lab/block-main-thread.ts preloaded (SIGWINCH stalls its
  * main thread), so the clock-step and main-stall faults need no restart.
  */
 import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';

@@ -15,7 +15,7 @@
  * | apiserver-slow    | /readyz answered P ms late                                  | at once                       |
  * | clock-step        | the agent's faketime offset: base + P (e.g. +1h)            | the base (CLOCK_BASE_MIN)     |
  * | cpu-hog           | `stress-ng --cpu 1` in the node's namespace                 | killed by PID (its group)     |
- * | main-stall        | SIGUSR2: the agent's main thread busy for stallMs           | (ends by itself)              |
+ * | main-stall        | SIGWINCH: the agent's main thread busy for stallMs          | (ends by itself)              |
  * | reload-good       | a changed health timeout, `ballast reload` (must exit 0)    | the original file, reload (0) |
  * | reload-bad        | an invalid file, `ballast reload` (must exit 2)             | the original file back, reload (0) |
  * | conntrack-flush   | `conntrack -F` in the node's namespace                      | (instant)                     |
@@ -90,7 +90,7 @@ export async function inject(c: SoakCluster, f: PlannedFault): Promise<FaultOutc
       const a = c.agents.get(f.target);
       if (!a) return { note: role, failed: 'no agent runs there' };
       const blocked = a.proc.waitForOutput(/"hook":"blocked","ms":(\d+)/, { timeoutMs: c.o.timing.stallMs + 5000 });
-      a.proc.kill('SIGUSR2');
+      a.proc.kill('SIGWINCH');
       const ms = Number((await blocked)[1]);
       return { note: `${role}, ${ms} ms` };
     }

@@ -188,7 +188,7 @@ describe.skipIf(needs('root', 'nft'))('sd_notify: what the agent tells systemd (
   it(`a stuck main thread (${STALL_MS} ms): no ping while it is stuck, then pings again`, async () => {
     const t0 = performance.now();
     const blocked = agent.proc.waitForOutput(/"hook":"blocked","ms":(\d+)/, { timeoutMs: STALL_MS + 3000 });
-    agent.proc.kill('SIGUSR2');
+    agent.proc.kill('SIGWINCH');
     expect(Number((await blocked)[1])).toBeGreaterThanOrEqual(STALL_MS);
     const t1 = performance.now();
     // a ping already on its way at the signal may still arrive; none from then on until the thread is back

@@ -2,7 +2,7 @@
  * The election runs on the agent's main thread; what keeps it punctual while that thread is
  * stalled is the VRRP socket's native advert pacer (native/advert_pacer.h) on the Active and the
  * socket drain before a late Master_Down_Timer acts on a Backup (engine.ts onTimer). Real agents
- * on the lab, their main thread blocked by lab/block-main-thread.ts (SIGUSR2: busy for
+ * on the lab, their main thread blocked by lab/block-main-thread.ts (SIGWINCH: busy for
  * BALLAST_TEST_BLOCK_MS), adverts every 100 ms, captured with tcpdump where the Backup receives
  * them. Bounds come from the protocol: the pacer's first advert 1.5 × Advertisement_Interval
  * after the engine's last, Master_Down_Interval (RFC 9568 §6.1) = 3 × 100 ms + Skew_Time, the
@@ -36,7 +36,7 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
   /** Blocks `a`'s main thread (its hook's BALLAST_TEST_BLOCK_MS); resolves with the ms it measured. */
   async function block(a: LabAgent): Promise<number> {
     const blocked = a.proc.waitForOutput(/"hook":"blocked","ms":(\d+)/, { timeoutMs: 10_000 });
-    a.proc.kill('SIGUSR2');
+    a.proc.kill('SIGWINCH');
     return Number((await blocked)[1]);
   }
 
