@@ -59,6 +59,8 @@ export interface AgentSettings {
    * cgroup2): what an agent with `dataplane.local: ebpf` needs. `ip netns exec` remounts /sys.
    */
   hostMounts?: boolean;
+  /** Options for node itself, before the script (e.g. `--trace-baseline`: what V8 does, on stdout). */
+  nodeFlags?: string[];
 }
 
 /** The YAML config for `node` (pure). */
@@ -190,6 +192,7 @@ export async function startAgent(lab: Lab, node: LabNode, s: AgentSettings): Pro
     ...(s.adminPort === undefined ? {} : { adminPort: s.adminPort }),
     ...(s.env ? { env: s.env } : {}),
     ...(s.hostMounts ? { hostMounts: true } : {}),
+    ...(s.nodeFlags ? { nodeFlags: s.nodeFlags } : {}),
   });
 }
 
@@ -201,6 +204,8 @@ export interface RunAgentOptions {
   adminPort?: number;
   env?: Record<string, string>;
   hostMounts?: boolean;
+  /** options for node itself, before the script (AgentSettings.nodeFlags) */
+  nodeFlags?: string[];
   /** how long the admin endpoint may take to answer, ms (default 10000) */
   timeoutMs?: number;
   /** resolves true once the agent answers (default: its /status answers, {@link LabAgent.anyStatus}) */
@@ -213,7 +218,7 @@ export interface RunAgentOptions {
  * @throws Error when the agent exits during start or does not answer within `timeoutMs` (it is SIGKILLed then).
  */
 export async function runAgent(lab: Lab, node: LabNode, configPath: string, o: RunAgentOptions): Promise<LabAgent> {
-  const proc = lab.spawn(node.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
+  const proc = lab.spawn(node.netns, [process.execPath, ...(o.nodeFlags ?? []), cliPath(), 'run', '--config', configPath], {
     logFile: o.logFile,
     ...(o.env ? { env: o.env } : {}),
     ...(o.hostMounts ? { hostMounts: true } : {}),

@@ -66,8 +66,14 @@ try {
  *     smaller steps, so it is collected before it grows): 1.8 MiB less RSS, idle CPU within the
  *     noise (docs/performance.md has the measurement). Its one start-time implication,
  *     --max-semi-space-size=1, is what --semi-space-growth-factor=1 already gives.
+ *   --no-concurrent-sparkplug  baseline code is compiled on the main thread (in the same batches)
+ *     instead of by a job on a V8 worker thread. Such a job whose code allocation needs a garbage
+ *     collection waits for the main thread to run one; if the main thread is in process.exit()
+ *     then, it is joining that very worker (NodePlatform::Shutdown), and the process hangs with
+ *     its stop done until it is killed (nodejs/node#54918). With --no-maglev this was the last
+ *     compiler that allocated on the heap off the main thread. Read by V8 at each batch.
  */
-const V8_FLAGS = ['--semi-space-growth-factor=1', '--no-maglev', '--optimize-for-size'] as const;
+const V8_FLAGS = ['--semi-space-growth-factor=1', '--no-maglev', '--optimize-for-size', '--no-concurrent-sparkplug'] as const;
 for (const flag of V8_FLAGS) setFlagsFromString(flag);
 
 function catchStopSignals(): StopSignals {

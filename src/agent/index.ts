@@ -324,6 +324,7 @@ async function startPhases(
 async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory, internal: InternalErrors): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   const stats = running.discovery?.stats() ?? null;
+  const departed = checker?.departed() ?? [];
   const common = {
     ...(reload ? { reload } : {}),
     backends: (checker?.snapshot() ?? []).map((b) => {
@@ -332,6 +333,7 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
       return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
     }),
     ...(stats === null ? {} : { discovery: stats }),
+    ...(departed.length === 0 ? {} : { departedBackends: departed }),
     ...(checker ? { health: { failOpen: checker.failOpen() } } : {}),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },

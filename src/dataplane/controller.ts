@@ -52,8 +52,9 @@ export interface VipPlaneStatus {
   mode: 'nftables';
   /** The backends in the ruleset now (host:port). */
   backends: string[];
-  /** Transactions applied since start. */
+  /** nft transactions run since start (a re-sync whose ruleset was unchanged runs none and is not counted). */
   applies: number;
+  /** Duration of the last of them (ms); null before the first. */
   lastApplyMs: number | null;
   /** Conntrack entries deleted for dead backends since start. */
   flushedEntries: number;
@@ -135,11 +136,14 @@ export class LoadBalancer implements Plane {
     const set = this.#withInherited(given);
     const d = desiredDataplane(set, this.#o);
     const r = await this.#deps.apply(d);
-    this.#st.applies++;
-    this.#st.lastApplyMs = r.durationMs;
     const now = set.ready.filter((b) => b.family === this.#o.family);
     this.#st.backends = now.map(formatHostPort);
-    if (r.changed) this.#deps.log.info({ backends: this.#st.backends, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
+    // a set change that leaves the ruleset as it is (a backend with no verdict, or a dead one,
+    // joining or leaving) ran no nft: it is no transaction, for the counter as for the log
+    if (!r.changed) return now;
+    this.#st.applies++;
+    this.#st.lastApplyMs = r.durationMs;
+    this.#deps.log.info({ backends: this.#st.backends, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
     return now;
   }
 

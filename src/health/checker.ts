@@ -90,7 +90,20 @@ export interface HealthCheckerOptions {
   readonly random?: () => number;
   /** Receives the insecureSkipVerify warning. */
   readonly logger?: HealthLogger;
+  /**
+   * How long a backend that left the set is remembered, ms (default {@link RETAIN_REMOVED_MS}):
+   * coming back within it, it resumes its counts and damping, and its state when that was down
+   * (see {@link HealthChecker.setBackends}).
+   */
+  readonly retainRemovedMs?: number;
 }
+
+/**
+ * Default of {@link HealthCheckerOptions.retainRemovedMs}: 5 min. An address the EndpointSlices
+ * list for 15 s of every 20 s keeps its history across the gaps, and its metric series stay, so
+ * an alert with `for: 1m` on it can fire; one that left for good is forgotten after it.
+ */
+export const RETAIN_REMOVED_MS = 5 * 60_000;
 
 /** One backend in {@link HealthChecker.snapshot}. */
 export interface BackendHealth {
@@ -119,6 +132,21 @@ export interface BackendHealth {
    * not ready (no traffic) until the file appears and `rise` checks pass.
    */
   waitingFor?: { setting: string; path: string };
+  /** Times it left the set since the checker first saw it (absent from documents built without a checker). */
+  left?: number;
+  /** Times it came back within the retention after leaving ({@link HealthCheckerOptions.retainRemovedMs}). */
+  returned?: number;
+}
+
+/**
+ * A backend that left the set and is remembered for a while ({@link HealthChecker.departed}):
+ * its state when it left (no check runs meanwhile) and when it is forgotten.
+ */
+export interface DepartedBackend extends Omit<BackendHealth, 'healthy' | 'waitingFor'> {
+  /** When it left the set (ISO 8601). */
+  leftAt: string;
+  /** When it is forgotten unless it comes back first (ISO 8601). */
+  keptUntil: string;
 }
 
 /**
@@ -213,6 +241,9 @@ interface Entry {
   last: 'pass' | 'fail' | null;
   /** when passive detection last saw its kernel answer a SYN (noteAnswered), ms; null before */
   answeredAt: number | null;
+  /** times it left the set, and came back within the retention */
+  left: number;
+  returned: number;
 }
 
 /** Part of the interval by which each gap is jittered, either way. */
@@ -241,6 +272,9 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   readonly #random: () => number;
   readonly #logger: HealthLogger | undefined;
   #entries = new Map<string, Entry>();
+  /** backends that left the set, remembered until `until` (ms): host:port -> entry */
+  readonly #departed = new Map<string, { e: Entry; at: number; until: number; timer: unknown }>();
+  readonly #retainMs: number;
   /** the served-set decision of each family (failopen.ts) */
   #pools = new Map<4 | 6, PoolState>();
   /** host:port of every backend served after the last decision */
@@ -267,6 +301,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     this.#clock = options.clock ?? systemClock;
     this.#random = options.random ?? Math.random;
     this.#logger = options.logger;
+    this.#retainMs = options.retainRemovedMs ?? RETAIN_REMOVED_MS;
+    if (!(this.#retainMs >= 0)) throw new RangeError(`retainRemovedMs must be a number of milliseconds >= 0, got ${this.#retainMs}`);
     this.setBackends(options.backends ?? []);
   }
 
@@ -303,8 +339,31 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
         reason: e.health.reason?.message ?? null,
         consecutive: e.last === 'pass' ? e.health.passes : e.health.failures,
         ...(cause?.kind === 'waitingForFile' && e.last === 'fail' ? { waitingFor: { setting: cause.setting, path: cause.path } } : {}),
+        left: e.left,
+        returned: e.returned,
       };
     });
+  }
+
+  /**
+   * The backends that left the set and are still remembered, oldest departure first: each one's
+   * state when it left (no check runs while it is out) and its counts. Neither in snapshot() nor
+   * in verdicts(): nothing is sent to them. A new array of new objects.
+   */
+  departed(): DepartedBackend[] {
+    return [...this.#departed.values()].map(({ e, at, until }) => ({
+      address: e.address,
+      state: e.health.state,
+      dampedUntil: e.damp.until === null ? null : new Date(e.damp.until).toISOString(),
+      lastCheck: e.lastCheck === null ? null : new Date(e.lastCheck).toISOString(),
+      lastLatencyMs: e.lastLatencyMs,
+      reason: e.health.reason?.message ?? null,
+      consecutive: e.last === 'pass' ? e.health.passes : e.health.failures,
+      left: e.left,
+      returned: e.returned,
+      leftAt: new Date(at).toISOString(),
+      keptUntil: new Date(until).toISOString(),
+    }));
   }
 
   /**
@@ -378,7 +437,11 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   /**
    * Replaces the set of backends. Backends already checked keep their state and schedule; new
    * ones start `unknown` with their first check at a random offset; removed ones stop at once
-   * (a running check is aborted, its result dropped; no event). Duplicates are ignored.
+   * (a running check is aborted, its result dropped; no event) and are remembered for the
+   * retention ({@link departed}): one that comes back within it resumes its counts, flap damping
+   * and, when it left down, its state and verdict (its next check at a random offset), instead of
+   * starting anew; one that left up starts `unknown` (it is served again after `rise` passes).
+   * Duplicates are ignored.
    *
    * No `verdict` event is emitted for a removed backend: whoever changes the set re-syncs the
    * data planes (their next apply reads {@link verdicts}).
@@ -402,6 +465,27 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
         next.set(address, old);
         continue;
       }
+      const back = this.#departed.get(address);
+      if (back !== undefined) {
+        this.#departed.delete(address);
+        this.#clock.clearTimeout(back.timer);
+        const e = back.e;
+        e.removed = false;
+        e.returned++;
+        if (e.health.state === 'up') {
+          // served again only after `rise` passes: what answers at the address now may not be
+          // what left (one that left down stays down, and out, as it was)
+          e.health = initialHealth<Failure>();
+          e.raw = null;
+          e.verdict = null;
+          e.last = null;
+        }
+        // a hold that outlived the absence ends on its own timer again
+        if (e.damp.until !== null) e.dampTimer = this.#clock.setTimeout(() => this.#release(e), Math.max(0, e.damp.until - this.#clock.now()));
+        next.set(address, e);
+        if (this.#started && !this.#stopped) this.#schedule(e, this.#random() * this.#settings.intervalMs);
+        continue;
+      }
       const e: Entry = {
         address,
         backend,
@@ -420,11 +504,18 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
         lastLatencyMs: null,
         last: null,
         answeredAt: null,
+        left: 0,
+        returned: 0,
       };
       next.set(address, e);
       if (this.#started && !this.#stopped) this.#schedule(e, this.#random() * this.#settings.intervalMs);
     }
-    for (const [address, e] of this.#entries) if (!next.has(address)) this.#retire(e);
+    for (const [address, e] of this.#entries) {
+      if (next.has(address)) continue;
+      void this.#retire(e);
+      e.left++;
+      this.#remember(e);
+    }
     this.#entries = next;
     // a backend that left may have been what was served, or kept
     if (!this.#stopped) this.#settle(false, []);
@@ -476,8 +567,22 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    */
   async stop(): Promise<void> {
     this.#stopped = true;
+    for (const d of this.#departed.values()) this.#clock.clearTimeout(d.timer);
+    this.#departed.clear();
     const running = [...this.#entries.values()].map((e) => this.#retire(e));
     await Promise.all(running);
+  }
+
+  /** Keeps a backend that left the set for the retention (none while stopped or without one). */
+  #remember(e: Entry): void {
+    if (this.#stopped || this.#retainMs === 0) return;
+    const at = this.#clock.now();
+    const timer = this.#clock.setTimeout(() => {
+      if (this.#departed.get(e.address)?.e === e) this.#departed.delete(e.address);
+    }, this.#retainMs);
+    // memory, not work: it alone keeps no process running (a real timer has unref)
+    (timer as { unref?: () => void } | null)?.unref?.();
+    this.#departed.set(e.address, { e, at, until: at + this.#retainMs, timer });
   }
 
   /** Cancels an entry's timer and running check. @returns when the check has ended. */

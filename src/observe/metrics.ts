@@ -76,9 +76,10 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const backendState = new Gauge({ name: 'ballast_backend_state', help: 'Health state of the backend: 1 for the current state (unknown before its first verdict, up, down), 0 for the others', labelNames: ['backend', 'state'], registers: [registry] });
   const backendWaiting = new Gauge({ name: 'ballast_backend_waiting_for_file', help: '1 while the checks of the backend wait for a file that does not exist yet (setting, path: the CA before kubeadm init)', labelNames: ['backend', 'setting', 'path'], registers: [registry] });
   const failOpen = new Gauge({ name: 'ballast_backends_fail_open', help: 'Fail open: 1 while every backend turned unready together and the last ready set is kept in the data planes (docs/health.md), 0 otherwise', registers: [registry] });
+  const backendListed = new Gauge({ name: 'ballast_backend_listed', help: '1 for a backend in the set (seed, EndpointSlices, last-known), 0 for one that left it and is remembered for a while (its other series then hold its state when it left)', labelNames: ['backend'], registers: [registry] });
   const backendDamped = new Gauge({ name: 'ballast_backend_damped', help: '1 while flap damping holds the backend out of the data planes (docs/health.md), 0 otherwise', labelNames: ['backend'], registers: [registry] });
   const backendLatency = new Gauge({ name: 'ballast_backend_check_duration_seconds', help: 'How long the last /readyz check of the backend took', labelNames: ['backend'], registers: [registry] });
-  const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied', registers: [registry] });
+  const dpApplies = new Counter({ name: 'ballast_dataplane_applies_total', help: 'nftables transactions applied (nft -f runs; an unchanged ruleset runs none)', registers: [registry] });
   const dpFailures = new Counter({ name: 'ballast_dataplane_apply_failures_total', help: 'nftables transactions the kernel refused (the previous rules stayed)', registers: [registry] });
   const dpDuration = new Gauge({ name: 'ballast_dataplane_last_apply_duration_seconds', help: 'How long the last nftables apply took', registers: [registry] });
   const dpRestores = new Counter({ name: 'ballast_dataplane_restores_total', help: 'Times the nftables table ballast was found removed or changed by someone else and applied again', labelNames: ['family'], registers: [registry] });
@@ -182,8 +183,20 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
       backendLatency.reset();
       backendWaiting.reset();
       backendDamped.reset();
+      backendListed.reset();
       if (doc.health) failOpen.set(doc.health.failOpen.active ? 1 : 0);
+      // a backend that left the set keeps its series while it is remembered, with its state when it
+      // left (up: 1, so that one gone for good raises no BallastBackendDown; down: 0, so that one
+      // that keeps coming and going while down does)
+      for (const b of doc.departedBackends ?? []) {
+        backendListed.set({ backend: b.address }, 0);
+        backendUp.set({ backend: b.address }, b.state === 'up' ? 1 : 0);
+        backendDamped.set({ backend: b.address }, b.dampedUntil ? 1 : 0);
+        for (const s of BACKEND_STATES) backendState.set({ backend: b.address, state: s }, b.state === s ? 1 : 0);
+        if (b.lastLatencyMs !== null) backendLatency.set({ backend: b.address }, b.lastLatencyMs / 1000);
+      }
       for (const b of doc.backends) {
+        backendListed.set({ backend: b.address }, 1);
         backendUp.set({ backend: b.address }, b.healthy ? 1 : 0);
         backendDamped.set({ backend: b.address }, b.dampedUntil ? 1 : 0);
         for (const s of BACKEND_STATES) backendState.set({ backend: b.address, state: s }, b.state === s ? 1 : 0);

@@ -2,7 +2,7 @@
  * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
  */
 import type { EngineStatus } from '../vrrp/engine.js';
-import type { BackendHealth, FailOpenStatus } from '../health/checker.js';
+import type { BackendHealth, FailOpenStatus, DepartedBackend } from '../health/checker.js';
 import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
 import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
@@ -66,6 +66,12 @@ export interface CommonStatus {
    * serving certificate (`missing`: the names clients use that it lacks; see docs/check.md).
    */
   backends: (BackendHealth & { source?: BackendSource; certificate?: BackendCertificate })[];
+  /**
+   * Backends that left the set and are remembered for a while (health/checker.ts
+   * RETAIN_REMOVED_MS): their state when they left, how often they left and came back; one that
+   * comes back resumes from there. Absent when there is none.
+   */
+  departedBackends?: DepartedBackend[];
   /** Backend discovery's state and counters; absent without a `discovery` section. */
   discovery?: DiscoveryStats;
   /** What the health checks decide over all backends: fail open (docs/health.md); absent without backends. */
@@ -179,6 +185,7 @@ export function statusDocument(
       ? { lastTransition: extras.transitions.at(-1) ?? null, transitions: extras.transitions, masterSince: extras.masterSince, priorityReason: extras.priorityReason }
       : {}),
     backends: common.backends,
+    ...(common.departedBackends === undefined ? {} : { departedBackends: common.departedBackends }),
     ...(common.discovery === undefined ? {} : { discovery: common.discovery }),
     ...(common.health === undefined ? {} : { health: common.health }),
     dataplane: common.dataplane,

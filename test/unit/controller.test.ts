@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { desiredDataplane, LoadBalancer, VIP_PLANE_MESSAGES, type LoadBalancerDeps, type VipPlaneOptions } from '../../src/dataplane/controller.js';
 import type { DesiredDataplane } from '../../src/dataplane/nftables.js';
 import { Reconciler } from '../../src/dataplane/reconcile.js';
+import { NftablesApplier, type Executor } from '../../src/dataplane/apply.js';
 import type { Cause } from '../../src/health/verdict.js';
 import { parseHostPort } from '../../src/net/hostport.js';
 import { CAUSES, FakeSource, recordingLog, verdict } from './verdict-fakes.js';
@@ -199,5 +200,43 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     s.backends.push('x');
     s.applies = 99;
     expect(plane.status()).toMatchObject({ backends: [B1], applies: 1 });
+  });
+
+  it('set changes that leave the ruleset as it is (a backend that is not ready comes and goes): no nft run, no apply counted, no log', async () => {
+    // the real applier on a fake nft: what runs is what `nft monitor` would see
+    const runs: string[][] = [];
+    const exec: Executor = (args) => {
+      runs.push(args);
+      // no table yet: reading its counters fails as nft does; everything else succeeds
+      return Promise.resolve(args.includes('counters') ? { code: 1, stdout: '', stderr: 'Error: No such file or directory\n' } : { code: 0, stdout: '', stderr: '' });
+    };
+    const applier = new NftablesApplier({ exec });
+    const { log, logs } = recordingLog();
+    const source = new FakeSource([B1, B2]);
+    const plane = new LoadBalancer({ apply: (d) => applier.apply(d), flush: () => Promise.resolve(0), log }, OPTS);
+    const r = new Reconciler(plane, source, { log, ...VIP_PLANE_MESSAGES });
+    source.set(verdict(B1, 'up'));
+    source.set(verdict(B2, CAUSES.http500));
+    await r.sync();
+    const transactions = (): number => runs.filter((a) => a.join(' ') === '-f -').length;
+    expect(transactions()).toBe(1);
+    expect(plane.status()).toMatchObject({ backends: [B1], applies: 1 });
+    const first = plane.status().lastApplyMs;
+    const applied = logs.info.length;
+    const ran = runs.length;
+    // B3, not ready (no verdict yet, then refused), joins and leaves the set ten times; each change re-syncs
+    const N = 10;
+    for (let i = 0; i < N; i++) {
+      source.list.push({ backend: parseHostPort(B3), state: 'unknown' });
+      await r.sync();
+      source.judge(verdict(B3, CAUSES.refused));
+      await r.sync();
+      source.list.pop();
+      await r.sync();
+    }
+    expect(runs.length).toBe(ran);
+    expect(transactions()).toBe(1);
+    expect(plane.status()).toMatchObject({ backends: [B1], applies: 1, lastApplyMs: first });
+    expect(logs.info.length).toBe(applied);
   });
 });

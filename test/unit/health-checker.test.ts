@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   answeredMeanwhile,
   HealthChecker,
+  RETAIN_REMOVED_MS,
   type CheckerBackend,
   type CheckerSettings,
   type HealthChange,
@@ -140,6 +141,8 @@ describe('HealthChecker: health', () => {
         reason: null,
         consecutive: 0,
         dampedUntil: null,
+        left: 0,
+        returned: 0,
       })),
     );
     checker.start();
@@ -166,6 +169,8 @@ describe('HealthChecker: health', () => {
       reason: null,
       consecutive: 2,
       dampedUntil: null,
+      left: 0,
+      returned: 0,
     });
   });
 
@@ -333,7 +338,52 @@ describe('HealthChecker: setBackends and stop', () => {
     await clock.advance(5_000);
     expect(changes).toStrictEqual([]);
     expect(fake.calls).toHaveLength(1);
+    // only the retention's timer is left (no check): it forgets the backend after RETAIN_REMOVED_MS
+    expect(clock.pending).toBe(1);
+    await clock.advance(RETAIN_REMOVED_MS);
     expect(clock.pending).toBe(0);
+    expect(checker.departed()).toStrictEqual([]);
+  });
+
+  it('a backend listed 15 s of every 20 s keeps its state across the gaps and counts them; one gone past the retention starts over', async () => {
+    const { clock, fake, checker } = setup({ random: () => 0.5, backends: [B1, B2] });
+    fake.set('10.0.0.12:6443', { ok: false, cause: { kind: 'refused' }, error: 'ECONNREFUSED', latencyMs: 1 });
+    checker.start();
+    await clock.advance(3_000); // checks at 500, 1500: fall 2, down
+    expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'down', left: 0, returned: 0 });
+    const B2_ = (l: readonly { address?: string; backend?: { host: string } }[]) => l.filter((b) => b.address === '10.0.0.12:6443' || b.backend?.host === '10.0.0.12');
+    for (let i = 1; i <= 3; i++) {
+      checker.setBackends([B1]);
+      // out: nothing is sent to it and nothing checks it, but it is remembered as it was
+      expect(B2_(checker.snapshot())).toStrictEqual([]);
+      expect(B2_(checker.verdicts())).toStrictEqual([]);
+      expect(checker.departed()).toStrictEqual([
+        expect.objectContaining({ address: '10.0.0.12:6443', state: 'down', reason: 'ECONNREFUSED', left: i, returned: i - 1, leftAt: new Date(clock.now()).toISOString(), keptUntil: new Date(clock.now() + RETAIN_REMOVED_MS).toISOString() }),
+      ]);
+      const calls = fake.calls.length;
+      await clock.advance(5_000);
+      expect(fake.calls.filter((c) => c.address === '10.0.0.12:6443').length).toBe(B2_(fake.calls.slice(0, calls)).length);
+      checker.setBackends([B1, B2]);
+      // back: down and dead at once (not unknown), checked again from its next offset
+      expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'down', left: i, returned: i });
+      expect(checker.verdicts()[1]).toMatchObject({ state: 'dead', message: 'ECONNREFUSED' });
+      expect(checker.departed()).toStrictEqual([]);
+      await clock.advance(15_000);
+      expect(checker.snapshot()[1]).toMatchObject({ state: 'down', consecutive: expect.any(Number) });
+    }
+    checker.setBackends([B1]);
+    await clock.advance(RETAIN_REMOVED_MS);
+    expect(checker.departed()).toStrictEqual([]);
+    checker.setBackends([B1, B2]);
+    expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'unknown', left: 0, returned: 0 });
+    // one that left up is remembered up, but comes back unknown: served again only after rise passes
+    checker.setBackends([B2]);
+    expect(checker.departed()).toStrictEqual([expect.objectContaining({ address: '10.0.0.11:6443', state: 'up', left: 1, returned: 0 })]);
+    checker.setBackends([B2, B1]);
+    expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.11:6443', state: 'unknown', healthy: false, left: 1, returned: 1 });
+    expect(checker.verdicts()[1]).toStrictEqual({ backend: expect.objectContaining({ host: '10.0.0.11' }), state: 'unknown' });
+    await clock.advance(2_100);
+    expect(checker.snapshot()[1]).toMatchObject({ state: 'up', healthy: true, left: 1, returned: 1 });
   });
 
   it('refuses a host that is not an IP address and leaves the set unchanged', () => {

@@ -47,6 +47,27 @@ describe('metrics', () => {
     expect(text.split('\n')).toContain('ballast_local_endpoint_sockets_reset_total 2');
     expect(text).toContain('# TYPE ballast_vrrp_adverts_sent_total counter');
   });
+  it('a backend that left the set keeps its series while remembered, with its state when it left; a listed one reads listed 1', async () => {
+    const m = createMetrics();
+    const gone = (address: string, state: 'up' | 'down') => ({ address, state, dampedUntil: null, lastCheck: null, lastLatencyMs: 2, reason: state === 'down' ? 'ECONNREFUSED' : null, consecutive: 2, left: 3, returned: 2, leftAt: '2026-11-29T20:00:00.000Z', keptUntil: '2026-11-29T20:05:00.000Z' });
+    m.update({ ...doc, departedBackends: [gone('10.0.0.13:6443', 'down'), gone('10.0.0.14:6443', 'up')] });
+    const lines = (await m.registry.metrics()).split('\n');
+    for (const line of [
+      'ballast_backend_listed{backend="10.0.0.11:6443"} 1',
+      'ballast_backend_listed{backend="10.0.0.13:6443"} 0',
+      'ballast_backend_up{backend="10.0.0.13:6443"} 0',
+      'ballast_backend_state{backend="10.0.0.13:6443",state="down"} 1',
+      'ballast_backend_check_duration_seconds{backend="10.0.0.13:6443"} 0.002',
+      // left while up: no BallastBackendDown for a backend gone for good
+      'ballast_backend_up{backend="10.0.0.14:6443"} 1',
+    ]) {
+      expect(lines).toContain(line);
+    }
+    // forgotten: the series go
+    m.update(doc);
+    expect((await m.registry.metrics()).split('\n').filter((l) => l.includes('10.0.0.13'))).toStrictEqual([]);
+  });
+
   it('process metrics under their standard names, and ballast_build_info', async () => {
     const text = await createMetrics({ version: '1.2.3' }).registry.metrics();
     const lines = text.split('\n');
