@@ -30,7 +30,7 @@ const PAGE_HEADERS = { 'content-type': 'text/html; charset=utf-8', 'content-secu
  * 1000 / SCRAPE_CACHE_MS renderings a second of each, whatever the number of scrapers. A client
  * that asks less often than this always gets a fresh answer; Prometheus scrapes every 15–60 s.
  */
-export const SCRAPE_CACHE_MS = 250;
+export const SCRAPE_CACHE_MS = 100;
 
 /** Connections the admin server holds at most (more are closed at once): a bound on what scrapers can make it parse. */
 export const ADMIN_MAX_CONNECTIONS = 64;
@@ -39,18 +39,21 @@ export const ADMIN_MAX_CONNECTIONS = 64;
  * `render` shared by its callers: a call while one runs gets that one's outcome, and a call within
  * `maxAgeMs` of the start of the last one that succeeded gets its value, so the work is done at most
  * once per `maxAgeMs` however many ask. A rejection is not kept (the next call renders again).
+ * A value is also not reused once `stamp()` differs from what it was at its rendering (the agent's
+ * count of state changes, health changes and reloads: those are never answered stale).
  * A synchronous throw of `render` is thrown to the caller. `drop()` forgets the last value (after a reload: the next call renders).
  * `maxAgeMs` 0: every call renders, only calls during a rendering share it.
  */
-export function shared<T>(render: () => Promise<T>, maxAgeMs: number, now: () => number = () => performance.now()): { get(): Promise<T>; drop(): void } {
+export function shared<T>(render: () => Promise<T>, maxAgeMs: number, now: () => number = () => performance.now(), stamp: () => unknown = () => 0): { get(): Promise<T>; drop(): void } {
   let running: Promise<T> | null = null;
-  let last: { at: number; value: Promise<T> } | null = null;
+  let last: { at: number; stamp: unknown; value: Promise<T> } | null = null;
   let epoch = 0;
   return {
     get() {
       if (running) return running;
       const at = now();
-      if (last && at - last.at < maxAgeMs) return last.value;
+      const st = stamp();
+      if (last && at - last.at < maxAgeMs && Object.is(st, last.stamp)) return last.value;
       const mine = ++epoch;
       // a synchronous throw goes to the caller as it is (the admin server answers it with a 500)
       const p = render();
@@ -58,7 +61,7 @@ export function shared<T>(render: () => Promise<T>, maxAgeMs: number, now: () =>
       const settle = (ok: boolean): void => {
         if (epoch !== mine) return;
         running = null;
-        last = ok ? { at, value: p } : null;
+        last = ok ? { at, stamp: st, value: p } : null;
       };
       p.then(
         () => settle(true),
@@ -87,6 +90,8 @@ export interface AdminHandlers {
   metrics(): Promise<{ contentType: string; body: string }>;
   /** Re-reads the configuration file and applies it; rejects with {@link ReloadUnavailable} when the agent cannot reload now. Absent: 404. */
   reload?(): Promise<ReloadResult>;
+  /** Changes (a number that grows) whenever the state, a backend's health or the configuration changed: a rendering from before is not served. Absent: only time and POST /reload decide. */
+  stamp?(): unknown;
   /** A handler or an answer threw (a bug): told here (observe/contain.ts counts it); the request gets a 500, the server goes on. */
   internalError?(err: unknown): void;
 }
@@ -98,8 +103,9 @@ export interface AdminHandlers {
 export async function startAdmin(host: string, port: number, h: AdminHandlers, o: { cacheMs?: number } = {}): Promise<Server> {
   const cacheMs = o.cacheMs ?? SCRAPE_CACHE_MS;
   // /status, / and /healthz read one status document; /metrics has its own rendering
-  const status = shared(() => h.status(), cacheMs);
-  const metrics = shared(() => h.metrics(), cacheMs);
+  const stamp = h.stamp ? () => h.stamp!() : undefined;
+  const status = shared(() => h.status(), cacheMs, undefined, stamp);
+  const metrics = shared(() => h.metrics(), cacheMs, undefined, stamp);
   /** The 500 of a handler that threw: never a throw out of the request (it would end the process). */
   const fail500 = (res: ServerResponse, err: unknown): void => {
     try {

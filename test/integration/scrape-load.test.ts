@@ -9,7 +9,7 @@
  *
  * On the code before the fix (every scrape rendered again, the pacer stepping in at 1.5
  * intervals) 3 runs of 4 failed: p99 165.8 / 150.2 / 150.1 ms (max up to 254 ms), scrapes' p99
- * 100–120 ms; one passed at 109.7 ms. After (one rendering per 250 ms, the pacer at 5 %): p99
+ * 100–120 ms; one passed at 109.7 ms. After (one rendering per 250 ms, the pacer at 5 %; 100 ms since): p99
  * 105.3–108.8 ms in 4 runs, scrapes' p99 30–75 ms under this load. The margin is thin on 2
  * shared cores: a failure here is worth a rerun before a hunt, and a second one is not noise.
  */

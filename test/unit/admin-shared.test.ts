@@ -42,6 +42,17 @@ describe('shared', () => {
     expect(() => t.get()).toThrow('sync');
   });
 
+  it('a stamp that changed (a state, health or configuration change) is never answered with a rendering from before it', async () => {
+    let stamp = 0;
+    let n = 0;
+    const s = shared(async () => ++n, 1000, () => 0, () => stamp);
+    expect(await s.get()).toBe(1);
+    expect(await s.get()).toBe(1);
+    stamp++;
+    expect(await s.get()).toBe(2);
+    expect(await s.get()).toBe(2);
+  });
+
   it('maxAgeMs 0: every call after a rendering renders again', async () => {
     let n = 0;
     const s = shared(async () => ++n, 0, () => 0);
