@@ -213,6 +213,7 @@ const SCRIPTS = {
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',
   'health-probe': 'lab/clients/health-probe',
+  scraper: 'lab/clients/scraper',
 } as const;
 
 /** A script the lab runs as a child process (see SCRIPTS). */

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -40,6 +41,13 @@ int64_t AdvertPacer::Now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+int64_t AdvertPacer::CoverSlackNs(int64_t intervalNs) {
+  // 5 % of the interval, at least 3 ms (libuv's timers run up to ~2 ms late on an idle loop),
+  // at most half of it (what it was before issue 27)
+  const int64_t slack = std::max<int64_t>(intervalNs / 20, 3'000'000);
+  return std::min<int64_t>(slack, intervalNs / 2);
 }
 
 int AdvertPacer::Start(int rtPriority) {
@@ -141,7 +149,7 @@ void AdvertPacer::Run() {
     }
     holding_ = false;
     const bool covering = lastPacerSend_ > engine;
-    const int64_t due = covering ? lastPacerSend_ + intervalNs_ : engine + intervalNs_ + intervalNs_ / 2;
+    const int64_t due = covering ? lastPacerSend_ + intervalNs_ : engine + intervalNs_ + CoverSlackNs(intervalNs_);
     if (now < due) {
       wake_.wait_for(lock, std::chrono::nanoseconds(due - now));
       continue;

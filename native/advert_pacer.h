@@ -1,8 +1,9 @@
 // The advert pacer: a native thread that keeps an Active router's adverts on the wire while the
 // JavaScript thread that runs the election cannot (a GC pause, a long synchronous task, a CPU
 // starved by other processes). The engine sends every advert itself; the pacer only watches the
-// time of its last send, and when none came for 1.5 × Advertisement_Interval it sends the
-// current adverts in its place, every Advertisement_Interval, until the engine sends again, or
+// time of its last send, and when none came for Advertisement_Interval plus a slack (5 %, at
+// least 3 ms, at most half the interval: CoverSlackNs) it sends the current adverts in its
+// place, every Advertisement_Interval, until the engine sends again, or
 // until the engine has been silent for the hold time (src/vrrp/engine.ts pacerHoldMs): then it
 // stops, so that a wedged agent loses the VIP (RFC 9568 §6.4.2: a Backup takes over
 // Master_Down_Interval after the last advert).
@@ -61,6 +62,12 @@ class AdvertPacer {
   // The next sequence number, taken (the engine's sends and the pacer's share one counter).
   uint64_t TakeSequence();
   PacerStats Stats();
+  // How late past Advertisement_Interval the engine's send may be before the pacer sends in its
+  // place, ns. It was half the interval; a main thread kept busy by other work (20 scrapers of
+  // the admin endpoint and a loaded CPU, issue 27) then put adverts up to 1.5 intervals apart,
+  // where 1.1 is the bound. An engine that is a little late and then sends too puts two adverts
+  // a few ms apart on the wire: harmless (RFC 9568 §6.4.3 Backups only restart their timer).
+  static int64_t CoverSlackNs(int64_t intervalNs);
 
  private:
   static void* Main(void* self);

@@ -91,7 +91,7 @@ export interface AdvertPacerStats {
   /** Its sends that failed; `lastErrno` is the errno number of the last one (0: none). */
   sendErrors: number;
   lastErrno: number;
-  /** Times it began sending because the engine had not sent for 1.5 × Advertisement_Interval. */
+  /** Times it began sending because the engine had not sent for Advertisement_Interval plus the slack (native/advert_pacer.h CoverSlackNs). */
   covers: number;
   /** Times it stopped because the engine stayed silent for the hold time. */
   holds: number;
@@ -508,7 +508,8 @@ export class VrrpSocket {
 
   /**
    * What the pacer sends while the engine cannot: `adverts` (each round sends them in order)
-   * once the last {@link VrrpSocket.send} is 1.5 × `intervalMs` old, then every `intervalMs`
+   * once the last {@link VrrpSocket.send} is `intervalMs` plus a slack old (5 %, at least 3 ms,
+   * at most half of `intervalMs`: native/advert_pacer.h CoverSlackNs), then every `intervalMs`
    * (Advertisement_Interval, ms) until the next send, and nothing once the last send is
    * `holdMs` (ms) old. `null`: not Active, nothing is sent. With {@link VrrpSocket.setAuth}
    * each is signed as it goes (docs/auth.md). The call counts as a send.

@@ -27,7 +27,7 @@ export interface AdminPhase extends PhaseHandle {
  * @throws BallastError BALLAST_E_ADMIN_ADDRESS (exit 2) when the address is not this node's,
  *   BALLAST_E_ADMIN_LISTEN (exit 1) for any other listen failure (the port is in use, …).
  */
-export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { status: () => Promise<StatusDocument>; reload?: () => Promise<ReloadResult> }): Promise<AdminPhase> {
+export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { status: () => Promise<StatusDocument>; reload?: () => Promise<ReloadResult>; stamp?: () => unknown }): Promise<AdminPhase> {
   return runPhase(ctx, 'admin', async (own) => {
     const { status, reload } = inputs;
     const metrics = createMetrics();
@@ -35,6 +35,7 @@ export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { sta
     const { internal } = ctx;
     const admin = await startAdmin(config.admin.listen.host, config.admin.listen.port, {
       status,
+      ...(inputs.stamp ? { stamp: inputs.stamp } : {}),
       metrics: async () => {
         const doc = await status();
         // a metric that cannot be set leaves the others served, and is counted

@@ -127,6 +127,11 @@ export async function startAgent(
   const certificates = checker ? new CertificateTracker((b) => certificateNeeds(reloads.current, b), log) : null;
   // observer paths contain their failures here: counted, logged, never fatal (observe/contain.ts)
   const internal = new InternalErrors(log);
+  // health and configuration changes: the admin endpoint answers none of them with a rendering
+  // from before (observe/admin.ts shared), the election's are counted by its history
+  let changes = 0;
+  const changed = (): void => void changes++;
+  for (const ev of ['change', 'failOpen', 'damping'] as const) checker?.on(ev, changed);
   if (checker && certificates) {
     checker.on(
       'check',
@@ -160,6 +165,7 @@ export async function startAgent(
     return stopping;
   };
   const history = new ElectionHistory();
+  const stamp = (): number => changes + history.changes;
   const ctx: AgentContext = {
     log,
     signal: cancel.signal,
@@ -198,8 +204,9 @@ export async function startAgent(
       await started;
       if (stopping) throw new ReloadUnavailable('the agent is stopping; the configuration was not reloaded');
       notifier.reloading();
-      const r = await runReload(ctx, reloads.current, get, { stack, running, followers, checker, status, reload: reloadAdmin, logLevel: opts.logLevel, trigger, source }).finally(() => notifier.ready());
+      const r = await runReload(ctx, reloads.current, get, { stack, running, followers, checker, status, stamp, reload: reloadAdmin, logLevel: opts.logLevel, trigger, source }).finally(() => notifier.ready());
       reloads.last = r.result;
+      changed();
       if (r.ok) {
         memory.schedule();
         reloads.current = r.config!;
@@ -221,7 +228,7 @@ export async function startAgent(
 
   const onAbort = (): void => void stopWith(0, opts.restartOnAbort?.() ?? false);
   // started first: a stop (also one requested before startAgent) waits for the phase under way
-  started = startPhases(ctx, config, { stack, running, followers, checker, status, reload: opts.load ? reloadAdmin : undefined }, () => notifier.ready());
+  started = startPhases(ctx, config, { stack, running, followers, checker, status, stamp, reload: opts.load ? reloadAdmin : undefined }, () => notifier.ready());
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
@@ -259,7 +266,7 @@ async function startPhases(
   deps: PhaseDeps,
   ready: () => Promise<void>,
 ): Promise<void> {
-  const { stack, running, followers, checker, status, reload } = deps;
+  const { stack, running, followers, checker, status, reload, stamp } = deps;
   const { log } = ctx;
   /** Runs one phase and puts its undo on the stack; checks for a stop before and after. */
   const phase = async <H extends PhaseHandle>(start: () => Promise<H>): Promise<H> => {
@@ -276,7 +283,7 @@ async function startPhases(
   running.resolved = pre.resolved;
   stack.defer(pre.phase, () => pre.undo());
   throwIfAborted(ctx.signal);
-  running.admin = await phase(() => startAdminPhase(ctx, config, { status, ...(reload ? { reload } : {}) }));
+  running.admin = await phase(() => startAdminPhase(ctx, config, { status, ...(stamp ? { stamp } : {}), ...(reload ? { reload } : {}) }));
   if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
     running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers, ebpf: pre.ebpf }));
   }

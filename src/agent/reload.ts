@@ -46,6 +46,8 @@ export interface PhaseDeps {
   followers: HealthFollowers;
   checker: HealthChecker | null;
   status: () => Promise<StatusDocument>;
+  /** Grows with every state, health or configuration change (observe/admin.ts: no answer rendered before it is served); absent in tests. */
+  stamp?: () => unknown;
   /** POST /reload's handler (absent: the agent has no file to reload). */
   reload: (() => Promise<ReloadResult>) | undefined;
 }
@@ -375,7 +377,7 @@ async function rerunAdmin(ctx: AgentContext, cur: Config, next: Config, deps: Ph
   if (!running.admin) return;
   const old = running.admin;
   await old.release();
-  const start = (c: Config): Promise<AdminPhase> => startAdminPhase(ctx, c, { status: deps.status, ...(deps.reload ? { reload: deps.reload } : {}) });
+  const start = (c: Config): Promise<AdminPhase> => startAdminPhase(ctx, c, { status: deps.status, ...(deps.stamp ? { stamp: deps.stamp } : {}), ...(deps.reload ? { reload: deps.reload } : {}) });
   let h: AdminPhase;
   try {
     h = await start(next);

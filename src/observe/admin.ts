@@ -22,6 +22,61 @@ const { createServer } = createRequire(import.meta.url)('node:http') as typeof i
 /** The page has no script and no external asset: the browser is told to load none. */
 const PAGE_HEADERS = { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'", 'cache-control': 'no-store' };
 
+/**
+ * How long one rendering of the status document and of /metrics serves the requests that follow
+ * it, ms (see {@link shared}). Twenty scrapers at 10 Hz each (issue 27) asked for 200 renderings a
+ * second, each 1–3 ms of the main thread where the election runs (prom-client's collects, the
+ * engine's and the checks' status), and delayed the Active's adverts; with this, at most
+ * 1000 / SCRAPE_CACHE_MS renderings a second of each, whatever the number of scrapers. A client
+ * that asks less often than this always gets a fresh answer; Prometheus scrapes every 15–60 s.
+ */
+export const SCRAPE_CACHE_MS = 100;
+
+/** Connections the admin server holds at most (more are closed at once): a bound on what scrapers can make it parse. */
+export const ADMIN_MAX_CONNECTIONS = 64;
+
+/**
+ * `render` shared by its callers: a call while one runs gets that one's outcome, and a call within
+ * `maxAgeMs` of the start of the last one that succeeded gets its value, so the work is done at most
+ * once per `maxAgeMs` however many ask. A rejection is not kept (the next call renders again).
+ * A value is also not reused once `stamp()` differs from what it was at its rendering (the agent's
+ * count of state changes, health changes and reloads: those are never answered stale).
+ * A synchronous throw of `render` is thrown to the caller. `drop()` forgets the last value (after a reload: the next call renders).
+ * `maxAgeMs` 0: every call renders, only calls during a rendering share it.
+ */
+export function shared<T>(render: () => Promise<T>, maxAgeMs: number, now: () => number = () => performance.now(), stamp: () => unknown = () => 0): { get(): Promise<T>; drop(): void } {
+  let running: Promise<T> | null = null;
+  let last: { at: number; stamp: unknown; value: Promise<T> } | null = null;
+  let epoch = 0;
+  return {
+    get() {
+      if (running) return running;
+      const at = now();
+      const st = stamp();
+      if (last && at - last.at < maxAgeMs && Object.is(st, last.stamp)) return last.value;
+      const mine = ++epoch;
+      // a synchronous throw goes to the caller as it is (the admin server answers it with a 500)
+      const p = render();
+      running = p;
+      const settle = (ok: boolean): void => {
+        if (epoch !== mine) return;
+        running = null;
+        last = ok ? { at, stamp: st, value: p } : null;
+      };
+      p.then(
+        () => settle(true),
+        () => settle(false),
+      );
+      return p;
+    },
+    drop() {
+      epoch++;
+      running = null;
+      last = null;
+    },
+  };
+}
+
 /** A reload the agent refuses to start (it is stopping): 503, not a failed reload. */
 export class ReloadUnavailable extends Error {
   override name = 'ReloadUnavailable';
@@ -35,6 +90,8 @@ export interface AdminHandlers {
   metrics(): Promise<{ contentType: string; body: string }>;
   /** Re-reads the configuration file and applies it; rejects with {@link ReloadUnavailable} when the agent cannot reload now. Absent: 404. */
   reload?(): Promise<ReloadResult>;
+  /** Changes (a number that grows) whenever the state, a backend's health or the configuration changed: a rendering from before is not served. Absent: only time and POST /reload decide. */
+  stamp?(): unknown;
   /** A handler or an answer threw (a bug): told here (observe/contain.ts counts it); the request gets a 500, the server goes on. */
   internalError?(err: unknown): void;
 }
@@ -43,7 +100,12 @@ export interface AdminHandlers {
  * Starts listening on `host`:`port`.
  * @throws Error with `code` EADDRINUSE / EACCES / EADDRNOTAVAIL when the address cannot be bound.
  */
-export async function startAdmin(host: string, port: number, h: AdminHandlers): Promise<Server> {
+export async function startAdmin(host: string, port: number, h: AdminHandlers, o: { cacheMs?: number } = {}): Promise<Server> {
+  const cacheMs = o.cacheMs ?? SCRAPE_CACHE_MS;
+  // /status, / and /healthz read one status document; /metrics has its own rendering
+  const stamp = h.stamp ? () => h.stamp!() : undefined;
+  const status = shared(() => h.status(), cacheMs, undefined, stamp);
+  const metrics = shared(() => h.metrics(), cacheMs, undefined, stamp);
   /** The 500 of a handler that threw: never a throw out of the request (it would end the process). */
   const fail500 = (res: ServerResponse, err: unknown): void => {
     try {
@@ -88,6 +150,9 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
         res,
         () => h.reload!(),
         (r) => {
+          // what a reload changed is in the next answer, not in one rendered before it
+          status.drop();
+          metrics.drop();
           const body = `${JSON.stringify(r)}\n`;
           res.writeHead(r.ok ? 200 : 422, { 'content-type': 'application/json' }).end(body);
         },
@@ -102,7 +167,7 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
     if (url === '/status' || url === '/healthz') {
       answer(
         res,
-        () => h.status(),
+        () => status.get(),
         (doc) => {
           if (url === '/status') {
             const body = `${JSON.stringify(doc)}\n`;
@@ -120,7 +185,7 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
     if (url === '/') {
       answer(
         res,
-        () => h.status(),
+        () => status.get(),
         (doc) => {
           const page = renderStatusPage(doc);
           res.writeHead(200, PAGE_HEADERS).end(page);
@@ -132,7 +197,7 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
     if (url === '/metrics') {
       answer(
         res,
-        () => h.metrics(),
+        () => metrics.get(),
         (m) => res.writeHead(200, { 'content-type': m.contentType }).end(m.body),
         (err: Error) => res.writeHead(503, { 'content-type': 'text/plain' }).end(`metrics unavailable: ${err.message}\n`),
       );
@@ -141,6 +206,10 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers): 
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try /, /status, /healthz, /metrics or POST /reload\n');
   };
   server.keepAliveTimeout = 5000;
+  server.maxConnections = ADMIN_MAX_CONNECTIONS;
+  // a client that sends its headers or its request this slowly holds a connection for nothing
+  server.headersTimeout = 5000;
+  server.requestTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

@@ -23,16 +23,25 @@ export interface TransitionRecord {
 export class ElectionHistory {
   readonly #ring: TransitionRecord[] = [];
   #master: { address: string; since: string } | null = null;
+  #changes = 0;
+
+  /** How many state changes and new masters were recorded (the admin endpoint serves nothing rendered before one). */
+  get changes(): number {
+    return this.#changes;
+  }
 
   /** Records a state change; the oldest beyond {@link TRANSITIONS_KEPT} is dropped. */
   transition(r: TransitionRecord): void {
+    this.#changes++;
     this.#ring.push(r);
     if (this.#ring.length > TRANSITIONS_KEPT) this.#ring.shift();
   }
 
   /** A new master is heard (or this node became master) at `at` (ISO 8601). */
   master(address: string, at: string): void {
-    if (this.#master?.address !== address) this.#master = { address, since: at };
+    if (this.#master?.address === address) return;
+    this.#changes++;
+    this.#master = { address, since: at };
   }
 
   /** The master heard now and since when, or null before any. */

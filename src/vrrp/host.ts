@@ -5,7 +5,7 @@
  * What keeps the election punctual while this thread is busy (a GC pause, a long synchronous
  * task, a starved CPU) is not a thread of JavaScript but the VRRP socket's advert pacer
  * (native/advert_pacer.h): a native thread that sends an Active router's adverts whenever the
- * engine has not for 1.5 × Advertisement_Interval, up to the hold time (engine.ts
+ * engine has not for Advertisement_Interval plus 5 % (at least 3 ms), up to the hold time (engine.ts
  * PACER_HOLD_MS). A Backup's Master_Down_Timer that fires late reads the adverts already
  * waiting in the socket before it acts (engine.ts onTimer), so a stall only delays a takeover.
  * An election worker thread did this before at the cost of a second V8 isolate (10–15 MiB of

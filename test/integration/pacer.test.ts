@@ -4,8 +4,8 @@
  * socket drain before a late Master_Down_Timer acts on a Backup (engine.ts onTimer). Real agents
  * on the lab, their main thread blocked by lab/block-main-thread.ts (SIGURG: busy for
  * BALLAST_TEST_BLOCK_MS), adverts every 100 ms, captured with tcpdump where the Backup receives
- * them. Bounds come from the protocol: the pacer's first advert 1.5 × Advertisement_Interval
- * after the engine's last, Master_Down_Interval (RFC 9568 §6.1) = 3 × 100 ms + Skew_Time, the
+ * them. Bounds come from the protocol: the pacer's first advert Advertisement_Interval plus its
+ * slack (5 %, at least 3 ms: native/advert_pacer.h CoverSlackNs) after the engine's last, Master_Down_Interval (RFC 9568 §6.1) = 3 × 100 ms + Skew_Time, the
  * hold (engine.ts PACER_HOLD_MS).
  */
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -21,8 +21,8 @@ import { needs, sleep, useElectionLab, waitFor } from '../support/index.js';
 const PREFIX = 'bpac';
 const SUBNET = 157;
 const INTERVAL_MS = 100;
-/** The pacer's first advert after the engine's last, ms (native/advert_pacer.h). */
-const FIRST_COVER_MS = 1.5 * INTERVAL_MS;
+/** The pacer's first advert after the engine's last, ms (native/advert_pacer.h CoverSlackNs). */
+const FIRST_COVER_MS = INTERVAL_MS + Math.max(3, INTERVAL_MS / 20);
 /** Slack for scheduling on 2 shared cores and tcpdump's timestamps. */
 const SLACK_MS = 40;
 
@@ -52,7 +52,7 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
   }
   const largestGap = (times: number[]): number => Math.max(...times.slice(1).map((t, i) => t - times[i]!));
 
-  it('the holder\'s main thread blocked 500 ms: the pacer keeps adverts within 1.5 × the interval, zero transitions, and the agent says so', async () => {
+  it('the holder\'s main thread blocked 500 ms: the pacer keeps adverts within the interval and its slack, zero transitions, and the agent says so', async () => {
     const [a1, a2] = await start([{ priority: 150, env: hook(500) }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(300);
@@ -68,10 +68,12 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
     expect(gap).toBeLessThanOrEqual(FIRST_COVER_MS + SLACK_MS);
     expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
     const pacer = (await a1!.status()).timing!.pacer!;
-    expect(pacer.covers).toBe(1);
-    // 500 ms of silence: the first cover at 150 ms, then one per 100 ms until the engine sends again
-    expect(pacer.sent).toBeGreaterThanOrEqual(3);
-    expect(pacer.sent).toBeLessThanOrEqual(6);
+    // the block's cover, and maybe one for a tick a few ms late on 2 shared cores
+    expect(pacer.covers).toBeGreaterThanOrEqual(1);
+    expect(pacer.covers).toBeLessThanOrEqual(3);
+    // 500 ms of silence: the first cover at 105 ms, then one per 100 ms until the engine sends again
+    expect(pacer.sent).toBeGreaterThanOrEqual(4);
+    expect(pacer.sent).toBeLessThanOrEqual(8);
     expect(pacer.holds).toBe(0);
     expect(pacer.longestSilenceMs).toBeGreaterThanOrEqual(500);
     const said = a1!.logLines().filter((l) => l.msg === 'the election thread was silent; the advert pacer sent its adverts meanwhile');

@@ -27,12 +27,14 @@ export type Need =
   | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'tcpdump' | 'prometheus' | 'promtool' | 'bird' | 'birdc'
   /** ARP requests (iputils-arping) and Neighbor Solicitations (ndisc6) sent from a lab namespace */
   | 'arping' | 'ndisc6'
+  /** CPU and IO load beside what a test measures */
+  | 'stress-ng'
   /** a peer daemon of the lab (lab/peers/) */
   | 'keepalived' | 'haproxy' | 'nginx'
   /** Debian's Chromium, for the status page in a real headless browser */
   | 'chromium';
 
-const PACKAGE: Record<string, string> = { bird: 'bird2', birdc: 'bird2', ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus', chromium: 'chromium', arping: 'iputils-arping', ndisc6: 'ndisc6' };
+const PACKAGE: Record<string, string> = { bird: 'bird2', birdc: 'bird2', ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus', chromium: 'chromium', arping: 'iputils-arping', ndisc6: 'ndisc6', 'stress-ng': 'stress-ng' };
 
 function executable(path: string): boolean {
   try {
@@ -72,6 +74,7 @@ function missing(need: Need): string | null {
     case 'birdc':
     case 'arping':
     case 'ndisc6':
+    case 'stress-ng':
       return onPath(need) ? null : `no ${need} on PATH (apt-get install ${PACKAGE[need]})`;
     case 'keepalived':
       return executable(KEEPALIVED_PATH) ? null : `no ${KEEPALIVED_PATH} (apt-get install keepalived)`;

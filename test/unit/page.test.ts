@@ -143,7 +143,8 @@ describe('GET / on the admin server', () => {
         return doc();
       },
       metrics: async () => ({ contentType: 'text/plain', body: '' }),
-    });
+      // no shared rendering (admin.ts SCRAPE_CACHE_MS): the second request must see the failure
+    }, { cacheMs: 0 });
     const port = (server.address() as { port: number }).port;
     const r = await fetch(`http://127.0.0.1:${port}/`);
     expect(r.status).toBe(200);
