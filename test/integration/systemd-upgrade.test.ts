@@ -180,6 +180,26 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
     return f;
   };
 
+  /**
+   * `apt install --reinstall` of the newer package on `n`, its new agent process SIGKILLed as soon
+   * as systemd forked it (a MainPID other than `old`, polled; bounded: 60 s). Resolves, once apt
+   * is done, with the killed PID (0: none seen).
+   */
+  const reinstallKillingNewProcess = async (n: SystemdNode, old: number): Promise<number> => {
+    const apt = n.install(next, { reinstall: true, timeoutMs: 120_000 });
+    let killed = 0;
+    const until = Date.now() + 60_000;
+    while (killed === 0 && Date.now() < until) {
+      const pid = await n.mainPid('ballast');
+      if (pid !== 0 && pid !== old) {
+        await n.exec(['kill', '-KILL', String(pid)], { allowFail: true });
+        killed = pid;
+      }
+    }
+    await apt;
+    return killed;
+  };
+
   const nothingMoved = (f: StepFigures): void => {
     expect({ moves: f.moves, longestNoHolderMs: f.longestNoHolderMs, failedRequests: f.failedRequests, watchReconnects: f.watchReconnects, watchFailedRequests: f.watchFailedRequests }).toStrictEqual({
       moves: 0,
@@ -218,17 +238,7 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
     const old = await n1.mainPid('ballast');
     let killed = 0;
     const f = await measure(`reinstall ${nextVersion}, the new process SIGKILLed`, async () => {
-      const apt = n1.install(next, { reinstall: true, timeoutMs: 120_000 });
-      // bounded: the new MainPID is caught within 60 s or never
-      const until = Date.now() + 60_000;
-      while (killed === 0 && Date.now() < until) {
-        const pid = await n1.mainPid('ballast');
-        if (pid !== 0 && pid !== old) {
-          await n1.exec(['kill', '-KILL', String(pid)], { allowFail: true });
-          killed = pid;
-        }
-      }
-      await apt;
+      killed = await reinstallKillingNewProcess(n1, old);
       // systemd's Restart=on-failure starts another after RestartSec (1 s)
       await waitFor(() => n1.mainPid('ballast'), (p) => p !== 0 && p !== killed, { timeoutMs: 15_000, intervalMs: 100, what: 'systemd to start the agent again' });
     });
@@ -246,17 +256,7 @@ describe.skipIf(why)('upgrades of the package on the VIP holder, under a real sy
     await n1.exec(['systemctl', 'daemon-reload']);
     const old = await n1.mainPid('ballast');
     const n2Before = (await n2.journal('ballast')).length;
-    const apt = n1.install(next, { reinstall: true, timeoutMs: 120_000 });
-    let killed = 0;
-    const until = Date.now() + 60_000;
-    while (killed === 0 && Date.now() < until) {
-      const pid = await n1.mainPid('ballast');
-      if (pid !== 0 && pid !== old) {
-        await n1.exec(['kill', '-KILL', String(pid)], { allowFail: true });
-        killed = pid;
-      }
-    }
-    await apt;
+    const killed = await reinstallKillingNewProcess(n1, old);
     expect(killed).not.toBe(0);
     const handOff = (await n1.journal('ballast')).filter((e) => e.MESSAGE.includes(HANDED_OFF)).at(-1)!;
     // vrrp.restartHold 8 s (the default): 200 cs announced; n2 (priority 100) waits 3 × 2 s + Skew_Time
