@@ -239,7 +239,9 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
       const lag = await waitSetChange(a, since, (bs) => bs.length > 0 && bs.every((b) => b.endsWith('(endpointslice)')));
       // one retry period, then a TLS handshake and a list (the lab's 2 shared cores: 1 s of slack)
       expect(lag, `the set came ${lag} ms after the permission`).toBeLessThanOrEqual(DENIED_RETRY_MS + 1000);
-      const after = await statusOf(a);
+      // the condition ends with the first list that is answered (within one more retry period: a
+      // request already under way when the permission came back may still be refused)
+      const after = await waitFor(() => statusOf(a), (x) => x.discovery?.denied === null, { timeoutMs: DENIED_RETRY_MS + 2000, intervalMs: 50, what: 'the denied condition to end' });
       expect([after.discovery!.denied, after.discovery!.deniedSince]).toStrictEqual([null, null]);
       console.log(`[discovery] 403 for ${since - firstRefusal} ms: ${after.discovery!.refusals.forbidden} refusals, one log line; the set came ${lag} ms after the permission (bound ${DENIED_RETRY_MS + 1000})`);
     } finally {
