@@ -139,7 +139,7 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
   });
   // the agent's modules load here, not with this file: `ballast status` and `reload` (run by
   // operators and probes, often) start in a fraction of the time without them
-  const [{ loadConfig }, { createLogger }, { startAgent }, { serviceManagerFromEnv }] = await Promise.all([
+  const [{ loadConfig }, { createLogger, logWritten }, { startAgent }, { serviceManagerFromEnv }] = await Promise.all([
     import('./config/index.js'),
     import('./observe/log.js'),
     import('./agent/index.js'),
@@ -171,6 +171,8 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
   });
   if (hupBeforeStart && firstSignal === null) onHup();
   const code = await agent.done;
+  // the last lines ('stopped') are written before the exit, in order (observe/log.ts)
+  if (!(await logWritten(log, 1000))) process.stderr.write('ballast: the log was not fully written within 1 s of the stop\n');
   // a second signal that arrived during a stop is written to libuv's signal pipe, and read only
   // when the loop next polls; the stop's last step may resolve first (its fd can come before
   // the pipe in the same poll), so poll once more before the exit: the signal is then logged

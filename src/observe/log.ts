@@ -63,7 +63,7 @@ export function stdoutIsJournal(env: NodeJS.ProcessEnv = process.env, stdout: ()
 export interface LoggerOptions {
   /** Prefix each line with its `<N>` syslog level (default: {@link stdoutIsJournal}). */
   journal?: boolean;
-  /** Where lines go (default stdout, pino's synchronous destination); for tests. */
+  /** Where lines go (default stdout through pino's asynchronous destination); for tests. */
   destination?: pino.DestinationStream;
 }
 
@@ -96,4 +96,25 @@ export function createLogger(level: LevelWithSilent = 'info', opts: LoggerOption
     formatters: { level: (label) => ({ level: label }) },
   };
   return opts.destination ? pino(options, opts.destination) : pino(options);
+}
+
+/**
+ * Resolves true once every line logged so far is written, false after `timeoutMs` (ms) if not.
+ * The default destination writes asynchronously, off the main thread, so that a slow journal
+ * never delays an advert; pino's exit hook then writes what is queued but not a write already
+ * under way, which lands after the last line or is lost. Awaited before process.exit().
+ * Mechanism: an empty write, after which the destination (sonic-boom) emits 'drain' once all
+ * writes are done. A destination without 'drain' (a test's) counts as written.
+ */
+export function logWritten(log: Logger, timeoutMs: number): Promise<boolean> {
+  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as Partial<NodeJS.EventEmitter & { write(s: string): unknown }> | undefined;
+  if (!stream || typeof stream.once !== 'function' || typeof stream.write !== 'function') return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), timeoutMs);
+    stream.once!('drain', () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+    stream.write!('');
+  });
 }

@@ -4,7 +4,12 @@
  * otherwise lines are plain JSON. Whether stdout is the journal: JOURNAL_STREAM = dev:ino of fd 1.
  */
 import { describe, expect, it } from 'vitest';
-import { createLogger, stdoutIsJournal, SYSLOG_LEVELS, withSyslogPrefix } from '../../src/observe/log.js';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EventEmitter } from 'node:events';
+import pino from 'pino';
+import { createLogger, logWritten, stdoutIsJournal, SYSLOG_LEVELS, withSyslogPrefix } from '../../src/observe/log.js';
 
 /** A logger at trace writing into an array of lines. */
 function capture(journal: boolean): { lines: string[]; log: ReturnType<typeof createLogger> } {
@@ -58,5 +63,36 @@ describe('journal priorities', () => {
     expect(stdoutIsJournal({ JOURNAL_STREAM: '1:2' }, () => {
       throw Object.assign(new Error('EBADF'), { code: 'EBADF' });
     })).toBe(false);
+  });
+});
+
+describe('logWritten: every line is written before the exit', () => {
+  it('with the asynchronous destination, resolves true once the file holds every line, in order', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ballast-log-'));
+    try {
+      const file = join(dir, 'out.log');
+      const destination = pino.destination({ dest: file, sync: false, mkdir: true });
+      await new Promise((r) => destination.once('ready', r));
+      const log = createLogger('info', { journal: false, destination });
+      for (let i = 0; i < 2000; i++) log.info({ i }, 'line');
+      expect(await logWritten(log, 5000)).toBe(true);
+      const seen = readFileSync(file, 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { i: number }).i);
+      expect(seen).toEqual(Array.from({ length: 2000 }, (_, i) => i));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a destination that never drains: false after the timeout', async () => {
+    const stuck = Object.assign(new EventEmitter(), { write: () => true });
+    const log = createLogger('info', { journal: false, destination: stuck });
+    const t0 = performance.now();
+    expect(await logWritten(log, 100)).toBe(false);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
+  });
+
+  it('a destination without drain events (a plain writer) counts as written', async () => {
+    const { log } = capture(false);
+    expect(await logWritten(log, 100)).toBe(true);
   });
 });
