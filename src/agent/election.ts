@@ -38,10 +38,14 @@ export interface ElectionPhase extends PhaseHandle {
   /** The last membership change in flight (changes apply one after another). */
   membershipQueue: Promise<void>;
   /**
-   * Resolves once the election has its first outcome: this router became Active or heard an
-   * Active router, or one Master_Down_Interval (+ 250 ms) passed since it started (nobody at
-   * all). Work that holds this thread (the Kubernetes client's import) waits for it, so that it
-   * never delays a starting Backup's takeover while nobody is master. Never rejects.
+   * Resolves once the election has its first outcome: this router became Active, or heard an
+   * Active router it will not preempt (a higher priority, or Preempt_Mode off), or neither
+   * happened within Master_Down_Interval + 250 ms + apiserver.health.settleMs of its start (the
+   * longest a starting router holds its preemption for its first verdicts). Work that holds this
+   * thread (the Kubernetes client's import) waits for it, so that it never delays a starting
+   * router's takeover: neither while nobody is master nor while a lower priority that started
+   * first is (this router preempts it once its first verdicts are in, and those checks run on
+   * this thread too). Never rejects.
    */
   firstOutcome: Promise<void>;
   /**
@@ -145,7 +149,7 @@ export function startElection(
     let outcome!: () => void;
     const firstOutcome = new Promise<void>((resolve) => (outcome = resolve));
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
-      if ((ev.type === 'transition' && ev.to === 'active') || ev.type === 'master') outcome();
+      if ((ev.type === 'transition' && ev.to === 'active') || (ev.type === 'master' && !ev.preempting)) outcome();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
@@ -194,8 +198,8 @@ export function startElection(
     }
     // resumed (its first advert sent): the note is spent; a later start is a start
     if (handOff.resume) removeHandOff(key);
-    // nobody heard within a Master_Down_Interval (RFC 9568 §6.1) and the margin: an outcome too
-    const outcomeTimer = setTimeout(outcome, masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250);
+    // no outcome within a Master_Down_Interval (RFC 9568 §6.1), the margin and the preempt hold
+    const outcomeTimer = setTimeout(outcome, masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250 + (config.apiserver.backends.length > 0 ? config.apiserver.health.settleMs : 0));
     outcomeTimer.unref();
     own.defer('first outcome timer', () => {
       clearTimeout(outcomeTimer);

@@ -311,9 +311,10 @@ export type EngineEvent =
   | { type: 'interfaceGone'; ifname: string }
   /**
    * A Backup heard a new Active router (another source than the last one; not a resign): the
-   * agent tells whether it is one of the known members (agent/election.ts).
+   * agent tells whether it is one of the known members (agent/election.ts). `preempting`: its
+   * priority is lower and this Backup will take over (MachineSnapshot.preempting).
    */
-  | { type: 'master'; address: string; priority: number; previous: string | null }
+  | { type: 'master'; address: string; priority: number; previous: string | null; preempting: boolean }
   /**
    * An exception escaped the engine's own processing (a timer, a packet, a netlink
    * notification): its state can no longer be trusted; the agent unwinds and exits.
@@ -765,7 +766,7 @@ export class VrrpEngine {
     }
     this.seenIntervalCs = adopted;
     if (ev.source !== this.seenMaster) {
-      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster });
+      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster, preempting: s.preempting });
       this.seenMaster = ev.source;
     }
   }
