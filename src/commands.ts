@@ -132,10 +132,15 @@ async function run(opts: { config: string; logLevel?: LogLevel }, stops: StopSig
       log?.info('status (SIGUSR1): still starting');
       return;
     }
-    agent.status().then(
-      (doc) => log?.info({ status: doc }, 'status (SIGUSR1)'),
-      (err: Error) => log?.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
-    );
+    agent
+      .status()
+      .then(
+        (doc) => log?.info({ status: doc }, 'status (SIGUSR1)'),
+        (err: Error) => log?.warn({ err: err.message }, 'status (SIGUSR1) unavailable'),
+      )
+      // a failure of the dump itself (its serialization) must not become an unhandled rejection,
+      // which would end the process and its VIP
+      .catch((err: unknown) => process.stderr.write(`ballast: status (SIGUSR1) could not be written: ${String(err)}\n`));
   });
   // the agent's modules load here, not with this file: `ballast status` and `reload` (run by
   // operators and probes, often) start in a fraction of the time without them
