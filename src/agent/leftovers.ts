@@ -10,7 +10,7 @@ import { dirname } from 'node:path';
 import type { Config } from '../config/index.js';
 import { NftablesApplier } from '../dataplane/apply.js';
 import { nativeEbpfSys } from '../dataplane/ebpf.js';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import { openRtnl, removeVips } from '../vip/netlink.js';
 
 /**

@@ -14,7 +14,7 @@
  * with) — so a stop still unwinds in start-up order reversed (the election before the VIP data
  * plane, however often it was re-run).
  */
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 
 /** An undo: releases what one step created. May be async; its errors are logged, not thrown. */
 export type Undo = () => unknown;

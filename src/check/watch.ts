@@ -13,7 +13,7 @@
  * a firewall change is noticed within one interval, which is what an operator reading the log
  * after "clients time out" needs.
  */
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import type { Executor } from '../dataplane/apply.js';
 import { findingKey, type FirewallFinding, type HookFlows } from './firewall.js';
 import { foreignFirewall } from './index.js';

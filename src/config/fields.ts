@@ -8,10 +8,9 @@ import { z } from 'zod';
 import type { AddressFamily } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
-import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
+import { BACKEND_RULE, checkAddress, type BackendAddress, type ListenAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
 import { DEFAULTS, HOUR_MS, IFNAMSIZ, MAX_BACKENDS, MINUTE_MS } from './limits.js';
 import { expect, quotedNumberHint, show, yesNoHint, type ExpectOptions } from './messages.js';
-import type { BackendAddress, ListenAddress } from './types.js';
 
 /** An integer setting from `lo` to `hi`. */
 export function intField(lo: number, hi: number, opts: ExpectOptions = {}) {

@@ -34,7 +34,7 @@
  * which destroys its piped connections with a RST so their clients reconnect at once.
  */
 import net from 'node:net';
-import { RateLimitedLog } from '../observe/ratelimit.js';
+import { RateLimitedLog } from '../log/ratelimit.js';
 import type { LocalBackend, LocalDataplane, LocalDataplaneStatus, LocalEndpoint } from './local.js';
 import { addressFamily, canonicalAddress, hostPort, type AddressFamily } from '../net/address.js';
 
@@ -330,7 +330,7 @@ export class ProxyLocalDataplane implements LocalDataplane {
   #updates = 0;
   #socketsReset = 0;
   #closed: Promise<void> | null = null;
-  /** per-connection failures: the first, then one line per second with the count (observe/ratelimit.ts) */
+  /** per-connection failures: the first, then one line per second with the count (log/ratelimit.ts) */
   readonly #limited: RateLimitedLog;
   readonly #hooks: SessionHooks;
 

@@ -2,14 +2,14 @@
  * The running agent's view of each backend's serving certificate: every health check that got
  * through the TLS handshake hands its peer certificate here; when a backend's certificate
  * differs from the last one seen (first check, rotation) it is examined once (the VIPs, the
- * local endpoint addresses, the name the checks verify: src/check/certificates.ts) and one log
+ * local endpoint addresses, the name the checks verify: examine-certificate.ts) and one log
  * line says what it covers: warn when a name is missing, info when it is fine.
  *
  * It never changes health: a backend whose certificate lacks the VIP still serves the clients
  * that use another name (its own address, a DNS name), so it is reported, not drained.
  */
 import { X509Certificate } from 'node:crypto';
-import { examineCertificate, type CertificateFindings, type NeededName } from '../check/certificates.js';
+import { examineCertificate, type CertificateFindings, type NeededName } from './examine-certificate.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 
 /**

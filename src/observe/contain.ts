@@ -12,7 +12,7 @@
  *
  * It is a bug whenever it counts: the line carries the stack so that it can be reported.
  */
-import { RateLimitedLog, type RateLimitOptions } from './ratelimit.js';
+import { RateLimitedLog, type RateLimitOptions } from '../log/ratelimit.js';
 
 /** The observer paths, one label value each of `ballast_internal_errors_total{path}`. */
 export const INTERNAL_ERROR_PATHS = ['certificates', 'status', 'history', 'metrics', 'admin', 'health-events', 'election-events', 'memory-release'] as const;
