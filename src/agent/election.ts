@@ -98,7 +98,7 @@ export function startElection(
   inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers },
 ): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
-    const { resolved, authKeys, checker, followers } = inputs;
+    const { resolved, authKeys, checker } = inputs;
     const { log } = ctx;
     const v = config.vrrp!;
     const { iface } = resolved;

@@ -98,7 +98,7 @@ export function startHealth(
     own.defer('health checks', () => checker.stop());
     f.balancing?.evaluate();
     const restartPassive = async (next: Config): Promise<void> => {
-      await watch?.stop();
+      watch?.stop();
       watch = startPassiveDetection(next, checker, log, direct);
     };
     return { restartPassive };

@@ -127,8 +127,8 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     }
     if (ebpf && keep === 'none') {
       const { pinDir } = ebpf;
-      own.defer('eBPF pins (also an earlier run\'s)', async () => {
-        if (!ctx.restarting?.()) await removePins(pinDir, ctx.log);
+      own.defer('eBPF pins (also an earlier run\'s)', () => {
+        if (!ctx.restarting?.()) removePins(pinDir, ctx.log);
       });
     }
     return { authKeys, resolved, locks, tables, ebpf };

@@ -25,7 +25,7 @@ import { commandExecutor, type Executor } from '../dataplane/apply.js';
 import { BirdControl, BirdError, foreignSnippet, parseStatus } from '../bgp/bird.js';
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';
-import { ConfigError, isBallastError } from '../errors.js';
+import { isBallastError } from '../errors.js';
 import { addressFamily, addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
 import { membershipOf } from '../vrrp/membership.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
@@ -37,7 +37,7 @@ import { ARP_SYSCTL_FIX, ARP_SYSCTLS, sysctlPath } from '../vip/noarp.js';
 import { checkBackendCertificates } from './certificates.js';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, flowsFor, type FirewallFinding, type HookFlows } from './firewall.js';
 import { listenForAdverts, probeAddress, PROBE_COUNT, PROBE_SPACING_MS, PROBE_WAIT_MS, type AddressClaim, type HeardAdvert } from './probe.js';
-import { exitStatus, type CheckReport, type CheckResult } from './report.js';
+import type { CheckReport, CheckResult } from './report.js';
 import { ebpfUnderUnit, realtimeUnderUnit, runningUnitBpffs, unitSandbox, UNIT_NAME, type Sandbox } from './unit.js';
 
 export { exitStatus } from './report.js';

@@ -110,7 +110,13 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
       result = reload(o);
     });
   // `ballast run` leaves the manifest commands' modules unloaded (the agent's memory, docs/performance.md)
-  if (argv[2] !== 'run') (await import('./manifest.js')).addManifestCommand(program, (r) => (result = r), packageVersion());
+  if (argv[2] !== 'run') (await import('./manifest.js')).addManifestCommand(
+      program,
+      (r) => {
+        result = r;
+      },
+      packageVersion(),
+    );
   try {
     await program.parseAsync(argv);
   } catch (err) {

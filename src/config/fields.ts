@@ -362,6 +362,7 @@ export function healthPathField() {
       }
       if (typeof input !== 'string') return fail(`must be a request path such as "/readyz", got ${show(input)}`);
       if (!input.startsWith('/')) return fail(`must start with "/", e.g. "/readyz", got ${show(input)}`);
+      // eslint-disable-next-line no-control-regex -- control characters are what this refuses
       if (/[\s\x00-\x1f\x7f]/.test(input)) return fail(`must not contain spaces or control characters (percent-encode them), got ${show(input)}`);
       if (input.includes('#')) return fail(`must not contain a fragment ("#…"): it is never sent to the server, got ${show(input)}`);
       if (input.length > 1024) return fail(`must be at most 1024 characters, got ${input.length}`);

@@ -31,7 +31,7 @@ import {
 import type { SectionKeys } from './issues.js';
 import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS, DISCOVERED, HOUR_MS, MAX_VIPS, MINUTE_MS } from './limits.js';
 import { expect, show } from './messages.js';
-import { LOG_LEVELS, type Config, type KeepOnStop } from './types.js';
+import { LOG_LEVELS, type KeepOnStop } from './types.js';
 
 
 const mappingError = expect('a mapping of settings (key: value)');

@@ -597,7 +597,7 @@ export class VrrpEngine {
     try {
       checkReconfigure(machinePatch, o.owner);
     } catch (err) {
-      throw new Error((err as Error).message);
+      throw new Error((err as Error).message, { cause: err });
     }
     // checked: from here on nothing throws
     const added = vips !== undefined && !o.owner ? vips.filter((v) => !o.vips.includes(v)) : [];

@@ -321,7 +321,10 @@ describe('the command line', () => {
     let errText = '';
     let result: Promise<number> = Promise.resolve(-1);
     const program = new Command().exitOverride().configureOutput({ writeOut: () => undefined, writeErr: () => undefined });
-    addManifestCommand(program, (r) => (result = r), '9.9.9', { stdout: (s) => (out += s), stderr: (s) => (errText += s) });
+    const keep = (r: Promise<number>): void => {
+      result = r;
+    };
+    addManifestCommand(program, keep, '9.9.9', { stdout: (s) => (out += s), stderr: (s) => (errText += s) });
     await program.parseAsync(['node', 'ballast', 'manifest', ...args]);
     const code = await result.catch((e: unknown) => {
       if (e instanceof ConfigError) errText += e.format();
