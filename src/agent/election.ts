@@ -7,7 +7,7 @@
 import type { Config } from '../config/index.js';
 import { createError, ERRORS, isBallastError, type BallastError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import { statusState } from '../observe/status.js';
 import { removeLeftoverVips } from './leftovers.js';
 import type { EngineEvent, EngineOptions, EngineReconfigure } from '../vrrp/engine.js';
@@ -17,7 +17,7 @@ import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
 import { backendsOfNode, type HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
-import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
+import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from '../vrrp/membership.js';
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
 import { masterDownIntervalMs } from '../vrrp/state.js';
@@ -102,7 +102,7 @@ export function startElection(
   inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers },
 ): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
-    const { resolved, authKeys, checker, followers } = inputs;
+    const { resolved, authKeys, checker } = inputs;
     const { log } = ctx;
     const v = config.vrrp!;
     const { iface } = resolved;

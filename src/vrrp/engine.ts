@@ -32,7 +32,7 @@ import { AdvertAuth } from './auth.js';
 import { FILTER_WARNINGS, filterAdvert, type ReceivedAdvert } from './filters.js';
 import { openNativeEdge, type OpenEdge, type VrrpEdge } from './edge.js';
 import type { AdvertPacerStats, PacedAdvert } from '../native.js';
-import { RateLimitedLog } from '../observe/ratelimit.js';
+import { RateLimitedLog } from '../log/ratelimit.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -416,7 +416,7 @@ export class VrrpEngine {
   private readonly preciseWait: ((ms: number) => void) | null;
   /** The last encoded advert (no auth) and what it was encoded from: an Active sends the same bytes every interval. */
   private advertCache: { priority: number; intervalCs: number; vips: readonly string[]; destination: string; pkt: Buffer }[] = [];
-  /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (observe/ratelimit.ts). */
+  /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (log/ratelimit.ts). */
   private readonly limited: RateLimitedLog;
   private readonly counters: EngineCounters = {
     advertsSent: 0,
@@ -598,7 +598,7 @@ export class VrrpEngine {
     try {
       checkReconfigure(machinePatch, o.owner);
     } catch (err) {
-      throw new Error((err as Error).message);
+      throw new Error((err as Error).message, { cause: err });
     }
     // checked: from here on nothing throws
     const added = vips !== undefined && !o.owner ? vips.filter((v) => !o.vips.includes(v)) : [];
