@@ -38,3 +38,10 @@ export function exitStatus(checks: readonly CheckResult[]): 0 | 1 | 2 {
   if (checks.some((c) => c.status === 'warn')) return 1;
   return 0;
 }
+
+/** An ok result. */
+export const ok = (id: string, title: string, detail: string): CheckResult => ({ id, title, status: 'ok', detail });
+/** A warn result, with how to fix it. */
+export const warn = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'warn', detail, fix });
+/** A fail result, with how to fix it. */
+export const fail = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'fail', detail, fix });

@@ -16,7 +16,7 @@
 import type { Log } from '../log/log.js';
 import type { Executor } from '../dataplane/apply.js';
 import { findingKey, type FirewallFinding, type HookFlows } from './firewall.js';
-import { foreignFirewall } from './index.js';
+import { foreignFirewall } from './foreign-firewall.js';
 
 /** Time between two looks, ms. */
 export const FOREIGN_FIREWALL_POLL_MS = 5000;

@@ -1,5 +1,5 @@
 /**
- * `ballast check` in BGP mode (src/check/index.ts): ip-forwarding and the ruleset follow the VIP
+ * `ballast check` in BGP mode (src/check/bgp.ts, forwarding.ts): ip-forwarding and the ruleset follow the VIP
  * data plane BGP mode runs (bgp.balance), and the BGP checks: bgp.interface, BIRD's control socket
  * (a BIRD-speaking unix socket in a temporary directory), bgp.configFile.
  */
@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { renderBirdConfig } from '../../src/bgp/bird.js';
-import { bgpResults, forwardingResult, vipPlaneBackends } from '../../src/check/index.js';
+import { bgpResults } from '../../src/check/bgp.js';
+import { forwardingResult, vipPlaneBackends } from '../../src/check/forwarding.js';
 import { validateConfig } from '../../src/config/index.js';
 import type { InterfaceInfo } from '../../src/vip/netlink.js';
 

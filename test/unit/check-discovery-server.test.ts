@@ -1,10 +1,10 @@
 /**
- * `ballast check`'s `discovery-server` (src/check/index.ts, issue 27 item 11): a discovery
+ * `ballast check`'s `discovery-server` (src/check/discovery.ts, issue 27 item 11): a discovery
  * kubeconfig whose server is the VIP or the node-local endpoint is harmless (discovery dials each
  * apiserver at its own address), and the check says so instead of saying nothing.
  */
 import { describe, expect, it } from 'vitest';
-import { discoveryServerResult } from '../../src/check/index.js';
+import { discoveryServerResult } from '../../src/check/discovery.js';
 import { validateConfig } from '../../src/config/index.js';
 import { kubeconfigServer } from '../../src/config/kubeconfig.js';
 

@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { membershipResult } from '../../src/check/index.js';
+import { membershipResult } from '../../src/check/membership.js';
 import { DEFAULT_UNIT_DIRS, ebpfUnderUnit, findUnit, readOnlyIn, readSandbox, realtimeUnderUnit, runningUnitBpffs, runsUnderUnit, sandboxOf, serviceAssignments, unitDirs, unitProcess, unitSandbox } from '../../src/check/unit.js';
 import { stringify } from 'yaml';
 import { parseConfig as parseText } from '../../src/config/index.js';

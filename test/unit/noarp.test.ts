@@ -1,9 +1,9 @@
 /**
  * BGP mode's ARP sysctls (src/vip/noarp.ts) against a fake /proc/sys, and `ballast check`'s
- * `bgp-arp` (src/check/index.ts) with the installed unit's sandbox (issue 27 item 5).
+ * `bgp-arp` (src/check/bgp.ts) with the installed unit's sandbox (issue 27 item 5).
  */
 import { describe, expect, it } from 'vitest';
-import { bgpArpResult, writableUnder } from '../../src/check/index.js';
+import { bgpArpResult, writableUnder } from '../../src/check/bgp.js';
 import type { Sandbox } from '../../src/check/unit.js';
 import { validateConfig } from '../../src/config/index.js';
 import { ARP_SYSCTLS, raiseArpSysctls, restoreArpSysctls, sysctlPath, type SysctlIo } from '../../src/vip/noarp.js';
