@@ -12,7 +12,7 @@
  * - address: the VIP added on another node (`ip -o monitor address` in its namespace).
  * The benchmark's figure is the largest of the three (the most any witness saw).
  */
-import type { WirePacket } from './failover.js';
+import type { WirePacket } from './failover-run.js';
 import { quantile } from './stats.js';
 
 /** Adverts of one non-holder source less than this far apart (ms) belong to one takeover episode. */

@@ -24,7 +24,7 @@
  * 1.5, 2 and 3 intervals and than the backup's Master_Down_Interval.
  *
  * Then, still under the same stress, the node-death outage at 10 ms adverts in lab bstrs,
- * ballast and keepalived alternately (bench/failover.ts runOnce: the holder's bridge port goes
+ * ballast and keepalived alternately (bench/failover-run.ts runOnce: the holder's bridge port goes
  * down; the client opens a new TLS connection to https://VIP:6443 every 10 ms; outage = the
  * prober's maxOutageMs), `--outage-runs` of each per round (default 1, so 5 rounds give 5 each).
  *
@@ -44,7 +44,7 @@ import { masterDownIntervalMs } from '../src/vrrp/state.js';
 import type { EngineTiming } from '../src/vrrp/engine.js';
 import { cliPath } from '../lab/cluster.js';
 import { fmt, intArg, preflight, round1, say, waitForStableHolder, errText, progress } from './common.js';
-import { foreignKeepalived, parseCapture, resetLab, runOnce, SCENARIOS, startCluster, type Cluster, type Daemon, type RunResult } from './failover.js';
+import { foreignKeepalived, parseCapture, resetLab, runOnce, SCENARIOS, startCluster, type Cluster, type Daemon, type RunResult } from './failover-run.js';
 import { stats, type Stats } from './stats.js';
 import {
   ballastMasterEntries, falseFailovers, holderGaps, keepalivedMasterEntries, rateRatio, summarizeRates, takeoverEpisodes, vipAddressEvents,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseCapture, wireTimes } from '../../bench/failover.js';
+import { parseCapture, wireTimes } from '../../bench/failover-run.js';
 import {
   ballastMasterEntries, falseFailovers, holderGaps, keepalivedMasterEntries, perHour, rateRatio, summarizeRates, takeoverEpisodes, vipAddressEvents,
 } from '../../bench/stress-count.js';
@@ -100,7 +100,7 @@ describe('rates', () => {
   });
 });
 
-describe('the node-death capture (bench/failover.ts wireTimes)', () => {
+describe('the node-death capture (bench/failover-run.ts wireTimes)', () => {
   const mac = (n: number): string => `02:78:70:00:00:1${n}`;
   const adv = (t: number, n: number, prio: number): string =>
     `${t.toFixed(6)} ${mac(n)} > 01:00:5e:00:00:12, ethertype IPv4 (0x0800), length 60: 10.0.0.1${n} > 224.0.0.18: VRRPv3, Advertisement, vrid 51, prio ${prio}, intvl 1cs, length 12`;
