@@ -34,20 +34,30 @@
  * out, and exec/spawn refuse, any cgroup but its own children: nothing attaches to the root.
  *
  * Child processes run the compiled scripts under dist/lab (see compiledScript): `npm run build:ts` first.
+ *
+ * This file is the door: the Lab class and the prober helpers, re-exporting what callers use of
+ * processes.ts (run, spawn, the compiled scripts), namespaces.ts (namespaces, cgroups, stale
+ * leftovers, crash safety), pki.ts (the lab CA and serving certificates) and apiservers.ts (the
+ * stand-in apiservers, which Lab's apiserver methods hand over to).
  */
-import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, type WriteStream } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { spawn, spawnSync } from 'node:child_process';
+import { createWriteStream, existsSync, rmSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, dirname, isAbsolute, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { findCgroup2Root } from '../src/dataplane/ebpf.js';
-import { sleep, waitFor } from './wait.js';
-import { appendChange, compactStore, initStore, type SliceChange } from './endpointslice-store.js';
+import { isAbsolute, join } from 'node:path';
+import { waitFor } from './wait.js';
+import type { SliceChange } from './endpointslice-store.js';
 import type { ProbeResult, ReachResult, Summary } from './clients/prober.js';
+import { LabApiservers, type StandinNode, type StartApiserversOptions } from './apiservers.js';
+import { checkPrefix, cgroupRoot, cleanupStale, dirPrefix, hook, keep, killNetnsPidsSync, listNetns, live, removeCgroup, removeCgroupSync, removeNetns, unhook, type StaleReport } from './namespaces.js';
+import { issueServerCert, makeCa, type IssueOptions } from './pki.js';
+import { compiledScript, ip, LabProcessImpl, netnsArgv, run, type ExecResult, type LabProcess, type LabRunOptions } from './processes.js';
 
 export type { Outage, ProbeResult, ReachResult, Summary } from './clients/prober.js';
+export { kubeconfigYaml, type StartApiserversOptions } from './apiservers.js';
+export type { StaleReport } from './namespaces.js';
+export type { IssueOptions } from './pki.js';
+export { compiledScript, packageRoot, type ExecResult, type LabProcess, type LabRunOptions, type LabScript } from './processes.js';
 
 // ---------------------------------------------------------------------------------------------
 // public shapes
@@ -98,50 +108,6 @@ export interface LabAddress {
   dadfailed: boolean;
 }
 
-/** Result of Lab.exec. `code` is the exit status (124 when it timed out with allowFail). */
-export interface ExecResult {
-  stdout: string;
-  stderr: string;
-  code: number;
-}
-
-/** How exec / spawn enter a lab namespace (both optional; the default is plain `ip netns exec`). */
-export interface LabRunOptions {
-  /** run inside this cgroup too: a directory returned by Lab.cgroup (any other is refused) */
-  cgroup?: string;
-  /**
-   * enter only the network namespace (`nsenter --net`), keeping the machine's mount namespace
-   * (its /sys/fs/bpf and cgroup2 mount), instead of `ip netns exec`, which remounts /sys
-   */
-  hostMounts?: boolean;
-  /** spawn only: give the process a stdin pipe (`child.stdin`) instead of /dev/null */
-  stdin?: boolean;
-}
-
-/** A process the lab started (inside a lab namespace, in its own process group). */
-export interface LabProcess {
-  pid: number;
-  child: ChildProcess;
-  /**
-   * Sends `signal` (default SIGTERM) to the process group, waits up to `timeoutMs` (default
-   * 5000 ms), then SIGKILLs the group; resolves with the exit code, or null when the process
-   * ended by a signal. Harmless when it already exited.
-   */
-  stop(signal?: NodeJS.Signals, timeoutMs?: number): Promise<number | null>;
-  /** Sends `signal` to the process group (no-op once it exited). */
-  kill(signal: NodeJS.Signals): void;
-  /** Resolves with the exit code (null: ended by a signal, or failed to start). */
-  exited: Promise<number | null>;
-  /** stdout and stderr interleaved as captured so far; only the last 1 MiB is kept. */
-  output(): string;
-  /**
-   * Resolves with the first match of `re` in output arriving after this call (or, with
-   * `includeExisting`, in output already captured). Rejects after `timeoutMs` (default
-   * 5000 ms) or when the process exits first.
-   */
-  waitForOutput(re: RegExp, opts?: { timeoutMs?: number; includeExisting?: boolean }): Promise<RegExpMatchArray>;
-}
-
 /** Options of runProber (times in ms). */
 export interface RunProberOptions {
   /** e.g. `https://10.78.S.100:6443/version` (IPv6: `https://[fd78:S::100]:6443/version`) */
@@ -183,395 +149,6 @@ export interface ProberRun {
 }
 
 // ---------------------------------------------------------------------------------------------
-// the package root and the compiled scripts
-
-/**
- * The directory of package.json, found by walking up from this module: the same answer
- * whether this runs as lab/lab.ts (vitest) or as dist/lab/lab.js.
- */
-export function packageRoot(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    if (existsSync(join(dir, 'package.json'))) return dir;
-    const up = dirname(dir);
-    if (up === dir) throw new Error(`ballast lab: no package.json above ${fileURLToPath(import.meta.url)}`);
-    dir = up;
-  }
-}
-
-/** The scripts the lab runs as child processes: name → source path without `.ts`, from the package root. */
-const SCRIPTS = {
-  'apiserver-standin': 'lab/apiserver-standin',
-  'ebpf-endpoint': 'lab/ebpf-endpoint',
-  'proxy-endpoint': 'lab/proxy-endpoint',
-  'inject-vrrp': 'lab/inject-vrrp',
-  'vrrp-host': 'lab/vrrp-host',
-  'fuzz-vrrp': 'lab/fuzz-vrrp',
-  'block-main-thread': 'lab/block-main-thread',
-  'node20-x509': 'lab/node20-x509',
-  prober: 'lab/clients/prober',
-  longconn: 'lab/clients/longconn',
-  watchers: 'lab/clients/watchers',
-  'health-probe': 'lab/clients/health-probe',
-  scraper: 'lab/clients/scraper',
-} as const;
-
-/** A script the lab runs as a child process (see SCRIPTS). */
-export type LabScript = keyof typeof SCRIPTS;
-
-/**
- * Absolute path of a compiled script (dist/<path>.js, e.g. dist/lab/clients/prober.js).
- * `also`: more sources (paths from the package root, e.g. `src/health/probe.ts`) the compiled
- * script must not be older than.
- * @throws Error when it is missing or older than its source or one of `also`, telling to run
- *   `npm run build:ts` (child processes run compiled JS, not the sources).
- */
-export function compiledScript(name: LabScript, also: readonly string[] = []): string {
-  const root = packageRoot();
-  const rel = SCRIPTS[name];
-  const js = join(root, 'dist', `${rel}.js`);
-  if (!existsSync(js)) {
-    throw new Error(`ballast lab: ${js} is missing; run \`npm run build:ts\` first (child processes run compiled JS)`);
-  }
-  for (const src of [`${rel}.ts`, ...also]) {
-    const file = join(root, src);
-    if (existsSync(file) && statSync(file).mtimeMs > statSync(js).mtimeMs) {
-      throw new Error(`ballast lab: ${js} is older than ${src}; run \`npm run build:ts\``);
-    }
-  }
-  return js;
-}
-
-// ---------------------------------------------------------------------------------------------
-// running commands
-
-const DEFAULT_EXEC_TIMEOUT_MS = 10_000;
-
-function run(file: string, args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<ExecResult> {
-  const timeoutMs = opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
-  return new Promise((resolve, reject) => {
-    execFile(file, args, { timeout: timeoutMs, killSignal: 'SIGKILL', maxBuffer: 32 << 20, encoding: 'utf8' }, (err, stdout, stderr) => {
-      if (!err) return resolve({ stdout, stderr, code: 0 });
-      const code: unknown = (err as { code?: unknown }).code;
-      const timedOut = (err as { killed?: boolean }).killed === true;
-      if (typeof code !== 'number' && !timedOut) {
-        // could not start at all (ENOENT, …): never "allowed"
-        return reject(new Error(`${file} ${args.join(' ')}: ${err.message}`));
-      }
-      const status = timedOut ? 124 : (code as number);
-      if (opts.allowFail) return resolve({ stdout, stderr: timedOut ? `${stderr}(timed out after ${timeoutMs} ms)\n` : stderr, code: status });
-      const why = timedOut ? `timed out after ${timeoutMs} ms` : `exited with ${status}`;
-      reject(new Error(`${file} ${args.join(' ')} ${why}: ${stderr.trim()}`));
-    });
-  });
-}
-
-const ip = (args: string[], opts?: { timeoutMs?: number; allowFail?: boolean }): Promise<ExecResult> => run('ip', args, opts);
-
-function isErrno(e: unknown, code: string): boolean {
-  return e instanceof Error && (e as NodeJS.ErrnoException).code === code;
-}
-
-/** SIGKILL every process inside a namespace (synchronously); returns the PIDs signalled. */
-function killNetnsPidsSync(netns: string): number[] {
-  const r = spawnSync('ip', ['netns', 'pids', netns], { encoding: 'utf8', timeout: 5000 });
-  const pids = (r.stdout ?? '').split(/\s+/).filter(Boolean).map(Number).filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
-  for (const pid of pids) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch (e) {
-      if (!isErrno(e, 'ESRCH')) throw e;
-    }
-  }
-  return pids;
-}
-
-/** Kills what is left in a namespace, waits (bounded) until it is empty, deletes it. */
-async function removeNetns(netns: string): Promise<void> {
-  for (let i = 0; i < 20; i++) {
-    if (killNetnsPidsSync(netns).length === 0) break;
-    await sleep(25);
-  }
-  const r = await ip(['netns', 'del', netns], { allowFail: true });
-  if (r.code !== 0 && !/No such file|not found/i.test(r.stderr)) {
-    throw new Error(`ballast lab: ip netns del ${netns} failed: ${r.stderr.trim()}`);
-  }
-}
-
-async function listNetns(): Promise<string[]> {
-  const r = await ip(['netns', 'list']);
-  // lines look like "blab-n1 (id: 3)" or "blab-n1"
-  return r.stdout
-    .split('\n')
-    .map((l) => l.trim().split(/\s+/)[0] ?? '')
-    .filter(Boolean);
-}
-
-// ---------------------------------------------------------------------------------------------
-// cgroups
-
-/** The cgroup-v2 mount point of this machine (/sys/fs/cgroup or, hybrid, /sys/fs/cgroup/unified). */
-function cgroupRoot(): string {
-  const root = findCgroup2Root(readFileSync('/proc/self/mountinfo', 'utf8'));
-  if (root === undefined) throw new Error('ballast lab: no cgroup v2 hierarchy is mounted');
-  return root;
-}
-
-function cgroupPids(dir: string): number[] {
-  try {
-    return readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number).filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
-  } catch (e) {
-    if (isErrno(e, 'ENOENT')) return [];
-    throw e;
-  }
-}
-
-/** SIGKILLs every process in a lab cgroup, waits (bounded) until it is empty, removes it. */
-async function removeCgroup(dir: string): Promise<void> {
-  for (let i = 0; i < 40; i++) {
-    const pids = cgroupPids(dir);
-    if (pids.length === 0) break;
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch (e) {
-        if (!isErrno(e, 'ESRCH')) throw e;
-      }
-    }
-    await sleep(25);
-  }
-  for (let i = 0; i < 40; i++) {
-    try {
-      await rmdir(dir);
-      return;
-    } catch (e) {
-      if (isErrno(e, 'ENOENT')) return;
-      // EBUSY while the last killed process is still being reaped
-      if (!isErrno(e, 'EBUSY')) throw e;
-    }
-    await sleep(25);
-  }
-  throw new Error(`ballast lab: cgroup ${dir} could not be removed (still busy)`);
-}
-
-function removeCgroupSync(dir: string): void {
-  for (const pid of cgroupPids(dir)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone already
-    }
-  }
-  // the killed processes may still be exiting: a few bounded tries
-  for (let i = 0; i < 20; i++) {
-    try {
-      rmdirSync(dir);
-      return;
-    } catch (e) {
-      if (isErrno(e, 'ENOENT')) return;
-      spawnSync('sleep', ['0.05']);
-    }
-  }
-}
-
-/**
- * argv prefix that runs a command in `netns` (and, with `cgroup`, in that cgroup): the cgroup is
- * joined by a shell that then execs the rest, so the PID is the command's own. `hostMounts`
- * enters only the network namespace (nsenter --net) instead of `ip netns exec`, which also
- * makes a mount namespace with a fresh /sys: a process that needs the machine's /sys/fs/bpf and
- * cgroup2 mount (a BPF loader) must keep the machine's mounts.
- */
-function netnsArgv(netns: string, argv: string[], opts: { cgroup?: string; hostMounts?: boolean }): [string, string[]] {
-  const enter = opts.hostMounts ? ['nsenter', `--net=/run/netns/${netns}`, '--'] : ['ip', 'netns', 'exec', netns];
-  if (opts.cgroup === undefined) return [enter[0]!, [...enter.slice(1), ...argv]];
-  return ['sh', ['-c', 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', 'lab-cgroup', opts.cgroup, ...enter, ...argv]];
-}
-
-const PREFIX_RE = /^[a-z][a-z0-9]{0,4}$/;
-
-function checkPrefix(prefix: string): void {
-  if (!PREFIX_RE.test(prefix)) {
-    throw new TypeError(`prefix must match ${PREFIX_RE} (≤ 5 chars: interface names are ≤ 15), got ${JSON.stringify(prefix)}`);
-  }
-}
-
-const esc = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-/** namespaces a lab with this prefix makes: `${prefix}-lan`, `${prefix}-c`, `${prefix}-n<k>` */
-const netnsPattern = (prefix: string): RegExp => new RegExp(`^${esc(prefix)}-(lan|c|n\\d+)$`);
-/** links a lab with this prefix names: `${prefix}c`, `${prefix}n<k>` */
-const linkPattern = (prefix: string): RegExp => new RegExp(`^${esc(prefix)}(c|n\\d+)$`);
-const dirPrefix = (prefix: string): string => `ballast-lab-${prefix}-`;
-
-// ---------------------------------------------------------------------------------------------
-// processes
-
-const OUTPUT_LIMIT = 1 << 20;
-
-class LabProcessImpl implements LabProcess {
-  readonly pid: number;
-  readonly child: ChildProcess;
-  readonly exited: Promise<number | null>;
-  #out = '';
-  #running = true;
-  readonly #listeners = new Set<(chunk: string) => void>();
-  readonly #exitListeners = new Set<() => void>();
-
-  constructor(child: ChildProcess, log?: WriteStream) {
-    this.child = child;
-    this.pid = child.pid ?? -1;
-    const onData = (buf: Buffer): void => {
-      const s = buf.toString('utf8');
-      this.#out += s;
-      if (this.#out.length > OUTPUT_LIMIT) this.#out = this.#out.slice(this.#out.length - OUTPUT_LIMIT);
-      log?.write(buf);
-      for (const l of this.#listeners) l(s);
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    const streamsEnded = Promise.all(
-      [child.stdout, child.stderr].map((s) => (s ? new Promise<void>((r) => (s.readableEnded ? r() : s.once('close', () => r()))) : Promise.resolve())),
-    );
-    this.exited = new Promise((resolve) => {
-      const finish = (code: number | null): void => {
-        if (!this.#running) return;
-        this.#running = false;
-        // give the pipes a moment to drain (a grandchild holding them must not block us)
-        void Promise.race([streamsEnded, sleep(500)]).then(() => {
-          log?.end();
-          for (const l of this.#exitListeners) l();
-          resolve(code);
-        });
-      };
-      child.once('exit', (code) => finish(code));
-      child.once('error', (e) => {
-        this.#out += `\n[lab] failed to start: ${e.message}\n`;
-        finish(null);
-      });
-    });
-  }
-
-  output(): string {
-    return this.#out;
-  }
-
-  kill(signal: NodeJS.Signals): void {
-    if (!this.#running || this.pid <= 0) return;
-    try {
-      // negative PID: the whole process group (spawned detached, so PGID = PID)
-      process.kill(-this.pid, signal);
-    } catch (e) {
-      if (!isErrno(e, 'ESRCH')) throw e;
-    }
-  }
-
-  /** Synchronous SIGKILL for the exit handler. */
-  killSync(): void {
-    this.kill('SIGKILL');
-  }
-
-  async stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 5000): Promise<number | null> {
-    if (this.#running) {
-      this.kill(signal);
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = await Promise.race([
-        this.exited.then(() => false),
-        new Promise<boolean>((r) => {
-          timer = setTimeout(() => r(true), timeoutMs);
-        }),
-      ]);
-      clearTimeout(timer);
-      if (timedOut) this.kill('SIGKILL');
-    }
-    return this.exited;
-  }
-
-  waitForOutput(re: RegExp, opts: { timeoutMs?: number; includeExisting?: boolean } = {}): Promise<RegExpMatchArray> {
-    const timeoutMs = opts.timeoutMs ?? 5000;
-    const existing = opts.includeExisting ? this.#out.match(re) : null;
-    if (existing) return Promise.resolve(existing);
-    return new Promise((resolve, reject) => {
-      let seen = '';
-      const cleanup = (): void => {
-        clearTimeout(timer);
-        this.#listeners.delete(onChunk);
-        this.#exitListeners.delete(onExit);
-      };
-      const onChunk = (chunk: string): void => {
-        seen = (seen + chunk).slice(-64 * 1024);
-        const m = seen.match(re);
-        if (m) {
-          cleanup();
-          resolve(m);
-        }
-      };
-      const onExit = (): void => {
-        cleanup();
-        reject(new Error(`ballast lab: process ${this.pid} exited before printing ${re}; output:\n${this.#out.slice(-2000)}`));
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new Error(`ballast lab: no ${re} from process ${this.pid} within ${timeoutMs} ms; output:\n${this.#out.slice(-2000)}`));
-      }, timeoutMs);
-      if (!this.#running) return onExit();
-      this.#listeners.add(onChunk);
-      this.#exitListeners.add(onExit);
-    });
-  }
-
-  get running(): boolean {
-    return this.#running;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// crash safety: live labs are torn down synchronously on exit and on SIGINT/SIGTERM
-
-const live = new Map<Lab, { teardownSync: () => void; signals: boolean }>();
-let hooked = false;
-
-function onProcessExit(): void {
-  teardownLive(() => true);
-}
-
-function teardownLive(which: (signals: boolean) => boolean): void {
-  for (const [lab, l] of [...live]) {
-    if (!which(l.signals)) continue;
-    try {
-      l.teardownSync();
-    } catch {
-      // best effort while the process dies; cleanupStale covers the rest
-    }
-    live.delete(lab);
-  }
-}
-
-function onSignal(signal: NodeJS.Signals): void {
-  teardownLive((signals) => signals);
-  // a lab whose owner handles the signal (LabOptions.signals: false) is that owner's to tear
-  // down; the process then lives on until the owner is done (the exit hook stays)
-  if ([...live.values()].some((l) => !l.signals)) return;
-  unhook(true);
-  // re-raise so the default action (or other listeners) decide what happens next
-  process.kill(process.pid, signal);
-}
-
-function hook(): void {
-  if (hooked) return;
-  hooked = true;
-  process.on('exit', onProcessExit);
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-}
-
-function unhook(force = false): void {
-  if (!hooked || (!force && live.size > 0)) return;
-  hooked = false;
-  process.off('exit', onProcessExit);
-  process.off('SIGINT', onSignal);
-  process.off('SIGTERM', onSignal);
-}
-
-// ---------------------------------------------------------------------------------------------
 // the lab
 
 interface Endpoint {
@@ -583,18 +160,6 @@ interface Endpoint {
   bridgePort: string;
   bridgeMac: string;
 }
-
-/** What Lab.cleanupStale removed. */
-export interface StaleReport {
-  netns: string[];
-  /** lab cgroups removed (`<cgroup2 root>/${prefix}-n<k>`) */
-  cgroups: string[];
-  links: string[];
-  dirs: string[];
-  pids: number[];
-}
-
-const keep = (): boolean => process.env.BALLAST_LAB_KEEP === '1';
 
 /** The lab: see the file comment for the topology and the rules it keeps. */
 export class Lab {
@@ -617,11 +182,10 @@ export class Lab {
   readonly #endpoints: Endpoint[];
   readonly #namespaces: string[];
   readonly #procs = new Set<LabProcessImpl>();
-  readonly #apiservers = new Map<string, LabProcessImpl>();
+  /** The stand-in apiservers (apiservers.ts). */
+  readonly #standins: LabApiservers;
   /** node name → cgroup dir, for the cgroups made so far */
   readonly #cgroups = new Map<string, string>();
-  #apiserverPort = 6443;
-  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
   #down: Promise<void> | undefined;
   #gone = false;
 
@@ -670,6 +234,18 @@ export class Lab {
     this.#endpoints.push(c);
     this.client = { netns: c.netns, ipv4: c.ipv4, ipv6: c.ipv6, mac: c.mac };
     this.#namespaces = [...this.#endpoints.map((e) => e.netns), this.lan];
+    this.#standins = new LabApiservers({
+      dir: this.dir,
+      ca: this.ca,
+      ipv6: this.ipv6,
+      vip4: this.vip4,
+      vip6: this.vip6,
+      nodes: this.nodes,
+      checkNode: (node) => void this.#endpointOf(node),
+      spawn: (netns, argv, opts) => this.#spawn(netns, argv, opts),
+      serverCert: (node) => this.serverCert(node),
+      probe: (url, timeoutMs) => probeOnce(this, url, { timeoutMs }),
+    });
   }
 
   /**
@@ -696,7 +272,7 @@ export class Lab {
     hook();
     try {
       await lab.#build();
-      await lab.#makeCa();
+      await makeCa(lab.dir, lab.ca, `ballast lab CA ${lab.prefix}`);
     } catch (e) {
       await lab.teardown().catch(() => undefined);
       throw e;
@@ -773,38 +349,12 @@ export class Lab {
     }
   }
 
-  async #makeCa(ca: { certFile: string; keyFile: string } = this.ca, cn = `ballast lab CA ${this.prefix}`): Promise<void> {
-    const pki = join(this.dir, 'pki');
-    await run('mkdir', ['-p', '-m', '0700', pki]);
-    const cnf = join(pki, `${basename(ca.certFile, '.crt')}.cnf`);
-    await writeFile(
-      cnf,
-      [
-        '[req]',
-        'distinguished_name = dn',
-        'prompt = no',
-        '[dn]',
-        `CN = ${cn}`,
-        '[ca_ext]',
-        'basicConstraints = critical,CA:TRUE,pathlen:0',
-        'keyUsage = critical,keyCertSign,cRLSign',
-        'subjectKeyIdentifier = hash',
-        '',
-      ].join('\n'),
-    );
-    await run('openssl', [
-      'req', '-x509', '-config', cnf, '-extensions', 'ca_ext',
-      '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
-      '-keyout', ca.keyFile, '-out', ca.certFile, '-days', '1',
-    ]);
-  }
-
   /**
    * The serving certificate of `node` (made on first use, signed by the lab CA): SANs are the
    * node's IPv4 and IPv6, both VIPs, 127.0.0.1, ::1, kubernetes, kubernetes.default.svc and
    * localhost. PEM file paths in `dir`.
    */
-  async serverCert(node: LabNode): Promise<{ certFile: string; keyFile: string }> {
+  async serverCert(node: StandinNode): Promise<{ certFile: string; keyFile: string }> {
     const certFile = join(this.dir, 'pki', `${node.name}.crt`);
     if (existsSync(certFile)) return { certFile, keyFile: join(this.dir, 'pki', `${node.name}.key`) };
     return this.issueServerCert(node);
@@ -813,7 +363,7 @@ export class Lab {
   /**
    * The SANs {@link serverCert} gives `node`: `DNS:name` and `IP:address` entries.
    */
-  defaultSans(node: LabNode): string[] {
+  defaultSans(node: StandinNode): string[] {
     return ['DNS:kubernetes', 'DNS:kubernetes.default.svc', 'DNS:localhost', `IP:${node.ipv4}`, `IP:${node.ipv6}`, `IP:${this.vip4}`, `IP:${this.vip6}`, 'IP:127.0.0.1', 'IP:::1'];
   }
 
@@ -826,65 +376,17 @@ export class Lab {
    * @param opts.days validity from now in days (default 1)
    * @param opts.otherCa sign with a second CA (made on first use) that nothing trusts
    */
-  async issueServerCert(node: LabNode, opts: { sans?: readonly string[]; omit?: readonly string[]; days?: number; otherCa?: boolean } = {}): Promise<{ certFile: string; keyFile: string }> {
+  async issueServerCert(node: StandinNode, opts: IssueOptions = {}): Promise<{ certFile: string; keyFile: string }> {
     this.#endpointOf(node);
-    const pki = join(this.dir, 'pki');
-    const certFile = join(pki, `${node.name}.crt`);
-    const keyFile = join(pki, `${node.name}.key`);
-    const cnf = join(pki, `${node.name}.cnf`);
-    const csr = join(pki, `${node.name}.csr`);
-    const omit = new Set(opts.omit ?? []);
-    const sans = (opts.sans ?? this.defaultSans(node)).filter((e) => !omit.has(e));
-    let ca = this.ca;
-    if (opts.otherCa) {
-      ca = { certFile: join(pki, 'other-ca.crt'), keyFile: join(pki, 'other-ca.key') };
-      if (!existsSync(ca.certFile)) await this.#makeCa(ca, 'ballast lab other CA');
-    }
-    await writeFile(
-      cnf,
-      [
-        '[req]',
-        'distinguished_name = dn',
-        'prompt = no',
-        '[dn]',
-        'CN = kube-apiserver',
-        `O = ballast lab ${node.name}`,
-        '[server_ext]',
-        'basicConstraints = critical,CA:FALSE',
-        'keyUsage = critical,digitalSignature',
-        'extendedKeyUsage = serverAuth',
-        'subjectKeyIdentifier = hash',
-        'authorityKeyIdentifier = keyid',
-        ...(sans.length === 0 ? [] : [`subjectAltName = ${sans.join(',')}`]),
-        '',
-      ].join('\n'),
-    );
-    // written next to the old pair and renamed over it: a stand-in re-reading them never sees half a pair
-    await run('openssl', ['req', '-new', '-config', cnf, '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${keyFile}.new`, '-out', csr]);
-    await run('openssl', [
-      'x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile,
-      '-set_serial', `0x01${randomBytes(15).toString('hex')}`, '-days', String(opts.days ?? 1),
-      '-extfile', cnf, '-extensions', 'server_ext', '-out', `${certFile}.new`,
-    ]);
-    await rename(`${keyFile}.new`, keyFile);
-    await rename(`${certFile}.new`, certFile);
-    return { certFile, keyFile };
+    return issueServerCert(this, node, this.defaultSans(node), opts);
   }
 
-  /**
-   * Makes `node`'s running stand-in re-read its certificate and key (SIGHUP; new connections get
-   * the new pair); resolves once it acknowledged.
-   * @throws when no stand-in runs on `node`, or it could not load the files.
-   */
-  async reloadApiserverCert(node: LabNode): Promise<void> {
-    this.#endpointOf(node);
-    const p = this.#apiservers.get(node.name);
-    if (!p?.running) throw new Error(`ballast lab: no stand-in apiserver runs on ${node.name}`);
-    const ack = p.waitForOutput(/certificate (reloaded|reload failed.*)/, { timeoutMs: 5000 });
-    p.kill('SIGHUP');
-    const m = await ack;
-    if (m[1] !== 'reloaded') throw new Error(`ballast lab: the stand-in on ${node.name}: ${m[0]}`);
+
+  /** See {@link LabApiservers.reloadApiserverCert}. */
+  reloadApiserverCert(node: LabNode): Promise<void> {
+    return this.#standins.reloadApiserverCert(node);
   }
+
 
   #checkNetns(netns: string): void {
     if (this.#gone || this.#down) throw new Error('ballast lab: the lab was torn down');
@@ -971,7 +473,7 @@ export class Lab {
     }, { timeoutMs: 5000, intervalMs: 25, what: `${ep.netns} eth0 carrier ${up ? 'up' : 'down'}` });
   }
 
-  #endpointOf(node: LabNode): Endpoint {
+  #endpointOf(node: Pick<LabNode, 'name' | 'netns'>): Endpoint {
     const ep = this.#endpoints.find((e) => e.netns === node.netns);
     if (!ep || !this.nodes.some((n) => n.netns === node.netns)) throw new Error(`ballast lab: ${node.name} is not a node of this lab`);
     return ep;
@@ -1070,124 +572,56 @@ export class Lab {
 
   // -------------------------------------------------------------------------------------------
   // stand-in apiservers
+  // (apiservers.ts holds them and documents each method)
 
-  /**
-   * Starts one TLS stand-in apiserver per node (port default 6443, dual-stack) and resolves
-   * once each one answers /readyz 200 from the client namespace over IPv4 with the lab CA.
-   * @param opts.store the stand-ins share one EndpointSlice store ({@link sliceStore}), each adds
-   *   its node's IPv4 address (IPv6 in an IPv6 lab with `storeFamily: 6`) to the `kubernetes`
-   *   slice when it starts and removes it on SIGTERM, as kube-apiservers do;
-   * @param opts.token the bearer token the /apis paths require (see {@link writeKubeconfig});
-   * @param opts.shutdownDelayMs how long a stopped stand-in keeps serving after it left the slice.
-   */
-  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
-    this.#apiserverPort = opts.port ?? 6443;
-    this.#apiserverOpts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0 };
-    compiledScript('apiserver-standin');
-    compiledScript('prober');
-    await Promise.all((opts.nodes ?? this.nodes).map((n) => this.startApiserver(n)));
+  /** See {@link LabApiservers.startApiservers}. */
+  startApiservers(opts: StartApiserversOptions = {}): Promise<void> {
+    return this.#standins.startApiservers(opts);
   }
 
-  /** The shared EndpointSlice store's directory (lab/endpointslice-store.ts), created on first use. */
+  /** See {@link LabApiservers.sliceStore}. */
   sliceStore(): string {
-    const dir = join(this.dir, 'endpointslices');
-    initStore(dir);
-    return dir;
+    return this.#standins.sliceStore();
   }
 
-  /** Writes one change to the shared store, as if an apiserver had (e.g. removes an address whose stand-in still runs). */
+  /** See {@link LabApiservers.sliceChange}. */
   sliceChange(change: SliceChange): void {
-    appendChange(this.sliceStore(), change);
+    this.#standins.sliceChange(change);
   }
 
-  /** Compacts the shared store: watches and lists from an older resourceVersion get 410. @returns the floor. */
+  /** See {@link LabApiservers.compactSlices}. */
   compactSlices(): number {
-    return compactStore(this.sliceStore());
+    return this.#standins.compactSlices();
   }
 
-  /**
-   * Writes a kubeconfig for `node` like kubeadm's admin.conf: server = https://VIP:port (the
-   * lab's vip4, or vip6 with family 6), the lab CA inline, a bearer token user.
-   * @returns its path (in the lab directory).
-   */
-  async writeKubeconfig(node: LabNode, opts: { token: string; family?: 4 | 6; port?: number; path?: string }): Promise<string> {
-    const vip = opts.family === 6 ? `[${this.vip6}]` : this.vip4;
-    const path = opts.path ?? join(this.dir, `kubeconfig-${node.name}.yaml`);
-    const text = kubeconfigYaml(`https://${vip}:${opts.port ?? this.#apiserverPort}`, await readFile(this.ca.certFile), opts.token);
-    await writeFile(path, text, { mode: 0o600 });
-    return path;
+  /** See {@link LabApiservers.writeKubeconfig}. */
+  writeKubeconfig(node: LabNode, opts: { token: string; family?: 4 | 6; port?: number; path?: string }): Promise<string> {
+    return this.#standins.writeKubeconfig(node, opts);
   }
 
-  /**
-   * (Re)starts `node`'s stand-in (ready), on the port of the last startApiservers (6443 by
-   * default); resolves once it serves /readyz 200 to the client. No-op while it runs.
-   */
-  async startApiserver(node: LabNode): Promise<void> {
-    this.#endpointOf(node);
-    const running = this.#apiservers.get(node.name);
-    if (running?.running) return;
-    const script = compiledScript('apiserver-standin');
-    const { certFile, keyFile } = await this.serverCert(node);
-    const o = this.#apiserverOpts;
-    const p = this.#spawn(
-      node.netns,
-      [
-        process.execPath, script,
-        '--name', node.name, '--cert', certFile, '--key', keyFile,
-        '--port', String(this.#apiserverPort), '--host', this.ipv6 ? '::' : '0.0.0.0',
-        ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
-        ...(o.token === undefined ? [] : ['--token', o.token]),
-        ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
-        '--readyz-delay-file', this.#readyzDelayFile(node),
-      ],
-      { logFile: `apiserver-${node.name}.log` },
-    );
-    this.#apiservers.set(node.name, p);
-    await p.waitForOutput(/listening on/, { timeoutMs: 10_000, includeExisting: true });
-    const url = `https://${node.ipv4}:${this.#apiserverPort}/readyz`;
-    await waitFor(async () => (await probeOnce(this, url, { timeoutMs: 2000 })).ok, { timeoutMs: 10_000, intervalMs: 100, what: `${url} to answer 200` });
+  /** See {@link LabApiservers.startApiserver}. */
+  startApiserver(node: LabNode): Promise<void> {
+    return this.#standins.startApiserver(node);
   }
 
-  /** Stops `node`'s stand-in (SIGTERM, SIGKILL after 3000 ms); no-op when it is not running. */
-  async stopApiserver(node: LabNode): Promise<void> {
-    this.#endpointOf(node);
-    const p = this.#apiservers.get(node.name);
-    this.#apiservers.delete(node.name);
-    if (p) await p.stop('SIGTERM', 3000);
+  /** See {@link LabApiservers.stopApiserver}. */
+  stopApiserver(node: LabNode): Promise<void> {
+    return this.#standins.stopApiserver(node);
   }
 
-  /**
-   * Makes `node`'s stand-in answer /readyz 200 (ready) or 500 (not ready); resolves once the
-   * stand-in acknowledged the signal (SIGUSR2 / SIGUSR1).
-   */
-  async setReady(node: LabNode, ready: boolean): Promise<void> {
-    this.#endpointOf(node);
-    const p = this.#apiservers.get(node.name);
-    if (!p?.running) throw new Error(`ballast lab: no stand-in apiserver runs on ${node.name}`);
-    const ack = p.waitForOutput(new RegExp(`ready=${ready}`), { timeoutMs: 5000 });
-    p.kill(ready ? 'SIGUSR2' : 'SIGUSR1');
-    await ack;
+  /** See {@link LabApiservers.setReady}. */
+  setReady(node: LabNode, ready: boolean): Promise<void> {
+    return this.#standins.setReady(node, ready);
   }
 
-  #readyzDelayFile(node: LabNode): string {
-    return join(this.dir, `readyz-delay-${node.name}`);
+  /** See {@link LabApiservers.setReadyzDelay}. */
+  setReadyzDelay(node: LabNode, ms: number): Promise<void> {
+    return this.#standins.setReadyzDelay(node, ms);
   }
 
-  /**
-   * Makes `node`'s stand-in answer each /readyz `ms` milliseconds late (0: at once again), as an
-   * apiserver under load does; takes effect from the next request (the stand-in reads the file
-   * per /readyz).
-   */
-  async setReadyzDelay(node: LabNode, ms: number): Promise<void> {
-    this.#endpointOf(node);
-    if (!Number.isInteger(ms) || ms < 0 || ms > 60_000) throw new RangeError(`ms must be an integer 0..60000, got ${ms}`);
-    await writeFile(this.#readyzDelayFile(node), ms === 0 ? '' : String(ms));
-  }
-
-  /** The stand-in apiserver process of `node`, if one runs. */
+  /** See {@link LabApiservers.apiserver}. */
   apiserver(node: LabNode): LabProcess | undefined {
-    const p = this.#apiservers.get(node.name);
-    return p?.running ? p : undefined;
+    return this.#standins.apiserver(node);
   }
 
   // -------------------------------------------------------------------------------------------
@@ -1212,7 +646,7 @@ export class Lab {
   async #teardown(): Promise<void> {
     if (!this.#gone) {
       await Promise.all([...this.#procs].map((p) => p.stop('SIGTERM', 2000)));
-      this.#apiservers.clear();
+      this.#standins.clear();
       for (const dir of this.#cgroups.values()) await removeCgroup(dir);
       this.#cgroups.clear();
       for (const ns of this.#namespaces) await removeNetns(ns);
@@ -1246,49 +680,10 @@ export class Lab {
    * (unless BALLAST_LAB_KEEP=1). Names of other prefixes never match. Refuses a prefix that a
    * live lab in this process uses. Resolves with what it removed.
    */
-  static async cleanupStale(prefix: string): Promise<StaleReport> {
-    checkPrefix(prefix);
-    for (const lab of live.keys()) {
-      if (lab.prefix === prefix) throw new Error(`ballast lab: prefix ${prefix} belongs to a live lab in this process`);
-    }
-    const report: StaleReport = { netns: [], cgroups: [], links: [], dirs: [], pids: [] };
-    const nsRe = netnsPattern(prefix);
-    for (const ns of (await listNetns()).filter((n) => nsRe.test(n))) {
-      report.pids.push(...killNetnsPidsSync(ns));
-      await removeNetns(ns);
-      report.netns.push(ns);
-    }
-    const root = findCgroup2Root(readFileSync('/proc/self/mountinfo', 'utf8'));
-    if (root !== undefined) {
-      const cgRe = new RegExp(`^${esc(prefix)}-n\\d+$`);
-      for (const d of readdirSync(root)) {
-        if (!cgRe.test(d)) continue;
-        const dir = join(root, d);
-        report.pids.push(...cgroupPids(dir));
-        await removeCgroup(dir);
-        report.cgroups.push(dir);
-      }
-    }
-    const linkRe = linkPattern(prefix);
-    const links = JSON.parse((await ip(['-j', 'link', 'show'])).stdout) as { ifname?: string }[];
-    for (const l of links) {
-      if (l.ifname && linkRe.test(l.ifname)) {
-        // deleting one veth end removes its peer; the peer may already be gone
-        await ip(['link', 'del', 'dev', l.ifname], { allowFail: true });
-        report.links.push(l.ifname);
-      }
-    }
-    if (!keep()) {
-      const base = tmpdir();
-      for (const d of readdirSync(base)) {
-        if (d.startsWith(dirPrefix(prefix)) && /^[A-Za-z0-9]{6}$/.test(d.slice(dirPrefix(prefix).length))) {
-          rmSync(join(base, d), { recursive: true, force: true });
-          report.dirs.push(join(base, d));
-        }
-      }
-    }
-    return report;
+  static cleanupStale(prefix: string): Promise<StaleReport> {
+    return cleanupStale(prefix);
   }
+
 }
 
 let pingPresent: boolean | undefined;
@@ -1298,33 +693,6 @@ function hasPing(): boolean {
 }
 
 // ---------------------------------------------------------------------------------------------
-/**
- * A kubeconfig (YAML text) like kubeadm's admin.conf: one cluster at `server` with the CA (PEM)
- * inline, one user with a bearer token, one current context.
- */
-export function kubeconfigYaml(server: string, caPem: Buffer, token: string): string {
-  return [
-    'apiVersion: v1',
-    'kind: Config',
-    'clusters:',
-    '- name: lab',
-    '  cluster:',
-    `    server: ${server}`,
-    `    certificate-authority-data: ${caPem.toString('base64')}`,
-    'users:',
-    '- name: admin',
-    '  user:',
-    `    token: ${token}`,
-    'contexts:',
-    '- name: admin@lab',
-    '  context:',
-    '    cluster: lab',
-    '    user: admin',
-    'current-context: admin@lab',
-    '',
-  ].join('\n');
-}
-
 // the prober, from the client namespace
 
 /**
