@@ -50,15 +50,12 @@ import {
 } from './engine-api.js';
 import { OnceWarnings } from './drops.js';
 import { AdvertPacing, type EngineLogLine } from './pacing.js';
-import { VipEffects, VipQueue } from './vip-effects.js';
+import { ADDRESS_SETTLE_MS, VipEffects, VipQueue } from './vip-effects.js';
 import { atomicsWait, DeadlineTimer, handOffTimes, Punctuality, round3, type EngineGcStats } from './timing.js';
 
 export * from './engine-api.js';
 export { PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, pacerHoldMs } from './pacing.js';
 export { HANDOFF_VIP_MARGIN_MS, handOffIntervalCs, PRECISE_WAIT_MS, TIMING_BOUNDS_MS, type EngineGcStats, type EngineTiming } from './timing.js';
-
-/** How long address notifications must be quiet before the engine looks at the interface, ms (they come in bursts, ours too). */
-const ADDRESS_SETTLE_MS = 20;
 
 /**
  * One VRRP virtual router bound to one interface. Create with {@link VrrpEngine.start}, stop
@@ -359,10 +356,9 @@ export class VrrpEngine {
   }
 
   /**
-   * Whether the next deadline is slept to the sub-millisecond: a Backup's Master_Down_Timer
-   * only (its expiry is a takeover, once per failover). An Active's Adver_Timer is not: the
-   * pacer covers its lateness, and a wait blocks the thread the health checks share, every
-   * interval.
+   * Whether the next deadline is slept to the sub-millisecond: a Backup's Master_Down_Timer only
+   * (its expiry is a takeover). An Active's Adver_Timer is not: the pacer covers its lateness,
+   * and a wait would block the thread the health checks share, every interval.
    */
   private precise(): boolean {
     return this.deadline.preciseWait !== null && this.machine.state === 'backup';

@@ -11,6 +11,9 @@ import type { EngineCounters, EngineOptions } from './engine-api.js';
 import type { EngineLogLine } from './pacing.js';
 import type { AnnounceReason } from './state.js';
 
+/** How long address notifications must be quiet before the engine looks at the interface, ms (they come in bursts, ours too). */
+export const ADDRESS_SETTLE_MS = 20;
+
 /** Address changes and announce bursts, one after another, in the order they were queued. */
 export class VipQueue {
   private vipQueue: Promise<void> = Promise.resolve();
