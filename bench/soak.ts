@@ -1,5 +1,5 @@
 /**
- * The seeded chaos soak (issue 12 item 1): the lab of lab/soak/cluster.ts under the fault
+ * The seeded chaos soak: the lab of lab/soak/cluster.ts under the fault
  * schedule of lab/soak/schedule.ts, the invariants of lab/soak/invariants.ts checked over the
  * recorded timeline, a report in DIR (soak-report.md, .json, .svg).
  *

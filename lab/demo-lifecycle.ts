@@ -1,5 +1,5 @@
 /**
- * `npm run demo:lifecycle`: the lifecycle of issue 10 on an embedded lab (lab/lifecycle.ts):
+ * `npm run demo:lifecycle`: a cluster's lifecycle on an embedded lab (lab/lifecycle.ts):
  * one config file per node, written before anything exists, carries the VIP from before
  * `kubeadm init` to the replacement of every control-plane node, with a reload at the end.
  * Prints, per step, the longest client outage (VIP client and the worker's local-endpoint

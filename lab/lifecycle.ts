@@ -1,5 +1,5 @@
 /**
- * The lifecycle of issue 10 (item 6) on a lab: one configuration file per node, written once
+ * A cluster's lifecycle on a lab: one configuration file per node, written once
  * before anything exists, carries the API endpoint from before `kubeadm init` through the
  * replacement of every control-plane node. Used by test/integration/lifecycle.test.ts and by
  * `npm run demo:lifecycle` (lab/demo-lifecycle.ts).

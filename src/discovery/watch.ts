@@ -59,8 +59,8 @@ export interface DiscoveryOptions {
  * The retry after the API refused the credentials (401) or the permission (403), ms. Such an answer
  * is cheap for the apiserver (authentication and authorization run before any storage read) and
  * ends only by an operator's hand, so discovery asks again at this fixed pace instead of backing
- * off to 10 s: the set follows within about this long of the fix (issue 27 item 8: it came 6 to
- * 8.4 s after).
+ * off to 10 s: the set follows within about this long of the fix (with the backoff it would be up
+ * to 10 s after).
  */
 export const DENIED_RETRY_MS = 1000;
 

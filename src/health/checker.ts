@@ -421,8 +421,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * SYN-ACK within the deadline: cause `timeout`, dead) counts as `slow` (unready) instead: a live
    * listener whose accept queue is full drops SYNs without a word while it accepts others (what
    * the survivors of a node death meet in a reconnect storm), and judging it dead would reset
-   * every connection it serves and feed the storm (found by the storm bench: 2,711 watches reset
-   * on a live backend). A silent host answers nobody's SYN, so it is still judged dead.
+   * every connection it serves and feed the storm. A silent host answers nobody's SYN, so it is still judged dead.
    * @param backend the backend (any spelling of its IP); unknown backends are ignored.
    */
   noteAnswered(backend: Pick<HostPort, 'host' | 'port'>): void {

@@ -225,8 +225,8 @@ export class FlowTracker {
       // a plain ACK (conntrack ignores it in SYN_SENT), which a live socket on the same tuple
       // does: one whose conntrack entry was flushed or reset while its server side was never
       // told, when the client reuses the port. The client's RST to that ACK then moves the
-      // flow to CLOSE, which is no refusal (found by the chaos soak: after `conntrack -F` on
-      // the holder, its own live apiserver was judged dead, its connections reset, again)
+      // flow to CLOSE, which is no refusal (judged one, a `conntrack -F` on the holder would make
+      // its own live apiserver dead and reset its connections)
       if (!e.seenReply) return []; // a mark or another status bit: nothing
       this.pending.delete(e.id);
       this.lastAnswer.set(formatHostPort(p.backend), now);
@@ -234,8 +234,8 @@ export class FlowTracker {
     }
     this.pending.delete(e.id);
     // DESTROY of an entry still in SYN_SENT: it was deleted (`conntrack -F`, an agent resetting a
-    // dead backend's flows), not refused: a RST to the SYN moves it to CLOSE first (found by the
-    // chaos soak: a flush on the holder judged every backend with a SYN in flight dead)
+    // dead backend's flows), not refused: a RST to the SYN moves it to CLOSE first (else a flush
+    // on the holder would judge every backend with a SYN in flight dead)
     if (e.type === 'DESTROY' && e.state !== null && e.state !== 'CLOSE') return [];
     // SYN_RECV / ESTABLISHED: the backend's kernel answered the SYN
     if (e.type === 'UPDATE' && e.state !== 'CLOSE') {
@@ -251,7 +251,7 @@ export class FlowTracker {
    * against its backend only when no SYN to that backend seen at or after it was answered: a live
    * listener whose accept queue is full drops SYNs without a word (the client retransmits), which
    * is what a reconnect storm does to the survivors of a node death — judging them dead then would
-   * reset their connections and feed the storm (found by the chaos soak and the storm bench).
+   * reset their connections and feed the storm.
    */
   tick(now: number): PassiveVerdict[] {
     const out: PassiveVerdict[] = [];
@@ -355,7 +355,7 @@ export function watchConntrack(
     // judged in the check phase, after this loop iteration's poll phase has read the events
     // that queued up meanwhile: after an event-loop stall (GC, a busy main thread, CPU
     // starvation) the timers phase runs first, and answers already in the socket buffer would be
-    // judged unanswered (found by the chaos soak: every pending SYN of every backend after a 1 s stall)
+    // judged unanswered (every pending SYN of every backend, after a 1 s stall)
     timer = setInterval(() => {
       setImmediate(() => {
         if (stopped) return;

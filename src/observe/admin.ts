@@ -24,9 +24,9 @@ const PAGE_HEADERS = { 'content-type': 'text/html; charset=utf-8', 'content-secu
 
 /**
  * How long one rendering of the status document and of /metrics serves the requests that follow
- * it, ms (see {@link shared}). Twenty scrapers at 10 Hz each (issue 27) asked for 200 renderings a
+ * it, ms (see {@link shared}). Twenty scrapers at 10 Hz each would ask for 200 renderings a
  * second, each 1–3 ms of the main thread where the election runs (prom-client's collects, the
- * engine's and the checks' status), and delayed the Active's adverts; with this, at most
+ * engine's and the checks' status), and delay the Active's adverts; with this, at most
  * 1000 / SCRAPE_CACHE_MS renderings a second of each, whatever the number of scrapers. A client
  * that asks less often than this always gets a fresh answer; Prometheus scrapes every 15–60 s.
  */

@@ -1,9 +1,9 @@
 /**
  * Failures contained in the paths that only observe: the certificate report, /status and its
  * history, the metrics, the admin endpoint's answers, the health events' log lines, the memory
- * release. None of them may take the election down: an exception there used to reach a
- * microtask or an EventEmitter and end the process, VIPs and all (Node 20 lacked
- * X509Certificate.validToDate, and the certificate report killed the agent).
+ * release. None of them may take the election down: uncontained, an exception there reaches a
+ * microtask or an EventEmitter and ends the process, VIPs and all (a missing runtime API, such as
+ * X509Certificate.validToDate before Node 22, in the certificate report would do it).
  *
  *   a throw in path P ──► counted (ballast_internal_errors_total{path="P"})
  *                    ──► logged at error, rate-limited per path (ratelimit.ts: the first, then one

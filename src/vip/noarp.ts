@@ -3,7 +3,7 @@
  * answer ARP for them, nor use them as the sender of its own ARP requests. With Linux's defaults
  * (`arp_ignore` 0, `arp_announce` 0) it does both on every interface: on a shared segment every
  * node then replies to an ARP request for the VIP and hosts there route it on-link instead of
- * through the routers (issue 27 item 5). The kernel's answer (Documentation/networking/ip-sysctl.rst):
+ * through the routers. The kernel's answer (Documentation/networking/ip-sysctl.rst):
  *
  *   net.ipv4.conf.all.arp_ignore = 1     reply only if the target IP is configured on the
  *                                        interface the request came in on (a VIP on lo: never)

@@ -671,9 +671,9 @@ export class VrrpMachine {
         // Within the rate limit the claim is deferred to its end, not dropped: with three routers, a
         // middle one that was Active too claims the VIP when it hears the lowest one, a moment
         // before it hears us and yields; its last advert (at its own priority) reaches us right
-        // after our own claim, and only a later claim of ours takes its clients back (found by the
-        // chaos soak: clients left on the yielded router until the 60 s refresh, then every
-        // connection made through it reset at once, with no fault active)
+        // after our own claim, and only a later claim of ours takes its clients back (dropped, the
+        // claim would leave clients on the yielded router until the 60 s refresh, and then every
+        // connection made through it would reset at once)
         if (this.cfg.vips.length > 0) {
           if (ev.now - this.lastHealAnnounce >= HEAL_ANNOUNCE_MIN_INTERVAL_MS) {
             this.lastHealAnnounce = ev.now;

@@ -1,5 +1,5 @@
 /**
- * Membership guards the election (issue 10 item 3), on the lab: three agents with load
+ * Membership guards the election, on the lab: three agents with load
  * balancing, so the backends' nodes are the members, and a stranger on the LAN (the client
  * namespace) sending adverts with a higher priority and Max Adver Int 4095 cs. With the default
  * `vrrp.acceptFrom: members` the stranger changes nothing (dropped, counted, logged once); with
@@ -96,7 +96,7 @@ describe.skipIf(needs('root') ?? needs('tcpdump'))('vrrp.acceptFrom and peers th
     await stranger(1);
     // the advert went out before the injector exited: n1 has yielded by now, or within a poll
     await waitFor(() => a1!.status(), (s) => s.state === 'backup', { timeoutMs: 1000, what: 'n1 to yield to the stranger' });
-    // what an operator is told (issue 11 item 7): a master none of the known nodes, and its interval adopted
+    // what an operator is told: a master none of the known nodes, and its interval adopted
     expect(a1!.logLines().filter((l) => String(l.msg).startsWith('the new master is not one of the known members'))).toMatchObject([{ level: 'warn', master: lab.client.ipv4, priority: 254 }]);
     expect(a1!.logLines().filter((l) => String(l.msg).startsWith("adopted the master's advertisement interval"))).toMatchObject([{ level: 'warn', master: lab.client.ipv4, masterAdverIntervalCs: 4095, advertisementIntervalCs: INTERVAL_MS / 10 }]);
     // n1's last advert makes n2 follow n1, which is silent now: n2 takes over after its Master_Down_Interval

@@ -1,7 +1,7 @@
 /**
- * Start-up defects of issue 9, on the lab, through `ballast run` as an operator runs it:
+ * Start-up defects, on the lab, through `ballast run` as an operator runs it:
  * - two agents with different VRIDs but one VIP on one interface: the second exits 2 naming the
- *   VIP (before, both ran and deleted each other's VIP every ~43 ms);
+ *   VIP (both running would delete each other's VIP every ~43 ms);
  * - configuration mistakes that only `run` can see (the host's addresses) exit 2, which the
  *   documented systemd unit does not restart (before: exit 1, restarted forever): a local endpoint
  *   or admin.listen on an address that is not this node's, a VIP that is the node's own address;
@@ -107,7 +107,7 @@ describe.skipIf(needs('root'))('start-up defects (root; skipped otherwise)', () 
     expect(await a2.proc.exited).toBe(1);
     const gone = a2.logLines().filter((l) => l.code === 'BALLAST_E_INTERFACE_GONE');
     expect(gone.map((l) => l.msg)).toStrictEqual(['the interface was deleted; exiting so that the supervisor restarts the agent']);
-    // and no other line says it again (the engine used to, once per link message)
+    // and no other line says it again (the engine does not repeat it per link message)
     expect(a2.logLines().filter((l) => String(l.msg).startsWith('the interface was deleted')).length).toBe(1);
   });
 });

@@ -1,5 +1,5 @@
 /**
- * The agent as a process, the compiled CLI in lab node n1 (issue 26 items 3, 6, 8, 10):
+ * The agent as a process, the compiled CLI in lab node n1:
  *
  *   its name: `ballast` (the main thread's comm), so `pgrep -x ballast` finds it;
  *   its log as the journal reads it: stdout a file whose dev:ino is JOURNAL_STREAM, each line

@@ -89,8 +89,8 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     expect(r.ok, JSON.stringify(r)).toBe(true);
   });
 
-  // issue 27 item 5: the VIP is on lo; with Linux's defaults (arp_ignore 0) every node answered
-  // ARP for it on its link (2 of 2 requests each), so on a shared segment hosts reached the VIP on-link
+  // the VIP is on lo; with Linux's defaults (arp_ignore 0) every node would answer ARP for it on
+  // its link, so on a shared segment hosts would reach the VIP on-link
   it('no node answers ARP for the VIP it announces (arp_ignore 1, arp_announce 2 while the agent runs); each answers for its own link address', async () => {
     const sysctl = async (n: BgpLabNode): Promise<string> => (await b.lab.exec(n.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().replace(/\s+/g, ' ');
     const replies = await Promise.all(b.nodes.map(async (n) => [await b.arpReplies(n, b.vip4), await b.arpReplies(n, n.link4.node, 1)] as const));

@@ -1,5 +1,5 @@
 /**
- * Bootstrap before the CA exists (issue 10 item 1), on a 2-node lab: the final configuration —
+ * Bootstrap before the CA exists, on a 2-node lab: the final configuration —
  * backends and `apiserver.health.caFile` — started on a node where the CA file (and its
  * directory) does not exist yet and no apiserver runs, as before `kubeadm init`:
  *

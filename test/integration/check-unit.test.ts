@@ -1,13 +1,13 @@
 /**
- * `ballast check` against the installed unit (issue 26 item 5), run as an operator runs it: from a
+ * `ballast check` against the installed unit, run as an operator runs it: from a
  * shell on the node (lab node n1, prefix bfix2, subnet 171), with the unit search path pointed at
  * a directory of the test's own ($SYSTEMD_UNIT_PATH, as systemd reads it). The eBPF probe attaches
  * from this shell; what the agent meets under the unit comes from the unit's options:
  *
  *   the shipped unit (ProtectKernelTunables=no, /sys read-only but ReadWritePaths=/sys/fs/bpf): ok;
- *     a drop-in ProtectKernelTunables=yes (the unit before issue 26 item 1): `[warn] ebpf`, cannot
+ *     a drop-in ProtectKernelTunables=yes: `[warn] ebpf`, cannot
  *     tell (that pair was seen read-only), with the drop-in that fixes it;
- *   vrrp.realtimePriority under a drop-in RestrictRealtime=yes (the unit before item 2): `[fail] realtime`;
+ *   vrrp.realtimePriority under a drop-in RestrictRealtime=yes (no CAP_SYS_NICE): `[fail] realtime`;
  *   a node none of whose addresses is a backend or a peer: `[fail] membership`, "would never become master".
  */
 import { spawn } from 'node:child_process';

@@ -84,7 +84,7 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     expect(code).toBe(warned.length > 0 ? 1 : 0);
   });
 
-  // issue 27 item 11: said nothing before
+  // the discovery-server line: informational, always ok
   it('a discovery kubeconfig whose server is the VIP: an ok line says discovery dials each apiserver directly', async () => {
     const kc = join(lab.dir, 'check-admin.conf');
     writeFileSync(kc, `apiVersion: v1\nkind: Config\nclusters: [{ name: k, cluster: { server: "https://${lab.vip4}:6443" } }]\nusers: [{ name: u, user: { token: t } }]\ncontexts: [{ name: c, context: { cluster: k, user: u } }]\ncurrent-context: c\n`);

@@ -103,7 +103,7 @@ describe.skipIf(needs('root'))('ballast run: the host does not fit (root; in an 
   });
 });
 
-describe('SIGUSR1 never opens the inspector (found by a new-user test: it did, in a root process)', () => {
+describe('SIGUSR1 never opens the inspector (Node\'s default for SIGUSR1, in a root process)', () => {
   it('a SIGUSR1 while the command runs leaves no "Debugger listening" and does not change the outcome', async () => {
     // ~3000 unknown keys keep validate busy for a while (each gets a "did you mean")
     const f = join(dir, 'slow.yaml');
@@ -121,7 +121,7 @@ describe('SIGUSR1 never opens the inspector (found by a new-user test: it did, i
   });
 });
 
-describe('ballast status against something that is not an agent (found by a new-user test: a stack trace, exit 1)', () => {
+describe('ballast status against something that is not an agent: a clear error, not a stack trace', () => {
   it('a JSON answer of another shape, or no JSON, is BALLAST_E_STATUS_UNREACHABLE (exit 3) in its own words', async () => {
     const { createServer } = await import('node:http');
     for (const body of ['{}', '{"state":5,"backends":[]}', 'notjson']) {

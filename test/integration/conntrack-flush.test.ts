@@ -7,8 +7,8 @@
  * flow (nf_conntrack_tcp_loose=1) and runs through the nat chains again. The spread hashes the
  * tuple (src/dataplane/nftables.ts), so the pickup is DNATed by the same backend's chain, the
  * masquerade keeps the source port, and the backend's socket simply continues: no reset, same
- * backend. (With the former `numgen random` spread about (N−1)/N = 2/3 of them went to another
- * backend and were reset by it.) What the data plane cannot save, and the test therefore
+ * backend. (With a `numgen random` spread about (N−1)/N = 2/3 of them would go to another
+ * backend and be reset by it.) What the data plane cannot save, and the test therefore
  * excludes by measurement: a request in flight at the flush whose response (a segment from the
  * backend) reaches the holder first — its reply finds no entry, the holder answers the backend
  * with a RST, and the client's next segment is reset by the backend.

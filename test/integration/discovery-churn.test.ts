@@ -1,5 +1,5 @@
 /**
- * EndpointSlice churn of a backend that is not ready (issue 27 item 10): an address with no
+ * EndpointSlice churn of a backend that is not ready: an address with no
  * apiserver behind it joins and leaves the `kubernetes` slice again and again. Each change is a
  * new backend set, and each set change re-syncs the VIP data plane; but a backend without a
  * verdict, or a dead one, is in no DNAT rule, so the ruleset stays as it was: no nft transaction

@@ -217,9 +217,9 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     await waitFor(() => statusOf(agents[0]!), (x) => x.backends.every((b) => b.source === 'endpointslice' && b.healthy) && x.backends.length === 2, { timeoutMs: 15_000, what: 'the discovered set again' });
   });
 
-  // issue 27 item 8: a 403 was raw text in /status and a generic counter, and with the backoff
-  // (500 ms doubling to 10 s: retries 0.5, 1.5, 3.5, 7.5 s after the first refusal) the set came
-  // 6 to 8.4 s after the permission; refused for 4 s here, the old code's next retry is 3.5 s late
+  // a 403 has its own condition in /status and its own counter; with the general backoff
+  // (500 ms doubling to 10 s: retries 0.5, 1.5, 3.5, 7.5 s after the first refusal) the set would
+  // come 6 to 8.4 s after the permission; refused for 4 s here, that backoff's next retry is 3.5 s late
   it('the API refusing the permission (403): its own condition, metric and one log line with the fix; the set follows the permission within the denied retry', async () => {
     const n1 = lab.nodes[0]!;
     setDenial(lab.sliceStore(), 403);

@@ -1,5 +1,5 @@
 /**
- * The eBPF node-local endpoint dialled in its IPv4-mapped form (issue 9): an AF_INET6 socket
+ * The eBPF node-local endpoint dialled in its IPv4-mapped form: an AF_INET6 socket
  * connecting to ::ffff:127.0.0.1:7443, as dual-stack runtimes do (Java by default), is balanced
  * like a connect() to 127.0.0.1:7443, and getpeername() says ::ffff:127.0.0.1:7443. And a clean
  * stop of the agent leaves no lock file in /run/ballast.

@@ -1,5 +1,5 @@
 /**
- * The networks operators really have (issue 4): partitions that heal, strangers on the VRID,
+ * The networks operators really have: partitions that heal, strangers on the VRID,
  * wall clocks that jump, multi-homed nodes, IPv6 handover (a blocked main thread: pacer.test.ts). Real agents
  * on the lab, real packets; adverts every 100 ms, so Master_Down_Interval (RFC 9568 §6.1) is
  * 3 × 100 ms + Skew_Time.

@@ -7,7 +7,7 @@
  *   - A silent master is a stopped agent, not a dead apiserver: n2 never takes n1's healthy
  *     apiserver out (no "backend of the silent master taken out", no health change of it, no
  *     damping), and every takeover says the backend still accepts connections.
- *   - The preemption back (issue 27 item 3): in the WATCH_MS after n1 becomes Active again, the
+ *   - The preemption back: in the WATCH_MS after n1 becomes Active again, the
  *     gap between its adverts on the wire (tcpdump in n3) stays within 1.5 × interval + margin
  *     and no Backup takes over.
  *   - A node that is gone still leaves at once: n1's link down, n2 takes n1's backend out within
@@ -28,7 +28,7 @@ const RESTARTS = 10;
 const MARGIN_MS = 150;
 /** Slack on the pacer's 1.5 intervals: its thread runs with normal scheduling on 2 shared cores. */
 const GAP_MARGIN_MS = 100;
-/** How long after each preemption the Backups are watched (issue 27 item 3: a takeover ~1 s after), ms. */
+/** How long after each preemption the Backups are watched (a takeover caused by the preemption comes within ~1 s), ms. */
 const WATCH_MS = 1200;
 
 describe.skipIf(needs('root'))('the holder agent killed and restarted (root; skipped otherwise)', () => {
@@ -117,7 +117,7 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
     const st2 = await a2!.status();
     const mine = st2.backends.find((b) => b.address === backend);
     console.log(`[holder-kill] ${RESTARTS} restarts in ${Date.now() - t0} ms: on n2, taken out ${takenOut}, confirmed alive ${alive}, health/damping lines ${changes.length}; n1's backend now ${JSON.stringify(mine)}`);
-    // issue 27 item 3, the preemptions back: n1's adverts keep their pace from its first one
+    // the preemptions back: n1's adverts keep their pace from its first one
     // (the pacer covers a silent thread at 1.5 intervals; a gap within it can fire no Backup,
     // whose Master_Down_Interval is 3 intervals + Skew_Time), and no Backup takes over meanwhile
     expect(gaps).toHaveLength(RESTARTS);

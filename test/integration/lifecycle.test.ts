@@ -1,5 +1,5 @@
 /**
- * The lifecycle of issue 10, end to end (item 6): lab/lifecycle.ts on a 7-node lab (n1..n6
+ * A cluster's lifecycle, end to end: lab/lifecycle.ts on a 7-node lab (n1..n6
  * control plane, n7 a worker with the eBPF local endpoint in its own cgroup-v2 child). One config
  * file per node, written once before anything exists; unicast VRRP with `peers: discovered`;
  * backends seeded with n1..n3 and then discovered from the stand-ins' `kubernetes` EndpointSlices.

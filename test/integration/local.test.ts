@@ -1,5 +1,5 @@
 /**
- * The node-local API endpoint through the agent (issue 5): `ballast run` with `localEndpoint`
+ * The node-local API endpoint through the agent: `ballast run` with `localEndpoint`
  * on lab node n1, in `ebpf` mode (cgroup connect4/6 + getpeername4/6 programs, attached to n1's
  * own cgroup-v2 child, pins under /sys/fs/bpf/ballast/local-<prefix>-n1) and in `proxy` mode.
  * Clients run in n1's network namespace, inside its cgroup unless a test says otherwise. Three

@@ -1,7 +1,7 @@
 /**
- * The Debian package (issue 11 item 1), installed for real on this machine with apt-get and
+ * The Debian package, installed for real on this machine with apt-get and
  * removed again: scripts/package.sh's .deb (built by ensureArtefacts when dist-pkg/ is stale),
- * lintian on the .deb (no error: issue 26 item 7), the control file's Depends against
+ * lintian on the .deb (no error), the control file's Depends against
  * docs/install.md's list, `ballast --version`, `ballast validate` of the shipped example,
  * `systemd-analyze verify` of the installed unit, the installed file list (nothing of the lab,
  * tests or build tools; /usr/share/doc/ballast with the DEP-5 copyright, the changelog and every
@@ -123,7 +123,7 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     const r = await sh(['systemd-analyze', 'verify', UNIT]);
     expect(r).toEqual({ code: 0, stdout: '', stderr: '' });
     // systemd's own rating of the sandboxing (10 = an unsandboxed root service); see docs/install.md
-    // (4.2 on systemd 252 since ProtectKernelTunables=no and RestrictRealtime=no with CAP_SYS_NICE, issue 26)
+    // (4.2 on systemd 252 with ProtectKernelTunables=no and RestrictRealtime=no with CAP_SYS_NICE)
     const sec = await sh(['systemd-analyze', 'security', '--offline=true', UNIT]);
     expect(Number(/Overall exposure level for ballast\.service: ([\d.]+)/.exec(sec.stdout)?.[1])).toBeLessThanOrEqual(4.2);
     const unit = readFileSync(UNIT, 'utf8');

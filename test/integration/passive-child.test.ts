@@ -1,5 +1,5 @@
 /**
- * No child process outlives the agent (issue 9, item 8): passive detection reads conntrack events
+ * No child process outlives the agent: passive detection reads conntrack events
  * over ctnetlink inside the agent, so an agent with the nftables data plane has no child at all,
  * and a SIGKILL of the agent alone leaves no `conntrack` process behind in its namespace (the old
  * `conntrack -E` child kept running, orphaned, for minutes). Passive detection still works: a

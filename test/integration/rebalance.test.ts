@@ -1,5 +1,5 @@
 /**
- * Watch rebalancing (issue 12 item 5), end to end on the lab: 300 long-lived TLS connections
+ * Watch rebalancing, end to end on the lab: 300 long-lived TLS connections
  * (watch-like: idle but for one small request every ~2 s, lab/clients/watchers.ts) from the
  * client through the VIP held by n1 to the stand-ins on n1, n2, n3. n3's apiserver is restarted
  * the way kube-apiserver restarts (unready first, so it leaves the ruleset; then stopped, which

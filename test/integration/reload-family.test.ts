@@ -1,5 +1,5 @@
 /**
- * A reload that changes the VIPs' family under the nftables VIP data plane (issue 10, item 4):
+ * A reload that changes the VIPs' family under the nftables VIP data plane:
  * a hand-over, not a refusal. Two real agents (n1 priority 200, n2 priority 100), adverts every
  * 100 ms, balancing over both nodes' stand-in apiservers (which listen dual-stack); both are
  * reloaded at once from the lab's IPv4 VIP and IPv4 backends to its IPv6 VIP and IPv6 backends.

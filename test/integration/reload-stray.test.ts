@@ -1,5 +1,5 @@
 /**
- * A reload that adds a VIP already on a Backup's interface (issue 27, item 4): a start removes
+ * A reload that adds a VIP already on a Backup's interface: a start removes
  * such a VIP (left by hand, by a crashed agent, by an old config), and a reload must too, or two
  * nodes answer ARP / NS for it until the agent stops (keepalived #2700).
  *

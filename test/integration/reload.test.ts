@@ -1,5 +1,5 @@
 /**
- * Reload without a failover (issue 10, item 4), on the lab: two real agents (n1 priority 200,
+ * Reload without a failover, on the lab: two real agents (n1 priority 200,
  * n2 priority 100), adverts every 100 ms, the nftables VIP data plane over both nodes' stand-in
  * apiservers. Each case rewrites the agents' files and sends SIGHUP (or runs `ballast reload`),
  * and watches what must not happen: a transition, an advert gap, a VIP that stays going missing,

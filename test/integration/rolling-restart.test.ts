@@ -1,5 +1,5 @@
 /**
- * ballast's own rolling upgrade (issue 10 item 5), on a 3-node lab with load balancing: the agent
+ * ballast's own rolling upgrade, on a 3-node lab with load balancing: the agent
  * is restarted (SIGTERM, then a new `ballast run` with the same file) on each node in turn — the
  * master first, then the new master, then the remaining backup — while a client requests
  * https://VIP:6443/version every 10 ms, each on a new connection, and a client in n3's cgroup

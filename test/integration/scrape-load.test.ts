@@ -1,5 +1,5 @@
 /**
- * Issue 27 item 6: scraping must not delay the adverts. An Active agent (with a stand-in
+ * Scraping must not delay the adverts. An Active agent (with a stand-in
  * apiserver as its backend, so /status and /metrics carry what a real node's do) is scraped by
  * 20 clients in its namespace, 10 Hz each, half on /metrics and half on /status (lab/clients/
  * scraper.ts: keep-alive, never two requests at once per client, bounded in time), while tcpdump

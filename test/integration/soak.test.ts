@@ -1,5 +1,5 @@
 /**
- * A 24-second smoke of the chaos soak (bench/soak.ts, issue 12 item 1) on its own lab (prefix
+ * A 24-second smoke of the chaos soak (bench/soak.ts) on its own lab (prefix
  * bsok2, 10.78.121.0/24): the full cluster (3 control-plane agents and stand-ins, a worker with
  * the eBPF local endpoint, the 10 ms VIP prober, the local prober, 100 watch-like connections),
  * seed 5's schedule (n3's /readyz 500; then n2's link down while n3 gets a bad reload), every

@@ -1,5 +1,5 @@
 /**
- * A SIGTERM at any moment of start-up (issue 9): `ballast run` on lab node n1 with backends (the
+ * A SIGTERM at any moment of start-up: `ballast run` on lab node n1 with backends (the
  * lab's stand-in apiservers), the VIP data plane (nftables) and the local endpoint (ebpf, in n1's
  * own cgroup-v2 child) gets SIGTERM — to its own PID only, not its process group, so a child it
  * forgot to end would stay — at 20 seeded-random moments from 0 to 2 s after it was spawned.

@@ -1,5 +1,5 @@
 /**
- * What an operator sees (issue 11 item 7), on the lab:
+ * What an operator sees, on the lab:
  *
  * - the status page (GET / on the admin port) in a real headless browser (Debian's Chromium),
  *   run inside a lab node's namespace against that node's agent (admin on 127.0.0.1 there): the

@@ -1,5 +1,5 @@
 /**
- * The Debian package on nodes that boot a real systemd (issue 26): two lab nodes, each a
+ * The Debian package on nodes that boot a real systemd: two lab nodes, each a
  * systemd-nspawn container of a debootstrapped Debian 12 sharing the lab node's network namespace
  * (lab/systemd-node.ts), the .deb built from this tree installed with apt inside, the packaged
  * unit started by systemctl. What an operator meets:
@@ -68,7 +68,7 @@ process.stdout.write(JSON.stringify(sum) + '\\n');
 
 interface ProbeSummary { ok: number; failed: number; errors: unknown[]; durationMs: number }
 
-/** The agent's warning that the eBPF local endpoint fell back to the proxy (its wording may change: issue 26 item 6). */
+/** The agent's warning that the eBPF local endpoint fell back to the proxy (matched by its start: the wording after it may change). */
 const isEbpfFallback = (message: string): boolean => /eBPF/.test(message) && /unavailable|fall(s|ing)? ?back|proxy instead/i.test(message);
 
 describe.skipIf(why)('the package on nodes booting a real systemd (systemd-nspawn, Debian 12): apt, the unit, reload, watchdog, eBPF, real time, journal, remove (root; skipped otherwise)', () => {
@@ -189,7 +189,7 @@ describe.skipIf(why)('the package on nodes booting a real systemd (systemd-nspaw
     expect((await n.journal('ballast')).filter((e) => e._PID === before.MainPID && /configuration reload (failed|refused)/.test(e.MESSAGE)).length).toBe(1);
   }, 90_000);
 
-  it('journal priorities: the agent\'s refused reload is in journalctl -u ballast -p warning (needs the agent\'s <N> level prefix on stdout, issue 26 item 3)', async () => {
+  it('journal priorities: the agent\'s refused reload is in journalctl -u ballast -p warning (needs the agent\'s <N> level prefix on stdout)', async () => {
     const n = nodes[1]!;
     const pid = await n.mainPid('ballast');
     const refused = (await n.journal('ballast')).filter((e) => e._PID === String(pid) && e.MESSAGE.includes('configuration reload failed'));
@@ -202,7 +202,7 @@ describe.skipIf(why)('the package on nodes booting a real systemd (systemd-nspaw
     expect(Number(fromAgent[0]!.PRIORITY)).toBeLessThanOrEqual(4);
   });
 
-  it('journal priorities: where the eBPF local endpoint cannot attach (CAP_BPF taken away by a drop-in), journalctl -u ballast -p warning shows the fallback (needs issue 26 item 3)', async () => {
+  it('journal priorities: where the eBPF local endpoint cannot attach (CAP_BPF taken away by a drop-in), journalctl -u ballast -p warning shows the fallback (needs the <N> level prefix)', async () => {
     const n = nodes[1]!;
     const dropIn = '/etc/systemd/system/ballast.service.d/no-bpf.conf';
     await n.exec(['mkdir', '-p', '/etc/systemd/system/ballast.service.d']);
@@ -228,8 +228,8 @@ describe.skipIf(why)('the package on nodes booting a real systemd (systemd-nspaw
     const r = await nodes[0]!.exec(['systemd-analyze', 'security', '--no-pager', 'ballast'], { allowFail: true });
     const score = Number(/Overall exposure level for ballast\.service: ([\d.]+)/.exec(r.stdout)?.[1]);
     console.log(`systemd nodes: systemd-analyze security ballast: ${score}`);
-    // docs/install.md's figure: 4.2 on systemd 252 (3.9 with the unit before issue 26, whose
-    // ProtectKernelTunables=yes kept bpffs read-only and RestrictRealtime=yes refused the pacer's SCHED_FIFO)
+    // docs/install.md's figure: 4.2 on systemd 252 (3.9 with ProtectKernelTunables=yes, which keeps
+    // bpffs read-only, and RestrictRealtime=yes, which refuses the pacer's SCHED_FIFO)
     expect(score).toBeLessThanOrEqual(4.2);
   });
 

@@ -1,5 +1,5 @@
 /**
- * The admin endpoint's shared renderings (src/observe/admin.ts `shared`, issue 27 item 6): many
+ * The admin endpoint's shared renderings (src/observe/admin.ts `shared`): many
  * scrapers cost one rendering per SCRAPE_CACHE_MS, a slow client always gets a fresh one, a
  * failure is not kept, a reload's answer drops what was rendered before it.
  */

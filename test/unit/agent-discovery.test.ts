@@ -88,7 +88,7 @@ describe('sources in ballast status and /metrics', () => {
     expect(text).toContain('ballast_discovery_empty_kept_total 3');
     expect(text).toContain('ballast_discovery_errors_total 1');
     expect(text).toContain('ballast_discovery_lists_total 2');
-    // issue 27 item 8: a refusal has its own series, by reason
+    // a refusal has its own series, by reason
     expect(text).toContain('ballast_discovery_denied{reason="forbidden"} 1');
     expect(text).toContain('ballast_discovery_denied{reason="unauthorized"} 0');
     expect(text).toContain('ballast_discovery_refusals_total{reason="forbidden"} 5');

@@ -1,5 +1,5 @@
 /**
- * `ballast check`'s `discovery-server` (src/check/discovery.ts, issue 27 item 11): a discovery
+ * `ballast check`'s `discovery-server` (src/check/discovery.ts): a discovery
  * kubeconfig whose server is the VIP or the node-local endpoint is harmless (discovery dials each
  * apiserver at its own address), and the check says so instead of saying nothing.
  */

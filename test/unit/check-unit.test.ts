@@ -27,7 +27,7 @@ function dirs(name: string, files: Record<string, string>): string[] {
 }
 
 const shipped = systemdUnit({ configPath: '' });
-/** The options of the unit shipped before issue 26 (items 1 and 2) that decide eBPF and real time. */
+/** A unit with ProtectKernelTunables=yes and RestrictRealtime=yes: the options that decide eBPF and real time. */
 const before26 = '[Service]\nProtectKernelTunables=yes\nReadWritePaths=/sys/fs/bpf\nRestrictRealtime=yes\nCapabilityBoundingSet=CAP_BPF CAP_NET_ADMIN CAP_NET_RAW\n';
 const sandbox = (...texts: string[]) => sandboxOf(texts.flatMap((t, i) => serviceAssignments(t, `f${i}`)));
 
@@ -132,7 +132,7 @@ describe('the running unit', () => {
 });
 
 describe('what the agent meets under the unit', () => {
-  it('eBPF, the unit before issue 26: cannot tell (ProtectKernelTunables=yes with ReadWritePaths=/sys/fs/bpf was seen read-only), warn with the drop-in', () => {
+  it('eBPF, a unit with ProtectKernelTunables=yes: cannot tell (ProtectKernelTunables=yes with ReadWritePaths=/sys/fs/bpf was seen read-only), warn with the drop-in', () => {
     const v = ebpfUnderUnit(sandbox(before26));
     expect(v.status).toBe('warn');
     expect(v.detail).toMatch(/^cannot tell from here whether bpffs is writable under ballast\.service: it has ProtectKernelTunables=yes and ReadWritePaths=\/sys\/fs\/bpf/);
@@ -156,7 +156,7 @@ describe('what the agent meets under the unit', () => {
     expect(ebpfUnderUnit(sandbox(shipped, '[Service]\nProtectKernelTunables=yes\n'))).toMatchObject({ status: 'warn', known: false });
   });
 
-  it('realtime, the unit before issue 26: fails (RestrictRealtime=yes, no CAP_SYS_NICE); a drop-in lifting both, or LimitRTPRIO, makes it ok; the shipped unit: ok', () => {
+  it('realtime, a unit with RestrictRealtime=yes: fails (RestrictRealtime=yes, no CAP_SYS_NICE); a drop-in lifting both, or LimitRTPRIO, makes it ok; the shipped unit: ok', () => {
     expect(realtimeUnderUnit(sandbox(shipped), 50).status).toBe('ok');
     const v = realtimeUnderUnit(sandbox(before26), 50);
     expect(v.status).toBe('fail');

@@ -1,5 +1,5 @@
 /**
- * Configuration defects found when ballast was tried as a new user would (issue 9, item 8):
+ * Configuration defects a new user meets:
  * interface names the kernel refuses, a checksum rule that means nothing for IPv6, a local
  * endpoint on the apiserver's port, and addresses the file alone shows can never work. The
  * refusals failed on the code before the fix; the "still refuses" / "accepts" cases pin what
@@ -172,7 +172,7 @@ describe('validate finds what the file alone shows', () => {
   });
 });
 
-describe("keys that are Object.prototype's names (found by a new-user test: 'constructor' crashed validate)", () => {
+describe("keys that are Object.prototype's names ('constructor' must not crash validate)", () => {
   it('constructor, toString and hasOwnProperty are unknown keys with the section’s list, never an exception', () => {
     for (const key of ['constructor', 'toString', 'hasOwnProperty']) {
       expect(issuesOf(`vrrp: {vrid: 77, ${key}: 1}\nvips: [10.0.0.100]\n`).map((i) => [i.path, i.message])).toStrictEqual([

@@ -230,9 +230,9 @@ describe('Discovery against stand-in apiservers on loopback', () => {
     expect(changes.at(-1)).toStrictEqual([`127.0.0.1:${PORT} endpointslice`, `127.0.0.3:${PORT} endpointslice`]);
   });
 
-  // issue 27 item 8: a 401 or 403 showed only as raw text and a generic counter, and with the
-  // growing backoff (here 100 ms doubling to 2 s, as the agent's 500 ms to 10 s) the set came
-  // 1.5 s after the permission did (the agent: 6 to 8.4 s)
+  // a 401 or 403 has its own condition and counter, and is retried at deniedRetryMs: with the
+  // growing backoff (here 100 ms doubling to 2 s, as the agent's 500 ms to 10 s) the set would
+  // come 1.5 s after the permission did (the agent: 6 to 8.4 s)
   it('401 then 403: each its own condition and one log line with the fix; the set follows the permission within deniedRetryMs', async () => {
     setup();
     await start('127.0.0.1');

@@ -1,5 +1,5 @@
 /**
- * Bootstrap before the CA exists (issue 10 item 1): a check whose CA, client certificate or
+ * Bootstrap before the CA exists: a check whose CA, client certificate or
  * token file does not exist yet fails with cause `waitingForFile` (unready: no traffic, never a
  * reset), the snapshot, `ballast status` and /metrics say so, and the first check after the file
  * appears — also in a directory created later — uses it.

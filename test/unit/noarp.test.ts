@@ -1,6 +1,6 @@
 /**
  * BGP mode's ARP sysctls (src/vip/noarp.ts) against a fake /proc/sys, and `ballast check`'s
- * `bgp-arp` (src/check/bgp.ts) with the installed unit's sandbox (issue 27 item 5).
+ * `bgp-arp` (src/check/bgp.ts) with the installed unit's sandbox.
  */
 import { describe, expect, it } from 'vitest';
 import { bgpArpResult, writableUnder } from '../../src/check/bgp.js';

@@ -88,7 +88,7 @@ describe('renderStatusPage', () => {
     expect(t).not.toContain('10.0.0.11:6443 down seed — 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED certificate');
   });
 
-  it('discovery refused by the API (issue 27 item 8): the refusal, since when, and the counts', () => {
+  it('discovery refused by the API: the refusal, since when, and the counts', () => {
     const d = { ...doc(), discovery: { state: 'backoff' as const, server: 'https://10.0.0.12:6443', lists: 0, errors: 7, emptyKept: 0, lastChange: null, lastError: 'HTTP-Code: 403', denied: 'forbidden' as const, deniedSince: '2026-11-29T20:00:30.000Z', refusals: { unauthorized: 0, forbidden: 7 } } };
     const t = text(renderStatusPage(d, { now: NOW }));
     expect(t).toContain('refused 403 forbidden since 2026-11-29T20:00:30.000Z (30 s ago)');

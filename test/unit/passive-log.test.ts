@@ -2,7 +2,7 @@
  * Passive detection's "backend judged dead from its connections" (agent/health.ts): a backend that
  * is down keeps refusing the connections still sent to it, one verdict a second with an active
  * client; the line is written once, then once per 10 s window with the count (ratelimit.ts), per
- * backend, not once per verdict (issue 26: 18 lines in 18 s).
+ * backend, not once per verdict (which would be 18 lines in 18 s).
  */
 import { describe, expect, it } from 'vitest';
 import { passiveVerdictHandler, PASSIVE_DEAD_MESSAGE } from '../../src/agent/health.js';

@@ -168,7 +168,7 @@ class FakeCtSocket extends EventEmitter implements CtSocket {
   }
 }
 
-describe('a backend that answers is not silent (found by the chaos soak and the storm bench)', () => {
+describe('a backend that answers is not silent (a full accept queue drops SYNs)', () => {
   const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
   it('a SYN dropped by a full accept queue, while later SYNs to the same backend are answered, gives no verdict', () => {
     const t = new FlowTracker(['10.9.9.9'], 6443, 250);
@@ -190,7 +190,7 @@ describe('a backend that answers is not silent (found by the chaos soak and the 
   });
 });
 
-describe('deletions are not refusals (found by the chaos soak)', () => {
+describe('deletions are not refusals (conntrack -F, a reset of a dead backend\'s flows)', () => {
   it('a flow deleted while still in SYN_SENT (conntrack -F, an agent\'s reset) gives no verdict; one refused (CLOSE) still does', () => {
     const t = new FlowTracker(['10.9.9.9'], 6443, 250);
     const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
@@ -203,7 +203,7 @@ describe('deletions are not refusals (found by the chaos soak)', () => {
   });
 });
 
-describe('a live socket on the same tuple answers the SYN with an ACK: no refusal (found by the chaos soak)', () => {
+describe('a live socket on the same tuple answers the SYN with an ACK: no refusal', () => {
   // after `conntrack -F` (or an agent's reset of a backend's flows) the server side of a flow
   // keeps its socket; a client reusing the port gets its SYN answered with a plain ACK, which
   // conntrack ignores in SYN_SENT but marks as a reply (IPS_SEEN_REPLY, no state in the event),

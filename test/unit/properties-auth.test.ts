@@ -1,6 +1,5 @@
 /**
- * Property-based tests of the advert auth trailer (src/vrrp/auth.ts, docs/auth.md), issue 12
- * item 2: verify never throws on any bytes; sign then verify accepts; a single flipped bit of the
+ * Property-based tests of the advert auth trailer (src/vrrp/auth.ts, docs/auth.md): verify never throws on any bytes; sign then verify accepts; a single flipped bit of the
  * signed payload (message or trailer), another source or destination, or a wrong key is rejected.
  * `npm run fuzz` runs each property 1,000,000 times (test/support/fuzz.ts).
  */

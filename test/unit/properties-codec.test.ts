@@ -1,5 +1,5 @@
 /**
- * Property-based tests of the VRRPv3 codec (src/vrrp/packet.ts), issue 12 item 2: decode never
+ * Property-based tests of the VRRPv3 codec (src/vrrp/packet.ts): decode never
  * throws on any bytes or context; decode ∘ encode is the identity for every valid advert of either
  * family; both IPv4 checksum conventions (RFC 9568 §5.2.8 without a pseudo-header, RFC 5798 /
  * keepalived with one) verify, and a single flipped bit never does. `npm run fuzz` runs each
@@ -151,7 +151,7 @@ describe('VRRP codec properties', () => {
   }, FUZZ_TIMEOUT_MS);
 
   it('a flipped bit that happens to match the OTHER IPv4 convention (fixed counterexample of the 1M run)', () => {
-    // found by `npm run fuzz` (seed 2039012502): sent without the pseudo-header, bit 5 of byte
+    // a case `npm run fuzz` can draw: sent without the pseudo-header, bit 5 of byte
     // 2147483645 % 48 = 13 flipped; the result's sum WITH the pseudo-header is 0 (odds 1 in 65,536
     // per flip), so the receiver, which accepts either IPv4 convention, accepts it as 'rfc5798'
     const c: Case = {

@@ -1,6 +1,6 @@
 /**
  * Property-based tests of configuration validation (src/config: validateConfig, and parseConfig
- * for the YAML path), issue 12 item 2: random YAML-ish trees, with keys drawn from the real field
+ * for the YAML path): random YAML-ish trees, with keys drawn from the real field
  * names and random ones, values of every JSON type and deep nesting, always give a Config or a
  * ConfigError whose every issue has a non-empty path naming the field (or `(document)`), never
  * another exception. `npm run fuzz` runs each property 1,000,000 times (test/support/fuzz.ts).

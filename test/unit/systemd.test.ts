@@ -53,12 +53,12 @@ describe('systemdUnit', () => {
       ConfigurationDirectory: 'ballast',
       ProtectHome: 'yes',
       PrivateTmp: 'yes',
-      // not yes: it keeps bpffs read-only despite ReadWritePaths= (issue 26 item 1); what it
+      // not yes: it keeps bpffs read-only despite ReadWritePaths=; what it
       // protects is listed instead, and only bpffs is writable
       ProtectKernelTunables: 'no',
       ReadOnlyPaths: '/proc/sys /sys -/proc/acpi -/proc/apm -/proc/asound -/proc/bus -/proc/fs -/proc/irq -/proc/latency_stats -/proc/mtrr -/proc/scsi -/proc/sysrq-trigger -/proc/timer_stats',
       InaccessiblePaths: '-/proc/kallsyms -/proc/kcore',
-      // not yes: vrrp.realtimePriority gives the pacer thread SCHED_FIFO (issue 26 item 2)
+      // not yes: vrrp.realtimePriority gives the pacer thread SCHED_FIFO
       RestrictRealtime: 'no',
       ProtectKernelModules: 'yes',
       ProtectControlGroups: 'yes',
