@@ -19,7 +19,7 @@
  * The pings come from the main thread's timers, the thread the election runs on (vrrp/host.ts):
  * a main thread stuck for WatchdogSec sends none, and systemd kills the agent (SIGABRT) and, with
  * Restart=on-failure, starts it again. (Its adverts stop sooner: the advert pacer's hold,
- * vrrp/engine.ts PACER_HOLD_MS.) They are also gated on the election's own timers running (its
+ * vrrp/pacing.ts PACER_HOLD_MS.) They are also gated on the election's own timers running (its
  * next deadline at most a second past, vrrp/host.ts alive): a thread that runs while the
  * election's timer chain is broken sends none either.
  *

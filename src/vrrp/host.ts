@@ -5,9 +5,9 @@
  * What keeps the election punctual while this thread is busy (a GC pause, a long synchronous
  * task, a starved CPU) is not a thread of JavaScript but the VRRP socket's advert pacer
  * (native/advert_pacer.h): a native thread that sends an Active router's adverts whenever the
- * engine has not for Advertisement_Interval plus 5 % (at least 3 ms), up to the hold time (engine.ts
+ * engine has not for Advertisement_Interval plus 5 % (at least 3 ms), up to the hold time (pacing.ts
  * PACER_HOLD_MS). A Backup's Master_Down_Timer that fires late reads the adverts already
- * waiting in the socket before it acts (engine.ts onTimer), so a stall only delays a takeover.
+ * waiting in the socket before it acts (engine.ts tick), so a stall only delays a takeover.
  * An election worker thread did this before at the cost of a second V8 isolate (10–15 MiB of
  * RSS, docs/performance.md).
  */
@@ -143,7 +143,7 @@ export class VrrpHost {
   }
 
   /**
-   * Changes the running election (see engine.ts `EngineReconfigure`: VIPs added or removed
+   * Changes the running election (see engine-api.ts `EngineReconfigure`: VIPs added or removed
    * individually, priority, interval and preempt settings from the next advert, unicast peers,
    * acceptFrom members, announce and lifetime settings). Resolves once the engine applied it
    * (the address changes done); rejects with an Error saying why when the patch cannot apply
