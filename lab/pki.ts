@@ -23,6 +23,14 @@ export interface IssueOptions {
 }
 
 /**
+ * Writes an openssl req(1) config: the subject `dn` (`KEY = value` lines, no prompt) and one
+ * extension section `extName` with `ext` (x509v3_config(5)).
+ */
+async function writeReqConfig(path: string, dn: readonly string[], extName: string, ext: readonly string[]): Promise<void> {
+  await writeFile(path, ['[req]', 'distinguished_name = dn', 'prompt = no', '[dn]', ...dn, `[${extName}]`, ...ext, ''].join('\n'));
+}
+
+/**
  * Makes a CA (EC P-256, valid 1 day) named `cn`: its key and self-signed certificate at
  * `ca.keyFile` and `ca.certFile`, its openssl config next to them in `dir`/pki (mode 0700).
  */
@@ -30,21 +38,7 @@ export async function makeCa(dir: string, ca: CertPair, cn: string): Promise<voi
   const pki = join(dir, 'pki');
   await run('mkdir', ['-p', '-m', '0700', pki]);
   const cnf = join(pki, `${basename(ca.certFile, '.crt')}.cnf`);
-  await writeFile(
-    cnf,
-    [
-      '[req]',
-      'distinguished_name = dn',
-      'prompt = no',
-      '[dn]',
-      `CN = ${cn}`,
-      '[ca_ext]',
-      'basicConstraints = critical,CA:TRUE,pathlen:0',
-      'keyUsage = critical,keyCertSign,cRLSign',
-      'subjectKeyIdentifier = hash',
-      '',
-    ].join('\n'),
-  );
+  await writeReqConfig(cnf, [`CN = ${cn}`], 'ca_ext', ['basicConstraints = critical,CA:TRUE,pathlen:0', 'keyUsage = critical,keyCertSign,cRLSign', 'subjectKeyIdentifier = hash']);
   await run('openssl', [
     'req', '-x509', '-config', cnf, '-extensions', 'ca_ext',
     '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
@@ -75,25 +69,14 @@ export async function issueServerCert(lab: { dir: string; ca: CertPair }, node: 
     ca = { certFile: join(pki, 'other-ca.crt'), keyFile: join(pki, 'other-ca.key') };
     if (!existsSync(ca.certFile)) await makeCa(lab.dir, ca, 'ballast lab other CA');
   }
-  await writeFile(
-    cnf,
-    [
-      '[req]',
-      'distinguished_name = dn',
-      'prompt = no',
-      '[dn]',
-      'CN = kube-apiserver',
-      `O = ballast lab ${node.name}`,
-      '[server_ext]',
-      'basicConstraints = critical,CA:FALSE',
-      'keyUsage = critical,digitalSignature',
-      'extendedKeyUsage = serverAuth',
-      'subjectKeyIdentifier = hash',
-      'authorityKeyIdentifier = keyid',
-      ...(sans.length === 0 ? [] : [`subjectAltName = ${sans.join(',')}`]),
-      '',
-    ].join('\n'),
-  );
+  await writeReqConfig(cnf, ['CN = kube-apiserver', `O = ballast lab ${node.name}`], 'server_ext', [
+    'basicConstraints = critical,CA:FALSE',
+    'keyUsage = critical,digitalSignature',
+    'extendedKeyUsage = serverAuth',
+    'subjectKeyIdentifier = hash',
+    'authorityKeyIdentifier = keyid',
+    ...(sans.length === 0 ? [] : [`subjectAltName = ${sans.join(',')}`]),
+  ]);
   // written next to the old pair and renamed over it: a stand-in re-reading them never sees half a pair
   await run('openssl', ['req', '-new', '-config', cnf, '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${keyFile}.new`, '-out', csr]);
   await run('openssl', [
