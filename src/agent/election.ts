@@ -162,6 +162,8 @@ export function startElection(
         });
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) takeOutIfGone(checker, ev.previousMaster);
       } else if (ev.type === 'master') {
+        // the same master again: only whether this router will preempt it changed
+        if (ev.previous === ev.address) return;
         observe(() => {
           ctx.history?.master(ev.address, new Date().toISOString());
           const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };

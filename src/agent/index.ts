@@ -17,6 +17,7 @@
  * asked for during start-up waits for it, one asked for during a stop is refused.
  */
 import { formatHostPort } from '../net/hostport.js';
+import type { BackendSource } from '../discovery/merge.js';
 import type { Config, LogLevel } from '../config/index.js';
 import { HealthChecker } from '../health/checker.js';
 import { CertificateTracker } from '../health/certificates.js';
@@ -330,6 +331,9 @@ async function startPhases(
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
 async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory, internal: InternalErrors): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
+  // before the discovery phase runs, the checker holds the seed and the last-known file's set
+  const seed = new Set(config.apiserver.backends.map(formatHostPort));
+  const sourceOf = (address: string): BackendSource => sources?.get(address) ?? (seed.has(address) || config.discovery === null ? 'seed' : 'lastKnown');
   const stats = running.discovery?.stats() ?? null;
   const departed = checker?.departed() ?? [];
   const common = {
@@ -337,7 +341,7 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
     backends: (checker?.snapshot() ?? []).map((b) => {
       // a certificate that cannot be reported leaves the backend's entry without one, not /status failing
       const certificate = internal.run('certificates', () => certificates?.get(b.address));
-      return { ...b, source: sources?.get(b.address) ?? ('seed' as const), ...(certificate === undefined ? {} : { certificate }) };
+      return { ...b, source: sourceOf(b.address), ...(certificate === undefined ? {} : { certificate }) };
     }),
     ...(stats === null ? {} : { discovery: stats }),
     ...(departed.length === 0 ? {} : { departedBackends: departed }),

@@ -209,9 +209,10 @@ export type EngineEvent =
   /** The interface was deleted: the engine cannot go on (the agent exits so its supervisor restarts it). */
   | { type: 'interfaceGone'; ifname: string }
   /**
-   * A Backup heard a new Active router (another source than the last one; not a resign): the
-   * agent tells whether it is one of the known members (agent/election.ts). `preempting`: its
-   * priority is lower and this Backup will take over (MachineSnapshot.preempting).
+   * A Backup heard a new Active router (another source than the last one; not a resign), or the
+   * same one with `preempting` changed (then `previous` is `address`): the agent tells whether it
+   * is one of the known members (agent/election.ts). `preempting`: its priority is lower and this
+   * Backup will take over (MachineSnapshot.preempting; a lowered priority of ours ends it).
    */
   | { type: 'master'; address: string; priority: number; previous: string | null; preempting: boolean }
   /**

@@ -90,6 +90,7 @@ export class VrrpEngine {
   /** The Master_Adver_Interval and the master a Backup adopted last (logged when they change). */
   private seenIntervalCs: number | null = null;
   private seenMaster: string | null = null;
+  private seenPreempting = false;
   /** When the last valid advert of another router was handled (monotonic ms), null before any. */
   private lastHeardAt: number | null = null;
   private vipsHeld = false;
@@ -343,8 +344,8 @@ export class VrrpEngine {
       else this.log('warn', `adopted the master's advertisement interval (RFC 9568 §6.4.2): ${adopted} cs, ours is ${ours} cs`, fields);
     }
     this.seenIntervalCs = adopted;
-    if (ev.source !== this.seenMaster) {
-      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster, preempting: s.preempting });
+    if (ev.source !== this.seenMaster || s.preempting !== this.seenPreempting) {
+      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster, preempting: (this.seenPreempting = s.preempting) });
       this.seenMaster = ev.source;
     }
   }

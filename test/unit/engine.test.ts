@@ -597,6 +597,19 @@ describe('what the engine tells the operator, once per change or rate-limited', 
     ]);
     await e.stop();
   });
+
+  it('a lowered priority of ours ends the preemption of the same master: the event again, preempting false, previous = address', async () => {
+    const e = await start();
+    edge.inputs.packet(advertFrom('10.0.0.14', 80, 10));
+    e.setPriority(60);
+    edge.inputs.packet(advertFrom('10.0.0.14', 80, 10));
+    edge.inputs.packet(advertFrom('10.0.0.14', 80, 10));
+    expect(events.filter((x) => x.type === 'master')).toStrictEqual([
+      { type: 'master', address: '10.0.0.14', priority: 80, previous: null, preempting: true },
+      { type: 'master', address: '10.0.0.14', priority: 80, previous: '10.0.0.14', preempting: false },
+    ]);
+    await e.stop();
+  });
 });
 
 describe('a late election thread (the machine was CPU-starved)', () => {
