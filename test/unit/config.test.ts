@@ -125,7 +125,7 @@ describe('parseConfig: valid files', () => {
         backends: [],
         health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } },
       localEndpoint: null,
       discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
