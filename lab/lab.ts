@@ -212,6 +212,7 @@ const SCRIPTS = {
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',
+  'watch-streams': 'lab/clients/watch-streams',
   'health-probe': 'lab/clients/health-probe',
   scraper: 'lab/clients/scraper',
 } as const;
@@ -621,7 +622,7 @@ export class Lab {
   /** node name → cgroup dir, for the cgroups made so far */
   readonly #cgroups = new Map<string, string>();
   #apiserverPort = 6443;
-  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
+  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; bookmarkMs?: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
   #down: Promise<void> | undefined;
   #gone = false;
 
@@ -1080,9 +1081,9 @@ export class Lab {
    * @param opts.token the bearer token the /apis paths require (see {@link writeKubeconfig});
    * @param opts.shutdownDelayMs how long a stopped stand-in keeps serving after it left the slice.
    */
-  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
+  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; bookmarkMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
     this.#apiserverPort = opts.port ?? 6443;
-    this.#apiserverOpts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0 };
+    this.#apiserverOpts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0, ...(opts.bookmarkMs === undefined ? {} : { bookmarkMs: opts.bookmarkMs }) };
     compiledScript('apiserver-standin');
     compiledScript('prober');
     await Promise.all((opts.nodes ?? this.nodes).map((n) => this.startApiserver(n)));
@@ -1138,6 +1139,7 @@ export class Lab {
         ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
         ...(o.token === undefined ? [] : ['--token', o.token]),
         ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
+        ...(o.bookmarkMs === undefined ? [] : ['--bookmark-ms', String(o.bookmarkMs)]),
         '--readyz-delay-file', this.#readyzDelayFile(node),
       ],
       { logFile: `apiserver-${node.name}.log` },

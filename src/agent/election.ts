@@ -22,6 +22,7 @@ import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
 import { masterDownIntervalMs } from '../vrrp/state.js';
 import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
+import type { ConnectionSyncPhase } from './connection-sync.js';
 
 /** Logged when the silent master's backend did not answer a connect either: taken out (dead). */
 export const SILENT_MASTER_TAKEN_OUT = 'backend of the silent master taken out';
@@ -95,10 +96,11 @@ export function updateMembership(
 export function startElection(
   ctx: AgentContext,
   config: Config,
-  inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers },
+  inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers; sync?: ConnectionSyncPhase | null },
 ): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
     const { resolved, authKeys, checker, followers } = inputs;
+    const sync = inputs.sync ?? null;
     const { log } = ctx;
     const v = config.vrrp!;
     const { iface } = resolved;
@@ -119,7 +121,8 @@ export function startElection(
     const handOff = readHandOff(key);
     if (handOff.resume) log.info({ vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) }, 'resuming as master: the previous process handed off in place and the Backups wait for this one');
     else if (handOff.reason !== null) log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
-    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner };
+    // connection sync: the replicated connections go into the kernel before the VIPs are added
+    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner, ...(sync ? { beforeTakeover: () => sync.commit() } : {}) };
     let crashed = false;
     let fatal = false;
     let becameActive = false;
@@ -157,6 +160,8 @@ export function startElection(
           if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
         });
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) takeOutIfGone(checker, ev.previousMaster);
+        // no longer the holder: the peers send their whole state again (the new holder's included)
+        if (ev.from === 'active' && ev.to === 'backup') sync?.resync();
       } else if (ev.type === 'master') {
         observe(() => {
           ctx.history?.master(ev.address, new Date().toISOString());

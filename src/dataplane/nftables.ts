@@ -24,6 +24,7 @@
  *   not the holder prerouting / output filter -300 (raw, before conntrack; sourceNat 'vip' only):
  *                  saddr ∈ @vips → (daddr . dport) ∈ @local_backends → notrack;
  *                  daddr ∈ @vips, not a local address (fib), (saddr . sport) ∈ @local_backends → notrack
+ *                  (prerouting) daddr ∈ @vips, dport ≠ port, not a local address → notrack
  *   strays         prerouting / output filter -150 (mangle, after conntrack, before the nat
  *                  chains): daddr ∈ @vips, tcp dport = port, ct state new, neither SYN nor RST,
  *                  (saddr . sport . daddr) ∈ @evict → reject with tcp reset
@@ -87,7 +88,11 @@
  *   as the next holder it would otherwise hold an entry whose reply tuple claims VIP:client port,
  *   so that the NAT of the committed or picked-up flow had to choose another port. Replies are
  *   left untracked only where the VIP is not a local address (`fib daddr type != local`): the
- *   holder's own apiserver answers through its NAT entry.
+ *   holder's own apiserver answers through its NAT entry. For the same reason a backend's reply
+ *   to VIP:client port that reaches a node before it holds the VIP (a former holder forwards it
+ *   by a stale neighbour entry, in the moment between its release and the new holder's commit)
+ *   is left untracked: tracked, it would make an entry whose tuple the committed one needs, the
+ *   commit of that flow would fail and the client's next segment be NATed to another port.
  * - Strays: a mid-stream segment to VIP:port that conntrack has no entry for is left to the
  *   hash (above), except the flows the rebalancer reset (rebalance.ts): it deletes their
  *   conntrack entries and puts (client address . client port . VIP) into the `evict` set
@@ -387,6 +392,7 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
     s += `\n\tchain untracked {\n\t\ttype filter hook prerouting priority raw; policy accept;\n`;
     s += `\t\tcomment "flows through a VIP that reach this node's apiserver from the VIP's holder: no conntrack entry here"\n`;
     s += `\t\t${l3} saddr @vips ${l3} daddr . tcp dport @local_backends notrack comment "from VIP:client port"\n`;
+    s += `\t\t${l3} daddr @vips tcp dport != ${d.port} fib daddr type != local notrack comment "replies to a VIP not held here"\n`;
     s += `\t}\n`;
     s += `\n\tchain untracked_out {\n\t\ttype filter hook output priority raw; policy accept;\n`;
     s += `\t\tcomment "their replies, unless this node holds the VIP (its own flows are NATed here)"\n`;

@@ -1,6 +1,7 @@
 /**
  * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
  */
+import type { ConnectionSyncStatus } from '../dataplane/conntrackd.js';
 import type { EngineStatus } from '../vrrp/engine.js';
 import type { BackendHealth, FailOpenStatus, DepartedBackend } from '../health/checker.js';
 import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
@@ -82,6 +83,11 @@ export interface CommonStatus {
   local: LocalStatus;
   /** mode: bgp: the routing daemon, the announcement and the peers (src/bgp/speaker.ts); absent otherwise. */
   bgp?: BgpStatus & { localBackend: string | null };
+  /**
+   * dataplane.connectionSync (src/agent/connection-sync.ts): conntrackd's state, its caches, the
+   * age of the last message from a peer and the last commit; absent without the VIP data plane.
+   */
+  connectionSync?: ConnectionSyncStatus;
   /** Other firewalls on the node that drop (or may drop) traffic to the VIP or the backends (src/check/watch.ts); absent until the agent's first look. */
   foreignFirewall?: ForeignFirewallStatus;
 }
@@ -190,6 +196,7 @@ export function statusDocument(
     ...(common.health === undefined ? {} : { health: common.health }),
     dataplane: common.dataplane,
     local: common.local,
+    ...(common.connectionSync ? { connectionSync: common.connectionSync } : {}),
     ...(common.reload ? { reload: common.reload } : {}),
   };
 }

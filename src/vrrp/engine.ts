@@ -86,6 +86,13 @@ export interface EngineOptions {
   vipLifetimeMs: number;
   /** Start with preemption held (see MachineEvent `preemptHold`) until the policy releases it. */
   preemptHoldAtStart: boolean;
+  /**
+   * Runs on becoming Active, before the VIPs are added and announced (the address queue waits for
+   * it; adverts do not): connection sync commits the replicated conntrack entries here, so that
+   * no packet of a moved connection reaches this node before its state is in the kernel. It must
+   * bound its own time; a rejection is logged and the VIPs are added anyway. Absent: nothing.
+   */
+  beforeTakeover?: () => Promise<void>;
   /** Whether the link was up (IFF_UP and IFF_RUNNING) when the main thread looked. */
   linkRunning: boolean;
   /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
@@ -878,6 +885,9 @@ export class VrrpEngine {
       case 'addVips':
         if (a.reason === 'restored') this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
         return this.enqueue(async () => {
+          if (a.reason === 'becameActive' && o.beforeTakeover) {
+            await o.beforeTakeover().catch((err: unknown) => this.log('error', 'the step before adding the VIPs failed; adding them anyway', { error: (err as Error).message }));
+          }
           await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
           if (a.reason === 'becameActive' || a.reason === 'added') {
             this.vipsHeld = true;

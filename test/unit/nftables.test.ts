@@ -101,6 +101,7 @@ describe('renderRuleset: source NAT to the VIP (connection sync)', () => {
     expect(lines(withDrainingLocal, /elements = \{ fd41::1[14] \./)).toEqual(['elements = { fd41::11 . 6443, fd41::14 . 6443 }']);
     expect(lines(vip4, /notrack/)).toEqual([
       'ip saddr @vips ip daddr . tcp dport @local_backends notrack comment "from VIP:client port"',
+      'ip daddr @vips tcp dport != 6443 fib daddr type != local notrack comment "replies to a VIP not held here"',
       'ip daddr @vips fib daddr type != local ip saddr . tcp sport @local_backends notrack comment "to VIP:client port"',
     ]);
     expect(vip4).toMatch(/chain untracked \{\n\t\ttype filter hook prerouting priority raw;/);
