@@ -58,6 +58,8 @@ export interface ConnectionSyncPhase extends PhaseHandle {
 export const STATS_INTERVAL_MS = 2000;
 /** How often it runs while preemption is held for the state, ms. */
 const HOLD_POLL_MS = 250;
+/** Growth of the external cache between two polls (or 2 % of it) below which the copy counts as arrived. */
+const SETTLED_GROWTH = 16;
 /** Back-off of a daemon that exited: 1 s, doubling, at most 30 s. */
 const RESTART_MIN_MS = 1000;
 const RESTART_MAX_MS = 30_000;
@@ -94,7 +96,7 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     let backoff = RESTART_MIN_MS;
     const releases: (() => void)[] = [];
     const startedAt = performance.now();
-    let stable = 0;
+    let settled = false;
 
     const release = (why: string): void => {
       if (!st.preemptHold) return;
@@ -197,11 +199,14 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       const now = performance.now();
       if (s.packetsReceived > lastReceived) lastMessageAt = now;
       lastReceived = s.packetsReceived;
-      stable = s.external === st.externalEntries ? stable + 1 : 0;
+      // the peers' bulk answer to the start-up resync comes in one burst; afterwards the copy only
+      // follows their connections' churn (the health checks' own connections among them)
+      const before = st.externalEntries;
+      settled = before !== null && s.external - before <= Math.max(SETTLED_GROWTH, before * 0.02);
       st.internalEntries = s.internal;
       st.externalEntries = s.external;
       // the state arrived: a peer answered our start-up resync and the copy stopped growing
-      if (st.preemptHold && lastMessageAt !== null && stable >= 1) release('replicated state received');
+      if (st.preemptHold && lastMessageAt !== null && settled) release('replicated state received');
     };
     let polling = false;
     const tick = (): void => {

@@ -249,6 +249,18 @@ function formatDataplane(d: StatusDocument['dataplane']): string {
   return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${restored}${err}`;
 }
 
+/** The `conn sync` line: conntrackd's state, its caches, the peers' last message, the last commit; none without the section. */
+function formatConnectionSync(s: ConnectionSyncStatus | undefined): [string, string][] {
+  if (!s) return [];
+  if (s.state === 'off') return [['conn sync', 'off (dataplane.connectionSync.enabled: false): connections through the VIP end when it moves']];
+  const entries = s.internalEntries === null ? 'no statistics yet' : `${s.internalEntries} here, ${s.externalEntries} from the peers`;
+  const heard = s.lastMessageAgeMs === null ? 'no peer heard yet' : `a peer heard ${(s.lastMessageAgeMs / 1000).toFixed(1)} s ago`;
+  const commit = s.lastCommit ? `, last commit ${s.lastCommit.ok ? `${s.lastCommit.durationMs} ms` : `FAILED (${s.lastCommit.error ?? 'unknown'})`} at ${s.lastCommit.at}` : '';
+  const hold = s.preemptHold ? ', preemption held for the state' : '';
+  const err = s.error ? `: ${s.error}` : '';
+  return [['conn sync', `conntrackd ${s.state}${err}; ${entries}; ${heard}${commit}${hold}${s.restarts > 0 ? `; ${s.restarts} restart(s)` : ''}`]];
+}
+
 function formatLocal(l: LocalStatus): string {
   if (l.mode === 'off') return `off: ${l.reason}`;
   const err = l.lastError ? `, last error: ${l.lastError}` : '';
@@ -332,6 +344,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['dropped', dropped],
     ...formatOtherMasters(d),
     ['dataplane', formatDataplane(d.dataplane)],
+    ...formatConnectionSync(d.connectionSync),
     ['local', formatLocal(d.local)],
     ...failOpenRows(d),
     ...backendRows(d),
