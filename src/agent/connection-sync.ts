@@ -189,6 +189,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     own.defer('conntrackd', async () => {
       stopping = true;
       await stopDaemon();
+      // its configuration, log, lock and socket: written anew by the next start
+      rmSync(dir, { recursive: true, force: true });
     });
 
     const poll = async (): Promise<void> => {

@@ -10,7 +10,7 @@ import type { HealthChecker } from '../health/checker.js';
 import type { Logger } from '../observe/log.js';
 import { statusState } from '../observe/status.js';
 import { removeLeftoverVips } from './leftovers.js';
-import type { EngineEvent, EngineOptions, EngineReconfigure } from '../vrrp/engine.js';
+import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../vrrp/engine.js';
 import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
 import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
@@ -148,7 +148,14 @@ export function startElection(
     let outcome!: () => void;
     const firstOutcome = new Promise<void>((resolve) => (outcome = resolve));
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
-      if ((ev.type === 'transition' && ev.to === 'active') || ev.type === 'master') outcome();
+      // with connection sync, becoming Active is an outcome once the VIPs are added: the commit
+      // before them is a child process, and work waiting for the outcome (the Kubernetes
+      // client's import, a second of this thread) would otherwise delay the VIPs by that much
+      if (ev.type === 'transition' && ev.to === 'active') {
+        if (sync) setTimeout(outcome, config.dataplane.connectionSync.commitTimeoutMs + 250).unref();
+        else outcome();
+      }
+      if (ev.type === 'master' || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };

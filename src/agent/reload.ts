@@ -5,7 +5,7 @@
  * start-up order reversed. A change of group membership is a hand-over: the election leaves the
  * old group (priority 0 if Active) and joins the new one. docs/reload.md.
  */
-import type { ConnectionSyncPhase } from './connection-sync.js';
+import { startConnectionSync, type ConnectionSyncPhase } from './connection-sync.js';
 import type { BgpPhase } from './bgp.js';
 import type { Config, LogLevel } from '../config/index.js';
 import { ConfigError, isBallastError } from '../errors.js';
@@ -271,6 +271,15 @@ async function handOver(
   };
   const start = async (c: Config, r: ResolvedInterface, keys: Buffer[] | null): Promise<void> => {
     if (plan.vipFamily && checker && tables && tables.family !== c.family) await movePlane(c, r);
+    // conntrackd follows the group: its interface, VRID (its multicast port) and VIPs
+    if (running.connectionSync) {
+      const undo = stack.replace('connection sync', null);
+      running.connectionSync = null;
+      await undo?.();
+      const cs = await startConnectionSync(ctx, c, { resolved: r });
+      stack.replace('connection sync', () => cs.undo());
+      running.connectionSync = cs;
+    }
     const e = await startElection(ctx, c, { resolved: r, authKeys: keys, checker, followers, sync: running.connectionSync ?? null });
     stack.replace('election', () => e.undo());
     running.election = e;

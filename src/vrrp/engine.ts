@@ -162,6 +162,9 @@ export interface EngineReconfigure {
   vipLifetimeMs?: number;
 }
 
+/** Logged when the VIPs were added on becoming Active (or by a reconfigure). */
+export const VIPS_ADDED = 'VIPs added';
+
 /** Logged once when this node is found to be in no member source (EngineOptions `standby` set; docs/auth.md). */
 export const STANDBY_ON = 'not a member of the group yet: listening as Backup until discovery lists this node';
 /** Logged once when standby is cleared: from then on RFC 9568 §6.4 rules apply (a silent group: Active within one Master_Down_Interval). */
@@ -891,7 +894,7 @@ export class VrrpEngine {
           await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
           if (a.reason === 'becameActive' || a.reason === 'added') {
             this.vipsHeld = true;
-            this.log('info', 'VIPs added', { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
+            this.log('info', VIPS_ADDED, { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
           }
         });
       case 'renewVips':
