@@ -82,7 +82,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     const binary = inputs.binary ?? 'conntrackd';
     const dir = conntrackdDir(iface.ifname, config.vrrp!.vrid);
     const paths = conntrackdPaths(dir);
-    const ipv4 = iface.addresses.find((a) => a.family === 4)?.address ?? null;
+    // the node's own IPv4 address (never a VIP, which moves); without one, IPv6 multicast
+    const ipv4 = iface.addresses.find((a) => a.family === 4 && a.scope === 0 && !config.vips.includes(a.address))?.address ?? null;
     const client: Executor = commandExecutor([binary, '-C', paths.config], { timeoutMs: cs.commitTimeoutMs });
     const conntrack: Executor = commandExecutor(['conntrack'], { timeoutMs: config.dataplane.commandTimeoutMs });
     const st: ConnectionSyncStatus = { state: 'starting', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: cs.resyncTimeoutMs > 0, restarts: 0 };

@@ -75,7 +75,8 @@ export function renderConntrackdConfig(s: ConntrackdSettings): string {
   const transport =
     s.ipv4 !== null
       ? [`\t\tIPv4_address ${SYNC_GROUP_V4}`, `\t\tGroup ${s.port}`, `\t\tIPv4_interface ${s.ipv4}`]
-      : [`\t\tIPv6_address ${SYNC_GROUP_V6}`, `\t\tGroup ${s.port}`, `\t\tIPv6_interface ${s.ifname}`];
+      : // conntrackd 1.4.7 takes the interface from `Interface` for IPv6 ("IPv6_interface not required")
+        [`\t\tIPv6_address ${SYNC_GROUP_V6}`, `\t\tGroup ${s.port}`];
   const lines = [
     '# rendered by ballast (src/dataplane/conntrackd.ts); do not edit: replaced at every start',
     'Sync {',

@@ -70,7 +70,8 @@ describe('renderConntrackdConfig', () => {
   it('uses IPv6 multicast when the interface has no IPv4 address', () => {
     const v6 = renderConntrackdConfig({ dir, ifname: 'eth1', ipv4: null, port: 3900 });
     expect(v6).toContain(`IPv6_address ${SYNC_GROUP_V6}`);
-    expect(v6).toContain('IPv6_interface eth1');
+    expect(v6).toContain('Interface eth1');
+    expect(v6).not.toMatch(/IPv[46]_interface/);
     expect(v6).not.toContain('IPv4_interface');
   });
 
