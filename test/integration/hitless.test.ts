@@ -137,7 +137,7 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
         for (const r of hanging) for (const k of [r.node ?? '?', r.source]) hangingBy[k] = (hangingBy[k] ?? 0) + 1;
         console.log(
           `[hitless] IPv${family} ${signal}: streams ${records.length} by node ${JSON.stringify(nodes)}; kept ${kept.length} (${((100 * kept.length) / records.length).toFixed(1)} %); ` +
-            `ended ${JSON.stringify(endedHow)}; hanging ${JSON.stringify(hangingBy)}; stall p50 ${pct(50)} p99 ${pct(99)} max ${stalls.at(-1) ?? 0} ms (bound ${Math.round(bound)}; over it, longest, by node ${JSON.stringify(slowBy)}); ` +
+            `ended ${JSON.stringify(endedHow)}; hanging ${JSON.stringify(hangingBy)}; stall p50 ${pct(50)} p99 ${pct(99)} max ${stalls.at(-1) ?? 0} ms (a gap under ${GAP_MS} ms counts as ${EVENT_MS}; bound ${Math.round(bound)}; over it, longest, by node ${JSON.stringify(slowBy)}); ` +
             `takeover ${takeoverAt - killedAt} ms after the ${signal}, VIP added ${addedAfterMs} ms after it; commit ${commitMs} ms of ${st2.connectionSync?.externalEntries} entries; n2 sync ${JSON.stringify(st2.connectionSync)}`,
         );
         // a failure's evidence: one hanging stream's conntrack entries on every node, and the agents' sync lines
