@@ -50,9 +50,10 @@
  *   blanket strays rule, `numgen` alone 26 of 36). What the hash cannot save: a flow whose
  *   backend left the set since (another backend RSTs it, as before), and a flow whose first
  *   segment after the loss comes from the backend (the reply no longer maps to a client: the
- *   node answers it with a RST). A flow the VIP brings from another holder is not saved either
- *   (the backend knows it by the other node's masquerade address): the backend RSTs it, where
- *   the former blanket strays rule did so from this node one round trip earlier.
+ *   node answers it with a RST). With masquerade a flow the VIP brings from another holder is
+ *   not saved either (the backend knows it by the other node's masquerade address): the backend
+ *   RSTs it, where the former blanket strays rule did so from this node one round trip earlier;
+ *   with the source NAT to the VIP (below) the pickup reaches the backend with the same tuple.
  *   New connections still spread evenly: the tuple includes the client's ephemeral source port,
  *   so many connections from ONE client hash uniformly; only a client that pins its source port
  *   lands on one backend every time.
