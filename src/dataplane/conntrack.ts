@@ -65,16 +65,18 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
 
 /**
  * Deletes the conntrack entries of every TCP flow sent to `vip`:`port`, whatever its backend
- * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT`): connection sync's
- * purge of a node that no longer holds the VIP (src/agent/connection-sync.ts). Same retries,
- * result and errors as {@link flushBackend}.
+ * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT [--state STATE]`):
+ * connection sync's purge of a node that no longer holds the VIP, and of the closing flows a
+ * commit brought (src/agent/connection-sync.ts). Same retries, result and errors as
+ * {@link flushBackend}.
+ * @param state only the entries in this TCP state (conntrack(8) `--state`, e.g. TIME_WAIT); absent: all.
  * @throws TypeError for a malformed argument (nothing ran); DataplaneError as flushBackend.
  */
-export async function flushVip(vip: string, port: number, opts: FlushOptions = {}): Promise<number> {
+export async function flushVip(vip: string, port: number, opts: FlushOptions & { state?: 'TIME_WAIT' | 'CLOSE' } = {}): Promise<number> {
   const family = addressFamily(vip);
   if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
   checkPorts([['port', port]]);
-  return deleteEntries(family, ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port)], opts.exec ?? conntrackExecutor);
+  return deleteEntries(family, ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port), ...(opts.state ? ['--state', opts.state] : [])], opts.exec ?? conntrackExecutor);
 }
 
 function checkPorts(ports: readonly (readonly [string, number])[]): void {
