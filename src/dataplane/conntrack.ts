@@ -20,6 +20,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { commandExecutor, DataplaneError, type Executor } from './apply.js';
 import type { Backend } from './nftables.js';
+import type { Log } from '../log/log.js';
 
 /** The default executor: `conntrack` from $PATH. */
 export const conntrackExecutor: Executor = commandExecutor(['conntrack']);
@@ -121,7 +122,7 @@ export const CONNTRACK_TIMESTAMP_SYSCTL = '/proc/sys/net/netfilter/nf_conntrack_
  * @param path the sysctl file (tests); default {@link CONNTRACK_TIMESTAMP_SYSCTL}.
  * @returns the undo: puts 0 back when this call changed it from 0 (never throws).
  */
-export function enableConntrackTimestamps(log: { info(o: object, m: string): void; warn(o: object, m: string): void }, path = CONNTRACK_TIMESTAMP_SYSCTL): () => void {
+export function enableConntrackTimestamps(log: Pick<Log, 'info' | 'warn'>, path = CONNTRACK_TIMESTAMP_SYSCTL): () => void {
   let before: string;
   try {
     before = readFileSync(path, 'utf8').trim();
