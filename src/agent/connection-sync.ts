@@ -10,7 +10,7 @@
  *                                 the engine adds the VIP and announces it (engine.ts
  *                                 `beforeTakeover`); bounded by commitTimeout, then the VIP is
  *                                 added anyway — a move never waits longer than that. The
- *                                 closing entries it brought are deleted again (see commit())
+ *                                 closing entries it brought are deleted again, alongside
  *   becoming Backup   resync()    the daemon stopped, this kernel's entries of flows to the VIP
  *                                 deleted, the daemon started again (it asks the peers for their
  *                                 whole state at start): the stale entries would otherwise stay
@@ -252,8 +252,9 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       const r = await client(['-c'], '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message, killed: undefined }));
       // the closing flows it brought (TIME_WAIT, CLOSE) go again: each keeps its NAT binding, and a
       // client that reuses its port would be sent to that backend, which may have left since
-      // (refused); a new connection gets a fresh pick instead. Before the VIP: no SYN meets them
-      if (r.code === 0) await forgetClosing();
+      // (refused); a new connection gets a fresh pick instead. Not awaited: the VIP is added
+      // meanwhile (two more processes on the takeover's path cost a loaded node 100s of ms)
+      if (r.code === 0) void forgetClosing();
       const durationMs = Math.round((performance.now() - t0) * 10) / 10;
       const ok = r.code === 0;
       st.lastCommit = { at, durationMs, ok, ...(ok ? {} : { error: (r.killed === 'timeout' ? `timed out after ${cs.commitTimeoutMs} ms` : r.stderr.trim()) || `exit status ${r.code}` }) };
