@@ -27,6 +27,8 @@ export interface StartApiserversOptions {
   storeFamily?: 4 | 6;
   token?: string;
   shutdownDelayMs?: number;
+  /** ms between BOOKMARK events on watches that allow them (the stand-in's --bookmark-ms) */
+  bookmarkMs?: number;
   nodes?: LabNode[];
 }
 
@@ -52,7 +54,7 @@ export interface ApiserverLab {
 export class LabApiservers {
   readonly #procs = new Map<string, LabProcessImpl>();
   #port = 6443;
-  #opts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
+  #opts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; bookmarkMs?: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
 
   constructor(private readonly ctx: ApiserverLab) {}
 
@@ -67,7 +69,7 @@ export class LabApiservers {
    */
   async startApiservers(opts: StartApiserversOptions = {}): Promise<void> {
     this.#port = opts.port ?? 6443;
-    this.#opts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0 };
+    this.#opts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0, ...(opts.bookmarkMs === undefined ? {} : { bookmarkMs: opts.bookmarkMs }) };
     compiledScript('apiserver-standin');
     compiledScript('prober');
     await Promise.all((opts.nodes ?? this.ctx.nodes).map((n) => this.startApiserver(n)));
@@ -123,6 +125,7 @@ export class LabApiservers {
         ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
         ...(o.token === undefined ? [] : ['--token', o.token]),
         ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
+        ...(o.bookmarkMs === undefined ? [] : ['--bookmark-ms', String(o.bookmarkMs)]),
         '--readyz-delay-file', this.#readyzDelayFile(node),
       ],
       { logFile: `apiserver-${node.name}.log` },

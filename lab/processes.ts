@@ -86,6 +86,7 @@ const SCRIPTS = {
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',
+  'watch-streams': 'lab/clients/watch-streams',
   'health-probe': 'lab/clients/health-probe',
   scraper: 'lab/clients/scraper',
 } as const;

@@ -39,6 +39,7 @@ import {
   engineStatus,
   STANDBY_OFF,
   STANDBY_ON,
+  VIPS_ADDED,
   STRAY_ON_RELOAD,
   type EngineCounters,
   type EngineDeps,
@@ -446,10 +447,13 @@ export class VrrpEngine {
       case 'addVips':
         if (a.reason === 'restored') this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
         return this.enqueue(async () => {
+          if (a.reason === 'becameActive' && o.beforeTakeover) {
+            await o.beforeTakeover().catch((err: unknown) => this.log('error', 'the step before adding the VIPs failed; adding them anyway', { error: (err as Error).message }));
+          }
           await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
           if (a.reason === 'becameActive' || a.reason === 'added') {
             this.vipsHeld = true;
-            this.log('info', 'VIPs added', { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
+            this.log('info', VIPS_ADDED, { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
           }
         });
       case 'renewVips':
