@@ -212,6 +212,7 @@ const SCRIPTS = {
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',
+  'watch-fleet': 'lab/clients/watch-fleet',
   'health-probe': 'lab/clients/health-probe',
   scraper: 'lab/clients/scraper',
 } as const;
@@ -621,7 +622,7 @@ export class Lab {
   /** node name → cgroup dir, for the cgroups made so far */
   readonly #cgroups = new Map<string, string>();
   #apiserverPort = 6443;
-  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
+  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; tickMs?: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
   #down: Promise<void> | undefined;
   #gone = false;
 
@@ -1068,6 +1069,24 @@ export class Lab {
     }
   }
 
+  /**
+   * Gives the client namespace's eth0 `count` (1..100) more addresses, for a client that spreads
+   * its connections over source addresses (each connection binds one): 10.78.S.150, .151, …
+   * /24 and, in an IPv6 lab, fd78:S::150, … /64 (nodad: usable at once). Idempotent (`ip addr
+   * replace`); they go with the namespace at teardown.
+   * @returns the addresses, in order.
+   */
+  async addClientSources(count: number): Promise<{ ipv4: string[]; ipv6: string[] }> {
+    if (!Number.isInteger(count) || count < 1 || count > 100) throw new RangeError(`count must be an integer 1..100, got ${count}`);
+    const hosts = Array.from({ length: count }, (_, i) => 150 + i);
+    const ipv4 = hosts.map((h) => `10.78.${this.subnet}.${h}`);
+    const ipv6 = this.ipv6 ? hosts.map((h) => `fd78:${this.subnet}::${h}`) : [];
+    const batch = join(this.dir, 'client-sources.batch');
+    await writeFile(batch, [...ipv4.map((a) => `addr replace ${a}/24 dev eth0`), ...ipv6.map((a) => `addr replace ${a}/64 dev eth0 nodad`), ''].join('\n'));
+    await ip(['-n', this.client.netns, '-batch', batch]);
+    return { ipv4, ipv6 };
+  }
+
   // -------------------------------------------------------------------------------------------
   // stand-in apiservers
 
@@ -1079,10 +1098,17 @@ export class Lab {
    *   slice when it starts and removes it on SIGTERM, as kube-apiservers do;
    * @param opts.token the bearer token the /apis paths require (see {@link writeKubeconfig});
    * @param opts.shutdownDelayMs how long a stopped stand-in keeps serving after it left the slice.
+   * @param opts.tickMs ms between the events of the stand-ins' ticking watch (default 200, see apiserver-standin.ts).
    */
-  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
+  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; tickMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
     this.#apiserverPort = opts.port ?? 6443;
-    this.#apiserverOpts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0 };
+    this.#apiserverOpts = {
+      store: opts.store ?? false,
+      storeFamily: opts.storeFamily ?? 4,
+      ...(opts.token === undefined ? {} : { token: opts.token }),
+      shutdownDelayMs: opts.shutdownDelayMs ?? 0,
+      ...(opts.tickMs === undefined ? {} : { tickMs: opts.tickMs }),
+    };
     compiledScript('apiserver-standin');
     compiledScript('prober');
     await Promise.all((opts.nodes ?? this.nodes).map((n) => this.startApiserver(n)));
@@ -1138,6 +1164,7 @@ export class Lab {
         ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
         ...(o.token === undefined ? [] : ['--token', o.token]),
         ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
+        ...(o.tickMs === undefined ? [] : ['--tick', String(o.tickMs)]),
         '--readyz-delay-file', this.#readyzDelayFile(node),
       ],
       { logFile: `apiserver-${node.name}.log` },
