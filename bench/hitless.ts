@@ -35,7 +35,8 @@
  * For each event and system: the share kept of the connections whose backend survived (open at
  * the mark, still open at the window's end, events flowing), the stall (the longest gap between
  * two events of a connection, the one across the event included) p50/p99/max over the kept
- * ones, how the others ended (reset / FIN / hung / error), when the VIP moved (first seen on
+ * ones, how the others ended (reset / FIN / hung / error) and when (mark → the reset or FIN; a
+ * hung one at the window's end), when the VIP moved (first seen on
  * another node, polled every 100 ms), and the new holder's CPU over the window (its daemons:
  * every process in its namespace named node, ballast, conntrackd, keepalived or haproxy, the
  * stand-in apiserver left out; % of one core). Each run also measures the holder's daemons at
@@ -157,6 +158,8 @@ export interface EventFigures {
   deadEnded: Record<FleetEnd, number>;
   vipMovedMs: number | null;
   newHolderCpuPercent: number | null;
+  /** medians over the runs of the mark → end of the survivors' connections not kept (p50, max) */
+  lostAt: { p50: number | null; max: number | null };
 }
 
 export interface HitlessReport {
@@ -462,6 +465,7 @@ export function figuresOf(event: EventKind, system: System, runs: EventRun[]): E
     deadEnded: sumEnds(ok.map((r) => r.dead.ended)),
     vipMovedMs: median(nums((r) => r.vipMovedMs)),
     newHolderCpuPercent: median(nums((r) => r.newHolderCpuPercent)),
+    lostAt: { p50: median(nums((r) => r.survived.lostAt.p50)), max: median(nums((r) => r.survived.lostAt.max)) },
   };
 }
 
@@ -470,12 +474,12 @@ const ends = (e: Record<FleetEnd, number>): string => FLEET_ENDS.filter((k) => k
 const num = (x: number | null, d = 0): string => (x === null ? '—' : x.toFixed(d));
 
 function printTable(rep: HitlessReport): void {
-  say(`| event | system | kept (backend survived) | stall p50 / p99 / max, ms | the others ended | dead backend's ended | VIP moved, ms | new holder CPU, % |`);
-  say('|---|---|---|---|---|---|---|---|');
+  say(`| event | system | kept (backend survived) | stall p50 / p99 / max, ms | the others ended | … after, ms (p50 / max) | dead backend's ended | VIP moved, ms | new holder CPU, % |`);
+  say('|---|---|---|---|---|---|---|---|---|');
   for (const f of rep.figures) {
     const keptCell = f.keptShare === null ? '—' : `${pct(f.keptShare)} (${f.kept}/${f.connections}${f.runs.length > 1 ? `, min ${pct(f.keptShareMin)}` : ''})`;
     const dead = f.event === 'linkdown' ? ends(f.deadEnded) : 'n/a';
-    say(`| ${EVENT_LABEL[f.event]} | ${SYSTEM_LABEL[f.system]} | ${keptCell} | ${num(f.stall.p50)} / ${num(f.stall.p99)} / ${num(f.stall.max)} | ${ends(f.ended)} | ${dead} | ${num(f.vipMovedMs)} | ${num(f.newHolderCpuPercent, 1)} |`);
+    say(`| ${EVENT_LABEL[f.event]} | ${SYSTEM_LABEL[f.system]} | ${keptCell} | ${num(f.stall.p50)} / ${num(f.stall.p99)} / ${num(f.stall.max)} | ${ends(f.ended)} | ${num(f.lostAt.p50)} / ${num(f.lostAt.max)} | ${dead} | ${num(f.vipMovedMs)} | ${num(f.newHolderCpuPercent, 1)} |`);
   }
   say();
   say('| system | idle RSS, MiB | idle CPU, % | under the connections RSS, MiB | under the connections CPU, % |');

@@ -49,7 +49,7 @@ export interface FleetConn {
   endedMs: number | null;
 }
 
-/** Stall quantiles over a set of connections, ms (nearest rank); null without connections. */
+/** Quantiles of a time over a set of connections, ms (nearest rank, 0.1 ms); null without connections. */
 export interface StallFigures {
   p50: number | null;
   p99: number | null;
@@ -71,6 +71,8 @@ export interface FleetSummary {
   stall: StallFigures;
   /** over every connection, kept or not (a lost one's stall runs to its end) */
   stallAll: StallFigures;
+  /** mark → the end of the connections not kept (`endedMs`), ms */
+  lostAt: StallFigures;
 }
 
 const round1 = (x: number): number => Math.round(x * 10) / 10;
@@ -103,6 +105,7 @@ export function summarizeFleet(conns: readonly FleetConn[], nodes?: Iterable<str
     errors,
     stall: stallOf(kept.map((c) => c.stallMs)),
     stallAll: stallOf(set.map((c) => c.stallMs)),
+    lostAt: stallOf(set.flatMap((c) => (c.ended === 'kept' || c.endedMs === null ? [] : [c.endedMs]))),
   };
 }
 

@@ -7,7 +7,7 @@ import { figuresOf, type EventRun } from '../../bench/hitless.js';
 import { summarizeFleet, type FleetConn, type FleetEnd } from '../../lab/fleet-summary.js';
 
 const conns = (spec: [string, FleetEnd, number][]): FleetConn[] =>
-  spec.map(([node, ended, stallMs], i) => ({ kind: 'conn', window: 1, conn: i, src: '10.78.164.150', node, ended, stallMs, events: 1, firstEventMs: 1, endedMs: null }));
+  spec.map(([node, ended, stallMs], i) => ({ kind: 'conn', window: 1, conn: i, src: '10.78.164.150', node, ended, stallMs, events: 1, firstEventMs: 1, endedMs: ended === 'kept' ? null : stallMs }));
 
 const run = (n: number, survived: FleetConn[], dead: FleetConn[] = [], extra: Partial<EventRun> = {}): EventRun => ({
   run: n, system: 'ballast', event: 'linkdown', open: survived.length + dead.length,
@@ -33,6 +33,8 @@ describe('figuresOf', () => {
     expect(f.deadEnded).toStrictEqual({ kept: 0, reset: 1, fin: 0, hung: 1, error: 0 });
     expect(f.vipMovedMs).toBe(302);
     expect(f.newHolderCpuPercent).toBe(10);
+    // lost ones ended at (here) their stall: r1 900; r2 none (left out); r3 20 and 5000
+    expect(f.lostAt).toStrictEqual({ p50: 460, max: 2950 });
   });
 
   it('no successful run: null figures, zero counts', () => {
@@ -40,5 +42,6 @@ describe('figuresOf', () => {
     expect(f.keptShare).toBeNull();
     expect(f.stall).toStrictEqual({ p50: null, p99: null, max: null });
     expect([f.kept, f.connections]).toStrictEqual([0, 0]);
+    expect(f.lostAt).toStrictEqual({ p50: null, max: null });
   });
 });

@@ -17,7 +17,7 @@ describe('summarizeFleet', () => {
     expect(summarizeFleet([])).toStrictEqual({
       connections: 0, kept: 0, keptShare: null,
       ended: { kept: 0, reset: 0, fin: 0, hung: 0, error: 0 }, errors: {},
-      stall: { p50: null, p99: null, max: null }, stallAll: { p50: null, p99: null, max: null },
+      stall: { p50: null, p99: null, max: null }, stallAll: { p50: null, p99: null, max: null }, lostAt: { p50: null, p99: null, max: null },
     });
   });
 
@@ -40,6 +40,8 @@ describe('summarizeFleet', () => {
     // over all 108: the lost ones' stalls (up to 9000) count too
     expect(s.stallAll.max).toBe(9000);
     expect(s.stallAll.p50).toBe(254);
+    // the 8 lost ones all ended 50 ms after the mark
+    expect(s.lostAt).toStrictEqual({ p50: 50, p99: 50, max: 50 });
   });
 
   it('restricted to the nodes whose backend survived: the dead node\'s connections are left out', () => {
