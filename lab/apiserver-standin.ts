@@ -3,7 +3,7 @@
  * ballast's health checks and for clients that measure which node served them.
  *
  *   node dist/lab/apiserver-standin.js --name n1 --cert C --key K [--port 6443] [--host ::]
- *        [--unready] [--store DIR --address A] [--token T] [--shutdown-delay MS]
+ *        [--unready] [--store DIR --address A] [--token T] [--shutdown-delay MS] [--bookmark-ms MS]
  *        [--tick MS]
  *
  *   GET /readyz   200 "ok", or 500 "[-]lab-readiness failed …" while unready
@@ -478,6 +478,7 @@ async function main(argv: string[]): Promise<void> {
       'shutdown-delay': { type: 'string', default: '0' },
       'readyz-delay-file': { type: 'string' },
       tick: { type: 'string', default: String(TICK_MS) },
+      'bookmark-ms': { type: 'string' },
     },
     strict: true,
   });
@@ -500,6 +501,7 @@ async function main(argv: string[]): Promise<void> {
     ...(values.address === undefined ? {} : { address: values.address }),
     ...(values.token === undefined ? {} : { token: values.token }),
     ...(values['readyz-delay-file'] === undefined ? {} : { readyzDelayFile: values['readyz-delay-file'] }),
+    ...(values['bookmark-ms'] === undefined ? {} : { bookmarkMs: Number(values['bookmark-ms']) }),
   });
   // a rotated certificate: new connections get the files' current pair
   process.on('SIGHUP', () => {

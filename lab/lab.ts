@@ -213,6 +213,7 @@ const SCRIPTS = {
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',
   'watch-fleet': 'lab/clients/watch-fleet',
+  'watch-streams': 'lab/clients/watch-streams',
   'health-probe': 'lab/clients/health-probe',
   scraper: 'lab/clients/scraper',
 } as const;
@@ -622,7 +623,7 @@ export class Lab {
   /** node name → cgroup dir, for the cgroups made so far */
   readonly #cgroups = new Map<string, string>();
   #apiserverPort = 6443;
-  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; tickMs?: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
+  #apiserverOpts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; bookmarkMs?: number; tickMs?: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
   #down: Promise<void> | undefined;
   #gone = false;
 
@@ -1100,13 +1101,14 @@ export class Lab {
    * @param opts.shutdownDelayMs how long a stopped stand-in keeps serving after it left the slice.
    * @param opts.tickMs ms between the events of the stand-ins' ticking watch (default 200, see apiserver-standin.ts).
    */
-  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; tickMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
+  async startApiservers(opts: { port?: number; store?: boolean; storeFamily?: 4 | 6; token?: string; shutdownDelayMs?: number; bookmarkMs?: number; tickMs?: number; nodes?: LabNode[] } = {}): Promise<void> {
     this.#apiserverPort = opts.port ?? 6443;
     this.#apiserverOpts = {
       store: opts.store ?? false,
       storeFamily: opts.storeFamily ?? 4,
       ...(opts.token === undefined ? {} : { token: opts.token }),
       shutdownDelayMs: opts.shutdownDelayMs ?? 0,
+      ...(opts.bookmarkMs === undefined ? {} : { bookmarkMs: opts.bookmarkMs }),
       ...(opts.tickMs === undefined ? {} : { tickMs: opts.tickMs }),
     };
     compiledScript('apiserver-standin');
@@ -1165,6 +1167,7 @@ export class Lab {
         ...(o.token === undefined ? [] : ['--token', o.token]),
         ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
         ...(o.tickMs === undefined ? [] : ['--tick', String(o.tickMs)]),
+        ...(o.bookmarkMs === undefined ? [] : ['--bookmark-ms', String(o.bookmarkMs)]),
         '--readyz-delay-file', this.#readyzDelayFile(node),
       ],
       { logFile: `apiserver-${node.name}.log` },

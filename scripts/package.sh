@@ -185,7 +185,8 @@ OVERRIDES
 
 # --- Debian control files ----------------------------------------------------------------------
 # Depends: the programs ballast runs (nft, conntrack) and, from dpkg-shlibdeps, the libraries the
-# addon and node link against (libbpf1, libelf1, libstdc++6, libc6, ...).
+# addon and node link against (libbpf1, libelf1, libstdc++6, libc6, ...). Recommends: conntrackd,
+# which connection sync runs (without it the VIP still moves; its connections end).
 shl=$out/shlibdeps
 mkdir -p "$shl/debian"
 printf 'Source: ballast\n\nPackage: ballast\nArchitecture: amd64\n' > "$shl/debian/control"
@@ -200,6 +201,7 @@ Architecture: amd64
 Maintainer: $maintainer
 Installed-Size: $installed_kb
 Depends: nftables, conntrack, $shlibs
+Recommends: conntrackd
 Section: net
 Priority: optional
 Description: highly available Kubernetes API endpoint for bare metal

@@ -10,7 +10,7 @@ import type { HealthChecker } from '../health/checker.js';
 import type { Logger } from '../observe/log.js';
 import { statusState } from '../observe/status.js';
 import { removeLeftoverVips } from './leftovers.js';
-import type { EngineEvent, EngineOptions, EngineReconfigure } from '../vrrp/engine.js';
+import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../vrrp/engine.js';
 import { EngineStartError, VrrpHost } from '../vrrp/host.js';
 import { formatHostPort } from '../net/hostport.js';
 import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
@@ -22,6 +22,7 @@ import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
 import { masterDownIntervalMs } from '../vrrp/state.js';
 import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
+import type { ConnectionSyncPhase } from './connection-sync.js';
 
 /** Logged when the silent master's backend did not answer a connect either: taken out (dead). */
 export const SILENT_MASTER_TAKEN_OUT = 'backend of the silent master taken out';
@@ -95,10 +96,11 @@ export function updateMembership(
 export function startElection(
   ctx: AgentContext,
   config: Config,
-  inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers },
+  inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers; sync?: ConnectionSyncPhase | null },
 ): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
     const { resolved, authKeys, checker, followers } = inputs;
+    const sync = inputs.sync ?? null;
     const { log } = ctx;
     const v = config.vrrp!;
     const { iface } = resolved;
@@ -119,7 +121,8 @@ export function startElection(
     const handOff = readHandOff(key);
     if (handOff.resume) log.info({ vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) }, 'resuming as master: the previous process handed off in place and the Backups wait for this one');
     else if (handOff.reason !== null) log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
-    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner };
+    // connection sync: the replicated connections go into the kernel before the VIPs are added
+    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner, ...(sync ? { beforeTakeover: () => sync.commit() } : {}) };
     let crashed = false;
     let fatal = false;
     let becameActive = false;
@@ -145,7 +148,14 @@ export function startElection(
     let outcome!: () => void;
     const firstOutcome = new Promise<void>((resolve) => (outcome = resolve));
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
-      if ((ev.type === 'transition' && ev.to === 'active') || ev.type === 'master') outcome();
+      // with connection sync, becoming Active is an outcome once the VIPs are added: the commit
+      // before them is a child process, and work waiting for the outcome (the Kubernetes
+      // client's import, a second of this thread) would otherwise delay the VIPs by that much
+      if (ev.type === 'transition' && ev.to === 'active') {
+        if (sync) setTimeout(outcome, config.dataplane.connectionSync.commitTimeoutMs + 250).unref();
+        else outcome();
+      }
+      if (ev.type === 'master' || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
@@ -157,6 +167,8 @@ export function startElection(
           if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
         });
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) takeOutIfGone(checker, ev.previousMaster);
+        // no longer the holder: the peers send their whole state again (the new holder's included)
+        if (ev.from === 'active' && ev.to === 'backup') sync?.resync();
       } else if (ev.type === 'master') {
         observe(() => {
           ctx.history?.master(ev.address, new Date().toISOString());

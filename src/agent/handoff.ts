@@ -107,7 +107,7 @@ function judge(key: RouterKey, now: number, dir: string): HandOffVerdict {
 }
 
 /** This process's network namespace, as the inode of /proc/self/ns/net ("0" when unreadable). */
-function netnsId(): string {
+export function netnsId(): string {
   try {
     return String(statSync('/proc/self/ns/net').ino);
   } catch {

@@ -40,6 +40,7 @@ import { startPriority } from './priority.js';
 import { dataplaneReady, runReload, type PhaseDeps, type Running } from './reload.js';
 import { CleanupStack } from './stack.js';
 import { dataplaneStatus, startVipDataplane } from './vip-dataplane.js';
+import { connectionSyncOff, startConnectionSync } from './connection-sync.js';
 import { ForeignFirewallWatch } from '../check/watch.js';
 import { flowsFor } from '../check/firewall.js';
 import { commandExecutor } from '../dataplane/apply.js';
@@ -297,10 +298,13 @@ async function startPhases(
       'starting',
     );
     if (checker && pre.tables) running.vipDataplane = await phase(() => startVipDataplane(ctx, config, { iface, checker, followers, tables: pre.tables! }));
-    const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers })));
+    // after the table (it source-NATs to the VIP), before the election (a takeover commits first)
+    if (running.vipDataplane && config.dataplane.connectionSync.enabled) running.connectionSync = await phase(() => startConnectionSync(ctx, config, { resolved: pre.resolved! }));
+    const sync = running.connectionSync ?? null;
+    const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers, sync })));
     // the engine's first state came with its start (VrrpHost.start resolves after it)
     await ready();
-    if (checker) running.priority = await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers) }));
+    if (checker) running.priority = await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers), sync }));
   } else if (config.bgp && checker) {
     // mode: bgp: no election; this node announces the VIPs through BIRD while it can serve them
     log.info({ mode: 'bgp', vips: config.vips, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version }, 'starting');
@@ -345,6 +349,7 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
     local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
     ...(running.bgp ? { bgp: running.bgp.status() } : {}),
+    ...(config.vrrp !== null && followers.lb ? { connectionSync: running.connectionSync?.status() ?? connectionSyncOff() } : {}),
   };
   const fixed = electionFacts(config, running.resolved);
   if (!fixed) return { state: 'none', ...common };

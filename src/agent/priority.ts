@@ -11,6 +11,7 @@ import type { InterfaceInfo } from '../vip/netlink.js';
 import type { VrrpHost } from '../vrrp/host.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import type { HealthFollowers } from './health.js';
+import type { ConnectionSyncPhase } from './connection-sync.js';
 
 /** The running election policy. */
 export interface PriorityPhase extends PhaseHandle {
@@ -27,10 +28,21 @@ export interface PriorityPhase extends PhaseHandle {
 export function startPriority(
   ctx: AgentContext,
   config: Config,
-  inputs: { iface: InterfaceInfo; host: VrrpHost; checker: HealthChecker; followers: HealthFollowers; dataplaneReady: boolean },
+  inputs: { iface: InterfaceInfo; host: VrrpHost; checker: HealthChecker; followers: HealthFollowers; dataplaneReady: boolean; sync?: ConnectionSyncPhase | null },
 ): Promise<PriorityPhase> {
   return runPhase(ctx, 'election policy', async (own) => {
-    const { iface, host, checker, followers, dataplaneReady } = inputs;
+    const { iface, checker, followers, dataplaneReady } = inputs;
+    const sync = inputs.sync ?? null;
+    // preemption is held while the policy holds it OR connection sync waits for the replicated state
+    let policyHold = false;
+    const host = {
+      setPriority: (priority: number): void => inputs.host.setPriority(priority),
+      setPreemptHold: (hold: boolean): void => {
+        policyHold = hold;
+        inputs.host.setPreemptHold(hold || (sync?.held() ?? false));
+      },
+    };
+    sync?.onRelease(() => inputs.host.setPreemptHold(policyHold));
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));

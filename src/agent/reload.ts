@@ -5,6 +5,7 @@
  * start-up order reversed. A change of group membership is a hand-over: the election leaves the
  * old group (priority 0 if Active) and joins the new one. docs/reload.md.
  */
+import { startConnectionSync, type ConnectionSyncPhase } from './connection-sync.js';
 import type { BgpPhase } from './bgp.js';
 import type { Config, LogLevel } from '../config/index.js';
 import { ConfigError, isBallastError } from '../errors.js';
@@ -37,6 +38,8 @@ export interface Running {
   discovery: DiscoveryPhase | null;
   /** mode: bgp's phase (agent/bgp.ts); null otherwise. */
   bgp?: BgpPhase | null;
+  /** dataplane.connectionSync's conntrackd (agent/connection-sync.ts); null or absent when off. */
+  connectionSync?: ConnectionSyncPhase | null;
 }
 
 /** What the phases (and a reload) are given. */
@@ -268,13 +271,22 @@ async function handOver(
   };
   const start = async (c: Config, r: ResolvedInterface, keys: Buffer[] | null): Promise<void> => {
     if (plan.vipFamily && checker && tables && tables.family !== c.family) await movePlane(c, r);
-    const e = await startElection(ctx, c, { resolved: r, authKeys: keys, checker, followers });
+    // conntrackd follows the group: its interface, VRID (its multicast port) and VIPs
+    if (running.connectionSync) {
+      const undo = stack.replace('connection sync', null);
+      running.connectionSync = null;
+      await undo?.();
+      const cs = await startConnectionSync(ctx, c, { resolved: r });
+      stack.replace('connection sync', () => cs.undo());
+      running.connectionSync = cs;
+    }
+    const e = await startElection(ctx, c, { resolved: r, authKeys: keys, checker, followers, sync: running.connectionSync ?? null });
     stack.replace('election', () => e.undo());
     running.election = e;
     // the new group hears of the members discovery found, as the old one had
     if (running.discovery && c.discovery !== null) await updateMembership(e, { discovered: running.discovery.members() }, log).catch(() => undefined);
     if (checker) {
-      const p = await startPriority(ctx, c, { iface: r.iface, host: e.host, checker, followers, dataplaneReady: dataplaneReady(c, followers) });
+      const p = await startPriority(ctx, c, { iface: r.iface, host: e.host, checker, followers, dataplaneReady: dataplaneReady(c, followers), sync: running.connectionSync ?? null });
       stack.replace('election policy', () => p.undo());
       running.priority = p;
       followers.balancing?.evaluate();

@@ -16,7 +16,7 @@ import { Reconciler } from '../dataplane/reconcile.js';
 import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
 import { TableWatch } from '../dataplane/nftwatch.js';
 import { NftWatch } from '../native.js';
-import { flushBackend } from '../dataplane/conntrack.js';
+import { flushBackend, flushVip } from '../dataplane/conntrack.js';
 import type { StatusDocument } from '../observe/status.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
@@ -56,7 +56,14 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     tables.rearm();
     own.defer('nftables table', async () => {
       // a restart in place keeps the table: the flows through it keep their NAT, the next process adopts it
-      if (config.dataplane.keepOnStop !== 'all' && !ctx.restarting?.()) await tables.remove();
+      if (config.dataplane.keepOnStop === 'all' || ctx.restarting?.()) return;
+      await tables.remove();
+      // connection sync: this node's apiserver keeps the flows the VIP took to another holder,
+      // which now arrive from VIP:client port. Without the table's notrack rules this kernel
+      // would match them against their old entries here (client → VIP, NATed to this node) and
+      // drop them as clashes; deleted (after conntrackd stopped: no peer hears of it), they are
+      // tracked afresh, unNATed. The other flows' old entries would only linger.
+      if (sourceNatOf(config) === 'vip') await forgetVipFlows(config, conntrack, log);
     });
     const a = applier;
     // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
@@ -71,7 +78,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
           return r;
         },
         flush: (vip, port, backend) => flushBackend(vip, port, backend, { exec: conntrack }), log, traffic: () => tracker.status() },
-      { family: config.family, vips: config.vips, port: api.port, local },
+      { family: config.family, vips: config.vips, port: api.port, local, sourceNat: sourceNatOf(config) },
     );
     let timestamps = false;
     const wantTimestamps = (): void => {
@@ -126,7 +133,7 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       followers.lb = null;
     });
     const reconfigure = async (next: Config, vips: readonly string[], at: InterfaceInfo): Promise<void> => {
-      plane.reconfigure({ family: next.family, vips, port: next.apiserver.port, local: new Set(at.addresses.map((a) => a.address)) });
+      plane.reconfigure({ family: next.family, vips, port: next.apiserver.port, local: new Set(at.addresses.map((a) => a.address)), sourceNat: sourceNatOf(next) });
       const before = lb.status().failures;
       await lb.sync();
       if (lb.status().failures > before) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);
@@ -138,6 +145,26 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     };
     return { reconfigure };
   });
+}
+
+/**
+ * The source address of the flows the table DNATs: the VIP with dataplane.connectionSync (a flow
+ * keeps its 4-tuple at the backend whichever node holds the VIP), else this node's (masquerade).
+ */
+export function sourceNatOf(config: Config): 'node' | 'vip' {
+  return config.dataplane.connectionSync.enabled ? 'vip' : 'node';
+}
+
+/** Deletes the conntrack entries of flows through the VIPs (see the caller); logged, never throws. */
+async function forgetVipFlows(config: Config, exec: ReturnType<typeof commandExecutor>, log: AgentContext['log']): Promise<void> {
+  let deleted = 0;
+  for (const vip of config.vips) {
+    deleted += await flushVip(vip, config.apiserver.port, { exec }).catch((err: unknown) => {
+      log.warn({ err: (err as Error).message, vip }, 'cannot delete the old conntrack entries of flows through the VIP');
+      return 0;
+    });
+  }
+  if (deleted > 0) log.info({ entries: deleted }, 'deleted the old conntrack entries of flows through the VIP (they continue through the new holder)');
 }
 
 /** The data-plane part of /status. */

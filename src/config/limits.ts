@@ -55,6 +55,11 @@ export const DEFAULTS = Object.freeze({
   dataplaneKeepOnStop: 'localEndpoint' as const,
   /** dataplane.commandTimeout: src/dataplane/apply.ts COMMAND_TIMEOUT_MS */
   dataplaneCommandTimeout: '5s',
+  connectionSyncEnabled: true,
+  /** dataplane.connectionSync.commitTimeout: the longest a takeover waits for conntrackd's commit */
+  connectionSyncCommitTimeout: '1s',
+  /** dataplane.connectionSync.resyncTimeout: the longest a preempting node waits for the state */
+  connectionSyncResyncTimeout: '5s',
   rebalanceFactor: 1.2,
   rebalanceAfter: '60s',
   rebalanceResetsPerSecond: 5,

@@ -89,6 +89,11 @@ export function normalize(c: ParsedConfig): Config {
         resetsPerSecond: c.dataplane.rebalance.resetsPerSecond,
         maxFractionPerMinute: c.dataplane.rebalance.maxFractionPerMinute,
       },
+      connectionSync: {
+        enabled: c.dataplane.connectionSync.enabled,
+        commitTimeoutMs: c.dataplane.connectionSync.commitTimeout,
+        resyncTimeoutMs: c.dataplane.connectionSync.resyncTimeout,
+      },
     },
     localEndpoint:
       c.localEndpoint === undefined

@@ -175,6 +175,13 @@ function shapes() {
     maxFractionPerMinute: numberField(0.001, 1, { default: String(DEFAULTS.rebalanceMaxFractionPerMinute) }).default(DEFAULTS.rebalanceMaxFractionPerMinute),
   };
 
+  /** `dataplane.connectionSync`: connections through the VIP outlive a move (src/agent/connection-sync.ts). */
+  const connectionSyncShape = {
+    enabled: boolField(DEFAULTS.connectionSyncEnabled),
+    commitTimeout: durationField({ min: 100, max: 10_000, default: DEFAULTS.connectionSyncCommitTimeout, range: rangeMessage('100ms', '10s') }),
+    resyncTimeout: durationField({ min: 0, max: MINUTE_MS, default: DEFAULTS.connectionSyncResyncTimeout, range: rangeMessage('0s', '1m') }),
+  };
+
   const dataplaneShape = {
     vip: z
       .enum(['nftables', 'none'], { error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }) })
@@ -189,6 +196,7 @@ function shapes() {
       .default(DEFAULTS.dataplaneKeepOnStop),
     commandTimeout: durationField({ min: 1000, max: MINUTE_MS, default: DEFAULTS.dataplaneCommandTimeout, range: rangeMessage('1s', '1m') }),
     rebalance: section(z.strictObject(rebalanceShape, { error: mappingError })),
+    connectionSync: section(z.strictObject(connectionSyncShape, { error: mappingError })),
   };
 
   const policyShape = {
@@ -244,7 +252,7 @@ function shapes() {
     mode: z.enum(['vrrp', 'bgp'], { error: expect('"vrrp" (an election on one L2 segment) or "bgp" (announce the VIPs with BGP, docs/bgp.md)', { default: 'vrrp' }) }).default('vrrp'),
     bgp: bgpSection(),
   };
-  return { rootShape, authShape, vrrpShape, announceShape, apiserverShape, healthShape, dataplaneShape, rebalanceShape, localEndpointShape, discoveryShape, policyShape, adminShape, logShape };
+  return { rootShape, authShape, vrrpShape, announceShape, apiserverShape, healthShape, dataplaneShape, rebalanceShape, connectionSyncShape, localEndpointShape, discoveryShape, policyShape, adminShape, logShape };
 }
 
 /** The known keys of each section, by the section's dotted path ('' = top level), in declaration order. */
@@ -259,6 +267,7 @@ const SECTION_KEYS: SectionKeys = ((): SectionKeys => {
     'apiserver.health': Object.keys(s.healthShape),
     dataplane: Object.keys(s.dataplaneShape),
     'dataplane.rebalance': Object.keys(s.rebalanceShape),
+    'dataplane.connectionSync': Object.keys(s.connectionSyncShape),
     localEndpoint: Object.keys(s.localEndpointShape),
     discovery: Object.keys(s.discoveryShape),
     policy: Object.keys(s.policyShape),

@@ -184,6 +184,23 @@ export interface DataplaneConfig {
   readonly commandTimeoutMs: number;
   /** Resetting the oldest flows of a backend that holds too many of the VIP's connections (opt-in). */
   readonly rebalance: RebalanceConfig;
+  /** Connections through the VIP outlive a move of the VIP (on by default; docs/connection-sync.md). */
+  readonly connectionSync: ConnectionSyncConfig;
+}
+
+/**
+ * The `dataplane.connectionSync` section, normalized (docs/connection-sync.md,
+ * src/agent/connection-sync.ts): flows through the VIP are source-NATed to the VIP, and a
+ * conntrackd (conntrack-tools, FTFW mode) per node replicates their conntrack entries to the
+ * other nodes; a node commits them into its kernel before it adds the VIP.
+ */
+export interface ConnectionSyncConfig {
+  /** On by default; off: masquerade to the node's address and no conntrackd (connections through the VIP end at each move). */
+  readonly enabled: boolean;
+  /** The longest a takeover waits for `conntrackd -c` before it adds the VIP anyway, ms (100..10000; default 1000). */
+  readonly commitTimeoutMs: number;
+  /** The longest a node that would preempt waits for the replicated state first, ms (0..60000; default 5000). */
+  readonly resyncTimeoutMs: number;
 }
 
 /**

@@ -56,15 +56,36 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
   if (addressFamily(backend.address) !== family) {
     throw new TypeError(`backend.address: ${JSON.stringify(backend.address)} is not an IPv${family} address like the VIP ${vip}`);
   }
-  for (const [what, p] of [['port', port], ['backend.port', backend.port]] as const) {
-    if (!Number.isInteger(p) || p < 1 || p > 65535) throw new TypeError(`${what} must be an integer from 1 to 65535, got ${String(p)}`);
-  }
-  const exec = opts.exec ?? conntrackExecutor;
-  const args = [
-    '-D', '-f', family === 4 ? 'ipv4' : 'ipv6', '-p', 'tcp',
+  checkPorts([['port', port], ['backend.port', backend.port]]);
+  return deleteEntries(family, [
     '--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port),
     '--reply-src', canonicalAddress(backend.address), '--reply-port-src', String(backend.port),
-  ];
+  ], opts.exec ?? conntrackExecutor);
+}
+
+/**
+ * Deletes the conntrack entries of every TCP flow sent to `vip`:`port`, whatever its backend
+ * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT`): connection sync's
+ * purge of a node that no longer holds the VIP (src/agent/connection-sync.ts). Same retries,
+ * result and errors as {@link flushBackend}.
+ * @throws TypeError for a malformed argument (nothing ran); DataplaneError as flushBackend.
+ */
+export async function flushVip(vip: string, port: number, opts: FlushOptions = {}): Promise<number> {
+  const family = addressFamily(vip);
+  if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
+  checkPorts([['port', port]]);
+  return deleteEntries(family, ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port)], opts.exec ?? conntrackExecutor);
+}
+
+function checkPorts(ports: readonly (readonly [string, number])[]): void {
+  for (const [what, p] of ports) {
+    if (!Number.isInteger(p) || p < 1 || p > 65535) throw new TypeError(`${what} must be an integer from 1 to 65535, got ${String(p)}`);
+  }
+}
+
+/** `conntrack -D -f FAMILY -p tcp <match>`, repeated when an entry vanished under it; @returns the count of the last run. */
+async function deleteEntries(family: 4 | 6, match: readonly string[], exec: Executor): Promise<number> {
+  const args = ['-D', '-f', family === 4 ? 'ipv4' : 'ipv6', '-p', 'tcp', ...match];
   for (let attempt = 1; ; attempt++) {
     let r;
     try {

@@ -25,6 +25,8 @@ export interface VipPlaneOptions {
   port: number;
   /** Addresses of this node (canonical), to mark its own apiserver. */
   local: ReadonlySet<string>;
+  /** The source address of flows we DNAT (nftables.ts DesiredDataplane.sourceNat); absent: 'node'. */
+  sourceNat?: 'node' | 'vip';
 }
 
 /**
@@ -34,7 +36,7 @@ export interface VipPlaneOptions {
 export function desiredDataplane(set: Pick<ReadySet, 'ready' | 'draining'>, o: VipPlaneOptions): DesiredDataplane {
   const ours = (list: readonly HostPort[]): Backend[] =>
     list.filter((b) => b.family === o.family).map((b) => ({ address: b.host, port: b.port, local: o.local.has(b.host) }));
-  return { family: o.family, vips: [...o.vips], port: o.port, backends: ours(set.ready), draining: ours(set.draining), masqueradeRemote: true };
+  return { family: o.family, vips: [...o.vips], port: o.port, backends: ours(set.ready), draining: ours(set.draining), masqueradeRemote: true, ...(o.sourceNat === 'vip' ? { sourceNat: 'vip' as const } : {}) };
 }
 
 /** What the nftables plane needs from the outside world (injected, so tests can fake it). */

@@ -19,6 +19,12 @@
  *   leaving        postrouting nat  100 (srcnat)   ct status dnat, original daddr ∈ @vips,
  *                                                  original dport = port, (daddr . dport) ∈
  *                                                  @remote_backends → masquerade
+ *                  (sourceNat 'vip' instead: every flow DNATed by us, remote or local backend,
+ *                  → snat to ct original daddr, in postrouting and in an input nat chain, 100)
+ *   not the holder prerouting / output filter -300 (raw, before conntrack; sourceNat 'vip' only):
+ *                  saddr ∈ @vips → (daddr . dport) ∈ @local_backends → notrack;
+ *                  daddr ∈ @vips, not a local address (fib), (saddr . sport) ∈ @local_backends → notrack
+ *                  (prerouting) daddr ∈ @vips, dport ≠ port, not a local address → notrack
  *   strays         prerouting / output filter -150 (mangle, after conntrack, before the nat
  *                  chains): daddr ∈ @vips, tcp dport = port, ct state new, neither SYN nor RST,
  *                  (saddr . sport . daddr) ∈ @evict → reject with tcp reset
@@ -44,9 +50,10 @@
  *   blanket strays rule, `numgen` alone 26 of 36). What the hash cannot save: a flow whose
  *   backend left the set since (another backend RSTs it, as before), and a flow whose first
  *   segment after the loss comes from the backend (the reply no longer maps to a client: the
- *   node answers it with a RST). A flow the VIP brings from another holder is not saved either
- *   (the backend knows it by the other node's masquerade address): the backend RSTs it, where
- *   the former blanket strays rule did so from this node one round trip earlier.
+ *   node answers it with a RST). With masquerade a flow the VIP brings from another holder is
+ *   not saved either (the backend knows it by the other node's masquerade address): the backend
+ *   RSTs it, where the former blanket strays rule did so from this node one round trip earlier;
+ *   with the source NAT to the VIP (below) the pickup reaches the backend with the same tuple.
  *   New connections still spread evenly: the tuple includes the client's ephemeral source port,
  *   so many connections from ONE client hash uniformly; only a client that pins its source port
  *   lands on one backend every time.
@@ -65,6 +72,28 @@
  *   are left alone. Only remote backends are masqueraded: a client on the same L2 as the backend
  *   would otherwise get the reply straight from the backend's address and reset it; the local
  *   apiserver keeps seeing the real client address.
+ * - Source NAT to the VIP (`sourceNat: 'vip'`, with connection sync): masquerade names the node,
+ *   so a flow that the VIP brings to another holder arrives at its backend from another address
+ *   and is reset. With the VIP as the source (and the client's port, which the kernel keeps unless
+ *   two clients' flows to one backend share it), the 4-tuple at the backend — VIP:client port ↔
+ *   backend:port — is the same on every holder; the backend's replies go to the VIP, i.e. to
+ *   whichever node holds it now (ARP/NDP, refreshed by the new holder's gratuitous ARP / NA).
+ *   Flows to the holder's own apiserver get the same source (an input nat chain: delivered
+ *   locally, they never pass postrouting), or after a move they would reach that apiserver from
+ *   the new holder with a tuple it does not know. The cost: every apiserver sees the VIP, not the
+ *   client, as the peer of connections through the VIP.
+ *   On a node that does not hold the VIP the backend side of such a flow (from VIP:client port to
+ *   its apiserver, and the replies) is left untracked (`notrack`): as a former holder it may keep
+ *   the flow's old conntrack entry (client → VIP, NATed to VIP → its apiserver), whose reply tuple
+ *   equals the new tuple — the kernel would drop every packet of the moved flow as a clash — and
+ *   as the next holder it would otherwise hold an entry whose reply tuple claims VIP:client port,
+ *   so that the NAT of the committed or picked-up flow had to choose another port. Replies are
+ *   left untracked only where the VIP is not a local address (`fib daddr type != local`): the
+ *   holder's own apiserver answers through its NAT entry. For the same reason a backend's reply
+ *   to VIP:client port that reaches a node before it holds the VIP (a former holder forwards it
+ *   by a stale neighbour entry, in the moment between its release and the new holder's commit)
+ *   is left untracked: tracked, it would make an entry whose tuple the committed one needs, the
+ *   commit of that flow would fail and the client's next segment be NATed to another port.
  * - Strays: a mid-stream segment to VIP:port that conntrack has no entry for is left to the
  *   hash (above), except the flows the rebalancer reset (rebalance.ts): it deletes their
  *   conntrack entries and puts (client address . client port . VIP) into the `evict` set
@@ -107,8 +136,18 @@ export interface DesiredDataplane {
    * their established flows keep their conntrack NAT binding. Rendered as counters only.
    */
   draining?: Backend[];
-  /** Masquerade flows DNATed to a backend on another node, so that replies come back through us. */
+  /** Source-NAT the flows we DNAT, so that replies come back through us (see {@link sourceNat}). */
   masqueradeRemote: boolean;
+  /**
+   * Which source address the flows we DNAT get (with `masqueradeRemote`):
+   * - `'node'` (default): flows to a remote backend are masqueraded to this node's address; the
+   *   local apiserver sees the client's own address.
+   * - `'vip'`: every flow, to a remote or the local backend, is source-NATed to the VIP it was sent
+   *   to (`snat to ct original daddr`; the kernel keeps the client's source port when that tuple is
+   *   free), so the backend sees the same 4-tuple whichever node holds the VIP; and a node that
+   *   does not hold the VIP leaves the backend side of such flows untracked (see the file comment).
+   */
+  sourceNat?: 'node' | 'vip';
 }
 
 /** Options of {@link renderRuleset}. */
@@ -256,6 +295,8 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
     seen.add(it.key);
   }
   const remote = backends.filter((b) => !b.local);
+  const toVip = d.masqueradeRemote && d.sourceNat === 'vip';
+  const locals = [...backends, ...draining].filter((b) => b.local);
   const seed = (key: string): string => {
     const c = opts.counters?.[key];
     if (!c) return '';
@@ -267,7 +308,7 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   let s = '';
   s += `# ${RULESET_FORMAT}: ballast's data plane for IPv${family}, rendered by src/dataplane/nftables.ts; do not edit.\n`;
   s += `# vips ${vips.join(' ')} port ${d.port}; backends ${backends.length} (${backends.length - remote.length} local); `;
-  s += `draining ${draining.length}; masquerade remote ${d.masqueradeRemote ? 'on' : 'off'}\n`;
+  s += `draining ${draining.length}; ${toVip ? 'source NAT to the VIP' : `masquerade remote ${d.masqueradeRemote ? 'on' : 'off'}`}\n`;
   s += `# one transaction (nft -f): create the table if missing, delete it, recreate it whole.\n`;
   s += `table ${fam} ${TABLE_NAME} {}\n`;
   s += `delete table ${fam} ${TABLE_NAME}\n`;
@@ -281,9 +322,17 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   s += `\n\tset evict {\n\t\ttype ${addrType} . inet_service . ${addrType}\n\t\tflags timeout\n\t\ttimeout ${EVICT_TIMEOUT_S}s\n`;
   s += `\t\tcomment "client address . port . VIP of flows the rebalancer reset: their next segment gets a RST"\n\t}\n`;
 
-  s += `\n\tset remote_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "backends on other nodes: flows DNATed to them are masqueraded"\n`;
-  s += elementsLine(remote.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
-  s += `\t}\n`;
+  if (!toVip) {
+    s += `\n\tset remote_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "backends on other nodes: flows DNATed to them are masqueraded"\n`;
+    s += elementsLine(remote.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
+    s += `\t}\n`;
+  }
+
+  if (toVip) {
+    s += `\n\tset local_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "this node's apiserver: the backend side of flows through a VIP held elsewhere is untracked"\n`;
+    s += elementsLine(locals.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
+    s += `\t}\n`;
+  }
 
   // one counter object per backend: packets = connections DNATed to it (see the file comment)
   for (const b of backends) {
@@ -339,6 +388,29 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   s += `\t\t${stray} comment "VIP:${d.port} from this node"\n`;
   s += `\t}\n`;
 
+  if (toVip) {
+    // raw (-300): before conntrack looks the packet up, so that no entry is made or matched
+    s += `\n\tchain untracked {\n\t\ttype filter hook prerouting priority raw; policy accept;\n`;
+    s += `\t\tcomment "flows through a VIP that reach this node's apiserver from the VIP's holder: no conntrack entry here"\n`;
+    s += `\t\t${l3} saddr @vips ${l3} daddr . tcp dport @local_backends notrack comment "from VIP:client port"\n`;
+    s += `\t\t${l3} daddr @vips tcp dport != ${d.port} fib daddr type != local notrack comment "replies to a VIP not held here"\n`;
+    s += `\t}\n`;
+    s += `\n\tchain untracked_out {\n\t\ttype filter hook output priority raw; policy accept;\n`;
+    s += `\t\tcomment "their replies, unless this node holds the VIP (its own flows are NATed here)"\n`;
+    s += `\t\t${l3} daddr @vips fib daddr type != local ${l3} saddr . tcp sport @local_backends notrack comment "to VIP:client port"\n`;
+    s += `\t}\n`;
+    const snat = `meta l4proto tcp ct status dnat ct original ${l3} daddr @vips ct original proto-dst ${d.port} snat ${l3} to ct original ${l3} daddr`;
+    s += `\n\tchain input {\n\t\ttype nat hook input priority 100; policy accept;\n`;
+    s += `\t\tcomment "flows DNATed to this node's apiserver: the VIP as their source too"\n`;
+    s += `\t\t${snat} comment "DNATed by us to this node"\n`;
+    s += `\t}\n`;
+    s += `\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n`;
+    s += `\t\tcomment "SNAT flows DNATed by us to the VIP: the same 4-tuple at the backend whichever node holds the VIP"\n`;
+    s += `\t\t${snat} comment "DNATed by us to another node"\n`;
+    s += `\t}\n`;
+    s += `}\n`;
+    return s;
+  }
   s += `\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n`;
   s += `\t\tcomment "${d.masqueradeRemote ? 'SNAT flows DNATed to another node, so replies come back through us' : 'masquerade is off'}"\n`;
   if (d.masqueradeRemote) {

@@ -86,6 +86,13 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
   const dpFlushed = new Counter({ name: 'ballast_dataplane_flushed_connections_total', help: 'Conntrack entries deleted for dead backends (their clients got a reset)', registers: [registry] });
   const connections = new Gauge({ name: 'ballast_backend_connections', help: 'Established connections through the VIP data plane to the backend (conntrack, counted every 5 s)', labelNames: ['backend'], registers: [registry] });
   const rebalanceResets = new Counter({ name: 'ballast_rebalance_resets_total', help: 'Connections of an overloaded backend reset by the rebalancer (dataplane.rebalance)', labelNames: ['backend'], registers: [registry] });
+  // dataplane.connectionSync (src/agent/connection-sync.ts): conntrackd's caches and the age of the peers' last message
+  const syncUp = new Gauge({ name: 'ballast_connection_sync_up', help: '1 while conntrackd runs (dataplane.connectionSync), 0 while it is (re)starting or cannot run', registers: [registry] });
+  const syncEntries = new Gauge({ name: 'ballast_connection_sync_entries', help: "Conntrack entries conntrackd holds: cache=internal (this node's, replicated to the peers), cache=external (the peers', committed on a takeover)", labelNames: ['cache'], registers: [registry] });
+  const syncAge = new Gauge({ name: 'ballast_connection_sync_last_message_age_seconds', help: "Seconds since the last message from a peer's conntrackd arrived (updates, acknowledgements, or FTFW alive messages once a second): how stale this node's copy may be", registers: [registry] });
+  const syncCommit = new Gauge({ name: 'ballast_connection_sync_last_commit_duration_seconds', help: 'How long the last commit of the replicated entries into the kernel took (becoming master, before the VIP is added)', registers: [registry] });
+  const syncCommitFailures = new Gauge({ name: 'ballast_connection_sync_last_commit_failed', help: '1 when the last commit failed or was skipped (the VIP was added without the replicated connections), 0 otherwise', registers: [registry] });
+  const syncRestarts = new Counter({ name: 'ballast_connection_sync_restarts_total', help: 'Times conntrackd exited and was started again', registers: [registry] });
   const localBackends = new Gauge({ name: 'ballast_local_endpoint_backend', help: '1 for each backend new connections to the node-local endpoint go to now', labelNames: ['mode', 'backend'], registers: [registry] });
   const localReset = new Counter({ name: 'ballast_local_endpoint_sockets_reset_total', help: 'Local endpoint connections destroyed because their backend died', registers: [registry] });
   // Prometheus's own names for this (prometheus_config_last_reload_successful, …)
@@ -225,6 +232,19 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         for (const [b, n] of Object.entries(doc.dataplane.connections ?? {})) connections.set({ backend: b }, n);
         rebalanceResets.reset();
         for (const [b, n] of Object.entries(doc.dataplane.rebalance?.resets ?? {})) rebalanceResets.inc({ backend: b }, n);
+      }
+      const sync = doc.connectionSync;
+      if (sync && sync.state !== 'off') {
+        syncUp.set(sync.state === 'running' ? 1 : 0);
+        if (sync.internalEntries !== null) syncEntries.set({ cache: 'internal' }, sync.internalEntries);
+        if (sync.externalEntries !== null) syncEntries.set({ cache: 'external' }, sync.externalEntries);
+        if (sync.lastMessageAgeMs !== null) syncAge.set(sync.lastMessageAgeMs / 1000);
+        if (sync.lastCommit) {
+          syncCommit.set(sync.lastCommit.durationMs / 1000);
+          syncCommitFailures.set(sync.lastCommit.ok ? 0 : 1);
+        }
+        syncRestarts.reset();
+        syncRestarts.inc(sync.restarts);
       }
     },
   };

@@ -1,6 +1,7 @@
 /**
  * The `/status` document: what an operator asks first ("who holds the VIP, since when, why").
  */
+import type { ConnectionSyncStatus } from '../dataplane/conntrackd.js';
 import type { EngineStatus } from '../vrrp/engine.js';
 import type { BackendHealth, FailOpenStatus, DepartedBackend } from '../health/checker.js';
 import type { BackendSource, DiscoveryStats } from '../discovery/index.js';
@@ -82,6 +83,11 @@ export interface CommonStatus {
   local: LocalStatus;
   /** mode: bgp: the routing daemon, the announcement and the peers (src/bgp/speaker.ts); absent otherwise. */
   bgp?: BgpStatus & { localBackend: string | null };
+  /**
+   * dataplane.connectionSync (src/agent/connection-sync.ts): conntrackd's state, its caches, the
+   * age of the last message from a peer and the last commit; absent without the VIP data plane.
+   */
+  connectionSync?: ConnectionSyncStatus;
   /** Other firewalls on the node that drop (or may drop) traffic to the VIP or the backends (src/check/watch.ts); absent until the agent's first look. */
   foreignFirewall?: ForeignFirewallStatus;
 }
@@ -190,6 +196,7 @@ export function statusDocument(
     ...(common.health === undefined ? {} : { health: common.health }),
     dataplane: common.dataplane,
     local: common.local,
+    ...(common.connectionSync ? { connectionSync: common.connectionSync } : {}),
     ...(common.reload ? { reload: common.reload } : {}),
   };
 }
@@ -240,6 +247,18 @@ function formatDataplane(d: StatusDocument['dataplane']): string {
   const err = d.lastError ? `, last error: ${d.lastError}` : '';
   const restored = d.restores > 0 ? `, restored ${d.restores}× after someone else removed or changed it (last ${d.lastRestore})` : '';
   return `nftables, ${d.backends.length} backend(s) in the ruleset, ${d.applies} applies${restored}${err}`;
+}
+
+/** The `conn sync` line: conntrackd's state, its caches, the peers' last message, the last commit; none without the section. */
+function formatConnectionSync(s: ConnectionSyncStatus | undefined): [string, string][] {
+  if (!s) return [];
+  if (s.state === 'off') return [['conn sync', 'off (dataplane.connectionSync.enabled: false): connections through the VIP end when it moves']];
+  const entries = s.internalEntries === null ? 'no statistics yet' : `${s.internalEntries} here, ${s.externalEntries} from the peers`;
+  const heard = s.lastMessageAgeMs === null ? 'no peer heard yet' : `a peer heard ${(s.lastMessageAgeMs / 1000).toFixed(1)} s ago`;
+  const commit = s.lastCommit ? `, last commit ${s.lastCommit.ok ? `${s.lastCommit.durationMs} ms` : `FAILED (${s.lastCommit.error ?? 'unknown'})`} at ${s.lastCommit.at}` : '';
+  const hold = s.preemptHold ? ', preemption held for the state' : '';
+  const err = s.error ? `: ${s.error}` : '';
+  return [['conn sync', `conntrackd ${s.state}${err}; ${entries}; ${heard}${commit}${hold}${s.restarts > 0 ? `; ${s.restarts} restart(s)` : ''}`]];
 }
 
 function formatLocal(l: LocalStatus): string {
@@ -325,6 +344,7 @@ export function formatStatus(d: StatusDocument, now = Date.now()): string {
     ['dropped', dropped],
     ...formatOtherMasters(d),
     ['dataplane', formatDataplane(d.dataplane)],
+    ...formatConnectionSync(d.connectionSync),
     ['local', formatLocal(d.local)],
     ...failOpenRows(d),
     ...backendRows(d),

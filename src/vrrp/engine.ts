@@ -86,6 +86,13 @@ export interface EngineOptions {
   vipLifetimeMs: number;
   /** Start with preemption held (see MachineEvent `preemptHold`) until the policy releases it. */
   preemptHoldAtStart: boolean;
+  /**
+   * Runs on becoming Active, before the VIPs are added and announced (the address queue waits for
+   * it; adverts do not): connection sync commits the replicated conntrack entries here, so that
+   * no packet of a moved connection reaches this node before its state is in the kernel. It must
+   * bound its own time; a rejection is logged and the VIPs are added anyway. Absent: nothing.
+   */
+  beforeTakeover?: () => Promise<void>;
   /** Whether the link was up (IFF_UP and IFF_RUNNING) when the main thread looked. */
   linkRunning: boolean;
   /** Priority 255: the VIPs are this node's own addresses; the engine never adds or removes them. */
@@ -154,6 +161,9 @@ export interface EngineReconfigure {
   /** ms (0 = permanent). Ignored by the owner. */
   vipLifetimeMs?: number;
 }
+
+/** Logged when the VIPs were added on becoming Active (or by a reconfigure). */
+export const VIPS_ADDED = 'VIPs added';
 
 /** Logged once when this node is found to be in no member source (EngineOptions `standby` set; docs/auth.md). */
 export const STANDBY_ON = 'not a member of the group yet: listening as Backup until discovery lists this node';
@@ -878,10 +888,13 @@ export class VrrpEngine {
       case 'addVips':
         if (a.reason === 'restored') this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
         return this.enqueue(async () => {
+          if (a.reason === 'becameActive' && o.beforeTakeover) {
+            await o.beforeTakeover().catch((err: unknown) => this.log('error', 'the step before adding the VIPs failed; adding them anyway', { error: (err as Error).message }));
+          }
           await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
           if (a.reason === 'becameActive' || a.reason === 'added') {
             this.vipsHeld = true;
-            this.log('info', 'VIPs added', { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
+            this.log('info', VIPS_ADDED, { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
           }
         });
       case 'renewVips':

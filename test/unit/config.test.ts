@@ -125,7 +125,7 @@ describe('parseConfig: valid files', () => {
         backends: [],
         health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } },
       localEndpoint: null,
       discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
@@ -161,7 +161,7 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } },
+      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } },
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
@@ -779,7 +779,7 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const c = parseConfig(
       yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
     );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 } });
+    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } });
     // true / false are what the setting took before it named what it keeps
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: false } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'none' } })).dataplane.keepOnStop).toBe('none');
@@ -793,6 +793,11 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       maxFractionPerMinute: 1,
     });
     expect(parseConfig(yamlWith({ dataplane: { rebalance: null } })).dataplane.rebalance.enabled).toBe(false);
+    // connection sync: on by default; durations in ms; off; errors name the field and the range
+    expect(parseConfig(yamlWith({ dataplane: { connectionSync: { enabled: false, commitTimeout: '250ms', resyncTimeout: '0s' } } })).dataplane.connectionSync).toStrictEqual({ enabled: false, commitTimeoutMs: 250, resyncTimeoutMs: 0 });
+    const bad = issuesOf(yamlWith({ dataplane: { connectionSync: { enabled: 'yes', commitTimeout: '20s', resyncTimeout: '2m', sync: true } } })).map((i) => [i.path, i.message]);
+    expect(bad.map(([p]) => p).sort()).toStrictEqual(['dataplane.connectionSync.commitTimeout', 'dataplane.connectionSync.enabled', 'dataplane.connectionSync.resyncTimeout', 'dataplane.connectionSync.sync']);
+    expect(bad.find(([p]) => p === 'dataplane.connectionSync.commitTimeout')?.[1]).toMatch(/100ms.*10s/);
     expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
     const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
     expect(v6).toStrictEqual({ unhealthyPriorityWeight: 254, localBackend: { host: '::1', port: 6443, family: 6 } });

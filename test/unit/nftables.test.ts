@@ -60,12 +60,17 @@ function fixture(family: 4 | 6, count: 0 | 1 | 3 | 500): DesiredDataplane {
   return { family, vips: [vip], port: 6443, backends, draining, masqueradeRemote: true };
 }
 
-const CASES = ([4, 6] as const).flatMap((family) => ([0, 1, 3, 500] as const).map((count) => ({ family, count, file: `${family === 4 ? 'ip' : 'ip6'}-${count}.nft` })));
+const CASES: { family: 4 | 6; count: 0 | 1 | 3 | 500; file: string; sourceNat?: 'vip' }[] = [
+  ...([4, 6] as const).flatMap((family) => ([0, 1, 3, 500] as const).map((count) => ({ family, count, file: `${family === 4 ? 'ip' : 'ip6'}-${count}.nft` }))),
+  // connection sync: every flow source-NATed to the VIP, the backend side untracked where the VIP is not held
+  ...([4, 6] as const).map((family) => ({ family, count: 3 as const, sourceNat: 'vip' as const, file: `${family === 4 ? 'ip' : 'ip6'}-3-snat-vip.nft` })),
+];
+const caseFixture = (c: (typeof CASES)[number]): DesiredDataplane => ({ ...fixture(c.family, c.count), ...(c.sourceNat ? { sourceNat: c.sourceNat } : {}) });
 
 describe('renderRuleset: golden files', () => {
   for (const c of CASES) {
-    it(`${c.file}: IPv${c.family}, ${c.count} backends`, () => {
-      const text = renderRuleset(fixture(c.family, c.count));
+    it(`${c.file}: IPv${c.family}, ${c.count} backends${c.sourceNat ? ', source NAT to the VIP' : ''}`, () => {
+      const text = renderRuleset(caseFixture(c));
       const path = join(GOLDEN_DIR, c.file);
       if (UPDATE) writeFileSync(path, text);
       expect(text).toBe(readFileSync(path, 'utf8'));
@@ -75,6 +80,37 @@ describe('renderRuleset: golden files', () => {
   it('has exactly the golden files the cases name (no stale ones)', () => {
     const files = readdirSync(GOLDEN_DIR).filter((f) => f.endsWith('.nft')).sort();
     expect(files).toEqual(CASES.map((c) => c.file).sort());
+  });
+});
+
+describe('renderRuleset: source NAT to the VIP (connection sync)', () => {
+  const vip4 = renderRuleset({ ...fixture(4, 3), sourceNat: 'vip' });
+  const lines = (t: string, re: RegExp): string[] => t.split('\n').filter((l) => re.test(l)).map((l) => l.trim());
+
+  it('SNATs every flow DNATed by us to the VIP it was sent to, in postrouting and input, and masquerades nothing', () => {
+    expect(lines(vip4, /^\s*[^#c\s][^"]*\b(snat|masquerade)\b/)).toEqual([
+      'meta l4proto tcp ct status dnat ct original ip daddr @vips ct original proto-dst 6443 snat ip to ct original ip daddr comment "DNATed by us to this node"',
+      'meta l4proto tcp ct status dnat ct original ip daddr @vips ct original proto-dst 6443 snat ip to ct original ip daddr comment "DNATed by us to another node"',
+    ]);
+    expect(vip4).toMatch(/chain input \{\n\t\ttype nat hook input priority 100;/);
+    expect(vip4).not.toMatch(/remote_backends/);
+  });
+
+  it('leaves the backend side untracked where the VIP is not held: both directions, only for the local apiserver (draining too)', () => {
+    const withDrainingLocal = renderRuleset({ ...fixture(6, 3), draining: [{ address: 'fd41::14', port: 6443, local: true }], sourceNat: 'vip' });
+    expect(lines(withDrainingLocal, /elements = \{ fd41::1[14] \./)).toEqual(['elements = { fd41::11 . 6443, fd41::14 . 6443 }']);
+    expect(lines(vip4, /notrack/)).toEqual([
+      'ip saddr @vips ip daddr . tcp dport @local_backends notrack comment "from VIP:client port"',
+      'ip daddr @vips tcp dport != 6443 fib daddr type != local notrack comment "replies to a VIP not held here"',
+      'ip daddr @vips fib daddr type != local ip saddr . tcp sport @local_backends notrack comment "to VIP:client port"',
+    ]);
+    expect(vip4).toMatch(/chain untracked \{\n\t\ttype filter hook prerouting priority raw;/);
+    expect(vip4).toMatch(/chain untracked_out \{\n\t\ttype filter hook output priority raw;/);
+  });
+
+  it('with masquerade off there is no source NAT in either mode', () => {
+    const off = renderRuleset({ ...fixture(4, 3), sourceNat: 'vip', masqueradeRemote: false });
+    expect(lines(off, /^\s*[^#c\s][^"]*\b(snat|masquerade|notrack)\b/)).toEqual([]);
   });
 });
 

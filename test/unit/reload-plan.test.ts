@@ -173,6 +173,8 @@ describe('planReload', () => {
   it('what a reload cannot apply is listed in restart (the reload is refused as a whole)', () => {
     expect(planReload(config(), config({ dataplane: 'dataplane:\n  local: proxy\n  keepOnStop: true' })).restart).toStrictEqual(['dataplane.keepOnStop']);
     expect(planReload(config(), config({ dataplane: 'dataplane:\n  local: ebpf' })).restart).toStrictEqual(['dataplane.local']);
+    // connection sync: its conntrackd and the table's source NAT come with the start
+    expect(planReload(config(), config({ dataplane: 'dataplane:\n  local: proxy\n  connectionSync:\n    enabled: false\n    commitTimeout: 2s' })).restart).toStrictEqual(['dataplane.connectionSync.commitTimeoutMs', 'dataplane.connectionSync.enabled']);
     expect(planReload(config(), config({ localEndpoint: '' })).restart).toStrictEqual(['localEndpoint']);
     expect(planReload(config(), config({ vrrp: '', vips: '', interface: '' })).restart).toContain('vrrp');
     expect(planReload(config(), config({ apiserver: '', localEndpoint: '' })).restart).toStrictEqual(['localEndpoint', 'apiserver.backends (none ↔ some)']);

@@ -65,6 +65,18 @@ describe('status document', () => {
     const none = statusDocument({ ...engine, otherMasters: { ...otherMasters, heard: 0, adverts: { kept: 0, yielded: 0, handover: 0 }, last: null }, lastAdvertAgeMs: null }, fixed);
     expect(formatStatus(none, 0)).not.toContain('other masters');
   });
+  it('carries connection sync and prints its line: running with the last commit, unavailable with the reason, off', () => {
+    const common = { backends: [], dataplane: { mode: 'off' as const, reason: 'x' }, local: { mode: 'off' as const, reason: 'y' } };
+    const running = { state: 'running' as const, internalEntries: 12, externalEntries: 240, lastMessageAgeMs: 400, lastCommit: { at: '2026-12-07T01:00:00.000Z', durationMs: 23.5, ok: true }, preemptHold: false, restarts: 0 };
+    const d = statusDocument(engine, fixed, { ...common, connectionSync: running });
+    expect(d.connectionSync).toStrictEqual(running);
+    const line = (doc: ReturnType<typeof statusDocument>): string | undefined => formatStatus(doc, 0).split('\n').find((l) => l.startsWith('conn sync'));
+    expect(line(d)).toMatch(/^conn sync: +conntrackd running; 12 here, 240 from the peers; a peer heard 0\.4 s ago, last commit 23\.5 ms at 2026-12-07T01:00:00\.000Z$/);
+    const missing = statusDocument(engine, fixed, { ...common, connectionSync: { ...running, state: 'unavailable', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: { at: '2026-12-07T01:00:00.000Z', durationMs: 0, ok: false, error: 'conntrackd is unavailable' }, error: 'cannot run conntrackd: ENOENT (Debian package "conntrackd")' } });
+    expect(line(missing)).toContain('conntrackd unavailable: cannot run conntrackd: ENOENT (Debian package "conntrackd"); no statistics yet; no peer heard yet, last commit FAILED (conntrackd is unavailable)');
+    expect(line(statusDocument(engine, fixed, { ...common, connectionSync: { ...running, state: 'off' } }))).toContain('off (dataplane.connectionSync.enabled: false)');
+    expect(line(statusDocument(engine, fixed, common))).toBeUndefined();
+  });
   it('prints for a person', () => {
     const text = formatStatus(statusDocument(engine, fixed), Date.parse('2026-11-29T20:00:42.000Z'));
     expect(text.split('\n')).toEqual([

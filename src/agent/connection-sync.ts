@@ -1,0 +1,295 @@
+/**
+ * Phase, connection sync (`dataplane.connectionSync`): connections through the VIP outlive a move
+ * of the VIP. The table source-NATs them to the VIP (dataplane/nftables.ts `sourceNat: 'vip'`),
+ * so a flow has the same 4-tuple at its backend on every holder; this phase runs the engine that
+ * copies their conntrack entries (with the NAT bindings) to the other nodes — one conntrackd
+ * (conntrack-tools, FTFW mode, dataplane/conntrackd.ts) per VRRP router, a child process — and
+ * gives the election the two steps that use the copy:
+ *
+ *   becoming Active   commit()    `conntrackd -c`: the peers' entries into this kernel, BEFORE
+ *                                 the engine adds the VIP and announces it (engine.ts
+ *                                 `beforeTakeover`); bounded by commitTimeout, then the VIP is
+ *                                 added anyway — a move never waits longer than that
+ *   becoming Backup   resync()    the daemon stopped, this kernel's entries of flows to the VIP
+ *                                 deleted, the daemon started again (it asks the peers for their
+ *                                 whole state at start): the stale entries would otherwise stay
+ *                                 (ESTABLISHED: 5 days), hold VIP:client port for flows that have
+ *                                 ended, and make a later commit fail or the NAT pick another
+ *                                 port when this node holds the VIP again. Deleted while no
+ *                                 conntrackd listens, so no peer hears of it: a DESTROY message
+ *                                 would remove the same flow from the peers' caches, which the
+ *                                 new holder fills for them. Also at start, unless a restart in
+ *                                 place hands the VIP over to this process (its entries are live)
+ *   preempting        held()      true until the state arrived after start (the first messages
+ *                                 from a peer and an external cache that stopped growing), at
+ *                                 most resyncTimeout: a returning node does not take the VIP back
+ *                                 before it has the connections' state
+ *
+ * Nothing here blocks the election's thread: every conntrackd run is a child process with a time
+ * limit (dataplane/apply.ts commandExecutor), and a missing or failing conntrackd only costs the
+ * connections (logged, /status `connectionSync`, the metrics): the VIP still moves. A daemon that
+ * exits is started again after a back-off (1 s doubling to 30 s).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Config } from '../config/index.js';
+import { commandExecutor, type Executor } from '../dataplane/apply.js';
+import { conntrackdPaths, parseConntrackdStats, renderConntrackdConfig, syncPort, type ConnectionSyncStatus, type ConntrackdStats } from '../dataplane/conntrackd.js';
+import { LOCK_DIR } from '../dataplane/ebpf.js';
+import { handOffPath, netnsId } from './handoff.js';
+import { flushVip } from '../dataplane/conntrack.js';
+import type { ResolvedInterface } from './preflight.js';
+import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+
+/** The running phase; what the election and the policy use. */
+export interface ConnectionSyncPhase extends PhaseHandle {
+  /** Commits the external cache into the kernel; resolves within commitTimeout (never rejects). */
+  commit(): Promise<void>;
+  /** Asks the peers for their whole state (after becoming Backup); never rejects. */
+  resync(): void;
+  /** Whether a preemption should wait for the state (see the file comment). */
+  held(): boolean;
+  /** Called when {@link held} turns false (the policy re-evaluates its preempt hold). */
+  onRelease(cb: () => void): void;
+  status(): ConnectionSyncStatus;
+}
+
+/** How often `conntrackd -s` runs, ms: the entries and the message age on /status and the metrics. */
+export const STATS_INTERVAL_MS = 2000;
+/** How often it runs while preemption is held for the state, ms. */
+const HOLD_POLL_MS = 250;
+/** Growth of the external cache between two polls (or 2 % of it) below which the copy counts as arrived. */
+const SETTLED_GROWTH = 16;
+/** Back-off of a daemon that exited: 1 s, doubling, at most 30 s. */
+const RESTART_MIN_MS = 1000;
+const RESTART_MAX_MS = 30_000;
+
+/** The directory of this router's conntrackd files: one per network namespace, interface and VRID. */
+export function conntrackdDir(ifname: string, vrid: number, dir = LOCK_DIR): string {
+  return `${dir}/conntrackd-${netnsId()}-${ifname}-vrid${vrid}`;
+}
+
+/**
+ * Starts conntrackd (after killing one a killed earlier run left on the same socket) and its
+ * statistics poll. The undo stops the poll and the daemon (SIGTERM, SIGKILL after 2 s).
+ * Never throws for conntrackd's sake: a daemon that cannot start leaves the phase `unavailable`.
+ */
+export function startConnectionSync(ctx: AgentContext, config: Config, inputs: { resolved: ResolvedInterface; binary?: string }): Promise<ConnectionSyncPhase> {
+  return runPhase(ctx, 'connection sync', async (own) => {
+    const { log } = ctx;
+    const cs = config.dataplane.connectionSync;
+    const { iface } = inputs.resolved;
+    const binary = inputs.binary ?? 'conntrackd';
+    const dir = conntrackdDir(iface.ifname, config.vrrp!.vrid);
+    const paths = conntrackdPaths(dir);
+    // the node's own IPv4 address (never a VIP, which moves); without one, IPv6 multicast
+    const ipv4 = iface.addresses.find((a) => a.family === 4 && a.scope === 0 && !config.vips.includes(a.address))?.address ?? null;
+    const client: Executor = commandExecutor([binary, '-C', paths.config], { timeoutMs: cs.commitTimeoutMs });
+    const conntrack: Executor = commandExecutor(['conntrack'], { timeoutMs: config.dataplane.commandTimeoutMs });
+    const st: ConnectionSyncStatus = { state: 'starting', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: cs.resyncTimeoutMs > 0, restarts: 0 };
+    let lastReceived = 0;
+    let lastMessageAt: number | null = null;
+    let stopping = false;
+    // the daemon is stopped on purpose for a purge (resync): its exit is no failure
+    let pausing = false;
+    let child: ChildProcess | null = null;
+    let restartTimer: NodeJS.Timeout | null = null;
+    let backoff = RESTART_MIN_MS;
+    const releases: (() => void)[] = [];
+    const startedAt = performance.now();
+    let settled = false;
+
+    const release = (why: string): void => {
+      if (!st.preemptHold) return;
+      st.preemptHold = false;
+      log.info({ why, externalEntries: st.externalEntries, waitedMs: Math.round(performance.now() - startedAt) }, 'connection sync: preemption no longer held for the replicated state');
+      for (const cb of releases) cb();
+    };
+
+    // a former holder that still has the VIP (its agent killed: the address lives out its
+    // lifetime) must accept the moved flows the new holder forwards to its apiserver, whose
+    // source is that VIP: without accept_local the kernel drops them as martians (a local source
+    // address arriving from outside) for up to vipLifetime. IPv4 only: IPv6 has no such check
+    if (config.family === 4) acceptLocal(iface.ifname, log);
+
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      writeFileSync(paths.config, renderConntrackdConfig({ dir, ifname: iface.ifname, ipv4, port: syncPort(config.vrrp!.vrid) }), { mode: 0o600 });
+    } catch (err) {
+      st.state = 'unavailable';
+      st.error = `cannot write ${paths.config}: ${(err as Error).message}`;
+    }
+
+    // this kernel's entries of flows to the VIPs (see the file comment); logged, never throws
+    const purge = async (): Promise<void> => {
+      let deleted = 0;
+      for (const vip of config.vips) {
+        deleted += await flushVip(vip, config.apiserver.port, { exec: conntrack }).catch((err: unknown) => {
+          log.warn({ err: (err as Error).message, vip }, 'connection sync: cannot delete the stale conntrack entries of flows to the VIP');
+          return 0;
+        });
+      }
+      if (deleted > 0) log.info({ entries: deleted }, 'connection sync: deleted the stale conntrack entries of flows to the VIP (this node does not hold it)');
+    };
+
+    const spawnDaemon = (): void => {
+      if (stopping || st.state === 'unavailable') return;
+      // the lock file of a daemon that is gone (conntrackd refuses to start while it exists)
+      rmSync(paths.lock, { force: true });
+      const c = spawn(binary, ['-C', paths.config], { stdio: ['ignore', 'pipe', 'pipe'] });
+      child = c;
+      let tail = '';
+      const keep = (s: Buffer): void => void (tail = (tail + s.toString('utf8')).slice(-400));
+      c.stdout?.on('data', keep);
+      c.stderr?.on('data', keep);
+      c.once('error', (err: NodeJS.ErrnoException) => {
+        // ENOENT: not installed. Left at that: the VIP moves without the connections
+        st.state = 'unavailable';
+        st.error = `cannot run ${binary}: ${err.code ?? err.message} (Debian package "conntrackd")`;
+        log.error({ err: err.message, code: err.code }, 'connection sync: conntrackd cannot run; connections through the VIP will not survive a move');
+      });
+      c.once('spawn', () => {
+        st.state = 'running';
+        delete st.error;
+        log.info({ pid: c.pid, config: paths.config }, 'connection sync: conntrackd started');
+      });
+      c.once('exit', (code, signal) => {
+        if (child === c) child = null;
+        if (stopping || pausing || st.state === 'unavailable') return;
+        st.state = 'restarting';
+        st.restarts++;
+        const lastLine = tail.trim().split('\n').at(-1) ?? '';
+        st.error = `conntrackd exited (${signal ?? `status ${String(code)}`}): ${lastLine}`;
+        log.error({ code, signal, lastLine, restartInMs: backoff }, 'connection sync: conntrackd exited; starting it again');
+        restartTimer = setTimeout(spawnDaemon, backoff);
+        restartTimer.unref();
+        backoff = Math.min(backoff * 2, RESTART_MAX_MS);
+      });
+    };
+
+    /** Stops the daemon (SIGTERM, SIGKILL after 2 s); resolves once it exited. */
+    const stopDaemon = async (): Promise<void> => {
+      if (restartTimer) clearTimeout(restartTimer);
+      const c = child;
+      if (!c || c.exitCode !== null || c.signalCode !== null) return;
+      const exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
+      c.kill('SIGTERM');
+      const timer = setTimeout(() => c.kill('SIGKILL'), 2000);
+      await exited;
+      clearTimeout(timer);
+    };
+
+    // a daemon a killed earlier run left on this socket: asked to end (conntrackd -k), then ours starts
+    if (st.state !== 'unavailable') {
+      const left = await client(['-k'], '', { signal: ctx.signal }).catch(() => null);
+      if (left && left.code === 0) log.warn({ socket: paths.socket }, 'connection sync: ended the conntrackd an earlier run left');
+      const resuming = existsSync(handOffPath({ ifname: iface.ifname, family: config.family, vrid: config.vrrp!.vrid }));
+      if (!resuming) await purge();
+      spawnDaemon();
+    }
+    own.defer('conntrackd', async () => {
+      stopping = true;
+      await stopDaemon();
+      // its configuration, log, lock and socket: written anew by the next start
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    const poll = async (): Promise<void> => {
+      if (st.state !== 'running') return;
+      const r = await client(['-s'], '').catch(() => null);
+      const s: ConntrackdStats | null = r && r.code === 0 ? parseConntrackdStats(r.stdout) : null;
+      if (!s) return;
+      const now = performance.now();
+      if (s.packetsReceived > lastReceived) lastMessageAt = now;
+      lastReceived = s.packetsReceived;
+      // the peers' bulk answer to the start-up resync comes in one burst; afterwards the copy only
+      // follows their connections' churn (the health checks' own connections among them)
+      const before = st.externalEntries;
+      settled = before !== null && s.external - before <= Math.max(SETTLED_GROWTH, before * 0.02);
+      st.internalEntries = s.internal;
+      st.externalEntries = s.external;
+      // the state arrived: a peer answered our start-up resync and the copy stopped growing
+      if (st.preemptHold && lastMessageAt !== null && settled) release('replicated state received');
+    };
+    let polling = false;
+    const tick = (): void => {
+      if (polling) return;
+      polling = true;
+      void poll().finally(() => (polling = false));
+    };
+    const statsTimer = setInterval(tick, STATS_INTERVAL_MS);
+    statsTimer.unref();
+    own.defer('conntrackd statistics', () => clearInterval(statsTimer));
+    if (st.preemptHold) {
+      const holdTimer = setInterval(() => {
+        if (!st.preemptHold) return clearInterval(holdTimer);
+        if (performance.now() - startedAt >= cs.resyncTimeoutMs || st.state === 'unavailable') {
+          clearInterval(holdTimer);
+          return release(st.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${cs.resyncTimeoutMs} ms)`);
+        }
+        tick();
+      }, HOLD_POLL_MS);
+      holdTimer.unref();
+      own.defer('connection sync preempt hold', () => clearInterval(holdTimer));
+    }
+
+    const commit = async (): Promise<void> => {
+      const t0 = performance.now();
+      const at = new Date().toISOString();
+      if (st.state !== 'running') {
+        st.lastCommit = { at, durationMs: 0, ok: false, error: `conntrackd is ${st.state}` };
+        log.warn({ state: st.state }, 'connection sync: no commit (conntrackd is not running): connections through the VIP are picked up mid-stream or reset');
+        return;
+      }
+      const r = await client(['-c'], '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message, killed: undefined }));
+      const durationMs = Math.round((performance.now() - t0) * 10) / 10;
+      const ok = r.code === 0;
+      st.lastCommit = { at, durationMs, ok, ...(ok ? {} : { error: (r.killed === 'timeout' ? `timed out after ${cs.commitTimeoutMs} ms` : r.stderr.trim()) || `exit status ${r.code}` }) };
+      if (ok) log.info({ durationMs, externalEntries: st.externalEntries }, 'connection sync: replicated connections committed to the kernel');
+      else log.error({ durationMs, error: st.lastCommit.error }, 'connection sync: commit failed; adding the VIP anyway');
+    };
+    // one at a time: a second Backup transition while one runs waits for it
+    let resyncing: Promise<void> = Promise.resolve();
+    const resync = (): void => {
+      if (st.state === 'unavailable') return;
+      resyncing = resyncing.then(async () => {
+        if (stopping) return;
+        st.state = 'restarting';
+        pausing = true;
+        await stopDaemon();
+        await purge();
+        pausing = false;
+        spawnDaemon();
+      });
+    };
+    return {
+      commit,
+      resync,
+      held: () => st.preemptHold,
+      onRelease: (cb) => void releases.push(cb),
+      status: () => ({ ...st, lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt) }),
+    };
+  });
+}
+
+/**
+ * Sets net.ipv4.conf.<ifname>.accept_local=1 (ip-sysctl: "Accept packets with local source
+ * addresses"), logged; a failure (read-only /proc) is logged and costs only the flows to this
+ * node's apiserver after its agent was killed while holding the VIP (they stall until the
+ * address expires). Left set at stop: it serves exactly the case where the agent is gone.
+ */
+export function acceptLocal(ifname: string, log: { info(o: object, m: string): void; warn(o: object, m: string): void }, root = '/proc/sys/net/ipv4/conf'): void {
+  const path = `${root}/${ifname}/accept_local`;
+  try {
+    if (readFileSync(path, 'utf8').trim() === '1') return;
+    writeFileSync(path, '1\n');
+    log.info({ sysctl: `net.ipv4.conf.${ifname}.accept_local`, now: 1 }, 'connection sync: accepting packets from the VIP on the VRRP interface (flows moved away from this node)');
+  } catch (err) {
+    log.warn({ sysctl: `net.ipv4.conf.${ifname}.accept_local`, err: (err as Error).message }, 'connection sync: cannot set accept_local: after this agent is killed, its apiserver\'s connections stall until the VIP expires here');
+  }
+}
+
+/** /status of a node where connection sync is off (disabled, or no election). */
+export function connectionSyncOff(): ConnectionSyncStatus {
+  return { state: 'off', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: false, restarts: 0 };
+}
