@@ -86,6 +86,8 @@ const OPEN_RATE = 250;
 /** after the event: long enough for a SIGKILLed holder's VIP lifetime (~4 s) and the backoffs after it */
 const WINDOW_MS = 10_000;
 const HANG_MS = 3000;
+/** the share of the fleet that must be open at the mark */
+const MIN_OPEN_SHARE = 0.99;
 /** RSS / CPU sampling at idle and under the connections */
 const SAMPLE_MS = 3000;
 const QUICK_SAMPLE_MS = 1500;
@@ -385,7 +387,9 @@ async function runOnce(lab: Lab, system: System, event: EventKind, o: RunOptions
     r.idle = await usageOver(lab, holder, o.sampleMs);
     const port = system === 'ballast' ? APISERVER_PORT : HAPROXY_PORT;
     fleet = await startWatchFleet(lab, { url: `https://${lab.vip4}:${port}`, count: o.count, sources: SOURCES, openRate: OPEN_RATE, windowMs: o.windowMs, hangMs: HANG_MS, reopen: false, durationMs: 120_000, logFile: `fleet-${tag}.log` });
-    await fleet.waitOpen({ timeoutMs: 60_000 });
+    // a few connections that failed every attempt (a loaded machine) leave the run valid: the
+    // window counts the connections open at the mark
+    await fleet.waitOpen({ count: Math.ceil(o.count * MIN_OPEN_SHARE), timeoutMs: 90_000 });
     r.loaded = await usageOver(lab, holder, o.sampleMs);
 
     // the mark, then the event at once
@@ -492,7 +496,11 @@ function printTable(rep: HitlessReport): void {
   const q = (x: number | null): string => (x === null ? '—' : `×${x.toFixed(2)}`);
   for (const e of EVENTS) {
     const ra = rep.ratios[e];
-    if (rep.figures.some((f) => f.event === e)) say(`ratio ballast / keepalived+haproxy, ${EVENT_LABEL[e]}: kept share ${q(ra.keptShare)}, stall p99 ${q(ra.stallP99)}`);
+    const [b, k] = [rep.figures.find((f) => f.event === e && f.system === 'ballast'), rep.figures.find((f) => f.event === e && f.system === 'keepalivedHaproxy')];
+    if (b === undefined || k === undefined) continue;
+    // a ratio to nothing kept says nothing: then the two shares are printed instead
+    const kept = k.keptShare === 0 ? `ballast keeps ${pct(b.keptShare)}, keepalived+haproxy none` : `kept share ${q(ra.keptShare)}`;
+    say(`ratio ballast / keepalived+haproxy, ${EVENT_LABEL[e]}: ${kept}, stall p99 ${q(ra.stallP99)}`);
   }
   const b = rep.bounds;
   say(`bounds (RFC 9568 §6.1, n2 at priority 100, ${ADVERT_MS} ms adverts): Master_Down_Interval ${b.masterDownIntervalMs.toFixed(1)} ms, Skew_Time ${b.skewTimeMs.toFixed(1)} ms; issue 29's stall p99 goal: ≤ ${b.goalStallAfterDeathMs.toFixed(0)} ms after a death, ≤ ${b.goalStallAfterHandoverMs.toFixed(0)} ms after a handover (+ 600 ms of the backends' retransmission backoff)`);

@@ -26,6 +26,8 @@ export interface WatchFleetOptions {
   windowMs?: number;
   /** silence that makes an open connection `hung` at a window's close (default 3000) */
   hangMs?: number;
+  /** tries per connection before it gives up (default 5) */
+  attempts?: number;
   /** reopen lost connections after each window (default true) */
   reopen?: boolean;
   token?: string;
@@ -46,8 +48,9 @@ export interface WatchFleet {
   /** the latest status line (undefined before the first) */
   status(): FleetStatus | undefined;
   /**
-   * Resolves with the first status line that shows `count` (default: every) connection open and
-   * none opening or queued. @throws after `timeoutMs` (default 60000) or when the fleet exits.
+   * Resolves with the first status line that shows none opening or queued (every connection
+   * open, or given up after its attempts) and at least `count` open (default: every one).
+   * @throws after `timeoutMs` (default 60000) or when the fleet exits.
    */
   waitOpen(opts?: { count?: number; timeoutMs?: number }): Promise<FleetStatus>;
   /**
@@ -77,6 +80,7 @@ export async function startWatchFleet(lab: Lab, o: WatchFleetOptions): Promise<W
       ...sources.flatMap((s) => ['--source', s]),
       '--count', String(o.count ?? 2000), '--open-rate', String(o.openRate ?? 250), '--duration', String(o.durationMs ?? 600_000),
       '--window', String(o.windowMs ?? 10_000), '--hang', String(o.hangMs ?? 3000), '--report', '500',
+      '--attempts', String(o.attempts ?? 5),
       ...(o.reopen === false ? ['--no-reopen'] : []),
       ...(o.token === undefined ? [] : ['--token', o.token]),
     ],

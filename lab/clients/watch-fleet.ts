@@ -25,7 +25,7 @@
  * stdout, one JSON object per line (t = ms since the fleet started, monotonic; `at` = wall
  * clock, Date.now(), comparable with another process's on this machine):
  *   {"kind":"status","t":…,"open":1998,"opening":2,"queued":0,"nodes":{"n1":667,…},
- *    "connects":2000,"failedAttempts":0,"gaveUp":0,"lost":0,"events":…,"cpuPercent":12.5,
+ *    "connects":2000,"failedAttempts":0,"failures":{},"gaveUp":0,"lost":0,"events":…,"cpuPercent":12.5,
  *    "rssMiB":180.2}                       every --report ms; the last one has "final":true
  *   {"kind":"mark","window":1,"label":"sigkill","at":…,"t":…,"windowMs":10000,"open":2000,
  *    "nodes":{"n1":667,…}}                 the acknowledgement of a mark (inject after it)
@@ -81,6 +81,8 @@ export interface FleetStatus {
   /** connections that got their first event (opens and reopens) */
   connects: number;
   failedAttempts: number;
+  /** failed attempts by cause: errno or TLS code, HTTP_<status>, ETIMEDOUT (no first event within --timeout), EOF */
+  failures: Record<string, number>;
   /** connections that gave up after --attempts tries */
   gaveUp: number;
   /** connections lost (in or between windows) */
@@ -377,7 +379,8 @@ class Fleet {
   windows = 0;
   window: { n: number; label: string; at: number; t: number; ms: number; timer: NodeJS.Timeout; cpu: NodeJS.CpuUsage } | null = null;
   readonly perNode = new Map<string, number>();
-  #opening = 0;
+  /** failed opening attempts by cause (errno or TLS code, HTTP_<status>, ETIMEDOUT, …) */
+  readonly failures: Record<string, number> = {};
   stopped = false;
 
   constructor(readonly o: Options) {
@@ -389,14 +392,11 @@ class Fleet {
   openSome(n: number): void {
     if (this.window !== null || this.stopped) return;
     for (let i = 0; i < n && this.queue.length > 0; i++) {
-      const c = this.queue.shift()!;
-      this.#opening++;
-      c.open();
+      this.queue.shift()!.open();
     }
   }
 
   opened(c: Conn): void {
-    this.#opening--;
     this.connects++;
     this.perNode.set(c.node!, (this.perNode.get(c.node!) ?? 0) + 1);
   }
@@ -405,9 +405,9 @@ class Fleet {
     if (c.node !== null && c.state === 'open') this.perNode.set(c.node, (this.perNode.get(c.node) ?? 1) - 1);
   }
 
-  openFailed(c: Conn, _code: string): void {
-    this.#opening--;
+  openFailed(c: Conn, code: string): void {
     this.failedAttempts++;
+    this.failures[code] = (this.failures[code] ?? 0) + 1;
     if (c.tries >= this.o.attempts) {
       this.gaveUp++;
       c.state = 'gone';
@@ -508,7 +508,7 @@ class Fleet {
     const opening = this.conns.filter((c) => c.state === 'opening').length;
     return {
       kind: 'status', t: r1(now()), open: this.open(), opening, queued: this.queue.length, nodes: this.nodes(),
-      connects: this.connects, failedAttempts: this.failedAttempts, gaveUp: this.gaveUp, lost: this.lostCount, events: this.events,
+      connects: this.connects, failedAttempts: this.failedAttempts, failures: { ...this.failures }, gaveUp: this.gaveUp, lost: this.lostCount, events: this.events,
       cpuPercent: r1(cpuPercent), rssMiB: r1(process.memoryUsage.rss() / 1048576), ...(final ? { final: true as const } : {}),
     };
   }
