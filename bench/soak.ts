@@ -85,7 +85,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     signals: o.signal === undefined,
   });
   const injected: InjectedFault[] = [];
-  let leftovers: string[] = [];
+  let leftovers: string[];
   let capture: Capture | null = null;
   try {
     mkdirSync(o.out, { recursive: true });

@@ -206,7 +206,7 @@ class Client {
       }),
     ]);
     const pid = this.run.process.pid;
-    let tids: string[] = [];
+    let tids: string[];
     try {
       tids = readdirSync(`/proc/${pid}/task`);
     } catch {

@@ -26,7 +26,8 @@ import net from 'node:net';
 import type { Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
-import { ProxyLocalDataplane, type ProxyLog } from '../src/dataplane/proxy.js';
+import { ProxyLocalDataplane } from '../src/dataplane/proxy.js';
+import type { Log } from '../src/log/log.js';
 import type { LocalBackend, LocalEndpoint } from '../src/dataplane/local.js';
 import { runIfMain } from './entry.js';
 
@@ -60,7 +61,7 @@ async function openCommands(path: string): Promise<Readable> {
 
 const out = (o: object): void => void process.stdout.write(`${JSON.stringify(o)}\n`);
 
-function stderrLog(): ProxyLog {
+function stderrLog(): Pick<Log, 'info' | 'warn' | 'error'> {
   const line = (level: string) => (o: object, msg: string) => void process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), ...o, msg })}\n`);
   return { info: line('info'), warn: line('warn'), error: line('error') };
 }

@@ -2,7 +2,7 @@
  * The agent's runtime bundle, dist/bundle/, made with esbuild after tsc (`npm run build:ts`,
  * `npm run build`, scripts/setup.sh; scripts/package.sh ships it):
  *
- *   dist/bundle/commands.js   src/commands.ts and everything it imports, ballast's modules and the
+ *   dist/bundle/commands.js   src/commands/index.ts and everything it imports, ballast's modules and the
  *                             npm packages alike, minified; each dynamic `import()` (the agent's
  *                             modules for `ballast run`, the check, cleanup and manifest commands)
  *                             is a chunk of its own beside it, loaded only by the command that
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
   const outdir = outOpt > 0 ? join(root, process.argv[outOpt + 1]!) : join(root, 'dist', 'bundle');
   const common: BuildOptions = { ...COMMON, outdir };
   rmSync(outdir, { recursive: true, force: true });
-  const cmds = await build({ ...common, entryPoints: { commands: 'src/commands.ts' }, splitting: true, chunkNames: 'chunk-[hash]' });
+  const cmds = await build({ ...common, entryPoints: { commands: 'src/commands/index.ts' }, splitting: true, chunkNames: 'chunk-[hash]' });
   if (metaOut > 0) writeFileSync(process.argv[metaOut + 1]!, JSON.stringify(cmds.metafile!));
 }
 

@@ -27,8 +27,10 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # (test/integration/package.test.ts: no error); debootstrap and systemd-container (systemd-nspawn)
 # for the lab nodes that boot a real systemd on their own Debian 12 root file system
 # (lab/systemd-node.ts: the package installed with apt, the unit started by systemctl); ndisc6
-# to count the nodes that answer Neighbor Solicitations for a VIP (iputils-arping does ARP).
-PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack conntrackd openssl keepalived haproxy procps tcpdump faketime iputils-arping ndisc6 nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat stress-ng libmnl-dev bird2 lintian debootstrap systemd-container)
+# to count the nodes that answer Neighbor Solicitations for a VIP (iputils-arping does ARP);
+# clang-format for `npm run format` / `format:check` of native/ and bpf/ (.clang-format); conntrackd
+# for dataplane.connectionSync (src/agent/connection-sync.ts).
+PKGS=(build-essential cmake libuv1-dev clang libbpf-dev linux-libc-dev pkg-config util-linux bpftool iproute2 nftables conntrack conntrackd openssl keepalived haproxy procps tcpdump faketime iputils-arping ndisc6 nginx libnginx-mod-stream dpkg-dev buildah umoci podman crun prometheus chromium socat stress-ng libmnl-dev bird2 lintian debootstrap systemd-container clang-format)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The `ballast` command's entry point (the commands are in commands.ts).
+ * The `ballast` command's entry point (the commands are in commands/).
  *
  * It catches SIGTERM, SIGINT, SIGHUP and SIGUSR2 before anything else is loaded: Node's default for them
  * is to die, and a `ballast run` killed half-way through start-up would leave VIPs, nftables
@@ -10,9 +10,9 @@
  * its status). Before all that it refuses a Node.js older than 24 and names the process `ballast`.
  * This file imports nothing at run time but node:v8 (for its V8 flags) and node:fs (to name the
  * process), so the handlers exist as soon as Node runs its first line; the commands come from
- * dist/bundle/ (scripts/bundle.ts), not from dist/src/commands.js.
+ * dist/bundle/ (scripts/bundle.ts), not from dist/src/commands/.
  */
-import type { StopSignals } from './commands.js';
+import type { StopSignals } from './commands/index.js';
 import { writeFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 
@@ -98,5 +98,5 @@ const stops = catchStopSignals();
 // `npm run build:ts`, `npm run build` and scripts/setup.sh, shipped by scripts/package.sh): V8
 // keeps every module's source on the heap, and the bundle's is a fraction of dist/src's
 const COMMANDS = new URL('../bundle/commands.js', import.meta.url).href;
-const { cli } = (await import(COMMANDS)) as typeof import('./commands.js');
+const { cli } = (await import(COMMANDS)) as typeof import('./commands/index.js');
 cli(process.argv, stops);

@@ -39,7 +39,7 @@ export function parseInput(text: string): HealthProbeInput {
   try {
     raw = JSON.parse(text);
   } catch (err) {
-    throw new TypeError(`the argument is not JSON: ${(err as Error).message}`);
+    throw new TypeError(`the argument is not JSON: ${(err as Error).message}`, { cause: err });
   }
   const obj = (v: unknown, what: string): Record<string, unknown> => {
     if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new TypeError(`${what} must be an object`);

@@ -301,7 +301,7 @@ export async function startHaproxy(lab: Lab, node: LabNode, opts: HaproxyOptions
     servers,
     async waitForServers(done, o = {}) {
       const deadline = Date.now() + (o.timeoutMs ?? 10_000);
-      let last: HaproxyServerStat[] | string = 'no answer yet';
+      let last: HaproxyServerStat[] | string;
       for (;;) {
         if (exited) throw new Error(`haproxy on ${node.name} exited; output:\n${proc.output().slice(-2000)}`);
         try {

@@ -418,7 +418,7 @@ export async function startKeepalived(lab: Lab, node: LabNode, opts: KeepalivedO
     await proc.waitForOutput(new RegExp(`\\(${esc(instance)}\\) Entering (BACKUP|MASTER|FAULT) STATE`), { timeoutMs, includeExisting: true });
   } catch (e) {
     await proc.stop('SIGKILL', 2000);
-    throw new Error(`keepalived on ${node.name} did not start: ${(e as Error).message}`);
+    throw new Error(`keepalived on ${node.name} did not start: ${(e as Error).message}`, { cause: e });
   }
   return peer;
 }

@@ -35,7 +35,8 @@ import { ARP_SYSCTL_FIX, raiseArpSysctls, restoreArpSysctls, type SysctlIo } fro
 import type { HealthFollowers } from './health.js';
 import { TableRemoval } from './leftovers.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-import { acquireTableLock, bgpInterface } from './preflight.js';
+import { acquireTableLock } from '../host/locks.js';
+import { bgpInterface } from './preflight.js';
 
 /**
  * After a stop's withdrawal the data plane stays until no new connection has been DNATed for

@@ -9,7 +9,8 @@
  *   becoming Active   commit()    `conntrackd -c`: the peers' entries into this kernel, BEFORE
  *                                 the engine adds the VIP and announces it (engine.ts
  *                                 `beforeTakeover`); bounded by commitTimeout, then the VIP is
- *                                 added anyway — a move never waits longer than that
+ *                                 added anyway — a move never waits longer than that. The
+ *                                 closing entries it brought are deleted again, alongside
  *   becoming Backup   resync()    the daemon stopped, this kernel's entries of flows to the VIP
  *                                 deleted, the daemon started again (it asks the peers for their
  *                                 whole state at start): the stale entries would otherwise stay
@@ -86,6 +87,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     const ipv4 = iface.addresses.find((a) => a.family === 4 && a.scope === 0 && !config.vips.includes(a.address))?.address ?? null;
     const client: Executor = commandExecutor([binary, '-C', paths.config], { timeoutMs: cs.commitTimeoutMs });
     const conntrack: Executor = commandExecutor(['conntrack'], { timeoutMs: config.dataplane.commandTimeoutMs });
+    // on a takeover's path: bounded like the commit
+    const closer: Executor = commandExecutor(['conntrack'], { timeoutMs: cs.commitTimeoutMs });
     const st: ConnectionSyncStatus = { state: 'starting', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: cs.resyncTimeoutMs > 0, restarts: 0 };
     let lastReceived = 0;
     let lastMessageAt: number | null = null;
@@ -130,6 +133,11 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
         });
       }
       if (deleted > 0) log.info({ entries: deleted }, 'connection sync: deleted the stale conntrack entries of flows to the VIP (this node does not hold it)');
+    };
+
+    const forgetClosing = async (): Promise<void> => {
+      const runs = config.vips.flatMap((vip) => (['TIME_WAIT', 'CLOSE'] as const).map((state) => flushVip(vip, config.apiserver.port, { exec: closer, state }).catch(() => 0)));
+      await Promise.all(runs);
     };
 
     const spawnDaemon = (): void => {
@@ -242,6 +250,11 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
         return;
       }
       const r = await client(['-c'], '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message, killed: undefined }));
+      // the closing flows it brought (TIME_WAIT, CLOSE) go again: each keeps its NAT binding, and a
+      // client that reuses its port would be sent to that backend, which may have left since
+      // (refused); a new connection gets a fresh pick instead. Not awaited: the VIP is added
+      // meanwhile (two more processes on the takeover's path cost a loaded node 100s of ms)
+      if (r.code === 0) void forgetClosing();
       const durationMs = Math.round((performance.now() - t0) * 10) / 10;
       const ok = r.code === 0;
       st.lastCommit = { at, durationMs, ok, ...(ok ? {} : { error: (r.killed === 'timeout' ? `timed out after ${cs.commitTimeoutMs} ms` : r.stderr.trim()) || `exit status ${r.code}` }) };

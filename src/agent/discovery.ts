@@ -24,7 +24,7 @@ import type { Verdict } from '../health/verdict.js';
 import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../discovery/index.js';
 import { canonicalAddress } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import { updateMembership, type ElectionPhase } from './election.js';
 import type { HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';

@@ -7,7 +7,7 @@
 import type { Config } from '../config/index.js';
 import { createError, ERRORS, isBallastError, type BallastError } from '../errors.js';
 import type { HealthChecker } from '../health/checker.js';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import { statusState } from '../observe/status.js';
 import { removeLeftoverVips } from './leftovers.js';
 import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../vrrp/engine.js';
@@ -17,7 +17,7 @@ import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
 import { backendsOfNode, type HealthFollowers } from './health.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
-import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from './membership.js';
+import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from '../vrrp/membership.js';
 import type { ResolvedInterface } from './preflight.js';
 import { canonicalAddress } from '../net/address.js';
 import { masterDownIntervalMs } from '../vrrp/state.js';
@@ -39,10 +39,14 @@ export interface ElectionPhase extends PhaseHandle {
   /** The last membership change in flight (changes apply one after another). */
   membershipQueue: Promise<void>;
   /**
-   * Resolves once the election has its first outcome: this router became Active or heard an
-   * Active router, or one Master_Down_Interval (+ 250 ms) passed since it started (nobody at
-   * all). Work that holds this thread (the Kubernetes client's import) waits for it, so that it
-   * never delays a starting Backup's takeover while nobody is master. Never rejects.
+   * Resolves once the election has its first outcome: this router became Active, or heard an
+   * Active router it will not preempt (a higher priority, or Preempt_Mode off), or neither
+   * happened within Master_Down_Interval + 250 ms + apiserver.health.settleMs of its start (the
+   * longest a starting router holds its preemption for its first verdicts). Work that holds this
+   * thread (the Kubernetes client's import) waits for it, so that it never delays a starting
+   * router's takeover: neither while nobody is master nor while a lower priority that started
+   * first is (this router preempts it once its first verdicts are in, and those checks run on
+   * this thread too). Never rejects.
    */
   firstOutcome: Promise<void>;
   /**
@@ -99,7 +103,7 @@ export function startElection(
   inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers; sync?: ConnectionSyncPhase | null },
 ): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
-    const { resolved, authKeys, checker, followers } = inputs;
+    const { resolved, authKeys, checker } = inputs;
     const sync = inputs.sync ?? null;
     const { log } = ctx;
     const v = config.vrrp!;
@@ -155,7 +159,7 @@ export function startElection(
         if (sync) setTimeout(outcome, config.dataplane.connectionSync.commitTimeoutMs + 250).unref();
         else outcome();
       }
-      if (ev.type === 'master' || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
+      if ((ev.type === 'master' && !ev.preempting) || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
@@ -206,8 +210,8 @@ export function startElection(
     }
     // resumed (its first advert sent): the note is spent; a later start is a start
     if (handOff.resume) removeHandOff(key);
-    // nobody heard within a Master_Down_Interval (RFC 9568 §6.1) and the margin: an outcome too
-    const outcomeTimer = setTimeout(outcome, masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250);
+    // no outcome within a Master_Down_Interval (RFC 9568 §6.1), the margin and the preempt hold
+    const outcomeTimer = setTimeout(outcome, masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250 + (config.apiserver.backends.length > 0 ? config.apiserver.health.settleMs : 0));
     outcomeTimer.unref();
     own.defer('first outcome timer', () => {
       clearTimeout(outcomeTimer);

@@ -13,8 +13,8 @@ import type { LocalBalancer, LocalDataplane } from '../dataplane/local.js';
 import type { Reconciler } from '../dataplane/reconcile.js';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
-import type { Logger } from '../observe/log.js';
-import { pinoSink, RateLimitedLog } from '../observe/ratelimit.js';
+import type { Logger } from '../log/log.js';
+import { pinoSink, RateLimitedLog } from '../log/ratelimit.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
 /**
@@ -98,7 +98,7 @@ export function startHealth(
     own.defer('health checks', () => checker.stop());
     f.balancing?.evaluate();
     const restartPassive = async (next: Config): Promise<void> => {
-      await watch?.stop();
+      watch?.stop();
       watch = startPassiveDetection(next, checker, log, direct);
     };
     return { restartPassive };

@@ -10,7 +10,7 @@ import { dirname } from 'node:path';
 import type { Config } from '../config/index.js';
 import { NftablesApplier } from '../dataplane/apply.js';
 import { nativeEbpfSys } from '../dataplane/ebpf.js';
-import type { Logger } from '../observe/log.js';
+import type { Log } from '../log/log.js';
 import { openRtnl, removeVips } from '../vip/netlink.js';
 
 /**
@@ -19,7 +19,7 @@ import { openRtnl, removeVips } from '../vip/netlink.js';
  * ran, and what a failed election held. A clean election stop removes its own.
  * @throws Error when netlink refuses (the stack logs it).
  */
-export async function removeLeftoverVips(ifindex: number, vips: readonly string[], log: Pick<Logger, 'info'>): Promise<void> {
+export async function removeLeftoverVips(ifindex: number, vips: readonly string[], log: Pick<Log, 'info'>): Promise<void> {
   const rt = openRtnl();
   try {
     const removed = await removeVips(rt, ifindex, vips);
@@ -45,7 +45,7 @@ export function runsEbpfLocalEndpoint(config: Config): boolean {
  * two. {@link rearm} (the VIP data plane about to apply again) allows the next removal.
  */
 export class TableRemoval {
-  readonly #log: Pick<Logger, 'error' | 'info'>;
+  readonly #log: Pick<Log, 'error' | 'info'>;
   readonly #applier: NftablesApplier;
   #done: Promise<void> | null = null;
 
@@ -55,7 +55,7 @@ export class TableRemoval {
    * @param family the VIPs' family: only its table is this agent's (an agent of the other family
    *   may run beside it in the namespace, holding the other table's lock).
    */
-  constructor(log: Pick<Logger, 'error' | 'info'>, family: 4 | 6, applier = new NftablesApplier()) {
+  constructor(log: Pick<Log, 'error' | 'info'>, family: 4 | 6, applier = new NftablesApplier()) {
     this.#log = log;
     this.#family = family;
     this.#applier = applier;
@@ -95,7 +95,7 @@ export class TableRemoval {
  * directory when it is empty then.
  * @throws BallastError/NativeError when the pins cannot be removed (the stack logs it).
  */
-export function removePins(pinDir: string, log: Pick<Logger, 'info'>): void {
+export function removePins(pinDir: string, log: Pick<Log, 'info'>): void {
   if (!existsSync(pinDir)) return;
   const n = nativeEbpfSys.detach(pinDir);
   try {

@@ -6,7 +6,7 @@
  */
 import type { Config } from '../config/index.js';
 import { createError } from '../errors.js';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import type { HealthChecker } from '../health/checker.js';
 import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../dataplane/local.js';
 import { Reconciler } from '../dataplane/reconcile.js';

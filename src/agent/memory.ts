@@ -8,7 +8,7 @@
  */
 import type { InternalErrors } from '../observe/contain.js';
 import { readFileSync } from 'node:fs';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import { releaseMemory } from '../native.js';
 
 /**

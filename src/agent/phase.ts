@@ -9,7 +9,7 @@
  */
 import type { InternalErrors } from '../observe/contain.js';
 import type { ElectionHistory } from '../observe/history.js';
-import type { Logger } from '../observe/log.js';
+import type { Logger } from '../log/log.js';
 import { CleanupStack } from './stack.js';
 
 /** What a phase runs in. */

@@ -11,14 +11,16 @@
  * is what a stop needs to remove an earlier run's leftovers safely (the locks say no other
  * running agent uses them). A stop during it takes effect right after it.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { createServer, type Server as NetServer } from 'node:net';
+import { existsSync } from 'node:fs';
 import type { Config } from '../config/index.js';
 import { describeReadError, parseAuthKeys, readRegularFile } from '../config/files.js';
 import { createError } from '../errors.js';
 import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
-import { chooseInterface, listInterfaces, openRtnl, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
+import { chooseInterface, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
+import { missingCapabilities } from '../host/capabilities.js';
+import { listAllInterfaces } from '../host/interfaces.js';
+import { acquireEndpointLock, ElectionLocks } from '../host/locks.js';
 import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
 import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
 import { foreignSnippet } from '../bgp/bird.js';
@@ -125,122 +127,12 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
     }
     if (ebpf && keep === 'none') {
       const { pinDir } = ebpf;
-      own.defer('eBPF pins (also an earlier run\'s)', async () => {
-        if (!ctx.restarting?.()) await removePins(pinDir, ctx.log);
+      own.defer('eBPF pins (also an earlier run\'s)', () => {
+        if (!ctx.restarting?.()) removePins(pinDir, ctx.log);
       });
     }
     return { authKeys, resolved, locks, tables, ebpf };
   });
-}
-
-/**
- * A lock taken in place of the one held (a reload's hand-over): both are held until one of the
- * two calls. Each call does something once; later calls do nothing.
- */
-export interface LockSwap {
-  /** The change went through: releases the previous lock. */
-  commit(): void;
-  /** The change was given up: releases the new lock; the previous one is the held one again. */
-  abort(): void;
-}
-
-/** A held lock, named by what it locks. */
-type Held = { key: string; lock: NetServer } | null;
-
-/**
- * The election's locks, held for the agent's life and changed by a reload: the instance lock
- * (VRID, interface, family: {@link acquireInstanceLock}), one per VIP ({@link acquireVipLock})
- * and, with the nftables VIP data plane, its family's table lock ({@link acquireTableLock}).
- */
-export class ElectionLocks {
-  #instance: Held = null;
-  #table: Held = null;
-  readonly #vips = new Map<string, NetServer>();
-
-  /** The VIPs whose locks are held now (canonical text, in the order they were taken). */
-  vips(): string[] {
-    return [...this.#vips.keys()];
-  }
-
-  /**
-   * Takes the instance lock of `ifname`, `family`, `vrid` (nothing when it is the one held).
-   * @returns commit once the old election has stopped; abort when the hand-over is given up.
-   * @throws BallastError BALLAST_E_ALREADY_RUNNING, BALLAST_E_SOCKET (the previous lock is still held then).
-   */
-  instance(ifname: string, family: 4 | 6, vrid: number): Promise<LockSwap> {
-    return this.#swap('instance', `${ifname}:${family}:${vrid}`, () => acquireInstanceLock(ifname, family, vrid));
-  }
-
-  /**
-   * Takes the nftables table lock of `family` (nothing when it is the one held): a reload that
-   * moves the VIP data plane to the other family.
-   * @returns commit once the old family's table is gone; abort when the hand-over is given up.
-   * @throws BallastError BALLAST_E_ALREADY_RUNNING (another agent programs that table), BALLAST_E_SOCKET.
-   */
-  table(family: 4 | 6): Promise<LockSwap> {
-    return this.#swap('table', `ip${family === 4 ? '' : '6'}`, () => acquireTableLock(family));
-  }
-
-  async #swap(which: 'instance' | 'table', key: string, acquire: () => Promise<NetServer>): Promise<LockSwap> {
-    const get = (): Held => (which === 'instance' ? this.#instance : this.#table);
-    const set = (h: Held): void => void (which === 'instance' ? (this.#instance = h) : (this.#table = h));
-    const old = get();
-    if (old?.key === key) return { commit: () => undefined, abort: () => undefined };
-    const next = { key, lock: await acquire() };
-    set(next);
-    let settled = false;
-    return {
-      commit: () => {
-        if (settled) return;
-        settled = true;
-        old?.lock.close();
-      },
-      abort: () => {
-        if (settled) return;
-        settled = true;
-        next.lock.close();
-        if (get() === next) set(old);
-      },
-    };
-  }
-
-  /**
-   * Takes the lock of each VIP not held yet; all or nothing: when one fails, those taken by this
-   * call are released before the error is thrown.
-   * @throws BallastError BALLAST_E_ALREADY_RUNNING naming the VIP another agent holds.
-   */
-  async addVips(vips: readonly string[]): Promise<void> {
-    const taken: string[] = [];
-    try {
-      for (const vip of vips) {
-        const c = canonicalAddress(vip);
-        if (this.#vips.has(c)) continue;
-        this.#vips.set(c, await acquireVipLock(c));
-        taken.push(c);
-      }
-    } catch (err) {
-      this.releaseVips(taken);
-      throw err;
-    }
-  }
-
-  /** Releases the locks of `vips` (those held). */
-  releaseVips(vips: readonly string[]): void {
-    for (const vip of vips) {
-      const c = canonicalAddress(vip);
-      this.#vips.get(c)?.close();
-      this.#vips.delete(c);
-    }
-  }
-
-  /** Releases every lock. */
-  close(): void {
-    this.releaseVips([...this.#vips.keys()]);
-    this.#table?.lock.close();
-    this.#table = null;
-    this.#instance?.lock.close();
-    this.#instance = null;
-  }
 }
 
 /**
@@ -279,18 +171,6 @@ export function readAuthKeys(path: string): Buffer[] {
   const key = parseAuthKeys(bytes);
   if (typeof key === 'string') throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: ${path} ${key}`);
   return key;
-}
-
-/** Every interface of this network namespace with its addresses. @throws BallastError BALLAST_E_NETLINK. */
-export async function listAllInterfaces(): Promise<InterfaceInfo[]> {
-  const rt = openRtnl();
-  try {
-    return await listInterfaces(rt);
-  } catch (err) {
-    throw createError('BALLAST_E_NETLINK', `cannot list interfaces through rtnetlink: ${(err as Error).message}`, { cause: err });
-  } finally {
-    rt.close();
-  }
 }
 
 /**
@@ -417,88 +297,4 @@ function checkVipsAreNotNodeAddresses(vips: readonly string[], all: readonly Int
       }
     }
   });
-}
-
-/** Linux capability numbers (capabilities(7)). */
-const CAP_NET_ADMIN = 12;
-const CAP_NET_RAW = 13;
-
-/**
- * The capabilities ballast needs that this process lacks, read from CapEff in
- * /proc/self/status (proc(5)): CAP_NET_RAW for raw and packet sockets, CAP_NET_ADMIN for
- * addresses and multicast membership.
- * @returns e.g. ['CAP_NET_RAW']; empty when everything is there (or /proc cannot be read).
- */
-export function missingCapabilities(status = '/proc/self/status'): string[] {
-  let text: string;
-  try {
-    text = readFileSync(status, 'utf8');
-  } catch {
-    return [];
-  }
-  const hex = /^CapEff:\s*([0-9a-f]+)$/m.exec(text)?.[1];
-  if (!hex) return [];
-  const eff = BigInt(`0x${hex}`);
-  const out: string[] = [];
-  if (!(eff & (1n << BigInt(CAP_NET_ADMIN)))) out.push('CAP_NET_ADMIN');
-  if (!(eff & (1n << BigInt(CAP_NET_RAW)))) out.push('CAP_NET_RAW');
-  return out;
-}
-
-/**
- * One agent per VRID, interface and family in a network namespace: two would delete each
- * other's VIP. The lock is an abstract UNIX socket (unix(7)), which belongs to the network
- * namespace and vanishes with the process, so a crash never leaves a stale lock.
- * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
- */
-export function acquireInstanceLock(ifname: string, family: 4 | 6, vrid: number): Promise<NetServer> {
-  return abstractLock(`ballast:${ifname}:ipv${family}:vrid${vrid}`, `runs VRID ${vrid} (IPv${family}) on ${ifname}`);
-}
-
-/**
- * One agent per VIP in a network namespace, whatever its VRID or interface: two agents with the
- * same VIP would each remove it while the other holds it. Named by the canonical address
- * (RFC 5952 for IPv6), so two spellings of one address collide.
- * @throws BallastError BALLAST_E_ALREADY_RUNNING naming the VIP when another agent holds it.
- */
-export function acquireVipLock(vip: string): Promise<NetServer> {
-  const c = canonicalAddress(vip);
-  return abstractLock(`ballast:vip:${c}`, `manages the VIP ${c} (vips)`);
-}
-
-/**
- * One agent per nftables table in a network namespace: `table ip ballast` (`ip6` for IPv6 VIPs)
- * is replaced whole by each apply, so two agents with the VIP data plane, whatever their VRIDs
- * and VIPs, would each delete the other's rules (and the one that stops, the table).
- * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
- */
-export function acquireTableLock(family: 4 | 6): Promise<NetServer> {
-  const table = family === 4 ? 'ip ballast' : 'ip6 ballast';
-  return abstractLock(`ballast:nftables:${table.replace(' ', ':')}`, `programs the nftables table ${table} (dataplane.vip: nftables); one agent per network namespace and family can, give the other dataplane.vip: none`);
-}
-
-/**
- * One agent without an election per network namespace (two would fight over the local endpoint).
- * @throws BallastError BALLAST_E_ALREADY_RUNNING when another agent holds it.
- */
-export function acquireEndpointLock(): Promise<NetServer> {
-  return abstractLock('ballast:local-endpoint', 'serves a local endpoint without an election');
-}
-
-async function abstractLock(name: string, what: string): Promise<NetServer> {
-  const server = createServer((c) => c.destroy());
-  try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen({ path: `\0${name}` }, () => resolve());
-    });
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE') {
-      throw createError('BALLAST_E_ALREADY_RUNNING', `another ballast agent already ${what} in this network namespace (lock @${name})`);
-    }
-    throw createError('BALLAST_E_SOCKET', `cannot take the instance lock @${name}: ${(err as Error).message}`, { cause: err });
-  }
-  server.unref();
-  return server;
 }

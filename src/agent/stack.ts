@@ -14,7 +14,7 @@
  * with) — so a stop still unwinds in start-up order reversed (the election before the VIP data
  * plane, however often it was re-run).
  */
-import type { Logger } from '../observe/log.js';
+import type { Log } from '../log/log.js';
 
 /** An undo: releases what one step created. May be async; its errors are logged, not thrown. */
 export type Undo = () => unknown;
@@ -22,11 +22,11 @@ export type Undo = () => unknown;
 /** Undos registered in order, run in reverse by {@link CleanupStack.unwind}. */
 export class CleanupStack {
   readonly #undos: { what: string; undo: Undo | null }[] = [];
-  readonly #log: Pick<Logger, 'error'>;
+  readonly #log: Pick<Log, 'error'>;
   #unwinding: Promise<void> | null = null;
 
   /** @param log where a failed undo is reported (`error`, with the step's name). */
-  constructor(log: Pick<Logger, 'error'>) {
+  constructor(log: Pick<Log, 'error'>) {
     this.#log = log;
   }
 

@@ -19,6 +19,7 @@
 import type { AddressFamily } from '../net/address.js';
 import type { BgpConfig } from '../config/bgp.js';
 import { announceCommand, BirdControl, BirdError, configure, parseProtocols, parseStatus, peerProtocol, renderBirdConfig, vipProtocol, writeSnippet, type BirdDesired } from './bird.js';
+import type { Log } from '../log/log.js';
 
 /** One peer in /status. */
 export interface BgpPeerStatus {
@@ -64,16 +65,9 @@ export interface BgpStatus {
   peers: BgpPeerStatus[];
 }
 
-/** The part of a pino logger used. */
-export interface SpeakerLog {
-  info(o: object, m: string): void;
-  warn(o: object, m: string): void;
-  error(o: object, m: string): void;
-}
-
 /** Options of {@link BirdSpeaker}. */
 export interface SpeakerOptions {
-  log: SpeakerLog;
+  log: Pick<Log, 'info' | 'warn' | 'error'>;
   /** How often the daemon is asked for its status, ms (default 1000). */
   pollMs?: number;
   /** The control socket client (tests inject one; default: a {@link BirdControl} on bgp.socket). */
@@ -85,7 +79,7 @@ export class BirdSpeaker {
   readonly #bgp: BgpConfig;
   readonly #family: AddressFamily;
   readonly #vips: readonly string[];
-  readonly #log: SpeakerLog;
+  readonly #log: Pick<Log, 'info' | 'warn' | 'error'>;
   readonly #pollMs: number;
   readonly #ctl: BirdControl;
   #wanted = false;

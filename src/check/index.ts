@@ -18,16 +18,18 @@
 import { accessSync, constants as fsConstants, existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Config } from '../config/index.js';
-import { acquireInstanceLock, listAllInterfaces, missingCapabilities } from '../agent/preflight.js';
+import { missingCapabilities } from '../host/capabilities.js';
+import { listAllInterfaces } from '../host/interfaces.js';
+import { acquireInstanceLock } from '../host/locks.js';
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
 import { BirdControl, BirdError, foreignSnippet, parseStatus } from '../bgp/bird.js';
 import { checkEbpf } from '../dataplane/ebpf.js';
 import { renderRuleset } from '../dataplane/nftables.js';
-import { ConfigError, isBallastError } from '../errors.js';
+import { isBallastError } from '../errors.js';
 import { addressFamily, addressToBytes, bytesToAddress, canonicalAddress } from '../net/address.js';
-import { membershipOf } from '../agent/membership.js';
+import { membershipOf } from '../vrrp/membership.js';
 import { seedAndLastKnown } from '../discovery/lastknown.js';
-import { kubeconfigServer } from '../discovery/kubeconfig.js';
+import { kubeconfigServer } from '../config/kubeconfig.js';
 import { formatHostPort } from '../net/hostport.js';
 import { currentListeners, type Listener } from '../net/listening.js';
 import { chooseInterface, inSubnet, type InterfaceInfo } from '../vip/netlink.js';
@@ -35,7 +37,7 @@ import { ARP_SYSCTL_FIX, ARP_SYSCTLS, sysctlPath } from '../vip/noarp.js';
 import { checkBackendCertificates } from './certificates.js';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, flowsFor, type FirewallFinding, type HookFlows } from './firewall.js';
 import { listenForAdverts, probeAddress, PROBE_COUNT, PROBE_SPACING_MS, PROBE_WAIT_MS, type AddressClaim, type HeardAdvert } from './probe.js';
-import { exitStatus, type CheckReport, type CheckResult } from './report.js';
+import type { CheckReport, CheckResult } from './report.js';
 import { ebpfUnderUnit, realtimeUnderUnit, runningUnitBpffs, unitSandbox, UNIT_NAME, type Sandbox } from './unit.js';
 
 export { exitStatus } from './report.js';
@@ -57,7 +59,7 @@ export interface CheckOptions {
 
 const ok = (id: string, title: string, detail: string): CheckResult => ({ id, title, status: 'ok', detail });
 const warn = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'warn', detail, fix });
-const fail = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'fail', detail, fix });
+export const fail = (id: string, title: string, detail: string, fix: string): CheckResult => ({ id, title, status: 'fail', detail, fix });
 
 // ---------------------------------------------------------------------------------------------
 // the VIP's address
@@ -196,7 +198,7 @@ function checkPorts(config: Config, listeners: readonly Listener[]): CheckResult
 
 /**
  * The `membership` check: whether this node is a member of its group as the agent will compute
- * it at start (agent/membership.ts membershipOf, with the interface's addresses, the seed and the
+ * it at start (vrrp/membership.ts membershipOf, with the interface's addresses, the seed and the
  * last-known file as election.ts gives them). A node that is not (standby) is never Active: the
  * others drop its adverts under vrrp.acceptFrom: members. **fail** without discovery (nothing
  * will make it one); **warn** with discovery (it becomes one once the EndpointSlices list an
@@ -781,51 +783,4 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
   }
   checks.push(...(await certificates));
   return { config: opts.source, checks };
-}
-
-// ---------------------------------------------------------------------------------------------
-// output
-
-/** The report as kubeadm prints its preflight: `[ok] title: detail`, with `fix:` under a warn or fail. */
-export function formatReport(report: CheckReport): string {
-  const lines: string[] = [];
-  for (const c of report.checks) {
-    lines.push(`[${c.status}] ${c.id}: ${c.title}`);
-    lines.push(`       ${c.detail}`);
-    if (c.fix) lines.push(`       fix: ${c.fix}`);
-  }
-  const n = (s: CheckResult['status']): number => report.checks.filter((c) => c.status === s).length;
-  const code = exitStatus(report.checks);
-  lines.push(`${report.config ? `${report.config}: ` : ''}${n('ok')} ok, ${n('warn')} warning${n('warn') === 1 ? '' : 's'}, ${n('fail')} failed${code === 2 ? ': this node is not ready to run ballast' : code === 1 ? '' : ': ready'}`);
-  return `${lines.join('\n')}\n`;
-}
-
-/**
- * `ballast check`: with `config`, {@link runChecks} on that file; without, the host check only.
- * Prints the report as text (formatReport) or, with `json`, the CheckReport. Without a
- * configuration `--json` keeps the shape it had before the preflight: `{ ok, reasons }` of the
- * eBPF check (docs/check.md).
- * @returns the exit status: 0 / 1 / 2 (exitStatus).
- * @throws ConfigError (exit 2) when the file does not validate.
- */
-export async function checkCommand(o: { config?: string; json?: boolean }, load: (path: string) => Config): Promise<number> {
-  if (o.config === undefined) {
-    const h = await runHostChecks();
-    process.stdout.write(o.json ? `${JSON.stringify(h.ebpf)}\n` : formatReport(h.report));
-    return exitStatus(h.report.checks);
-  }
-  let config: Config;
-  try {
-    config = load(o.config);
-  } catch (err) {
-    // --json: a script still gets a report (one failed `config` check), and the message on stderr
-    if (o.json && (err instanceof ConfigError || isBallastError(err))) {
-      const bad: CheckReport = { config: o.config, checks: [fail('config', `${o.config} is a valid configuration`, (err as Error).message, `ballast validate --config ${o.config} lists every problem`)] };
-      process.stdout.write(`${JSON.stringify(bad, null, 2)}\n`);
-    }
-    throw err;
-  }
-  const report = await runChecks(config, { source: o.config });
-  process.stdout.write(o.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
-  return exitStatus(report.checks);
 }

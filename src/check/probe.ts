@@ -22,7 +22,8 @@
  */
 import { addressToBytes, bytesToAddress } from '../net/address.js';
 import { PacketSocket, VrrpSocket, type ReceivedFrame } from '../native.js';
-import { internetChecksum, VRRP_PROTOCOL } from '../vrrp/packet.js';
+import { internetChecksum } from '../net/checksum.js';
+import { VRRP_PROTOCOL } from '../vrrp/packet.js';
 import { ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, macToString } from '../vip/frames.js';
 
 /** Probes sent per address. */

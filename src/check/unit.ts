@@ -54,7 +54,7 @@ export function findUnit(dirs: readonly string[], name = UNIT_NAME): UnitFiles {
   const main = dirs.map((d) => join(d, name)).find((f) => existsSync(f)) ?? null;
   const byName = new Map<string, string>();
   for (const d of dirs) {
-    let entries: string[] = [];
+    let entries: string[];
     try {
       entries = readdirSync(join(d, `${name}.d`));
     } catch {
@@ -267,7 +267,7 @@ export function realtimeUnderUnit(s: Sandbox, priority: number): UnitVerdict {
  * @param proc the proc file system (tests).
  */
 export function unitProcess(proc = '/proc'): number | null {
-  let pids: number[] = [];
+  let pids: number[];
   try {
     pids = readdirSync(proc).filter((d) => /^\d+$/.test(d)).map(Number);
   } catch {

@@ -13,7 +13,7 @@
  * a firewall change is noticed within one interval, which is what an operator reading the log
  * after "clients time out" needs.
  */
-import type { Logger } from '../observe/log.js';
+import type { Log } from '../log/log.js';
 import type { Executor } from '../dataplane/apply.js';
 import { findingKey, type FirewallFinding, type HookFlows } from './firewall.js';
 import { foreignFirewall } from './index.js';
@@ -32,7 +32,7 @@ export interface ForeignFirewallStatus {
 
 /** Options of {@link ForeignFirewallWatch}. */
 export interface ForeignFirewallWatchOptions {
-  log: Logger;
+  log: Pick<Log, 'info' | 'warn'>;
   /** the flows to judge, computed at each look (the configuration and the interface may change) */
   flows: () => Promise<{ family: 4 | 6; hooks: HookFlows[] } | null>;
   nft: Executor;

@@ -8,6 +8,17 @@ import { addressFamily, addressToBytes, bytesToAddress, type AddressFamily } fro
 import { tryParseHostPort, type HostPort } from '../net/hostport.js';
 import { show } from './messages.js';
 
+/** A TCP listen address. */
+export interface ListenAddress {
+  /** An IP address literal (IPv6 in canonical form, without brackets). */
+  readonly host: string;
+  /** 1..65535. */
+  readonly port: number;
+}
+
+/** An apiserver endpoint: an IP literal and a TCP port (the one structured form, from src/net/). */
+export type BackendAddress = HostPort;
+
 /** An IP address as config sees it. */
 export interface Ip {
   readonly family: AddressFamily;

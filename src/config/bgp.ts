@@ -53,7 +53,7 @@ const BFD_INTERVAL: DurationRule = { min: 10, max: 10_000, default: BGP_DEFAULTS
 
 /**
  * The `bgp` section's settings as zod shapes, built with the rest of the schema when a validation
- * needs it (schema.ts configSchema), not kept on the agent's heap for its whole life (docs/performance.md).
+ * needs it (validate.ts configSchema), not kept on the agent's heap for its whole life (docs/performance.md).
  */
 function bgpShapes() {
   /** A peer's address: an IP literal, unicast (the family against the VIPs is a cross-field check). */

@@ -8,10 +8,9 @@ import { z } from 'zod';
 import type { AddressFamily } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
-import { BACKEND_RULE, checkAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
+import { BACKEND_RULE, checkAddress, type BackendAddress, type ListenAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
 import { DEFAULTS, HOUR_MS, IFNAMSIZ, MAX_BACKENDS, MINUTE_MS } from './limits.js';
 import { expect, quotedNumberHint, show, yesNoHint, type ExpectOptions } from './messages.js';
-import type { BackendAddress, ListenAddress } from './types.js';
 
 /** An integer setting from `lo` to `hi`. */
 export function intField(lo: number, hi: number, opts: ExpectOptions = {}) {
@@ -363,6 +362,7 @@ export function healthPathField() {
       }
       if (typeof input !== 'string') return fail(`must be a request path such as "/readyz", got ${show(input)}`);
       if (!input.startsWith('/')) return fail(`must start with "/", e.g. "/readyz", got ${show(input)}`);
+      // eslint-disable-next-line no-control-regex -- control characters are what this refuses
       if (/[\s\x00-\x1f\x7f]/.test(input)) return fail(`must not contain spaces or control characters (percent-encode them), got ${show(input)}`);
       if (input.includes('#')) return fail(`must not contain a fragment ("#…"): it is never sent to the server, got ${show(input)}`);
       if (input.length > 1024) return fail(`must be at most 1024 characters, got ${input.length}`);

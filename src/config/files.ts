@@ -11,7 +11,7 @@
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from '../discovery/kubeconfig.js';
+import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from './kubeconfig.js';
 import { AUTH_KEY_MIN_LENGTH, DEFAULTS } from './limits.js';
 
 /** Reads files for the checks: the host's file system, or a fake in tests. */

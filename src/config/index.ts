@@ -12,7 +12,8 @@ export {
   MAX_NESTING,
   MAX_VIPS,
 } from './limits.js';
-export { CONFIG_FIELDS, validateConfig } from './schema.js';
+export { CONFIG_FIELDS } from './schema.js';
+export { validateConfig } from './validate.js';
 export {
   LOG_LEVELS,
   type AddressFamily,

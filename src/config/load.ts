@@ -4,7 +4,8 @@
 import { isMap, isNode, isPair, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { ConfigError, createError, DOCUMENT_PATH } from '../errors.js';
 import { describeReadError, hostFiles, readRegularFile, type ConfigFiles, type ConfigNote } from './files.js';
-import { validateConfig, type Locator } from './schema.js';
+import type { Locator } from './issues.js';
+import { validateConfig } from './validate.js';
 import { ALIAS_BOMB_MESSAGE, nestingIssue, unresolvedAliasIssue, yamlErrorIssue } from './yaml.js';
 import type { Config } from './types.js';
 

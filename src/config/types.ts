@@ -4,8 +4,10 @@
  * fields.ts and schema.ts, the defaults and limits in limits.ts. See docs/config.md.
  */
 import type { AddressFamily } from '../net/address.js';
-import type { HostPort } from '../net/hostport.js';
 import type { BgpConfig } from './bgp.js';
+import type { BackendAddress, ListenAddress } from './addresses.js';
+
+export type { BackendAddress, ListenAddress };
 
 export type { BgpConfig, BgpPeerConfig } from './bgp.js';
 
@@ -81,14 +83,6 @@ export interface AnnounceConfig {
   readonly refreshMs: number;
 }
 
-/** A TCP listen address. */
-export interface ListenAddress {
-  /** An IP address literal (IPv6 in canonical form, without brackets). */
-  readonly host: string;
-  /** 1..65535. */
-  readonly port: number;
-}
-
 /** The `admin` section, normalized. */
 export interface AdminConfig {
   /** Where GET /status and /healthz are served. */
@@ -100,8 +94,6 @@ export interface LogConfig {
   readonly level: LogLevel;
 }
 
-/** An apiserver endpoint: an IP literal and a TCP port (the one structured form, from src/net/). */
-export type BackendAddress = HostPort;
 
 /** The `apiserver.health` section, normalized: how a backend's readiness is checked. */
 export interface HealthConfig {

@@ -20,6 +20,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { commandExecutor, DataplaneError, type Executor } from './apply.js';
 import type { Backend } from './nftables.js';
+import type { Log } from '../log/log.js';
 
 /** The default executor: `conntrack` from $PATH. */
 export const conntrackExecutor: Executor = commandExecutor(['conntrack']);
@@ -65,16 +66,18 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
 
 /**
  * Deletes the conntrack entries of every TCP flow sent to `vip`:`port`, whatever its backend
- * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT`): connection sync's
- * purge of a node that no longer holds the VIP (src/agent/connection-sync.ts). Same retries,
- * result and errors as {@link flushBackend}.
+ * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT [--state STATE]`):
+ * connection sync's purge of a node that no longer holds the VIP, and of the closing flows a
+ * commit brought (src/agent/connection-sync.ts). Same retries, result and errors as
+ * {@link flushBackend}.
+ * @param state only the entries in this TCP state (conntrack(8) `--state`, e.g. TIME_WAIT); absent: all.
  * @throws TypeError for a malformed argument (nothing ran); DataplaneError as flushBackend.
  */
-export async function flushVip(vip: string, port: number, opts: FlushOptions = {}): Promise<number> {
+export async function flushVip(vip: string, port: number, opts: FlushOptions & { state?: 'TIME_WAIT' | 'CLOSE' } = {}): Promise<number> {
   const family = addressFamily(vip);
   if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
   checkPorts([['port', port]]);
-  return deleteEntries(family, ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port)], opts.exec ?? conntrackExecutor);
+  return deleteEntries(family, ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port), ...(opts.state ? ['--state', opts.state] : [])], opts.exec ?? conntrackExecutor);
 }
 
 function checkPorts(ports: readonly (readonly [string, number])[]): void {
@@ -119,7 +122,7 @@ export const CONNTRACK_TIMESTAMP_SYSCTL = '/proc/sys/net/netfilter/nf_conntrack_
  * @param path the sysctl file (tests); default {@link CONNTRACK_TIMESTAMP_SYSCTL}.
  * @returns the undo: puts 0 back when this call changed it from 0 (never throws).
  */
-export function enableConntrackTimestamps(log: { info(o: object, m: string): void; warn(o: object, m: string): void }, path = CONNTRACK_TIMESTAMP_SYSCTL): () => void {
+export function enableConntrackTimestamps(log: Pick<Log, 'info' | 'warn'>, path = CONNTRACK_TIMESTAMP_SYSCTL): () => void {
   let before: string;
   try {
     before = readFileSync(path, 'utf8').trim();

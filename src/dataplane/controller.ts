@@ -17,6 +17,7 @@ import type { Verdict } from '../health/verdict.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
 import type { Plane, ReadySet } from './reconcile.js';
 import type { TrafficStatus } from './rebalance.js';
+import type { Log } from '../log/log.js';
 
 /** What the VIP data plane serves: one address family, its VIPs and port, this node's addresses. */
 export interface VipPlaneOptions {
@@ -44,7 +45,7 @@ export interface LoadBalancerDeps {
   apply(d: DesiredDataplane): Promise<{ changed: boolean; durationMs: number }>;
   /** Deletes conntrack entries of flows to `vip`:`port` DNATed to `backend`; resolves with how many. */
   flush(vip: string, port: number, backend: { address: string; port: number }): Promise<number>;
-  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  log: Pick<Log, 'info' | 'warn'>;
   /** Connection counts and the rebalancer (rebalance.ts ConnectionTracker), for /status; absent: none. */
   traffic?: () => TrafficStatus;
 }

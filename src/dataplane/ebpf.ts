@@ -41,6 +41,7 @@ import {
   type TcpSocketInfo,
 } from '../native.js';
 import type { LocalBackend, LocalDataplane, LocalDataplaneStatus, LocalEndpoint } from './local.js';
+import type { Log } from '../log/log.js';
 
 /** ::ffff:a.b.c.d in canonical form (RFC 4291 §2.5.5.2; canonicalAddress writes the last 32 bits as two groups). */
 const V4_MAPPED = /^::ffff:[0-9a-f]{1,4}:[0-9a-f]{1,4}$/;
@@ -164,12 +165,6 @@ export const nativeEbpfSys: EbpfSys = {
   destroySockets: (filter) => destroySockets(filter),
 };
 
-/** The logger the data plane writes to (pino's shape). */
-export interface EbpfLog {
-  info(o: object, m: string): void;
-  warn(o: object, m: string): void;
-}
-
 /**
  * The mount point of the cgroup v2 hierarchy of this machine, from /proc/self/mountinfo
  * ({@link findCgroup2Root}).
@@ -203,7 +198,7 @@ export interface EbpfOpenOptions {
   pinDir?: string;
   /** BPF object; default build/Release/ballast_sock_lb.bpf.o */
   object?: string;
-  log: EbpfLog;
+  log: Pick<Log, 'info' | 'warn'>;
   /** the OS edge; default the addon ({@link nativeEbpfSys}) */
   sys?: EbpfSys;
 }
@@ -222,13 +217,13 @@ export class EbpfLocalDataplane implements LocalDataplane {
   readonly #endpoints: readonly LocalEndpoint[];
   readonly #maps: EbpfMaps;
   readonly #sys: EbpfSys;
-  readonly #log: EbpfLog;
+  readonly #log: Pick<Log, 'info' | 'warn'>;
   #backends: SockAddress[] = [];
   #updates = 0;
   #socketsReset = 0;
   #closed = false;
 
-  private constructor(maps: EbpfMaps, sys: EbpfSys, log: EbpfLog, endpoints: readonly LocalEndpoint[], cgroup: string, pinDir: string) {
+  private constructor(maps: EbpfMaps, sys: EbpfSys, log: Pick<Log, 'info' | 'warn'>, endpoints: readonly LocalEndpoint[], cgroup: string, pinDir: string) {
     this.#maps = maps;
     this.#sys = sys;
     this.#log = log;
@@ -470,7 +465,7 @@ export async function checkCgroupDir(path: string): Promise<string> {
   if (p !== root && !p.startsWith(`${root}/`)) {
     throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} is not in the cgroup v2 hierarchy (mounted at ${root}); write ${root} or a directory below it`);
   }
-  let dir = false;
+  let dir: boolean;
   try {
     dir = statSync(p).isDirectory();
   } catch {

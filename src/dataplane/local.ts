@@ -14,6 +14,7 @@
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 import type { Verdict } from '../health/verdict.js';
 import type { Plane, ReadySet } from './reconcile.js';
+import type { Log } from '../log/log.js';
 
 /** One apiserver the endpoint balances to. */
 export interface LocalBackend {
@@ -83,11 +84,11 @@ export const LOCAL_PLANE_MESSAGES = {
  */
 export class LocalBalancer implements Plane {
   readonly #dp: LocalDataplane;
-  readonly #log: { info(o: object, m: string): void };
+  readonly #log: Pick<Log, 'info'>;
   /** the set last written (a key), null before the first write */
   #applied: string | null = null;
 
-  constructor(dp: LocalDataplane, log: { info(o: object, m: string): void }) {
+  constructor(dp: LocalDataplane, log: Pick<Log, 'info'>) {
     this.#dp = dp;
     this.#log = log;
   }

@@ -26,6 +26,7 @@ import { performance } from 'node:perf_hooks';
 import type { NftChangeBatch } from '../native.js';
 import type { TableCheck } from './apply.js';
 import { nftFamily, TABLE_NAME } from './nftables.js';
+import type { Log } from '../log/log.js';
 
 /** Quiet time after the last event naming our table before it is verified, ms. */
 export const QUIET_MS = 50;
@@ -55,7 +56,7 @@ export interface TableWatchDeps {
   verify: () => Promise<TableCheck>;
   /** Applies the desired ruleset again, whatever the applier last applied. Throws when nft refused it. */
   restore: () => Promise<void>;
-  log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
+  log: Pick<Log, 'info' | 'warn' | 'error'>;
   /** Called after each restore (the caller counts it for /status and the metric). */
   onRestore?: (r: RestoreRecord) => void;
   quietMs?: number;

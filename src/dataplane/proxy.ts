@@ -34,16 +34,10 @@
  * which destroys its piped connections with a RST so their clients reconnect at once.
  */
 import net from 'node:net';
-import { RateLimitedLog } from '../observe/ratelimit.js';
+import { RateLimitedLog } from '../log/ratelimit.js';
 import type { LocalBackend, LocalDataplane, LocalDataplaneStatus, LocalEndpoint } from './local.js';
 import { addressFamily, canonicalAddress, hostPort, type AddressFamily } from '../net/address.js';
-
-/** A pino-style logger: the object first, then the message (like LoadBalancerDeps.log). */
-export interface ProxyLog {
-  info(o: object, m: string): void;
-  warn(o: object, m: string): void;
-  error(o: object, m: string): void;
-}
+import type { Log } from '../log/log.js';
 
 /** Options of {@link ProxyLocalDataplane.open}. */
 export interface ProxyOptions {
@@ -52,7 +46,7 @@ export interface ProxyOptions {
    * tests: {@link ProxyLocalDataplane.listening} and status() show the port it got).
    */
   endpoints: readonly LocalEndpoint[];
-  log: ProxyLog;
+  log: Pick<Log, 'info' | 'warn' | 'error'>;
   /**
    * How long one connect() to a backend may take before the next backend is tried, in ms,
    * 1..60000; default 1000 (kubespray's nginx proxy uses `proxy_connect_timeout 1s`).
@@ -318,7 +312,7 @@ export class ProxyLocalDataplane implements LocalDataplane {
   readonly mode = 'proxy' as const;
   /** connect timeout per backend attempt, ms */
   readonly connectTimeoutMs: number;
-  readonly #log: ProxyLog;
+  readonly #log: Pick<Log, 'info' | 'warn' | 'error'>;
   readonly #listeners: Listener[];
   /** the ready set in setBackends order, and per family */
   #ready: LocalBackend[] = [];
@@ -330,11 +324,11 @@ export class ProxyLocalDataplane implements LocalDataplane {
   #updates = 0;
   #socketsReset = 0;
   #closed: Promise<void> | null = null;
-  /** per-connection failures: the first, then one line per second with the count (observe/ratelimit.ts) */
+  /** per-connection failures: the first, then one line per second with the count (log/ratelimit.ts) */
   readonly #limited: RateLimitedLog;
   readonly #hooks: SessionHooks;
 
-  private constructor(listeners: Listener[], log: ProxyLog, connectTimeoutMs: number) {
+  private constructor(listeners: Listener[], log: Pick<Log, 'info' | 'warn' | 'error'>, connectTimeoutMs: number) {
     this.#listeners = listeners;
     this.#log = log;
     this.#limited = new RateLimitedLog((level, fields, msg) => (level === 'error' ? log.error(fields, msg) : level === 'warn' ? log.warn(fields, msg) : log.info(fields, msg)), { windowMs: LOG_EVERY_MS });

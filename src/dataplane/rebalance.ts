@@ -34,6 +34,7 @@
 import { hostPort } from '../net/address.js';
 import type { ConntrackVipFlows, ConntrackVipQuery } from '../native.js';
 import type { EvictedFlow } from './nftables.js';
+import type { Log } from '../log/log.js';
 
 /** The rebalancer's settings (config `dataplane.rebalance`, normalized: types.ts RebalanceConfig). */
 export interface RebalanceSettings {
@@ -224,7 +225,7 @@ export interface ConnectionTrackerDeps {
    * are not reset.
    */
   evict(family: 4 | 6, flows: readonly EvictedFlow[]): Promise<unknown>;
-  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  log: Pick<Log, 'info' | 'warn'>;
   /** ms since the epoch; default Date.now */
   now?: () => number;
 }
@@ -365,7 +366,7 @@ export class ConnectionTracker {
   /** Deletes the `count` oldest flows of `backend` among `only` (the marked ones), records and logs them. */
   #delete(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, backend: string, count: number, counts: Map<string, number>, only: readonly EvictedFlow[]): void {
     const { address, port } = splitBackend(backend);
-    let deleted = 0;
+    let deleted: number;
     try {
       const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count, only } });
       deleted = r.reset?.deleted ?? 0;

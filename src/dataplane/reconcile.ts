@@ -15,6 +15,7 @@
 import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
 import type { BackendVerdict, Verdict } from '../health/verdict.js';
 import { Coalescer } from './coalesce.js';
+import type { Log } from '../log/log.js';
 
 /** The backends as one apply sees them, each list in the checker's order. */
 export interface ReadySet {
@@ -51,15 +52,9 @@ export interface VerdictSource {
   off(event: 'verdict', listener: (v: Verdict) => void): unknown;
 }
 
-/** The part of a pino logger the reconcile uses. */
-export interface ReconcileLog {
-  warn(o: object, m: string): void;
-  error(o: object, m: string): void;
-}
-
 /** Options of {@link Reconciler}. */
 export interface ReconcileOptions {
-  log: ReconcileLog;
+  log: Pick<Log, 'warn' | 'error'>;
   /** Logged (level error) when an apply fails, e.g. `data plane apply failed; the previous rules stay`. */
   applyFailed: string;
   /** Logged (level warn) when a reset fails. */

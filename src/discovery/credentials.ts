@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { describeReadError, readRegularFile } from '../config/files.js';
-import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from './kubeconfig.js';
+import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from '../config/kubeconfig.js';
 
 /** @kubernetes/client-node, loaded on first use: importing it takes seconds on a busy node, and an agent without discovery never needs it. */
 export type ClientModule = typeof import('@kubernetes/client-node');

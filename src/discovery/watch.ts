@@ -28,13 +28,7 @@ import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js'
 import { forServer, loadClient, loadCredentials, type ClientModule, type CredentialSource } from './credentials.js';
 import { readLastKnown, writeLastKnown } from './lastknown.js';
 import { BackendSet, type SourcedBackend } from './merge.js';
-
-/** The part of a pino logger discovery uses. */
-export interface DiscoveryLog {
-  info(o: object, m: string): void;
-  warn(o: object, m: string): void;
-  error(o: object, m: string): void;
-}
+import type { Log } from '../log/log.js';
 
 /** Where discovery stands. */
 export type DiscoveryState = 'waiting-credentials' | 'waiting-ready-backend' | 'listing' | 'watching' | 'backoff' | 'stopped';
@@ -51,7 +45,7 @@ export interface DiscoveryOptions {
   readyBackends: () => HostPort[];
   /** Port of a discovered address when its slice names no port (the apiserver's, 6443). */
   defaultPort: number;
-  log: DiscoveryLog;
+  log: Pick<Log, 'info' | 'warn' | 'error'>;
   /** First retry delay after an error, ms (default 500); doubles up to maxBackoffMs (default 10000). */
   backoffMs?: number;
   maxBackoffMs?: number;

@@ -2,15 +2,16 @@
  * The running agent's view of each backend's serving certificate: every health check that got
  * through the TLS handshake hands its peer certificate here; when a backend's certificate
  * differs from the last one seen (first check, rotation) it is examined once (the VIPs, the
- * local endpoint addresses, the name the checks verify: src/check/certificates.ts) and one log
+ * local endpoint addresses, the name the checks verify: examine-certificate.ts) and one log
  * line says what it covers: warn when a name is missing, info when it is fine.
  *
  * It never changes health: a backend whose certificate lacks the VIP still serves the clients
  * that use another name (its own address, a DNS name), so it is reported, not drained.
  */
 import { X509Certificate } from 'node:crypto';
-import { examineCertificate, type CertificateFindings, type NeededName } from '../check/certificates.js';
+import { examineCertificate, type CertificateFindings, type NeededName } from './examine-certificate.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
+import type { Log } from '../log/log.js';
 
 /**
  * backends[].certificate in /status: the backend's current serving certificate as examined
@@ -18,12 +19,6 @@ import { formatHostPort, type HostPort } from '../net/hostport.js';
  * lacks, `lacks`: one sentence each; see CertificateFindings), and when it was first seen (ISO 8601).
  */
 export type BackendCertificate = Pick<CertificateFindings, 'subject' | 'issuer' | 'notAfter' | 'fingerprint256' | 'missing' | 'lacks'> & { since: string };
-
-/** The part of a pino logger the tracker uses. */
-export interface CertificateLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-}
 
 /** Log message when a backend's certificate covers every name clients use (stable: operators and tests grep for it). */
 export const CERT_OK_MSG = 'backend certificate covers the names clients use';
@@ -38,7 +33,7 @@ export const CERT_MISSING_MSG = 'backend certificate lacks names clients use (cl
  */
 export class CertificateTracker {
   #needs: (backend: HostPort) => NeededName[];
-  readonly #log: CertificateLogger;
+  readonly #log: Pick<Log, 'info' | 'warn'>;
   readonly #now: () => number;
   readonly #entries = new Map<string, { backend: HostPort; raw: Buffer; cert: BackendCertificate }>();
 
@@ -46,7 +41,7 @@ export class CertificateTracker {
    * @param needs the names a backend's certificate must carry (certificateNeeds over the running config).
    * @param now the wall clock, ms since the epoch (default Date.now).
    */
-  constructor(needs: (backend: HostPort) => NeededName[], log: CertificateLogger, now: () => number = Date.now) {
+  constructor(needs: (backend: HostPort) => NeededName[], log: Pick<Log, 'info' | 'warn'>, now: () => number = Date.now) {
     this.#needs = needs;
     this.#log = log;
     this.#now = now;

@@ -35,6 +35,7 @@ import { createProbe, type Probe, type ProbeResult, type ProbeSettings, type Pro
 import { checkDampingOptions, expireHold, initialDamp, isDamped, noteTransition, type DampEvent, type DampingOptions, type DampState } from './damping.js';
 import { decidePool, failOpenWindowMs, initialPool, type FailOpenEnd, type PoolState } from './failopen.js';
 import { failureState, type BackendVerdict, type Cause, type DeadCause, type Failure, type Verdict, type VerdictState } from './verdict.js';
+import type { Log } from '../log/log.js';
 
 /** Timers and time, injectable. `now` stamps results and transitions; delays are relative. */
 export interface Clock {
@@ -51,11 +52,6 @@ export const systemClock: Clock = {
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
 };
-
-/** The part of a pino logger the checker uses. */
-export interface HealthLogger {
-  warn(obj: object, msg: string): void;
-}
 
 /** A backend to check: an IP literal (IPv6 without brackets) and a port; `family` is derived from `host`. */
 export type CheckerBackend = ProbeTarget & { readonly family?: 4 | 6 };
@@ -89,7 +85,7 @@ export interface HealthCheckerOptions {
   /** Uniform in [0, 1); default Math.random. Drives the first offset and the jitter. */
   readonly random?: () => number;
   /** Receives the insecureSkipVerify warning. */
-  readonly logger?: HealthLogger;
+  readonly logger?: Pick<Log, 'warn'>;
   /**
    * How long a backend that left the set is remembered, ms (default {@link RETAIN_REMOVED_MS}):
    * coming back within it, it resumes its counts and damping, and its state when that was down
@@ -270,7 +266,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   readonly #ownProbe: boolean;
   readonly #clock: Clock;
   readonly #random: () => number;
-  readonly #logger: HealthLogger | undefined;
+  readonly #logger: Pick<Log, 'warn'> | undefined;
   #entries = new Map<string, Entry>();
   /** backends that left the set, remembered until `until` (ms): host:port -> entry */
   readonly #departed = new Map<string, { e: Entry; at: number; until: number; timer: unknown }>();

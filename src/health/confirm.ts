@@ -64,6 +64,7 @@ export function confirmDown(target: ConfirmTarget, deadlineMs: number, deps: { c
   const t0 = performance.now();
   return new Promise((resolve) => {
     let done = false;
+    // eslint-disable-next-line prefer-const -- finish() may run before the timer is set: a const would still be in its TDZ
     let timer: NodeJS.Timeout | undefined;
     let socket: net.Socket | undefined;
     const finish = (r: ConfirmResult): void => {

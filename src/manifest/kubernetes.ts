@@ -65,7 +65,7 @@ export const SERVICE_ACCOUNT = 'ballast';
 export const DISCOVERY_NAMESPACE = 'default';
 /**
  * terminationGracePeriodSeconds: the agent's own deadline for a clean stop (priority-0
- * hand-over, VIPs removed) is 10 s (STOP_DEADLINE_MS in src/commands.ts), plus a margin.
+ * hand-over, VIPs removed) is 10 s (STOP_DEADLINE_MS in src/commands/run.ts), plus a margin.
  */
 export const TERMINATION_GRACE_SECONDS = 15;
 /** Where the agent keeps its pin locks (src/dataplane/ebpf.ts LOCK_DIR). */

@@ -12,7 +12,8 @@
  *
  * It is a bug whenever it counts: the line carries the stack so that it can be reported.
  */
-import { RateLimitedLog, type RateLimitOptions } from './ratelimit.js';
+import { RateLimitedLog, type RateLimitOptions } from '../log/ratelimit.js';
+import type { Log } from '../log/log.js';
 
 /** The observer paths, one label value each of `ballast_internal_errors_total{path}`. */
 export const INTERNAL_ERROR_PATHS = ['certificates', 'status', 'history', 'metrics', 'admin', 'health-events', 'election-events', 'memory-release'] as const;
@@ -21,18 +22,13 @@ export type InternalErrorPath = (typeof INTERNAL_ERROR_PATHS)[number];
 /** The log message of a contained failure (stable: operators and tests grep for it). */
 export const INTERNAL_ERROR_MSG = 'internal error in an observer, contained: the election goes on (a bug: please report it with the stack)';
 
-/** The part of a pino logger used. */
-export interface ContainLogger {
-  error(obj: object, msg: string): void;
-}
-
 /** Counts, logs and swallows the failures of observer paths (see the file comment). */
 export class InternalErrors {
   readonly #counts = new Map<InternalErrorPath, number>();
   readonly #limited: RateLimitedLog;
 
   /** @param limit the rate limit's options (window, clock; tests). */
-  constructor(log: ContainLogger, limit: RateLimitOptions = {}) {
+  constructor(log: Pick<Log, 'error'>, limit: RateLimitOptions = {}) {
     this.#limited = new RateLimitedLog((_level, fields, msg) => log.error(fields, msg), limit);
   }
 

@@ -3,21 +3,10 @@
  * changes with their reasons (a small ring), and since when the current master is heard.
  * Main thread only; survives a reload's hand-over (the agent owns it, not the election phase).
  */
-import type { StatusState } from './status.js';
+import type { TransitionRecord } from './status.js';
 
 /** State changes kept, newest last. */
 export const TRANSITIONS_KEPT = 20;
-
-/** One state change, as /status reports it. `at`: ISO 8601 wall clock. */
-export interface TransitionRecord {
-  from: StatusState;
-  to: StatusState;
-  /** The machine's reason (state.ts TransitionReason: masterDown, higherPriority, preempt, …). */
-  reason: string;
-  /** More about it when the machine says (e.g. the advert that made this node yield). */
-  detail?: string;
-  at: string;
-}
 
 /** The ring of state changes and the master heard now. */
 export class ElectionHistory {

@@ -29,7 +29,7 @@
  * (nft, conntrack) are not the service's main process and must not speak for it.
  */
 import { notify } from '../native.js';
-import type { Logger } from './log.js';
+import type { Logger } from '../log/log.js';
 import type { StatusDocument } from './status.js';
 
 /** The service manager the agent reports to: where, and the watchdog it expects. */

@@ -9,14 +9,22 @@ import type { DataplaneStatus } from '../dataplane/controller.js';
 import type { VrrpState } from '../vrrp/state.js';
 import type { LocalDataplaneStatus } from '../dataplane/local.js';
 import type { BackendCertificate } from '../health/certificates.js';
-import type { TransitionRecord } from './history.js';
-
-export type { TransitionRecord };
 import type { BgpStatus } from '../bgp/speaker.js';
 import type { ForeignFirewallStatus } from '../check/watch.js';
 
 /** User-facing state names: the RFC's Active is "master" to operators, Initialize is "init". */
 export type StatusState = 'init' | 'backup' | 'master' | 'fault';
+
+/** One state change, as /status reports it. `at`: ISO 8601 wall clock. */
+export interface TransitionRecord {
+  from: StatusState;
+  to: StatusState;
+  /** The machine's reason (state.ts TransitionReason: masterDown, higherPriority, preempt, …). */
+  reason: string;
+  /** More about it when the machine says (e.g. the advert that made this node yield). */
+  detail?: string;
+  at: string;
+}
 
 /** The RFC 9568 state as operators name it. */
 export function statusState(s: VrrpState): StatusState {

@@ -42,7 +42,7 @@
  *    deployment that really is a first-hop router.
  */
 import { addressFamily, addressToBytes } from '../net/address.js';
-import { internetChecksum } from '../vrrp/packet.js';
+import { internetChecksum } from '../net/checksum.js';
 
 const BROADCAST_MAC = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
 /** ff02::1 and its Ethernet multicast MAC 33:33 + the low 32 bits (RFC 2464 §7). */

@@ -32,7 +32,7 @@ import { AdvertAuth } from './auth.js';
 import { FILTER_WARNINGS, filterAdvert, type ReceivedAdvert } from './filters.js';
 import { openNativeEdge, type OpenEdge, type VrrpEdge } from './edge.js';
 import type { AdvertPacerStats, PacedAdvert } from '../native.js';
-import { RateLimitedLog } from '../observe/ratelimit.js';
+import { RateLimitedLog } from '../log/ratelimit.js';
 
 /** Everything the engine needs, already resolved and validated by the main thread (structured-clone safe). */
 export interface EngineOptions {
@@ -321,9 +321,10 @@ export type EngineEvent =
   | { type: 'interfaceGone'; ifname: string }
   /**
    * A Backup heard a new Active router (another source than the last one; not a resign): the
-   * agent tells whether it is one of the known members (agent/election.ts).
+   * agent tells whether it is one of the known members (agent/election.ts). `preempting`: its
+   * priority is lower and this Backup will take over (MachineSnapshot.preempting).
    */
-  | { type: 'master'; address: string; priority: number; previous: string | null }
+  | { type: 'master'; address: string; priority: number; previous: string | null; preempting: boolean }
   /**
    * An exception escaped the engine's own processing (a timer, a packet, a netlink
    * notification): its state can no longer be trusted; the agent unwinds and exits.
@@ -425,7 +426,7 @@ export class VrrpEngine {
   private readonly preciseWait: ((ms: number) => void) | null;
   /** The last encoded advert (no auth) and what it was encoded from: an Active sends the same bytes every interval. */
   private advertCache: { priority: number; intervalCs: number; vips: readonly string[]; destination: string; pkt: Buffer }[] = [];
-  /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (observe/ratelimit.ts). */
+  /** Lines that can repeat per advert, per peer or per frame: the first, then one per window with the count (log/ratelimit.ts). */
   private readonly limited: RateLimitedLog;
   private readonly counters: EngineCounters = {
     advertsSent: 0,
@@ -607,7 +608,7 @@ export class VrrpEngine {
     try {
       checkReconfigure(machinePatch, o.owner);
     } catch (err) {
-      throw new Error((err as Error).message);
+      throw new Error((err as Error).message, { cause: err });
     }
     // checked: from here on nothing throws
     const added = vips !== undefined && !o.owner ? vips.filter((v) => !o.vips.includes(v)) : [];
@@ -775,7 +776,7 @@ export class VrrpEngine {
     }
     this.seenIntervalCs = adopted;
     if (ev.source !== this.seenMaster) {
-      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster });
+      this.emit({ type: 'master', address: ev.source, priority: ev.priority, previous: this.seenMaster, preempting: s.preempting });
       this.seenMaster = ev.source;
     }
   }

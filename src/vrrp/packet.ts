@@ -43,6 +43,7 @@
  * always uses the destination it is given; a caller talking to such a peer passes 224.0.0.18.
  */
 import { addressFamily, addressToBytes, bytesToAddress, type AddressFamily } from '../net/address.js';
+import { internetChecksum } from '../net/checksum.js';
 
 export type { AddressFamily } from '../net/address.js';
 
@@ -129,30 +130,6 @@ export const MAX_IP_PACKET = 1500;
 
 const IP_HEADER_LENGTH: Record<AddressFamily, number> = { 4: 20, 6: 40 };
 const ADDRESS_LENGTH: Record<AddressFamily, number> = { 4: 4, 6: 16 };
-
-/**
- * The RFC 1071 Internet checksum of the concatenation of `parts`: the 16-bit one's complement of
- * the one's complement sum of its big-endian 16-bit words (an odd total length is padded with one
- * zero byte at the end).
- *
- * Computing it over data whose checksum field is already filled in gives 0 when that field is right.
- * @param parts byte strings, summed as if concatenated (odd-length parts are handled).
- * @returns the checksum, 0..0xffff, to be written big-endian.
- */
-export function internetChecksum(...parts: Uint8Array[]): number {
-  let sum = 0;
-  let high = true; // whether the next byte is the high half of a word, across part boundaries
-  for (const part of parts) {
-    for (let i = 0; i < part.length; i++) {
-      sum += high ? part[i]! * 256 : part[i]!;
-      high = !high;
-    }
-    // fold now and then so the number stays exact however long the input
-    if (sum > 0xffffffff) sum = (sum % 0x10000) + Math.floor(sum / 0x10000);
-  }
-  while (sum > 0xffff) sum = (sum % 0x10000) + Math.floor(sum / 0x10000);
-  return ~sum & 0xffff;
-}
 
 /**
  * The pseudo-header a VRRP checksum covers, or an empty buffer when it covers none.

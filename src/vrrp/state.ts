@@ -260,6 +260,12 @@ export interface MachineSnapshot {
   since: number;
   /** Not a member of the group: held in Backup (MachineEvent `standby`). */
   standby: boolean;
+  /**
+   * A Backup (a member) with Preempt_Mode on whose Active router has a lower priority than its
+   * own: it takes over when its Master_Down_Timer fires (RFC 9568 §6.4.2), at once or after its
+   * preempt hold or delay ends (until then it accepts that router's adverts).
+   */
+  preempting: boolean;
   /** Adverts of other Active routers heard while this router was Active (see {@link OtherMastersHeard}). */
   otherMasters: OtherMastersHeard;
 }
@@ -432,6 +438,7 @@ export class VrrpMachine {
       masterDownIntervalMs: masterDownIntervalMs(this.effective, this.masterAdverIntervalCs),
       since: this.enteredAt,
       standby: this.standingBy,
+      preempting: this.current === 'backup' && this.cfg.preempt && !this.standingBy && this.masterPriority !== null && this.masterPriority > 0 && this.masterPriority < this.effective,
       otherMasters: {
         adverts: { ...this.otherAdverts },
         last: this.otherLast === null ? null : { ...this.otherLast },

@@ -21,7 +21,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
 import { compiledScript } from '../../lab/lab.js';
 import { agentConfig, cliPath, LabAgent, runAgent } from '../../lab/cluster.js';
-import { SYSLOG_LEVELS } from '../../src/observe/log.js';
+import { SYSLOG_LEVELS } from '../../src/log/log.js';
 import { INTERNAL_ERROR_MSG } from '../../src/observe/contain.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 

@@ -51,7 +51,7 @@ describe.skipIf(needs('root'))('the agent exits after a clean stop (root; skippe
       const at = out.lastIndexOf('"msg":"stopped"');
       expect(at).toBeGreaterThan(-1);
       // no message follows it (all of them shown when one does: the log is written in order,
-      // the last lines before the exit included; observe/log.ts logWritten)
+      // the last lines before the exit included; log/log.ts logWritten)
       expect(out.slice(at + 1).match(/"msg":"[^"]*"/g) ?? []).toEqual([]);
       expect(out.match(BATCH)?.length ?? 0).toBeGreaterThan(0);
       expect(out.match(CONCURRENT)?.length ?? 0).toBeLessThanOrEqual(boot);

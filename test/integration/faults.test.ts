@@ -6,7 +6,6 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { Lab, compiledScript } from '../../lab/lab.js';
 import { blockVrrp, startAgent, startLongconn, waitForHolder, type LabAgent } from '../../lab/cluster.js';

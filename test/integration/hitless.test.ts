@@ -145,7 +145,8 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
           const h = hanging[0]!;
           console.log(`[hitless debug] ${JSON.stringify(h)}`);
           for (const n of lab.nodes) {
-            const all = (await lab.exec(n.netns, ['sh', '-c', `conntrack -L 2>/dev/null | grep -w ${h.port}; for d in /run/ballast/conntrackd-*; do conntrackd -C $d/conntrackd.conf -e 2>/dev/null | grep -w ${h.port}; done`], { allowFail: true })).stdout;
+            // this node's kernel, then its own conntrackd's external cache (its directory is named by its network namespace)
+            const all = (await lab.exec(n.netns, ['sh', '-c', `conntrack -L 2>/dev/null | grep -w ${h.port}; echo "external cache:"; conntrackd -C /run/ballast/conntrackd-$(stat -L -c %i /proc/self/ns/net)-eth0-vrid51/conntrackd.conf -e 2>/dev/null | grep -w ${h.port}`], { allowFail: true })).stdout;
             console.log(`[hitless debug] ${n.name}:\n${all}`);
           }
           for (const a of started) console.log(`[hitless debug] ${a.node.name} log: ${a.logLines().filter((l) => /connection sync|conntrack|state change/.test(String(l.msg))).map((l) => `${String(l.time).slice(11)} ${String(l.msg)} ${JSON.stringify({ entries: l.entries, to: l.to, durationMs: l.durationMs })}`).join('\n')}`);

@@ -28,7 +28,7 @@ const SLACK_MS = 40;
 
 describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root; skipped otherwise)', () => {
   let lab!: Lab;
-  const { agents, start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 }, (l) => (lab = l));
+  const { start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 }, (l) => (lab = l));
   const hook = (ms: number): Record<string, string> => ({ NODE_OPTIONS: `--import ${pathToFileURL(compiledScript('block-main-thread')).href}`, BALLAST_TEST_BLOCK_MS: String(ms) });
 
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;

@@ -14,7 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, runProber, compiledScript, onJsonLines, packageRoot, type LabNode, type LabProcess, type ProbeResult, type Summary } from '../../lab/lab.js';
 import { restoreNodes, startLongconn } from '../../lab/cluster.js';
 import { startNginx } from '../../lab/peers/nginx.js';
-import type { LongconnEvent, LongconnResult, LongconnSummary } from '../../lab/clients/longconn.js';
+import type { LongconnEvent } from '../../lab/clients/longconn.js';
 import type { ProxyDataplaneStatus } from '../../src/dataplane/proxy.js';
 import type { LocalBackend } from '../../src/dataplane/local.js';
 import { needs, sleep, startLab } from '../support/index.js';

@@ -23,7 +23,7 @@ import { cliPath } from '../../lab/cluster.js';
 import { needs, sleep } from '../support/index.js';
 import { SockLb } from '../../src/native.js';
 import { prng } from '../support/prng.js';
-import { leftoversOn, pinLockPath, startFullAgentLab, teardownFullAgentLab, processGroup } from '../support/leftovers.js';
+import { leftoversOn, startFullAgentLab, teardownFullAgentLab, processGroup } from '../support/leftovers.js';
 
 const PREFIX = 'bss';
 const SUBNET = 236;
@@ -64,8 +64,6 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
   });
   afterAll(() => teardownFullAgentLab({ lab, pinDir }));
 
-
-  const lockPath = (): string => pinLockPath(pinDir);
 
   /** What one run left behind, as a list of findings (empty: nothing). */
   const leftovers = (pgid: number): Promise<string[]> => leftoversOn(lab, lab.nodes[0]!, { pinDir, cgroup, pgids: [pgid] });

@@ -24,7 +24,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab, LabNode } from '../../lab/lab.js';
 import { packageRoot } from '../../lab/lab.js';
 import { resetElectionLab, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
-import { LOG_REPEAT_WINDOW_MS } from '../../src/observe/ratelimit.js';
+import { LOG_REPEAT_WINDOW_MS } from '../../src/log/ratelimit.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bui';

@@ -27,7 +27,7 @@ import { leftoversOn, pinLockPath, startFullAgentLab, teardownFullAgentLab } fro
 
 const PREFIX = 'bstk';
 const SUBNET = 239;
-/** The CLI's own stop deadline is 10 s (src/commands.ts): a later exit is a failure. */
+/** The CLI's own stop deadline is 10 s (src/commands/run.ts): a later exit is a failure. */
 const STOP_DEADLINE_MS = 10_000;
 const SIGTERM_AT_MS = 1500;
 /** dataplane.commandTimeout of this file's agents, ms: above SIGTERM_AT_MS, so the signal comes while the first apply hangs */

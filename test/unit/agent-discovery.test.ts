@@ -4,12 +4,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { feedElection, membersOf } from '../../src/agent/discovery.js';
-import { membershipOf } from '../../src/agent/membership.js';
+import { membershipOf } from '../../src/vrrp/membership.js';
 import type { ElectionPhase } from '../../src/agent/election.js';
 import { parseConfig, type Config } from '../../src/config/index.js';
 import type { SourcedBackend } from '../../src/discovery/index.js';
 import { parseHostPort } from '../../src/net/hostport.js';
-import type { Logger } from '../../src/observe/log.js';
+import type { Logger } from '../../src/log/log.js';
 
 const set = (...a: string[]): SourcedBackend[] => a.map((s) => ({ backend: parseHostPort(s), source: 'endpointslice' as const }));
 const logs: string[] = [];

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { CleanupStack } from '../../src/agent/stack.js';
 import { runPhase, StartAborted, throwIfAborted, type AgentContext } from '../../src/agent/phase.js';
-import type { Logger } from '../../src/observe/log.js';
+import type { Logger } from '../../src/log/log.js';
 
 function recorder(): { log: Logger; errors: [Record<string, unknown>, string][] } {
   const errors: [Record<string, unknown>, string][] = [];

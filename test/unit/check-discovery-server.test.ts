@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { discoveryServerResult } from '../../src/check/index.js';
 import { validateConfig } from '../../src/config/index.js';
-import { kubeconfigServer } from '../../src/discovery/kubeconfig.js';
+import { kubeconfigServer } from '../../src/config/kubeconfig.js';
 
 const kubeconfig = (server: string): string =>
   [

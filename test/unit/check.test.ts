@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { analyseIptablesSave, analyseNftRuleset, countForeignChains, findingKey, flowsFor } from '../../src/check/firewall.js';
-import { checkCommand, formatReport, judgeSpeakers, reservedInSubnet } from '../../src/check/index.js';
+import { judgeSpeakers, reservedInSubnet } from '../../src/check/index.js';
+import { checkCommand, formatReport } from '../../src/commands/check.js';
 import { ConfigError } from '../../src/errors.js';
 import { vi } from 'vitest';
 import { arpClaim, arpProbeFrame, dadSolicitationFrame, ndClaim, neighborDiscoveryFilter, parseVrrpFrame, vrrpFilter } from '../../src/check/probe.js';
@@ -17,7 +18,7 @@ import { parseConfig } from '../../src/config/index.js';
 import { fixturePath, readPcap } from '../support/pcap.js';
 import { ForeignFirewallWatch } from '../../src/check/watch.js';
 import type { Executor } from '../../src/dataplane/apply.js';
-import type { Logger } from '../../src/observe/log.js';
+import type { Logger } from '../../src/log/log.js';
 import { waitFor } from '../../lab/wait.js';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'nft');

@@ -1,12 +1,12 @@
 /**
- * `ballast cleanup`'s withdrawal in mode: bgp (withdrawBgp, src/agent/cleanup.ts) against the
+ * `ballast cleanup`'s withdrawal in mode: bgp (withdrawBgp, src/commands/cleanup.ts) against the
  * fake control socket: ballast's own snippet rewritten disabled, `configure` and `disable`;
  * BIRD absent or a foreign configFile are notes; a second run finds nothing to do.
  */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { renderBirdConfig } from '../../src/bgp/bird.js';
-import { withdrawBgp, type CleanupReport } from '../../src/agent/cleanup.js';
+import { withdrawBgp, type CleanupReport } from '../../src/commands/cleanup.js';
 import { fakeBirdConfig, startFakeBird, type FakeBird } from '../support/fake-bird.js';
 
 const { dir, socket, configFile, config } = fakeBirdConfig('ballast-cleanup-bgp-');

@@ -7,7 +7,6 @@
  */
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import type { ConfigIssue } from '../../src/config/index.js';
 import { issuesOf, validateIssues } from '../support/config-issues.js';
 
 const ELECTION = { vrrp: { vrid: 51 }, vips: ['10.0.0.100'] };

@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { conntrackdPaths, parseConntrackdStats, renderConntrackdConfig, SYNC_GROUP_V4, SYNC_GROUP_V6, syncPort } from '../../src/dataplane/conntrackd.js';
 import { FlowTracker, type FlowEvent } from '../../src/health/passive.js';
+import { flushVip } from '../../src/dataplane/conntrack.js';
 
 // `conntrackd -s` of conntrack-tools 1.4.7 (Debian bookworm), whitespace as printed
 const STATS = `cache internal:
@@ -81,6 +82,23 @@ describe('renderConntrackdConfig', () => {
     expect(() => renderConntrackdConfig({ dir, ifname: 'eth0', ipv4: 'fd00::1', port: 3831 })).toThrow(/^ipv4: not an IPv4 address/);
     expect(() => syncPort(0)).toThrow(/^vrid must be an integer from 1 to 255/);
     expect(() => syncPort(256)).toThrow(TypeError);
+  });
+});
+
+describe('flushVip', () => {
+  it('deletes the flows to VIP:port, or only those in one TCP state; IPv6 canonical', async () => {
+    const calls: string[][] = [];
+    const exec = async (args: string[]) => {
+      calls.push(args);
+      return { code: 0, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted.\n' };
+    };
+    expect(await flushVip('10.0.0.100', 6443, { exec })).toBe(3);
+    await flushVip('fd00:0::100', 6443, { exec, state: 'TIME_WAIT' });
+    expect(calls).toStrictEqual([
+      ['-D', '-f', 'ipv4', '-p', 'tcp', '--orig-dst', '10.0.0.100', '--orig-port-dst', '6443'],
+      ['-D', '-f', 'ipv6', '-p', 'tcp', '--orig-dst', 'fd00::100', '--orig-port-dst', '6443', '--state', 'TIME_WAIT'],
+    ]);
+    await expect(flushVip('10.0.0.100', 0, { exec })).rejects.toThrow(/^port must be an integer from 1 to 65535/);
   });
 });
 

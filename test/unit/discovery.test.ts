@@ -9,7 +9,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStandin, type Standin } from '../../lab/apiserver-standin.js';
 import { appendChange, setDenial } from '../../lab/endpointslice-store.js';
 import { waitFor } from '../../lab/wait.js';
-import { BackendSet, clientCertificateExpiry, denialFix, denialOf, Discovery, readLastKnown, writeLastKnown, type DiscoveryLog } from '../../src/discovery/index.js';
+import { BackendSet, clientCertificateExpiry, denialFix, denialOf, Discovery, readLastKnown, writeLastKnown } from '../../src/discovery/index.js';
+import type { Log } from '../../src/log/log.js';
 import { formatHostPort, parseHostPort, type HostPort } from '../../src/net/hostport.js';
 import { kubeconfigText, makeTestPki, type TestPki } from '../support/tls.js';
 
@@ -98,7 +99,7 @@ describe('the last-known file', () => {
     expect(readLastKnown(join(dir, 'plain', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
     expect(readLastKnown(join(dir, 'plain', 'a', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
     const logged: [string, object][] = [];
-    const log: DiscoveryLog = { info: () => undefined, warn: (o, m) => logged.push([m, o]), error: (o, m) => logged.push([m, o]) };
+    const log: Pick<Log, 'info' | 'warn' | 'error'> = { info: () => undefined, warn: (o, m) => logged.push([m, o]), error: (o, m) => logged.push([m, o]) };
     const file = join(dir, 'plain', 'backends.json');
     const d = new Discovery({ credentials: { kind: 'inCluster' }, lastKnownFile: file, seed: [hp('10.0.0.11:6443')], readyBackends: () => [], defaultPort: 6443, log });
     expect(logged).toStrictEqual([['discovery: the last-known backend file cannot be used; ignored', { file, reason: `its directory ${join(dir, 'plain')} is not a directory` }]]);
@@ -119,7 +120,7 @@ describe('Discovery waiting for its kubeconfig', () => {
     const path = join(dir, 'admin.conf');
     const logged: [string, string, Record<string, unknown>][] = [];
     const at = (level: string) => (o: object, m: string) => void logged.push([level, m, o as Record<string, unknown>]);
-    const log: DiscoveryLog = { info: at('info'), warn: at('warn'), error: at('error') };
+    const log: Pick<Log, 'info' | 'warn' | 'error'> = { info: at('info'), warn: at('warn'), error: at('error') };
     disc = new Discovery({ credentials: { kind: 'kubeconfig', path }, lastKnownFile: join(dir, 'backends.json'), seed: [hp('127.0.0.1:6443')], readyBackends: () => [], defaultPort: 6443, log, pollMs: 20 });
     disc.start();
     const errors = () => logged.filter(([l]) => l === 'error');
@@ -156,7 +157,7 @@ describe('Discovery against stand-in apiservers on loopback', () => {
   const standins = new Map<string, Standin>();
   let disc: Discovery | null = null;
   const logs: string[] = [];
-  const log: DiscoveryLog = { info: (_o, m) => logs.push(m), warn: (_o, m) => logs.push(`WARN ${m}`), error: (_o, m) => logs.push(`ERROR ${m}`) };
+  const log: Pick<Log, 'info' | 'warn' | 'error'> = { info: (_o, m) => logs.push(m), warn: (_o, m) => logs.push(`WARN ${m}`), error: (_o, m) => logs.push(`ERROR ${m}`) };
 
   beforeAll(() => {
     pki = makeTestPki(['127.0.0.1', '127.0.0.2', '127.0.0.3']);

@@ -126,15 +126,14 @@ class FakeKernel implements EbpfSys {
   attach(opts: SockLbOptions): EbpfMaps {
     if (this.failAttach) throw this.failAttach;
     this.attached.push(opts);
-    const k = this;
     return {
-      reused: k.reused,
-      setEndpoint: (endpoint, backends) => void k.endpoints.set(key(endpoint), { endpoint, backends: [...backends] }),
-      deleteEndpoint: (endpoint) => k.endpoints.delete(key(endpoint)),
-      readEndpoints: () => [...k.endpoints.values()],
-      setNetnsCookie: (cookie) => void (k.cookieSet = cookie),
-      reverse: (cookie) => k.reverseMap.get(cookie) ?? null,
-      close: () => void k.closed++,
+      reused: this.reused,
+      setEndpoint: (endpoint, backends) => void this.endpoints.set(key(endpoint), { endpoint, backends: [...backends] }),
+      deleteEndpoint: (endpoint) => this.endpoints.delete(key(endpoint)),
+      readEndpoints: () => [...this.endpoints.values()],
+      setNetnsCookie: (cookie) => void (this.cookieSet = cookie),
+      reverse: (cookie) => this.reverseMap.get(cookie) ?? null,
+      close: () => void this.closed++,
     };
   }
   detach(pinDir: string): number {

@@ -568,14 +568,33 @@ describe('what the engine tells the operator, once per change or rate-limited', 
         fields: { master: '10.0.0.11', masterAdverIntervalCs: 100, advertisementIntervalCs: 10, masterDownIntervalMs: masterDownIntervalMs(100, 100) },
       },
     ]);
-    expect(events.filter((x) => x.type === 'master')).toStrictEqual([{ type: 'master', address: '10.0.0.11', priority: 200, previous: null }]);
+    expect(events.filter((x) => x.type === 'master')).toStrictEqual([{ type: 'master', address: '10.0.0.11', priority: 200, previous: null, preempting: false }]);
     // another master with our interval: a new master, and the interval is ours again
     edge.inputs.packet(advertFrom('10.0.0.13', 220, 10));
-    expect(events.filter((x) => x.type === 'master').at(-1)).toStrictEqual({ type: 'master', address: '10.0.0.13', priority: 220, previous: '10.0.0.11' });
+    expect(events.filter((x) => x.type === 'master').at(-1)).toStrictEqual({ type: 'master', address: '10.0.0.13', priority: 220, previous: '10.0.0.11', preempting: false });
     expect(logs('the master advertises our advertisement interval again')).toStrictEqual([{ master: '10.0.0.13', masterAdverIntervalCs: 10, advertisementIntervalCs: 10, masterDownIntervalMs: Math.round(masterDownIntervalMs(100, 10) * 1000) / 1000 }]);
     // a resign (priority 0) is not a new master
     edge.inputs.packet(advertFrom('10.0.0.13', 0, 10));
     expect(events.filter((x) => x.type === 'master')).toHaveLength(2);
+    await e.stop();
+  });
+
+  it('a new master of a lower priority is an event with preempting: this Backup discards its adverts and will take over (§6.4.2)', async () => {
+    const e = await start();
+    edge.inputs.packet(advertFrom('10.0.0.14', 50, 10));
+    expect(events.filter((x) => x.type === 'master')).toStrictEqual([{ type: 'master', address: '10.0.0.14', priority: 50, previous: null, preempting: true }]);
+    expect(e.status().state).toBe('backup');
+    await e.stop();
+  });
+
+  it('while its preemption is held (first verdicts not in) a lower-priority master is still one it will preempt; a higher one is not', async () => {
+    const e = await start({ preemptHoldAtStart: true });
+    edge.inputs.packet(advertFrom('10.0.0.14', 50, 10));
+    edge.inputs.packet(advertFrom('10.0.0.15', 150, 10));
+    expect(events.filter((x) => x.type === 'master').map((x) => x.type === 'master' && [x.address, x.preempting])).toStrictEqual([
+      ['10.0.0.14', true],
+      ['10.0.0.15', false],
+    ]);
     await e.stop();
   });
 });

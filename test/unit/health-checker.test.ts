@@ -351,18 +351,18 @@ describe('HealthChecker: setBackends and stop', () => {
     checker.start();
     await clock.advance(3_000); // checks at 500, 1500: fall 2, down
     expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'down', left: 0, returned: 0 });
-    const B2_ = (l: readonly { address?: string; backend?: { host: string } }[]) => l.filter((b) => b.address === '10.0.0.12:6443' || b.backend?.host === '10.0.0.12');
+    const b2Rows = (l: readonly { address?: string; backend?: { host: string } }[]) => l.filter((b) => b.address === '10.0.0.12:6443' || b.backend?.host === '10.0.0.12');
     for (let i = 1; i <= 3; i++) {
       checker.setBackends([B1]);
       // out: nothing is sent to it and nothing checks it, but it is remembered as it was
-      expect(B2_(checker.snapshot())).toStrictEqual([]);
-      expect(B2_(checker.verdicts())).toStrictEqual([]);
+      expect(b2Rows(checker.snapshot())).toStrictEqual([]);
+      expect(b2Rows(checker.verdicts())).toStrictEqual([]);
       expect(checker.departed()).toStrictEqual([
         expect.objectContaining({ address: '10.0.0.12:6443', state: 'down', reason: 'ECONNREFUSED', left: i, returned: i - 1, leftAt: new Date(clock.now()).toISOString(), keptUntil: new Date(clock.now() + RETAIN_REMOVED_MS).toISOString() }),
       ]);
       const calls = fake.calls.length;
       await clock.advance(5_000);
-      expect(fake.calls.filter((c) => c.address === '10.0.0.12:6443').length).toBe(B2_(fake.calls.slice(0, calls)).length);
+      expect(fake.calls.filter((c) => c.address === '10.0.0.12:6443').length).toBe(b2Rows(fake.calls.slice(0, calls)).length);
       checker.setBackends([B1, B2]);
       // back: down and dead at once (not unknown), checked again from its next offset
       expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'down', left: i, returned: i });

@@ -1,5 +1,5 @@
 /**
- * The logger's journal priorities (observe/log.ts): with stdout the journal, each line starts with
+ * The logger's journal priorities (log/log.ts): with stdout the journal, each line starts with
  * the `<N>` syslog level of its pino level (fatal 2, error 3, warn 4, info 6, debug and trace 7);
  * otherwise lines are plain JSON. Whether stdout is the journal: JOURNAL_STREAM = dev:ino of fd 1.
  */
@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
 import pino from 'pino';
-import { createLogger, logWritten, stdoutIsJournal, SYSLOG_LEVELS, withSyslogPrefix } from '../../src/observe/log.js';
+import { createLogger, logWritten, stdoutIsJournal, SYSLOG_LEVELS, withSyslogPrefix } from '../../src/log/log.js';
 
 /** A logger at trace writing into an array of lines. */
 function capture(journal: boolean): { lines: string[]; log: ReturnType<typeof createLogger> } {

@@ -29,7 +29,7 @@ import { exitCodeOf, isBallastError } from '../../src/errors.js';
 import { AGENT_CAPABILITIES, AGENT_CAPABILITIES_EBPF_FREE } from '../../src/manifest/capabilities.js';
 import { IMAGE_NAME, imageRefProblem } from '../../src/manifest/image.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
-import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/manifest/cli.js';
+import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/commands/manifest.js';
 import { daemonSet, kubeconfigReferences, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
 import { validateBuiltin, validateKubeadmConfigPart, validateKubeadmControlPlane } from '../support/kubernetes-schema.js';
 
@@ -315,13 +315,16 @@ describe('--output: written atomically', () => {
 });
 
 describe('the command line', () => {
-  /** Runs `ballast manifest ARGS` in-process: the exit status (as commands.ts computes it), stdout, stderr. */
+  /** Runs `ballast manifest ARGS` in-process: the exit status (as commands/index.ts computes it), stdout, stderr. */
   async function manifest(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
     let out = '';
     let errText = '';
     let result: Promise<number> = Promise.resolve(-1);
     const program = new Command().exitOverride().configureOutput({ writeOut: () => undefined, writeErr: () => undefined });
-    addManifestCommand(program, (r) => (result = r), '9.9.9', { stdout: (s) => (out += s), stderr: (s) => (errText += s) });
+    const keep = (r: Promise<number>): void => {
+      result = r;
+    };
+    addManifestCommand(program, keep, '9.9.9', { stdout: (s) => (out += s), stderr: (s) => (errText += s) });
     await program.parseAsync(['node', 'ballast', 'manifest', ...args]);
     const code = await result.catch((e: unknown) => {
       if (e instanceof ConfigError) errText += e.format();

@@ -1,10 +1,10 @@
 /**
- * Who is in the VRRP group (src/agent/membership.ts): the unicast send list and the acceptFrom
+ * Who is in the VRRP group (src/vrrp/membership.ts): the unicast send list and the acceptFrom
  * members, from the config, this node's own addresses and what discovery found.
  */
 import { describe, expect, it } from 'vitest';
 import { validateConfig } from '../../src/config/index.js';
-import { membershipOf, sameMembership } from '../../src/agent/membership.js';
+import { membershipOf, sameMembership } from '../../src/vrrp/membership.js';
 import { isStranger, knownNodes } from '../../src/agent/election.js';
 
 const config = (vrrp: Record<string, unknown>, backends: string[] = ['10.0.0.11:6443', '10.0.0.12:6443', '10.0.0.13:6443'], vips = ['10.0.0.100']) =>

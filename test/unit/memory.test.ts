@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { MemoryRelease, RELEASE_DELAY_MS } from '../../src/agent/memory.js';
 import { releaseMemory } from '../../src/native.js';
-import type { Logger } from '../../src/observe/log.js';
+import type { Logger } from '../../src/log/log.js';
 
 const rssFileKiB = (): number => Number(/^RssFile:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'))![1]);
 

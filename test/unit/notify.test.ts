@@ -4,7 +4,7 @@
  * datagrams on a real socket from a lab agent: test/integration/notify.test.ts.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { Logger } from '../../src/observe/log.js';
+import type { Logger } from '../../src/log/log.js';
 import { createNotifier, monotonicUsec, notifyMessage, serviceManagerFromEnv, statusLine, STATUS_REFRESH_MS, type NotifierDeps } from '../../src/observe/notify.js';
 import type { ElectionStatusDocument, EndpointOnlyStatusDocument, StatusDocument } from '../../src/observe/status.js';
 import type { BackendHealth } from '../../src/health/checker.js';

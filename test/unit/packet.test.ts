@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { internetChecksum } from '../../src/net/checksum.js';
 import {
   decodeAdvertisement,
   encodeAdvertisement,
-  internetChecksum,
   MAX_ADVER_INT_CS,
   VRRP_MULTICAST_V4,
   VRRP_MULTICAST_V6,

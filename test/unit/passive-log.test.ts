@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { passiveVerdictHandler, PASSIVE_DEAD_MESSAGE } from '../../src/agent/health.js';
 import type { PassiveVerdict } from '../../src/health/passive.js';
-import { LOG_REPEAT_WINDOW_MS, RateLimitedLog } from '../../src/observe/ratelimit.js';
+import { LOG_REPEAT_WINDOW_MS, RateLimitedLog } from '../../src/log/ratelimit.js';
 import type { HostPort } from '../../src/net/hostport.js';
 
 const n2: HostPort = { host: '10.78.170.12', port: 6443, family: 4 };

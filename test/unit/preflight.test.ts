@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/index.js';
-import { acquireInstanceLock, bgpInterface, checkBgpConfigFile, ElectionLocks, resolveInterface } from '../../src/agent/preflight.js';
+import { acquireInstanceLock, ElectionLocks } from '../../src/host/locks.js';
+import { bgpInterface, checkBgpConfigFile, resolveInterface } from '../../src/agent/preflight.js';
 import { renderBirdConfig, SNIPPET_HEADER } from '../../src/bgp/bird.js';
 import type { InterfaceAddress, InterfaceInfo } from '../../src/vip/netlink.js';
 

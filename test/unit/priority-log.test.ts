@@ -7,7 +7,7 @@ import { startPriority } from '../../src/agent/priority.js';
 import type { AgentContext } from '../../src/agent/phase.js';
 import { parseConfig } from '../../src/config/index.js';
 import type { BackendHealth, HealthChecker } from '../../src/health/checker.js';
-import type { Logger } from '../../src/observe/log.js';
+import type { Logger } from '../../src/log/log.js';
 import type { InterfaceInfo } from '../../src/vip/netlink.js';
 import type { VrrpHost } from '../../src/vrrp/host.js';
 

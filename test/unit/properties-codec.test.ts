@@ -8,10 +8,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { bytesToAddress } from '../../src/net/address.js';
+import { internetChecksum } from '../../src/net/checksum.js';
 import {
   decodeAdvertisement,
   encodeAdvertisement,
-  internetChecksum,
   pseudoHeader,
   type Advertisement,
   type ChecksumMode,

@@ -5,7 +5,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ProxyListenError, ProxyLocalDataplane, type ProxyLog } from '../../src/dataplane/proxy.js';
+import { ProxyListenError, ProxyLocalDataplane } from '../../src/dataplane/proxy.js';
+import type { Log } from '../../src/log/log.js';
 import type { LocalBackend } from '../../src/dataplane/local.js';
 import { waitFor } from '../support/index.js';
 
@@ -13,7 +14,7 @@ import { waitFor } from '../support/index.js';
 const until = (what: string, check: () => boolean, timeoutMs = 2000): Promise<unknown> => waitFor(check, { timeoutMs, intervalMs: 5, what });
 
 /** A log that records every line. */
-function recordingLog(): ProxyLog & { lines: { level: string; o: Record<string, unknown>; m: string }[] } {
+function recordingLog(): Pick<Log, 'info' | 'warn' | 'error'> & { lines: { level: string; o: Record<string, unknown>; m: string }[] } {
   const lines: { level: string; o: Record<string, unknown>; m: string }[] = [];
   const at = (level: string) => (o: object, m: string) => void lines.push({ level, o: o as Record<string, unknown>, m });
   return { lines, info: at('info'), warn: at('warn'), error: at('error') };

@@ -1,9 +1,9 @@
 /**
- * The log rate limiter (src/observe/ratelimit.ts) on a fake clock: per key the first line, then
+ * The log rate limiter (src/log/ratelimit.ts) on a fake clock: per key the first line, then
  * one summary line per window with the count, and quiet keys forgotten.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { RateLimitedLog, repeatedMessage, type RateLimitedLevel } from '../../src/observe/ratelimit.js';
+import { RateLimitedLog, repeatedMessage, type RateLimitedLevel } from '../../src/log/ratelimit.js';
 
 type Line = { level: RateLimitedLevel; fields: Record<string, unknown>; msg: string };
 

@@ -196,7 +196,7 @@ describe('Reconciler', () => {
     expect(source.listenerCount('verdict')).toBe(1);
     await r.sync();
     expect(plane.log).toStrictEqual([`apply ready=- draining=- unknown=${B2}`, `reset ${B1} refused`]);
-    unfollow();
+    await unfollow();
     expect(source.listenerCount('verdict')).toBe(0);
     source.judge(verdict(B2, 'up'));
     await settle();

@@ -1,12 +1,12 @@
 /**
  * The reload's admin and command side, without an agent: POST /reload (src/observe/admin.ts),
- * what `ballast reload` prints and exits with (src/commands.ts), the reload metrics and the
+ * what `ballast reload` prints and exits with (src/commands/reload.ts), the reload metrics and the
  * status line, and the problem lines shared with `ballast validate`.
  */
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { formatReload, postReload, reloadAddress } from '../../src/commands.js';
+import { formatReload, postReload, reloadAddress } from '../../src/commands/reload.js';
 import { parseConfig } from '../../src/config/index.js';
 import { ConfigError } from '../../src/errors.js';
 import { ReloadUnavailable, startAdmin } from '../../src/observe/admin.js';

@@ -14,6 +14,7 @@
  * logger: lines go to the function given (pino's methods, or the engine's events).
  */
 import { performance } from 'node:perf_hooks';
+import type { Log } from './log.js';
 
 /** The window of {@link RateLimitedLog} unless told otherwise, ms. */
 export const LOG_REPEAT_WINDOW_MS = 10_000;
@@ -170,6 +171,6 @@ export class RateLimitedLog {
 }
 
 /** A sink writing to a pino logger (or anything with pino's level methods). */
-export function pinoSink(log: Record<RateLimitedLevel, (fields: object, msg: string) => void>): LogSink {
+export function pinoSink(log: Pick<Log, RateLimitedLevel>): LogSink {
   return (level, fields, msg) => log[level](fields, msg);
 }

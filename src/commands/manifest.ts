@@ -19,12 +19,12 @@ import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
 import type { Config, ConfigNote } from '../config/index.js';
 import { ConfigError, createError } from '../errors.js';
-import { defaultImage as imageOf, imageRefProblem } from './image.js';
-import { DEFAULT_CONFIG_PATH, systemdUnit, unitPathOk } from './systemd.js';
+import { defaultImage as imageOf, imageRefProblem } from '../manifest/image.js';
+import { DEFAULT_CONFIG_PATH, systemdUnit, unitPathOk } from '../manifest/systemd.js';
 
 /** What the subcommands need, loaded when one runs (the CLI's other commands start without the
  * configuration schema and the YAML printer). */
-const parts = (): Promise<[typeof import('../config/index.js'), typeof import('./kubernetes.js')]> => Promise.all([import('../config/index.js'), import('./kubernetes.js')]);
+const parts = (): Promise<[typeof import('../config/index.js'), typeof import('../manifest/kubernetes.js')]> => Promise.all([import('../config/index.js'), import('../manifest/kubernetes.js')]);
 
 /** The file operations writeAtomic uses (node:fs by default; tests make one fail). */
 export interface AtomicWriteOps {
@@ -193,7 +193,7 @@ interface CommonOptions {
 /**
  * Adds the `manifest` command and its four subcommands to `program` (they inherit its settings:
  * exitOverride, help after an error).
- * @param run receives each invocation's result (the exit status), as commands.ts runs them.
+ * @param run receives each invocation's result (the exit status), as commands/index.ts runs them.
  * @param version the package version, for the default image `localhost/ballast:<version>`.
  */
 export function addManifestCommand(program: Command, run: (result: Promise<number>) => void, version: string, io: ManifestIo = PROCESS_IO): Command {
@@ -208,7 +208,7 @@ export function addManifestCommand(program: Command, run: (result: Promise<numbe
     return c.option('-o, --output <file>', 'write this file atomically instead of stdout');
   };
   /** The pod-running manifests: the image, the configuration (and the files its kubeconfig names), then `render`. */
-  const workload = (title: string, render: (k: typeof import('./kubernetes.js'), config: Config, opts: { configPath: string; image: string; kubeconfigFiles?: string[] }, configFile: string) => object[]) =>
+  const workload = (title: string, render: (k: typeof import('../manifest/kubernetes.js'), config: Config, opts: { configPath: string; image: string; kubeconfigFiles?: string[] }, configFile: string) => object[]) =>
     (o: CommonOptions): void => {
       run(
         parts().then(([cfg, k]) => {

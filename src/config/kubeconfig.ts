@@ -1,7 +1,7 @@
 /**
  * What the credentials files must hold, checked without @kubernetes/client-node (importing it
  * takes seconds): `ballast validate` and loadConfig use {@link kubeconfigProblem} on the
- * kubeconfig's text, and credentials.ts runs the same check before handing the text to the client.
+ * kubeconfig's text, and discovery/credentials.ts runs the same check before handing the text to the client.
  */
 import { parseDocument } from 'yaml';
 

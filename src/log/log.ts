@@ -19,6 +19,18 @@ import { pino, type Level, type Logger, type LevelWithSilent } from 'pino';
 
 export type { Logger };
 
+/**
+ * What a part of ballast logs through: pino's calling convention, the fields first, then the
+ * message. The agent's pino {@link Logger} is one; tests pass a recorder. A part that writes
+ * only some levels takes `Pick<Log, 'info' | 'warn'>`, so a fake needs only those.
+ */
+export interface Log {
+  debug(fields: object, msg: string): void;
+  info(fields: object, msg: string): void;
+  warn(fields: object, msg: string): void;
+  error(fields: object, msg: string): void;
+}
+
 /** The syslog level (RFC 5424 severity, sd-daemon(3)'s `<N>`) of each pino level. */
 export const SYSLOG_LEVELS: Readonly<Record<Level, number>> = { fatal: 2, error: 3, warn: 4, info: 6, debug: 7, trace: 7 };
 

@@ -28,7 +28,7 @@ import { NftablesApplier } from '../dataplane/apply.js';
 import { announceCommand, BirdControl, BirdError, configure, foreignSnippet, renderBirdConfig, vipProtocol, writeSnippet } from '../bgp/bird.js';
 import { DEFAULT_PIN_DIR, LOCK_DIR, lockPinDir, nativeEbpfSys } from '../dataplane/ebpf.js';
 import { listInterfaces, openRtnl, removeVips } from '../vip/netlink.js';
-import { acquireTableLock, acquireVipLock } from './preflight.js';
+import { acquireTableLock, acquireVipLock } from '../host/locks.js';
 
 /** What {@link cleanupNode} removed and what it could not, as lines for people. */
 export interface CleanupReport {
@@ -188,4 +188,30 @@ export async function withdrawBgp(config: Config, report: CleanupReport, timeout
 function tableExists(family: 4 | 6): boolean {
   const r = spawnSync('nft', ['list', 'table', family === 4 ? 'ip' : 'ip6', 'ballast'], { stdio: 'ignore', timeout: 5000 });
   return r.status === 0;
+}
+
+/**
+ * `ballast cleanup`: what an uninstall runs after the agent stopped (a stop is a restart and
+ * keeps the eBPF local endpoint serving). A configuration that cannot be read only costs its VIPs.
+ */
+export async function cleanup(o: { config?: string }): Promise<number> {
+  const { parseConfig } = await import('../config/index.js');
+  let config: Config | null = null;
+  if (o.config !== undefined) {
+    try {
+      // its files are not looked at: a missing CA or key must not stop an uninstall
+      config = parseConfig(readFileSync(o.config, 'utf8'), o.config);
+    } catch (err) {
+      process.stderr.write(`ballast cleanup: cannot use ${o.config} (${(err as Error).message.split('\n')[0]}); its VIPs are not removed\n`);
+    }
+  }
+  const r = await cleanupNode(config);
+  for (const line of r.removed) process.stdout.write(`removed ${line}\n`);
+  for (const line of r.notes) process.stderr.write(`ballast cleanup: ${line}\n`);
+  if (r.removed.length === 0 && r.inUse.length === 0 && r.failed.length === 0) process.stdout.write('nothing of ballast left on this node\n');
+  if (r.inUse.length > 0) {
+    throw createError('BALLAST_E_ALREADY_RUNNING', `a running ballast agent holds ${r.inUse.join(', ')}: left alone; stop the agent first`);
+  }
+  if (r.failed.length > 0) throw createError('BALLAST_E_BGP', `${r.failed.join('; ')} (the rest was removed)`);
+  return 0;
 }
