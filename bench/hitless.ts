@@ -250,7 +250,13 @@ async function startBallast(lab: Lab, extra: Record<string, unknown>): Promise<S
 async function startKeepalivedHaproxy(lab: Lab): Promise<Stack> {
   const kas = new Map<string, KeepalivedPeer>();
   const has = new Map<string, HaproxyPeer>();
-  const kopts = (i: number): KeepalivedOptions => ({ priority: PRIORITIES[i]!, advertIntervalS: ADVERT_MS / 1000, vrrpVersion: 3, vips: [`${lab.vip4}/32`], interface: 'eth0' });
+  const kopts = (i: number): KeepalivedOptions => ({
+    priority: PRIORITIES[i]!,
+    advertIntervalS: ADVERT_MS / 1000,
+    vrrpVersion: 3,
+    vips: [`${lab.vip4}/32`],
+    interface: 'eth0',
+  });
   const stack: Stack = {
     healthy: async (node) => {
       const h = has.get(node.name);
@@ -296,14 +302,18 @@ const DAEMON_COMMS = new Set(['node', 'ballast', 'conntrackd', 'keepalived', 'ha
 async function daemonPids(lab: Lab, node: LabNode): Promise<number[]> {
   const r = await lab.exec(lab.lan, ['ip', 'netns', 'pids', node.netns], { allowFail: true });
   const standin = lab.apiserver(node)?.pid;
-  return r.stdout.split(/\s+/).filter(Boolean).map(Number).filter((pid) => {
-    if (pid === standin) return false;
-    try {
-      return DAEMON_COMMS.has(readFileSync(`/proc/${pid}/comm`, 'utf8').trim());
-    } catch {
-      return false;
-    }
-  });
+  return r.stdout
+    .split(/\s+/)
+    .filter(Boolean)
+    .map(Number)
+    .filter((pid) => {
+      if (pid === standin) return false;
+      try {
+        return DAEMON_COMMS.has(readFileSync(`/proc/${pid}/comm`, 'utf8').trim());
+      } catch {
+        return false;
+      }
+    });
 }
 
 /** A sample of `pids` that tolerates one of them exiting meanwhile. */
@@ -362,8 +372,19 @@ async function runOnce(lab: Lab, system: System, event: EventKind, o: RunOptions
   const [n1, n2] = [lab.nodes[0]!, lab.nodes[1]!];
   const empty = summarizeFleet([]);
   const r: EventRun = {
-    run: o.run, system, event, open: 0, survived: empty, dead: empty, byNode: {}, vipMovedMs: null, newHolder: null,
-    newHolderCpuPercent: null, idle: null, loaded: null, fleetCpuPercent: null,
+    run: o.run,
+    system,
+    event,
+    open: 0,
+    survived: empty,
+    dead: empty,
+    byNode: {},
+    vipMovedMs: null,
+    newHolder: null,
+    newHolderCpuPercent: null,
+    idle: null,
+    loaded: null,
+    fleetCpuPercent: null,
   };
   const tag = `${system}-${event}-${o.run}`;
   let stack: Stack | undefined;
@@ -381,12 +402,26 @@ async function runOnce(lab: Lab, system: System, event: EventKind, o: RunOptions
       holder = n2;
     }
     const s = stack;
-    await waitFor(() => s.healthy(holder), (ok) => ok, { timeoutMs: 10_000, intervalMs: 100, what: `${holder.name}'s balancer to see every backend up` });
+    await waitFor(
+      () => s.healthy(holder),
+      (ok) => ok,
+      { timeoutMs: 10_000, intervalMs: 100, what: `${holder.name}'s balancer to see every backend up` },
+    );
     await forgetVip(lab);
     await stack.settled(holder);
     r.idle = await usageOver(lab, holder, o.sampleMs);
     const port = system === 'ballast' ? APISERVER_PORT : HAPROXY_PORT;
-    fleet = await startWatchFleet(lab, { url: `https://${lab.vip4}:${port}`, count: o.count, sources: SOURCES, openRate: OPEN_RATE, windowMs: o.windowMs, hangMs: HANG_MS, reopen: false, durationMs: 120_000, logFile: `fleet-${tag}.log` });
+    fleet = await startWatchFleet(lab, {
+      url: `https://${lab.vip4}:${port}`,
+      count: o.count,
+      sources: SOURCES,
+      openRate: OPEN_RATE,
+      windowMs: o.windowMs,
+      hangMs: HANG_MS,
+      reopen: false,
+      durationMs: 120_000,
+      logFile: `fleet-${tag}.log`,
+    });
     // a few connections that failed every attempt (a loaded machine) leave the run valid: the
     // window counts the connections open at the mark
     await fleet.waitOpen({ count: Math.ceil(o.count * MIN_OPEN_SHARE), timeoutMs: 90_000 });
@@ -474,45 +509,65 @@ export function figuresOf(event: EventKind, system: System, runs: EventRun[]): E
 }
 
 const pct = (x: number | null): string => (x === null ? '—' : `${(x * 100).toFixed(1)} %`);
-const ends = (e: Record<FleetEnd, number>): string => FLEET_ENDS.filter((k) => k !== 'kept' && e[k] > 0).map((k) => `${k} ${e[k]}`).join(', ') || '—';
+const ends = (e: Record<FleetEnd, number>): string =>
+  FLEET_ENDS.filter((k) => k !== 'kept' && e[k] > 0)
+    .map((k) => `${k} ${e[k]}`)
+    .join(', ') || '—';
 const num = (x: number | null, d = 0): string => (x === null ? '—' : x.toFixed(d));
 
 function printTable(rep: HitlessReport): void {
-  say(`| event | system | kept (backend survived) | stall p50 / p99 / max, ms | the others ended | … after, ms (p50 / max) | dead backend's ended | VIP moved, ms | new holder CPU, % |`);
+  say(
+    `| event | system | kept (backend survived) | stall p50 / p99 / max, ms | the others ended | … after, ms (p50 / max) | dead backend's ended | VIP moved, ms | new holder CPU, % |`,
+  );
   say('|---|---|---|---|---|---|---|---|---|');
   for (const f of rep.figures) {
     const keptCell = f.keptShare === null ? '—' : `${pct(f.keptShare)} (${f.kept}/${f.connections}${f.runs.length > 1 ? `, min ${pct(f.keptShareMin)}` : ''})`;
     const dead = f.event === 'linkdown' ? ends(f.deadEnded) : 'n/a';
-    say(`| ${EVENT_LABEL[f.event]} | ${SYSTEM_LABEL[f.system]} | ${keptCell} | ${num(f.stall.p50)} / ${num(f.stall.p99)} / ${num(f.stall.max)} | ${ends(f.ended)} | ${num(f.lostAt.p50)} / ${num(f.lostAt.max)} | ${dead} | ${num(f.vipMovedMs)} | ${num(f.newHolderCpuPercent, 1)} |`);
+    say(
+      `| ${EVENT_LABEL[f.event]} | ${SYSTEM_LABEL[f.system]} | ${keptCell} | ${num(f.stall.p50)} / ${num(f.stall.p99)} / ${num(f.stall.max)} | ${ends(f.ended)} | ${num(f.lostAt.p50)} / ${num(f.lostAt.max)} | ${dead} | ${num(f.vipMovedMs)} | ${num(f.newHolderCpuPercent, 1)} |`,
+    );
   }
   say();
   say('| system | idle RSS, MiB | idle CPU, % | under the connections RSS, MiB | under the connections CPU, % |');
   say('|---|---|---|---|---|');
   for (const s of SYSTEMS) {
     const u = rep.resources[s];
-    say(`| ${SYSTEM_LABEL[s]} | ${num(u.idle?.rssMiB ?? null, 1)} | ${num(u.idle?.cpuPercent ?? null, 1)} | ${num(u.loaded?.rssMiB ?? null, 1)} | ${num(u.loaded?.cpuPercent ?? null, 1)} |`);
+    say(
+      `| ${SYSTEM_LABEL[s]} | ${num(u.idle?.rssMiB ?? null, 1)} | ${num(u.idle?.cpuPercent ?? null, 1)} | ${num(u.loaded?.rssMiB ?? null, 1)} | ${num(u.loaded?.cpuPercent ?? null, 1)} |`,
+    );
   }
   say();
   const q = (x: number | null): string => (x === null ? '—' : `×${x.toFixed(2)}`);
   for (const e of EVENTS) {
     const ra = rep.ratios[e];
-    const [b, k] = [rep.figures.find((f) => f.event === e && f.system === 'ballast'), rep.figures.find((f) => f.event === e && f.system === 'keepalivedHaproxy')];
+    const [b, k] = [
+      rep.figures.find((f) => f.event === e && f.system === 'ballast'),
+      rep.figures.find((f) => f.event === e && f.system === 'keepalivedHaproxy'),
+    ];
     if (b === undefined || k === undefined) continue;
     // a ratio to nothing kept says nothing: then the two shares are printed instead
     const kept = k.keptShare === 0 ? `ballast keeps ${pct(b.keptShare)}, keepalived+haproxy none` : `kept share ${q(ra.keptShare)}`;
     say(`ratio ballast / keepalived+haproxy, ${EVENT_LABEL[e]}: ${kept}, stall p99 ${q(ra.stallP99)}`);
   }
   const b = rep.bounds;
-  say(`bounds (RFC 9568 §6.1, n2 at priority 100, ${ADVERT_MS} ms adverts): Master_Down_Interval ${b.masterDownIntervalMs.toFixed(1)} ms, Skew_Time ${b.skewTimeMs.toFixed(1)} ms; issue 29's stall p99 goal: ≤ ${b.goalStallAfterDeathMs.toFixed(0)} ms after a death, ≤ ${b.goalStallAfterHandoverMs.toFixed(0)} ms after a handover (+ 600 ms of the backends' retransmission backoff)`);
-  const failed = rep.figures.flatMap((f) => f.runs.filter((r) => r.error).map((r) => `${EVENT_LABEL[f.event]}, ${SYSTEM_LABEL[f.system]} #${r.run}: ${r.error}`));
+  say(
+    `bounds (RFC 9568 §6.1, n2 at priority 100, ${ADVERT_MS} ms adverts): Master_Down_Interval ${b.masterDownIntervalMs.toFixed(1)} ms, Skew_Time ${b.skewTimeMs.toFixed(1)} ms; issue 29's stall p99 goal: ≤ ${b.goalStallAfterDeathMs.toFixed(0)} ms after a death, ≤ ${b.goalStallAfterHandoverMs.toFixed(0)} ms after a handover (+ 600 ms of the backends' retransmission backoff)`,
+  );
+  const failed = rep.figures.flatMap((f) =>
+    f.runs.filter((r) => r.error).map((r) => `${EVENT_LABEL[f.event]}, ${SYSTEM_LABEL[f.system]} #${r.run}: ${r.error}`),
+  );
   for (const l of failed) say(`note: FAILED ${l}`);
 }
 
-const USAGE = 'usage: npm run bench:hitless [-- --runs N (1..10, default 3) --quick --json --count N --events sigkill,linkdown,sigterm,preempt,reload --systems ballast,keepalivedHaproxy --ballast-extra JSON]';
+const USAGE =
+  'usage: npm run bench:hitless [-- --runs N (1..10, default 3) --quick --json --count N --events sigkill,linkdown,sigterm,preempt,reload --systems ballast,keepalivedHaproxy --ballast-extra JSON]';
 
 function listArg<T extends string>(name: string, v: string | undefined, all: readonly T[]): T[] {
   if (v === undefined) return [...all];
-  const xs = v.split(',').map((s) => s.trim()).filter(Boolean);
+  const xs = v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const x of xs) if (!all.includes(x as T)) throw new TypeError(`--${name}: unknown ${JSON.stringify(x)} (one of ${all.join(', ')})`);
   if (xs.length === 0) throw new TypeError(`--${name} names none`);
   return xs as T[];
@@ -543,7 +598,8 @@ async function main(argv: string[]): Promise<number> {
     events = listArg('events', values.events, EVENTS);
     systems = listArg('systems', values.systems, SYSTEMS);
     ballastExtra = values['ballast-extra'] === undefined ? {} : (JSON.parse(values['ballast-extra']) as Record<string, unknown>);
-    if (typeof ballastExtra !== 'object' || ballastExtra === null || Array.isArray(ballastExtra)) throw new TypeError('--ballast-extra must be a JSON object (top-level config keys)');
+    if (typeof ballastExtra !== 'object' || ballastExtra === null || Array.isArray(ballastExtra))
+      throw new TypeError('--ballast-extra must be a JSON object (top-level config keys)');
   } catch (e) {
     process.stderr.write(`${errText(e)}\n${USAGE}\n`);
     return 2;
@@ -552,7 +608,10 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write('bench-hitless: needs root (network namespaces)\n');
     return 1;
   }
-  for (const [path, pkg] of [[KEEPALIVED_PATH, 'keepalived'], [HAPROXY_PATH, 'haproxy']] as const) {
+  for (const [path, pkg] of [
+    [KEEPALIVED_PATH, 'keepalived'],
+    [HAPROXY_PATH, 'haproxy'],
+  ] as const) {
     if (systems.includes('keepalivedHaproxy') && !existsSync(path)) {
       process.stderr.write(`bench-hitless: ${path} is missing (apt-get install ${pkg}, or npm run setup)\n`);
       return 1;
@@ -570,7 +629,9 @@ async function main(argv: string[]): Promise<number> {
     const kv = keepalivedVersion()?.join('.') ?? 'unknown';
     const hv = haproxyVersion()?.join('.') ?? 'unknown';
     const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-    say(`hitless-failover benchmark: ${count} TLS watches (an event every 200 ms each) from ${SOURCES} source addresses through the VIP; ballast vs keepalived ${kv} + haproxy ${hv}; ${runs} run(s); load ${loadStart.join(' ')}`);
+    say(
+      `hitless-failover benchmark: ${count} TLS watches (an event every 200 ms each) from ${SOURCES} source addresses through the VIP; ballast vs keepalived ${kv} + haproxy ${hv}; ${runs} run(s); load ${loadStart.join(' ')}`,
+    );
     await lab.startApiservers({ tickMs: 200 });
     await resetLab(lab);
     const results = new Map<string, EventRun[]>();
@@ -593,15 +654,27 @@ async function main(argv: string[]): Promise<number> {
     const figures = events.flatMap((e) => systems.map((s) => figuresOf(e, s, results.get(key(e, s)) ?? [])));
     const all = [...results.values()].flat().filter((r) => r.error === undefined);
     const usage = (s: System, f: (r: EventRun) => Usage | null): Usage | null => {
-      const us = all.filter((r) => r.system === s).map(f).filter((u): u is Usage => u !== null);
-      return us.length === 0 ? null : { processes: median(us.map((u) => u.processes))!, rssMiB: median(us.map((u) => u.rssMiB))!, cpuPercent: median(us.map((u) => u.cpuPercent))! };
+      const us = all
+        .filter((r) => r.system === s)
+        .map(f)
+        .filter((u): u is Usage => u !== null);
+      return us.length === 0
+        ? null
+        : { processes: median(us.map((u) => u.processes))!, rssMiB: median(us.map((u) => u.rssMiB))!, cpuPercent: median(us.map((u) => u.cpuPercent))! };
     };
-    const resources = Object.fromEntries(SYSTEMS.map((s) => [s, { idle: usage(s, (r) => r.idle), loaded: usage(s, (r) => r.loaded) }])) as HitlessReport['resources'];
+    const resources = Object.fromEntries(
+      SYSTEMS.map((s) => [s, { idle: usage(s, (r) => r.idle), loaded: usage(s, (r) => r.loaded) }]),
+    ) as HitlessReport['resources'];
     const fig = (e: EventKind, s: System): EventFigures | undefined => figures.find((f) => f.event === e && f.system === s);
-    const ratios = Object.fromEntries(EVENTS.map((e) => [e, {
-      keptShare: ratioOf(fig(e, 'ballast')?.keptShare ?? null, fig(e, 'keepalivedHaproxy')?.keptShare ?? null),
-      stallP99: ratioOf(fig(e, 'ballast')?.stall.p99 ?? null, fig(e, 'keepalivedHaproxy')?.stall.p99 ?? null),
-    }])) as HitlessReport['ratios'];
+    const ratios = Object.fromEntries(
+      EVENTS.map((e) => [
+        e,
+        {
+          keptShare: ratioOf(fig(e, 'ballast')?.keptShare ?? null, fig(e, 'keepalivedHaproxy')?.keptShare ?? null),
+          stallP99: ratioOf(fig(e, 'ballast')?.stall.p99 ?? null, fig(e, 'keepalivedHaproxy')?.stall.p99 ?? null),
+        },
+      ]),
+    ) as HitlessReport['ratios'];
     const mdi = masterDownIntervalMs(PRIORITIES[1], ADVERT_MS / 10);
     const skew = skewTimeMs(PRIORITIES[1], ADVERT_MS / 10);
     const report: HitlessReport = {
@@ -609,7 +682,12 @@ async function main(argv: string[]): Promise<number> {
       lab: { prefix: PREFIX, subnet: SUBNET, nodes: 3, priorities: [...PRIORITIES], vip: `${lab.vip4}/32`, advertisementIntervalMs: ADVERT_MS },
       fleet: { connections: count, sources: SOURCES, eventEveryMs: 200, windowMs: WINDOW_MS, hangMs: HANG_MS },
       versions: { node: process.version, keepalived: kv, haproxy: hv, ballast: version },
-      bounds: { masterDownIntervalMs: round1(mdi), skewTimeMs: round1(skew), goalStallAfterDeathMs: round1(mdi + 600), goalStallAfterHandoverMs: round1(skew + 600) },
+      bounds: {
+        masterDownIntervalMs: round1(mdi),
+        skewTimeMs: round1(skew),
+        goalStallAfterDeathMs: round1(mdi + 600),
+        goalStallAfterHandoverMs: round1(skew + 600),
+      },
       runs,
       figures,
       resources,

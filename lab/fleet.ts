@@ -76,11 +76,27 @@ export async function startWatchFleet(lab: Lab, o: WatchFleetOptions): Promise<W
   const proc = lab.spawn(
     lab.client.netns,
     [
-      process.execPath, compiledScript('watch-fleet'), '--url', o.url, '--ca', lab.ca.certFile,
+      process.execPath,
+      compiledScript('watch-fleet'),
+      '--url',
+      o.url,
+      '--ca',
+      lab.ca.certFile,
       ...sources.flatMap((s) => ['--source', s]),
-      '--count', String(o.count ?? 2000), '--open-rate', String(o.openRate ?? 250), '--duration', String(o.durationMs ?? 600_000),
-      '--window', String(o.windowMs ?? 10_000), '--hang', String(o.hangMs ?? 3000), '--report', '500',
-      '--attempts', String(o.attempts ?? 5),
+      '--count',
+      String(o.count ?? 2000),
+      '--open-rate',
+      String(o.openRate ?? 250),
+      '--duration',
+      String(o.durationMs ?? 600_000),
+      '--window',
+      String(o.windowMs ?? 10_000),
+      '--hang',
+      String(o.hangMs ?? 3000),
+      '--report',
+      '500',
+      '--attempts',
+      String(o.attempts ?? 5),
       ...(o.reopen === false ? ['--no-reopen'] : []),
       ...(o.token === undefined ? [] : ['--token', o.token]),
     ],
@@ -120,19 +136,27 @@ export async function startWatchFleet(lab: Lab, o: WatchFleetOptions): Promise<W
   const exited = (): string => `watch fleet exited; output:\n${proc.output().slice(-2000)}`;
   let gone = false;
   void proc.exited.then(() => (gone = true));
-  await waitFor(async () => {
-    if (gone) throw new Error(exited());
-    return last;
-  }, (s) => s !== undefined, { timeoutMs: 10_000, intervalMs: 50, what: 'the watch fleet to start' });
+  await waitFor(
+    async () => {
+      if (gone) throw new Error(exited());
+      return last;
+    },
+    (s) => s !== undefined,
+    { timeoutMs: 10_000, intervalMs: 50, what: 'the watch fleet to start' },
+  );
   const count = o.count ?? 2000;
   return {
     proc,
     status: () => last,
     waitOpen: (w = {}) =>
-      waitFor(async () => {
-        if (gone) throw new Error(exited());
-        return last!;
-      }, (s) => s.open >= (w.count ?? count) && s.opening === 0 && s.queued === 0, { timeoutMs: w.timeoutMs ?? 60_000, intervalMs: 100, what: `${w.count ?? count} watches open` }),
+      waitFor(
+        async () => {
+          if (gone) throw new Error(exited());
+          return last!;
+        },
+        (s) => s.open >= (w.count ?? count) && s.opening === 0 && s.queued === 0,
+        { timeoutMs: w.timeoutMs ?? 60_000, intervalMs: 100, what: `${w.count ?? count} watches open` },
+      ),
     mark: async (label, windowMs) => {
       const ack = new Promise<FleetMark | string>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`watch fleet: no acknowledgement of mark ${label} within 5 s`)), 5000);

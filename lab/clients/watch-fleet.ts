@@ -211,7 +211,9 @@ class Conn {
     const openTimer = setTimeout(() => this.#failOpen(s, 'ETIMEDOUT'), o.timeoutMs);
     s.once('secureConnect', () => {
       const auth = o.token === undefined ? '' : `Authorization: Bearer ${o.token}\r\n`;
-      s.write(`GET ${TICK_PATH}?watch=true&timeoutSeconds=3600 HTTP/1.1\r\nHost: ${o.authority}\r\nAccept: application/json\r\nUser-Agent: ballast-lab-watch-fleet\r\n${auth}\r\n`);
+      s.write(
+        `GET ${TICK_PATH}?watch=true&timeoutSeconds=3600 HTTP/1.1\r\nHost: ${o.authority}\r\nAccept: application/json\r\nUser-Agent: ballast-lab-watch-fleet\r\n${auth}\r\n`,
+      );
     });
     s.on('data', (d: string) => {
       if (this.#socket !== s) return;
@@ -497,8 +499,16 @@ class Fleet {
     this.window = null;
     if (this.o.conns) process.stdout.write(rows.map((r) => `${JSON.stringify(r)}\n`).join(''));
     out({
-      kind: 'window', window: w.n, label: w.label, at: w.at, windowMs: r1(t - w.t), cut, hangMs: this.o.hangMs,
-      all: summarizeFleet(rows), byNode: summarizeByNode(rows), cpuPercent: r1(((cpu.user + cpu.system) / 1000 / Math.max(1, t - w.t)) * 100),
+      kind: 'window',
+      window: w.n,
+      label: w.label,
+      at: w.at,
+      windowMs: r1(t - w.t),
+      cut,
+      hangMs: this.o.hangMs,
+      all: summarizeFleet(rows),
+      byNode: summarizeByNode(rows),
+      cpuPercent: r1(((cpu.user + cpu.system) / 1000 / Math.max(1, t - w.t)) * 100),
     });
     // the connections lost in the window (and the hung ones, just closed) are reopened now
     if (this.o.reopen && !this.stopped) for (const c of this.conns) if (c.state === 'gone' && c.tries < this.o.attempts) this.#requeue(c);
@@ -507,9 +517,21 @@ class Fleet {
   status(cpuPercent: number, final: boolean): FleetStatus {
     const opening = this.conns.filter((c) => c.state === 'opening').length;
     return {
-      kind: 'status', t: r1(now()), open: this.open(), opening, queued: this.queue.length, nodes: this.nodes(),
-      connects: this.connects, failedAttempts: this.failedAttempts, failures: { ...this.failures }, gaveUp: this.gaveUp, lost: this.lostCount, events: this.events,
-      cpuPercent: r1(cpuPercent), rssMiB: r1(process.memoryUsage.rss() / 1048576), ...(final ? { final: true as const } : {}),
+      kind: 'status',
+      t: r1(now()),
+      open: this.open(),
+      opening,
+      queued: this.queue.length,
+      nodes: this.nodes(),
+      connects: this.connects,
+      failedAttempts: this.failedAttempts,
+      failures: { ...this.failures },
+      gaveUp: this.gaveUp,
+      lost: this.lostCount,
+      events: this.events,
+      cpuPercent: r1(cpuPercent),
+      rssMiB: r1(process.memoryUsage.rss() / 1048576),
+      ...(final ? { final: true as const } : {}),
     };
   }
 }
@@ -581,7 +603,10 @@ function parseOptions(argv: string[]): Options {
     conns: !values['quiet-conns'],
   };
   const limit = openFilesLimit();
-  if (o.count + 64 > limit) throw new RangeError(`--count ${o.count} does not fit under the open-files limit ${limit} (RLIMIT_NOFILE) with 64 to spare; raise it (ulimit -n) or open fewer`);
+  if (o.count + 64 > limit)
+    throw new RangeError(
+      `--count ${o.count} does not fit under the open-files limit ${limit} (RLIMIT_NOFILE) with 64 to spare; raise it (ulimit -n) or open fewer`,
+    );
   return o;
 }
 
@@ -631,7 +656,8 @@ function main(argv: string[]): Promise<number> {
         return out({ kind: 'refused', line, reason: `expected "mark LABEL [WINDOW_MS]" (LABEL ${LABEL_RE}) or "quit"` });
       }
       const windowMs = ms === undefined ? o.windowMs : Number(ms);
-      if (!Number.isInteger(windowMs) || windowMs < 100 || windowMs > 600_000) return out({ kind: 'refused', line, reason: `WINDOW_MS must be an integer 100..600000, got ${ms}` });
+      if (!Number.isInteger(windowMs) || windowMs < 100 || windowMs > 600_000)
+        return out({ kind: 'refused', line, reason: `WINDOW_MS must be an integer 100..600000, got ${ms}` });
       doMark(line, label, windowMs);
     });
     process.on('SIGUSR2', () => doMark('SIGUSR2', 'signal', o.windowMs));

@@ -53,7 +53,16 @@ describe.skipIf(needs('root', 'ip'))('watch fleet: kept, reset, FIN and hung, as
       const url = family === 4 ? `https://${n1.ipv4}:6443` : `https://[${n1.ipv6}]:6443`;
       let fleet: WatchFleet | undefined;
       try {
-        fleet = await startWatchFleet(lab, { url, count: COUNT, sources: SOURCES, openRate: 200, windowMs: WINDOW_MS, hangMs: HANG_MS, durationMs: 120_000, logFile: `fleet-v${family}.log` });
+        fleet = await startWatchFleet(lab, {
+          url,
+          count: COUNT,
+          sources: SOURCES,
+          openRate: 200,
+          windowMs: WINDOW_MS,
+          hangMs: HANG_MS,
+          durationMs: 120_000,
+          logFile: `fleet-v${family}.log`,
+        });
         await fleet.waitOpen({ timeoutMs: 20_000 });
         const quiet = await (await fleet.mark('quiet', 1500)).done;
         expectAll(quiet, 'kept');

@@ -7,19 +7,63 @@ import { figuresOf, type EventRun } from '../../bench/hitless.js';
 import { summarizeFleet, type FleetConn, type FleetEnd } from '../../lab/fleet-summary.js';
 
 const conns = (spec: [string, FleetEnd, number][]): FleetConn[] =>
-  spec.map(([node, ended, stallMs], i) => ({ kind: 'conn', window: 1, conn: i, src: '10.78.164.150', node, ended, stallMs, events: 1, firstEventMs: 1, endedMs: ended === 'kept' ? null : stallMs }));
+  spec.map(([node, ended, stallMs], i) => ({
+    kind: 'conn',
+    window: 1,
+    conn: i,
+    src: '10.78.164.150',
+    node,
+    ended,
+    stallMs,
+    events: 1,
+    firstEventMs: 1,
+    endedMs: ended === 'kept' ? null : stallMs,
+  }));
 
 const run = (n: number, survived: FleetConn[], dead: FleetConn[] = [], extra: Partial<EventRun> = {}): EventRun => ({
-  run: n, system: 'ballast', event: 'linkdown', open: survived.length + dead.length,
-  survived: summarizeFleet(survived), dead: summarizeFleet(dead), byNode: {},
-  vipMovedMs: 300 + n, newHolder: 'n2', newHolderCpuPercent: 5 * n, idle: null, loaded: null, fleetCpuPercent: 10, ...extra,
+  run: n,
+  system: 'ballast',
+  event: 'linkdown',
+  open: survived.length + dead.length,
+  survived: summarizeFleet(survived),
+  dead: summarizeFleet(dead),
+  byNode: {},
+  vipMovedMs: 300 + n,
+  newHolder: 'n2',
+  newHolderCpuPercent: 5 * n,
+  idle: null,
+  loaded: null,
+  fleetCpuPercent: 10,
+  ...extra,
 });
 
 describe('figuresOf', () => {
   it('medians over the runs, sums of the endings, the dead backend apart; a failed run is left out', () => {
-    const r1 = run(1, conns([['n2', 'kept', 400], ['n3', 'kept', 500], ['n2', 'reset', 900], ['n3', 'kept', 600]]), conns([['n1', 'hung', 9000]]));
-    const r2 = run(2, conns([['n2', 'kept', 300], ['n3', 'kept', 350]]), conns([['n1', 'reset', 100]]));
-    const r3 = run(3, conns([['n2', 'hung', 5000], ['n3', 'fin', 20]]));
+    const r1 = run(
+      1,
+      conns([
+        ['n2', 'kept', 400],
+        ['n3', 'kept', 500],
+        ['n2', 'reset', 900],
+        ['n3', 'kept', 600],
+      ]),
+      conns([['n1', 'hung', 9000]]),
+    );
+    const r2 = run(
+      2,
+      conns([
+        ['n2', 'kept', 300],
+        ['n3', 'kept', 350],
+      ]),
+      conns([['n1', 'reset', 100]]),
+    );
+    const r3 = run(
+      3,
+      conns([
+        ['n2', 'hung', 5000],
+        ['n3', 'fin', 20],
+      ]),
+    );
     const failed = run(4, conns([['n2', 'kept', 1]]), [], { error: 'boom' });
     const f = figuresOf('linkdown', 'ballast', [r1, r2, r3, failed]);
     expect(f.runs).toHaveLength(4);

@@ -7,17 +7,30 @@ import { summarizeByNode, summarizeFleet, type FleetConn, type FleetEnd } from '
 
 let n = 0;
 const conn = (node: string, ended: FleetEnd, stallMs: number, code?: string): FleetConn => ({
-  kind: 'conn', window: 1, conn: n++, src: '10.78.164.150', node, ended, stallMs,
-  events: ended === 'kept' ? 10 : 0, firstEventMs: ended === 'kept' ? 100 : null, endedMs: ended === 'kept' ? null : 50,
+  kind: 'conn',
+  window: 1,
+  conn: n++,
+  src: '10.78.164.150',
+  node,
+  ended,
+  stallMs,
+  events: ended === 'kept' ? 10 : 0,
+  firstEventMs: ended === 'kept' ? 100 : null,
+  endedMs: ended === 'kept' ? null : 50,
   ...(code === undefined ? {} : { code }),
 });
 
 describe('summarizeFleet', () => {
   it('no connections: zero counts, null share and stalls', () => {
     expect(summarizeFleet([])).toStrictEqual({
-      connections: 0, kept: 0, keptShare: null,
-      ended: { kept: 0, reset: 0, fin: 0, hung: 0, error: 0 }, errors: {},
-      stall: { p50: null, p99: null, max: null }, stallAll: { p50: null, p99: null, max: null }, lostAt: { p50: null, p99: null, max: null },
+      connections: 0,
+      kept: 0,
+      keptShare: null,
+      ended: { kept: 0, reset: 0, fin: 0, hung: 0, error: 0 },
+      errors: {},
+      stall: { p50: null, p99: null, max: null },
+      stallAll: { p50: null, p99: null, max: null },
+      lostAt: { p50: null, p99: null, max: null },
     });
   });
 
@@ -25,9 +38,14 @@ describe('summarizeFleet', () => {
     // 100 kept with stalls 201..300 ms, 3 resets, 1 FIN, 2 hung, 2 errors
     const cs = [
       ...Array.from({ length: 100 }, (_, i) => conn('n2', 'kept', 201 + i)),
-      conn('n1', 'reset', 4000), conn('n1', 'reset', 4100), conn('n3', 'reset', 900),
-      conn('n1', 'fin', 300), conn('n2', 'hung', 9000), conn('n3', 'hung', 8000),
-      conn('n2', 'error', 500, 'EPIPE'), conn('n2', 'error', 600),
+      conn('n1', 'reset', 4000),
+      conn('n1', 'reset', 4100),
+      conn('n3', 'reset', 900),
+      conn('n1', 'fin', 300),
+      conn('n2', 'hung', 9000),
+      conn('n3', 'hung', 8000),
+      conn('n2', 'error', 500, 'EPIPE'),
+      conn('n2', 'error', 600),
     ];
     const s = summarizeFleet(cs);
     expect(s.connections).toBe(108);
@@ -44,7 +62,7 @@ describe('summarizeFleet', () => {
     expect(s.lostAt).toStrictEqual({ p50: 50, p99: 50, max: 50 });
   });
 
-  it('restricted to the nodes whose backend survived: the dead node\'s connections are left out', () => {
+  it("restricted to the nodes whose backend survived: the dead node's connections are left out", () => {
     const cs = [conn('n1', 'reset', 400), conn('n1', 'reset', 400), conn('n2', 'kept', 700.04), conn('n3', 'kept', 650), conn('n3', 'fin', 100)];
     const s = summarizeFleet(cs, ['n2', 'n3']);
     expect(s.connections).toBe(3);
