@@ -4,6 +4,7 @@
  *
  *   node dist/lab/apiserver-standin.js --name n1 --cert C --key K [--port 6443] [--host ::]
  *        [--unready] [--store DIR --address A] [--token T] [--shutdown-delay MS] [--bookmark-ms MS]
+ *        [--tick MS]
  *
  *   GET /readyz   200 "ok", or 500 "[-]lab-readiness failed …" while unready
  *   GET /livez    200 "ok"
@@ -14,6 +15,12 @@
  *                 newline-delimited watch events {type, object} from N on; N below the store's
  *                 compaction floor: one ERROR event (Status 410 Expired), then the stream ends
  *   GET …/endpointslices/kubernetes   the slice itself (404 Status while it does not exist)
+ *   GET /api/v1/namespaces/default/configmaps?watch=true[&timeoutSeconds=S]
+ *                 a watch whose events come on a clock: one ADDED of the ConfigMap
+ *                 `ballast-lab-tick` at once, then one MODIFIED every --tick ms (default 200;
+ *                 the object's resourceVersion counts the ticks, data.node names this node),
+ *                 the same event to every such stream; the load of a watched resource that
+ *                 changes five times a second, for clients that measure gaps between events
  *   GET /metrics  Prometheus text, kube-apiserver's names, WATCH requests only:
  *                 apiserver_longrunning_requests{verb="WATCH",resource="endpointslices",…} (open
  *                 watch streams now; like the real gauge it still counts a stream whose client
@@ -26,7 +33,7 @@
  * apiservers share etcd: this one adds --address to the `kubernetes` slice when it starts ready
  * and removes it on SIGTERM / SIGINT (as the apiserver's endpoint reconciler does), then keeps
  * serving for --shutdown-delay ms (kube-apiserver's --shutdown-delay-duration) before it closes. With --token,
- * the /apis paths need `Authorization: Bearer T` (else 401 Status JSON); /readyz, /livez and
+ * the /apis paths and the ticking watch need `Authorization: Bearer T` (else 401 Status JSON); /readyz, /livez and
  * /version stay open, as kube-apiserver's default RBAC allows them to anyone. The store's `denial`
  * file (endpointslice-store.ts setDenial) makes every stand-in answer /apis with 401 or 403.
  *   every response carries `x-ballast-lab-node: <name>`
@@ -71,6 +78,26 @@ export interface StandinOptions {
   bookmarkMs?: number;
   /** a file holding a delay in ms for each /readyz answer (read per request; absent or empty: none) */
   readyzDelayFile?: string;
+  /** ms between the MODIFIED events of the ticking ConfigMap watch (default {@link TICK_MS}) */
+  tickMs?: number;
+}
+
+/** Default ms between the ticking watch's events: a watched resource changing five times a second. */
+export const TICK_MS = 200;
+/** The ticking watch's path (a ConfigMap list watch: core API group, namespace default). */
+export const TICK_PATH = '/api/v1/namespaces/default/configmaps';
+
+/**
+ * The ConfigMap the ticking watch reports (pure): `ballast-lab-tick` in `default`, its
+ * resourceVersion `rv` (the tick count), `data.node` the serving node.
+ */
+export function tickObject(node: string, rv: number): object {
+  return {
+    kind: 'ConfigMap',
+    apiVersion: 'v1',
+    metadata: { name: 'ballast-lab-tick', namespace: 'default', uid: '00000000-0000-4000-8000-00000000f1c0', resourceVersion: String(rv), creationTimestamp: '2024-08-13T00:00:00Z' },
+    data: { node, tick: String(rv) },
+  };
 }
 
 /** The /readyz delay in `file` (ms, 0..60000), 0 when it is absent, empty or not a number. */
@@ -201,9 +228,45 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
   let watchesStarted = 0;
   let joined = false;
 
-  /** The API paths (only with a store). @returns false when `path` is not one of them. */
+  // the ticking watch (TICK_PATH): every stream gets the same event from one shared timer, which
+  // runs only while a stream is open
+  const tickers = new Set<ServerResponse>();
+  let tickRv = 1;
+  let tickTimer: NodeJS.Timeout | undefined;
+  const tickMs = opts.tickMs ?? TICK_MS;
+  const tick = (): void => {
+    tickRv++;
+    const line = `${JSON.stringify({ type: 'MODIFIED', object: tickObject(opts.name, tickRv) })}\n`;
+    for (const r of tickers) if (!r.writableEnded && !r.destroyed) r.write(line);
+  };
+  const tickWatch = (req: IncomingMessage, res: ServerResponse, url: URL, json: (status: number, body: object) => void): void => {
+    const q = url.searchParams;
+    if (q.get('watch') !== 'true' && q.get('watch') !== '1') {
+      json(200, { kind: 'ConfigMapList', apiVersion: 'v1', metadata: { resourceVersion: String(tickRv) }, items: [tickObject(opts.name, tickRv)] });
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked', 'x-ballast-lab-node': opts.name });
+    res.write(`${JSON.stringify({ type: 'ADDED', object: tickObject(opts.name, tickRv) })}\n`);
+    tickers.add(res);
+    tickTimer ??= setInterval(tick, tickMs);
+    const seconds = Number(q.get('timeoutSeconds') ?? '');
+    const timeout = setTimeout(() => end(), Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1800_000);
+    const end = (): void => {
+      clearTimeout(timeout);
+      tickers.delete(res);
+      if (tickers.size === 0 && tickTimer !== undefined) {
+        clearInterval(tickTimer);
+        tickTimer = undefined;
+      }
+      if (!res.writableEnded) res.end();
+    };
+    req.once('close', end);
+    res.once('close', end);
+  };
+
+  /** The API paths (the EndpointSlices only with a store). @returns false when `path` is not one of them. */
   const api = (req: IncomingMessage, res: ServerResponse, url: URL, json: (status: number, body: object) => void): boolean => {
-    if (!url.pathname.startsWith('/apis/')) return false;
+    if (!url.pathname.startsWith('/apis/') && url.pathname !== TICK_PATH) return false;
     if (opts.token !== undefined && req.headers.authorization !== `Bearer ${opts.token}`) {
       json(401, statusObject(401, 'Unauthorized', 'Unauthorized'));
       return true;
@@ -217,6 +280,10 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
     }
     if (denial === 403) {
       json(403, statusObject(403, 'Forbidden', 'endpointslices.discovery.k8s.io is forbidden: User "ballast-lab" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "default"'));
+      return true;
+    }
+    if (url.pathname === TICK_PATH) {
+      tickWatch(req, res, url, json);
       return true;
     }
     if (tail === null || (url.pathname !== SLICES && url.pathname !== `${SLICES}/kubernetes`)) {
@@ -381,6 +448,7 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
         close() {
           leave();
           for (const w of watches) w.end();
+          for (const w of tickers) w.end();
           tail?.close();
           return new Promise<void>((done) => {
             server.close(() => done());
@@ -409,6 +477,7 @@ async function main(argv: string[]): Promise<void> {
       token: { type: 'string' },
       'shutdown-delay': { type: 'string', default: '0' },
       'readyz-delay-file': { type: 'string' },
+      tick: { type: 'string', default: String(TICK_MS) },
       'bookmark-ms': { type: 'string' },
     },
     strict: true,
@@ -418,7 +487,10 @@ async function main(argv: string[]): Promise<void> {
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new TypeError(`--port must be 1..65535, got ${values.port}`);
   const delay = Number(values['shutdown-delay']);
   if (!Number.isInteger(delay) || delay < 0) throw new TypeError(`--shutdown-delay must be a whole number of ms, got ${values['shutdown-delay']}`);
+  const tickMs = Number(values.tick);
+  if (!Number.isInteger(tickMs) || tickMs < 10 || tickMs > 60_000) throw new TypeError(`--tick must be a whole number of ms 10..60000, got ${values.tick}`);
   const standin = await startStandin({
+    tickMs,
     name: values.name,
     cert: readFileSync(values.cert),
     key: readFileSync(values.key),

@@ -42,7 +42,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { createWriteStream, existsSync, rmSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { waitFor } from './wait.js';
@@ -568,6 +568,24 @@ export class Lab {
     } catch {
       return { ok: false, via: 'tcp', detail: `prober failed (${r.code}): ${r.stderr.trim()}` };
     }
+  }
+
+  /**
+   * Gives the client namespace's eth0 `count` (1..100) more addresses, for a client that spreads
+   * its connections over source addresses (each connection binds one): 10.78.S.150, .151, …
+   * /24 and, in an IPv6 lab, fd78:S::150, … /64 (nodad: usable at once). Idempotent (`ip addr
+   * replace`); they go with the namespace at teardown.
+   * @returns the addresses, in order.
+   */
+  async addClientSources(count: number): Promise<{ ipv4: string[]; ipv6: string[] }> {
+    if (!Number.isInteger(count) || count < 1 || count > 100) throw new RangeError(`count must be an integer 1..100, got ${count}`);
+    const hosts = Array.from({ length: count }, (_, i) => 150 + i);
+    const ipv4 = hosts.map((h) => `10.78.${this.subnet}.${h}`);
+    const ipv6 = this.ipv6 ? hosts.map((h) => `fd78:${this.subnet}::${h}`) : [];
+    const batch = join(this.dir, 'client-sources.batch');
+    await writeFile(batch, [...ipv4.map((a) => `addr replace ${a}/24 dev eth0`), ...ipv6.map((a) => `addr replace ${a}/64 dev eth0 nodad`), ''].join('\n'));
+    await ip(['-n', this.client.netns, '-batch', batch]);
+    return { ipv4, ipv6 };
   }
 
   // -------------------------------------------------------------------------------------------

@@ -86,6 +86,7 @@ const SCRIPTS = {
   prober: 'lab/clients/prober',
   longconn: 'lab/clients/longconn',
   watchers: 'lab/clients/watchers',
+  'watch-fleet': 'lab/clients/watch-fleet',
   'watch-streams': 'lab/clients/watch-streams',
   'health-probe': 'lab/clients/health-probe',
   scraper: 'lab/clients/scraper',

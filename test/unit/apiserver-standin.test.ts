@@ -6,9 +6,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DiscoveryV1Api, KubeConfig, makeInformer, type V1EndpointSlice } from '@kubernetes/client-node';
+import { CoreV1Api, DiscoveryV1Api, KubeConfig, makeInformer, Watch, type V1ConfigMap, type V1EndpointSlice } from '@kubernetes/client-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { KUBE_APISERVER_IDLE_TIMEOUT_MS, parseWatchMetrics, startStandin, watchMetrics, type Standin } from '../../lab/apiserver-standin.js';
+import { KUBE_APISERVER_IDLE_TIMEOUT_MS, parseWatchMetrics, startStandin, TICK_PATH, watchMetrics, type Standin } from '../../lab/apiserver-standin.js';
 import { appendChange, compactStore } from '../../lab/endpointslice-store.js';
 import { waitFor } from '../../lab/wait.js';
 import { kubeconfigText, makeTestPki, type TestPki } from '../support/tls.js';
@@ -189,6 +189,38 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     expect(m.status).toBe(200);
     expect(parseWatchMetrics(m.body)).toStrictEqual({ open: 0, started: 2 });
     expect(m.body).toBe(watchMetrics(0, 2));
+  });
+
+  it('the ticking watch: an unchanged client Watch gets ADDED, then a MODIFIED every tick, the resourceVersion counting; behind the token', async () => {
+    const port = PORT + 3;
+    const TICK = 100;
+    const s = await startStandin({ name: 'tk', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, token: TOKEN, tickMs: TICK, log: () => undefined });
+    running.push(s);
+    expect((await get('127.0.0.1', `${TICK_PATH}?watch=true`, null, port)).status).toBe(401);
+    const kc = new KubeConfig();
+    kc.loadFromString(kubeconfigText(`https://127.0.0.1:${port}`, pki.ca, TOKEN));
+    // the generated client parses the list
+    const list = await kc.makeApiClient(CoreV1Api).listNamespacedConfigMap({ namespace: 'default' });
+    expect(list.items.map((c) => [c.metadata?.name, c.data?.node])).toStrictEqual([['ballast-lab-tick', 'tk']]);
+    const events: { type: string; rv: number; node: string | undefined; at: number }[] = [];
+    let ended: unknown = 'not yet';
+    const req = await new Watch(kc).watch(
+      TICK_PATH,
+      { timeoutSeconds: 1 },
+      (type: string, o: V1ConfigMap) => void events.push({ type, rv: Number(o.metadata?.resourceVersion), node: o.data?.node, at: performance.now() }),
+      (err: unknown) => void (ended = err),
+    );
+    await waitFor(async () => ended, (e) => e !== 'not yet', { timeoutMs: 3000, intervalMs: 50, what: 'the watch to end after timeoutSeconds' });
+    req.abort();
+    expect(events[0]?.type).toBe('ADDED');
+    const mods = events.slice(1);
+    // 1 s of 100 ms ticks: at most 10 (fewer when timers run late), each one resourceVersion on
+    expect(mods.length).toBeGreaterThanOrEqual(4);
+    expect(mods.length).toBeLessThanOrEqual(10);
+    expect(mods.every((e) => e.type === 'MODIFIED' && e.node === 'tk')).toBe(true);
+    for (let i = 1; i < events.length; i++) expect(events[i]!.rv).toBe(events[i - 1]!.rv + 1);
+    // timers never fire early: consecutive events at least a tick apart (1 ms of clock rounding)
+    for (let i = 2; i < events.length; i++) expect(events[i]!.at - events[i - 1]!.at).toBeGreaterThanOrEqual(TICK - 1);
   });
 
   it('keeps an idle keep-alive connection as long as kube-apiserver does (90 s), not Node\'s 5 s', async () => {
