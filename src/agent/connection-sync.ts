@@ -142,6 +142,25 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       await Promise.all(runs);
     };
 
+    /**
+     * After a commit, the Backups learn what this node now holds: the entries a commit puts into
+     * the kernel are conntrackd's own writes, which its event handler does not take into its
+     * internal cache, so they would reach no Backup until they change state (an established
+     * watch may not for hours), and a second move would lose them. So: flush both caches
+     * (`-f`: the external one is in the kernel now), load the kernel's table into the internal
+     * cache (`-R`) and send it whole to the peers (`-B`); conntrackd(8). Not on the takeover's
+     * path; a failure leaves the Backups to the next resync and is logged.
+     */
+    const announceCommitted = async (): Promise<void> => {
+      for (const args of [['-f'], ['-R'], ['-B']]) {
+        const r = await client(args, '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message }));
+        if (r.code !== 0) {
+          log.warn({ step: `conntrackd ${args.join(' ')}`, error: r.stderr.trim() || `exit status ${r.code}` }, 'connection sync: the committed connections were not sent to the peers; they get them at their next resync');
+          return;
+        }
+      }
+    };
+
     const spawnDaemon = (): void => {
       if (stopping || st.state === 'unavailable') return;
       // the lock file of a daemon that is gone (conntrackd refuses to start while it exists)
@@ -266,7 +285,7 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       // client that reuses its port would be sent to that backend, which may have left since
       // (refused); a new connection gets a fresh pick instead. Not awaited: the VIP is added
       // meanwhile (two more processes on the takeover's path cost a loaded node 100s of ms)
-      if (r.code === 0) void forgetClosing();
+      if (r.code === 0) void forgetClosing().then(announceCommitted);
       const durationMs = Math.round((performance.now() - t0) * 10) / 10;
       const ok = r.code === 0;
       st.lastCommit = { at, durationMs, ok, ...(ok ? {} : { error: (r.killed === 'timeout' ? `timed out after ${cs.commitTimeoutMs} ms` : r.stderr.trim()) || `exit status ${r.code}` }) };
