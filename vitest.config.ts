@@ -5,12 +5,13 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * fall × interval, outage or start-up budget), only results, and whose waits are generous limits
  * on what they wait for, not measurements: ballast's CLI, `ballast check` and certificate checks,
  * start-up refusals, the addon's sockets, the eBPF and nftables data planes driven directly, the
- * OCI image. Each has its own lab prefix and subnet (and locks that are per network namespace or
+ * OCI image, the watch fleet's endings (a quiet window, a RST, a FIN, a dead link: results, with
+ * 3 s of silence as the line for hung). Each has its own lab prefix and subnet (and locks that are per network namespace or
  * per pin directory), so three of them run side by side on the 2 cores — most of them run one
  * child process at a time, or wait on the kernel, podman or apt, and leave a core idle (measured
  * here: the group takes 29-32 s three at a time, 38-41 s two at a time, on a loaded machine).
  */
-const UNTIMED = ['cli', 'certificates', 'agent-defects', 'native', 'ebpf', 'check', 'nftables', 'image'].map((f) => `test/integration/${f}.test.ts`);
+const UNTIMED = ['cli', 'certificates', 'agent-defects', 'native', 'ebpf', 'check', 'nftables', 'image', 'watch-fleet'].map((f) => `test/integration/${f}.test.ts`);
 
 // Three projects, run one after the other (sequence.groupOrder):
 // - unit: pure, no root, no timing bounds: files run in parallel, one worker per core, and share
