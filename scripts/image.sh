@@ -4,7 +4,7 @@
 #   dist-pkg/stage/ (the package's files, scripts/package.sh), minus DEBIAN/, lib/systemd/ and
 #     usr/bin/ballast (a #!/bin/sh wrapper: the image has no shell)
 #     + the shared libraries they load (ldd)
-#     + the programs ballast execs: nft, conntrack, and their libraries
+#     + the programs ballast execs: nft, conntrack, conntrackd (connection sync), and their libraries
 #   each library and program traced to its Debian package (dpkg -S), and each of those packages
 #   copied whole from the machine's installed files (dpkg -L) except what is not needed at run
 #   time: docs (the copyright file is kept), man/info pages, lintian overrides, locales, systemd
@@ -70,7 +70,7 @@ log "the package's files: $(du -sh "$rootfs" | cut -f1)"
 
 # 2. the programs ballast execs, and every x86-64 ELF object that can be loaded (of a package's
 # prebuilds/<platform>/ only linux-x64: android-x64 ones are x86-64 too but link against bionic)
-programs=(/usr/sbin/nft /usr/sbin/conntrack)
+programs=(/usr/sbin/nft /usr/sbin/conntrack /usr/sbin/conntrackd)
 # (ELF header, elf(5): magic, ELFCLASS64, e_type EXEC or DYN, e_machine EM_X86_64 = 62)
 mapfile -t elves < <(find "$rootfs" -type f -size +1k -print0 | node -e '
   const fs = require("node:fs");

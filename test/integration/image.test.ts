@@ -116,7 +116,7 @@ describe.skipIf(needs('root', 'nft'))('the OCI image (root; skipped otherwise)',
     expect(sbomGaps(doc, rootfs, { app: join(rootfs, 'usr/lib/ballast'), ownFiles, nodeVersion })).toEqual([]);
     // the programs ballast execs came with their packages
     const names = doc.packages.map((p) => p.name);
-    for (const p of ['nftables', 'conntrack', 'libc6', 'libstdc++6', 'libbpf1', 'libelf1', 'zlib1g']) expect(names).toContain(p);
+    for (const p of ['nftables', 'conntrack', 'conntrackd', 'libc6', 'libstdc++6', 'libbpf1', 'libelf1', 'zlib1g']) expect(names).toContain(p);
     const libc = doc.packages.find((p) => p.name === 'libc6')!;
     expect(libc.externalRefs?.[0]?.referenceLocator).toBe(`pkg:deb/debian/libc6@${libc.versionInfo}?arch=amd64`);
     const debs = doc.packages.filter((p) => p.SPDXID.startsWith('SPDXRef-Package-deb-')).length;
