@@ -61,6 +61,8 @@ export const STATS_INTERVAL_MS = 2000;
 const HOLD_POLL_MS = 250;
 /** Growth of the external cache between two polls (or 2 % of it) below which the copy counts as arrived. */
 const SETTLED_GROWTH = 16;
+/** When, after a daemon starts, the peers are asked again for their whole state, ms. */
+const RESYNC_AGAIN_MS = [500, 2000];
 /** Back-off of a daemon that exited: 1 s, doubling, at most 30 s. */
 const RESTART_MIN_MS = 1000;
 const RESTART_MAX_MS = 30_000;
@@ -160,6 +162,16 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
         st.state = 'running';
         delete st.error;
         log.info({ pid: c.pid, config: paths.config }, 'connection sync: conntrackd started');
+        // StartupResync asks the peers once, as it starts; that one request (multicast) can
+        // go before the daemon hears the group, or the answer be lost with a restart under
+        // way: asked again (conntrackd -n), so a copy missing the flows opened meanwhile is
+        // filled in before it could be committed
+        for (const ms of RESYNC_AGAIN_MS) {
+          const t = setTimeout(() => {
+            if (child === c && st.state === 'running') void client(['-n'], '').catch(() => undefined);
+          }, ms);
+          t.unref();
+        }
       });
       c.once('exit', (code, signal) => {
         if (child === c) child = null;

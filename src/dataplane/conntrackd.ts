@@ -102,8 +102,13 @@ export function renderConntrackdConfig(s: ConntrackdSettings): string {
     '\tUNIX {',
     `\t\tPath ${p.socket}`,
     '\t}',
-    '\tNetlinkBufferSize 2097152',
-    '\tNetlinkBufferSizeMaxGrowth 8388608',
+    // a burst of new connections (a reconnect storm, a commit) overruns the kernel's event
+    // socket and its events are lost: conntrackd then doubles the buffer and dumps the kernel
+    // table again after NetlinkOverrunResync s (default 30: the peers' copy would lack those
+    // connections that long); 1 s, from a larger buffer
+    '\tNetlinkBufferSize 8388608',
+    '\tNetlinkBufferSizeMaxGrowth 67108864',
+    '\tNetlinkOverrunResync 1',
     '\tFilter From Userspace {',
     '\t\tProtocol Accept {',
     '\t\t\tTCP',

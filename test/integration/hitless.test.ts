@@ -89,8 +89,11 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
         });
         const opened = await client.waitForOutput(/\{"open":(\d+),"failed":(\d+)\}/, { timeoutMs: 20_000, includeExisting: true });
         expect(Number(opened[1])).toBe(STREAMS);
-        // the streams' established entries reach the Backups (FTFW: one message per entry) and a few events flow
-        await waitFor(() => a2.status(), (s) => (s.connectionSync?.externalEntries ?? 0) >= STREAMS, { timeoutMs: 5000, intervalMs: 100, what: `n2's conntrackd to hold the ${STREAMS} streams` });
+        // the streams' established entries reach the Backup that takes over (FTFW: one message per
+        // entry): counted in n2's own conntrackd's external cache (its directory names its network namespace)
+        const held = async (): Promise<number> =>
+          Number((await lab.exec(lab.nodes[1]!.netns, ['sh', '-c', `conntrackd -C /run/ballast/conntrackd-$(stat -L -c %i /proc/self/ns/net)-eth0-vrid51/conntrackd.conf -e | grep -c 'ESTABLISHED .*dst=${vip} .*dport=6443 '`], { allowFail: true })).stdout.trim() || 0);
+        await waitFor(held, (n) => n >= STREAMS, { timeoutMs: 8000, intervalMs: 200, what: `n2's conntrackd to hold the ${STREAMS} streams` });
         await sleep(4 * EVENT_MS);
 
         const killedAt = Date.now();

@@ -58,6 +58,8 @@ describe('renderConntrackdConfig', () => {
     expect(lines).toContain(`Path ${p.socket}`);
     expect(lines).toContain(`LogFile ${p.log}`);
     expect(lines).toContain('Systemd no');
+    // lost kernel events (an overrun) are made good by a dump of the kernel table within a second
+    expect(lines).toContain('NetlinkOverrunResync 1');
   });
 
   it('replicates established TCP entries only, loopback excluded', () => {
