@@ -37,8 +37,16 @@ export default tseslint.config(
         { selector: 'classProperty', modifiers: ['static', 'readonly'], format: ['camelCase', 'UPPER_CASE'] },
         // names that are not ours: object keys and members that mirror a wire format, a kernel
         // struct, an HTTP header, a YAML key or an environment variable keep their spelling
-        { selector: ['objectLiteralProperty', 'typeProperty', 'objectLiteralMethod', 'typeMethod', 'classProperty', 'classMethod', 'accessor', 'enumMember'], format: null, modifiers: ['requiresQuotes'] },
-        { selector: ['objectLiteralProperty', 'typeProperty'], format: ['camelCase', 'UPPER_CASE', 'PascalCase', 'snake_case'], leadingUnderscore: 'allowSingleOrDouble' },
+        {
+          selector: ['objectLiteralProperty', 'typeProperty', 'objectLiteralMethod', 'typeMethod', 'classProperty', 'classMethod', 'accessor', 'enumMember'],
+          format: null,
+          modifiers: ['requiresQuotes'],
+        },
+        {
+          selector: ['objectLiteralProperty', 'typeProperty'],
+          format: ['camelCase', 'UPPER_CASE', 'PascalCase', 'snake_case'],
+          leadingUnderscore: 'allowSingleOrDouble',
+        },
         // a library's visitor keys (yaml's `Alias`, `Scalar`) and a manifest's kinds
         { selector: 'objectLiteralMethod', format: ['camelCase', 'PascalCase'] },
         { selector: 'import', format: null },

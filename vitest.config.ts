@@ -11,7 +11,9 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * child process at a time, or wait on the kernel, podman or apt, and leave a core idle (measured
  * here: the group takes 29-32 s three at a time, 38-41 s two at a time, on a loaded machine).
  */
-const UNTIMED = ['cli', 'certificates', 'agent-defects', 'native', 'ebpf', 'check', 'nftables', 'image', 'watch-fleet'].map((f) => `test/integration/${f}.test.ts`);
+const UNTIMED = ['cli', 'certificates', 'agent-defects', 'native', 'ebpf', 'check', 'nftables', 'image', 'watch-fleet'].map(
+  (f) => `test/integration/${f}.test.ts`,
+);
 
 // Three projects, run one after the other (sequence.groupOrder):
 // - unit: pure, no root, no timing bounds: files run in parallel, one worker per core, and share
@@ -32,7 +34,16 @@ export default defineConfig({
       { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'], isolate: false, sequence: { groupOrder: 0 } } },
       { extends: true, test: { name: 'integration-untimed', include: UNTIMED, fileParallelism: true, maxWorkers: 3, sequence: { groupOrder: 1 } } },
       // every other test file (test/integration/, and any new folder) is an integration test
-      { extends: true, test: { name: 'integration', include: ['test/**/*.test.ts'], exclude: [...configDefaults.exclude, 'test/unit/**', ...UNTIMED], fileParallelism: false, sequence: { groupOrder: 2 } } },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: ['test/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, 'test/unit/**', ...UNTIMED],
+          fileParallelism: false,
+          sequence: { groupOrder: 2 },
+        },
+      },
     ],
   },
 });

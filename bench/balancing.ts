@@ -77,8 +77,27 @@ import { HAPROXY_PATH, haproxyVersion, startHaproxy, type HaproxyOptions, type H
 import { summarize } from '../lab/clients/prober.js';
 import { stats, type Stats } from './stats.js';
 import {
-  counts, emptyRate, errText, finishRates, fmt, fmtRatio, forgetVip, load, preflight, progress, rateRound, ratioOf, rotate, round1, round2, runWorkers, say,
-  waitForStableHolder, workerScript, type BulkWorkerResult, type RateResult,
+  counts,
+  emptyRate,
+  errText,
+  finishRates,
+  fmt,
+  fmtRatio,
+  forgetVip,
+  load,
+  preflight,
+  progress,
+  rateRound,
+  ratioOf,
+  rotate,
+  round1,
+  round2,
+  runWorkers,
+  say,
+  waitForStableHolder,
+  workerScript,
+  type BulkWorkerResult,
+  type RateResult,
 } from './common.js';
 import { runIfMain } from '../lab/entry.js';
 
@@ -118,7 +137,6 @@ const DEFAULT_RUNS = 5;
 const MAX_RUNS = 20;
 const DEFAULT_SECONDS = 2;
 const DEFAULT_WORKERS = 4;
-
 
 // ---------------------------------------------------------------------------------------------
 // public shapes (what --json prints)
@@ -264,7 +282,9 @@ async function startStack(lab: Lab, which: Daemons, backends: LabNode[]): Promis
     },
     stop: async () => {
       await Promise.all(
-        started.map((d) => ('instance' in d ? d.stop('SIGTERM', 3000) : 'socketPath' in d ? d.stop(3000) : d.proc.stop('SIGTERM', 3000)).catch(() => undefined)),
+        started.map((d) =>
+          ('instance' in d ? d.stop('SIGTERM', 3000) : 'socketPath' in d ? d.stop(3000) : d.proc.stop('SIGTERM', 3000)).catch(() => undefined),
+        ),
       );
     },
   };
@@ -280,7 +300,15 @@ async function startStack(lab: Lab, which: Daemons, backends: LabNode[]): Promis
         const priority = PRIORITIES[i]!;
         const ds: Promise<LabAgent | KeepalivedPeer | HaproxyPeer>[] = [];
         if (which.ballast) {
-          ds.push(startAgent(lab, node, { priority, advertisementInterval: `${ADVERT_MS}ms`, balance: true, healthInterval: `${CHECK.interMs}ms`, extra: { apiserver } }));
+          ds.push(
+            startAgent(lab, node, {
+              priority,
+              advertisementInterval: `${ADVERT_MS}ms`,
+              balance: true,
+              healthInterval: `${CHECK.interMs}ms`,
+              extra: { apiserver },
+            }),
+          );
         }
         if (which.haproxy) ds.push(startHaproxy(lab, node, haproxySettings(backends)));
         if (which.keepalived) {
@@ -451,12 +479,29 @@ async function partBulk(lab: Lab, workers: number, durationMs: number): Promise<
     { setup: 'ballast' as const, label: `ballast VIP:${APISERVER_PORT} → ${n2.name}`, host: lab.vip4, port: APISERVER_PORT },
     { setup: 'haproxy' as const, label: `haproxy VIP:${HAPROXY_PORT} → ${n2.name}`, host: lab.vip4, port: HAPROXY_PORT },
   ];
-  const results = new Map<Setup, BulkResult>(targets.map((t) => [t.setup, { setup: t.setup, label: t.label, rounds: [], gbitPerS: null, connections: [], ratio: null }]));
+  const results = new Map<Setup, BulkResult>(
+    targets.map((t) => [t.setup, { setup: t.setup, label: t.label, rounds: [], gbitPerS: null, connections: [], ratio: null }]),
+  );
   await lab.stopApiserver(n2);
   const { certFile, keyFile } = await lab.serverCert(n2);
   const server = lab.spawn(
     n2.netns,
-    [process.execPath, workerScript(), '--role', 'bulk-server', '--name', n2.name, '--cert', certFile, '--key', keyFile, '--host', '0.0.0.0', '--port', String(APISERVER_PORT)],
+    [
+      process.execPath,
+      workerScript(),
+      '--role',
+      'bulk-server',
+      '--name',
+      n2.name,
+      '--cert',
+      certFile,
+      '--key',
+      keyFile,
+      '--host',
+      '0.0.0.0',
+      '--port',
+      String(APISERVER_PORT),
+    ],
     { logFile: `bulk-server-${n2.name}.log` },
   );
   let stack: Stack | undefined;
@@ -468,7 +513,16 @@ async function partBulk(lab: Lab, workers: number, durationMs: number): Promise<
         const res = results.get(t.setup)!;
         try {
           const rs = await runWorkers<BulkWorkerResult>(lab, workers, durationMs, (_i, startAt) => [
-            '--role', 'bulk-worker', '--host', t.host, '--port', String(t.port), '--duration-ms', String(durationMs), '--start-at', String(startAt),
+            '--role',
+            'bulk-worker',
+            '--host',
+            t.host,
+            '--port',
+            String(t.port),
+            '--duration-ms',
+            String(durationMs),
+            '--start-at',
+            String(startAt),
           ]);
           res.connections.push(rs);
           const bad = rs.find((r) => r.error !== undefined || r.ms <= 0 || r.node !== n2.name);
@@ -509,7 +563,13 @@ const PORTS: Record<'ballast' | 'haproxy', number> = { ballast: APISERVER_PORT, 
  */
 async function startProbing(lab: Lab, port: number, tag: string): Promise<ReturnType<typeof runProber>> {
   await forgetVip(lab);
-  const prober = runProber(lab, { url: `https://${lab.vip4}:${port}/version`, intervalMs: PROBE_INTERVAL_MS, timeoutMs: PROBE_TIMEOUT_MS, durationMs: 30_000, logFile: `prober-${tag}.log` });
+  const prober = runProber(lab, {
+    url: `https://${lab.vip4}:${port}/version`,
+    intervalMs: PROBE_INTERVAL_MS,
+    timeoutMs: PROBE_TIMEOUT_MS,
+    durationMs: 30_000,
+    logFile: `prober-${tag}.log`,
+  });
   const t0 = Date.now();
   await sleep(BEFORE_MS);
   for (let i = 0; i < 100 && prober.results().filter((r) => r.ok).length < BEFORE_OK; i++) {
@@ -519,7 +579,9 @@ async function startProbing(lab: Lab, port: number, tag: string): Promise<Return
   const rs = prober.results();
   if (rs.filter((r) => r.ok).length < BEFORE_OK) {
     await prober.stop().catch(() => undefined);
-    throw new Error(`the client got ${rs.filter((r) => r.ok).length} answers and ${rs.filter((r) => !r.ok).length} failures through ${lab.vip4}:${port} before the fault`);
+    throw new Error(
+      `the client got ${rs.filter((r) => r.ok).length} answers and ${rs.filter((r) => !r.ok).length} failures through ${lab.vip4}:${port} before the fault`,
+    );
   }
   return prober;
 }
@@ -595,7 +657,11 @@ async function nodeDeathRun(lab: Lab, setup: 'ballast' | 'haproxy', run: number)
     r.requests = report.results.filter((x) => x.t >= faultT).length;
     r.failed = fails.length;
     r.lastFailureMs = fails.length ? round1(Math.max(...fails.map((x) => x.t)) - faultT) : 0;
-    r.newHolder = (await lab.holders(lab.vip4)).filter((n) => n !== n1).map((n) => n.name).join(',') || null;
+    r.newHolder =
+      (await lab.holders(lab.vip4))
+        .filter((n) => n !== n1)
+        .map((n) => n.name)
+        .join(',') || null;
   } catch (e) {
     r.error = errText(e);
     r.lastFailureMs = null;
@@ -611,12 +677,17 @@ async function nodeDeathRun(lab: Lab, setup: 'ballast' | 'haproxy', run: number)
 // output
 
 function printRate(rs: RateResult<Setup>[], workers: number, seconds: number): void {
-  say(`1. new-connection request rate: ${workers} workers × ${seconds} s × ${ROUNDS} rounds, each a loop of HTTPS GET /version on a new verified TLS connection`);
+  say(
+    `1. new-connection request rate: ${workers} workers × ${seconds} s × ${ROUNDS} rounds, each a loop of HTTPS GET /version on a new verified TLS connection`,
+  );
   const head = `${'setup'.padEnd(38)}${'req/s'.padStart(7)}${''.padStart(7)}${'p50 ms'.padStart(8)}${''.padStart(7)}${'p99 ms'.padStart(8)}${''.padStart(7)}${'failed'.padStart(7)}  ${'req/s per round'.padEnd(17)}  served by`;
   say(head);
   say('-'.repeat(head.length + 22));
   for (const r of rs) {
-    const line = `${r.label.padEnd(38)}${fmt(r.reqPerS, 7)}${fmtRatio(r.ratio.reqPerS, 7)}${fmt(r.p50Ms, 8, 1)}${fmtRatio(r.ratio.p50, 7)}${fmt(r.p99Ms, 8, 1)}${fmtRatio(r.ratio.p99, 7)}${fmt(r.failed, 7)}  ${r.rounds.map((x) => x.toFixed(0)).join(' ').padEnd(17)}  ${counts(r.nodes)}`;
+    const line = `${r.label.padEnd(38)}${fmt(r.reqPerS, 7)}${fmtRatio(r.ratio.reqPerS, 7)}${fmt(r.p50Ms, 8, 1)}${fmtRatio(r.ratio.p50, 7)}${fmt(r.p99Ms, 8, 1)}${fmtRatio(r.ratio.p99, 7)}${fmt(r.failed, 7)}  ${r.rounds
+      .map((x) => x.toFixed(0))
+      .join(' ')
+      .padEnd(17)}  ${counts(r.nodes)}`;
     say(r.error === undefined ? line : `${line}  FAILED: ${r.error}`);
   }
 }
@@ -627,13 +698,20 @@ function printBulk(rs: BulkResult[], workers: number, seconds: number): void {
   say(head);
   say('-'.repeat(head.length + 30));
   for (const r of rs) {
-    const per = r.rounds.map((g, i) => `${g.toFixed(2)} (${(r.connections[i] ?? []).map((c) => (c.ms > 0 ? (c.bytes * 8) / (c.ms * 1e6) : 0).toFixed(2)).join('/')})`).join('  ');
+    const per = r.rounds
+      .map((g, i) => `${g.toFixed(2)} (${(r.connections[i] ?? []).map((c) => (c.ms > 0 ? (c.bytes * 8) / (c.ms * 1e6) : 0).toFixed(2)).join('/')})`)
+      .join('  ');
     const line = `${r.label.padEnd(38)}${fmt(r.gbitPerS, 7, 2)}${fmtRatio(r.ratio, 7)}  ${per}`;
     say(r.error === undefined ? line : `${line}  FAILED: ${r.error}`);
   }
 }
 
-function printRuns<R extends { run: number; error?: string }>(title: string, rows: { label: string; runs: R[]; st: Stats }[], cell: (r: R) => string, runs: number): void {
+function printRuns<R extends { run: number; error?: string }>(
+  title: string,
+  rows: { label: string; runs: R[]; st: Stats }[],
+  cell: (r: R) => string,
+  runs: number,
+): void {
   const w = 13;
   say(title);
   const head = `${'setup'.padEnd(20)}${Array.from({ length: runs }, (_, i) => `#${i + 1}`.padStart(w)).join('')}  |${'median'.padStart(9)}${'min'.padStart(9)}${'max'.padStart(9)}`;
@@ -688,12 +766,16 @@ function printReport(rep: BenchReport): void {
   }
   say();
   const q = (v: number | null): string => (v === null ? '— (a median is 0 or missing)' : v.toFixed(2));
-  say(`ratio ballast / keepalived+haproxy of the medians: apiserver stop ${q(rep.ratios.apiserverStopOutage)}; node death ${q(rep.ratios.nodeDeathLastFailure)}`);
+  say(
+    `ratio ballast / keepalived+haproxy of the medians: apiserver stop ${q(rep.ratios.apiserverStopOutage)}; node death ${q(rep.ratios.nodeDeathLastFailure)}`,
+  );
   const notes = [
     ...rep.rate.flatMap((r) => (Object.keys(r.errors).length ? [`rate, ${r.label}: errors ${counts(r.errors)}`] : [])),
     ...rep.apiserverStop.flatMap((s) => s.runs.filter((r) => r.error).map((r) => `apiserver stop, ${s.label} #${r.run}: ${r.error}`)),
     ...rep.nodeDeath.flatMap((s) => s.runs.filter((r) => r.error).map((r) => `node death, ${s.label} #${r.run}: ${r.error}`)),
-    ...rep.nodeDeath.flatMap((s) => s.runs.filter((r) => !r.error && !r.recovered).map((r) => `node death, ${s.label} #${r.run}: still failing ${DEATH_CAP_MS / 1000} s after the fault`)),
+    ...rep.nodeDeath.flatMap((s) =>
+      s.runs.filter((r) => !r.error && !r.recovered).map((r) => `node death, ${s.label} #${r.run}: still failing ${DEATH_CAP_MS / 1000} s after the fault`),
+    ),
   ];
   if (notes.length > 0) {
     say();
@@ -718,7 +800,6 @@ const OPTIONS = {
 
 const parseCli = (): ReturnType<typeof parseArgs<{ options: typeof OPTIONS; strict: true }>> => parseArgs({ options: OPTIONS, strict: true });
 
-
 async function main(): Promise<number> {
   const { values } = parseCli();
   if (values.help) {
@@ -730,7 +811,10 @@ async function main(): Promise<number> {
     usage: usage(),
     defaults: { runs: DEFAULT_RUNS, maxRuns: MAX_RUNS, seconds: DEFAULT_SECONDS, workers: DEFAULT_WORKERS },
     root: 'network namespaces, raw sockets, nftables',
-    files: [[KEEPALIVED_PATH, 'keepalived'], [HAPROXY_PATH, 'haproxy']],
+    files: [
+      [KEEPALIVED_PATH, 'keepalived'],
+      [HAPROXY_PATH, 'haproxy'],
+    ],
   });
   if (typeof checked === 'number') return checked;
   const { runs, seconds, workers } = checked;
@@ -742,14 +826,28 @@ async function main(): Promise<number> {
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
   try {
     say(`load-balancing benchmark: ballast vs keepalived ${kv} + haproxy ${hv} (the kubeadm HA guide's pair) vs direct, one lab, one run`);
-    say(`lab ${PREFIX} (10.78.${SUBNET}.0/24, IPv4): 3 nodes, priorities ${PRIORITIES.join('/')}, VRRPv3 adverts every ${ADVERT_MS} ms for ballast and keepalived (the guide leaves keepalived at 1 s), VIP ${lab.vip4}/32, TLS stand-in apiserver on :${APISERVER_PORT} of every node`);
-    say(`both balancers check GET ${HAPROXY_CHECK_PATH} over TLS every ${CHECK.interMs / 1000} s, fall ${CHECK.fall}, rise ${CHECK.rise} (haproxy's defaults, kept by the guide; ballast set to match; the stand-in has no /healthz)`);
+    say(
+      `lab ${PREFIX} (10.78.${SUBNET}.0/24, IPv4): 3 nodes, priorities ${PRIORITIES.join('/')}, VRRPv3 adverts every ${ADVERT_MS} ms for ballast and keepalived (the guide leaves keepalived at 1 s), VIP ${lab.vip4}/32, TLS stand-in apiserver on :${APISERVER_PORT} of every node`,
+    );
+    say(
+      `both balancers check GET ${HAPROXY_CHECK_PATH} over TLS every ${CHECK.interMs / 1000} s, fall ${CHECK.fall}, rise ${CHECK.rise} (haproxy's defaults, kept by the guide; ballast set to match; the stand-in has no /healthz)`,
+    );
     say(`ballast: nftables DNAT VIP:${APISERVER_PORT} → every ready apiserver, random per connection; passive detection (conntrack events, VRRP Master_Down)`);
-    say(`keepalived+haproxy: haproxy on every node, bind *:${HAPROXY_PORT}, mode tcp, balance roundrobin, check-ssl verify none, retries 1, option redispatch, timeout connect 5s, check 10s, client/server 20s`);
-    say(`parts 1-2: ballast holds the VIP on n1 and haproxy listens on *:${HAPROXY_PORT} on every node, both at once (keepalived is not on the data path), so every row runs with the same daemons up; setups interleaved over ${ROUNDS} rounds`);
-    say(`part 2: the stand-in serves small bodies only, so n2's is swapped for a bulk server on :${APISERVER_PORT} (health checks over TLS as before; a plain-text "BULK" opener gets zeros), and n2 is every setup's only backend: same endpoints, only the middle differs`);
-    say(`parts 3-4: client GET https://VIP/version every ${PROBE_INTERVAL_MS} ms on a new connection, ${PROBE_TIMEOUT_MS} ms timeout; fresh daemons per run (ballast alone / keepalived + haproxy); ${runs} run(s) per setup, interleaved`);
-    say(`machine: ${cpus().length} CPUs, load average ${loadAtStart.join(' ')} at the start (the client, the servers, the daemons and anything else share them)`);
+    say(
+      `keepalived+haproxy: haproxy on every node, bind *:${HAPROXY_PORT}, mode tcp, balance roundrobin, check-ssl verify none, retries 1, option redispatch, timeout connect 5s, check 10s, client/server 20s`,
+    );
+    say(
+      `parts 1-2: ballast holds the VIP on n1 and haproxy listens on *:${HAPROXY_PORT} on every node, both at once (keepalived is not on the data path), so every row runs with the same daemons up; setups interleaved over ${ROUNDS} rounds`,
+    );
+    say(
+      `part 2: the stand-in serves small bodies only, so n2's is swapped for a bulk server on :${APISERVER_PORT} (health checks over TLS as before; a plain-text "BULK" opener gets zeros), and n2 is every setup's only backend: same endpoints, only the middle differs`,
+    );
+    say(
+      `parts 3-4: client GET https://VIP/version every ${PROBE_INTERVAL_MS} ms on a new connection, ${PROBE_TIMEOUT_MS} ms timeout; fresh daemons per run (ballast alone / keepalived + haproxy); ${runs} run(s) per setup, interleaved`,
+    );
+    say(
+      `machine: ${cpus().length} CPUs, load average ${loadAtStart.join(' ')} at the start (the client, the servers, the daemons and anything else share them)`,
+    );
     say();
     await lab.startApiservers({ port: APISERVER_PORT });
     await resetLab(lab);
@@ -800,8 +898,16 @@ async function main(): Promise<number> {
         probe: { intervalMs: PROBE_INTERVAL_MS, timeoutMs: PROBE_TIMEOUT_MS },
         check: { path: HAPROXY_CHECK_PATH, intervalMs: CHECK.interMs, fall: CHECK.fall, rise: CHECK.rise },
         haproxy: {
-          port: HAPROXY_PORT, checkPath: HAPROXY_CHECK_PATH, ...CHECK, retries: 1, redispatch: true,
-          timeoutConnectMs: 5000, timeoutClientMs: 20_000, timeoutServerMs: 20_000, timeoutCheckMs: 10_000, timeoutQueueMs: 20_000,
+          port: HAPROXY_PORT,
+          checkPath: HAPROXY_CHECK_PATH,
+          ...CHECK,
+          retries: 1,
+          redispatch: true,
+          timeoutConnectMs: 5000,
+          timeoutClientMs: 20_000,
+          timeoutServerMs: 20_000,
+          timeoutCheckMs: 10_000,
+          timeoutQueueMs: 20_000,
         },
       },
       rate,
@@ -818,7 +924,11 @@ async function main(): Promise<number> {
     say();
     say(`done in ${report.seconds} s; load average ${report.machine.loadAtEnd.join(' ')} at the end`);
     if (values.json) say(JSON.stringify(report, null, 2));
-    const failed = rate.some((r) => r.error) || bulk.some((r) => r.error) || apiserverStop.some((s) => s.runs.some((r) => r.error)) || nodeDeath.some((s) => s.runs.some((r) => r.error));
+    const failed =
+      rate.some((r) => r.error) ||
+      bulk.some((r) => r.error) ||
+      apiserverStop.some((s) => s.runs.some((r) => r.error)) ||
+      nodeDeath.some((s) => s.runs.some((r) => r.error));
     return failed ? 1 : 0;
   } finally {
     await lab.teardown();

@@ -76,21 +76,39 @@ function tailOf(report: ProberReport, tKill: number): number {
 async function bgpAgents(b: BgpLab): Promise<LabAgent[]> {
   // damping off: every round makes n3 unready and ready again on the same agents, so from the third
   // round flap damping (4 transitions in 2 min) would rightly hold its path out for 30 s
-  return Promise.all(b.nodes.map((n) => startBgpAgent(b, n, { intervalMs: HEALTH_MS, fall: FALL, balance: 'local', damping: false, bfdIntervalMs: BFD_MS, bfdMultiplier: BFD_MULT })));
+  return Promise.all(
+    b.nodes.map((n) =>
+      startBgpAgent(b, n, { intervalMs: HEALTH_MS, fall: FALL, balance: 'local', damping: false, bfdIntervalMs: BFD_MS, bfdMultiplier: BFD_MULT }),
+    ),
+  );
 }
 
 async function bgpDeath(b: BgpLab, agents: LabAgent[], run: number): Promise<DeathRound> {
   const out: DeathRound = { run, outageMs: null, errors: 0, requests: 0, tailMs: null };
   const n2 = b.nodes[1]!;
-  await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 3, { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' });
-  const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: PROBE_INTERVAL_MS, timeoutMs: PROBE_TIMEOUT_MS, durationMs: 20_000, logFile: `prober-bgp-${run}.log` });
+  await waitFor(
+    () => b.nexthops(b.vip4),
+    (h) => h.length === 3,
+    { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' },
+  );
+  const prober = runProber(b.lab, {
+    url: `https://${b.vip4}:6443/version`,
+    intervalMs: PROBE_INTERVAL_MS,
+    timeoutMs: PROBE_TIMEOUT_MS,
+    durationMs: 20_000,
+    logFile: `prober-bgp-${run}.log`,
+  });
   try {
     await sleep(BEFORE_MS);
     const tKill = prober.now();
     const t0 = performance.now();
     // silent (nftables drop, link up): only BFD can tell; a veth link down is seen by the router's kernel at once
     await b.killNode(n2, agents[1]!.proc, 'silent');
-    await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 2, { timeoutMs: 5000, intervalMs: 5, what: 'the dead node\'s path to go' });
+    await waitFor(
+      () => b.nexthops(b.vip4),
+      (h) => h.length === 2,
+      { timeoutMs: 5000, intervalMs: 5, what: "the dead node's path to go" },
+    );
     out.removedMs = round1(performance.now() - t0);
     await sleep(AFTER_MS);
     const rep = await prober.stop();
@@ -109,18 +127,36 @@ async function bgpDeath(b: BgpLab, agents: LabAgent[], run: number): Promise<Dea
 async function vrrpDeath(lab: Lab, run: number): Promise<DeathRound> {
   const out: DeathRound = { run, outageMs: null, errors: 0, requests: 0, tailMs: null };
   const [n1, n2] = [lab.nodes[0]!, lab.nodes[1]!];
-  const agents = await Promise.all(lab.nodes.map((node, i) => startAgent(lab, node, { priority: [150, 100, 50][i]!, advertisementInterval: `${ADVERT_MS}ms`, balance: true, healthInterval: `${HEALTH_MS}ms` })));
+  const agents = await Promise.all(
+    lab.nodes.map((node, i) =>
+      startAgent(lab, node, { priority: [150, 100, 50][i]!, advertisementInterval: `${ADVERT_MS}ms`, balance: true, healthInterval: `${HEALTH_MS}ms` }),
+    ),
+  );
   try {
     await waitForStableHolder(lab, n1, 10_000, 300);
     // every backend up in the holder's data plane before the round starts
-    await waitFor(() => agents[0]!.anyStatus(), (d) => d.dataplane.mode === 'nftables' && d.dataplane.backends.length === 3, { timeoutMs: 10_000, what: 'n1 balancing to three backends' });
+    await waitFor(
+      () => agents[0]!.anyStatus(),
+      (d) => d.dataplane.mode === 'nftables' && d.dataplane.backends.length === 3,
+      { timeoutMs: 10_000, what: 'n1 balancing to three backends' },
+    );
     await forgetVip(lab);
-    const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: PROBE_INTERVAL_MS, timeoutMs: PROBE_TIMEOUT_MS, durationMs: 20_000, logFile: `prober-vrrp-${run}.log` });
+    const prober = runProber(lab, {
+      url: `https://${lab.vip4}:6443/version`,
+      intervalMs: PROBE_INTERVAL_MS,
+      timeoutMs: PROBE_TIMEOUT_MS,
+      durationMs: 20_000,
+      logFile: `prober-vrrp-${run}.log`,
+    });
     await sleep(BEFORE_MS);
     const tKill = prober.now();
     await lab.linkDown(n1);
     agents[0]!.proc.kill('SIGKILL');
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === n2.name, { timeoutMs: 15_000, intervalMs: 10, what: 'n2 to hold the VIP' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 1 && h[0]!.name === n2.name,
+      { timeoutMs: 15_000, intervalMs: 10, what: 'n2 to hold the VIP' },
+    );
     await sleep(AFTER_MS);
     const rep = await prober.stop();
     Object.assign(out, { outageMs: rep.maxOutageMs, errors: rep.failed, requests: rep.requests, tailMs: tailOf(rep, tKill) });
@@ -138,19 +174,35 @@ async function vrrpDeath(lab: Lab, run: number): Promise<DeathRound> {
 /** setReady(n3, false) to the route losing n3's path, ms; n3 made ready again (and its path back). */
 async function unreadyWithdraw(b: BgpLab): Promise<number> {
   const n3 = b.nodes[2]!;
-  await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 3, { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' });
+  await waitFor(
+    () => b.nexthops(b.vip4),
+    (h) => h.length === 3,
+    { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' },
+  );
   const t0 = performance.now();
   await b.lab.setReady(n3.node, false);
-  await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 2, { timeoutMs: 5000, intervalMs: 5, what: 'the unready node\'s path to go' });
+  await waitFor(
+    () => b.nexthops(b.vip4),
+    (h) => h.length === 2,
+    { timeoutMs: 5000, intervalMs: 5, what: "the unready node's path to go" },
+  );
   const ms = round1(performance.now() - t0);
   await b.lab.setReady(n3.node, true);
-  await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 3, { timeoutMs: 5000, intervalMs: 20, what: 'the path to come back' });
+  await waitFor(
+    () => b.nexthops(b.vip4),
+    (h) => h.length === 3,
+    { timeoutMs: 5000, intervalMs: 20, what: 'the path to come back' },
+  );
   return ms;
 }
 
 /** 1,000 new TLS connections from the client: which node served each (lab/bgp-lab.ts). */
 async function spread(b: BgpLab): Promise<EcmpSpread> {
-  await waitFor(() => b.nexthops(b.vip4), (h) => h.length === 3, { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' });
+  await waitFor(
+    () => b.nexthops(b.vip4),
+    (h) => h.length === 3,
+    { timeoutMs: 15_000, intervalMs: 50, what: 'three ECMP paths' },
+  );
   return ecmpSpread(b, SPREAD_CONNECTIONS);
 }
 
@@ -162,26 +214,82 @@ function usage(): string {
 function printTable(r: BgpBenchReport, out: (line?: string) => void): void {
   const say = out;
   const w = 8;
-  const row = (label: string, xs: (number | null | undefined)[], st: Stats): string => `${label.padEnd(26)}${xs.map((x) => fmt(x, w, 1)).join('')}  |${fmt(st.median, w, 1)}${fmt(st.min, w, 1)}${fmt(st.max, w, 1)}`;
+  const row = (label: string, xs: (number | null | undefined)[], st: Stats): string =>
+    `${label.padEnd(26)}${xs.map((x) => fmt(x, w, 1)).join('')}  |${fmt(st.median, w, 1)}${fmt(st.min, w, 1)}${fmt(st.max, w, 1)}`;
   const head = `${'node death'.padEnd(26)}${Array.from({ length: r.runs }, (_, i) => `#${i + 1}`.padStart(w)).join('')}  |${'median'.padStart(w)}${'min'.padStart(w)}${'max'.padStart(w)}`;
   say(head);
   say('-'.repeat(head.length));
-  say(row('BGP  outage ms', r.bgp.rounds.map((x) => x.outageMs), r.bgp.outage));
-  say(row('VRRP outage ms', r.vrrp.rounds.map((x) => x.outageMs), r.vrrp.outage));
-  say(row('BGP  error tail ms', r.bgp.rounds.map((x) => x.tailMs), r.bgp.tail));
-  say(row('VRRP error tail ms', r.vrrp.rounds.map((x) => x.tailMs), r.vrrp.tail));
-  say(row('BGP  failed requests', r.bgp.rounds.map((x) => x.errors), r.bgp.errors));
-  say(row('VRRP failed requests', r.vrrp.rounds.map((x) => x.errors), r.vrrp.errors));
-  say(row('BGP  path removed ms', r.bgp.rounds.map((x) => x.removedMs), r.bgp.removed));
+  say(
+    row(
+      'BGP  outage ms',
+      r.bgp.rounds.map((x) => x.outageMs),
+      r.bgp.outage,
+    ),
+  );
+  say(
+    row(
+      'VRRP outage ms',
+      r.vrrp.rounds.map((x) => x.outageMs),
+      r.vrrp.outage,
+    ),
+  );
+  say(
+    row(
+      'BGP  error tail ms',
+      r.bgp.rounds.map((x) => x.tailMs),
+      r.bgp.tail,
+    ),
+  );
+  say(
+    row(
+      'VRRP error tail ms',
+      r.vrrp.rounds.map((x) => x.tailMs),
+      r.vrrp.tail,
+    ),
+  );
+  say(
+    row(
+      'BGP  failed requests',
+      r.bgp.rounds.map((x) => x.errors),
+      r.bgp.errors,
+    ),
+  );
+  say(
+    row(
+      'VRRP failed requests',
+      r.vrrp.rounds.map((x) => x.errors),
+      r.vrrp.errors,
+    ),
+  );
+  say(
+    row(
+      'BGP  path removed ms',
+      r.bgp.rounds.map((x) => x.removedMs),
+      r.bgp.removed,
+    ),
+  );
   say();
   const ratio = (v: number | null): string => (v === null ? '—' : v.toFixed(2));
   say(`ratio BGP/VRRP of the medians: outage ${ratio(r.ratios.outage)}, error tail ${ratio(r.ratios.tail)}, failed requests ${ratio(r.ratios.errors)}`);
-  say(`BFD detection time ${r.bgp.bfd.intervalMs} ms × ${r.bgp.bfd.multiplier} = ${r.bgp.bfd.intervalMs * r.bgp.bfd.multiplier} ms; VRRP adverts every ${r.vrrp.advertisementIntervalMs} ms`);
+  say(
+    `BFD detection time ${r.bgp.bfd.intervalMs} ms × ${r.bgp.bfd.multiplier} = ${r.bgp.bfd.intervalMs * r.bgp.bfd.multiplier} ms; VRRP adverts every ${r.vrrp.advertisementIntervalMs} ms`,
+  );
   say();
-  say(`withdrawal on unready (health ${r.unready.health.intervalMs} ms, fall ${r.unready.health.fall}; bound fall × interval + interval = ${r.unready.boundMs} ms): ${r.unready.withdrawMs.map((x) => x.toFixed(0)).join(', ')} ms; median ${fmt(r.unready.median.median, 0, 1)} ms`);
+  say(
+    `withdrawal on unready (health ${r.unready.health.intervalMs} ms, fall ${r.unready.health.fall}; bound fall × interval + interval = ${r.unready.boundMs} ms): ${r.unready.withdrawMs.map((x) => x.toFixed(0)).join(', ')} ms; median ${fmt(r.unready.median.median, 0, 1)} ms`,
+  );
   const total = Object.values(r.spread.nodes).reduce((a, b) => a + b, 0);
-  say(`ECMP spread of ${r.spread.connections} new connections (fib_multipath_hash_policy=1): ${Object.entries(r.spread.nodes).sort().map(([k, v]) => `${k} ${v} (${((100 * v) / Math.max(1, total)).toFixed(1)}%)`).join(', ')}; failed ${r.spread.failed}; binomial bound n/3 − 5σ = ${r.spread.bound.toFixed(1)} each`);
-  for (const [m, rounds] of [['BGP', r.bgp.rounds], ['VRRP', r.vrrp.rounds]] as const) for (const x of rounds) if (x.error) say(`note: ${m} #${x.run}: ${x.error}`);
+  say(
+    `ECMP spread of ${r.spread.connections} new connections (fib_multipath_hash_policy=1): ${Object.entries(r.spread.nodes)
+      .sort()
+      .map(([k, v]) => `${k} ${v} (${((100 * v) / Math.max(1, total)).toFixed(1)}%)`)
+      .join(', ')}; failed ${r.spread.failed}; binomial bound n/3 − 5σ = ${r.spread.bound.toFixed(1)} each`,
+  );
+  for (const [m, rounds] of [
+    ['BGP', r.bgp.rounds],
+    ['VRRP', r.vrrp.rounds],
+  ] as const)
+    for (const x of rounds) if (x.error) say(`note: ${m} #${x.run}: ${x.error}`);
 }
 
 async function main(): Promise<number> {
@@ -190,7 +298,13 @@ async function main(): Promise<number> {
     say(usage());
     return 0;
   }
-  const checked = preflight(values, { name: 'bench-bgp', usage: usage(), defaults: { runs: 5, maxRuns: 20, seconds: 1, workers: 1 }, root: 'network namespaces, nftables', files: [['/usr/sbin/bird', 'bird2']] });
+  const checked = preflight(values, {
+    name: 'bench-bgp',
+    usage: usage(),
+    defaults: { runs: 5, maxRuns: 20, seconds: 1, workers: 1 },
+    root: 'network namespaces, nftables',
+    files: [['/usr/sbin/bird', 'bird2']],
+  });
   if (typeof checked === 'number') return checked;
   const { runs } = checked;
   let b: BgpLab | undefined;
@@ -221,8 +335,21 @@ async function main(): Promise<number> {
     const report: BgpBenchReport = {
       runs,
       probe: { intervalMs: PROBE_INTERVAL_MS, timeoutMs: PROBE_TIMEOUT_MS },
-      bgp: { bfd: { intervalMs: BFD_MS, multiplier: BFD_MULT }, rounds: bgpRounds, outage: st(bgpRounds, 'outageMs'), errors: st(bgpRounds, 'errors'), tail: st(bgpRounds, 'tailMs'), removed: st(bgpRounds, 'removedMs') },
-      vrrp: { advertisementIntervalMs: ADVERT_MS, rounds: vrrpRounds, outage: st(vrrpRounds, 'outageMs'), errors: st(vrrpRounds, 'errors'), tail: st(vrrpRounds, 'tailMs') },
+      bgp: {
+        bfd: { intervalMs: BFD_MS, multiplier: BFD_MULT },
+        rounds: bgpRounds,
+        outage: st(bgpRounds, 'outageMs'),
+        errors: st(bgpRounds, 'errors'),
+        tail: st(bgpRounds, 'tailMs'),
+        removed: st(bgpRounds, 'removedMs'),
+      },
+      vrrp: {
+        advertisementIntervalMs: ADVERT_MS,
+        rounds: vrrpRounds,
+        outage: st(vrrpRounds, 'outageMs'),
+        errors: st(vrrpRounds, 'errors'),
+        tail: st(vrrpRounds, 'tailMs'),
+      },
       ratios: { outage: null, tail: null, errors: null },
       unready: { health: { intervalMs: HEALTH_MS, fall: FALL }, boundMs: FALL * HEALTH_MS + HEALTH_MS, withdrawMs: withdraw, median: stats(withdraw) },
       spread: { ...sp, bound: round1(spreadBound(SPREAD_CONNECTIONS, 3)) },

@@ -75,7 +75,6 @@ export interface BulkWorkerResult {
 export const ratioOf = (a: number | null | undefined, b: number | null | undefined): number | null =>
   a === null || a === undefined || b === null || b === undefined || b === 0 ? null : round2(a / b);
 
-
 // ---------------------------------------------------------------------------------------------
 // the lab
 
@@ -86,7 +85,11 @@ export const ratioOf = (a: number | null | undefined, b: number | null | undefin
 export async function waitForStableHolder(lab: Lab, node: LabNode, timeoutMs: number, stableMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0] === node, { timeoutMs: Math.max(0, deadline - Date.now()), intervalMs: 25, what: `${node.name} to hold ${lab.vip4}` });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 1 && h[0] === node,
+      { timeoutMs: Math.max(0, deadline - Date.now()), intervalMs: 25, what: `${node.name} to hold ${lab.vip4}` },
+    );
     await sleep(stableMs);
     const h = await lab.holders(lab.vip4);
     if (h.length === 1 && h[0] === node) return;
@@ -98,7 +101,6 @@ export async function waitForStableHolder(lab: Lab, node: LabNode, timeoutMs: nu
 export async function forgetVip(lab: Lab): Promise<void> {
   await lab.exec(lab.client.netns, ['ip', 'neigh', 'flush', 'to', lab.vip4, 'dev', 'eth0'], { allowFail: true });
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // request-rate rounds
@@ -113,7 +115,13 @@ export type WorkerPlace = { netns?: string } & Pick<LabRunOptions, 'cgroup'>;
  * Spawns `count` workers (workers.js `--role …`) in the client namespace, or at `where`, with
  * `args(i, startAt)`, waits (bounded) and parses their result lines.
  */
-export async function runWorkers<T>(lab: Lab, count: number, durationMs: number, args: (i: number, startAt: number) => string[], where: WorkerPlace = {}): Promise<T[]> {
+export async function runWorkers<T>(
+  lab: Lab,
+  count: number,
+  durationMs: number,
+  args: (i: number, startAt: number) => string[],
+  where: WorkerPlace = {},
+): Promise<T[]> {
   const startAt = Date.now() + START_DELAY_MS;
   const procs: LabProcess[] = [];
   const opts = { logFile: 'workers.log', ...(where.cgroup === undefined ? {} : { cgroup: where.cgroup }) };
@@ -124,7 +132,11 @@ export async function runWorkers<T>(lab: Lab, count: number, durationMs: number,
   try {
     const codes = await Promise.all(procs.map((p) => p.exited));
     return procs.map((p, i) => {
-      const line = p.output().split('\n').reverse().find((l) => l.startsWith('{"role"'));
+      const line = p
+        .output()
+        .split('\n')
+        .reverse()
+        .find((l) => l.startsWith('{"role"'));
       if (codes[i] !== 0 || line === undefined) throw new Error(`worker ${i} exited ${codes[i]}: ${p.output().slice(-500)}`);
       return JSON.parse(line) as T;
     });
@@ -138,7 +150,17 @@ export const rotate = <T>(xs: readonly T[], k: number): T[] => xs.map((_, i) => 
 
 /** A setup's RateResult before its first round. */
 export const emptyRate = <S extends string>(setup: S, label: string): RateResult<S> => ({
-  setup, label, rounds: [], reqPerS: null, p50Ms: null, p99Ms: null, requests: 0, failed: 0, errors: {}, nodes: {}, ratio: { reqPerS: null, p50: null, p99: null },
+  setup,
+  label,
+  rounds: [],
+  reqPerS: null,
+  p50Ms: null,
+  p99Ms: null,
+  requests: 0,
+  failed: 0,
+  errors: {},
+  nodes: {},
+  ratio: { reqPerS: null, p50: null, p99: null },
 });
 
 /**
@@ -147,12 +169,31 @@ export const emptyRate = <S extends string>(setup: S, label: string): RateResult
  * workers), counts and latencies to `res` and `latencies`, and resolves with that req/s.
  * @throws when a worker fails (its output in the message).
  */
-export async function rateRound(lab: Lab, urls: readonly string[], workers: number, durationMs: number, res: RateResult<string>, latencies: number[], where: WorkerPlace = {}): Promise<number> {
+export async function rateRound(
+  lab: Lab,
+  urls: readonly string[],
+  workers: number,
+  durationMs: number,
+  res: RateResult<string>,
+  latencies: number[],
+  where: WorkerPlace = {},
+): Promise<number> {
   const rs = await runWorkers<RateWorkerResult>(
-    lab, workers, durationMs,
+    lab,
+    workers,
+    durationMs,
     (i, startAt) => [
-      '--role', 'rate-worker', ...urls.flatMap((u) => ['--url', u]), '--ca', lab.ca.certFile,
-      '--duration-ms', String(durationMs), '--start-at', String(startAt), '--index', String(i),
+      '--role',
+      'rate-worker',
+      ...urls.flatMap((u) => ['--url', u]),
+      '--ca',
+      lab.ca.certFile,
+      '--duration-ms',
+      String(durationMs),
+      '--start-at',
+      String(startAt),
+      '--index',
+      String(i),
     ],
     where,
   );
@@ -181,14 +222,16 @@ export function finishRates<S extends string>(results: Map<S, RateResult<S>>, la
   for (const r of results.values()) r.ratio = { reqPerS: ratioOf(r.reqPerS, d.reqPerS), p50: ratioOf(r.p50Ms, d.p50Ms), p99: ratioOf(r.p99Ms, d.p99Ms) };
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // output and the command line
 
 export const fmt = (v: number | null | undefined, w: number, digits = 0): string => (v === null || v === undefined ? '—' : v.toFixed(digits)).padStart(w);
 export const fmtRatio = (v: number | null, w: number): string => (v === null ? '—' : `×${v.toFixed(2)}`).padStart(w);
-export const counts = (o: Record<string, number>): string => Object.entries(o).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(' ') || '—';
-
+export const counts = (o: Record<string, number>): string =>
+  Object.entries(o)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}=${v}`)
+    .join(' ') || '—';
 
 export { intArg };
 
@@ -200,7 +243,13 @@ export { intArg };
  */
 export function preflight(
   values: { runs?: string | undefined; seconds?: string | undefined; workers?: string | undefined },
-  o: { name: string; usage: string; defaults: { runs: number; maxRuns: number; seconds: number; workers: number }; root: string; files: readonly (readonly [string, string])[] },
+  o: {
+    name: string;
+    usage: string;
+    defaults: { runs: number; maxRuns: number; seconds: number; workers: number };
+    root: string;
+    files: readonly (readonly [string, string])[];
+  },
 ): { runs: number; seconds: number; workers: number } | number {
   const d = o.defaults;
   let checked: { runs: number; seconds: number; workers: number };

@@ -84,7 +84,6 @@ export const SCENARIOS: Scenario[] = [
   { daemon: 'keepalived', failure: 'sigterm', label: 'keepalived SIGTERM' },
 ];
 
-
 // ---------------------------------------------------------------------------------------------
 // the wire: tcpdump -e -tt in the client namespace
 
@@ -149,7 +148,8 @@ export function wireTimes(pkts: readonly WirePacket[], oldHolder: LabNode, newHo
     clientArps: pkts.filter((p) => p.kind === 'arp' && p.src === client && p.target === vip && p.t >= oldLast.t).length,
     phaseMs,
     synAckLagMs: synAck ? round1(synAck.t - firstNew.t) : null,
-    rivalAdverts: pkts.filter((p) => p.kind === 'advert' && p.t > oldLast.t && (p.priority ?? 0) > 0 && p.src !== oldHolder.ipv4 && p.src !== newHolder.ipv4).length,
+    rivalAdverts: pkts.filter((p) => p.kind === 'advert' && p.t > oldLast.t && (p.priority ?? 0) > 0 && p.src !== oldHolder.ipv4 && p.src !== newHolder.ipv4)
+      .length,
     rivalGarps: pkts.filter((p) => p.kind === 'arp' && p.t > oldLast.t && p.src === vip && p.target === vip && p.srcMac !== newHolder.mac).length,
   };
 }
@@ -160,7 +160,21 @@ export function hasTcpdump(): boolean {
 
 /** Starts tcpdump (VRRP, ARP, SYN-ACKs from port 6443) in the client namespace; resolves once it listens. */
 async function startCapture(lab: Lab, run: string): Promise<LabProcess> {
-  const p = lab.spawn(lab.client.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', '-e', 'ip proto 112 or arp or (tcp src port 6443 and tcp[tcpflags] & (tcp-syn|tcp-ack) == (tcp-syn|tcp-ack))'], { logFile: `capture-${run}.txt` });
+  const p = lab.spawn(
+    lab.client.netns,
+    [
+      'tcpdump',
+      '-i',
+      'eth0',
+      '-n',
+      '-l',
+      '--immediate-mode',
+      '-tt',
+      '-e',
+      'ip proto 112 or arp or (tcp src port 6443 and tcp[tcpflags] & (tcp-syn|tcp-ack) == (tcp-syn|tcp-ack))',
+    ],
+    { logFile: `capture-${run}.txt` },
+  );
   await p.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
   return p;
 }
@@ -189,7 +203,14 @@ export async function startCluster(lab: Lab, daemon: Daemon, advertMs: number, r
       const priority = PRIORITIES[i]!;
       return daemon === 'ballast'
         ? startAgent(lab, node, { priority, advertisementInterval: `${advertMs}ms`, ...(realtime > 0 ? { realtimePriority: realtime } : {}) })
-        : startKeepalived(lab, node, { priority, advertIntervalS: advertMs / 1000, vrrpVersion: 3, vips: [`${lab.vip4}/32`], interface: 'eth0', ...(realtime > 0 ? { extraGlobal: [`vrrp_rt_priority ${realtime}`] } : {}) });
+        : startKeepalived(lab, node, {
+            priority,
+            advertIntervalS: advertMs / 1000,
+            vrrpVersion: 3,
+            vips: [`${lab.vip4}/32`],
+            interface: 'eth0',
+            ...(realtime > 0 ? { extraGlobal: [`vrrp_rt_priority ${realtime}`] } : {}),
+          });
     }),
   );
   const started = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
@@ -268,7 +289,11 @@ export async function runOnce(lab: Lab, sc: Scenario, run: number, capture: bool
     });
     await sleep(BEFORE_MS);
     // on a loaded machine (bench/stress.ts) the first requests may all time out: up to 5 s more
-    await waitFor(() => Promise.resolve(prober!.results().some((r) => r.ok)), (ok) => ok, { timeoutMs: 5000, intervalMs: 50, what: 'a first answer' }).catch(() => undefined);
+    await waitFor(
+      () => Promise.resolve(prober!.results().some((r) => r.ok)),
+      (ok) => ok,
+      { timeoutMs: 5000, intervalMs: 50, what: 'a first answer' },
+    ).catch(() => undefined);
     if (!prober.results().some((r) => r.ok)) {
       const neigh = (await lab.exec(lab.client.netns, ['ip', 'neigh', 'show', 'to', lab.vip4], { allowFail: true })).stdout.trim() || 'none';
       const holders = (await lab.holders(lab.vip4)).map((n) => n.name).join(',') || 'none';
@@ -280,12 +305,20 @@ export async function runOnce(lab: Lab, sc: Scenario, run: number, capture: bool
     if (sc.failure === 'linkDown') await lab.linkDown(n1);
     else terminated = cluster.terminate(n1);
 
-    const h = await waitFor(() => lab.holders(lab.vip4), (hs) => hs.includes(n2), { timeoutMs: 5000, intervalMs: 50, what: `${n2.name} to take ${lab.vip4}` });
+    const h = await waitFor(
+      () => lab.holders(lab.vip4),
+      (hs) => hs.includes(n2),
+      { timeoutMs: 5000, intervalMs: 50, what: `${n2.name} to take ${lab.vip4}` },
+    );
     await sleep(AFTER_MS);
     const report: ProberReport = await prober.stop();
     prober = undefined;
     await terminated;
-    result.newHolder = h.filter((n) => n !== n1).map((n) => n.name).join(',') || null;
+    result.newHolder =
+      h
+        .filter((n) => n !== n1)
+        .map((n) => n.name)
+        .join(',') || null;
     result.requests = report.requests;
     result.failedRequests = report.failed;
     result.outages = report.outages.length;

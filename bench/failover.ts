@@ -82,7 +82,6 @@ export interface BenchReport {
 // ---------------------------------------------------------------------------------------------
 // output
 
-
 function printTable(report: BenchReport): void {
   const runs = report.runs;
   const w = 8;
@@ -98,12 +97,16 @@ function printTable(report: BenchReport): void {
   const ratio = (f: Failure, name: string): string => `${name} ${report.ratios[f] === null ? '—' : report.ratios[f]!.toFixed(2)}`;
   say(`ratio ballast/keepalived of the medians: ${ratio('linkDown', 'link down')}, ${ratio('sigterm', 'SIGTERM')}`);
   const b = report.bounds;
-  say(`protocol bounds (RFC 9568 §6.1, priority ${b.priority}, ${ADVERT_CS} cs): Master_Down_Interval ${b.masterDownIntervalMs.toFixed(1)} ms (link down), Skew_Time ${b.skewTimeMs.toFixed(1)} ms (SIGTERM)`);
+  say(
+    `protocol bounds (RFC 9568 §6.1, priority ${b.priority}, ${ADVERT_CS} cs): Master_Down_Interval ${b.masterDownIntervalMs.toFixed(1)} ms (link down), Skew_Time ${b.skewTimeMs.toFixed(1)} ms (SIGTERM)`,
+  );
 
   if (report.scenarios.some((s) => s.runs.some((r) => r.wire))) {
     say();
     say('on the wire (tcpdump in the client namespace), median [min..max] ms:');
-    say(`${'scenario'.padEnd(22)}${'failure after advert'.padStart(24)}${'old last advert → new first'.padStart(30)}${'new first advert → GARP'.padStart(26)}${'GARPs/burst'.padStart(13)}`);
+    say(
+      `${'scenario'.padEnd(22)}${'failure after advert'.padStart(24)}${'old last advert → new first'.padStart(30)}${'new first advert → GARP'.padStart(26)}${'GARPs/burst'.padStart(13)}`,
+    );
     for (const s of report.scenarios) {
       const range = (st: Stats, d: number): string => (st.median === null ? '—' : `${st.median.toFixed(d)} [${st.min!.toFixed(d)}..${st.max!.toFixed(d)}]`);
       const bursts = [...new Set(s.runs.flatMap((r) => (r.wire ? [r.wire.garpBurst] : [])))].join('/') || '—';
@@ -111,7 +114,9 @@ function printTable(report: BenchReport): void {
     }
   }
   const failed = report.scenarios.flatMap((s) => s.runs.filter((r) => r.error).map((r) => `${s.label.trim()} #${r.run}: ${r.error}`));
-  const extra = report.scenarios.flatMap((s) => s.runs.filter((r) => !r.error && r.outages !== 1).map((r) => `${s.label.trim()} #${r.run}: ${r.outages} outages`));
+  const extra = report.scenarios.flatMap((s) =>
+    s.runs.filter((r) => !r.error && r.outages !== 1).map((r) => `${s.label.trim()} #${r.run}: ${r.outages} outages`),
+  );
   if (failed.length + extra.length > 0) {
     say();
     for (const l of [...failed, ...extra]) say(`note: ${l}`);
@@ -125,11 +130,14 @@ function usage(): string {
   return 'usage: node dist/bench/failover.js [--runs N (1..20, default 5)] [--json]\n       node dist/bench/failover.js --stress [--minutes M] [--rounds N] [--append FILE] [--json] (bench/stress.ts)';
 }
 
-
 async function main(argv: string[]): Promise<number> {
   // `npm run bench:failover -- --stress …`: the CPU-stress benchmark (bench/stress.ts), its own options
   if (argv.includes('--stress')) return (await import('./stress.js')).stressMain(argv.filter((a) => a !== '--stress'));
-  const { values } = parseArgs({ args: argv, options: { runs: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, strict: true });
+  const { values } = parseArgs({
+    args: argv,
+    options: { runs: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    strict: true,
+  });
   if (values.help) {
     say(usage());
     return 0;
@@ -155,10 +163,16 @@ async function main(argv: string[]): Promise<number> {
   const t0 = Date.now();
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
   try {
-    const bounds = { priority: PRIORITIES[1], masterDownIntervalMs: masterDownIntervalMs(PRIORITIES[1], ADVERT_CS), skewTimeMs: skewTimeMs(PRIORITIES[1], ADVERT_CS) };
+    const bounds = {
+      priority: PRIORITIES[1],
+      masterDownIntervalMs: masterDownIntervalMs(PRIORITIES[1], ADVERT_CS),
+      skewTimeMs: skewTimeMs(PRIORITIES[1], ADVERT_CS),
+    };
     say(`failover benchmark: ballast vs keepalived ${kv}, ${runs} run(s) per scenario, interleaved`);
     say(`lab ${PREFIX} (10.78.${SUBNET}.0/24): 3 nodes, priorities ${PRIORITIES.join('/')}, VRRPv3 adverts every ${ADVERT_MS} ms, VIP ${lab.vip4}/32 on eth0`);
-    say(`client: new TLS connection to https://${lab.vip4}:6443/version every ${PROBE_INTERVAL_MS} ms, ${PROBE_TIMEOUT_MS} ms timeout${capture ? '; tcpdump on the client' : '; tcpdump not found: no wire timings'}`);
+    say(
+      `client: new TLS connection to https://${lab.vip4}:6443/version every ${PROBE_INTERVAL_MS} ms, ${PROBE_TIMEOUT_MS} ms timeout${capture ? '; tcpdump on the client' : '; tcpdump not found: no wire timings'}`,
+    );
     await lab.startApiservers();
     await resetLab(lab);
     const results = SCENARIOS.map(() => [] as RunResult[]);

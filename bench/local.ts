@@ -79,7 +79,6 @@ const WARM_UP_CONNECTIONS = 3;
 /** an unrecorded round of load on the stand-ins before the first one (their JIT and TLS warm up) */
 const WARM_UP_ROUND_MS = 3000;
 
-
 // ---------------------------------------------------------------------------------------------
 // public shapes (what --json prints)
 
@@ -263,7 +262,9 @@ async function warmUp(lab: Lab, n1: LabNode, cgroup: string, t: Target): Promise
 // output
 
 function printTable(rs: LocalRateResult[], workers: number, seconds: number, rounds: number): void {
-  say(`new-connection request rate from n1 (its namespace and lab cgroup): ${workers} workers × ${seconds} s × ${rounds} rounds, each a loop of HTTPS GET /version on a new verified TLS connection; ratios to "${LABELS.directSpread}"`);
+  say(
+    `new-connection request rate from n1 (its namespace and lab cgroup): ${workers} workers × ${seconds} s × ${rounds} rounds, each a loop of HTTPS GET /version on a new verified TLS connection; ratios to "${LABELS.directSpread}"`,
+  );
   const head =
     `${'setup'.padEnd(50)}${'req/s'.padStart(7)}${''.padStart(7)}${'p50 ms'.padStart(8)}${''.padStart(7)}${'p99 ms'.padStart(8)}${''.padStart(7)}` +
     `${'failed'.padStart(7)}${'RSS MiB'.padStart(9)}${'CPU %'.padStart(7)}  ${'req/s per round'.padEnd(17)}  served by`;
@@ -272,10 +273,15 @@ function printTable(rs: LocalRateResult[], workers: number, seconds: number, rou
   for (const r of rs) {
     const line =
       `${r.label.padEnd(50)}${fmt(r.reqPerS, 7)}${fmtRatio(r.ratio.reqPerS, 7)}${fmt(r.p50Ms, 8, 1)}${fmtRatio(r.ratio.p50, 7)}${fmt(r.p99Ms, 8, 1)}${fmtRatio(r.ratio.p99, 7)}` +
-      `${fmt(r.failed, 7)}${fmt(r.rssMedianMiB, 9, 1)}${fmt(r.cpuMedianPct, 7)}  ${r.rounds.map((x) => x.toFixed(0)).join(' ').padEnd(17)}  ${counts(r.nodes)}`;
+      `${fmt(r.failed, 7)}${fmt(r.rssMedianMiB, 9, 1)}${fmt(r.cpuMedianPct, 7)}  ${r.rounds
+        .map((x) => x.toFixed(0))
+        .join(' ')
+        .padEnd(17)}  ${counts(r.nodes)}`;
     say(r.error === undefined ? line : `${line}  FAILED: ${r.error}`);
   }
-  say(`RSS: VmRSS of the daemon's processes summed (nginx: master + 2 workers) at the end of a round; CPU: the daemon's utime + stime during the measurement, % of one core; medians over the rounds`);
+  say(
+    `RSS: VmRSS of the daemon's processes summed (nginx: master + 2 workers) at the end of a round; CPU: the daemon's utime + stime during the measurement, % of one core; medians over the rounds`,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,7 +291,6 @@ function usage(): string {
   return `usage: node dist/bench/local.js [--runs N rounds (1..${MAX_RUNS}, default ${DEFAULT_RUNS})] [--seconds S per measurement (1..30, default ${DEFAULT_SECONDS})] [--workers W (1..16, default ${DEFAULT_WORKERS})] [--json]`;
 }
 
-
 function nginxVersion(): string {
   const r = spawnSync(NGINX_PATH, ['-v'], { encoding: 'utf8', timeout: 5000 });
   return /nginx\/(\S+)/.exec(`${r.stdout}${r.stderr}`)?.[1] ?? 'unknown';
@@ -293,7 +298,13 @@ function nginxVersion(): string {
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
-    options: { runs: { type: 'string' }, seconds: { type: 'string' }, workers: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    options: {
+      runs: { type: 'string' },
+      seconds: { type: 'string' },
+      workers: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
     strict: true,
   });
   if (values.help) {
@@ -305,7 +316,10 @@ async function main(): Promise<number> {
     usage: usage(),
     defaults: { runs: DEFAULT_RUNS, maxRuns: MAX_RUNS, seconds: DEFAULT_SECONDS, workers: DEFAULT_WORKERS },
     root: 'network namespaces, cgroups, BPF',
-    files: [[NGINX_PATH, 'nginx'], [NGINX_STREAM_MODULE, 'libnginx-mod-stream']],
+    files: [
+      [NGINX_PATH, 'nginx'],
+      [NGINX_STREAM_MODULE, 'libnginx-mod-stream'],
+    ],
   });
   if (typeof checked === 'number') return checked;
   const { runs: rounds, seconds, workers } = checked;
@@ -328,18 +342,34 @@ async function main(): Promise<number> {
       notes.push(`removed ${pinDir} left by an earlier run`);
     }
     say(`node-local API endpoint benchmark: ballast (ebpf, proxy) vs nginx ${nv} (kubespray's node-local proxy) vs direct, one lab, one run`);
-    say(`lab ${PREFIX} (10.78.${SUBNET}.0/24, IPv4): 3 nodes, TLS stand-in apiserver on :${APISERVER_PORT} of each; clients in ${n1.name}'s namespace and lab cgroup ${cgroup}`);
-    say(`ballast: \`ballast run\` on ${n1.name} as a worker (no vrrp, no VIPs), localEndpoint 127.0.0.1:${LOCAL_PORT} in that cgroup, dataplane.local ebpf or proxy (one agent at a time), health GET /readyz every ${HEALTH.interval}, rise ${HEALTH.rise}, fall ${HEALTH.fall}`);
-    say(`nginx: kubespray's nginx-proxy config (stream, least_conn, worker_processes 2, proxy_connect_timeout 1s, no active checks) listening on 127.0.0.1:${NGINX_PORT} in ${n1.name}`);
-    say(`every daemon runs only for its own measurement (started, warmed up, measured, stopped); ${rounds} round(s), the setups' order rotating, after an unrecorded ${WARM_UP_ROUND_MS / 1000} s round of direct, spread`);
-    say(`machine: ${cpus().length} CPUs, load average ${loadAtStart.join(' ')} at the start (the client, the stand-ins, the daemon and anything else share them)`);
+    say(
+      `lab ${PREFIX} (10.78.${SUBNET}.0/24, IPv4): 3 nodes, TLS stand-in apiserver on :${APISERVER_PORT} of each; clients in ${n1.name}'s namespace and lab cgroup ${cgroup}`,
+    );
+    say(
+      `ballast: \`ballast run\` on ${n1.name} as a worker (no vrrp, no VIPs), localEndpoint 127.0.0.1:${LOCAL_PORT} in that cgroup, dataplane.local ebpf or proxy (one agent at a time), health GET /readyz every ${HEALTH.interval}, rise ${HEALTH.rise}, fall ${HEALTH.fall}`,
+    );
+    say(
+      `nginx: kubespray's nginx-proxy config (stream, least_conn, worker_processes 2, proxy_connect_timeout 1s, no active checks) listening on 127.0.0.1:${NGINX_PORT} in ${n1.name}`,
+    );
+    say(
+      `every daemon runs only for its own measurement (started, warmed up, measured, stopped); ${rounds} round(s), the setups' order rotating, after an unrecorded ${WARM_UP_ROUND_MS / 1000} s round of direct, spread`,
+    );
+    say(
+      `machine: ${cpus().length} CPUs, load average ${loadAtStart.join(' ')} at the start (the client, the stand-ins, the daemon and anything else share them)`,
+    );
     say();
     await lab.startApiservers({ port: APISERVER_PORT });
 
     const url = (host: string, port: number): string => `https://${host}:${port}/version`;
     const local = (port: number): Pick<Target, 'urls' | 'address' | 'port'> => ({ urls: [url('127.0.0.1', port)], address: '127.0.0.1', port });
     const targets: Target[] = [
-      { setup: 'directN2', label: `${LABELS.directN2} ${n2.ipv4}:${APISERVER_PORT}`, urls: [url(n2.ipv4, APISERVER_PORT)], address: n2.ipv4, port: APISERVER_PORT },
+      {
+        setup: 'directN2',
+        label: `${LABELS.directN2} ${n2.ipv4}:${APISERVER_PORT}`,
+        urls: [url(n2.ipv4, APISERVER_PORT)],
+        address: n2.ipv4,
+        port: APISERVER_PORT,
+      },
       {
         setup: 'directSpread',
         label: `${LABELS.directSpread} n1..n3:${APISERVER_PORT}`,

@@ -53,14 +53,24 @@ export function classifyMapping(m: { start: bigint; end: bigint; perms: string; 
   if (m.path.startsWith('[')) return m.path;
   if (m.path === nodeBinary) return m.perms.includes('x') ? 'node binary: code' : 'node binary: data';
   if (m.path.endsWith('.node')) return 'addon (.node)';
-  if (/\.so(\.|$)/.test(m.path)) return `lib: ${m.path.split('/').pop()!.replace(/\.so.*$/, '')}`;
+  if (/\.so(\.|$)/.test(m.path))
+    return `lib: ${m.path
+      .split('/')
+      .pop()!
+      .replace(/\.so.*$/, '')}`;
   if (m.path !== '') return m.path.startsWith('/memfd:') ? 'memfd' : 'other files';
   const MiB64 = 64n << 20n;
   if (m.start % MiB64 === 0n && size <= MiB64) return 'anon: malloc thread arenas (64 MiB-aligned)';
   return 'anon: other (V8 heaps, stacks, mmap)';
 }
 
-interface Mapping { start: bigint; end: bigint; perms: string; path: string; rssKiB: number }
+interface Mapping {
+  start: bigint;
+  end: bigint;
+  perms: string;
+  path: string;
+  rssKiB: number;
+}
 
 function readSmaps(pid: number): Mapping[] {
   const out: Mapping[] = [];
@@ -106,25 +116,36 @@ const field = (text: string, name: string): number => Number(new RegExp(`^${name
 async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number, cpuS: number, i: number): Promise<Sample> {
   const n1 = lab.nodes[0]!;
   const configPath = join(lab.dir, `n1-${i}.yaml`);
-  writeFileSync(configPath, agentConfig(lab, n1, {
+  writeFileSync(
+    configPath,
+    agentConfig(lab, n1, {
       priority: 150,
       advertisementInterval: '100ms',
       balance: true,
       healthInterval: '2s',
       hostMounts: true,
       extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } },
-    }));
+    }),
+  );
   const probeOut = join(lab.dir, `probe-${i}.json`);
   // the environment the shipped launchers give the agent, under the variant's own
   const env = { ...SHIPPED_ENV, ...(v.env ?? {}), ...(v.env?.RSS_PROBE ? { RSS_PROBE_OUT: probeOut } : {}) };
-  const proc = lab.spawn(n1.netns, [process.execPath, ...(v.nodeArgs ?? []), v.cli ?? cliPath(), 'run', '--config', configPath], { logFile: join(lab.dir, `n1-${i}.log`), env, hostMounts: true });
+  const proc = lab.spawn(n1.netns, [process.execPath, ...(v.nodeArgs ?? []), v.cli ?? cliPath(), 'run', '--config', configPath], {
+    logFile: join(lab.dir, `n1-${i}.log`),
+    env,
+    hostMounts: true,
+  });
   const agent = new LabAgent(lab, n1, proc, configPath);
   try {
-    await waitFor(() => agent.anyStatus().catch(() => null), (d) => d !== null && d.state === 'master' && d.local.mode === 'ebpf' && d.backends.length === 3 && d.backends.every((b) => b.healthy), {
-      timeoutMs: 20_000,
-      intervalMs: 200,
-      what: `${v.name}: master with the local endpoint and 3 healthy backends`,
-    });
+    await waitFor(
+      () => agent.anyStatus().catch(() => null),
+      (d) => d !== null && d.state === 'master' && d.local.mode === 'ebpf' && d.backends.length === 3 && d.backends.every((b) => b.healthy),
+      {
+        timeoutMs: 20_000,
+        intervalMs: 200,
+        what: `${v.name}: master with the local endpoint and 3 healthy backends`,
+      },
+    );
     await sleep(warmupS * 1000);
     let cpu: number | null = null;
     if (cpuS > 0) {
@@ -144,7 +165,10 @@ async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number
     const lines = agent.logLines();
     const first = lines[0]?.elapsedMs;
     const master = lines.find((l) => l.msg === 'state change' && l.to === 'master')?.elapsedMs;
-    let probe: unknown = proc.output().split('\n').filter((l) => l.includes('"probe"'));
+    let probe: unknown = proc
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"probe"'));
     if (v.env?.RSS_PROBE) {
       await sleep(2500);
       probe = JSON.parse(readFileSync(probeOut, 'utf8'));
@@ -167,7 +191,11 @@ async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number
 }
 
 async function main(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { variants: { type: 'string' }, starts: { type: 'string' }, warmup: { type: 'string' }, cpu: { type: 'string' }, json: { type: 'boolean' } }, strict: true });
+  const { values } = parseArgs({
+    args: argv,
+    options: { variants: { type: 'string' }, starts: { type: 'string' }, warmup: { type: 'string' }, cpu: { type: 'string' }, json: { type: 'boolean' } },
+    strict: true,
+  });
   const starts = intArg('starts', values.starts, 5, 1, 20);
   const warmupS = intArg('warmup', values.warmup, 5, 0, 120);
   const cpuS = intArg('cpu', values.cpu, 0, 0, 600);
@@ -187,7 +215,9 @@ async function main(argv: string[]): Promise<number> {
         try {
           const s = await measureOnce(lab, cgroup, v, warmupS, cpuS, i++);
           samples.get(v.name)!.push(s);
-          progress(`${k + 1} ${v.name}: RSS ${round1(s.rss)} PSS ${round1(s.pss)} anon ${round1(s.anon)} file ${round1(s.file)} threads ${s.threads.length}${s.cpu === null ? '' : ` cpu ${s.cpu}`} log ${s.firstLogMs} advert ${s.firstAdvertMs}`);
+          progress(
+            `${k + 1} ${v.name}: RSS ${round1(s.rss)} PSS ${round1(s.pss)} anon ${round1(s.anon)} file ${round1(s.file)} threads ${s.threads.length}${s.cpu === null ? '' : ` cpu ${s.cpu}`} log ${s.firstLogMs} advert ${s.firstAdvertMs}`,
+          );
         } catch (e) {
           progress(`${k + 1} ${v.name} failed: ${errText(e)}`);
         } finally {
@@ -200,7 +230,11 @@ async function main(argv: string[]): Promise<number> {
     if (pinDir !== undefined) removeEndpointPins(pinDir);
     pins.release();
   }
-  const med = (xs: (number | null)[]): number | null => stats(xs.filter((x): x is number => x !== null), 2).median;
+  const med = (xs: (number | null)[]): number | null =>
+    stats(
+      xs.filter((x): x is number => x !== null),
+      2,
+    ).median;
   const summary = variants.map((v) => {
     const ss = samples.get(v.name)!;
     const partNames = [...new Set(ss.flatMap((s) => Object.keys(s.parts)))];
@@ -221,10 +255,14 @@ async function main(argv: string[]): Promise<number> {
   });
   if (values.json) say(JSON.stringify(summary, null, 2));
   const base = summary[0]!;
-  say(`${'variant'.padEnd(28)} ${'RSS'.padStart(6)} ${'ΔRSS'.padStart(6)} ${'PSS'.padStart(6)} ${'anon'.padStart(6)} ${'file'.padStart(6)} ${'CPU%'.padStart(5)} ${'log'.padStart(5)} ${'adv'.padStart(5)} thr`);
+  say(
+    `${'variant'.padEnd(28)} ${'RSS'.padStart(6)} ${'ΔRSS'.padStart(6)} ${'PSS'.padStart(6)} ${'anon'.padStart(6)} ${'file'.padStart(6)} ${'CPU%'.padStart(5)} ${'log'.padStart(5)} ${'adv'.padStart(5)} thr`,
+  );
   for (const s of summary) {
     const d = s.rss !== null && base.rss !== null ? s.rss - base.rss : null;
-    say(`${s.name.padEnd(28)} ${(s.rss?.toFixed(1) ?? '—').padStart(6)} ${(d?.toFixed(1) ?? '—').padStart(6)} ${(s.pss?.toFixed(1) ?? '—').padStart(6)} ${(s.anon?.toFixed(1) ?? '—').padStart(6)} ${(s.file?.toFixed(1) ?? '—').padStart(6)} ${(s.cpu?.toFixed(2) ?? '—').padStart(5)} ${String(s.firstLogMs ?? '—').padStart(5)} ${String(s.firstAdvertMs ?? '—').padStart(5)} ${s.threads.length}`);
+    say(
+      `${s.name.padEnd(28)} ${(s.rss?.toFixed(1) ?? '—').padStart(6)} ${(d?.toFixed(1) ?? '—').padStart(6)} ${(s.pss?.toFixed(1) ?? '—').padStart(6)} ${(s.anon?.toFixed(1) ?? '—').padStart(6)} ${(s.file?.toFixed(1) ?? '—').padStart(6)} ${(s.cpu?.toFixed(2) ?? '—').padStart(5)} ${String(s.firstLogMs ?? '—').padStart(5)} ${String(s.firstAdvertMs ?? '—').padStart(5)} ${s.threads.length}`,
+    );
   }
   return 0;
 }

@@ -119,7 +119,16 @@ async function inner(rounds: number, idleRounds: number, idleSeconds: number): P
 const ratio = (a: number | null, b: number | null): number | null => (a === null || b === null || b === 0 ? null : round2(a / b));
 
 async function main(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { rounds: { type: 'string' }, 'idle-rounds': { type: 'string' }, 'idle-seconds': { type: 'string' }, json: { type: 'boolean' }, inner: { type: 'boolean' } } });
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      rounds: { type: 'string' },
+      'idle-rounds': { type: 'string' },
+      'idle-seconds': { type: 'string' },
+      json: { type: 'boolean' },
+      inner: { type: 'boolean' },
+    },
+  });
   let rounds: number, idleRounds: number, idleSeconds: number;
   try {
     rounds = intArg('rounds', values.rounds, 10, 5, 100);
@@ -141,7 +150,21 @@ async function main(argv: string[]): Promise<number> {
   let res: InnerResult;
   try {
     const seconds = (rounds * 2 * 1.2 + idleRounds * 2 * idleSeconds + 30) * 1000;
-    const r = await lab.exec(lab.nodes[0]!.netns, [process.execPath, fileURLToPath(import.meta.url), '--inner', '--rounds', String(rounds), '--idle-rounds', String(idleRounds), '--idle-seconds', String(idleSeconds)], { timeoutMs: seconds });
+    const r = await lab.exec(
+      lab.nodes[0]!.netns,
+      [
+        process.execPath,
+        fileURLToPath(import.meta.url),
+        '--inner',
+        '--rounds',
+        String(rounds),
+        '--idle-rounds',
+        String(idleRounds),
+        '--idle-seconds',
+        String(idleSeconds),
+      ],
+      { timeoutMs: seconds },
+    );
     res = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as InnerResult;
   } finally {
     await lab.teardown();
@@ -164,12 +187,16 @@ async function main(argv: string[]): Promise<number> {
     say(JSON.stringify({ rounds, idleRounds, idleSeconds, load: load(), rows, ratios, raw: res }));
     return 0;
   }
-  say(`nftables table watch: \`nft delete table ip ballast\`, ${rounds} rounds per setup (interleaved); idle ${idleRounds} × ${idleSeconds} s per setup; load ${load().join(' ')}`);
+  say(
+    `nftables table watch: \`nft delete table ip ballast\`, ${rounds} rounds per setup (interleaved); idle ${idleRounds} × ${idleSeconds} s per setup; load ${load().join(' ')}`,
+  );
   say('');
   say('| setup | outage median (min–max), ms | detection→restore median (min–max), ms | idle CPU, ms per minute (median) | detected by |');
   say('|---|---|---|---|---|');
   for (const r of rows) {
-    say(`| ${r.setup} | ${r.outage.median} (${r.outage.min}–${r.outage.max}) | ${r.detectToRestore.median} (${r.detectToRestore.min}–${r.detectToRestore.max}) | ${r.idleCpuMsPerMin.median} | ${r.detectedBy.join(', ')} |`);
+    say(
+      `| ${r.setup} | ${r.outage.median} (${r.outage.min}–${r.outage.max}) | ${r.detectToRestore.median} (${r.detectToRestore.min}–${r.detectToRestore.max}) | ${r.idleCpuMsPerMin.median} | ${r.detectedBy.join(', ')} |`,
+    );
   }
   say(`| event / verify | ${ratios.outage} | ${ratios.detectToRestore} | ${ratios.idleCpu} | |`);
   return 0;

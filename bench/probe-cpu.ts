@@ -56,7 +56,11 @@ async function main(argv: string[]): Promise<number> {
   }
   let v;
   try {
-    v = parseArgs({ args: argv, options: { rounds: { type: 'string' }, checks: { type: 'string' }, json: { type: 'boolean', default: false } }, strict: true }).values;
+    v = parseArgs({
+      args: argv,
+      options: { rounds: { type: 'string' }, checks: { type: 'string' }, json: { type: 'boolean', default: false } },
+      strict: true,
+    }).values;
   } catch (e) {
     process.stderr.write(`${(e as Error).message}\n${USAGE}\n`);
     return 2;
@@ -64,7 +68,9 @@ async function main(argv: string[]): Promise<number> {
   const rounds = intArg('rounds', v.rounds, 5, 1, 100);
   const checks = intArg('checks', v.checks, 200, 10, 100_000);
   const pki = makeTestPki(['127.0.0.1']);
-  const child = fork(fileURLToPath(import.meta.url), ['--serve', `${pki.dir}/server.crt`, `${pki.dir}/server.key`], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(fileURLToPath(import.meta.url), ['--serve', `${pki.dir}/server.crt`, `${pki.dir}/server.key`], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   try {
     const [msg] = (await once(child, 'message')) as [{ port: number }];
     const settings = { path: '/readyz', timeoutMs: 2000, caFile: pki.caFile, insecureSkipVerify: false };

@@ -30,7 +30,13 @@ export interface ProcStat {
 export function parseStat(line: string): ProcStat {
   const close = line.lastIndexOf(')');
   const pid = Number(line.slice(0, line.indexOf(' ')));
-  const rest = close < 0 ? [] : line.slice(close + 2).trim().split(/\s+/);
+  const rest =
+    close < 0
+      ? []
+      : line
+          .slice(close + 2)
+          .trim()
+          .split(/\s+/);
   // rest[0] is field 3 (state): field n is rest[n - 3]
   const ppid = Number(rest[1]);
   const utime = Number(rest[11]);

@@ -116,7 +116,9 @@ async function startBallast(lab: Lab, cgroup: string): Promise<Running> {
           env: SHIPPED_ENV,
           extra: {
             apiserver: apiserverOf(lab),
-            ...(i === 0 ? { localEndpoint: { address: `127.0.0.1:${LOCAL_PORT}`, cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } } : { dataplane: { vip: 'nftables' } }),
+            ...(i === 0
+              ? { localEndpoint: { address: `127.0.0.1:${LOCAL_PORT}`, cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } }
+              : { dataplane: { vip: 'nftables' } }),
           },
         }),
       ),
@@ -146,8 +148,20 @@ async function startKeepalivedHaproxy(lab: Lab): Promise<Running> {
     const servers = lab.nodes.map((n) => ({ name: n.name, address: n.ipv4, port: APISERVER_PORT }));
     const settled = await Promise.allSettled(
       lab.nodes.flatMap((node, i) => [
-        startHaproxy(lab, node, { port: HAPROXY_PORT, checkPath: '/readyz', ...CHECK, servers }).then((h) => ({ node, kind: 'haproxy' as const, proc: h.proc, stop: () => h.stop(3000), h })),
-        startKeepalived(lab, node, { priority: PRIORITIES[i]!, advertIntervalS: ADVERT_MS / 1000, vrrpVersion: 3, vips: [`${lab.vip4}/32`], interface: 'eth0' }).then((k) => ({ node, kind: 'keepalived' as const, proc: k.proc, stop: () => k.stop('SIGTERM', 3000), h: null })),
+        startHaproxy(lab, node, { port: HAPROXY_PORT, checkPath: '/readyz', ...CHECK, servers }).then((h) => ({
+          node,
+          kind: 'haproxy' as const,
+          proc: h.proc,
+          stop: () => h.stop(3000),
+          h,
+        })),
+        startKeepalived(lab, node, {
+          priority: PRIORITIES[i]!,
+          advertIntervalS: ADVERT_MS / 1000,
+          vrrpVersion: 3,
+          vips: [`${lab.vip4}/32`],
+          interface: 'eth0',
+        }).then((k) => ({ node, kind: 'keepalived' as const, proc: k.proc, stop: () => k.stop('SIGTERM', 3000), h: null })),
       ]),
     );
     for (const s of settled) if (s.status === 'fulfilled') procs.push(s.value);
@@ -178,7 +192,13 @@ function usage(): string {
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { rounds: { type: 'string' }, warmup: { type: 'string' }, seconds: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    options: {
+      rounds: { type: 'string' },
+      warmup: { type: 'string' },
+      seconds: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
     strict: true,
   });
   if (values.help) {
@@ -196,18 +216,26 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`${errText(e)}\n${usage()}\n`);
     return 2;
   }
-  const checked = preflight({}, {
-    name: 'bench:resources',
-    usage: usage(),
-    defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 },
-    root: 'network namespaces, cgroups, BPF',
-    files: [[KEEPALIVED_PATH, 'keepalived'], [HAPROXY_PATH, 'haproxy']],
-  });
+  const checked = preflight(
+    {},
+    {
+      name: 'bench:resources',
+      usage: usage(),
+      defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 },
+      root: 'network namespaces, cgroups, BPF',
+      files: [
+        [KEEPALIVED_PATH, 'keepalived'],
+        [HAPROXY_PATH, 'haproxy'],
+      ],
+    },
+  );
   if (typeof checked === 'number') return checked;
   const t0 = Date.now();
   const loadAtStart = load();
   const notes: string[] = [];
-  const results = new Map<ResourceSetup, ResourceResult>(SETUPS.map((s) => [s, { setup: s, label: LABELS[s], rounds: [], rssMiB: null, pssMiB: null, cpuPercent: null }]));
+  const results = new Map<ResourceSetup, ResourceResult>(
+    SETUPS.map((s) => [s, { setup: s, label: LABELS[s], rounds: [], rssMiB: null, pssMiB: null, cpuPercent: null }]),
+  );
 
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false });
   let pinDir: string | undefined;
@@ -221,7 +249,9 @@ async function main(argv: string[]): Promise<number> {
     await lab.startApiservers();
     if (!values.json) {
       say(`resource benchmark: ballast vs keepalived + haproxy, one lab (${PREFIX}, 10.78.${SUBNET}.0/24), one run; ${rounds} interleaved rounds`);
-      say(`each round: fresh daemons on 3 nodes (priorities ${PRIORITIES.join('/')}, adverts every ${ADVERT_MS} ms, 3 backends checked every ${CHECK.interMs} ms), ${warmupS} s warm-up once ${n1.name} holds the VIP, then ${seconds} s measured on ${n1.name}`);
+      say(
+        `each round: fresh daemons on 3 nodes (priorities ${PRIORITIES.join('/')}, adverts every ${ADVERT_MS} ms, 3 backends checked every ${CHECK.interMs} ms), ${warmupS} s warm-up once ${n1.name} holds the VIP, then ${seconds} s measured on ${n1.name}`,
+      );
     }
     for (let k = 0; k < rounds; k++) {
       for (const setup of rotate(SETUPS, k)) {
@@ -233,10 +263,21 @@ async function main(argv: string[]): Promise<number> {
           const a = sampleTree(run.roots);
           await sleep(seconds * 1000);
           const b = sampleTree(run.roots);
-          const round = { rssMiB: round1(b.rssKiB / 1024), pssMiB: round1(b.pssKiB / 1024), cpuPercent: Math.round(cpuPercent(a.ticks, b.ticks, b.at - a.at) * 100) / 100, processes: b.pids.length };
+          const round = {
+            rssMiB: round1(b.rssKiB / 1024),
+            pssMiB: round1(b.pssKiB / 1024),
+            cpuPercent: Math.round(cpuPercent(a.ticks, b.ticks, b.at - a.at) * 100) / 100,
+            processes: b.pids.length,
+          };
           const startup = run.agentN1 ? startupOf(run.agentN1) : null;
-          res.rounds.push({ ...round, ...(startup?.firstLogMs != null ? { firstLogMs: startup.firstLogMs } : {}), ...(startup?.firstAdvertMs != null ? { firstAdvertMs: startup.firstAdvertMs } : {}) });
-          progress(`round ${k + 1} ${LABELS[setup]}: RSS ${round.rssMiB} MiB, PSS ${round.pssMiB} MiB, CPU ${round.cpuPercent} % (${round.processes} processes)${startup ? `, first log ${startup.firstLogMs} ms, first advert ${startup.firstAdvertMs} ms` : ''}`);
+          res.rounds.push({
+            ...round,
+            ...(startup?.firstLogMs != null ? { firstLogMs: startup.firstLogMs } : {}),
+            ...(startup?.firstAdvertMs != null ? { firstAdvertMs: startup.firstAdvertMs } : {}),
+          });
+          progress(
+            `round ${k + 1} ${LABELS[setup]}: RSS ${round.rssMiB} MiB, PSS ${round.pssMiB} MiB, CPU ${round.cpuPercent} % (${round.processes} processes)${startup ? `, first log ${startup.firstLogMs} ms, first advert ${startup.firstAdvertMs} ms` : ''}`,
+          );
         } catch (e) {
           res.error ??= errText(e);
           progress(`round ${k + 1} ${LABELS[setup]} failed: ${errText(e)}`);
@@ -254,10 +295,19 @@ async function main(argv: string[]): Promise<number> {
   for (const r of results.values()) {
     r.rssMiB = stats(r.rounds.map((x) => x.rssMiB)).median;
     r.pssMiB = stats(r.rounds.map((x) => x.pssMiB)).median;
-    r.cpuPercent = stats(r.rounds.map((x) => x.cpuPercent), 2).median;
+    r.cpuPercent = stats(
+      r.rounds.map((x) => x.cpuPercent),
+      2,
+    ).median;
     if (r.setup === 'ballast') {
-      r.firstLogMs = stats(r.rounds.flatMap((x) => (x.firstLogMs === undefined ? [] : [x.firstLogMs])), 0).median;
-      r.firstAdvertMs = stats(r.rounds.flatMap((x) => (x.firstAdvertMs === undefined ? [] : [x.firstAdvertMs])), 0).median;
+      r.firstLogMs = stats(
+        r.rounds.flatMap((x) => (x.firstLogMs === undefined ? [] : [x.firstLogMs])),
+        0,
+      ).median;
+      r.firstAdvertMs = stats(
+        r.rounds.flatMap((x) => (x.firstAdvertMs === undefined ? [] : [x.firstAdvertMs])),
+        0,
+      ).median;
     }
   }
   const b = results.get('ballast')!;
@@ -278,7 +328,10 @@ async function main(argv: string[]): Promise<number> {
   } else {
     say();
     say(`${'setup'.padEnd(20)} ${'RSS MiB'.padStart(8)} ${'PSS MiB'.padStart(8)} ${'CPU %'.padStart(7)} ${'rounds'.padStart(6)}`);
-    for (const r of results.values()) say(`${r.label.padEnd(20)} ${fmt(r.rssMiB, 8, 1)} ${fmt(r.pssMiB, 8, 1)} ${fmt(r.cpuPercent, 7, 2)} ${String(r.rounds.length).padStart(6)}${r.error ? `  (${r.error})` : ''}`);
+    for (const r of results.values())
+      say(
+        `${r.label.padEnd(20)} ${fmt(r.rssMiB, 8, 1)} ${fmt(r.pssMiB, 8, 1)} ${fmt(r.cpuPercent, 7, 2)} ${String(r.rounds.length).padStart(6)}${r.error ? `  (${r.error})` : ''}`,
+      );
     say(`${'ratio ballast/k+h'.padEnd(20)} ${fmtRatio(report.ratios.rss, 8)} ${fmtRatio(report.ratios.pss, 8)} ${fmtRatio(report.ratios.cpu, 7)}`);
     say(`ballast start-up (median, ms since its process started): first log line ${b.firstLogMs ?? '—'}, first advert ${b.firstAdvertMs ?? '—'}`);
     say(`load average at start ${report.load.start.join(' ')}, at end ${report.load.end.join(' ')}; ${report.seconds} s`);

@@ -70,7 +70,15 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const timing = DEFAULT_TIMING;
   const durationMs = Math.round(o.minutes * 60_000);
   const controlPlane = ['n1', 'n2', 'n3'];
-  const plan = makeSchedule({ seed: o.seed, durationMs, controlPlane, worker: 'n4', timing, maxConcurrent: o.maxConcurrent, ...(o.kinds ? { kinds: o.kinds } : {}) });
+  const plan = makeSchedule({
+    seed: o.seed,
+    durationMs,
+    controlPlane,
+    worker: 'n4',
+    timing,
+    maxConcurrent: o.maxConcurrent,
+    ...(o.kinds ? { kinds: o.kinds } : {}),
+  });
   log(`seed ${o.seed}: ${plan.length} faults in ${new Set(plan.map((f) => f.group)).size} groups over ${o.minutes} min`);
   const startedAt = new Date().toISOString();
   const c = await SoakCluster.start({
@@ -108,7 +116,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       } catch (e) {
         rec.failed = `injection failed: ${errText(e)}`;
       }
-      log(`${(rec.startMs / 1000).toFixed(1)} s  #${f.id} ${f.kind} ${f.target}${f.param === undefined ? '' : ` ${f.param}`} (${rec.note ?? ''}) for ${f.durationMs} ms`);
+      log(
+        `${(rec.startMs / 1000).toFixed(1)} s  #${f.id} ${f.kind} ${f.target}${f.param === undefined ? '' : ` ${f.param}`} (${rec.note ?? ''}) for ${f.durationMs} ms`,
+      );
       await until(rec.startMs + f.durationMs);
       rec.healMs = c.now();
       try {
@@ -127,10 +137,19 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const endMs = c.now();
     await c.stopClients();
     const tl: Timeline = {
-      timing, controlPlane, worker: 'n4', expectedHolder: 'n1', backends: 3, endMs,
+      timing,
+      controlPlane,
+      worker: 'n4',
+      expectedHolder: 'n1',
+      backends: 3,
+      endMs,
       faults: injected.sort((a, b) => a.id - b.id),
-      samples: c.samples, vipFailures: c.vipFailures, localFailures: c.localFailures, watchEvents: c.watchEvents,
-      resources: c.resources, leaks: c.leaks,
+      samples: c.samples,
+      vipFailures: c.vipFailures,
+      localFailures: c.localFailures,
+      watchEvents: c.watchEvents,
+      resources: c.resources,
+      leaks: c.leaks,
     };
     const counts = { vip: c.vipCounts, local: c.localCounts, watch: c.watchCounts };
     const logsDir = c.lab.dir;
@@ -145,8 +164,14 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     if (failed) report.labFiles = 'lab/';
     if (capture) {
       const buf = readFileSync(capture.file);
-      const names = { byMac: Object.fromEntries(c.lab.nodes.map((n) => [n.mac, n.name])), byAddress: { ...Object.fromEntries(c.lab.nodes.map((n) => [n.ipv4, n.name])), [c.lab.vip4]: 'VIP', [c.lab.client.ipv4]: 'client' } };
-      const syns = stalledHandshakes(() => pcapSegments(buf), { vip: c.lab.vip4, port: 6443, names, windowMs: timing.requestTimeoutMs }).map((x) => ({ ...x, t: x.t - t0 }));
+      const names = {
+        byMac: Object.fromEntries(c.lab.nodes.map((n) => [n.mac, n.name])),
+        byAddress: { ...Object.fromEntries(c.lab.nodes.map((n) => [n.ipv4, n.name])), [c.lab.vip4]: 'VIP', [c.lab.client.ipv4]: 'client' },
+      };
+      const syns = stalledHandshakes(() => pcapSegments(buf), { vip: c.lab.vip4, port: 6443, names, windowMs: timing.requestTimeoutMs }).map((x) => ({
+        ...x,
+        t: x.t - t0,
+      }));
       report.capture = captureSummary('soak-capture.pcap', syns, report.violations, timing.requestTimeoutMs);
     }
     writeFileSync(join(o.out, 'soak-report.json'), `${JSON.stringify(report, null, 2)}\n`);
@@ -165,15 +190,33 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
 export function summaryLines(r: SoakReport, out: string): string[] {
   const L = [`soak seed ${r.seed}, ${r.minutes} min: ${r.faults.length} faults, ${r.violations.length} violation(s) — ${r.ok ? 'PASS' : 'FAIL'}`, ''];
   L.push(`${'kind'.padEnd(18)} ${'n'.padStart(3)} ${'VIP outage'.padStart(11)} ${'local'.padStart(8)}  bound`);
-  for (const k of r.kinds) L.push(`${k.kind.padEnd(18)} ${String(k.injected).padStart(3)} ${`${k.longestVipOutageMs} ms`.padStart(11)} ${`${k.longestLocalOutageMs} ms`.padStart(8)}  ${k.bound}`);
+  for (const k of r.kinds)
+    L.push(
+      `${k.kind.padEnd(18)} ${String(k.injected).padStart(3)} ${`${k.longestVipOutageMs} ms`.padStart(11)} ${`${k.longestLocalOutageMs} ms`.padStart(8)}  ${k.bound}`,
+    );
   const { vip, local, watch } = r.counts;
-  L.push('', `VIP prober: ${vip.requests} requests, ${vip.requests - vip.ok} failed; local: ${local.requests}, ${local.requests - local.ok} failed; watches: ${watch.drops} drops, ${watch.reconnects} reconnects`);
-  for (const v of r.violations.slice(0, 20)) L.push(`  (${v.invariant}) ${(v.t / 1000).toFixed(1)}–${(v.untilMs / 1000).toFixed(1)} s ${v.what}${v.count > 1 ? ` ×${v.count}` : ''} [active: ${v.active.map((id) => `#${id}`).join(' ') || 'none'}]`);
+  L.push(
+    '',
+    `VIP prober: ${vip.requests} requests, ${vip.requests - vip.ok} failed; local: ${local.requests}, ${local.requests - local.ok} failed; watches: ${watch.drops} drops, ${watch.reconnects} reconnects`,
+  );
+  for (const v of r.violations.slice(0, 20))
+    L.push(
+      `  (${v.invariant}) ${(v.t / 1000).toFixed(1)}–${(v.untilMs / 1000).toFixed(1)} s ${v.what}${v.count > 1 ? ` ×${v.count}` : ''} [active: ${v.active.map((id) => `#${id}`).join(' ') || 'none'}]`,
+    );
   if (r.violations.length > 20) L.push(`  … ${r.violations.length - 20} more in the report`);
   if (r.capture) {
-    L.push('', `capture: ${r.capture.stalled} stalled handshakes to the VIP — ${Object.entries(r.capture.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}`);
+    L.push(
+      '',
+      `capture: ${r.capture.stalled} stalled handshakes to the VIP — ${
+        Object.entries(r.capture.byFate)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(', ') || 'none'
+      }`,
+    );
     for (const nv of r.capture.nearViolations) {
-      L.push(`  around ${(r.violations[nv.violation]!.t / 1000).toFixed(1)} s: ${nv.syns.map((x) => `${(x.t / 1000).toFixed(1)} s ${x.fate} (holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''})`).join('; ') || 'no stalled handshake'}`);
+      L.push(
+        `  around ${(r.violations[nv.violation]!.t / 1000).toFixed(1)} s: ${nv.syns.map((x) => `${(x.t / 1000).toFixed(1)} s ${x.fate} (holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''})`).join('; ') || 'no stalled handshake'}`,
+      );
     }
   }
   if (r.labFiles) L.push(`lab files: ${join(out, r.labFiles)}`);
@@ -186,7 +229,15 @@ async function main(argv: string[]): Promise<number> {
   try {
     values = parseArgs({
       args: argv,
-      options: { minutes: { type: 'string' }, seed: { type: 'string' }, out: { type: 'string' }, json: { type: 'boolean', default: false }, watches: { type: 'string' }, 'max-concurrent': { type: 'string' }, capture: { type: 'boolean', default: false } },
+      options: {
+        minutes: { type: 'string' },
+        seed: { type: 'string' },
+        out: { type: 'string' },
+        json: { type: 'boolean', default: false },
+        watches: { type: 'string' },
+        'max-concurrent': { type: 'string' },
+        capture: { type: 'boolean', default: false },
+      },
       strict: true,
     }).values;
   } catch (e) {
@@ -197,19 +248,35 @@ async function main(argv: string[]): Promise<number> {
   const seed = values.seed === undefined ? Date.now() % 2 ** 31 : Number(values.seed);
   const watches = Number(values.watches ?? '300');
   const maxConcurrent = Number(values['max-concurrent'] ?? '2');
-  const bad =
-    !(minutes >= 0.25 && minutes <= 120) ? `--minutes must be 0.25..120, got ${values.minutes}` :
-    !Number.isInteger(seed) || seed < 0 || seed >= 2 ** 31 ? `--seed must be an integer 0..2^31-1, got ${values.seed}` :
-    !Number.isInteger(watches) || watches < 0 || watches > 2000 ? `--watches must be 0..2000, got ${values.watches}` :
-    !Number.isInteger(maxConcurrent) || maxConcurrent < 1 || maxConcurrent > 4 ? `--max-concurrent must be 1..4, got ${values['max-concurrent']}` : null;
+  const bad = !(minutes >= 0.25 && minutes <= 120)
+    ? `--minutes must be 0.25..120, got ${values.minutes}`
+    : !Number.isInteger(seed) || seed < 0 || seed >= 2 ** 31
+      ? `--seed must be an integer 0..2^31-1, got ${values.seed}`
+      : !Number.isInteger(watches) || watches < 0 || watches > 2000
+        ? `--watches must be 0..2000, got ${values.watches}`
+        : !Number.isInteger(maxConcurrent) || maxConcurrent < 1 || maxConcurrent > 4
+          ? `--max-concurrent must be 1..4, got ${values['max-concurrent']}`
+          : null;
   if (bad) {
     process.stderr.write(`${bad}\n${USAGE}\n`);
     return 2;
   }
-  const pre = preflight({}, {
-    name: 'soak', usage: USAGE, defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 }, root: 'network namespaces, nftables, BPF',
-    files: [...(values.capture ? [[TCPDUMP, 'tcpdump'] as [string, string]] : []), ['/usr/bin/stress-ng', 'stress-ng'], ['/usr/sbin/conntrack', 'conntrack'], [LIBFAKETIME, 'faketime'], ['/usr/sbin/nft', 'nftables']],
-  });
+  const pre = preflight(
+    {},
+    {
+      name: 'soak',
+      usage: USAGE,
+      defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 },
+      root: 'network namespaces, nftables, BPF',
+      files: [
+        ...(values.capture ? [[TCPDUMP, 'tcpdump'] as [string, string]] : []),
+        ['/usr/bin/stress-ng', 'stress-ng'],
+        ['/usr/sbin/conntrack', 'conntrack'],
+        [LIBFAKETIME, 'faketime'],
+        ['/usr/sbin/nft', 'nftables'],
+      ],
+    },
+  );
   if (typeof pre === 'number') return pre;
   const out = resolve(typeof values.out === 'string' ? values.out : `soak-${seed}`);
   const ac = new AbortController();

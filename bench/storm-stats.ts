@@ -136,7 +136,10 @@ function stepQuantiles(back: ReadonlyMap<number, StormEvent>, k: 0 | 1 | 2): [nu
 export function upAt(events: readonly StormEvent[], t: number): number[] {
   const last = new Map<number, StormEvent['e']>();
   for (const ev of events) if (ev.c !== undefined && ev.t <= t) last.set(ev.c, ev.e);
-  return [...last].filter(([, e]) => e === 'up').map(([c]) => c).sort((a, b) => a - b);
+  return [...last]
+    .filter(([, e]) => e === 'up')
+    .map(([c]) => c)
+    .sort((a, b) => a - b);
 }
 
 /** How evenly new connections landed on the surviving backends. */
@@ -173,7 +176,13 @@ export interface ProcCpu {
  */
 export function parseProcStat(text: string): ProcCpu {
   const close = text.lastIndexOf(')');
-  const f = close < 0 ? [] : text.slice(close + 2).trim().split(/\s+/);
+  const f =
+    close < 0
+      ? []
+      : text
+          .slice(close + 2)
+          .trim()
+          .split(/\s+/);
   // f[0] is field 3 (state): field k is f[k - 3]
   const n = (k: number): number => Number(f[k - 3]);
   const cpu = { utime: n(14), stime: n(15), cutime: n(16), cstime: n(17) };
@@ -214,6 +223,10 @@ export function parseConntrackStats(text: string): Record<string, number> {
 }
 
 /** `after` − `before` for the `keys` (pure; absent counts 0). */
-export function counterDelta(before: Readonly<Record<string, number>>, after: Readonly<Record<string, number>>, keys: readonly string[]): Record<string, number> {
+export function counterDelta(
+  before: Readonly<Record<string, number>>,
+  after: Readonly<Record<string, number>>,
+  keys: readonly string[],
+): Record<string, number> {
   return Object.fromEntries(keys.map((k) => [k, (after[k] ?? 0) - (before[k] ?? 0)]));
 }

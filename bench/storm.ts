@@ -79,7 +79,19 @@ import { parseWatchMetrics } from '../lab/apiserver-standin.js';
 import { runIfMain } from '../lab/entry.js';
 import { stats, type Stats } from './stats.js';
 import { errText, fmt, fmtRatio, forgetVip, intArg, load, progress, ratioOf, round1, say, waitForStableHolder } from './common.js';
-import { counterDelta, parseConntrackStats, parseNetstat, parseProcStat, parseSoftirq, spread, stormFigures, upAt, type Spread, type StormEvent, type StormFigures } from './storm-stats.js';
+import {
+  counterDelta,
+  parseConntrackStats,
+  parseNetstat,
+  parseProcStat,
+  parseSoftirq,
+  spread,
+  stormFigures,
+  upAt,
+  type Spread,
+  type StormEvent,
+  type StormFigures,
+} from './storm-stats.js';
 
 const PREFIX = 'bstrm';
 const SUBNET = 111;
@@ -93,8 +105,16 @@ const APISERVER_PORT = 6444;
 const CHECK = { interMs: 2000, fall: 3, rise: 2 } as const;
 const CHECK_PATH = '/readyz';
 /** the guide's keepalived check_apiserver script, through the local haproxy */
-const TRACK = { name: 'check_apiserver', script: `/usr/bin/curl -sfk --max-time 2 https://localhost:${VIP_PORT}${CHECK_PATH} -o /dev/null`, intervalS: 3, weight: -2, fall: 10, rise: 2 } as const;
-const WATCH_PATH = '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes&watch=true&allowWatchBookmarks=true&timeoutSeconds=600';
+const TRACK = {
+  name: 'check_apiserver',
+  script: `/usr/bin/curl -sfk --max-time 2 https://localhost:${VIP_PORT}${CHECK_PATH} -o /dev/null`,
+  intervalS: 3,
+  weight: -2,
+  fall: 10,
+  rise: 2,
+} as const;
+const WATCH_PATH =
+  '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes&watch=true&allowWatchBookmarks=true&timeoutSeconds=600';
 /** time per initial connection of the ramp, ms */
 const RAMP_PER_CONN_MS = 2;
 /** all connections up and held this long before the death, ms */
@@ -182,7 +202,16 @@ export interface SetupSummary {
 
 /** `--json`: everything. Times in ms. */
 export interface StormReport {
-  lab: { prefix: string; subnet: number; nodes: number; priorities: number[]; vip: string; vipPort: number; apiserverPort: number; advertisementIntervalMs: number };
+  lab: {
+    prefix: string;
+    subnet: number;
+    nodes: number;
+    priorities: number[];
+    vip: string;
+    vipPort: number;
+    apiserverPort: number;
+    advertisementIntervalMs: number;
+  };
   versions: { keepalived: string; haproxy: string; node: string };
   connections: number;
   clients: number;
@@ -212,13 +241,17 @@ interface Stack {
 /** PIDs in `netns` whose argv[0] is `exe` (keepalived forks its VRRP child). */
 function pidsOf(netns: string, exe: string): number[] {
   const listed = spawnSync('ip', ['netns', 'pids', netns], { encoding: 'utf8', timeout: 5000 });
-  return (listed.stdout ?? '').split(/\s+/).filter(Boolean).map(Number).filter((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] === exe;
-    } catch {
-      return false;
-    }
-  });
+  return (listed.stdout ?? '')
+    .split(/\s+/)
+    .filter(Boolean)
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] === exe;
+      } catch {
+        return false;
+      }
+    });
 }
 
 async function startStack(lab: Lab, setup: Setup): Promise<Stack> {
@@ -242,11 +275,11 @@ async function startStack(lab: Lab, setup: Setup): Promise<Stack> {
       return m ? Number(m[1]) : undefined;
     },
     stop: async () => {
-      await Promise.all([
-        ...agents.map((a) => a.proc.stop('SIGTERM', 3000)),
-        ...haproxies.map((h) => h.stop(3000)),
-        ...keepaliveds.map((k) => k.stop('SIGTERM', 3000)),
-      ].map((p) => p.catch(() => undefined)));
+      await Promise.all(
+        [...agents.map((a) => a.proc.stop('SIGTERM', 3000)), ...haproxies.map((h) => h.stop(3000)), ...keepaliveds.map((k) => k.stop('SIGTERM', 3000))].map(
+          (p) => p.catch(() => undefined),
+        ),
+      );
     },
   };
   try {
@@ -257,9 +290,18 @@ async function startStack(lab: Lab, setup: Setup): Promise<Stack> {
           const apiserver = {
             port: VIP_PORT,
             backends,
-            health: { caFile: lab.ca.certFile, path: CHECK_PATH, interval: `${CHECK.interMs}ms`, timeout: `${CHECK.interMs}ms`, rise: CHECK.rise, fall: CHECK.fall },
+            health: {
+              caFile: lab.ca.certFile,
+              path: CHECK_PATH,
+              interval: `${CHECK.interMs}ms`,
+              timeout: `${CHECK.interMs}ms`,
+              rise: CHECK.rise,
+              fall: CHECK.fall,
+            },
           };
-          return [startAgent(lab, node, { priority, advertisementInterval: `${ADVERT_MS}ms`, balance: true, extra: { apiserver } }).then((a) => void agents.push(a))];
+          return [
+            startAgent(lab, node, { priority, advertisementInterval: `${ADVERT_MS}ms`, balance: true, extra: { apiserver } }).then((a) => void agents.push(a)),
+          ];
         }
         return [
           startHaproxy(lab, node, {
@@ -268,7 +310,14 @@ async function startStack(lab: Lab, setup: Setup): Promise<Stack> {
             ...CHECK,
             servers: lab.nodes.map((n) => ({ name: n.name, address: n.ipv4, port: APISERVER_PORT })),
           }).then((h) => void haproxies.push(h)),
-          startKeepalived(lab, node, { priority, advertIntervalS: ADVERT_MS / 1000, vrrpVersion: 3, vips: [`${lab.vip4}/32`], interface: 'eth0', trackScripts: [{ ...TRACK }] }).then((k) => void keepaliveds.push(k)),
+          startKeepalived(lab, node, {
+            priority,
+            advertIntervalS: ADVERT_MS / 1000,
+            vrrpVersion: 3,
+            vips: [`${lab.vip4}/32`],
+            interface: 'eth0',
+            trackScripts: [{ ...TRACK }],
+          }).then((k) => void keepaliveds.push(k)),
         ];
       }),
     );
@@ -279,14 +328,21 @@ async function startStack(lab: Lab, setup: Setup): Promise<Stack> {
     for (const node of [n1, n2]) {
       const a = agents.find((x) => x.node === node);
       if (a) {
-        await waitFor(() => a.status(), (s) => s.backends.length === backends.length && s.backends.every((b) => b.healthy), {
-          timeoutMs: 15_000, intervalMs: 200, what: `${node.name}'s agent to see ${backends.join(', ')} healthy`,
-        });
+        await waitFor(
+          () => a.status(),
+          (s) => s.backends.length === backends.length && s.backends.every((b) => b.healthy),
+          {
+            timeoutMs: 15_000,
+            intervalMs: 200,
+            what: `${node.name}'s agent to see ${backends.join(', ')} healthy`,
+          },
+        );
       }
       const h = haproxies.find((x) => x.node === node);
       if (h) {
         await h.waitForServers((s) => s.length === backends.length && s.every((x) => x.status === 'UP' && x.checkStatus === 'L7OK'), {
-          timeoutMs: 15_000, what: `${node.name}'s haproxy: every server UP (L7OK)`,
+          timeoutMs: 15_000,
+          what: `${node.name}'s haproxy: every server UP (L7OK)`,
         });
       }
     }
@@ -330,18 +386,35 @@ const softirqTicks = (): number => parseSoftirq(readFileSync('/proc/stat', 'utf8
 
 /** A stand-in's watch counters, read from the client namespace. */
 async function watchCounters(lab: Lab, node: LabNode): Promise<{ open: number; started: number }> {
-  const r = await lab.exec(lab.client.netns, ['curl', '-sS', '--max-time', '5', '--cacert', lab.ca.certFile, `https://${node.ipv4}:${APISERVER_PORT}/metrics`], { timeoutMs: 10_000 });
+  const r = await lab.exec(
+    lab.client.netns,
+    ['curl', '-sS', '--max-time', '5', '--cacert', lab.ca.certFile, `https://${node.ipv4}:${APISERVER_PORT}/metrics`],
+    { timeoutMs: 10_000 },
+  );
   return parseWatchMetrics(r.stdout);
 }
 
 /** TCP counters (per namespace) that tell a SYN backlog overflow or a lossy path. */
-const NET_KEYS = ['TcpExt:ListenOverflows', 'TcpExt:ListenDrops', 'TcpExt:TCPReqQFullDrop', 'TcpExt:SyncookiesSent', 'TcpExt:TCPSynRetrans', 'Tcp:RetransSegs', 'Tcp:OutRsts', 'Tcp:AttemptFails'] as const;
+const NET_KEYS = [
+  'TcpExt:ListenOverflows',
+  'TcpExt:ListenDrops',
+  'TcpExt:TCPReqQFullDrop',
+  'TcpExt:SyncookiesSent',
+  'TcpExt:TCPSynRetrans',
+  'Tcp:RetransSegs',
+  'Tcp:OutRsts',
+  'Tcp:AttemptFails',
+] as const;
 /** conntrack counters of the new holder that tell lost or refused flows. */
 const CT_KEYS = ['insert_failed', 'drop', 'early_drop', 'invalid'] as const;
 
 /** The kernel counters of the client, n2 and n3 (NET_KEYS) and n2's conntrack (CT_KEYS). */
 async function kernelCounters(lab: Lab): Promise<Record<string, Record<string, number>>> {
-  const places = [['client', lab.client.netns], ['n2', lab.nodes[1]!.netns], ['n3', lab.nodes[2]!.netns]] as const;
+  const places = [
+    ['client', lab.client.netns],
+    ['n2', lab.nodes[1]!.netns],
+    ['n3', lab.nodes[2]!.netns],
+  ] as const;
   const out: Record<string, Record<string, number>> = {};
   for (const [name, ns] of places) {
     const r = await lab.exec(ns, ['cat', '/proc/net/netstat', '/proc/net/snmp'], { timeoutMs: 5000 });
@@ -368,12 +441,26 @@ function startClients(lab: Lab, connections: number, clients: number, tag: strin
   const rampMs = connections * RAMP_PER_CONN_MS;
   for (let k = 0, first = 0; first < connections; k++, first += per) {
     const n = Math.min(per, connections - first);
-    const p = lab.spawn(lab.client.netns, [
-      process.execPath, clientScript(),
-      '--url', `https://${lab.vip4}:${VIP_PORT}${WATCH_PATH}`, '--ca', lab.ca.certFile,
-      '--connections', String(n), '--first', String(first), '--ramp-ms', String(rampMs),
-      '--duration-ms', String(rampMs + 60_000 + HOLD_MS + STORM_CAP_MS + 30_000),
-    ], { logFile: `storm-client-${tag}-${k}.log` });
+    const p = lab.spawn(
+      lab.client.netns,
+      [
+        process.execPath,
+        clientScript(),
+        '--url',
+        `https://${lab.vip4}:${VIP_PORT}${WATCH_PATH}`,
+        '--ca',
+        lab.ca.certFile,
+        '--connections',
+        String(n),
+        '--first',
+        String(first),
+        '--ramp-ms',
+        String(rampMs),
+        '--duration-ms',
+        String(rampMs + 60_000 + HOLD_MS + STORM_CAP_MS + 30_000),
+      ],
+      { logFile: `storm-client-${tag}-${k}.log` },
+    );
     onJsonLines<StormEvent>(p, (ev) => void events.push(ev));
     procs.push(p);
   }
@@ -418,9 +505,15 @@ async function runRound(lab: Lab, setup: Setup, round: number, connections: numb
     }
     clients = startClients(lab, connections, clientCount, `${setup}-${round}`);
     const cs = clients;
-    await waitFor(() => upAt(cs.events, Date.now()).length, (n) => n === connections, {
-      timeoutMs: connections * RAMP_PER_CONN_MS + 60_000, intervalMs: 200, what: `${connections} watches up`,
-    });
+    await waitFor(
+      () => upAt(cs.events, Date.now()).length,
+      (n) => n === connections,
+      {
+        timeoutMs: connections * RAMP_PER_CONN_MS + 60_000,
+        intervalMs: 200,
+        what: `${connections} watches up`,
+      },
+    );
     const heldFrom = Date.now();
     await sleep(HOLD_MS);
     r.steadyDrops = cs.events.filter((e) => e.e === 'down' && e.t >= heldFrom).length;
@@ -450,7 +543,13 @@ async function runRound(lab: Lab, setup: Setup, round: number, connections: numb
     for (const k of Object.keys(cpu1)) daemonMs[k] = round1(ticksToMs((cpu1[k] ?? 0) - (cpu0[k] ?? 0)));
     const totalMs = round1(Object.values(daemonMs).reduce((a, b) => a + b, 0));
     const windowMs = endAt - deathAt;
-    r.cpu = { daemonMs, totalMs, windowMs, pctOfCore: windowMs > 0 ? round1((totalMs / windowMs) * 100) : null, machineSoftirqMs: round1(ticksToMs(sirq1 - sirq0)) };
+    r.cpu = {
+      daemonMs,
+      totalMs,
+      windowMs,
+      pctOfCore: windowMs > 0 ? round1((totalMs / windowMs) * 100) : null,
+      machineSoftirqMs: round1(ticksToMs(sirq1 - sirq0)),
+    };
     const kernel1 = await kernelCounters(lab);
     r.kernel = Object.fromEntries(Object.keys(kernel1).map((k) => [k, counterDelta(kernel0[k] ?? {}, kernel1[k]!, k === 'n2conntrack' ? CT_KEYS : NET_KEYS)]));
     const after = { n2: await watchCounters(lab, n2), n3: await watchCounters(lab, n3) };
@@ -468,7 +567,11 @@ async function runRound(lab: Lab, setup: Setup, round: number, connections: numb
 // ---------------------------------------------------------------------------------------------
 // summary and output
 
-const med = (xs: (number | null | undefined)[], digits = 1): Stats => stats(xs.filter((x): x is number => typeof x === 'number'), digits);
+const med = (xs: (number | null | undefined)[], digits = 1): Stats =>
+  stats(
+    xs.filter((x): x is number => typeof x === 'number'),
+    digits,
+  );
 
 /** Medians per setup and the ratios (pure). */
 export function summarize(rounds: readonly RoundResult[]): { summary: SetupSummary[]; ratios: StormReport['ratios'] } {
@@ -488,7 +591,10 @@ export function summarize(rounds: readonly RoundResult[]): { summary: SetupSumma
       tlsP99: med(f.map((x) => x.steps.tls[1])),
       failed: med(f.map((x) => x.failed)),
       retried: med(f.map((x) => x.retried)),
-      maxOverFair: med(rs.map((r) => r.standinSpread?.maxOverFair), 3),
+      maxOverFair: med(
+        rs.map((r) => r.standinSpread?.maxOverFair),
+        3,
+      ),
       cpuMs: med(rs.map((r) => r.cpu?.totalMs)),
       cpuPct: med(rs.map((r) => r.cpu?.pctOfCore)),
       softirqMs: med(rs.map((r) => r.cpu?.machineSoftirqMs)),
@@ -521,9 +627,28 @@ function printRounds(rounds: readonly RoundResult[]): void {
     }
     const f = r.figures;
     const sp = r.standinSpread ? `${r.standinSpread.counts.n2}/${r.standinSpread.counts.n3}` : '—';
-    const cpu = r.cpu ? `${r.cpu.totalMs.toFixed(0)} (${Object.entries(r.cpu.daemonMs).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ')})` : '—';
-    say(`${head}  ${fmt(f.t99Ms, 6)}  ${fmt(f.t100Ms, 7)}  ${fmt(f.failed, 6)}  ${sp.padStart(17)}  ${cpu.padEnd(31)}  ${r.steadyDrops}${r.error ? `  (${r.error})` : ''}`);
-    if (r.kernel) say(`       kernel: ${Object.entries(r.kernel).map(([ns, c]) => `${ns} ${Object.entries(c).filter(([, v]) => v !== 0).map(([k, v]) => `${k.replace(/^\w+:/, '')}=${v}`).join(' ') || '-'}`).join('; ')}`);
+    const cpu = r.cpu
+      ? `${r.cpu.totalMs.toFixed(0)} (${Object.entries(r.cpu.daemonMs)
+          .map(([k, v]) => `${k} ${v.toFixed(0)}`)
+          .join(', ')})`
+      : '—';
+    say(
+      `${head}  ${fmt(f.t99Ms, 6)}  ${fmt(f.t100Ms, 7)}  ${fmt(f.failed, 6)}  ${sp.padStart(17)}  ${cpu.padEnd(31)}  ${r.steadyDrops}${r.error ? `  (${r.error})` : ''}`,
+    );
+    if (r.kernel)
+      say(
+        `       kernel: ${Object.entries(r.kernel)
+          .map(
+            ([ns, c]) =>
+              `${ns} ${
+                Object.entries(c)
+                  .filter(([, v]) => v !== 0)
+                  .map(([k, v]) => `${k.replace(/^\w+:/, '')}=${v}`)
+                  .join(' ') || '-'
+              }`,
+          )
+          .join('; ')}`,
+      );
   }
 }
 
@@ -602,7 +727,12 @@ async function main(): Promise<number> {
     process.stderr.write('bench-storm: needs root (network namespaces, nftables, keepalived)\n');
     return 1;
   }
-  for (const [path, pkg] of [[KEEPALIVED_PATH, 'keepalived'], [HAPROXY_PATH, 'haproxy'], ['/usr/bin/curl', 'curl'], ['/usr/sbin/conntrack', 'conntrack']] as const) {
+  for (const [path, pkg] of [
+    [KEEPALIVED_PATH, 'keepalived'],
+    [HAPROXY_PATH, 'haproxy'],
+    ['/usr/bin/curl', 'curl'],
+    ['/usr/sbin/conntrack', 'conntrack'],
+  ] as const) {
     if (!existsSync(path)) {
       process.stderr.write(`bench-storm: ${path} is missing (apt-get install ${pkg}, or npm run setup)\n`);
       return 1;
@@ -614,7 +744,9 @@ async function main(): Promise<number> {
   }
   // the clients, the stand-ins and haproxy inherit it (haproxy derives its maxconn from it):
   // the soft limit up to the hard one (raising the hard one needs CAP_SYS_RESOURCE)
-  const hard = Number(spawnSync('prlimit', ['--pid', String(process.pid), '--nofile', '--raw', '--noheadings', '-o', 'HARD'], { encoding: 'utf8' }).stdout?.trim());
+  const hard = Number(
+    spawnSync('prlimit', ['--pid', String(process.pid), '--nofile', '--raw', '--noheadings', '-o', 'HARD'], { encoding: 'utf8' }).stdout?.trim(),
+  );
   const fdLimit = Number.isInteger(hard) && hard > 0 ? Math.min(hard, FD_LIMIT) : FD_LIMIT;
   const lim = spawnSync('prlimit', ['--pid', String(process.pid), `--nofile=${fdLimit}:${fdLimit}`], { encoding: 'utf8' });
   if (lim.status !== 0 || fdLimit < FD_NEEDED_PER_CONN * connections) {
@@ -628,9 +760,15 @@ async function main(): Promise<number> {
   const lab = await Lab.create({ prefix: PREFIX, subnet: SUBNET, ipv6: false });
   try {
     say(`reconnect storm: ballast vs keepalived ${kv} + haproxy ${hv} (the kubeadm HA guide's pair), one lab, one run`);
-    say(`lab ${PREFIX} (10.78.${SUBNET}.0/24): 3 nodes, priorities ${PRIORITIES.join('/')}, VRRPv3 adverts every ${ADVERT_MS} ms for both, VIP ${lab.vip4}:${VIP_PORT} → stand-in apiservers on :${APISERVER_PORT}`);
-    say(`checks: GET ${CHECK_PATH} over TLS every ${CHECK.interMs / 1000} s, fall ${CHECK.fall}, rise ${CHECK.rise} (ballast and haproxy); keepalived tracks the guide's check_apiserver (interval ${TRACK.intervalS}, weight ${TRACK.weight}, fall ${TRACK.fall}, rise ${TRACK.rise})`);
-    say(`clients: ${connections} watch connections from ${clientCount} process(es), client-go's reflector backoff (800 ms ×2 → 30 s, jitter 100 %), dial 30 s, TLS 10 s, TCP keepalive 1 s`);
+    say(
+      `lab ${PREFIX} (10.78.${SUBNET}.0/24): 3 nodes, priorities ${PRIORITIES.join('/')}, VRRPv3 adverts every ${ADVERT_MS} ms for both, VIP ${lab.vip4}:${VIP_PORT} → stand-in apiservers on :${APISERVER_PORT}`,
+    );
+    say(
+      `checks: GET ${CHECK_PATH} over TLS every ${CHECK.interMs / 1000} s, fall ${CHECK.fall}, rise ${CHECK.rise} (ballast and haproxy); keepalived tracks the guide's check_apiserver (interval ${TRACK.intervalS}, weight ${TRACK.weight}, fall ${TRACK.fall}, rise ${TRACK.rise})`,
+    );
+    say(
+      `clients: ${connections} watch connections from ${clientCount} process(es), client-go's reflector backoff (800 ms ×2 → 30 s, jitter 100 %), dial 30 s, TLS 10 s, TCP keepalive 1 s`,
+    );
     say(`death: n1's bridge port down + SIGKILL of its daemons and stand-in; ${rounds} round(s) per setup, interleaved`);
     const results: RoundResult[] = [];
     for (let round = 1; round <= rounds; round++) {
@@ -638,11 +776,22 @@ async function main(): Promise<number> {
         const r = await runRound(lab, setup, round, connections, clientCount);
         results.push(r);
         const f = r.figures;
-        progress(`round ${round}/${rounds} ${LABELS[setup]}: ${f === null ? `FAILED (${r.error})` : `t99 ${f.t99Ms ?? '—'} ms, t100 ${f.t100Ms ?? '—'} ms, ${f.failed} failed, spread ${JSON.stringify(r.standinSpread?.counts ?? {})}, CPU ${r.cpu?.totalMs ?? '—'} ms${r.error ? `, ${r.error}` : ''}`}`);
+        progress(
+          `round ${round}/${rounds} ${LABELS[setup]}: ${f === null ? `FAILED (${r.error})` : `t99 ${f.t99Ms ?? '—'} ms, t100 ${f.t100Ms ?? '—'} ms, ${f.failed} failed, spread ${JSON.stringify(r.standinSpread?.counts ?? {})}, CPU ${r.cpu?.totalMs ?? '—'} ms${r.error ? `, ${r.error}` : ''}`}`,
+        );
       }
     }
     const rep: StormReport = {
-      lab: { prefix: PREFIX, subnet: SUBNET, nodes: 3, priorities: [...PRIORITIES], vip: lab.vip4, vipPort: VIP_PORT, apiserverPort: APISERVER_PORT, advertisementIntervalMs: ADVERT_MS },
+      lab: {
+        prefix: PREFIX,
+        subnet: SUBNET,
+        nodes: 3,
+        priorities: [...PRIORITIES],
+        vip: lab.vip4,
+        vipPort: VIP_PORT,
+        apiserverPort: APISERVER_PORT,
+        advertisementIntervalMs: ADVERT_MS,
+      },
       versions: { keepalived: kv, haproxy: hv, node: process.versions.node },
       connections,
       clients: clientCount,
@@ -654,7 +803,9 @@ async function main(): Promise<number> {
     if (values.save !== undefined) writeFileSync(values.save, `${JSON.stringify(rep, null, 2)}\n`);
     report(rep, values.json);
     say();
-    say(`${results.length} rounds in ${((Date.now() - t0) / 1000).toFixed(0)} s; load average ${loadStart.join(' ')} at the start, ${load().join(' ')} at the end (${nproc()} cores)`);
+    say(
+      `${results.length} rounds in ${((Date.now() - t0) / 1000).toFixed(0)} s; load average ${loadStart.join(' ')} at the start, ${load().join(' ')} at the end (${nproc()} cores)`,
+    );
     return results.some((r) => r.error !== undefined) ? 1 : 0;
   } finally {
     await lab.teardown();

@@ -143,7 +143,13 @@ export function summarizeRates(rounds: readonly { falseFailovers: number; minute
     const h = perHour(r.falseFailovers, r.minutes);
     return h === null ? [] : [h];
   });
-  return { rounds: rounds.length, minutes: Math.round(minutes * 100) / 100, falseFailovers: total, medianPerHour: quantileMedian(rates), pooledPerHour: perHour(total, minutes) };
+  return {
+    rounds: rounds.length,
+    minutes: Math.round(minutes * 100) / 100,
+    falseFailovers: total,
+    medianPerHour: quantileMedian(rates),
+    pooledPerHour: perHour(total, minutes),
+  };
 }
 
 function quantileMedian(xs: readonly number[]): number | null {

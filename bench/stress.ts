@@ -47,8 +47,17 @@ import { fmt, intArg, preflight, round1, say, waitForStableHolder, errText, prog
 import { foreignKeepalived, parseCapture, resetLab, runOnce, SCENARIOS, startCluster, type Cluster, type Daemon, type RunResult } from './failover-run.js';
 import { stats, type Stats } from './stats.js';
 import {
-  ballastMasterEntries, falseFailovers, holderGaps, keepalivedMasterEntries, rateRatio, summarizeRates, takeoverEpisodes, vipAddressEvents,
-  type GapStats, type RateSummary, type WindowCounts,
+  ballastMasterEntries,
+  falseFailovers,
+  holderGaps,
+  keepalivedMasterEntries,
+  rateRatio,
+  summarizeRates,
+  takeoverEpisodes,
+  vipAddressEvents,
+  type GapStats,
+  type RateSummary,
+  type WindowCounts,
 } from './stress-count.js';
 
 const LABS = [
@@ -128,9 +137,26 @@ export interface SetReport {
     /** counts summed over the rounds, per witness */
     witnesses: WindowCounts;
     /** the worst gap figures over the rounds */
-    gaps: { p99Ms: number | null; p999Ms: number | null; maxMs: number | null; over1_5: number; over2: number; over3: number; overMasterDown: number; adverts: number };
+    gaps: {
+      p99Ms: number | null;
+      p999Ms: number | null;
+      maxMs: number | null;
+      over1_5: number;
+      over2: number;
+      over3: number;
+      overMasterDown: number;
+      adverts: number;
+    };
     /** ballast: the holder's (n1) late Adver_Timer ticks per bucket, summed over the rounds, its worst, and the Backups' rescued expiries */
-    thread?: { boundsMs: number[]; sendLate: number[]; sendLateMaxMs: number; receiveGapMaxMs: number; rescued: number; gcMaxMs: number | null; gcCount: number };
+    thread?: {
+      boundsMs: number[];
+      sendLate: number[];
+      sendLateMaxMs: number;
+      receiveGapMaxMs: number;
+      rescued: number;
+      gcMaxMs: number | null;
+      gcCount: number;
+    };
   }[];
   /** ballast / keepalived of the pooled per-hour rates, per advert interval */
   ratios: Record<string, number | '0/0' | null>;
@@ -160,7 +186,13 @@ async function startWitnesses(lab: Lab, cluster: Cluster, daemon: Daemon, tag: s
 }
 
 /** Stops the witnesses and counts what they saw (n1 is the expected holder). */
-async function countWindow(lab: Lab, cluster: Cluster, daemon: Daemon, advertMs: number, w: Witnesses): Promise<{ counts: WindowCounts; gaps: GapStats; timing?: Record<string, EngineTiming | null> }> {
+async function countWindow(
+  lab: Lab,
+  cluster: Cluster,
+  daemon: Daemon,
+  advertMs: number,
+  w: Witnesses,
+): Promise<{ counts: WindowCounts; gaps: GapStats; timing?: Record<string, EngineTiming | null> }> {
   await Promise.all([w.capture.stop('SIGTERM', 3000), ...w.monitors.map((m) => m.proc.stop('SIGTERM', 3000))]);
   const holder = lab.nodes[0]!;
   let log = 0;
@@ -221,17 +253,26 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
     const end = t0 + o.minutes * 60_000;
     while (Date.now() < end) {
       await sleep(Math.min(SAMPLE_MS, Math.max(0, end - Date.now())));
-      await Promise.all(placed.map(async (p, i) => {
-        if (!witnesses[i]) return;
-        const h = await p.lab.holders(p.lab.vip4);
-        samples[i]!.n++;
-        if (h.length !== 1 || h[0] !== p.lab.nodes[0]) samples[i]!.off++;
-      }));
+      await Promise.all(
+        placed.map(async (p, i) => {
+          if (!witnesses[i]) return;
+          const h = await p.lab.holders(p.lab.vip4);
+          samples[i]!.n++;
+          if (h.length !== 1 || h[0] !== p.lab.nodes[0]) samples[i]!.off++;
+        }),
+      );
     }
     const minutes = (Date.now() - t0) / 60_000;
     round.load = loadavg().map((x) => Math.round(x * 100) / 100);
     for (const [i, p] of placed.entries()) {
-      const base = { daemon: p.daemon, advertMs: p.advertMs, lab: p.lab.prefix, minutes: Math.round(minutes * 1000) / 1000, samples: samples[i]!.n, samplesOff: samples[i]!.off };
+      const base = {
+        daemon: p.daemon,
+        advertMs: p.advertMs,
+        lab: p.lab.prefix,
+        minutes: Math.round(minutes * 1000) / 1000,
+        samples: samples[i]!.n,
+        samplesOff: samples[i]!.off,
+      };
       if (!witnesses[i] || errors[i]) {
         round.configs.push({ ...base, counts: { log: 0, wire: 0, address: 0 }, falseFailovers: 0, gaps: emptyGaps(), error: errors[i] ?? 'no witnesses' });
         continue;
@@ -251,10 +292,13 @@ async function runRound(labs: readonly Lab[], k: number, o: { minutes: number; c
         const sc = SCENARIOS.find((s) => s.daemon === daemon && s.failure === 'linkDown')!;
         let result = await runOnce(labs[0]!, sc, k * 100 + r, true, OUTAGE_ADVERT_MS, o.realtime);
         // under this load the client's first requests sometimes all time out: once more
-        if (result.error?.startsWith('the client got no answer') || result.error?.includes('to answer')) result = await runOnce(labs[0]!, sc, k * 100 + r + 50, true, OUTAGE_ADVERT_MS, o.realtime);
+        if (result.error?.startsWith('the client got no answer') || result.error?.includes('to answer'))
+          result = await runOnce(labs[0]!, sc, k * 100 + r + 50, true, OUTAGE_ADVERT_MS, o.realtime);
         round.outage.push({ daemon, result });
         const w = result.wire;
-        const wire = w ? ` (wire: silence ${w.silenceMs ?? '—'} ms, GARP +${w.garpLagMs ?? '—'} ms, first SYN-ACK +${w.synAckLagMs ?? '—'} ms, rival adverts ${w.rivalAdverts ?? 0}, rival GARPs ${w.rivalGarps ?? 0})` : '';
+        const wire = w
+          ? ` (wire: silence ${w.silenceMs ?? '—'} ms, GARP +${w.garpLagMs ?? '—'} ms, first SYN-ACK +${w.synAckLagMs ?? '—'} ms, rival adverts ${w.rivalAdverts ?? 0}, rival GARPs ${w.rivalGarps ?? 0})`
+          : '';
         progress(`round ${k + 1} node death ${daemon} 10 ms: ${result.outageMs === null ? `FAILED (${result.error})` : `${result.outageMs} ms`}${wire}`);
       }
     }
@@ -276,7 +320,12 @@ export function buildReport(rounds: readonly Round[], kv: string): StressReport 
     keepalivedVersion: kv,
     masterDownMs: { '10ms': round1(masterDownIntervalMs(BACKUP_PRIORITY, 1)), '20ms': round1(masterDownIntervalMs(BACKUP_PRIORITY, 2)) },
     rounds: [...rounds],
-    sets: settings.map((rt) => buildSet(rounds.filter((r) => (r.realtime ?? 0) === rt), rt)),
+    sets: settings.map((rt) =>
+      buildSet(
+        rounds.filter((r) => (r.realtime ?? 0) === rt),
+        rt,
+      ),
+    ),
   };
 }
 
@@ -302,11 +351,16 @@ function threadTiming(mine: readonly ConfigRound[]): SetReport['summary'][number
 function buildSet(rounds: readonly Round[], realtime: number): SetReport {
   const summary = CONFIGS.map((c) => {
     const mine = rounds.flatMap((r) => r.configs.filter((x) => x.daemon === c.daemon && x.advertMs === c.advertMs && !x.error));
-    const witnesses = mine.reduce((s, x) => ({ log: s.log + x.counts.log, wire: s.wire + x.counts.wire, address: s.address + x.counts.address }), { log: 0, wire: 0, address: 0 });
-    const worst = (f: (g: GapStats) => number | null): number | null => mine.reduce<number | null>((m, x) => {
-      const v = f(x.gaps);
-      return v === null ? m : m === null ? v : Math.max(m, v);
-    }, null);
+    const witnesses = mine.reduce((s, x) => ({ log: s.log + x.counts.log, wire: s.wire + x.counts.wire, address: s.address + x.counts.address }), {
+      log: 0,
+      wire: 0,
+      address: 0,
+    });
+    const worst = (f: (g: GapStats) => number | null): number | null =>
+      mine.reduce<number | null>((m, x) => {
+        const v = f(x.gaps);
+        return v === null ? m : m === null ? v : Math.max(m, v);
+      }, null);
     const sum = (f: (g: GapStats) => number): number => mine.reduce((s, x) => s + f(x.gaps), 0);
     return {
       label: c.label,
@@ -314,7 +368,16 @@ function buildSet(rounds: readonly Round[], realtime: number): SetReport {
       advertMs: c.advertMs,
       rates: summarizeRates(mine),
       witnesses,
-      gaps: { p99Ms: worst((g) => g.p99Ms), p999Ms: worst((g) => g.p999Ms), maxMs: worst((g) => g.maxMs), over1_5: sum((g) => g.over1_5), over2: sum((g) => g.over2), over3: sum((g) => g.over3), overMasterDown: sum((g) => g.overMasterDown), adverts: sum((g) => g.adverts) },
+      gaps: {
+        p99Ms: worst((g) => g.p99Ms),
+        p999Ms: worst((g) => g.p999Ms),
+        maxMs: worst((g) => g.maxMs),
+        over1_5: sum((g) => g.over1_5),
+        over2: sum((g) => g.over2),
+        over3: sum((g) => g.over3),
+        overMasterDown: sum((g) => g.overMasterDown),
+        adverts: sum((g) => g.adverts),
+      },
       ...(c.daemon === 'ballast' ? { thread: threadTiming(mine) } : {}),
     };
   });
@@ -349,43 +412,70 @@ function printReport(report: StressReport): void {
 function printSet(report: StressReport, r: SetReport): void {
   const rounds = report.rounds.filter((x) => (x.realtime ?? 0) === r.realtime);
   const n = rounds.length;
-  const sched = r.realtime === 0 ? 'normal scheduling (both daemons at their defaults)' : `real-time priority ${r.realtime} (ballast vrrp.realtimePriority: SCHED_FIFO election thread; keepalived vrrp_rt_priority)`;
+  const sched =
+    r.realtime === 0
+      ? 'normal scheduling (both daemons at their defaults)'
+      : `real-time priority ${r.realtime} (ballast vrrp.realtimePriority: SCHED_FIFO election thread; keepalived vrrp_rt_priority)`;
   say(`=== ${sched}`);
   say(`false failovers under CPU stress (no fault injected), ${n} round(s), all four configurations at once`);
-  say('per hour: extrapolated from the observed minutes; median of the rounds\' rates, and pooled (all events / all minutes)');
+  say("per hour: extrapolated from the observed minutes; median of the rounds' rates, and pooled (all events / all minutes)");
   const head = `${'configuration'.padEnd(18)}${'rounds'.padStart(7)}${'min'.padStart(6)}${'events'.padStart(8)}${'log/wire/addr'.padStart(15)}${'median/h'.padStart(10)}${'pooled/h'.padStart(10)}  |${'gap p99'.padStart(9)}${'p99.9'.padStart(8)}${'max'.padStart(8)}${'>1.5×'.padStart(7)}${'>2×'.padStart(6)}${'>3×'.padStart(6)}${'>MDI'.padStart(6)}${'adverts'.padStart(9)}`;
   say(head);
   say('-'.repeat(head.length));
   for (const s of r.summary) {
     const w = `${s.witnesses.log}/${s.witnesses.wire}/${s.witnesses.address}`;
-    say(`${s.label.padEnd(18)}${String(s.rates.rounds).padStart(7)}${s.rates.minutes.toFixed(1).padStart(6)}${String(s.rates.falseFailovers).padStart(8)}${w.padStart(15)}${fmt(s.rates.medianPerHour, 10, 1)}${fmt(s.rates.pooledPerHour, 10, 1)}  |${fmt(s.gaps.p99Ms, 9, 1)}${fmt(s.gaps.p999Ms, 8, 1)}${fmt(s.gaps.maxMs, 8, 1)}${String(s.gaps.over1_5).padStart(7)}${String(s.gaps.over2).padStart(6)}${String(s.gaps.over3).padStart(6)}${String(s.gaps.overMasterDown).padStart(6)}${String(s.gaps.adverts).padStart(9)}`);
+    say(
+      `${s.label.padEnd(18)}${String(s.rates.rounds).padStart(7)}${s.rates.minutes.toFixed(1).padStart(6)}${String(s.rates.falseFailovers).padStart(8)}${w.padStart(15)}${fmt(s.rates.medianPerHour, 10, 1)}${fmt(s.rates.pooledPerHour, 10, 1)}  |${fmt(s.gaps.p99Ms, 9, 1)}${fmt(s.gaps.p999Ms, 8, 1)}${fmt(s.gaps.maxMs, 8, 1)}${String(s.gaps.over1_5).padStart(7)}${String(s.gaps.over2).padStart(6)}${String(s.gaps.over3).padStart(6)}${String(s.gaps.overMasterDown).padStart(6)}${String(s.gaps.adverts).padStart(9)}`,
+    );
   }
   const rt = (x: number | '0/0' | null): string => (x === null ? '— (keepalived 0 or no data)' : x === '0/0' ? 'both 0' : x.toFixed(2));
   say(`ratio ballast/keepalived of the pooled rates: 10 ms ${rt(r.ratios['10ms'] ?? null)}, 20 ms ${rt(r.ratios['20ms'] ?? null)}`);
-  say(`holder's advert gaps on the wire, ms (worst round); MDI = the first backup's Master_Down_Interval: ${report.masterDownMs['10ms']} ms at 10 ms, ${report.masterDownMs['20ms']} ms at 20 ms`);
+  say(
+    `holder's advert gaps on the wire, ms (worst round); MDI = the first backup's Master_Down_Interval: ${report.masterDownMs['10ms']} ms at 10 ms, ${report.masterDownMs['20ms']} ms at 20 ms`,
+  );
   for (const s of r.summary) {
     const t = s.thread;
     if (!t || t.boundsMs.length === 0) continue;
     const buckets = t.sendLate.map((c, i) => `${i < t.boundsMs.length ? `≤${t.boundsMs[i]}` : `>${t.boundsMs.at(-1)}`}:${c}`).join(' ');
-    say(`${s.label} election thread (its own clock): holder's Adver_Timer ticks late by ms ${buckets}; worst ${t.sendLateMaxMs} ms; worst gap between a master's adverts as a Backup handled them ${t.receiveGapMaxMs} ms; expiries rescued by reading the socket first ${t.rescued}${t.gcMaxMs === null ? '' : `; holder's GCs ${t.gcCount}, longest ${t.gcMaxMs} ms`}`);
+    say(
+      `${s.label} election thread (its own clock): holder's Adver_Timer ticks late by ms ${buckets}; worst ${t.sendLateMaxMs} ms; worst gap between a master's adverts as a Backup handled them ${t.receiveGapMaxMs} ms; expiries rescued by reading the socket first ${t.rescued}${t.gcMaxMs === null ? '' : `; holder's GCs ${t.gcCount}, longest ${t.gcMaxMs} ms`}`,
+    );
   }
   say();
-  say('node death (holder\'s link down) at 10 ms adverts under the same stress: client outage, ms (prober maxOutageMs)');
+  say("node death (holder's link down) at 10 ms adverts under the same stress: client outage, ms (prober maxOutageMs)");
   for (const o of r.outage) {
     const cells = o.runs.map((x) => (x === null ? 'FAIL' : x.toFixed(0))).join(' ');
     say(`${o.daemon.padEnd(11)} median ${fmt(o.stats.median, 7, 1)}  min ${fmt(o.stats.min, 6, 1)}  max ${fmt(o.stats.max, 6, 1)}   runs: ${cells || '—'}`);
   }
-  say(`ratio ballast/keepalived of the medians: ${r.outageRatio === null ? '—' : r.outageRatio.toFixed(2)}; Master_Down_Interval ${report.masterDownMs['10ms']} ms`);
+  say(
+    `ratio ballast/keepalived of the medians: ${r.outageRatio === null ? '—' : r.outageRatio.toFixed(2)}; Master_Down_Interval ${report.masterDownMs['10ms']} ms`,
+  );
   // where the outage went, on the client's wire: the takeover (silence), then the server's first answer
   for (const daemon of ['ballast', 'keepalived'] as const) {
-    const ws = rounds.flatMap((rd) => rd.outage.filter((x) => x.daemon === daemon && x.result.outageMs !== null).flatMap((x) => (x.result.wire ? [x.result.wire] : [])));
+    const ws = rounds.flatMap((rd) =>
+      rd.outage.filter((x) => x.daemon === daemon && x.result.outageMs !== null).flatMap((x) => (x.result.wire ? [x.result.wire] : [])),
+    );
     if (ws.length === 0) continue;
-    const med = (f: (w: (typeof ws)[number]) => number | null | undefined): string => fmt(stats(ws.flatMap((w) => { const v = f(w); return v === null || v === undefined ? [] : [v]; })).median, 6, 1);
-    say(`${daemon.padEnd(11)} wire medians: silence${med((w) => w.silenceMs)} ms, new holder's first advert → GARP${med((w) => w.garpLagMs)} ms, → first SYN-ACK through the VIP${med((w) => w.synAckLagMs)} ms; runs with a rival Backup's adverts ${ws.filter((w) => (w.rivalAdverts ?? 0) > 0).length}/${ws.length}`);
+    const med = (f: (w: (typeof ws)[number]) => number | null | undefined): string =>
+      fmt(
+        stats(
+          ws.flatMap((w) => {
+            const v = f(w);
+            return v === null || v === undefined ? [] : [v];
+          }),
+        ).median,
+        6,
+        1,
+      );
+    say(
+      `${daemon.padEnd(11)} wire medians: silence${med((w) => w.silenceMs)} ms, new holder's first advert → GARP${med((w) => w.garpLagMs)} ms, → first SYN-ACK through the VIP${med((w) => w.synAckLagMs)} ms; runs with a rival Backup's adverts ${ws.filter((w) => (w.rivalAdverts ?? 0) > 0).length}/${ws.length}`,
+    );
   }
   const notes = rounds.flatMap((rd, i) => [
     ...rd.configs.filter((c) => c.error).map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: ${c.error}`),
-    ...rd.configs.filter((c) => !c.error && c.samplesOff > 0).map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: n1 not the only holder in ${c.samplesOff}/${c.samples} samples`),
+    ...rd.configs
+      .filter((c) => !c.error && c.samplesOff > 0)
+      .map((c) => `round ${i + 1} ${c.daemon} ${c.advertMs} ms: n1 not the only holder in ${c.samplesOff}/${c.samples} samples`),
     ...rd.outage.filter((x) => x.result.error).map((x) => `round ${i + 1} node death ${x.daemon}: ${x.result.error}`),
   ]);
   if (notes.length > 0) {
@@ -405,7 +495,16 @@ function usage(): string {
 export async function stressMain(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { minutes: { type: 'string' }, rounds: { type: 'string' }, 'outage-runs': { type: 'string' }, cpu: { type: 'string' }, realtime: { type: 'string' }, append: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    options: {
+      minutes: { type: 'string' },
+      rounds: { type: 'string' },
+      'outage-runs': { type: 'string' },
+      cpu: { type: 'string' },
+      realtime: { type: 'string' },
+      append: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
     strict: true,
   });
   if (values.help) {
@@ -414,18 +513,31 @@ export async function stressMain(argv: string[]): Promise<number> {
   }
   let o: { minutes: number; rounds: number; outageRuns: number; cpu: number; realtime: number[] };
   try {
-    o = { minutes: intArg('minutes', values.minutes, 1, 1, 60), rounds: intArg('rounds', values.rounds, 5, 1, 20), outageRuns: intArg('outage-runs', values['outage-runs'], 1, 0, 5), cpu: intArg('cpu', values.cpu, 2, 1, 8), realtime: (values.realtime ?? '0').split(',').map((v) => intArg('realtime', v, 0, 0, 99)) };
+    o = {
+      minutes: intArg('minutes', values.minutes, 1, 1, 60),
+      rounds: intArg('rounds', values.rounds, 5, 1, 20),
+      outageRuns: intArg('outage-runs', values['outage-runs'], 1, 0, 5),
+      cpu: intArg('cpu', values.cpu, 2, 1, 8),
+      realtime: (values.realtime ?? '0').split(',').map((v) => intArg('realtime', v, 0, 0, 99)),
+    };
   } catch (e) {
     process.stderr.write(`${errText(e)}\n${usage()}\n`);
     return 2;
   }
-  const checked = preflight({}, {
-    name: 'bench-failover --stress',
-    usage: usage(),
-    defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 },
-    root: 'network namespaces, raw sockets',
-    files: [[KEEPALIVED_PATH, 'keepalived'], [STRESS_NG, 'stress-ng'], [TCPDUMP, 'tcpdump']],
-  });
+  const checked = preflight(
+    {},
+    {
+      name: 'bench-failover --stress',
+      usage: usage(),
+      defaults: { runs: 1, maxRuns: 1, seconds: 1, workers: 1 },
+      root: 'network namespaces, raw sockets',
+      files: [
+        [KEEPALIVED_PATH, 'keepalived'],
+        [STRESS_NG, 'stress-ng'],
+        [TCPDUMP, 'tcpdump'],
+      ],
+    },
+  );
   if (typeof checked === 'number') return checked;
   const foreign = foreignKeepalived();
   if (foreign.length > 0) say(`note: keepalived already runs on this machine (pids ${foreign.join(', ')}), outside the labs`);
@@ -439,13 +551,18 @@ export async function stressMain(argv: string[]): Promise<number> {
     for (const l of LABS) labs.push(await Lab.create({ prefix: l.prefix, subnet: l.subnet, nodes: 3, ipv6: false }));
     if (o.outageRuns > 0) await labs[0]!.startApiservers();
     for (const l of labs) await resetLab(l);
-    say(`stress benchmark: ballast vs keepalived ${kv}, 4 configurations at once under stress-ng --cpu ${o.cpu} (machine-wide: every lab node is a namespace on this machine), ${o.rounds} round(s) of ${o.minutes} min, real-time priority ${o.realtime.join(' / ')}${earlier.length > 0 ? `, after ${earlier.length} earlier round(s) from ${values.append}` : ''}`);
+    say(
+      `stress benchmark: ballast vs keepalived ${kv}, 4 configurations at once under stress-ng --cpu ${o.cpu} (machine-wide: every lab node is a namespace on this machine), ${o.rounds} round(s) of ${o.minutes} min, real-time priority ${o.realtime.join(' / ')}${earlier.length > 0 ? `, after ${earlier.length} earlier round(s) from ${values.append}` : ''}`,
+    );
     for (let i = 0; i < o.rounds; i++) {
       const k = rounds.length;
       // a list of settings alternates round by round (interleaved: the machine's drift hits all alike)
       const r = await runRound(labs, k, { ...o, realtime: o.realtime[i % o.realtime.length]! });
       rounds.push(r);
-      for (const c of r.configs) progress(`round ${k + 1} ${c.daemon} ${c.advertMs} ms: ${c.error ? `FAILED (${c.error})` : `${c.falseFailovers} false failover(s) in ${c.minutes} min (log ${c.counts.log}, wire ${c.counts.wire}, address ${c.counts.address}); gap max ${c.gaps.maxMs} ms`}`);
+      for (const c of r.configs)
+        progress(
+          `round ${k + 1} ${c.daemon} ${c.advertMs} ms: ${c.error ? `FAILED (${c.error})` : `${c.falseFailovers} false failover(s) in ${c.minutes} min (log ${c.counts.log}, wire ${c.counts.wire}, address ${c.counts.address}); gap max ${c.gaps.maxMs} ms`}`,
+        );
       if (values.append) writeFileSync(values.append, JSON.stringify(buildReport(rounds, kv), null, 2));
     }
   } finally {

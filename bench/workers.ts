@@ -226,7 +226,15 @@ async function role(values: ReturnType<typeof parseCli>['values']): Promise<numb
   switch (values.role) {
     case 'rate-worker': {
       if (!values.url?.length || values.ca === undefined) throw new TypeError('rate-worker: --url and --ca are required');
-      out(await rateWorker(values.url.map((u) => new URL(u)), readFileSync(values.ca), durationMs(), startAt(), intArg('index', values.index, 0, 0, 1000)));
+      out(
+        await rateWorker(
+          values.url.map((u) => new URL(u)),
+          readFileSync(values.ca),
+          durationMs(),
+          startAt(),
+          intArg('index', values.index, 0, 0, 1000),
+        ),
+      );
       return 0;
     }
     case 'bulk-worker': {
@@ -235,7 +243,8 @@ async function role(values: ReturnType<typeof parseCli>['values']): Promise<numb
       return 0;
     }
     case 'bulk-server': {
-      if (values.name === undefined || values.cert === undefined || values.key === undefined) throw new TypeError('bulk-server: --name, --cert and --key are required');
+      if (values.name === undefined || values.cert === undefined || values.key === undefined)
+        throw new TypeError('bulk-server: --name, --cert and --key are required');
       await bulkServer(values.name, readFileSync(values.cert), readFileSync(values.key), values.host ?? '0.0.0.0', intArg('port', values.port, 0, 1, 65535));
       return 0;
     }
@@ -243,6 +252,5 @@ async function role(values: ReturnType<typeof parseCli>['values']): Promise<numb
       throw new TypeError(`unknown --role ${values.role}`);
   }
 }
-
 
 runIfMain(import.meta.url, 'bench worker', async () => role(parseCli().values), { stack: true });

@@ -109,8 +109,8 @@ static __always_inline int ballast_sock4_fwd(struct bpf_sock_addr *ctx) {
   if (!ballast_is_tcp(ctx) || !ballast_in_host_netns(ctx)) return 0;
   ballast_lb_key key = {};
   key.family = BALLAST_AF_INET;
-  key.addr[0] = ctx->user_ip4;       /* network order, as is */
-  key.port = (__u16)ctx->user_port;  /* the __be16 sin_port, held in the low 16 bits */
+  key.addr[0] = ctx->user_ip4;      /* network order, as is */
+  key.port = (__u16)ctx->user_port; /* the __be16 sin_port, held in the low 16 bits */
   struct ballast_lb_addr backend;
   if (!ballast_pick(&key, BALLAST_AF_INET, &backend)) return 0;
   ballast_remember(ctx, &key, &backend);

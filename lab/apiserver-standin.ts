@@ -95,7 +95,13 @@ export function tickObject(node: string, rv: number): object {
   return {
     kind: 'ConfigMap',
     apiVersion: 'v1',
-    metadata: { name: 'ballast-lab-tick', namespace: 'default', uid: '00000000-0000-4000-8000-00000000f1c0', resourceVersion: String(rv), creationTimestamp: '2024-08-13T00:00:00Z' },
+    metadata: {
+      name: 'ballast-lab-tick',
+      namespace: 'default',
+      uid: '00000000-0000-4000-8000-00000000f1c0',
+      resourceVersion: String(rv),
+      creationTimestamp: '2024-08-13T00:00:00Z',
+    },
     data: { node, tick: String(rv) },
   };
 }
@@ -144,7 +150,9 @@ export function sliceObject(s: SliceObject, port = 6443): object {
       labels: { [SERVICE_LABEL]: 'kubernetes', 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' },
     },
     addressType: type,
-    endpoints: s.addresses.filter((a) => addressTypeOf(a) === type).map((a) => ({ addresses: [a], conditions: { ready: true, serving: true, terminating: false } })),
+    endpoints: s.addresses
+      .filter((a) => addressTypeOf(a) === type)
+      .map((a) => ({ addresses: [a], conditions: { ready: true, serving: true, terminating: false } })),
     ports: [{ name: 'https', port, protocol: 'TCP' }],
   };
 }
@@ -279,7 +287,14 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
       return true;
     }
     if (denial === 403) {
-      json(403, statusObject(403, 'Forbidden', 'endpointslices.discovery.k8s.io is forbidden: User "ballast-lab" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "default"'));
+      json(
+        403,
+        statusObject(
+          403,
+          'Forbidden',
+          'endpointslices.discovery.k8s.io is forbidden: User "ballast-lab" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "default"',
+        ),
+      );
       return true;
     }
     if (url.pathname === TICK_PATH) {
@@ -326,7 +341,8 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked', 'x-ballast-lab-node': opts.name });
     // the client waits for the headers before it reads events: send them now, not with the first event
     res.flushHeaders();
-    const emit = (type: string, object: object): void => void (res.writableEnded || res.destroyed ? undefined : res.write(`${JSON.stringify({ type, object })}\n`));
+    const emit = (type: string, object: object): void =>
+      void (res.writableEnded || res.destroyed ? undefined : res.write(`${JSON.stringify({ type, object })}\n`));
     if (rv !== null && rv !== 0 && rv < floor) {
       emit('ERROR', statusObject(410, 'Expired', `too old resource version: ${rv} (${floor})`));
       res.end();
@@ -354,7 +370,8 @@ export function startStandin(opts: StandinOptions): Promise<Standin> {
       });
     }
     const bookmarks = setInterval(() => {
-      if (q.get('allowWatchBookmarks') === 'true') emit('BOOKMARK', { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: String(tail.state.version) } });
+      if (q.get('allowWatchBookmarks') === 'true')
+        emit('BOOKMARK', { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: String(tail.state.version) } });
     }, opts.bookmarkMs ?? 5000);
     const seconds = Number(q.get('timeoutSeconds') ?? '');
     const timeout = setTimeout(end, Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 1800_000);

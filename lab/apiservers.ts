@@ -56,7 +56,11 @@ export interface ApiserverLab {
 export class LabApiservers {
   readonly #procs = new Map<string, LabProcessImpl>();
   #port = 6443;
-  #opts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; bookmarkMs?: number; tickMs?: number } = { store: false, storeFamily: 4, shutdownDelayMs: 0 };
+  #opts: { store: boolean; storeFamily: 4 | 6; token?: string; shutdownDelayMs: number; bookmarkMs?: number; tickMs?: number } = {
+    store: false,
+    storeFamily: 4,
+    shutdownDelayMs: 0,
+  };
 
   constructor(private readonly ctx: ApiserverLab) {}
 
@@ -71,7 +75,14 @@ export class LabApiservers {
    */
   async startApiservers(opts: StartApiserversOptions = {}): Promise<void> {
     this.#port = opts.port ?? 6443;
-    this.#opts = { store: opts.store ?? false, storeFamily: opts.storeFamily ?? 4, ...(opts.token === undefined ? {} : { token: opts.token }), shutdownDelayMs: opts.shutdownDelayMs ?? 0, ...(opts.bookmarkMs === undefined ? {} : { bookmarkMs: opts.bookmarkMs }), ...(opts.tickMs === undefined ? {} : { tickMs: opts.tickMs }) };
+    this.#opts = {
+      store: opts.store ?? false,
+      storeFamily: opts.storeFamily ?? 4,
+      ...(opts.token === undefined ? {} : { token: opts.token }),
+      shutdownDelayMs: opts.shutdownDelayMs ?? 0,
+      ...(opts.bookmarkMs === undefined ? {} : { bookmarkMs: opts.bookmarkMs }),
+      ...(opts.tickMs === undefined ? {} : { tickMs: opts.tickMs }),
+    };
     compiledScript('apiserver-standin');
     compiledScript('prober');
     await Promise.all((opts.nodes ?? this.ctx.nodes).map((n) => this.startApiserver(n)));
@@ -121,15 +132,25 @@ export class LabApiservers {
     const p = this.ctx.spawn(
       node.netns,
       [
-        process.execPath, script,
-        '--name', node.name, '--cert', certFile, '--key', keyFile,
-        '--port', String(this.#port), '--host', this.ctx.ipv6 ? '::' : '0.0.0.0',
+        process.execPath,
+        script,
+        '--name',
+        node.name,
+        '--cert',
+        certFile,
+        '--key',
+        keyFile,
+        '--port',
+        String(this.#port),
+        '--host',
+        this.ctx.ipv6 ? '::' : '0.0.0.0',
         ...(o.store ? ['--store', this.sliceStore(), '--address', o.storeFamily === 6 ? node.ipv6 : node.ipv4] : []),
         ...(o.token === undefined ? [] : ['--token', o.token]),
         ...(o.shutdownDelayMs > 0 ? ['--shutdown-delay', String(o.shutdownDelayMs)] : []),
         ...(o.tickMs === undefined ? [] : ['--tick', String(o.tickMs)]),
         ...(o.bookmarkMs === undefined ? [] : ['--bookmark-ms', String(o.bookmarkMs)]),
-        '--readyz-delay-file', this.#readyzDelayFile(node),
+        '--readyz-delay-file',
+        this.#readyzDelayFile(node),
       ],
       { logFile: `apiserver-${node.name}.log` },
     );

@@ -37,7 +37,13 @@ export function bgpAgentConfig(b: BgpLab, n: BgpLabNode, s: BgpAgentSettings = {
     vips: [v6 ? b.vip6 : b.vip4],
     apiserver: {
       backends: b.nodes.map((x) => (v6 ? `[${x.node.ipv6}]:6443` : `${x.node.ipv4}:6443`)),
-      health: { caFile: b.lab.ca.certFile, interval: `${s.intervalMs ?? 200}ms`, rise: s.rise ?? 1, fall: s.fall ?? 2, ...(s.damping === undefined ? {} : { damping: s.damping }) },
+      health: {
+        caFile: b.lab.ca.certFile,
+        interval: `${s.intervalMs ?? 200}ms`,
+        rise: s.rise ?? 1,
+        fall: s.fall ?? 2,
+        ...(s.damping === undefined ? {} : { damping: s.damping }),
+      },
     },
     admin: { listen: `127.0.0.1:${adminPort}` },
     bgp: {

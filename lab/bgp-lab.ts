@@ -150,7 +150,15 @@ export class BgpLab {
   async #route(): Promise<void> {
     const { lab } = this;
     const r = this.router;
-    await this.#sysctl(r, 'net.ipv6.conf.all.disable_ipv6=0', 'net.ipv6.conf.default.disable_ipv6=0', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1', 'net.ipv4.fib_multipath_hash_policy=1', 'net.ipv6.fib_multipath_hash_policy=1');
+    await this.#sysctl(
+      r,
+      'net.ipv6.conf.all.disable_ipv6=0',
+      'net.ipv6.conf.default.disable_ipv6=0',
+      'net.ipv4.ip_forward=1',
+      'net.ipv6.conf.all.forwarding=1',
+      'net.ipv4.fib_multipath_hash_policy=1',
+      'net.ipv6.fib_multipath_hash_policy=1',
+    );
     const ends = [
       ...this.nodes.map((n) => ({ netns: n.node.netns, port: `${lab.prefix}${n.node.name}`, s: n.linkSubnet, ipv4: n.node.ipv4, ipv6: n.node.ipv6 })),
       { netns: this.client.netns, port: `${lab.prefix}c`, s: lab.subnet + 4, ipv4: this.client.ipv4, ipv6: this.client.ipv6 },
@@ -176,12 +184,15 @@ export class BgpLab {
       await this.#ip(r, '-6', 'route', 'add', `${e.ipv6}/128`, 'via', `fd78:${e.s}::2`);
     }
     // every node reaches every other node and the client through the router
-    await waitFor(async () => {
-      for (const n of this.nodes) {
-        for (const a of [n.node.ipv4, n.node.ipv6]) if (!(await lab.ping(this.client.netns, a)).ok) return false;
-      }
-      return true;
-    }, { timeoutMs: 5000, intervalMs: 50, what: 'the client reaching every node through the router' });
+    await waitFor(
+      async () => {
+        for (const n of this.nodes) {
+          for (const a of [n.node.ipv4, n.node.ipv6]) if (!(await lab.ping(this.client.netns, a)).ok) return false;
+        }
+        return true;
+      },
+      { timeoutMs: 5000, intervalMs: 50, what: 'the client reaching every node through the router' },
+    );
   }
 
   async #startRouterBird(intervalMs: number, multiplier: number): Promise<void> {
@@ -217,8 +228,14 @@ export class BgpLab {
       '',
     ].join('\n');
     writeFileSync(join(d, 'bird.conf'), conf);
-    this.routerBird = this.lab.spawn(this.router, ['bird', '-f', '-c', join(d, 'bird.conf'), '-s', join(d, 'bird.ctl'), '-P', join(d, 'bird.pid')], { logFile: 'router-bird.out' });
-    await waitFor(async () => (await this.birdc(this.router, join(d, 'bird.ctl'), 'show status')).includes('Daemon is up'), { timeoutMs: 5000, intervalMs: 50, what: 'the router\'s BIRD' });
+    this.routerBird = this.lab.spawn(this.router, ['bird', '-f', '-c', join(d, 'bird.conf'), '-s', join(d, 'bird.ctl'), '-P', join(d, 'bird.pid')], {
+      logFile: 'router-bird.out',
+    });
+    await waitFor(async () => (await this.birdc(this.router, join(d, 'bird.ctl'), 'show status')).includes('Daemon is up'), {
+      timeoutMs: 5000,
+      intervalMs: 50,
+      what: "the router's BIRD",
+    });
   }
 
   /** (Re)starts `n`'s BIRD (its bird.conf includes ballast's snippets); resolves once it answers. */
@@ -227,9 +244,24 @@ export class BgpLab {
     const conf = join(n.birdDir, 'bird.conf');
     // the operator's one line: a glob, so that BIRD starts before ballast first wrote its snippet
     // (BIRD refuses a configuration without any protocol; an operator's has at least its device protocol)
-    writeFileSync(conf, [`router id ${n.link4.node};`, `log "${join(n.birdDir, 'bird.log')}" all;`, 'protocol device { }', `include "${join(n.birdDir, 'ballast*.conf')}";`, ''].join('\n'));
-    n.bird = this.lab.spawn(n.node.netns, ['bird', '-f', '-c', conf, '-s', n.socket, '-P', join(n.birdDir, 'bird.pid')], { logFile: `bird-${n.node.name}.out` });
-    await waitFor(async () => (await this.birdc(n.node.netns, n.socket, 'show status')).includes('Daemon is up'), { timeoutMs: 5000, intervalMs: 50, what: `${n.node.name}'s BIRD` });
+    writeFileSync(
+      conf,
+      [
+        `router id ${n.link4.node};`,
+        `log "${join(n.birdDir, 'bird.log')}" all;`,
+        'protocol device { }',
+        `include "${join(n.birdDir, 'ballast*.conf')}";`,
+        '',
+      ].join('\n'),
+    );
+    n.bird = this.lab.spawn(n.node.netns, ['bird', '-f', '-c', conf, '-s', n.socket, '-P', join(n.birdDir, 'bird.pid')], {
+      logFile: `bird-${n.node.name}.out`,
+    });
+    await waitFor(async () => (await this.birdc(n.node.netns, n.socket, 'show status')).includes('Daemon is up'), {
+      timeoutMs: 5000,
+      intervalMs: 50,
+      what: `${n.node.name}'s BIRD`,
+    });
   }
 
   /**
@@ -239,7 +271,10 @@ export class BgpLab {
    */
   async arpReplies(n: BgpLabNode, ip: string, count = 2): Promise<number> {
     const port = `${this.lab.prefix}${n.node.name}`;
-    const r = await this.lab.exec(this.router, ['arping', '-c', String(count), '-w', String(count), '-I', port, '-s', n.link4.router, ip], { allowFail: true, timeoutMs: 10_000 });
+    const r = await this.lab.exec(this.router, ['arping', '-c', String(count), '-w', String(count), '-I', port, '-s', n.link4.router, ip], {
+      allowFail: true,
+      timeoutMs: 10_000,
+    });
     const m = /Received (\d+) response/.exec(r.stdout);
     if (!m) throw new Error(`arping on ${port} for ${ip}: no summary (exit ${r.code}): ${r.stdout} ${r.stderr}`);
     return Number(m[1]);
@@ -252,7 +287,10 @@ export class BgpLab {
    */
   async ndpReplies(n: BgpLabNode, ip: string, tries = 3): Promise<number> {
     const port = `${this.lab.prefix}${n.node.name}`;
-    const r = await this.lab.exec(this.router, ['ndisc6', '-m', '-n', '-r', String(tries), '-w', '300', '-s', n.link6.router, ip, port], { allowFail: true, timeoutMs: 10_000 });
+    const r = await this.lab.exec(this.router, ['ndisc6', '-m', '-n', '-r', String(tries), '-w', '300', '-s', n.link6.router, ip, port], {
+      allowFail: true,
+      timeoutMs: 10_000,
+    });
     return (r.stdout.match(/Target link-layer address/g) ?? []).length;
   }
 
@@ -295,7 +333,8 @@ export class BgpLab {
     if (how === 'linkDown') await this.#ip(n.node.netns, 'link', 'set', 'eth0', 'down');
     // a hung machine: nothing in or out, the link stays up (only BFD, or the hold timer, can tell)
     else {
-      const rules = 'add table inet bbgpdead; add chain inet bbgpdead in { type filter hook input priority -400; policy drop; }; add chain inet bbgpdead out { type filter hook output priority -400; policy drop; }';
+      const rules =
+        'add table inet bbgpdead; add chain inet bbgpdead in { type filter hook input priority -400; policy drop; }; add chain inet bbgpdead out { type filter hook output priority -400; policy drop; }';
       await this.lab.exec(n.node.netns, ['nft', rules]);
     }
     agent?.kill('SIGKILL');

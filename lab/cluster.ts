@@ -88,7 +88,14 @@ export function agentConfig(lab: Lab, node: LabNode, s: AgentSettings): string {
           apiserver: {
             port: 6443,
             backends: lab.nodes.map((n) => (s.family === 6 ? `[${n.ipv6}]:6443` : `${n.ipv4}:6443`)),
-            health: { caFile: lab.ca.certFile, interval: s.healthInterval ?? '200ms', timeout: s.healthInterval ?? '200ms', rise: 2, fall: 2, ...(s.failOpen === undefined ? {} : { failOpen: s.failOpen }) },
+            health: {
+              caFile: lab.ca.certFile,
+              interval: s.healthInterval ?? '200ms',
+              timeout: s.healthInterval ?? '200ms',
+              rise: 2,
+              fall: 2,
+              ...(s.failOpen === undefined ? {} : { failOpen: s.failOpen }),
+            },
           },
         }
       : {}),
@@ -127,7 +134,10 @@ export class LabAgent {
    */
   async anyStatus(): Promise<StatusDocument> {
     if (!hasCurl()) {
-      const r = await this.lab.exec(this.node.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `127.0.0.1:${this.adminPort}`], { timeoutMs: 5000, allowFail: true });
+      const r = await this.lab.exec(this.node.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `127.0.0.1:${this.adminPort}`], {
+        timeoutMs: 5000,
+        allowFail: true,
+      });
       if (r.code !== 0) throw new Error(`ballast status on ${this.node.name} exited ${r.code}: ${r.stderr.trim()}`);
       return JSON.parse(r.stdout) as StatusDocument;
     }
@@ -142,7 +152,8 @@ export class LabAgent {
       const r = await this.lab.exec(this.node.netns, ['curl', '-sS', '--max-time', '4', '-w', '\n%{http_code}', url], { timeoutMs: 5000, allowFail: true });
       const cut = r.stdout.lastIndexOf('\n');
       const [body, http] = [r.stdout.slice(0, cut), r.stdout.slice(cut + 1)];
-      if (r.code !== 0 || http !== '200') throw new Error(`GET ${path} on ${this.node.name} failed (curl ${r.code}, HTTP ${http}): ${r.stderr.trim()}${body.trim()}`);
+      if (r.code !== 0 || http !== '200')
+        throw new Error(`GET ${path} on ${this.node.name} failed (curl ${r.code}, HTTP ${http}): ${r.stderr.trim()}${body.trim()}`);
       return body;
     }
     const js = `require('http').get('${url}', (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => { process.stdout.write(b); process.exit(r.statusCode === 200 ? 0 : 1); }); }).on('error', (e) => { console.error(e.message); process.exit(2); });`;
@@ -230,7 +241,12 @@ export async function runAgent(lab: Lab, node: LabNode, configPath: string, o: R
     await waitFor(
       async () => {
         if (exited !== undefined) throw new Error(`agent on ${node.name} exited (${exited}) during start:\n${proc.output()}`);
-        return o.answers ? o.answers(agent).catch(() => false) : agent.anyStatus().then(() => true, () => false);
+        return o.answers
+          ? o.answers(agent).catch(() => false)
+          : agent.anyStatus().then(
+              () => true,
+              () => false,
+            );
       },
       (ok) => ok,
       { timeoutMs: o.timeoutMs ?? 10_000, intervalMs: 100, what: `agent on ${node.name} to answer` },
@@ -245,7 +261,11 @@ export async function runAgent(lab: Lab, node: LabNode, configPath: string, o: R
 
 /** Waits until exactly one node holds `vip` and returns it. */
 export async function waitForSingleHolder(lab: Lab, vip: string, timeoutMs = 10_000): Promise<LabNode> {
-  const h = await waitFor(() => lab.holders(vip), (hs) => hs.length === 1, { timeoutMs, what: `exactly one holder of ${vip}` });
+  const h = await waitFor(
+    () => lab.holders(vip),
+    (hs) => hs.length === 1,
+    { timeoutMs, what: `exactly one holder of ${vip}` },
+  );
   return h[0]!;
 }
 
@@ -268,7 +288,11 @@ export async function blockVrrp(lab: Lab, block: boolean): Promise<void> {
 
 /** Waits until `name` is the one and only holder of `vip`. @throws after `timeoutMs` (ms). */
 export async function waitForHolder(lab: Lab, vip: string, name: string, timeoutMs = 10_000): Promise<void> {
-  await waitFor(() => lab.holders(vip), (hs) => hs.length === 1 && hs[0]!.name === name, { timeoutMs, what: `${name} to be the only holder of ${vip}` });
+  await waitFor(
+    () => lab.holders(vip),
+    (hs) => hs.length === 1 && hs[0]!.name === name,
+    { timeoutMs, what: `${name} to be the only holder of ${vip}` },
+  );
 }
 
 /**
@@ -308,8 +332,17 @@ export async function connectFrom(
   o: { address: string; port: number; tls?: boolean; count?: number; listen?: boolean; cgroup?: string },
 ): Promise<ConnectSummary> {
   const argv = [
-    process.execPath, compiledScript('ebpf-endpoint'), 'connect',
-    '--address', o.address, '--port', String(o.port), '--count', String(o.count ?? 1), '--timeout', '2000',
+    process.execPath,
+    compiledScript('ebpf-endpoint'),
+    'connect',
+    '--address',
+    o.address,
+    '--port',
+    String(o.port),
+    '--count',
+    String(o.count ?? 1),
+    '--timeout',
+    '2000',
     ...(o.tls ? ['--ca', lab.ca.certFile] : []),
     ...(o.listen ? ['--listen'] : []),
   ];
@@ -330,7 +363,11 @@ export interface Longconn {
  * and resolves once its output matches `until` (default: its first answered request).
  */
 export async function startLongconn(lab: Lab, node: LabNode, url: string, args: string[], o: { cgroup?: string; until?: RegExp } = {}): Promise<Longconn> {
-  const proc = lab.spawn(node.netns, [process.execPath, compiledScript('longconn'), '--url', url, '--ca', lab.ca.certFile, ...args], o.cgroup === undefined ? {} : { cgroup: o.cgroup });
+  const proc = lab.spawn(
+    node.netns,
+    [process.execPath, compiledScript('longconn'), '--url', url, '--ca', lab.ca.certFile, ...args],
+    o.cgroup === undefined ? {} : { cgroup: o.cgroup },
+  );
   const events: LongconnEvent[] = [];
   const results: LongconnResult[] = [];
   let summary: LongconnSummary | undefined;
@@ -388,10 +425,28 @@ export interface LabClients {
  */
 export async function startClients(lab: Lab, o: { url: string; watches: number; probeEveryMs: number; durationMs: number }): Promise<LabClients> {
   let last: WatchersReport | undefined;
-  const watchers = lab.spawn(lab.client.netns, [
-    process.execPath, compiledScript('watchers'), '--url', o.url, '--ca', lab.ca.certFile,
-    '--count', String(o.watches), '--interval', '200', '--duration', String(o.durationMs), '--report', '100', '--attempts', '1',
-  ], { logFile: 'watchers.log' });
+  const watchers = lab.spawn(
+    lab.client.netns,
+    [
+      process.execPath,
+      compiledScript('watchers'),
+      '--url',
+      o.url,
+      '--ca',
+      lab.ca.certFile,
+      '--count',
+      String(o.watches),
+      '--interval',
+      '200',
+      '--duration',
+      String(o.durationMs),
+      '--report',
+      '100',
+      '--attempts',
+      '1',
+    ],
+    { logFile: 'watchers.log' },
+  );
   onJsonLines<WatchersReport>(watchers, (r) => void (last = r));
   const prober = runProber(lab, { url: o.url, intervalMs: o.probeEveryMs, durationMs: o.durationMs, timeoutMs: 1000, logFile: 'prober.log' });
   const stop = async (): Promise<void> => {
@@ -399,8 +454,16 @@ export async function startClients(lab: Lab, o: { url: string; watches: number; 
     await watchers.stop('SIGTERM').catch(() => undefined);
   };
   try {
-    await waitFor(async () => last, (r) => r !== undefined && r.open === o.watches, { timeoutMs: 10_000, intervalMs: 100, what: `${o.watches} watchers connected` });
-    await waitFor(async () => prober.results().length, (n) => n > 20, { timeoutMs: 10_000, what: 'the prober running' });
+    await waitFor(
+      async () => last,
+      (r) => r !== undefined && r.open === o.watches,
+      { timeoutMs: 10_000, intervalMs: 100, what: `${o.watches} watchers connected` },
+    );
+    await waitFor(
+      async () => prober.results().length,
+      (n) => n > 20,
+      { timeoutMs: 10_000, what: 'the prober running' },
+    );
   } catch (err) {
     await stop();
     throw err;

@@ -32,7 +32,9 @@ function median(xs: readonly number[]): number {
 async function once(run: number, multicast: boolean): Promise<{ figures: StepFigures[]; error: string | null }> {
   say(`\n=== run ${run}: building a 7-node lab (${PREFIX}-*, 10.78.${SUBNET}.0/24): n1..n6 control plane, n7 a worker`);
   const lc = await Lifecycle.create({ prefix: PREFIX, subnet: SUBNET, vrrp: multicast ? 'multicast' : 'unicast', log: say });
-  say(`VIP ${lc.lab.vip4}; every node's file written once (${lc.vrrpMode}${lc.vrrpMode === 'unicast' ? ', vrrp.peers: discovered' : ''}; seed ${lc.seed().join(' ')})`);
+  say(
+    `VIP ${lc.lab.vip4}; every node's file written once (${lc.vrrpMode}${lc.vrrpMode === 'unicast' ? ', vrrp.peers: discovered' : ''}; seed ${lc.seed().join(' ')})`,
+  );
   let error: string | null = null;
   try {
     await lc.run();
@@ -74,7 +76,9 @@ async function main(): Promise<number> {
         ` | ${loc.length ? `${median(loc.map((x) => x.local!.maxOutageMs))}, ${median(loc.map((x) => x.local!.failed))}` : 'not running'}` +
         ` | ${median(f.map((x) => x.vipMoves))} | ${held}/${runs}  ${f[0]!.title}`,
     );
-    const bounds = [...new Set(f[0]!.causes.map((c) => `${c.name}: ${Number.isFinite(c.bound.ms) ? `${c.bound.name} = ${c.bound.ms.toFixed(0)} ms` : c.bound.name}`))];
+    const bounds = [
+      ...new Set(f[0]!.causes.map((c) => `${c.name}: ${Number.isFinite(c.bound.ms) ? `${c.bound.name} = ${c.bound.ms.toFixed(0)} ms` : c.bound.name}`)),
+    ];
     say(`       bounds: ${bounds.join('; ') || 'none spent: no request may fail'}`);
   }
   say(ok ? 'every step held' : 'NOT every step held');

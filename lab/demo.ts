@@ -26,19 +26,25 @@ function say(line: string): void {
   process.stdout.write(`${line}\n`);
 }
 
-
 /** "n1=50 n2=48 n3=52" from successful results (pure). */
 function spread(results: readonly ProbeResult[]): string {
   const by: Record<string, number> = {};
   for (const r of results) if (r.ok && r.node !== undefined) by[r.node] = (by[r.node] ?? 0) + 1;
-  return Object.entries(by).sort(([a], [b]) => a.localeCompare(b)).map(([n, c]) => `${n}=${c}`).join(' ') || 'nobody';
+  return (
+    Object.entries(by)
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([n, c]) => `${n}=${c}`)
+      .join(' ') || 'nobody'
+  );
 }
 
 /** "ECONNREFUSED×3 timeout×1" from failed results (pure). */
 function errors(results: readonly ProbeResult[]): string {
   const by: Record<string, number> = {};
   for (const r of results) if (!r.ok) by[r.error] = (by[r.error] ?? 0) + 1;
-  return Object.entries(by).map(([e, c]) => `${e}×${c}`).join(' ');
+  return Object.entries(by)
+    .map(([e, c]) => `${e}×${c}`)
+    .join(' ');
 }
 
 async function main(): Promise<number> {
@@ -55,10 +61,19 @@ async function main(): Promise<number> {
     say(`TLS stand-in apiservers on ${lab.nodes.map((n) => `${n.name} ${n.ipv4}:6443`).join(', ')}`);
     const priorities = [150, 100, 50];
     for (const [i, node] of lab.nodes.entries()) {
-      agents.push(await startAgent(lab, node, { priority: priorities[i]!, advertisementInterval: `${ADVERT_MS}ms`, balance: true, healthInterval: `${HEALTH_INTERVAL_MS}ms` }));
+      agents.push(
+        await startAgent(lab, node, {
+          priority: priorities[i]!,
+          advertisementInterval: `${ADVERT_MS}ms`,
+          balance: true,
+          healthInterval: `${HEALTH_INTERVAL_MS}ms`,
+        }),
+      );
     }
     say(`ballast running on ${lab.nodes.map((n, i) => `${n.name} (priority ${priorities[i]})`).join(', ')}, VIP ${lab.vip4}, adverts every ${ADVERT_MS} ms`);
-    say(`load balancing: ${lab.vip4}:6443 → every ready apiserver (nftables DNAT), /readyz checked every ${HEALTH_INTERVAL_MS} ms, passive detection from conntrack`);
+    say(
+      `load balancing: ${lab.vip4}:6443 → every ready apiserver (nftables DNAT), /readyz checked every ${HEALTH_INTERVAL_MS} ms, passive detection from conntrack`,
+    );
 
     const holder = await waitForSingleHolder(lab, lab.vip4, 10_000);
     const holderAgent = agents.find((a) => a.node === holder)!;
@@ -90,8 +105,12 @@ async function main(): Promise<number> {
     const failedAfter = after.filter((r) => !r.ok);
     const holdersNow = await lab.holders(lab.vip4);
     const down = (await holderAgent.status()).backends.find((b) => b.address === `${holder.ipv4}:6443`);
-    say(`client: error window ${stopped.maxOutageMs} ms, ${failedAfter.length} of ${after.length} requests failed${failedAfter.length ? ` (${errors(failedAfter)})` : ''}`);
-    say(`VIP: ${holdersNow.length === 1 && holdersNow[0] === holder ? `still on ${holder.name}, it did not move` : `now on ${holdersNow.map((n) => n.name).join(',') || 'nobody'}`}`);
+    say(
+      `client: error window ${stopped.maxOutageMs} ms, ${failedAfter.length} of ${after.length} requests failed${failedAfter.length ? ` (${errors(failedAfter)})` : ''}`,
+    );
+    say(
+      `VIP: ${holdersNow.length === 1 && holdersNow[0] === holder ? `still on ${holder.name}, it did not move` : `now on ${holdersNow.map((n) => n.name).join(',') || 'nobody'}`}`,
+    );
     say(`${holder.name}'s agent: backend ${holder.ipv4}:6443 ${down?.state ?? 'unknown'}${down?.reason ? ` (${down.reason})` : ''}`);
     // requests that started during the stand-in's shutdown may still have been answered by it
     const settled = after.filter((r) => r.t > faultT + 200);
@@ -128,7 +147,11 @@ async function main(): Promise<number> {
     const nextPriority = priorities[lab.nodes.indexOf(nextNode)]!;
     const bound = masterDownIntervalMs(nextPriority, ADVERT_MS / 10);
     say(`new holder: ${nextNode.name} (${nextNode.ipv4})`);
-    say(`client: ${summary.requests} requests, ${summary.ok} ok, ${summary.failed} failed, served by ${Object.entries(summary.nodes).map(([n, c]) => `${n}=${c}`).join(' ')}`);
+    say(
+      `client: ${summary.requests} requests, ${summary.ok} ok, ${summary.failed} failed, served by ${Object.entries(summary.nodes)
+        .map(([n, c]) => `${n}=${c}`)
+        .join(' ')}`,
+    );
     say(`outage: ${summary.maxOutageMs} ms (Master_Down_Interval of ${nextNode.name}: ${bound.toFixed(1)} ms)`);
     return 0;
   } finally {

@@ -239,7 +239,14 @@ async function connect(args: string[]): Promise<number> {
       server!.listen(port, address, () => resolve());
     });
   }
-  const summary = { summary: true, count, ok: 0, nodes: {} as Record<string, number>, peers: {} as Record<string, number>, errors: {} as Record<string, number> };
+  const summary = {
+    summary: true,
+    count,
+    ok: 0,
+    nodes: {} as Record<string, number>,
+    peers: {} as Record<string, number>,
+    errors: {} as Record<string, number>,
+  };
   for (let i = 0; i < count; i++) {
     const r = ca === undefined ? await connectTcp(address, port, timeoutMs, accepted) : await connectTls(address, port, ca, timeoutMs);
     out(r);

@@ -11,12 +11,7 @@ import { pathToFileURL } from 'node:url';
  * prints `<name>: <message>` (the stack too with `stack: true`) on stderr and exits with
  * `failStatus` (default 1).
  */
-export function runIfMain(
-  moduleUrl: string,
-  name: string,
-  main: (argv: string[]) => Promise<number>,
-  o: { failStatus?: number; stack?: boolean } = {},
-): void {
+export function runIfMain(moduleUrl: string, name: string, main: (argv: string[]) => Promise<number>, o: { failStatus?: number; stack?: boolean } = {}): void {
   if (process.argv[1] === undefined || moduleUrl !== pathToFileURL(process.argv[1]).href) return;
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),

@@ -33,12 +33,28 @@ const kinds: ((i: number) => Buffer)[] = [
   () => Buffer.from(Array.from({ length: 1 + rand(80) }, () => rand(256))), // random
   () => valid.subarray(0, rand(valid.length)), // truncated
   () => Buffer.concat([valid, Buffer.alloc(1 + rand(8))]), // trailing bytes
-  () => { const b = Buffer.from(valid); b[6] = b[6]! ^ (1 + rand(255)); return b; }, // corrupted checksum
-  () => { const b = Buffer.from(valid); b[0] = (((4 + rand(12)) << 4) | 1) & 0xff; return b; }, // other versions
-  () => { const b = Buffer.from(valid); b[0] = 0x21; return b; }, // VRRPv2 header
+  () => {
+    const b = Buffer.from(valid);
+    b[6] = b[6]! ^ (1 + rand(255));
+    return b;
+  }, // corrupted checksum
+  () => {
+    const b = Buffer.from(valid);
+    b[0] = (((4 + rand(12)) << 4) | 1) & 0xff;
+    return b;
+  }, // other versions
+  () => {
+    const b = Buffer.from(valid);
+    b[0] = 0x21;
+    return b;
+  }, // VRRPv2 header
 ];
 
-const sock = VrrpSocket.open({ family: 4, ifname }, () => undefined, () => undefined);
+const sock = VrrpSocket.open(
+  { family: 4, ifname },
+  () => undefined,
+  () => undefined,
+);
 let sent = 0;
 for (let i = 0; i < count; i++) {
   const pkt = kinds[i % kinds.length]!(i);

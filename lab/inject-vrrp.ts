@@ -49,7 +49,11 @@ if (a['key-file']) {
   if (typeof key === 'string') throw new Error(`--key-file ${a['key-file']} ${key}`);
   auth = new AdvertAuth(key, family);
 }
-const sock = VrrpSocket.open({ family, ifname: a.ifname, sourceAddress: a.source }, () => undefined, () => undefined);
+const sock = VrrpSocket.open(
+  { family, ifname: a.ifname, sourceAddress: a.source },
+  () => undefined,
+  () => undefined,
+);
 let sent = 0;
 const tick = (): void => {
   for (const destination of a.dest!) {

@@ -49,7 +49,22 @@ import { waitFor } from './wait.js';
 import type { SliceChange } from './endpointslice-store.js';
 import type { ProbeResult, ReachResult, Summary } from './clients/prober.js';
 import { LabApiservers, type StandinNode, type StartApiserversOptions } from './apiservers.js';
-import { checkPrefix, cgroupRoot, cleanupStale, dirPrefix, hook, keep, killNetnsPidsSync, listNetns, live, removeCgroup, removeCgroupSync, removeNetns, unhook, type StaleReport } from './namespaces.js';
+import {
+  checkPrefix,
+  cgroupRoot,
+  cleanupStale,
+  dirPrefix,
+  hook,
+  keep,
+  killNetnsPidsSync,
+  listNetns,
+  live,
+  removeCgroup,
+  removeCgroupSync,
+  removeNetns,
+  unhook,
+  type StaleReport,
+} from './namespaces.js';
 import { issueServerCert, makeCa, type IssueOptions } from './pki.js';
 import { compiledScript, ip, LabProcessImpl, netnsArgv, run, type ExecResult, type LabProcess, type LabRunOptions } from './processes.js';
 
@@ -316,8 +331,22 @@ export class Lab {
       );
       // the peer is born inside the node namespace as eth0: nothing touches the root namespace
       await ip([
-        '-n', this.lan, 'link', 'add', ep.bridgePort, 'address', ep.bridgeMac,
-        'type', 'veth', 'peer', 'name', 'eth0', 'address', ep.mac, 'netns', ep.netns,
+        '-n',
+        this.lan,
+        'link',
+        'add',
+        ep.bridgePort,
+        'address',
+        ep.bridgeMac,
+        'type',
+        'veth',
+        'peer',
+        'name',
+        'eth0',
+        'address',
+        ep.mac,
+        'netns',
+        ep.netns,
       ]);
       await ip(['-n', this.lan, 'link', 'set', ep.bridgePort, 'master', 'br0']);
       await ip(['-n', this.lan, 'link', 'set', ep.bridgePort, 'up']);
@@ -333,19 +362,25 @@ export class Lab {
     }
 
     for (const ep of this.#endpoints) await this.#waitCarrier(ep, true);
-    await waitFor(async () => {
-      const ports = JSON.parse((await run('bridge', ['-n', this.lan, '-j', 'link'])).stdout) as { ifname?: string; state?: string }[];
-      const fwd = new Set(ports.filter((p) => p.state === 'forwarding').map((p) => p.ifname));
-      return this.#endpoints.every((e) => fwd.has(e.bridgePort));
-    }, { timeoutMs: 5000, intervalMs: 25, what: 'bridge ports forwarding' });
+    await waitFor(
+      async () => {
+        const ports = JSON.parse((await run('bridge', ['-n', this.lan, '-j', 'link'])).stdout) as { ifname?: string; state?: string }[];
+        const fwd = new Set(ports.filter((p) => p.state === 'forwarding').map((p) => p.ifname));
+        return this.#endpoints.every((e) => fwd.has(e.bridgePort));
+      },
+      { timeoutMs: 5000, intervalMs: 25, what: 'bridge ports forwarding' },
+    );
     if (this.ipv6) {
-      await waitFor(async () => {
-        for (const ep of this.#endpoints) {
-          const a = await this.#addressesIn(ep.netns);
-          if (!a.some((x) => x.family === 'inet6' && x.scope === 'link') || a.some((x) => x.tentative)) return false;
-        }
-        return true;
-      }, { timeoutMs: 5000, intervalMs: 25, what: 'IPv6 addresses usable (not tentative)' });
+      await waitFor(
+        async () => {
+          for (const ep of this.#endpoints) {
+            const a = await this.#addressesIn(ep.netns);
+            if (!a.some((x) => x.family === 'inet6' && x.scope === 'link') || a.some((x) => x.tentative)) return false;
+          }
+          return true;
+        },
+        { timeoutMs: 5000, intervalMs: 25, what: 'IPv6 addresses usable (not tentative)' },
+      );
     }
   }
 
@@ -364,7 +399,17 @@ export class Lab {
    * The SANs {@link serverCert} gives `node`: `DNS:name` and `IP:address` entries.
    */
   defaultSans(node: StandinNode): string[] {
-    return ['DNS:kubernetes', 'DNS:kubernetes.default.svc', 'DNS:localhost', `IP:${node.ipv4}`, `IP:${node.ipv6}`, `IP:${this.vip4}`, `IP:${this.vip6}`, 'IP:127.0.0.1', 'IP:::1'];
+    return [
+      'DNS:kubernetes',
+      'DNS:kubernetes.default.svc',
+      'DNS:localhost',
+      `IP:${node.ipv4}`,
+      `IP:${node.ipv6}`,
+      `IP:${this.vip4}`,
+      `IP:${this.vip6}`,
+      'IP:127.0.0.1',
+      'IP:::1',
+    ];
   }
 
   /**
@@ -381,12 +426,10 @@ export class Lab {
     return issueServerCert(this, node, this.defaultSans(node), opts);
   }
 
-
   /** See {@link LabApiservers.reloadApiserverCert}. */
   reloadApiserverCert(node: LabNode): Promise<void> {
     return this.#standins.reloadApiserverCert(node);
   }
-
 
   #checkNetns(netns: string): void {
     if (this.#gone || this.#down) throw new Error('ballast lab: the lab was torn down');
@@ -427,7 +470,8 @@ export class Lab {
       stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       env: { ...process.env, ...opts.env },
     });
-    const log = opts.logFile === undefined ? undefined : createWriteStream(isAbsolute(opts.logFile) ? opts.logFile : join(this.dir, opts.logFile), { flags: 'a' });
+    const log =
+      opts.logFile === undefined ? undefined : createWriteStream(isAbsolute(opts.logFile) ? opts.logFile : join(this.dir, opts.logFile), { flags: 'a' });
     const p = new LabProcessImpl(child, log);
     this.#procs.add(p);
     void p.exited.then(() => this.#procs.delete(p));
@@ -466,11 +510,14 @@ export class Lab {
   }
 
   async #waitCarrier(ep: Endpoint, up: boolean): Promise<void> {
-    await waitFor(async () => {
-      const [l] = JSON.parse((await ip(['-n', ep.netns, '-j', 'link', 'show', 'dev', 'eth0'])).stdout) as { flags?: string[] }[];
-      const hasCarrier = l?.flags?.includes('LOWER_UP') ?? false;
-      return hasCarrier === up;
-    }, { timeoutMs: 5000, intervalMs: 25, what: `${ep.netns} eth0 carrier ${up ? 'up' : 'down'}` });
+    await waitFor(
+      async () => {
+        const [l] = JSON.parse((await ip(['-n', ep.netns, '-j', 'link', 'show', 'dev', 'eth0'])).stdout) as { flags?: string[] }[];
+        const hasCarrier = l?.flags?.includes('LOWER_UP') ?? false;
+        return hasCarrier === up;
+      },
+      { timeoutMs: 5000, intervalMs: 25, what: `${ep.netns} eth0 carrier ${up ? 'up' : 'down'}` },
+    );
   }
 
   #endpointOf(node: Pick<LabNode, 'name' | 'netns'>): Endpoint {
@@ -496,10 +543,13 @@ export class Lab {
     const ep = this.#endpointOf(node);
     await ip(['-n', this.lan, 'link', 'set', ep.bridgePort, 'up']);
     await this.#waitCarrier(ep, true);
-    await waitFor(async () => {
-      const [p] = JSON.parse((await run('bridge', ['-n', this.lan, '-j', 'link', 'show', 'dev', ep.bridgePort])).stdout) as { state?: string }[];
-      return p?.state === 'forwarding';
-    }, { timeoutMs: 5000, intervalMs: 25, what: `${ep.bridgePort} forwarding` });
+    await waitFor(
+      async () => {
+        const [p] = JSON.parse((await run('bridge', ['-n', this.lan, '-j', 'link', 'show', 'dev', ep.bridgePort])).stdout) as { state?: string }[];
+        return p?.state === 'forwarding';
+      },
+      { timeoutMs: 5000, intervalMs: 25, what: `${ep.bridgePort} forwarding` },
+    );
   }
 
   async #addressesIn(netns: string): Promise<LabAddress[]> {
@@ -538,7 +588,10 @@ export class Lab {
    */
   async neighbor(netns: string, address: string): Promise<string | null> {
     this.#checkNetns(netns);
-    const entries = JSON.parse((await ip(['-n', netns, '-j', 'neigh', 'show', 'to', address, 'dev', 'eth0'])).stdout) as { lladdr?: string; state?: string[] }[];
+    const entries = JSON.parse((await ip(['-n', netns, '-j', 'neigh', 'show', 'to', address, 'dev', 'eth0'])).stdout) as {
+      lladdr?: string;
+      state?: string[];
+    }[];
     const e = entries.find((x) => typeof x.lladdr === 'string' && !(x.state ?? []).some((s) => s === 'FAILED' || s === 'INCOMPLETE'));
     return e?.lladdr?.toLowerCase() ?? null;
   }
@@ -701,7 +754,6 @@ export class Lab {
   static cleanupStale(prefix: string): Promise<StaleReport> {
     return cleanupStale(prefix);
   }
-
 }
 
 let pingPresent: boolean | undefined;
@@ -723,7 +775,20 @@ export async function probeOnce(lab: Lab, url: string, opts: { timeoutMs?: numbe
   const r = await lab.exec(
     lab.client.netns,
     // duration 0 → exactly one request
-    [process.execPath, compiledScript('prober'), '--url', url, '--ca', lab.ca.certFile, '--interval', '1000', '--duration', '0', '--timeout', String(timeoutMs)],
+    [
+      process.execPath,
+      compiledScript('prober'),
+      '--url',
+      url,
+      '--ca',
+      lab.ca.certFile,
+      '--interval',
+      '1000',
+      '--duration',
+      '0',
+      '--timeout',
+      String(timeoutMs),
+    ],
     { timeoutMs: timeoutMs + 10_000 },
   );
   const first = r.stdout.split('\n').find((l) => l.startsWith('{') && !l.includes('"summary"'));
@@ -767,9 +832,18 @@ export function runProber(lab: Lab, opts: RunProberOptions): ProberRun {
   const proc = lab.spawn(
     opts.netns ?? lab.client.netns,
     [
-      process.execPath, compiledScript('prober'),
-      '--url', opts.url, '--ca', lab.ca.certFile,
-      '--interval', String(intervalMs), '--duration', String(durationMs), '--timeout', String(timeoutMs),
+      process.execPath,
+      compiledScript('prober'),
+      '--url',
+      opts.url,
+      '--ca',
+      lab.ca.certFile,
+      '--interval',
+      String(intervalMs),
+      '--duration',
+      String(durationMs),
+      '--timeout',
+      String(timeoutMs),
       ...(opts.untilFile === undefined ? [] : ['--until-file', opts.untilFile]),
     ],
     { ...(opts.logFile === undefined ? {} : { logFile: opts.logFile }), ...(opts.cgroup === undefined ? {} : { cgroup: opts.cgroup }) },

@@ -523,7 +523,10 @@ export class Lifecycle {
 
   /** GET `path` from the admin endpoint in `node` with curl (never rejects for HTTP or network failures). */
   #get(node: LabNode, path: string): Promise<{ code: number; stdout: string; stderr: string }> {
-    return this.lab.exec(node.netns, ['curl', '-sS', '--fail', '--max-time', '3', `http://127.0.0.1:${ADMIN_PORT}${path}`], { allowFail: true, timeoutMs: 5000 });
+    return this.lab.exec(node.netns, ['curl', '-sS', '--fail', '--max-time', '3', `http://127.0.0.1:${ADMIN_PORT}${path}`], {
+      allowFail: true,
+      timeoutMs: 5000,
+    });
   }
 
   async #election(m: Member): Promise<ElectionStatusDocument> {
@@ -564,7 +567,10 @@ export class Lifecycle {
         return last.every((x, i) => sameSet(x.peers, want(cp[i]!)));
       },
       { timeoutMs, intervalMs: 100, what: 'unicast peers to be the other members' },
-    ).then(() => true, () => false);
+    ).then(
+      () => true,
+      () => false,
+    );
     if (!ok) throw new Error(`not the other members after ${timeoutMs} ms: ${show(last)}`);
     return show(last);
   }
@@ -599,7 +605,11 @@ export class Lifecycle {
 
   /** The one-holder check: exactly one member holds the VIP and it is a running control-plane member. */
   async #oneHolder(s: Step, vip = this.lab.vip4): Promise<string | null> {
-    const h = await waitFor(() => this.#holders(vip), (x) => x.length === 1, { timeoutMs: 3000, what: `one holder of ${vip}` }).catch(async () => this.#holders(vip));
+    const h = await waitFor(
+      () => this.#holders(vip),
+      (x) => x.length === 1,
+      { timeoutMs: 3000, what: `one holder of ${vip}` },
+    ).catch(async () => this.#holders(vip));
     const ok = h.length === 1 && this.#runningControlPlane().some((m) => m.node.name === h[0]);
     s.check(`exactly one running member holds ${vip}`, ok, h.join(',') || 'nobody');
     return ok ? h[0]! : null;
@@ -607,7 +617,9 @@ export class Lifecycle {
 
   /** The running control-plane member with the highest priority other than `except`. */
   #next(except: Member): Member {
-    const cands = this.#runningControlPlane().filter((m) => m !== except).sort((a, b) => b.priority - a.priority);
+    const cands = this.#runningControlPlane()
+      .filter((m) => m !== except)
+      .sort((a, b) => b.priority - a.priority);
     if (!cands[0]) throw new Error(`lifecycle: nobody takes over from ${except.node.name}`);
     return cands[0];
   }
@@ -622,7 +634,10 @@ export class Lifecycle {
   }
 
   #riseBound(): Bound {
-    return { name: `rise × interval + interval + timeout + ${MARGIN_MS} ms`, ms: HEALTH.rise * HEALTH.intervalMs + HEALTH.intervalMs + HEALTH.timeoutMs + MARGIN_MS };
+    return {
+      name: `rise × interval + interval + timeout + ${MARGIN_MS} ms`,
+      ms: HEALTH.rise * HEALTH.intervalMs + HEALTH.intervalMs + HEALTH.timeoutMs + MARGIN_MS,
+    };
   }
 
   /**
@@ -678,7 +693,9 @@ export class Lifecycle {
     await Promise.all(clients.map((c) => c.settled(t1)));
     const figuresOf = (c: Client | null): ClientFigures | null => {
       if (!c) return null;
-      const causes = s.causes.filter((x) => x.clients.has(c.name)).map((x) => ({ from: c.at(x.from), to: c.at(x.to), ...(x.accepts ? { accepts: x.accepts } : {}) }));
+      const causes = s.causes
+        .filter((x) => x.clients.has(c.name))
+        .map((x) => ({ from: c.at(x.from), to: c.at(x.to), ...(x.accepts ? { accepts: x.accepts } : {}) }));
       return clientFigures(c.results(), c.at(s.t0), c.at(t1), causes);
     };
     const vip = figuresOf(this.#vipClient) ?? { requests: 0, failed: 0, maxOutageMs: 0, unexplained: [] };
@@ -736,21 +753,47 @@ export class Lifecycle {
       `${Number.isNaN(upMs) ? 'no election start logged' : `${upMs} ms`} (${vipSeenAt === null ? '?' : vipSeenAt - spawnedAt} ms after the spawn)`,
     );
     // the first check reports the wait (before it the state is `unknown`)
-    const st = await waitFor(() => this.#election(n1), (d) => d.backends.length > 0 && d.backends.every((b) => b.waitingFor !== undefined), { timeoutMs: 3 * HEALTH.intervalMs + 2000, intervalMs: 50, what: "n1's backends waiting for the CA" }).catch(() => this.#election(n1));
-    s.check('n1 is master, runs (no exit), its backends wait for the CA', st.state === 'master' && n1.agent!.proc.child.exitCode === null && st.backends.length > 0 && st.backends.every((b) => !b.healthy && b.waitingFor?.setting === 'apiserver.health.caFile' && b.waitingFor.path === n1.caFile), st.backends.map((b) => `${b.address} ${b.state} (${b.reason})`).join(', '));
+    const st = await waitFor(
+      () => this.#election(n1),
+      (d) => d.backends.length > 0 && d.backends.every((b) => b.waitingFor !== undefined),
+      { timeoutMs: 3 * HEALTH.intervalMs + 2000, intervalMs: 50, what: "n1's backends waiting for the CA" },
+    ).catch(() => this.#election(n1));
+    s.check(
+      'n1 is master, runs (no exit), its backends wait for the CA',
+      st.state === 'master' &&
+        n1.agent!.proc.child.exitCode === null &&
+        st.backends.length > 0 &&
+        st.backends.every((b) => !b.healthy && b.waitingFor?.setting === 'apiserver.health.caFile' && b.waitingFor.path === n1.caFile),
+      st.backends.map((b) => `${b.address} ${b.state} (${b.reason})`).join(', '),
+    );
 
     // the worker's ballast starts before it joins (no CA, no kubeconfig)
     await this.#startAgent(this.member('n7'));
 
     // connections to VIP:6443: refused or reset within 1 s, never a hang
-    this.#vipClient = new Client('vip', this.lab, { url: `https://${this.lab.vip4}:6443/version`, intervalMs: PROBE_INTERVAL_MS, durationMs: 600_000, timeoutMs: PROBE_TIMEOUT_MS, logFile: 'client-vip.log' });
+    this.#vipClient = new Client('vip', this.lab, {
+      url: `https://${this.lab.vip4}:6443/version`,
+      intervalMs: PROBE_INTERVAL_MS,
+      durationMs: 600_000,
+      timeoutMs: PROBE_TIMEOUT_MS,
+      logFile: 'client-vip.log',
+    });
     await this.#vipClient.started();
     const quick = (r: Failed): boolean => (r.error === 'ECONNREFUSED' || r.error === 'ECONNRESET') && r.ms <= REFUSE_WITHIN_MS;
-    const c = s.cause('no apiserver yet: refused or reset within 1 s', { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY }, ['vip'], quick);
+    const c = s.cause(
+      'no apiserver yet: refused or reset within 1 s',
+      { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY },
+      ['vip'],
+      quick,
+    );
     c.from = Number.NEGATIVE_INFINITY;
     await sleep(1000 + PROBE_TIMEOUT_MS);
     const seen = this.#vipClient.results();
-    s.check('every request to VIP:6443 refused or reset within 1 s', seen.length > 50 && seen.every((r) => !r.ok && quick(r)), `${seen.length} requests: ${tally(seen)}`);
+    s.check(
+      'every request to VIP:6443 refused or reset within 1 s',
+      seen.length > 50 && seen.every((r) => !r.ok && quick(r)),
+      `${seen.length} requests: ${tally(seen)}`,
+    );
     await this.#oneHolder(s);
     return this.#finish(s);
   }
@@ -761,24 +804,54 @@ export class Lifecycle {
     const n1 = this.member('n1');
     const n7 = this.member('n7');
     const quick = (r: Failed): boolean => (r.error === 'ECONNREFUSED' || r.error === 'ECONNRESET') && r.ms <= REFUSE_WITHIN_MS;
-    const down = s.cause('no apiserver yet: refused or reset within 1 s', { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY }, ['vip'], quick);
+    const down = s.cause(
+      'no apiserver yet: refused or reset within 1 s',
+      { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY },
+      ['vip'],
+      quick,
+    );
     await this.#writeCredentials(n1);
     await this.#startApiserver(n1);
     down.to = performance.now();
     s.cause("n1's apiserver is up: its check rises", this.#riseBound(), ['vip']);
     const t0 = performance.now();
-    await waitFor(() => this.#upBackends(n1), (up) => up.includes(hp(n1.node.ipv4)), { timeoutMs: 5000, intervalMs: 50, what: "n1's backend up on n1" }).catch(() => []);
+    await waitFor(
+      () => this.#upBackends(n1),
+      (up) => up.includes(hp(n1.node.ipv4)),
+      { timeoutMs: 5000, intervalMs: 50, what: "n1's backend up on n1" },
+    ).catch(() => []);
     const riseMs = performance.now() - t0;
     const st = await this.#status(n1);
     const b1 = st.backends.find((b) => b.address === hp(n1.node.ipv4));
-    s.check(`n1's backend up within ${this.#riseBound().ms} ms of its apiserver`, b1?.healthy === true && riseMs <= this.#riseBound().ms, `${b1?.address} ${b1?.state}, ${riseMs.toFixed(0)} ms`);
+    s.check(
+      `n1's backend up within ${this.#riseBound().ms} ms of its apiserver`,
+      b1?.healthy === true && riseMs <= this.#riseBound().ms,
+      `${b1?.address} ${b1?.state}, ${riseMs.toFixed(0)} ms`,
+    );
     await waitFor(() => this.#vipClient!.results().filter((r) => r.ok).length > 5, { timeoutMs: 5000, what: 'the VIP client served' }).catch(() => false);
-    s.check('the VIP client is served', this.#vipClient!.results().some((r) => r.ok), tally(this.#vipClient!.results().slice(-50)));
+    s.check(
+      'the VIP client is served',
+      this.#vipClient!.results().some((r) => r.ok),
+      tally(this.#vipClient!.results().slice(-50)),
+    );
 
     // the worker joins: its CA and kubelet.conf appear; the local-endpoint client starts
-    this.#localClient = new Client('local', this.lab, { url: `https://${LOCAL_ENDPOINT}/version`, netns: n7.node.netns, cgroup: this.#workerCgroup, intervalMs: PROBE_INTERVAL_MS, durationMs: 600_000, timeoutMs: PROBE_TIMEOUT_MS, logFile: 'client-local.log' });
+    this.#localClient = new Client('local', this.lab, {
+      url: `https://${LOCAL_ENDPOINT}/version`,
+      netns: n7.node.netns,
+      cgroup: this.#workerCgroup,
+      intervalMs: PROBE_INTERVAL_MS,
+      durationMs: 600_000,
+      timeoutMs: PROBE_TIMEOUT_MS,
+      logFile: 'client-local.log',
+    });
     await this.#localClient.started();
-    const ldown = s.cause('the worker has not joined: refused', { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY }, ['local'], quick);
+    const ldown = s.cause(
+      'the worker has not joined: refused',
+      { name: `each failure ECONNREFUSED/ECONNRESET within ${REFUSE_WITHIN_MS} ms`, ms: Number.POSITIVE_INFINITY },
+      ['local'],
+      quick,
+    );
     ldown.from = Number.NEGATIVE_INFINITY;
     await this.#writeCredentials(n7);
     ldown.to = performance.now();
@@ -786,7 +859,11 @@ export class Lifecycle {
     n7.state = 'member';
     const l0 = performance.now();
     await waitFor(() => this.#localClient!.results().filter((r) => r.ok).length > 5, { timeoutMs: 5000, what: 'the local client served' }).catch(() => false);
-    s.check(`the local-endpoint client is served (${(performance.now() - l0).toFixed(0)} ms after the CA)`, this.#localClient!.results().some((r) => r.ok), tally(this.#localClient!.results().slice(-50)));
+    s.check(
+      `the local-endpoint client is served (${(performance.now() - l0).toFixed(0)} ms after the CA)`,
+      this.#localClient!.results().some((r) => r.ok),
+      tally(this.#localClient!.results().slice(-50)),
+    );
     await this.#sources(s, n1);
     await this.#oneHolder(s);
     return this.#finish(s);
@@ -797,14 +874,21 @@ export class Lifecycle {
     const want = this.members.filter((x) => x.role === 'control-plane' && this.lab.apiserver(x.node)).map((x) => hp(x.node.ipv4));
     const st = await waitFor(
       () => this.#status(m),
-      (d) => sameSet(d.backends.filter((b) => b.healthy).map((b) => b.address), want),
+      (d) =>
+        sameSet(
+          d.backends.filter((b) => b.healthy).map((b) => b.address),
+          want,
+        ),
       { timeoutMs: 5000, intervalMs: 100, what: `${m.node.name}'s pool to be ${want.join(' ')}` },
     ).catch(() => this.#status(m));
     const rows = st.backends.map((b) => `${b.address} ${b.state} ${(b as { source?: string }).source ?? '?'}`);
     const up = st.backends.filter((b) => b.healthy);
     s.check(
       `${m.node.name}'s pool is ${want.join(' ')}, each from the EndpointSlices`,
-      sameSet(up.map((b) => b.address), want) && up.every((b) => (b as { source?: string }).source === 'endpointslice'),
+      sameSet(
+        up.map((b) => b.address),
+        want,
+      ) && up.every((b) => (b as { source?: string }).source === 'endpointslice'),
       rows.join(', '),
     );
   }
@@ -822,7 +906,11 @@ export class Lifecycle {
     await this.#startApiserver(m);
     m.state = 'member';
     const ms = await this.#poolsHave(hp(m.node.ipv4), true).catch(() => Number.NaN);
-    s.check(`${m.node.name}'s apiserver is in every running pool through discovery`, !Number.isNaN(ms), Number.isNaN(ms) ? 'not within 8 s' : `${ms.toFixed(0)} ms after it was ready`);
+    s.check(
+      `${m.node.name}'s apiserver is in every running pool through discovery`,
+      !Number.isNaN(ms),
+      Number.isNaN(ms) ? 'not within 8 s' : `${ms.toFixed(0)} ms after it was ready`,
+    );
     const st = await this.#election(m);
     s.check(`${m.node.name} joined as backup`, st.state === 'backup', `${st.state}, master ${st.masterAddress}`);
   }
@@ -833,7 +921,10 @@ export class Lifecycle {
     const n1 = this.member('n1');
     for (const name of ['n2', 'n3']) await this.#join(s, this.member(name));
     await this.#sources(s, n1);
-    const peers = await this.#peersFollow().then((p) => ({ ok: true, p }), (e: Error) => ({ ok: false, p: e.message }));
+    const peers = await this.#peersFollow().then(
+      (p) => ({ ok: true, p }),
+      (e: Error) => ({ ok: false, p: e.message }),
+    );
     s.check('unicast peers are the other members', peers.ok, peers.p);
     await this.#oneHolder(s);
     // a joining node is no member until discovery lists it: it must not become master meanwhile
@@ -857,8 +948,16 @@ export class Lifecycle {
       // the highest Backup normally wins (shortest Skew_Time); on loaded cores another one's
       // timer may fire first, which the protocol allows (preempt is off, so it keeps the VIP)
       const running = this.#runningControlPlane().map((x) => x.node.name);
-      const h = await waitFor(() => this.#holders(), (x) => x.length === 1 && running.includes(x[0]!), { timeoutMs: 3000, what: 'a running member to hold the VIP' }).catch(() => this.#holders());
-      s.check(`a running member holds the VIP after ${m.node.name} left`, h.length === 1 && running.includes(h[0]!), `${h.join(',') || 'nobody'}${h[0] === taker.node.name ? '' : ` (not ${taker.node.name}, the highest Backup)`}`);
+      const h = await waitFor(
+        () => this.#holders(),
+        (x) => x.length === 1 && running.includes(x[0]!),
+        { timeoutMs: 3000, what: 'a running member to hold the VIP' },
+      ).catch(() => this.#holders());
+      s.check(
+        `a running member holds the VIP after ${m.node.name} left`,
+        h.length === 1 && running.includes(h[0]!),
+        `${h.join(',') || 'nobody'}${h[0] === taker.node.name ? '' : ` (not ${taker.node.name}, the highest Backup)`}`,
+      );
     }
     s.cause(`${m.node.name}'s apiserver leaves (graceful: out of the EndpointSlice first)`, this.#leavingBackendBound(), ['vip', 'local']);
     await this.lab.stopApiserver(m.node);
@@ -872,10 +971,17 @@ export class Lifecycle {
   async step4(): Promise<StepFigures> {
     const s = this.#begin(4, 'n4, n5, n6 replace n1, n2, n3 one at a time (join, then the old one leaves)');
     let mastersLeft = 0;
-    for (const [nu, old] of [['n4', 'n1'], ['n5', 'n2'], ['n6', 'n3']] as const) {
+    for (const [nu, old] of [
+      ['n4', 'n1'],
+      ['n5', 'n2'],
+      ['n6', 'n3'],
+    ] as const) {
       await this.#join(s, this.member(nu));
       if (await this.#leave(s, this.member(old))) mastersLeft++;
-      const peers = await this.#peersFollow().then((p) => ({ ok: true, p }), (e: Error) => ({ ok: false, p: e.message }));
+      const peers = await this.#peersFollow().then(
+        (p) => ({ ok: true, p }),
+        (e: Error) => ({ ok: false, p: e.message }),
+      );
       s.check(`after ${old} left, unicast peers are the other members`, peers.ok, peers.p);
     }
     this.#movesCheck(s, 'one VIP move per leaving master', mastersLeft);
@@ -903,12 +1009,23 @@ export class Lifecycle {
       s.check(`${m.node.name}'s ballast exits 0`, code === 0, String(code));
       await this.#startAgent(m);
       if (m.role === 'control-plane') {
-        const st = await waitFor(() => this.#election(m), (d) => d.state === 'backup', { timeoutMs: 3000, what: `${m.node.name} backup` }).catch(() => this.#election(m));
+        const st = await waitFor(
+          () => this.#election(m),
+          (d) => d.state === 'backup',
+          { timeoutMs: 3000, what: `${m.node.name} backup` },
+        ).catch(() => this.#election(m));
         s.check(`${m.node.name} comes back as backup`, st.state === 'backup', `${st.state}`);
       }
       // its pool is whole again before the next restart
       const want = this.members.filter((x) => x.state === 'member' && x.role === 'control-plane').map((x) => hp(x.node.ipv4));
-      const ok = await waitFor(() => this.#upBackends(m), (up) => sameSet(up, want), { timeoutMs: 5000, intervalMs: 100, what: `${m.node.name}'s pool whole` }).then(() => true, () => false);
+      const ok = await waitFor(
+        () => this.#upBackends(m),
+        (up) => sameSet(up, want),
+        { timeoutMs: 5000, intervalMs: 100, what: `${m.node.name}'s pool whole` },
+      ).then(
+        () => true,
+        () => false,
+      );
       s.check(`${m.node.name}'s pool is whole again`, ok, (await this.#upBackends(m)).join(' '));
     }
     this.#movesCheck(s, 'one VIP move per restarted master', mastersRestarted);
@@ -918,7 +1035,10 @@ export class Lifecycle {
 
   /** `ballast reload` in `m`'s namespace: exit status and output. */
   async #reload(m: Member): Promise<{ code: number; out: string }> {
-    const r = await this.lab.exec(m.node.netns, [process.execPath, cliPath(), 'reload', '--admin', `127.0.0.1:${ADMIN_PORT}`], { allowFail: true, timeoutMs: 15_000 });
+    const r = await this.lab.exec(m.node.netns, [process.execPath, cliPath(), 'reload', '--admin', `127.0.0.1:${ADMIN_PORT}`], {
+      allowFail: true,
+      timeoutMs: 15_000,
+    });
     return { code: r.code, out: (r.stdout + r.stderr).trim() };
   }
 
@@ -938,7 +1058,13 @@ export class Lifecycle {
     const after = await Promise.all(cp.map((m) => this.#election(m)));
     s.check(
       'after the bad file nothing changed (state, master, VIPs, interval)',
-      after.every((a, i) => a.state === before[i]!.state && a.masterAddress === before[i]!.masterAddress && sameSet(a.vips, before[i]!.vips) && a.advertisementIntervalMs === before[i]!.advertisementIntervalMs),
+      after.every(
+        (a, i) =>
+          a.state === before[i]!.state &&
+          a.masterAddress === before[i]!.masterAddress &&
+          sameSet(a.vips, before[i]!.vips) &&
+          a.advertisementIntervalMs === before[i]!.advertisementIntervalMs,
+      ),
       after.map((a, i) => `${cp[i]!.node.name} ${a.state} ${a.vips.join(',')} ${a.advertisementIntervalMs}ms`).join('; '),
     );
 
@@ -952,9 +1078,17 @@ export class Lifecycle {
       const r = await this.#reload(m);
       s.check(`${m.node.name}: reload of the new file exits 0`, r.code === 0, `${r.code}: ${r.out.split('\n').slice(0, 2).join(' | ')}`);
     }
-    const v2 = await waitFor(() => this.#holders(this.vip2), (h) => h.length === 1, { timeoutMs: 3000, what: `one holder of ${this.vip2}` }).catch(() => this.#holders(this.vip2));
+    const v2 = await waitFor(
+      () => this.#holders(this.vip2),
+      (h) => h.length === 1,
+      { timeoutMs: 3000, what: `one holder of ${this.vip2}` },
+    ).catch(() => this.#holders(this.vip2));
     s.check(`the second VIP ${this.vip2} is up on the master (${holder})`, v2.length === 1 && v2[0] === holder, v2.join(',') || 'nobody');
-    const reach = await this.lab.exec(this.lab.client.netns, [process.execPath, compiledScript('prober'), '--reach', this.vip2, '--port', '6443', '--timeout', '1000'], { allowFail: true });
+    const reach = await this.lab.exec(
+      this.lab.client.netns,
+      [process.execPath, compiledScript('prober'), '--reach', this.vip2, '--port', '6443', '--timeout', '1000'],
+      { allowFail: true },
+    );
     const rr = parseLast<ReachResult>(reach.stdout);
     s.check(`${this.vip2}:6443 accepts a connection from the client`, rr?.how === 'connect', rr ? `${rr.how} in ${rr.ms} ms` : reach.stderr.trim());
     await sleep(3 * this.#advertMs);
@@ -1033,7 +1167,11 @@ export function tally(results: readonly ProbeResult[]): string {
     const k = r.ok ? 'ok' : r.error;
     by[k] = (by[k] ?? 0) + 1;
   }
-  return Object.entries(by).map(([k, v]) => `${k}×${v}`).join(' ') || 'no request';
+  return (
+    Object.entries(by)
+      .map(([k, v]) => `${k}×${v}`)
+      .join(' ') || 'no request'
+  );
 }
 
 function parseLast<T>(stdout: string): T | null {
@@ -1049,7 +1187,9 @@ const fmtBound = (b: Bound): string => (Number.isFinite(b.ms) ? `${b.name} = ${b
 /** One step's figures as the demo prints them (pure). */
 export function formatStep(f: StepFigures): string {
   const client = (name: string, c: ClientFigures | null): string =>
-    c === null ? `${name}: not running` : `${name}: longest outage ${c.maxOutageMs} ms, ${c.failed} of ${c.requests} failed${c.unexplained.length ? `, ${c.unexplained.length} OUTSIDE every bound (first at +${c.unexplained[0]!.t} ms: ${c.unexplained[0]!.error})` : ''}`;
+    c === null
+      ? `${name}: not running`
+      : `${name}: longest outage ${c.maxOutageMs} ms, ${c.failed} of ${c.requests} failed${c.unexplained.length ? `, ${c.unexplained.length} OUTSIDE every bound (first at +${c.unexplained[0]!.t} ms: ${c.unexplained[0]!.error})` : ''}`;
   const lines = [
     `step ${f.step} ${f.pass ? 'held' : 'FAILED'} (${(f.wallMs / 1000).toFixed(1)} s): ${f.title}`,
     `  ${client('VIP client', f.vip)}`,

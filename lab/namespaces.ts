@@ -15,7 +15,11 @@ import { sleep } from './wait.js';
 
 export function killNetnsPidsSync(netns: string): number[] {
   const r = spawnSync('ip', ['netns', 'pids', netns], { encoding: 'utf8', timeout: 5000 });
-  const pids = (r.stdout ?? '').split(/\s+/).filter(Boolean).map(Number).filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
+  const pids = (r.stdout ?? '')
+    .split(/\s+/)
+    .filter(Boolean)
+    .map(Number)
+    .filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
   for (const pid of pids) {
     try {
       process.kill(pid, 'SIGKILL');
@@ -59,7 +63,11 @@ export function cgroupRoot(): string {
 
 export function cgroupPids(dir: string): number[] {
   try {
-    return readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number).filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
+    return readFileSync(join(dir, 'cgroup.procs'), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map(Number)
+      .filter((p) => Number.isInteger(p) && p > 1 && p !== process.pid);
   } catch (e) {
     if (isErrno(e, 'ENOENT')) return [];
     throw e;

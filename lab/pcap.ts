@@ -45,7 +45,7 @@ export function* pcapRecords(file: Buffer, o: { truncated?: 'throw' | 'stop' } =
   const nanos = (little ? le : be) === MAGIC_NSEC;
   const linkType = u32(20) & 0x0fffffff; // the top bits may carry FCS information
   if (linkType !== LINKTYPE_ETHERNET) throw new Error(`pcap link type ${linkType}, expected 1 (Ethernet)`);
-  for (let at = 24; at < file.length; ) {
+  for (let at = 24; at < file.length;) {
     if (at + 16 > file.length) {
       if (o.truncated === 'stop') return;
       throw new Error(`pcap: truncated record header at offset ${at}`);

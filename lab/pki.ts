@@ -38,11 +38,29 @@ export async function makeCa(dir: string, ca: CertPair, cn: string): Promise<voi
   const pki = join(dir, 'pki');
   await run('mkdir', ['-p', '-m', '0700', pki]);
   const cnf = join(pki, `${basename(ca.certFile, '.crt')}.cnf`);
-  await writeReqConfig(cnf, [`CN = ${cn}`], 'ca_ext', ['basicConstraints = critical,CA:TRUE,pathlen:0', 'keyUsage = critical,keyCertSign,cRLSign', 'subjectKeyIdentifier = hash']);
+  await writeReqConfig(cnf, [`CN = ${cn}`], 'ca_ext', [
+    'basicConstraints = critical,CA:TRUE,pathlen:0',
+    'keyUsage = critical,keyCertSign,cRLSign',
+    'subjectKeyIdentifier = hash',
+  ]);
   await run('openssl', [
-    'req', '-x509', '-config', cnf, '-extensions', 'ca_ext',
-    '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
-    '-keyout', ca.keyFile, '-out', ca.certFile, '-days', '1',
+    'req',
+    '-x509',
+    '-config',
+    cnf,
+    '-extensions',
+    'ca_ext',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:P-256',
+    '-nodes',
+    '-keyout',
+    ca.keyFile,
+    '-out',
+    ca.certFile,
+    '-days',
+    '1',
   ]);
 }
 
@@ -56,7 +74,12 @@ export async function makeCa(dir: string, ca: CertPair, cn: string): Promise<voi
  * @param opts.days validity from now in days (default 1)
  * @param opts.otherCa sign with a second CA (made on first use) that nothing trusts
  */
-export async function issueServerCert(lab: { dir: string; ca: CertPair }, node: { name: string }, defaultSans: readonly string[], opts: IssueOptions = {}): Promise<CertPair> {
+export async function issueServerCert(
+  lab: { dir: string; ca: CertPair },
+  node: { name: string },
+  defaultSans: readonly string[],
+  opts: IssueOptions = {},
+): Promise<CertPair> {
   const pki = join(lab.dir, 'pki');
   const certFile = join(pki, `${node.name}.crt`);
   const keyFile = join(pki, `${node.name}.key`);
@@ -78,11 +101,40 @@ export async function issueServerCert(lab: { dir: string; ca: CertPair }, node: 
     ...(sans.length === 0 ? [] : [`subjectAltName = ${sans.join(',')}`]),
   ]);
   // written next to the old pair and renamed over it: a stand-in re-reading them never sees half a pair
-  await run('openssl', ['req', '-new', '-config', cnf, '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${keyFile}.new`, '-out', csr]);
   await run('openssl', [
-    'x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile,
-    '-set_serial', `0x01${randomBytes(15).toString('hex')}`, '-days', String(opts.days ?? 1),
-    '-extfile', cnf, '-extensions', 'server_ext', '-out', `${certFile}.new`,
+    'req',
+    '-new',
+    '-config',
+    cnf,
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:P-256',
+    '-nodes',
+    '-keyout',
+    `${keyFile}.new`,
+    '-out',
+    csr,
+  ]);
+  await run('openssl', [
+    'x509',
+    '-req',
+    '-in',
+    csr,
+    '-CA',
+    ca.certFile,
+    '-CAkey',
+    ca.keyFile,
+    '-set_serial',
+    `0x01${randomBytes(15).toString('hex')}`,
+    '-days',
+    String(opts.days ?? 1),
+    '-extfile',
+    cnf,
+    '-extensions',
+    'server_ext',
+    '-out',
+    `${certFile}.new`,
   ]);
   await rename(`${keyFile}.new`, keyFile);
   await rename(`${certFile}.new`, certFile);

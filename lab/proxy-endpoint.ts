@@ -62,7 +62,8 @@ async function openCommands(path: string): Promise<Readable> {
 const out = (o: object): void => void process.stdout.write(`${JSON.stringify(o)}\n`);
 
 function stderrLog(): Pick<Log, 'info' | 'warn' | 'error'> {
-  const line = (level: string) => (o: object, msg: string) => void process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), ...o, msg })}\n`);
+  const line = (level: string) => (o: object, msg: string) =>
+    void process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), ...o, msg })}\n`);
   return { info: line('info'), warn: line('warn'), error: line('error') };
 }
 

@@ -56,8 +56,19 @@ export const ROOTFS_SUITE = 'bookworm';
  * that `apt install ./ballast_*.deb` inside needs no network.
  */
 export const ROOTFS_BASE_PACKAGES: readonly string[] = Object.freeze([
-  'systemd', 'systemd-sysv', 'dbus', 'iproute2', 'procps',
-  'nftables', 'conntrack', 'libbpf1', 'libmnl0', 'libelf1', 'libstdc++6', 'libgcc-s1', 'libc6',
+  'systemd',
+  'systemd-sysv',
+  'dbus',
+  'iproute2',
+  'procps',
+  'nftables',
+  'conntrack',
+  'libbpf1',
+  'libmnl0',
+  'libelf1',
+  'libstdc++6',
+  'libgcc-s1',
+  'libc6',
 ]);
 /** Bumped when the recipe below changes in a way the package list does not show. */
 const RECIPE = 1;
@@ -132,7 +143,17 @@ export function aptMirror(suite = ROOTFS_SUITE): string {
 export function debDependencies(deb: string): string[] {
   const r = spawnSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8', timeout: 10_000 });
   if (r.status !== 0) throw new Error(`dpkg-deb -f ${deb} Depends failed: ${r.stderr || r.error?.message}`);
-  return r.stdout.trim().split(',').map((d) => d.split('|')[0]!.trim().split(/[\s(:]/)[0]!).filter(Boolean);
+  return r.stdout
+    .trim()
+    .split(',')
+    .map(
+      (d) =>
+        d
+          .split('|')[0]!
+          .trim()
+          .split(/[\s(:]/)[0]!,
+    )
+    .filter(Boolean);
 }
 
 /** The cache directory (absolute). */
@@ -151,7 +172,10 @@ export function ensureRootfs(opts: RootfsOptions = {}): Rootfs {
   const mirror = opts.mirror ?? aptMirror();
   const packages = [...new Set([...ROOTFS_BASE_PACKAGES, ...(opts.packages ?? [])])].sort();
   for (const p of packages) if (!/^[a-z0-9][a-z0-9+.-]+$/.test(p)) throw new TypeError(`ensureRootfs: not a Debian package name: ${JSON.stringify(p)}`);
-  const key = createHash('sha256').update(JSON.stringify({ suite: ROOTFS_SUITE, mirror, packages, recipe: RECIPE })).digest('hex').slice(0, 16);
+  const key = createHash('sha256')
+    .update(JSON.stringify({ suite: ROOTFS_SUITE, mirror, packages, recipe: RECIPE }))
+    .digest('hex')
+    .slice(0, 16);
   const dir = join(cache, `rootfs-${ROOTFS_SUITE}-${key}`);
   const stamp = join(dir, '.ballast-rootfs');
   if (existsSync(stamp)) return { dir, key, packages, built: false, buildMs: 0 };
@@ -179,9 +203,28 @@ mv -T "$tmp" "$final"
 echo built`;
   let said: string;
   try {
-    const r = spawnSync('flock', ['-w', String(Math.ceil((opts.timeoutMs ?? 600_000) / 1000)), join(cache, 'rootfs.lock'), 'sh', '-c', script, 'sh', dir, mirror, packages.join(','), ROOTFS_SUITE], {
-      encoding: 'utf8', timeout: opts.timeoutMs ?? 600_000, killSignal: 'SIGKILL', maxBuffer: 16 << 20,
-    });
+    const r = spawnSync(
+      'flock',
+      [
+        '-w',
+        String(Math.ceil((opts.timeoutMs ?? 600_000) / 1000)),
+        join(cache, 'rootfs.lock'),
+        'sh',
+        '-c',
+        script,
+        'sh',
+        dir,
+        mirror,
+        packages.join(','),
+        ROOTFS_SUITE,
+      ],
+      {
+        encoding: 'utf8',
+        timeout: opts.timeoutMs ?? 600_000,
+        killSignal: 'SIGKILL',
+        maxBuffer: 16 << 20,
+      },
+    );
     if (r.status !== 0) throw new Error(`exit ${r.status ?? r.signal}: ${r.stderr}${r.error?.message ?? ''}`);
     said = r.stdout;
   } catch (err) {
@@ -195,7 +238,16 @@ echo built`;
 // ---------------------------------------------------------------------------------------------
 // running commands
 
-const NODE_ENV = ['env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', 'LANG=C.UTF-8', 'DEBIAN_FRONTEND=noninteractive', 'SYSTEMD_PAGER=', 'SYSTEMD_COLORS=0', 'TERM=dumb'];
+const NODE_ENV = [
+  'env',
+  '-i',
+  'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  'LANG=C.UTF-8',
+  'DEBIAN_FRONTEND=noninteractive',
+  'SYSTEMD_PAGER=',
+  'SYSTEMD_COLORS=0',
+  'TERM=dumb',
+];
 
 function runCmd(file: string, args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<ExecResult> {
   const timeoutMs = opts.timeoutMs ?? 30_000;
@@ -207,7 +259,11 @@ function runCmd(file: string, args: string[], opts: { timeoutMs?: number; allowF
       if (typeof code !== 'number' && !timedOut) return reject(new Error(`${file} ${args.join(' ')}: ${err.message}`));
       const status = timedOut ? 124 : (code as number);
       if (opts.allowFail) return resolve({ stdout, stderr: timedOut ? `${stderr}(timed out after ${timeoutMs} ms)\n` : stderr, code: status });
-      reject(new Error(`${args.slice(-12).join(' ')} ${timedOut ? `timed out after ${timeoutMs} ms` : `exited with ${status}`}: ${stderr.trim()}${stdout.trim() ? `\n${stdout.trim()}` : ''}`));
+      reject(
+        new Error(
+          `${args.slice(-12).join(' ')} ${timedOut ? `timed out after ${timeoutMs} ms` : `exited with ${status}`}: ${stderr.trim()}${stdout.trim() ? `\n${stdout.trim()}` : ''}`,
+        ),
+      );
     });
   });
 }
@@ -398,10 +454,36 @@ class NodeImpl implements SystemdNode {
   exec(argv: readonly string[], opts: NodeExecOptions = {}): Promise<ExecResult> {
     const timeoutMs = opts.timeoutMs ?? 30_000;
     const inner = opts.service
-      ? ['systemd-run', '--quiet', '--wait', '--pipe', '--collect', '--service-type=exec', ...NODE_ENV.slice(2).map((e) => `--setenv=${e}`), `--property=RuntimeMaxSec=${Math.ceil(timeoutMs / 1000)}`, '--', ...argv]
+      ? [
+          'systemd-run',
+          '--quiet',
+          '--wait',
+          '--pipe',
+          '--collect',
+          '--service-type=exec',
+          ...NODE_ENV.slice(2).map((e) => `--setenv=${e}`),
+          `--property=RuntimeMaxSec=${Math.ceil(timeoutMs / 1000)}`,
+          '--',
+          ...argv,
+        ]
       : [...argv];
     // the exec leaf is beside the container's payload/: never the machine's root cgroup
-    return runCmd('sh', ['-c', 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', 'node-exec', join(this.cgroup, 'exec'), 'nsenter', '-t', String(this.leader), '-a', ...NODE_ENV, ...inner], { timeoutMs: timeoutMs + 2000, allowFail: opts.allowFail ?? false });
+    return runCmd(
+      'sh',
+      [
+        '-c',
+        'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+        'node-exec',
+        join(this.cgroup, 'exec'),
+        'nsenter',
+        '-t',
+        String(this.leader),
+        '-a',
+        ...NODE_ENV,
+        ...inner,
+      ],
+      { timeoutMs: timeoutMs + 2000, allowFail: opts.allowFail ?? false },
+    );
   }
 
   copyIn(src: string, dest: string, mode = 0o644): void {
@@ -419,21 +501,28 @@ class NodeImpl implements SystemdNode {
   }
 
   async journal(unit: string, opts: { priority?: string } = {}): Promise<JournalEntry[]> {
-    const r = await this.exec(['journalctl', '--no-pager', '-o', 'json', '-u', unit, ...(opts.priority === undefined ? [] : ['-p', opts.priority])], { allowFail: true });
-    if (r.code !== 0 && r.code !== 1) throw new Error(`journalctl -u ${unit} exited ${r.code}: ${r.stderr}`);
-    return r.stdout.split('\n').filter(Boolean).map((l) => {
-      const o = JSON.parse(l) as Record<string, unknown>;
-      // journald gives a byte array for a MESSAGE that is not valid UTF-8 text
-      if (Array.isArray(o.MESSAGE)) o.MESSAGE = Buffer.from(o.MESSAGE as number[]).toString('utf8');
-      o.MESSAGE ??= '';
-      return o as JournalEntry;
+    const r = await this.exec(['journalctl', '--no-pager', '-o', 'json', '-u', unit, ...(opts.priority === undefined ? [] : ['-p', opts.priority])], {
+      allowFail: true,
     });
+    if (r.code !== 0 && r.code !== 1) throw new Error(`journalctl -u ${unit} exited ${r.code}: ${r.stderr}`);
+    return r.stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => {
+        const o = JSON.parse(l) as Record<string, unknown>;
+        // journald gives a byte array for a MESSAGE that is not valid UTF-8 text
+        if (Array.isArray(o.MESSAGE)) o.MESSAGE = Buffer.from(o.MESSAGE as number[]).toString('utf8');
+        o.MESSAGE ??= '';
+        return o as JournalEntry;
+      });
   }
 
   async install(deb: string, opts: { timeoutMs?: number; reinstall?: boolean } = {}): Promise<ExecResult> {
     const dest = `/root/${basename(deb)}`;
     this.copyIn(deb, dest);
-    return this.exec(['apt-get', 'install', '-y', '-q', '--no-install-recommends', ...(opts.reinstall ? ['--reinstall'] : []), dest], { timeoutMs: opts.timeoutMs ?? 120_000 });
+    return this.exec(['apt-get', 'install', '-y', '-q', '--no-install-recommends', ...(opts.reinstall ? ['--reinstall'] : []), dest], {
+      timeoutMs: opts.timeoutMs ?? 120_000,
+    });
   }
 
   async mainPid(unit: string): Promise<number> {
@@ -558,35 +647,48 @@ exec nsenter --net=/run/netns/$3 -- systemd-nspawn --quiet --directory="$1/root"
   --machine="$4" --hostname="$4" --system-call-filter=bpf --capability="$5" --bind="$1/bpf:/sys/fs/bpf" \
   --link-journal=no --resolv-conf=off --timezone=off --settings=no --console=read-only
 ' sh "$2" "$3" "$4" "$5" "$6"`;
-      const child = spawn('sh', ['-c', script, 'sh', cgroup, dir, opts.rootfs.dir, node.netns, machine, caps.join(',')], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn('sh', ['-c', script, 'sh', cgroup, dir, opts.rootfs.dir, node.netns, machine, caps.join(',')], {
+        detached: true,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       child.stdout!.pipe(console);
       child.stderr!.pipe(console);
       started.push({ machine, child, cgroup, dir, t0: performance.now() });
     }
-    await Promise.all(started.map(async (s, i) => {
-      const consoleTail = (): string => {
-        try {
-          return readFileSync(join(s.dir, 'console.log'), 'utf8').split('\n').slice(-15).join('\n');
-        } catch {
-          return '';
-        }
-      };
-      const leader = await waitFor(() => {
-        if (s.child.exitCode !== null) throw new Error(`systemd node ${s.machine}: nspawn exited ${s.child.exitCode}:\n${consoleTail()}`);
-        return findLeader(s.child.pid!);
-      }, { timeoutMs: bootTimeoutMs, intervalMs: 20, what: `${s.machine}'s PID 1` }).catch((e: Error) => {
-        throw new Error(`${e.message}\n${consoleTail()}`);
-      });
-      const n = new NodeImpl(nodes[i]!, s, leader);
-      registry.add(n);
-      // (a D-Bus-less moment early in the boot makes systemctl fail at once: retried, bounded)
-      const r = await waitFor(() => n.exec(['systemctl', 'is-system-running', '--wait'], { allowFail: true, timeoutMs: bootTimeoutMs }), (x) => ['running', 'degraded', 'maintenance', 'stopping'].includes(x.stdout.trim()), { timeoutMs: bootTimeoutMs, intervalMs: 50, what: `${s.machine}'s systemd to finish booting` });
-      const state = r.stdout.trim();
-      if (state !== 'running' && state !== 'degraded') throw new Error(`systemd node ${s.machine}: is-system-running said ${JSON.stringify(state)} (${r.code}) ${r.stderr}\n${consoleTail()}`);
-      n.bootMs = performance.now() - s.t0;
-      n.bootState = state;
-      booted.push(n);
-    }));
+    await Promise.all(
+      started.map(async (s, i) => {
+        const consoleTail = (): string => {
+          try {
+            return readFileSync(join(s.dir, 'console.log'), 'utf8').split('\n').slice(-15).join('\n');
+          } catch {
+            return '';
+          }
+        };
+        const leader = await waitFor(
+          () => {
+            if (s.child.exitCode !== null) throw new Error(`systemd node ${s.machine}: nspawn exited ${s.child.exitCode}:\n${consoleTail()}`);
+            return findLeader(s.child.pid!);
+          },
+          { timeoutMs: bootTimeoutMs, intervalMs: 20, what: `${s.machine}'s PID 1` },
+        ).catch((e: Error) => {
+          throw new Error(`${e.message}\n${consoleTail()}`);
+        });
+        const n = new NodeImpl(nodes[i]!, s, leader);
+        registry.add(n);
+        // (a D-Bus-less moment early in the boot makes systemctl fail at once: retried, bounded)
+        const r = await waitFor(
+          () => n.exec(['systemctl', 'is-system-running', '--wait'], { allowFail: true, timeoutMs: bootTimeoutMs }),
+          (x) => ['running', 'degraded', 'maintenance', 'stopping'].includes(x.stdout.trim()),
+          { timeoutMs: bootTimeoutMs, intervalMs: 50, what: `${s.machine}'s systemd to finish booting` },
+        );
+        const state = r.stdout.trim();
+        if (state !== 'running' && state !== 'degraded')
+          throw new Error(`systemd node ${s.machine}: is-system-running said ${JSON.stringify(state)} (${r.code}) ${r.stderr}\n${consoleTail()}`);
+        n.bootMs = performance.now() - s.t0;
+        n.bootState = state;
+        booted.push(n);
+      }),
+    );
   } catch (e) {
     for (const s of started) {
       const n = [...registry].find((x) => x.machine === s.machine);
@@ -616,7 +718,8 @@ export async function stopSystemdNodes(nodes: readonly SystemdNode[]): Promise<{
 export function systemdNodesMissing(): string | null {
   if (process.getuid?.() !== 0) return 'not root';
   for (const t of ['systemd-nspawn', 'debootstrap', 'unshare', 'nsenter', 'flock']) {
-    if (spawnSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' }).status !== 0) return `${t} is missing (Debian packages systemd-container, debootstrap, util-linux: bash scripts/setup.sh)`;
+    if (spawnSync('sh', ['-c', `command -v ${t}`], { stdio: 'ignore' }).status !== 0)
+      return `${t} is missing (Debian packages systemd-container, debootstrap, util-linux: bash scripts/setup.sh)`;
   }
   if (!readFileSync('/proc/filesystems', 'utf8').includes('overlay')) {
     spawnSync('modprobe', ['overlay'], { stdio: 'ignore' });

@@ -14,8 +14,8 @@
 extern "C" {
 typedef struct evp_md_st EVP_MD;
 const EVP_MD* EVP_sha256(void);
-unsigned char* HMAC(const EVP_MD* md, const void* key, int key_len, const unsigned char* data,
-                    size_t data_len, unsigned char* out, unsigned int* out_len);
+unsigned char* HMAC(const EVP_MD* md, const void* key, int key_len, const unsigned char* data, size_t data_len,
+                    unsigned char* out, unsigned int* out_len);
 }
 
 namespace ballast {
@@ -34,12 +34,13 @@ constexpr size_t kMacLength = 32;
 
 AdvertPacer::AdvertPacer(int fd, const VrrpRoute& route) : fd_(fd), route_(route) {}
 
-AdvertPacer::~AdvertPacer() { Stop(); }
+AdvertPacer::~AdvertPacer() {
+  Stop();
+}
 
 int64_t AdvertPacer::Now() {
   // steady_clock is CLOCK_MONOTONIC on Linux, the clock condition_variable waits on
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -115,7 +116,9 @@ void AdvertPacer::SetAuth(std::vector<uint8_t> key, uint64_t firstSequence) {
   sequence_.store(firstSequence);
 }
 
-uint64_t AdvertPacer::TakeSequence() { return sequence_.fetch_add(1); }
+uint64_t AdvertPacer::TakeSequence() {
+  return sequence_.fetch_add(1);
+}
 
 PacerStats AdvertPacer::Stats() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -173,8 +176,8 @@ void AdvertPacer::SendRound() {
       uint8_t head[kAuthHead] = {kAuthMagic, kAuthVersion, 0, 0};
       for (int i = 0; i < 8; i++) head[4 + i] = static_cast<uint8_t>(sequence >> (56 - 8 * i));
       const size_t addressLength = route_.family == 4 ? 4 : 16;
-      const void* source = route_.family == 4 ? static_cast<const void*>(&route_.source4)
-                                              : static_cast<const void*>(&route_.source6);
+      const void* source =
+          route_.family == 4 ? static_cast<const void*>(&route_.source4) : static_cast<const void*>(&route_.source6);
       size_t n = 0;
       input[n++] = static_cast<uint8_t>(route_.family);
       std::memcpy(input + n, source, addressLength);
@@ -188,8 +191,8 @@ void AdvertPacer::SendRound() {
       unsigned int macLength = 0;
       std::memcpy(payload, data, length);
       std::memcpy(payload + length, head, kAuthHead);
-      if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), input, n,
-               payload + length + kAuthHead, &macLength) == nullptr ||
+      if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), input, n, payload + length + kAuthHead,
+               &macLength) == nullptr ||
           macLength != kMacLength) {
         stats_.sendErrors++;
         stats_.lastErrno = EINVAL;

@@ -34,8 +34,8 @@ struct PacerStats {
   uint64_t sent = 0;        // adverts the pacer sent
   uint64_t sendErrors = 0;  // sends that failed (lastErrno: the last one's errno)
   int lastErrno = 0;
-  uint64_t covers = 0;      // times it began sending for a silent engine
-  uint64_t holds = 0;       // times it stopped because the engine stayed silent for the hold time
+  uint64_t covers = 0;          // times it began sending for a silent engine
+  uint64_t holds = 0;           // times it stopped because the engine stayed silent for the hold time
   double longestSilenceMs = 0;  // the engine's longest silence while Active that the pacer saw, ms
 };
 

@@ -153,7 +153,8 @@ void EnsurePinDir(Napi::Env env, const std::string& pinDir) {
   }
   if (!IsFsType(pinDir, BPF_FS_MAGIC, &err)) {
     if (err != 0) ThrowSystemErrorHint(env, err, "statfs", pinDir, "");
-    ThrowSystemErrorHint(env, EINVAL, "statfs", pinDir, "the pin directory is not on a BPF filesystem (mount -t bpf bpf /sys/fs/bpf)");
+    ThrowSystemErrorHint(env, EINVAL, "statfs", pinDir,
+                         "the pin directory is not on a BPF filesystem (mount -t bpf bpf /sys/fs/bpf)");
   }
 }
 
@@ -235,7 +236,8 @@ Napi::Object AddrToJs(Napi::Env env, const ballast_lb_addr& a) {
 }
 
 uint64_t BigIntArg(const Napi::CallbackInfo& info, size_t index, const char* name) {
-  if (info.Length() <= index || !info[index].IsBigInt()) ThrowTypeError(info.Env(), std::string(name) + " must be a bigint");
+  if (info.Length() <= index || !info[index].IsBigInt())
+    ThrowTypeError(info.Env(), std::string(name) + " must be a bigint");
   bool lossless = false;
   uint64_t v = info[index].As<Napi::BigInt>().Uint64Value(&lossless);
   if (!lossless) ThrowTypeError(info.Env(), std::string(name) + " must be a bigint in 0..2^64-1");
@@ -295,9 +297,12 @@ SockLb::SockLb(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SockLb>(info) 
   if (bpf_object__load(object.get()) < 0) {
     int err = errno;
     std::string hint = log.Tail();
-    if (err == EPERM || err == EACCES) hint = std::string(kCapsHint) + (hint.empty() ? "" : "; libbpf: " + hint);
-    else if (err == ENOSYS) hint = "this kernel has no bpf(2) (CONFIG_BPF_SYSCALL)";
-    else if (!hint.empty()) hint = "libbpf: " + hint;
+    if (err == EPERM || err == EACCES)
+      hint = std::string(kCapsHint) + (hint.empty() ? "" : "; libbpf: " + hint);
+    else if (err == ENOSYS)
+      hint = "this kernel has no bpf(2) (CONFIG_BPF_SYSCALL)";
+    else if (!hint.empty())
+      hint = "libbpf: " + hint;
     ThrowSystemErrorHint(env, err, "bpf_object__load", objectPath, hint);
   }
 
@@ -338,8 +343,8 @@ SockLb::SockLb(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SockLb>(info) 
         rollback();
         ThrowSystemErrorHint(env, EEXIST, "bpf_link__open", linkPath,
                              "this pin directory holds a link attached to another cgroup (id " +
-                                 std::to_string(linkInfo.cgroup.cgroup_id) + ", not " +
-                                 cgroupPath + "): use another pinDir or detach it first");
+                                 std::to_string(linkInfo.cgroup.cgroup_id) + ", not " + cgroupPath +
+                                 "): use another pinDir or detach it first");
       }
       // a link whose cgroup was removed (id 0) or a foreign object: replace the pin
       if (::unlink(linkPath.c_str()) < 0) {
@@ -389,7 +394,9 @@ SockLb::SockLb(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SockLb>(info) 
   configFd_ = config.release();
 }
 
-SockLb::~SockLb() { CloseFds(); }
+SockLb::~SockLb() {
+  CloseFds();
+}
 
 void SockLb::OnEnvTeardown(void* arg) {
   SockLb* self = static_cast<SockLb*>(arg);

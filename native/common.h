@@ -59,15 +59,15 @@ inline unsigned InterfaceIndex(Napi::Env env, int fd, const std::string& ifname)
   return static_cast<unsigned>(request.ifr_ifindex);
 }
 
-inline void SetOption(Napi::Env env, int fd, int level, int name, const void* value,
-                      socklen_t length, const char* syscall, const std::string& ifname) {
+inline void SetOption(Napi::Env env, int fd, int level, int name, const void* value, socklen_t length,
+                      const char* syscall, const std::string& ifname) {
   if (::setsockopt(fd, level, name, value, length) < 0) {
     ThrowSystemError(env, errno, syscall, ifname);
   }
 }
 
-inline void SetIntOption(Napi::Env env, int fd, int level, int name, int value,
-                         const char* syscall, const std::string& ifname) {
+inline void SetIntOption(Napi::Env env, int fd, int level, int name, int value, const char* syscall,
+                         const std::string& ifname) {
   SetOption(env, fd, level, name, &value, sizeof value, syscall, ifname);
 }
 

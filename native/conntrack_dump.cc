@@ -77,7 +77,7 @@ struct Query {
   Addr resetAddr;
   uint16_t resetPort = 0;  // network order
   uint32_t resetCount = 0;
-  bool dryRun = false;  // choose the flows to reset, delete nothing
+  bool dryRun = false;   // choose the flows to reset, delete nothing
   bool hasOnly = false;  // reset only flows among `only` (client address, client port, VIP)
   std::vector<std::tuple<Addr, uint16_t, Addr>> only;  // port in network order, sorted
 };
@@ -95,7 +95,8 @@ Addr ParseAddr(Napi::Env env, const Napi::Value& v, int family, const std::strin
 uint16_t ParsePort(Napi::Env env, const Napi::Value& v, const std::string& name) {
   if (!v.IsNumber()) ThrowTypeError(env, name + " must be a number");
   double p = v.As<Napi::Number>().DoubleValue();
-  if (!(p >= 1 && p <= 65535) || p != static_cast<double>(static_cast<int>(p))) ThrowTypeError(env, name + " must be an integer 1..65535");
+  if (!(p >= 1 && p <= 65535) || p != static_cast<double>(static_cast<int>(p)))
+    ThrowTypeError(env, name + " must be an integer 1..65535");
   return htons(static_cast<uint16_t>(p));
 }
 
@@ -109,9 +110,11 @@ Query ParseQuery(const Napi::CallbackInfo& info) {
   if (family != 4 && family != 6) ThrowTypeError(env, "query.family must be 4 or 6");
   q.family = family == 4 ? AF_INET : AF_INET6;
   Napi::Value vips = o.Get("vips");
-  if (!vips.IsArray() || vips.As<Napi::Array>().Length() == 0) ThrowTypeError(env, "query.vips must be a non-empty array of addresses");
+  if (!vips.IsArray() || vips.As<Napi::Array>().Length() == 0)
+    ThrowTypeError(env, "query.vips must be a non-empty array of addresses");
   Napi::Array list = vips.As<Napi::Array>();
-  for (uint32_t i = 0; i < list.Length(); i++) q.vips.push_back(ParseAddr(env, list.Get(i), q.family, "query.vips[" + std::to_string(i) + "]"));
+  for (uint32_t i = 0; i < list.Length(); i++)
+    q.vips.push_back(ParseAddr(env, list.Get(i), q.family, "query.vips[" + std::to_string(i) + "]"));
   q.port = ParsePort(env, o.Get("port"), "query.port");
   Napi::Value reset = o.Get("reset");
   if (!reset.IsUndefined()) {
@@ -122,7 +125,8 @@ Query ParseQuery(const Napi::CallbackInfo& info) {
     q.resetPort = ParsePort(env, r.Get("port"), "query.reset.port");
     Napi::Value c = r.Get("count");
     double n = c.IsNumber() ? c.As<Napi::Number>().DoubleValue() : -1;
-    if (!(n >= 0 && n <= 1e6) || n != static_cast<double>(static_cast<uint32_t>(n))) ThrowTypeError(env, "query.reset.count must be an integer 0..1000000");
+    if (!(n >= 0 && n <= 1e6) || n != static_cast<double>(static_cast<uint32_t>(n)))
+      ThrowTypeError(env, "query.reset.count must be an integer 0..1000000");
     q.resetCount = static_cast<uint32_t>(n);
     Napi::Value dry = r.Get("dryRun");
     if (!dry.IsUndefined() && !dry.IsBoolean()) ThrowTypeError(env, "query.reset.dryRun must be a boolean");
@@ -136,7 +140,8 @@ Query ParseQuery(const Napi::CallbackInfo& info) {
         std::string at = "query.reset.only[" + std::to_string(i) + "]";
         if (!a.Get(i).IsObject()) ThrowTypeError(env, at + " must be an object { source, sourcePort, vip }");
         Napi::Object f = a.Get(i).As<Napi::Object>();
-        q.only.emplace_back(ParseAddr(env, f.Get("source"), q.family, at + ".source"), ParsePort(env, f.Get("sourcePort"), at + ".sourcePort"),
+        q.only.emplace_back(ParseAddr(env, f.Get("source"), q.family, at + ".source"),
+                            ParsePort(env, f.Get("sourcePort"), at + ".sourcePort"),
                             ParseAddr(env, f.Get("vip"), q.family, at + ".vip"));
       }
       std::sort(q.only.begin(), q.only.end());
@@ -180,16 +185,21 @@ void ParseIp(const nlattr* nest, Tuple& t) {
 void ParseProto(const nlattr* nest, Tuple& t) {
   ForEachNested(nest, [&](const nlattr* a) {
     uint16_t type = mnl_attr_get_type(a);
-    if (type == CTA_PROTO_NUM && mnl_attr_get_payload_len(a) >= 1) t.proto = mnl_attr_get_u8(a);
-    else if (type == CTA_PROTO_SRC_PORT && mnl_attr_get_payload_len(a) >= 2) t.sport = mnl_attr_get_u16(a);
-    else if (type == CTA_PROTO_DST_PORT && mnl_attr_get_payload_len(a) >= 2) t.dport = mnl_attr_get_u16(a);
+    if (type == CTA_PROTO_NUM && mnl_attr_get_payload_len(a) >= 1)
+      t.proto = mnl_attr_get_u8(a);
+    else if (type == CTA_PROTO_SRC_PORT && mnl_attr_get_payload_len(a) >= 2)
+      t.sport = mnl_attr_get_u16(a);
+    else if (type == CTA_PROTO_DST_PORT && mnl_attr_get_payload_len(a) >= 2)
+      t.dport = mnl_attr_get_u16(a);
   });
 }
 
 void ParseTuple(const nlattr* nest, Tuple& t) {
   ForEachNested(nest, [&](const nlattr* a) {
-    if (mnl_attr_get_type(a) == CTA_TUPLE_IP) ParseIp(a, t);
-    else if (mnl_attr_get_type(a) == CTA_TUPLE_PROTO) ParseProto(a, t);
+    if (mnl_attr_get_type(a) == CTA_TUPLE_IP)
+      ParseIp(a, t);
+    else if (mnl_attr_get_type(a) == CTA_TUPLE_PROTO)
+      ParseProto(a, t);
   });
 }
 
@@ -197,7 +207,8 @@ void ParseProtoinfo(const nlattr* nest, Entry& e) {
   ForEachNested(nest, [&](const nlattr* a) {
     if (mnl_attr_get_type(a) != CTA_PROTOINFO_TCP) return;
     ForEachNested(a, [&](const nlattr* b) {
-      if (mnl_attr_get_type(b) == CTA_PROTOINFO_TCP_STATE && mnl_attr_get_payload_len(b) >= 1) e.tcpState = mnl_attr_get_u8(b);
+      if (mnl_attr_get_type(b) == CTA_PROTOINFO_TCP_STATE && mnl_attr_get_payload_len(b) >= 1)
+        e.tcpState = mnl_attr_get_u8(b);
     });
   });
 }
@@ -207,19 +218,39 @@ bool ParseEntry(const nlmsghdr* nlh, Entry& e) {
   ForEach(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)), mnl_nlmsg_get_payload_tail(nlh), [&](const nlattr* a) {
     uint16_t len = mnl_attr_get_payload_len(a);
     switch (mnl_attr_get_type(a)) {
-      case CTA_TUPLE_ORIG: ParseTuple(a, e.orig); break;
-      case CTA_TUPLE_REPLY: ParseTuple(a, e.reply); break;
-      case CTA_STATUS: if (len == 4) e.status = ntohl(mnl_attr_get_u32(a)); break;
-      case CTA_ID: if (len == 4) { e.id = mnl_attr_get_u32(a); e.hasId = true; } break;
-      case CTA_ZONE: if (len == 2) { e.zone = mnl_attr_get_u16(a); e.hasZone = true; } break;
-      case CTA_PROTOINFO: ParseProtoinfo(a, e); break;
+      case CTA_TUPLE_ORIG:
+        ParseTuple(a, e.orig);
+        break;
+      case CTA_TUPLE_REPLY:
+        ParseTuple(a, e.reply);
+        break;
+      case CTA_STATUS:
+        if (len == 4) e.status = ntohl(mnl_attr_get_u32(a));
+        break;
+      case CTA_ID:
+        if (len == 4) {
+          e.id = mnl_attr_get_u32(a);
+          e.hasId = true;
+        }
+        break;
+      case CTA_ZONE:
+        if (len == 2) {
+          e.zone = mnl_attr_get_u16(a);
+          e.hasZone = true;
+        }
+        break;
+      case CTA_PROTOINFO:
+        ParseProtoinfo(a, e);
+        break;
       case CTA_TIMESTAMP: {
         ForEachNested(a, [&](const nlattr* b) {
-          if (mnl_attr_get_type(b) == CTA_TIMESTAMP_START && mnl_attr_get_payload_len(b) == 8) e.startNs = be64toh(mnl_attr_get_u64(b));
+          if (mnl_attr_get_type(b) == CTA_TIMESTAMP_START && mnl_attr_get_payload_len(b) == 8)
+            e.startNs = be64toh(mnl_attr_get_u64(b));
         });
         break;
       }
-      default: break;
+      default:
+        break;
     }
   });
   return e.orig.hasIp && e.reply.hasIp;
@@ -241,7 +272,8 @@ using MnlSocket = std::unique_ptr<mnl_socket, MnlClose>;
 MnlSocket Open(Napi::Env env) {
   MnlSocket nl(mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC));
   if (!nl) ThrowSystemErrorHint(env, errno, "socket(AF_NETLINK, NETLINK_NETFILTER)", kSubject, "");
-  if (mnl_socket_bind(nl.get(), 0, MNL_SOCKET_AUTOPID) < 0) ThrowSystemErrorHint(env, errno, "bind(NETLINK_NETFILTER)", kSubject, "");
+  if (mnl_socket_bind(nl.get(), 0, MNL_SOCKET_AUTOPID) < 0)
+    ThrowSystemErrorHint(env, errno, "bind(NETLINK_NETFILTER)", kSubject, "");
   struct timeval tv = {2, 0};
   if (::setsockopt(mnl_socket_get_fd(nl.get()), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) {
     ThrowSystemErrorHint(env, errno, "setsockopt(SO_RCVTIMEO)", kSubject, "");
@@ -308,7 +340,7 @@ size_t Dump(Napi::Env env, mnl_socket* nl, const Query& q, std::vector<Entry>& m
     if (rc == MNL_CB_ERROR) {
       int e = errno;
       ThrowSystemErrorHint(env, e, "IPCTNL_MSG_CT_GET", kSubject,
-                           e == E2BIG ? "more conntrack entries than one dump may walk"
+                           e == E2BIG   ? "more conntrack entries than one dump may walk"
                            : e == EPERM ? "reading conntrack needs CAP_NET_ADMIN"
                                         : "");
     }
@@ -335,7 +367,9 @@ void PutTuple(nlmsghdr* nlh, const Tuple& t, int family) {
   mnl_attr_nest_end(nlh, tuple);
 }
 
-int OnAck(const nlmsghdr*, void*) { return MNL_CB_OK; }
+int OnAck(const nlmsghdr*, void*) {
+  return MNL_CB_OK;
+}
 
 // one IPCTNL_MSG_CT_DELETE; true when deleted, false when the entry was gone already
 bool Delete(Napi::Env env, mnl_socket* nl, const Entry& e, int family, uint32_t seq) {
@@ -353,7 +387,8 @@ bool Delete(Napi::Env env, mnl_socket* nl, const Entry& e, int family, uint32_t 
     if (rc == MNL_CB_ERROR) {
       if (errno == ENOENT) return false;
       if (errno == ESRCH) continue;  // a message of an earlier sequence number
-      ThrowSystemErrorHint(env, errno, "IPCTNL_MSG_CT_DELETE", kSubject, errno == EPERM ? "deleting conntrack entries needs CAP_NET_ADMIN" : "");
+      ThrowSystemErrorHint(env, errno, "IPCTNL_MSG_CT_DELETE", kSubject,
+                           errno == EPERM ? "deleting conntrack entries needs CAP_NET_ADMIN" : "");
     }
   }
   ThrowSystemErrorHint(env, ETIMEDOUT, "IPCTNL_MSG_CT_DELETE", kSubject, "no acknowledgement");
@@ -402,12 +437,13 @@ Napi::Value ConntrackVipFlows(const Napi::CallbackInfo& info) {
     std::vector<const Entry*> mine;
     for (const Entry& e : matched) {
       if (!(e.reply.src == q.resetAddr && e.reply.sport == q.resetPort)) continue;
-      if (q.hasOnly && !std::binary_search(q.only.begin(), q.only.end(), std::make_tuple(e.orig.src, e.orig.sport, e.orig.dst))) continue;
+      if (q.hasOnly &&
+          !std::binary_search(q.only.begin(), q.only.end(), std::make_tuple(e.orig.src, e.orig.sport, e.orig.dst)))
+        continue;
       mine.push_back(&e);
     }
-    std::sort(mine.begin(), mine.end(), [](const Entry* a, const Entry* b) {
-      return std::tie(a->startNs, a->id) < std::tie(b->startNs, b->id);
-    });
+    std::sort(mine.begin(), mine.end(),
+              [](const Entry* a, const Entry* b) { return std::tie(a->startNs, a->id) < std::tie(b->startNs, b->id); });
     uint32_t deleted = 0;
     double newestNs = 0;
     uint32_t seq = 2;

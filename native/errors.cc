@@ -9,12 +9,18 @@ namespace {
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
 // glibc >= 2.32: both names and descriptions, thread-safe and locale-independent
-const char* NameOf(int err) { return strerrorname_np(err); }
-const char* DescriptionOf(int err) { return strerrordesc_np(err); }
+const char* NameOf(int err) {
+  return strerrorname_np(err);
+}
+const char* DescriptionOf(int err) {
+  return strerrordesc_np(err);
+}
 #else
 // other C libraries (musl in Alpine images): the errors this addon can meet
 const char* NameOf(int err) {
   switch (err) {
+// one case per errno, laid out as a table (clang-format would stair-step the macro calls)
+// clang-format off
 #define BALLAST_ERRNO(e) \
   case e:                \
     return #e;
@@ -27,11 +33,13 @@ const char* NameOf(int err) {
     BALLAST_ERRNO(ENETUNREACH) BALLAST_ERRNO(ENOBUFS) BALLAST_ERRNO(EHOSTUNREACH)
     BALLAST_ERRNO(ECONNREFUSED) BALLAST_ERRNO(ENOTSOCK) BALLAST_ERRNO(EDESTADDRREQ)
 #undef BALLAST_ERRNO
-    default:
-      return nullptr;
+        // clang-format on
+        default : return nullptr;
   }
 }
-const char* DescriptionOf(int err) { return strerror(err); }
+const char* DescriptionOf(int err) {
+  return strerror(err);
+}
 #endif
 
 }  // namespace
@@ -41,8 +49,8 @@ std::string ErrnoName(int err) {
   return name != nullptr ? std::string(name) : "E" + std::to_string(err);
 }
 
-bool CreateSystemError(napi_env env, int err, const std::string& syscall,
-                       const std::string& ifname, napi_value* result) {
+bool CreateSystemError(napi_env env, int err, const std::string& syscall, const std::string& ifname,
+                       napi_value* result) {
   const std::string name = ErrnoName(err);
   const char* description = DescriptionOf(err);
   std::string text = syscall + " failed on " + ifname + ": " + name;
@@ -62,8 +70,7 @@ bool CreateSystemError(napi_env env, int err, const std::string& syscall,
   return true;
 }
 
-Napi::Error SystemError(Napi::Env env, int err, const std::string& syscall,
-                        const std::string& ifname) {
+Napi::Error SystemError(Napi::Env env, int err, const std::string& syscall, const std::string& ifname) {
   napi_value error;
   if (!CreateSystemError(env, err, syscall, ifname, &error)) throw Napi::Error::New(env);
   return Napi::Error(env, error);
@@ -73,8 +80,7 @@ void ThrowTypeError(Napi::Env env, const std::string& message) {
   throw Napi::TypeError::New(env, message);
 }
 
-bool CallFromLoop(napi_env env, napi_value recv, napi_value fn, size_t argc,
-                  const napi_value* argv) {
+bool CallFromLoop(napi_env env, napi_value recv, napi_value fn, size_t argc, const napi_value* argv) {
   napi_value result;
   // make_callback (not call_function): runs the microtask and nextTick queues afterwards,
   // as node does for its own I/O callbacks

@@ -13,14 +13,13 @@ namespace ballast {
 std::string ErrnoName(int err);
 
 // Error("<syscall> failed on <ifname>: <NAME> (<description>)") with code, errno and syscall set.
-Napi::Error SystemError(Napi::Env env, int err, const std::string& syscall,
-                        const std::string& ifname);
+Napi::Error SystemError(Napi::Env env, int err, const std::string& syscall, const std::string& ifname);
 
 // The same error built with plain napi calls that report failure instead of throwing C++
 // exceptions: for libuv callbacks, where nothing may throw (and where a terminating worker makes
 // every napi call fail). Returns false if it could not be built.
-bool CreateSystemError(napi_env env, int err, const std::string& syscall,
-                       const std::string& ifname, napi_value* result);
+bool CreateSystemError(napi_env env, int err, const std::string& syscall, const std::string& ifname,
+                       napi_value* result);
 
 // argument errors are TypeErrors (checked again here after the TypeScript wrapper checked them)
 [[noreturn]] void ThrowTypeError(Napi::Env env, const std::string& message);
@@ -34,7 +33,6 @@ bool CreateSystemError(napi_env env, int err, const std::string& syscall,
 // callback is reported as uncaught (process 'uncaughtException', or the worker's 'error'), as
 // for any event handler; when the environment can no longer run JS (a worker being terminated)
 // the call is silently skipped. Returns false if the caller should stop delivering for now.
-bool CallFromLoop(napi_env env, napi_value recv, napi_value fn, size_t argc,
-                  const napi_value* argv);
+bool CallFromLoop(napi_env env, napi_value recv, napi_value fn, size_t argc, const napi_value* argv);
 
 }  // namespace ballast

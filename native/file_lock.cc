@@ -19,7 +19,8 @@ constexpr int kLockAttempts = 64;
 
 // true when `fd` and `path` name the same inode
 bool SameFile(int fd, const std::string& path, int* err) {
-  struct stat held {}, named {};
+  struct stat held {
+  }, named{};
   if (::fstat(fd, &held) < 0) {
     *err = errno;
     return false;

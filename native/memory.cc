@@ -69,8 +69,10 @@ Napi::Value ReleaseFilePages(const Napi::CallbackInfo& info) {
     }
     if (maps.empty()) continue;
     unsigned long kib = 0;
-    if (sscanf(line, "Rss: %lu kB", &kib) == 1) maps.back().rssKiB = kib;
-    else if (sscanf(line, "Anonymous: %lu kB", &kib) == 1) maps.back().anonKiB = kib;
+    if (sscanf(line, "Rss: %lu kB", &kib) == 1)
+      maps.back().rssKiB = kib;
+    else if (sscanf(line, "Anonymous: %lu kB", &kib) == 1)
+      maps.back().anonKiB = kib;
   }
   ::fclose(f);
   double released = 0;

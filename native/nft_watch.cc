@@ -54,13 +54,20 @@ bool AttributeOk(const struct nlmsghdr* nlh, const struct nlattr* attr) {
 
 const char* FamilyName(uint8_t family) {
   switch (family) {
-    case NFPROTO_INET: return "inet";
-    case NFPROTO_IPV4: return "ip";
-    case NFPROTO_ARP: return "arp";
-    case NFPROTO_NETDEV: return "netdev";
-    case NFPROTO_BRIDGE: return "bridge";
-    case NFPROTO_IPV6: return "ip6";
-    default: return nullptr;
+    case NFPROTO_INET:
+      return "inet";
+    case NFPROTO_IPV4:
+      return "ip";
+    case NFPROTO_ARP:
+      return "arp";
+    case NFPROTO_NETDEV:
+      return "netdev";
+    case NFPROTO_BRIDGE:
+      return "bridge";
+    case NFPROTO_IPV6:
+      return "ip6";
+    default:
+      return nullptr;
   }
 }
 
@@ -150,7 +157,9 @@ NftWatch::~NftWatch() {
   }
 }
 
-bool NftWatch::Open() const { return loop_ != nullptr && !loop_->closing; }
+bool NftWatch::Open() const {
+  return loop_ != nullptr && !loop_->closing;
+}
 
 // stops polling, closes the socket, starts closing the handle; OnClosed frees the struct
 void NftWatch::Shut(Loop* loop) {

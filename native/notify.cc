@@ -17,7 +17,8 @@ namespace ballast {
 namespace {
 
 std::string StringArgument(const Napi::CallbackInfo& info, size_t index, const char* name) {
-  if (info.Length() <= index || !info[index].IsString()) ThrowTypeError(info.Env(), std::string(name) + " must be a string");
+  if (info.Length() <= index || !info[index].IsString())
+    ThrowTypeError(info.Env(), std::string(name) + " must be a string");
   std::string s = info[index].As<Napi::String>().Utf8Value();
   if (s.empty()) ThrowTypeError(info.Env(), std::string(name) + " must not be empty");
   return s;
@@ -36,10 +37,12 @@ Napi::Value Notify(const Napi::CallbackInfo& info) {
   // sd_notify(3) accepts an absolute path or an abstract name written with a leading '@'
   if (path[0] != '/' && path[0] != '@') ThrowSystemError(env, EAFNOSUPPORT, "sendto", path);
   // a path needs its NUL inside sun_path; an abstract name is counted by the length instead
-  if (path.size() > sizeof addr.sun_path - (path[0] == '/' ? 1 : 0)) ThrowSystemError(env, ENAMETOOLONG, "sendto", path);
+  if (path.size() > sizeof addr.sun_path - (path[0] == '/' ? 1 : 0))
+    ThrowSystemError(env, ENAMETOOLONG, "sendto", path);
   std::memcpy(addr.sun_path, path.data(), path.size());
   if (path[0] == '@') addr.sun_path[0] = '\0';
-  const socklen_t length = static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + path.size() + (path[0] == '/' ? 1 : 0));
+  const socklen_t length =
+      static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + path.size() + (path[0] == '/' ? 1 : 0));
 
   UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) ThrowSystemError(env, errno, "socket(AF_UNIX, SOCK_DGRAM)", path);
@@ -47,7 +50,8 @@ Napi::Value Notify(const Napi::CallbackInfo& info) {
   // NotifyAccess=main checks the sender's PID with
   ssize_t n;
   do {
-    n = ::sendto(fd.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const struct sockaddr*>(&addr), length);
+    n = ::sendto(fd.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+                 reinterpret_cast<const struct sockaddr*>(&addr), length);
   } while (n < 0 && errno == EINTR);
   if (n < 0) ThrowSystemError(env, errno, "sendto", path);
   return env.Undefined();

@@ -30,10 +30,10 @@
 namespace ballast {
 
 namespace {
-constexpr size_t kMinFrame = 14;    // destination, source, EtherType
-constexpr size_t kMaxFrame = 1518;  // 1500-byte MTU + Ethernet header + one 802.1Q tag, no FCS
+constexpr size_t kMinFrame = 14;         // destination, source, EtherType
+constexpr size_t kMaxFrame = 1518;       // 1500-byte MTU + Ethernet header + one 802.1Q tag, no FCS
 constexpr size_t kReceiveBuffer = 2048;  // a whole frame of a 1500-byte MTU; longer ones are cut
-constexpr size_t kMaxFilter = 256;      // instructions; BPF_MAXINSNS is 4096, ours are ~10
+constexpr size_t kMaxFilter = 256;       // instructions; BPF_MAXINSNS is 4096, ours are ~10
 }  // namespace
 
 Napi::Function PacketSocket::Define(Napi::Env env) {
@@ -47,8 +47,7 @@ Napi::Function PacketSocket::Define(Napi::Env env) {
                      });
 }
 
-PacketSocket::PacketSocket(const Napi::CallbackInfo& info)
-    : Napi::ObjectWrap<PacketSocket>(info) {
+PacketSocket::PacketSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<PacketSocket>(info) {
   Napi::Env env = info.Env();
   ifname_ = InterfaceName(info, 0);
   // new PacketSocket(ifname[, protocol[, filter]]): protocol is an EtherType in host order
@@ -88,8 +87,8 @@ PacketSocket::PacketSocket(const Napi::CallbackInfo& info)
     struct sock_fprog fprog;
     fprog.len = static_cast<unsigned short>(filter.size());
     fprog.filter = filter.data();
-    SetOption(env, fd.get(), SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog,
-              "setsockopt(SO_ATTACH_FILTER)", ifname_);
+    SetOption(env, fd.get(), SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog, "setsockopt(SO_ATTACH_FILTER)",
+              ifname_);
   }
 
   struct sockaddr_ll address;
@@ -109,7 +108,9 @@ PacketSocket::PacketSocket(const Napi::CallbackInfo& info)
   fd_ = fd.release();
 }
 
-PacketSocket::~PacketSocket() { CloseFd(); }
+PacketSocket::~PacketSocket() {
+  CloseFd();
+}
 
 void PacketSocket::OnEnvTeardown(void* arg) {
   PacketSocket* self = static_cast<PacketSocket*>(arg);
@@ -138,8 +139,7 @@ Napi::Value PacketSocket::Send(const Napi::CallbackInfo& info) {
   if (!info[0].IsBuffer()) ThrowTypeError(env, "frame must be a Buffer");
   Napi::Buffer<uint8_t> frame = info[0].As<Napi::Buffer<uint8_t>>();
   if (frame.Length() < kMinFrame || frame.Length() > kMaxFrame) {
-    ThrowTypeError(env, "frame must be 14 to 1518 bytes long, got " +
-                            std::to_string(frame.Length()));
+    ThrowTypeError(env, "frame must be 14 to 1518 bytes long, got " + std::to_string(frame.Length()));
   }
   if (fd_ < 0) ThrowSystemError(env, EBADF, "send", ifname_);
   ssize_t n;

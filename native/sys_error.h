@@ -12,8 +12,8 @@
 namespace ballast {
 
 // Error("<syscall> failed on <subject>: <NAME> (<description>)[; <hint>]")
-inline Napi::Error SystemErrorHint(Napi::Env env, int err, const std::string& syscall,
-                                   const std::string& subject, const std::string& hint) {
+inline Napi::Error SystemErrorHint(Napi::Env env, int err, const std::string& syscall, const std::string& subject,
+                                   const std::string& hint) {
   std::string text = syscall + " failed on " + subject + ": " + ErrnoName(err);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
   const char* description = strerrordesc_np(err);
@@ -30,8 +30,7 @@ inline Napi::Error SystemErrorHint(Napi::Env env, int err, const std::string& sy
 }
 
 [[noreturn]] inline void ThrowSystemErrorHint(Napi::Env env, int err, const std::string& syscall,
-                                              const std::string& subject,
-                                              const std::string& hint) {
+                                              const std::string& subject, const std::string& hint) {
   throw SystemErrorHint(env, err, syscall, subject, hint);
 }
 

@@ -30,8 +30,7 @@ bool ParseDestination(const VrrpRoute& route, const std::string& text, VrrpDesti
   return true;
 }
 
-int SendDatagram(int fd, const VrrpRoute& route, const VrrpDestination& to, const uint8_t* payload,
-                 size_t length) {
+int SendDatagram(int fd, const VrrpRoute& route, const VrrpDestination& to, const uint8_t* payload, size_t length) {
   struct iovec iov;
   iov.iov_base = const_cast<uint8_t*>(payload);
   iov.iov_len = length;

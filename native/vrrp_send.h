@@ -35,7 +35,6 @@ bool ParseDestination(const VrrpRoute& route, const std::string& text, VrrpDesti
 // sendmsg(2) of one IP payload to `to`, the interface and source as IP_PKTINFO / IPV6_PKTINFO
 // (man 7 ip, man 7 ipv6), retried on EINTR. Returns 0, or the errno of the failure. Safe to
 // call from any thread (the kernel serialises sends on one socket).
-int SendDatagram(int fd, const VrrpRoute& route, const VrrpDestination& to, const uint8_t* payload,
-                 size_t length);
+int SendDatagram(int fd, const VrrpRoute& route, const VrrpDestination& to, const uint8_t* payload, size_t length);
 
 }  // namespace ballast

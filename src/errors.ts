@@ -45,8 +45,7 @@ export const ERRORS = {
   },
   BALLAST_E_NO_PRIMARY_ADDRESS: {
     exitCode: 1,
-    description:
-      'The interface has no primary IPv4 address (IPv4) or link-local address (IPv6) to send adverts from.',
+    description: 'The interface has no primary IPv4 address (IPv4) or link-local address (IPv6) to send adverts from.',
   },
   BALLAST_E_PERMISSION: {
     exitCode: 4,
@@ -86,7 +85,8 @@ export const ERRORS = {
   },
   BALLAST_E_DATAPLANE: {
     exitCode: 1,
-    description: 'The data plane could not be programmed: an nft or conntrack command failed (the kernel kept the previous ballast table), or the local endpoint could be served neither by eBPF nor by the proxy.',
+    description:
+      'The data plane could not be programmed: an nft or conntrack command failed (the kernel kept the previous ballast table), or the local endpoint could be served neither by eBPF nor by the proxy.',
   },
   BALLAST_E_BGP: {
     exitCode: 1,
@@ -102,7 +102,8 @@ export const ERRORS = {
   },
   BALLAST_E_LOCAL_ENDPOINT_IN_USE: {
     exitCode: 2,
-    description: 'Something on the node already listens on the port of localEndpoint.address, or another agent on the host already serves the local endpoint of that cgroup.',
+    description:
+      'Something on the node already listens on the port of localEndpoint.address, or another agent on the host already serves the local endpoint of that cgroup.',
   },
   BALLAST_E_LOCAL_ENDPOINT_ADDRESS: {
     exitCode: 2,
@@ -159,11 +160,7 @@ export class BallastError extends Error {
  * carries the list of issues.
  * @example throw createError('BALLAST_E_PERMISSION', 'opening the VRRP socket needs CAP_NET_RAW', { cause: err })
  */
-export function createError(
-  code: Exclude<ErrorCode, 'BALLAST_E_CONFIG'>,
-  message: string,
-  options?: { cause?: unknown },
-): BallastError {
+export function createError(code: Exclude<ErrorCode, 'BALLAST_E_CONFIG'>, message: string, options?: { cause?: unknown }): BallastError {
   return new BallastError(code, message, options);
 }
 

@@ -110,7 +110,13 @@ function main(argv: string[]): void {
     // the certificate's DER would be a kilobyte of JSON per check: its fingerprint says which it was
     checker.on('check', (c) => {
       const { peerCertificate, ...result } = c.result;
-      print({ event: 'check', address: formatHostPort(c.backend), ...result, ...(peerCertificate ? { peerFingerprint256: peerCertificate.fingerprint256 } : {}), at: iso(c.at) });
+      print({
+        event: 'check',
+        address: formatHostPort(c.backend),
+        ...result,
+        ...(peerCertificate ? { peerFingerprint256: peerCertificate.fingerprint256 } : {}),
+        at: iso(c.at),
+      });
     });
   }
   const snapshot = (): void => print({ event: 'snapshot', backends: checker.snapshot() });

@@ -243,10 +243,13 @@ async function main(argv: string[]): Promise<number> {
   // a pause that SIGTERM/SIGINT cuts short (lab/wait.ts's sleep cannot be woken)
   const pause = (ms: number): Promise<void> =>
     new Promise((r) => {
-      const timer = setTimeout(() => {
-        wake = null;
-        r();
-      }, Math.max(0, ms));
+      const timer = setTimeout(
+        () => {
+          wake = null;
+          r();
+        },
+        Math.max(0, ms),
+      );
       wake = () => {
         clearTimeout(timer);
         wake = null;

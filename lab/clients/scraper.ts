@@ -60,7 +60,8 @@ async function main(argv: string[]): Promise<number> {
   const base = new URL(values.base);
   const paths = values.path && values.path.length > 0 ? values.path : ['/metrics', '/status'];
   const [count, interval, duration, timeout] = [values.count, values.interval, values.duration, values.timeout].map(Number) as [number, number, number, number];
-  for (const [k, v] of Object.entries({ count, interval, duration, timeout })) if (!Number.isFinite(v) || v <= 0) throw new Error(`--${k} must be a positive number`);
+  for (const [k, v] of Object.entries({ count, interval, duration, timeout }))
+    if (!Number.isFinite(v) || v <= 0) throw new Error(`--${k} must be a positive number`);
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: count });
   const times = new Map<string, number[]>(paths.map((p) => [p, []]));
@@ -112,10 +113,22 @@ async function main(argv: string[]): Promise<number> {
     const per: Record<string, PathReport> = {};
     for (const p of paths) {
       const xs = times.get(p)!;
-      per[p] = { requests: xs.length + failures.get(p)!, failures: failures.get(p)!, p50: round(quantile(xs, 0.5)), p99: round(quantile(xs, 0.99)), max: round(xs.length ? Math.max(...xs) : 0) };
+      per[p] = {
+        requests: xs.length + failures.get(p)!,
+        failures: failures.get(p)!,
+        p50: round(quantile(xs, 0.5)),
+        p99: round(quantile(xs, 0.99)),
+        max: round(xs.length ? Math.max(...xs) : 0),
+      };
     }
     const all = Object.values(per);
-    return { requests: all.reduce((a, r) => a + r.requests, 0), failures: all.reduce((a, r) => a + r.failures, 0), firstError, durationMs: Math.round(performance.now() - t0), paths: per };
+    return {
+      requests: all.reduce((a, r) => a + r.requests, 0),
+      failures: all.reduce((a, r) => a + r.failures, 0),
+      firstError,
+      durationMs: Math.round(performance.now() - t0),
+      paths: per,
+    };
   };
   const done = new Promise<void>((resolve) => {
     for (const sig of ['SIGTERM', 'SIGINT'] as const) {

@@ -82,7 +82,18 @@ async function main(argv: string[]): Promise<number> {
 
   const open = (i: number): Promise<void> =>
     new Promise((resolve) => {
-      const rec: StreamRecord = { stream: i, source: sources[i % sources.length]!, port: null, node: null, openedAt: Date.now(), events: 0, lastEventAt: null, gaps: [], endedAt: null, end: null };
+      const rec: StreamRecord = {
+        stream: i,
+        source: sources[i % sources.length]!,
+        port: null,
+        node: null,
+        openedAt: Date.now(),
+        events: 0,
+        lastEventAt: null,
+        gaps: [],
+        endedAt: null,
+        end: null,
+      };
       records.push(rec);
       // the TCP socket first: tls.connect has no localAddress of its own
       const tcp = net.connect({ host, port, localAddress: rec.source });
@@ -107,7 +118,9 @@ async function main(argv: string[]): Promise<number> {
       s.setNoDelay(true);
       tcp.once('connect', () => (rec.port = tcp.localPort ?? null));
       s.once('secureConnect', () => {
-        s.write(`GET ${WATCH_PATH} HTTP/1.1\r\nHost: ${url.host}\r\n${values.token ? `Authorization: Bearer ${values.token}\r\n` : ''}Accept: application/json\r\n\r\n`);
+        s.write(
+          `GET ${WATCH_PATH} HTTP/1.1\r\nHost: ${url.host}\r\n${values.token ? `Authorization: Bearer ${values.token}\r\n` : ''}Accept: application/json\r\n\r\n`,
+        );
       });
       s.on('data', (buf: Buffer) => {
         const now = Date.now();

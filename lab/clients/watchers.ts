@@ -91,7 +91,15 @@ class Watcher {
   constructor(
     readonly id: number,
     readonly o: Options,
-    readonly stats: { connects: number; reconnects: number; failedAttempts: number; failedReconnects: number; requests: number; failedRequests: number; switched: number },
+    readonly stats: {
+      connects: number;
+      reconnects: number;
+      failedAttempts: number;
+      failedReconnects: number;
+      requests: number;
+      failedRequests: number;
+      switched: number;
+    },
     readonly stopped: () => boolean,
   ) {}
 
@@ -101,7 +109,13 @@ class Watcher {
     this.opening = true;
     this.#tries++;
     // URL.hostname keeps an IPv6 literal's brackets; tls.connect wants the bare address
-    const s = tls.connect({ host: this.o.url.hostname.replace(/^\[(.*)\]$/, '$1'), port: Number(this.o.url.port || 443), ca: this.o.ca, servername: undefined, session: undefined });
+    const s = tls.connect({
+      host: this.o.url.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: Number(this.o.url.port || 443),
+      ca: this.o.ca,
+      servername: undefined,
+      session: undefined,
+    });
     s.setNoDelay(true);
     s.setEncoding('utf8');
     let settled = false;
@@ -167,7 +181,8 @@ class Watcher {
       if (!s || this.stopped()) return;
       const begun = Date.now();
       void this.#request().then((r) => {
-        if (this.o.events) emit({ event: 'request', w: this.id, conn: this.#conns, start: begun, end: Date.now(), ok: r.ok, ...(r.node === undefined ? {} : { node: r.node }) });
+        if (this.o.events)
+          emit({ event: 'request', w: this.id, conn: this.#conns, start: begun, end: Date.now(), ok: r.ok, ...(r.node === undefined ? {} : { node: r.node }) });
         if (r.ok && r.node !== undefined && this.node !== null && r.node !== this.node) this.stats.switched++;
         if (this.socket !== s) return;
         if (!r.ok) {

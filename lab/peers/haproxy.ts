@@ -147,7 +147,7 @@ export function haproxyConfig(opts: HaproxyOptions): string {
   }
   const ip = (a: string): string => (isIP(a) === 6 ? `[${a}]` : a);
   const lines = [
-    '# rendered by ballast lab/peers/haproxy.ts: the kubeadm HA guide\'s haproxy.cfg, TCP mode',
+    "# rendered by ballast lab/peers/haproxy.ts: the kubeadm HA guide's haproxy.cfg, TCP mode",
     'global',
     // notice: server state changes are logged, per-connection lines (info) are not
     '    log stdout format raw local0 notice',
@@ -157,7 +157,7 @@ export function haproxyConfig(opts: HaproxyOptions): string {
     '    mode                    tcp',
     '    log                     global',
     '    option                  dontlognull',
-    ...(opts.redispatch ?? true ? ['    option                  redispatch'] : []),
+    ...((opts.redispatch ?? true) ? ['    option                  redispatch'] : []),
     `    retries                 ${retries}`,
     `    timeout queue           ${time(timeouts.queue)}`,
     `    timeout connect         ${time(timeouts.connect)}`,

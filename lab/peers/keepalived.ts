@@ -187,12 +187,17 @@ export function keepalivedConfig(opts: KeepalivedOptions): string {
   for (const p of opts.unicastPeers ?? []) {
     if (isIP(p) === 0) throw new TypeError(`unicastPeers: not an IP address: ${JSON.stringify(p)}`);
   }
-  if (opts.unicastSrcIp !== undefined && isIP(opts.unicastSrcIp) === 0) throw new TypeError(`unicastSrcIp: not an IP address: ${JSON.stringify(opts.unicastSrcIp)}`);
+  if (opts.unicastSrcIp !== undefined && isIP(opts.unicastSrcIp) === 0)
+    throw new TypeError(`unicastSrcIp: not an IP address: ${JSON.stringify(opts.unicastSrcIp)}`);
   if (opts.preemptDelayS !== undefined) checkSeconds('preemptDelayS', opts.preemptDelayS, 0, 1000);
   const routerId = opts.routerId ?? 'ballast-lab';
   const instance = opts.instanceName ?? `VI_${vrid}`;
   const scriptUser = opts.scriptUser ?? 'root';
-  for (const [k, v] of [['routerId', routerId], ['instanceName', instance], ['scriptUser', scriptUser]] as const) {
+  for (const [k, v] of [
+    ['routerId', routerId],
+    ['instanceName', instance],
+    ['scriptUser', scriptUser],
+  ] as const) {
     if (!NAME_RE.test(v)) throw new TypeError(`${k}: only [A-Za-z0-9_.-], got ${JSON.stringify(v)}`);
   }
   const g = opts.garp ?? {};
@@ -227,7 +232,8 @@ export function keepalivedConfig(opts: KeepalivedOptions): string {
   }
   const scripts = (opts.trackScripts ?? []).map((t) => {
     if (!NAME_RE.test(t.name)) throw new TypeError(`trackScripts: name must match ${NAME_RE}, got ${JSON.stringify(t.name)}`);
-    if (!t.script.startsWith('/') || /["\r\n]/.test(t.script)) throw new TypeError(`trackScripts[${t.name}].script must be an absolute command line without double quotes or newlines, got ${JSON.stringify(t.script)}`);
+    if (!t.script.startsWith('/') || /["\r\n]/.test(t.script))
+      throw new TypeError(`trackScripts[${t.name}].script must be an absolute command line without double quotes or newlines, got ${JSON.stringify(t.script)}`);
     checkSeconds(`trackScripts[${t.name}].intervalS`, t.intervalS, 1, 3600);
     if (t.timeoutS !== undefined) checkSeconds(`trackScripts[${t.name}].timeoutS`, t.timeoutS, 1, 3600);
     if (t.weight !== undefined) checkInt(`trackScripts[${t.name}].weight`, t.weight, -253, 253);
@@ -357,17 +363,31 @@ export async function startKeepalived(lab: Lab, node: LabNode, opts: KeepalivedO
   if (test.code !== 0) {
     perLab.delete(node.name);
     const v = keepalivedVersion();
-    const hint = opts.checksumAsV2 && v && (v[0] < 2 || (v[0] === 2 && (v[1] < 2 || (v[1] === 2 && v[2] < 8))))
-      ? ` (checksumAsV2 needs keepalived ≥ 2.2.8, this is ${v.join('.')})`
-      : '';
-    throw new Error(`keepalived --config-test rejected ${configPath} (exit ${test.code})${hint}:\n${(test.stdout + test.stderr).trim()}\n--- config ---\n${config}`);
+    const hint =
+      opts.checksumAsV2 && v && (v[0] < 2 || (v[0] === 2 && (v[1] < 2 || (v[1] === 2 && v[2] < 8))))
+        ? ` (checksumAsV2 needs keepalived ≥ 2.2.8, this is ${v.join('.')})`
+        : '';
+    throw new Error(
+      `keepalived --config-test rejected ${configPath} (exit ${test.code})${hint}:\n${(test.stdout + test.stderr).trim()}\n--- config ---\n${config}`,
+    );
   }
 
   const proc = lab.spawn(
     node.netns,
     [
-      KEEPALIVED_PATH, '--dont-fork', '--log-console', '--log-detail', '--no-syslog', '--vrrp', '--dont-respawn',
-      '-f', configPath, '-p', pidFile, '-r', vrrpPidFile,
+      KEEPALIVED_PATH,
+      '--dont-fork',
+      '--log-console',
+      '--log-detail',
+      '--no-syslog',
+      '--vrrp',
+      '--dont-respawn',
+      '-f',
+      configPath,
+      '-p',
+      pidFile,
+      '-r',
+      vrrpPidFile,
     ],
     { logFile: join(lab.dir, `${node.name}-keepalived.log`) },
   );

@@ -109,7 +109,8 @@ export function nginxConfig(opts: NginxOptions, paths: NginxPaths): string {
   checkInt('connectTimeoutMs', connectTimeoutMs, 1, 3_600_000);
   checkInt('proxyTimeoutMs', proxyTimeoutMs, 1, 86_400_000);
   for (const [k, p] of Object.entries(paths)) {
-    if (!p.startsWith('/') || /[\s;'"{}]/.test(p)) throw new TypeError(`${k} must be an absolute path without spaces, quotes, braces or ";", got ${JSON.stringify(p)}`);
+    if (!p.startsWith('/') || /[\s;'"{}]/.test(p))
+      throw new TypeError(`${k} must be an absolute path without spaces, quotes, braces or ";", got ${JSON.stringify(p)}`);
   }
   return [
     "# rendered by ballast lab/peers/nginx.ts: kubespray's node-local apiserver proxy (nginx-proxy)",
@@ -201,7 +202,9 @@ export async function startNginx(lab: Lab, node: LabNode, opts: NginxOptions, st
     release();
   });
   const peer: NginxPeer = { node, proc, ...paths, stop: (stopTimeoutMs = 3000) => proc.stop('SIGTERM', stopTimeoutMs) };
-  const want = (Array.isArray(opts.listen) ? opts.listen : [opts.listen]).map((l) => (isIP(l.address) === 6 ? `[${l.address}]:${l.port}` : `${l.address}:${l.port}`));
+  const want = (Array.isArray(opts.listen) ? opts.listen : [opts.listen]).map((l) =>
+    isIP(l.address) === 6 ? `[${l.address}]:${l.port}` : `${l.address}:${l.port}`,
+  );
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exited) throw new Error(`nginx on ${node.name} exited during start; output:\n${proc.output().slice(-2000)}`);

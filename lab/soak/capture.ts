@@ -110,13 +110,7 @@ export function readPcap(buf: Buffer): TcpSegment[] {
 
 /** Where a stalled handshake was lost (see the file comment). */
 export type SynFate =
-  | 'unanswered at the holder'
-  | 'refused at the holder'
-  | 'backend silent'
-  | 'challenge ACK'
-  | 'reset by backend'
-  | 'reply not forwarded'
-  | 'answered';
+  'unanswered at the holder' | 'refused at the holder' | 'backend silent' | 'challenge ACK' | 'reset by backend' | 'reply not forwarded' | 'answered';
 
 /** One client SYN to VIP:port whose handshake stalled: no SYN-ACK back to the client in time, or the SYN sent again. */
 export interface StalledHandshake {
@@ -154,11 +148,18 @@ const flagText = (f: number): string => (['F', 'S', 'R', 'P', 'A'] as const).fil
  * backend's `port` that carry the client's source port (masquerade keeps it when it can).
  * Sorted by time. Reads `segs()` twice.
  */
-export function stalledHandshakes(segs: () => Iterable<TcpSegment>, o: { vip: string; port: number; names: CaptureNames; minGapMs?: number; windowMs?: number }): StalledHandshake[] {
+export function stalledHandshakes(
+  segs: () => Iterable<TcpSegment>,
+  o: { vip: string; port: number; names: CaptureNames; minGapMs?: number; windowMs?: number },
+): StalledHandshake[] {
   const minGap = o.minGapMs ?? 500;
   const windowMs = o.windowMs ?? 1000;
   const name = (addr: string): string => o.names.byAddress[addr] ?? addr;
-  interface Open { syn: TcpSegment; again?: TcpSegment; answeredAt?: number }
+  interface Open {
+    syn: TcpSegment;
+    again?: TcpSegment;
+    answeredAt?: number;
+  }
   // first pass: every handshake by "client port seq", judged (and forgotten) once it is 10 s old
   const open = new Map<string, Open>();
   const found: { syn: TcpSegment; end: number; again?: TcpSegment }[] = [];
@@ -213,14 +214,17 @@ export function stalledHandshakes(segs: () => Iterable<TcpSegment>, o: { vip: st
       const backend = legSyn ? legSyn.dst : null;
       const fromBackend = legSyn ? during.filter((s) => s.src === backend && s.sport === o.port && s.dst === legSyn.src && s.dport === port) : [];
       // a SYN-ACK answers this SYN only if it acknowledges its sequence number (NAT keeps it)
-      const synAck = (s: TcpSegment): boolean => (s.flags & (SYN | ACK)) === (SYN | ACK) && ((s.ack - 1) >>> 0) === syn.seq;
+      const synAck = (s: TcpSegment): boolean => (s.flags & (SYN | ACK)) === (SYN | ACK) && (s.ack - 1) >>> 0 === syn.seq;
       let fate: SynFate;
       if (fromVip.some(synAck)) fate = 'answered';
       else if (legSyn) {
-        fate = fromBackend.some(synAck) ? 'reply not forwarded'
-          : fromBackend.some((s) => s.flags & RST) ? 'reset by backend'
-          : fromBackend.some((s) => s.flags & ACK) ? 'challenge ACK'
-          : 'backend silent';
+        fate = fromBackend.some(synAck)
+          ? 'reply not forwarded'
+          : fromBackend.some((s) => s.flags & RST)
+            ? 'reset by backend'
+            : fromBackend.some((s) => s.flags & ACK)
+              ? 'challenge ACK'
+              : 'backend silent';
       } else fate = fromVip.some((s) => s.flags & RST) ? 'refused at the holder' : 'unanswered at the holder';
       return {
         t: syn.t,
@@ -229,7 +233,9 @@ export function stalledHandshakes(segs: () => Iterable<TcpSegment>, o: { vip: st
         backend: backend === null ? null : name(backend),
         fate,
         retransmitAfterMs: again ? Math.round((again.t - syn.t) * 10) / 10 : null,
-        trace: during.map((s) => `+${(s.t - syn.t).toFixed(1)} ms ${name(s.src)}:${s.sport} > ${name(s.dst)}:${s.dport} ${flagText(s.flags & (FIN | SYN | RST | 0x08 | ACK))}`),
+        trace: during.map(
+          (s) => `+${(s.t - syn.t).toFixed(1)} ms ${name(s.src)}:${s.sport} > ${name(s.dst)}:${s.dport} ${flagText(s.flags & (FIN | SYN | RST | 0x08 | ACK))}`,
+        ),
       };
     });
 }
@@ -247,7 +253,11 @@ export interface Capture {
  * @throws Error when tcpdump cannot start or exits first (its stderr in the message).
  */
 export function startCapture(o: { netns: string; ifname: string; port: number; file: string; tcpdump?: string }): Promise<Capture> {
-  const p: ChildProcess = spawn('ip', ['netns', 'exec', o.netns, o.tcpdump ?? 'tcpdump', '-i', o.ifname, '-s', '96', '-n', '-U', '-w', o.file, 'tcp', 'port', String(o.port)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const p: ChildProcess = spawn(
+    'ip',
+    ['netns', 'exec', o.netns, o.tcpdump ?? 'tcpdump', '-i', o.ifname, '-s', '96', '-n', '-U', '-w', o.file, 'tcp', 'port', String(o.port)],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   let err = '';
   const exited = new Promise<void>((r) => p.once('exit', () => r()));
   let started = false;

@@ -33,7 +33,12 @@ async function runProbe(url: URL, ca: Buffer, intervalMs: number, durationMs: nu
   // probe() counts `t` from its own start, taken in the same tick as this one
   const t0 = performance.timeOrigin + performance.now();
   await probe({
-    url, ca, intervalMs, durationMs, timeoutMs, signal,
+    url,
+    ca,
+    intervalMs,
+    durationMs,
+    timeoutMs,
+    signal,
     onResult: (r) => out(r.ok ? { at: round(t0 + r.t), ok: true, ms: r.ms, node: r.node } : { at: round(t0 + r.t), ok: false, ms: r.ms, error: r.error }),
   });
 }
@@ -127,11 +132,15 @@ async function main(argv: string[]): Promise<number> {
   }
   if (mode === 'watch') {
     const o: LongconnOptions = {
-      url, ca, node: undefined, attempts: 1,
+      url,
+      ca,
+      node: undefined,
+      attempts: 1,
       intervalMs: intArg('interval', values.interval, 3000, 10, 60_000),
       durationMs,
       timeoutMs: intArg('timeout', values.timeout, 2000, 1, 60_000),
-      reconnect: true, maxConnections: 1,
+      reconnect: true,
+      maxConnections: 1,
     };
     await runWatches(o, intArg('count', values.count, 300, 1, 5000), ac.signal);
     return 0;

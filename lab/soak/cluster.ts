@@ -146,7 +146,11 @@ export class SoakCluster {
       say(`healthy; starting the clients (${o.watches} watch-like connections)`);
       c.#startClients();
       await c.#waitWatches(60_000);
-      c.#timers.push(setInterval(() => c!.#record(), 100), setInterval(() => c!.#sampleResources(), 2000), setInterval(() => void c!.#checkLeaks(), 5000));
+      c.#timers.push(
+        setInterval(() => c!.#record(), 100),
+        setInterval(() => c!.#sampleResources(), 2000),
+        setInterval(() => void c!.#checkLeaks(), 5000),
+      );
       await sleep(1000);
       return c;
     } catch (e) {
@@ -159,7 +163,13 @@ export class SoakCluster {
   settings(name: string): AgentSettings {
     const t = this.o.timing;
     const backends = this.controlPlane.map((n) => `${n.ipv4}:6443`);
-    const health = { caFile: this.lab.ca.certFile, interval: `${t.health.intervalMs}ms`, timeout: `${t.health.timeoutMs}ms`, rise: t.health.rise, fall: t.health.fall };
+    const health = {
+      caFile: this.lab.ca.certFile,
+      interval: `${t.health.intervalMs}ms`,
+      timeout: `${t.health.timeoutMs}ms`,
+      rise: t.health.rise,
+      fall: t.health.fall,
+    };
     const clock = this.#clocks.get(name) ?? join(this.lab.dir, `clock-${name}`);
     if (!this.#clocks.has(name)) {
       writeFileSync(clock, `${clockOffset('+0m')}\n`);
@@ -177,8 +187,15 @@ export class SoakCluster {
     };
     if (name === this.worker.name) {
       return {
-        priority: 100, noElection: true, hostMounts: true, env,
-        extra: { apiserver: { port: 6443, backends, health }, localEndpoint: { address: '127.0.0.1:7443', cgroup: this.cgroup }, dataplane: { local: 'ebpf', keepOnStop: 'localEndpoint' } },
+        priority: 100,
+        noElection: true,
+        hostMounts: true,
+        env,
+        extra: {
+          apiserver: { port: 6443, backends, health },
+          localEndpoint: { address: '127.0.0.1:7443', cgroup: this.cgroup },
+          dataplane: { local: 'ebpf', keepOnStop: 'localEndpoint' },
+        },
       };
     }
     return {
@@ -210,7 +227,12 @@ export class SoakCluster {
     const path = this.configPath(name);
     writeFileSync(path, this.goodConfig(name));
     this.#configs.set(name, path);
-    const a = await runAgent(this.lab, node, path, { logFile: join(this.lab.dir, `${name}-ballast.log`), env: s.env!, ...(s.hostMounts ? { hostMounts: true } : {}), timeoutMs: 15_000 });
+    const a = await runAgent(this.lab, node, path, {
+      logFile: join(this.lab.dir, `${name}-ballast.log`),
+      env: s.env!,
+      ...(s.hostMounts ? { hostMounts: true } : {}),
+      timeoutMs: 15_000,
+    });
     this.agents.set(name, a);
     this.#startedAt.set(a.proc.pid, Date.now());
     return Object.assign(a, { startMs: Date.now() - t });
@@ -225,7 +247,16 @@ export class SoakCluster {
   }
 
   #startSampler(n: LabNode): void {
-    const p = this.lab.spawn(n.netns, [process.execPath, soakScript('sampler'), '--vip', this.lab.vip4, '--every', '100', '--duration', String(this.o.maxLifeMs)]);
+    const p = this.lab.spawn(n.netns, [
+      process.execPath,
+      soakScript('sampler'),
+      '--vip',
+      this.lab.vip4,
+      '--every',
+      '100',
+      '--duration',
+      String(this.o.maxLifeMs),
+    ]);
     this.#procs.push(p);
     onJsonLines<SamplerLine>(p, (l) => this.#latest.set(n.name, l));
   }
@@ -237,7 +268,14 @@ export class SoakCluster {
     if (!s || !this.agents.has(name)) return { up: false };
     if (name === this.worker.name) return { up: true, state: s.state, local: s.local ?? 0, damped: s.damped };
     const tables = l!.tables;
-    return { up: true, state: s.state, backendsUp: s.backendsUp, backendsTotal: s.backendsTotal, states: s.states, ...(tables === null ? {} : { table: tables.includes('ip ballast') }) };
+    return {
+      up: true,
+      state: s.state,
+      backendsUp: s.backendsUp,
+      backendsTotal: s.backendsTotal,
+      states: s.states,
+      ...(tables === null ? {} : { table: tables.includes('ip ballast') }),
+    };
   }
 
   /** The cluster now, from the samplers' latest lines. */
@@ -259,7 +297,8 @@ export class SoakCluster {
     for (;;) {
       const s = this.snapshot();
       const ok =
-        s.holders.length === 1 && s.holders[0] === 'n1' &&
+        s.holders.length === 1 &&
+        s.holders[0] === 'n1' &&
         this.controlPlane.every((n) => s.agents[n.name]?.backendsUp === 3 && s.agents[n.name]?.table === true) &&
         s.agents[this.worker.name]?.local === 3;
       if (ok) {
@@ -275,7 +314,10 @@ export class SoakCluster {
     for (const n of this.lab.nodes) {
       const l = this.#latest.get(n.name);
       this.#baseTables.set(n.name, l?.tables ?? []);
-      this.#baseAddrs.set(n.name, (l?.addrs ?? []).filter((a) => !a.startsWith(`${this.lab.vip4}/`)));
+      this.#baseAddrs.set(
+        n.name,
+        (l?.addrs ?? []).filter((a) => !a.startsWith(`${this.lab.vip4}/`)),
+      );
     }
   }
 
@@ -283,9 +325,37 @@ export class SoakCluster {
     const life = String(this.o.maxLifeMs);
     const t = this.o.timing;
     const probeArgs = ['--ca', this.lab.ca.certFile, '--duration', life, '--timeout', String(t.requestTimeoutMs)];
-    const vip = this.lab.spawn(this.lab.client.netns, [process.execPath, soakScript('clients'), 'probe', '--url', `https://${this.lab.vip4}:6443/version`, '--interval', '10', ...probeArgs], { logFile: 'probe-vip.log' });
-    const local = this.lab.spawn(this.worker.netns, [process.execPath, soakScript('clients'), 'probe', '--url', 'https://127.0.0.1:7443/version', '--interval', String(t.localIntervalMs), ...probeArgs], { cgroup: this.cgroup, logFile: 'probe-local.log' });
-    const watches = this.lab.spawn(this.lab.client.netns, [process.execPath, soakScript('clients'), 'watch', '--url', `https://${this.lab.vip4}:6443/version`, '--ca', this.lab.ca.certFile, '--count', String(this.o.watches), '--interval', String(t.watchIntervalMs), '--duration', life, '--timeout', '2000'], { logFile: 'watches.log' });
+    const vip = this.lab.spawn(
+      this.lab.client.netns,
+      [process.execPath, soakScript('clients'), 'probe', '--url', `https://${this.lab.vip4}:6443/version`, '--interval', '10', ...probeArgs],
+      { logFile: 'probe-vip.log' },
+    );
+    const local = this.lab.spawn(
+      this.worker.netns,
+      [process.execPath, soakScript('clients'), 'probe', '--url', 'https://127.0.0.1:7443/version', '--interval', String(t.localIntervalMs), ...probeArgs],
+      { cgroup: this.cgroup, logFile: 'probe-local.log' },
+    );
+    const watches = this.lab.spawn(
+      this.lab.client.netns,
+      [
+        process.execPath,
+        soakScript('clients'),
+        'watch',
+        '--url',
+        `https://${this.lab.vip4}:6443/version`,
+        '--ca',
+        this.lab.ca.certFile,
+        '--count',
+        String(this.o.watches),
+        '--interval',
+        String(t.watchIntervalMs),
+        '--duration',
+        life,
+        '--timeout',
+        '2000',
+      ],
+      { logFile: 'watches.log' },
+    );
     this.#procs.push(vip, local, watches);
     type ProbeLine = { at: number; ok: boolean; ms: number; node?: string; error?: string };
     const onProbe = (counts: ProbeCounts, failures: ClientFailure[]) => (l: ProbeLine) => {
@@ -298,7 +368,17 @@ export class SoakCluster {
     };
     onJsonLines<ProbeLine>(vip, onProbe(this.vipCounts, this.vipFailures));
     onJsonLines<ProbeLine>(local, onProbe(this.localCounts, this.localFailures));
-    type WatchLine = { w?: string; event?: string; conn: number; at: number; error?: string | null; open?: number; ok?: number; failed?: number; reconnects?: number };
+    type WatchLine = {
+      w?: string;
+      event?: string;
+      conn: number;
+      at: number;
+      error?: string | null;
+      open?: number;
+      ok?: number;
+      failed?: number;
+      reconnects?: number;
+    };
     onJsonLines<WatchLine>(watches, (l) => {
       if (l.w === 'stats') {
         this.watchCounts.ok = l.ok ?? 0;
@@ -329,7 +409,8 @@ export class SoakCluster {
   async #waitWatches(timeoutMs: number): Promise<void> {
     const until = Date.now() + timeoutMs;
     while (this.#connected.size < this.o.watches) {
-      if (Date.now() > until) throw new Error(`soak: only ${this.#connected.size} of ${this.o.watches} watch-like connections connected within ${timeoutMs} ms`);
+      if (Date.now() > until)
+        throw new Error(`soak: only ${this.#connected.size} of ${this.o.watches} watch-like connections connected within ${timeoutMs} ms`);
       await sleep(100);
     }
   }
@@ -366,7 +447,8 @@ export class SoakCluster {
       if (!l) continue;
       const addrs = this.#baseAddrs.get(n.name) ?? [];
       for (const a of l.addrs) {
-        if (!addrs.includes(a) && !a.startsWith(`${this.lab.vip4}/`)) this.#suspect(`${n.name} addr ${a}`, { t, node: n.name, what: `address ${a} on eth0` }, seen);
+        if (!addrs.includes(a) && !a.startsWith(`${this.lab.vip4}/`))
+          this.#suspect(`${n.name} addr ${a}`, { t, node: n.name, what: `address ${a} on eth0` }, seen);
       }
       const tables = [...(this.#baseTables.get(n.name) ?? []), ...(this.extraTables.get(n.name) ?? [])];
       for (const tb of l.tables ?? []) if (!tables.includes(tb)) this.#suspect(`${n.name} table ${tb}`, { t, node: n.name, what: `table ${tb}` }, seen);
@@ -398,7 +480,8 @@ export class SoakCluster {
     const pinRoot = dirname(this.pinDir);
     if (existsSync(pinRoot)) {
       for (const e of readdirSync(pinRoot)) {
-        if (e.includes(this.lab.prefix) && e !== basename(this.pinDir)) this.#suspect(`pin ${e}`, { t, node: this.worker.name, what: `BPF pin ${join(pinRoot, e)}` }, seen);
+        if (e.includes(this.lab.prefix) && e !== basename(this.pinDir))
+          this.#suspect(`pin ${e}`, { t, node: this.worker.name, what: `BPF pin ${join(pinRoot, e)}` }, seen);
       }
     }
     for (const k of [...this.#suspects.keys()]) if (!seen.has(k)) this.#suspects.delete(k);
@@ -437,7 +520,9 @@ export class SoakCluster {
 async function pidsIn(netns: string): Promise<number[]> {
   const { execFile } = await import('node:child_process');
   return new Promise((resolve) => {
-    execFile('ip', ['netns', 'pids', netns], { timeout: 5000, encoding: 'utf8' }, (err, stdout) => resolve(err ? [] : stdout.split(/\s+/).filter(Boolean).map(Number)));
+    execFile('ip', ['netns', 'pids', netns], { timeout: 5000, encoding: 'utf8' }, (err, stdout) =>
+      resolve(err ? [] : stdout.split(/\s+/).filter(Boolean).map(Number)),
+    );
   });
 }
 

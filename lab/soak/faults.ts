@@ -101,7 +101,13 @@ export async function inject(c: SoakCluster, f: PlannedFault): Promise<FaultOutc
     }
     case 'reload-bad': {
       // vrid out of range (1..255): refused as a whole
-      writeFileSync(c.configPath(f.target), c.goodConfig(f.target).replace(/vrid: \d+/, 'vrid: 300').replace(/rise: \d+/, 'rise: 99'));
+      writeFileSync(
+        c.configPath(f.target),
+        c
+          .goodConfig(f.target)
+          .replace(/vrid: \d+/, 'vrid: 300')
+          .replace(/rise: \d+/, 'rise: 99'),
+      );
       const r = await reload(c, f.target);
       return r === 2 ? { note: `${role}, refused` } : { note: role, failed: `an invalid config: ballast reload exited ${r}, not 2` };
     }
@@ -170,7 +176,10 @@ export async function heal(c: SoakCluster, f: PlannedFault): Promise<FaultOutcom
 /** `ballast reload --admin 127.0.0.1:9641` in the node; resolves with its exit status (-1: no agent). */
 async function reload(c: SoakCluster, name: string): Promise<number> {
   if (!c.agents.has(name)) return -1;
-  const r = await c.lab.exec(c.node(name).netns, [process.execPath, cliPath(), 'reload', '--admin', '127.0.0.1:9641', '--json'], { allowFail: true, timeoutMs: 15_000 });
+  const r = await c.lab.exec(c.node(name).netns, [process.execPath, cliPath(), 'reload', '--admin', '127.0.0.1:9641', '--json'], {
+    allowFail: true,
+    timeoutMs: 15_000,
+  });
   return r.code;
 }
 

@@ -178,7 +178,8 @@ export function unhealthy(s: ClusterSample, tl: Pick<Timeline, 'controlPlane' | 
   }
   const w = s.agents[tl.worker];
   if (!w?.up) out.push(`${tl.worker}: agent not answering`);
-  else if (w.local === undefined || w.local + (w.damped ?? 0) !== tl.backends) out.push(`${tl.worker}: local endpoint has ${w.local ?? '?'}/${tl.backends} backends${w.damped ? ` (${w.damped} damped)` : ''}`);
+  else if (w.local === undefined || w.local + (w.damped ?? 0) !== tl.backends)
+    out.push(`${tl.worker}: local endpoint has ${w.local ?? '?'}/${tl.backends} backends${w.damped ? ` (${w.damped} damped)` : ''}`);
   return out;
 }
 
@@ -221,7 +222,8 @@ export function checkInvariants(tl: Timeline): Violation[] {
     if (!inAny(f.t, w.local)) add('b', 'local', f.t, `local endpoint request failed (${f.error}) outside every fault's bound`, f.t + f.ms);
   }
   for (const e of [...tl.watchEvents].sort((x, y) => x.t - y.t)) {
-    if (!inAny(e.t, watchWindows)) add('b', `watch ${e.kind}`, e.t, `watch connection ${e.kind === 'drop' ? 'dropped' : 'could not connect'} (${e.error}) outside every fault's bound`);
+    if (!inAny(e.t, watchWindows))
+      add('b', `watch ${e.kind}`, e.t, `watch connection ${e.kind === 'drop' ? 'dropped' : 'could not connect'} (${e.error}) outside every fault's bound`);
   }
 
   // (d)
@@ -235,7 +237,13 @@ export function checkInvariants(tl: Timeline): Violation[] {
       continue;
     }
     if (r.fds > b.fds + RESOURCE_BAND.fds) add('d', `${k} fds`, r.t, `${r.node} agent (pid ${r.pid}): ${r.fds} fds, baseline ${b.fds} + ${RESOURCE_BAND.fds}`);
-    if (r.rssKiB > b.rssKiB + RESOURCE_BAND.rssMiB * 1024) add('d', `${k} rss`, r.t, `${r.node} agent (pid ${r.pid}): RSS ${(r.rssKiB / 1024).toFixed(1)} MiB, baseline ${(b.rssKiB / 1024).toFixed(1)} + ${RESOURCE_BAND.rssMiB} MiB`);
+    if (r.rssKiB > b.rssKiB + RESOURCE_BAND.rssMiB * 1024)
+      add(
+        'd',
+        `${k} rss`,
+        r.t,
+        `${r.node} agent (pid ${r.pid}): RSS ${(r.rssKiB / 1024).toFixed(1)} MiB, baseline ${(b.rssKiB / 1024).toFixed(1)} + ${RESOURCE_BAND.rssMiB} MiB`,
+      );
   }
   return out.sort((x, y) => x.t - y.t || x.invariant.localeCompare(y.invariant));
 }

@@ -115,24 +115,48 @@ function runs(row: string, points: { t: number; v: string }[], endMs: number): B
 export function bands(tl: Timeline): Band[] {
   const s = [...tl.samples].sort((a, b) => a.t - b.t);
   const out: Band[] = [];
-  out.push(...runs('VIP holder', s.map((x) => ({ t: x.t, v: x.holders.length === 0 ? 'none' : x.holders.length > 1 ? 'several' : x.holders[0]! })), tl.endMs));
+  out.push(
+    ...runs(
+      'VIP holder',
+      s.map((x) => ({ t: x.t, v: x.holders.length === 0 ? 'none' : x.holders.length > 1 ? 'several' : x.holders[0]! })),
+      tl.endMs,
+    ),
+  );
   tl.controlPlane.forEach((n, i) => {
     out.push(
-      ...runs(`backend ${n}`, s.map((x) => {
-        const views = tl.controlPlane.map((m) => x.agents[m]).filter((a) => a?.up && a.states);
-        const key = Object.keys(views[0]?.states ?? {}).sort()[i];
-        const up = views.filter((a) => key !== undefined && a!.states![key] === 'up').length;
-        return { t: x.t, v: views.length === 0 ? 'unknown' : up === views.length ? 'up' : up === 0 ? 'down' : 'partly' };
-      }), tl.endMs),
+      ...runs(
+        `backend ${n}`,
+        s.map((x) => {
+          const views = tl.controlPlane.map((m) => x.agents[m]).filter((a) => a?.up && a.states);
+          const key = Object.keys(views[0]?.states ?? {}).sort()[i];
+          const up = views.filter((a) => key !== undefined && a!.states![key] === 'up').length;
+          return { t: x.t, v: views.length === 0 ? 'unknown' : up === views.length ? 'up' : up === 0 ? 'down' : 'partly' };
+        }),
+        tl.endMs,
+      ),
     );
   });
-  out.push(...runs(`local endpoint (${tl.worker})`, s.map((x) => {
-    const w = x.agents[tl.worker];
-    return { t: x.t, v: !w?.up ? 'agent down' : w.local === tl.backends ? 'up' : w.local === 0 ? 'down' : 'partly' };
-  }), tl.endMs));
+  out.push(
+    ...runs(
+      `local endpoint (${tl.worker})`,
+      s.map((x) => {
+        const w = x.agents[tl.worker];
+        return { t: x.t, v: !w?.up ? 'agent down' : w.local === tl.backends ? 'up' : w.local === 0 ? 'down' : 'partly' };
+      }),
+      tl.endMs,
+    ),
+  );
   const ticks = (row: string, ts: { t: number; ms: number }[]): Band[] => ts.map((f) => ({ row, from: f.t, to: f.t + Math.max(f.ms, 50), value: 'failure' }));
-  out.push(...ticks('VIP failures', tl.vipFailures), ...ticks('local failures', tl.localFailures), ...ticks('watch drops', tl.watchEvents.map((e) => ({ t: e.t, ms: 50 }))));
-  for (const f of tl.faults) out.push({ row: `fault ${f.kind}`, from: f.startMs, to: Math.max(f.healMs, f.startMs + 150), value: 'fault', label: `#${f.id} ${f.target}` });
+  out.push(
+    ...ticks('VIP failures', tl.vipFailures),
+    ...ticks('local failures', tl.localFailures),
+    ...ticks(
+      'watch drops',
+      tl.watchEvents.map((e) => ({ t: e.t, ms: 50 })),
+    ),
+  );
+  for (const f of tl.faults)
+    out.push({ row: `fault ${f.kind}`, from: f.startMs, to: Math.max(f.healMs, f.startMs + 150), value: 'fault', label: `#${f.id} ${f.target}` });
   return out.filter((b) => b.to >= 0);
 }
 
@@ -183,27 +207,49 @@ export function renderMarkdown(r: SoakReport, svgFile = 'soak-report.svg'): stri
   L.push('', '## Clients', '');
   const pct = (ok: number, n: number): string => (n === 0 ? '—' : `${((100 * ok) / n).toFixed(3)} %`);
   L.push('| client | requests | ok | failed | served by |', '|---|---:|---:|---:|---|');
-  for (const [name, c] of [['VIP prober (10 ms)', r.counts.vip], ['local endpoint prober (10 ms)', r.counts.local]] as const) {
-    L.push(`| ${name} | ${c.requests} | ${c.ok} (${pct(c.ok, c.requests)}) | ${c.requests - c.ok} | ${Object.entries(c.nodes).map(([k, v]) => `${k} ${v}`).join(', ')} |`);
+  for (const [name, c] of [
+    ['VIP prober (10 ms)', r.counts.vip],
+    ['local endpoint prober (10 ms)', r.counts.local],
+  ] as const) {
+    L.push(
+      `| ${name} | ${c.requests} | ${c.ok} (${pct(c.ok, c.requests)}) | ${c.requests - c.ok} | ${Object.entries(c.nodes)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')} |`,
+    );
   }
   const w = r.counts.watch;
-  L.push('', `Watch-like connections: ${w.connections} open at most, ${w.ok} requests answered, ${w.drops} drops, ${w.reconnects} reconnects, ${w.connectFailures} failed connects.`, '');
+  L.push(
+    '',
+    `Watch-like connections: ${w.connections} open at most, ${w.ok} requests answered, ${w.drops} drops, ${w.reconnects} reconnects, ${w.connectFailures} failed connects.`,
+    '',
+  );
   L.push('## Violations', '');
   if (r.violations.length === 0) L.push('None.');
   else {
     L.push('| invariant | from (s) | until (s) | what | faults active |', '|---|---:|---:|---|---|');
-    for (const v of r.violations) L.push(`| (${v.invariant}) | ${s1(v.t)} | ${s1(v.untilMs)} | ${v.what}${v.count > 1 ? ` (×${v.count})` : ''} | ${v.active.map((id) => `#${id} ${r.faults.find((f) => f.id === id)?.kind ?? ''}`).join(', ') || 'none'} |`);
+    for (const v of r.violations)
+      L.push(
+        `| (${v.invariant}) | ${s1(v.t)} | ${s1(v.untilMs)} | ${v.what}${v.count > 1 ? ` (×${v.count})` : ''} | ${v.active.map((id) => `#${id} ${r.faults.find((f) => f.id === id)?.kind ?? ''}`).join(', ') || 'none'} |`,
+      );
   }
   if (r.labFiles) L.push('', `The lab's files (agent logs, configurations) are in \`${r.labFiles}\`.`);
   if (r.capture) {
     const c = r.capture;
     L.push('', '## Stalled handshakes (packet capture)', '');
-    L.push(`\`${c.file}\`: ${c.stalled} client SYNs to the VIP got no SYN-ACK within 500 ms or were sent again (each costs the client its initial RTO, 1 s, or its request). Where the handshake was lost: ${Object.entries(c.byFate).map(([k, n]) => `${k} ${n}`).join(', ') || 'nowhere'}.`);
+    L.push(
+      `\`${c.file}\`: ${c.stalled} client SYNs to the VIP got no SYN-ACK within 500 ms or were sent again (each costs the client its initial RTO, 1 s, or its request). Where the handshake was lost: ${
+        Object.entries(c.byFate)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(', ') || 'nowhere'
+      }.`,
+    );
     for (const nv of c.nearViolations) {
       const v = r.violations[nv.violation]!;
       L.push('', `Around the violation at ${s1(v.t)} s: ${nv.syns.length === 0 ? 'no stalled handshake in the capture' : ''}`);
       for (const x of nv.syns) {
-        L.push(`- ${s1(x.t)} s ${x.client} → holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''}: **${x.fate}**, ${x.retransmitAfterMs === null ? 'not sent again' : `sent again after ${x.retransmitAfterMs} ms`}`);
+        L.push(
+          `- ${s1(x.t)} s ${x.client} → holder ${x.holder}${x.backend ? `, backend ${x.backend}` : ''}: **${x.fate}**, ${x.retransmitAfterMs === null ? 'not sent again' : `sent again after ${x.retransmitAfterMs} ms`}`,
+        );
         for (const line of x.trace.slice(0, 12)) L.push(`  - \`${line}\``);
       }
     }
@@ -211,11 +257,24 @@ export function renderMarkdown(r: SoakReport, svgFile = 'soak-report.svg'): stri
   L.push('', '## Invariants', '');
   L.push('(a) at most one node holds the VIP except while a fault is active or within its recovery bound after the heal;');
   L.push("(b) every failed request (VIP prober, watches, local prober) starts inside the window of an active or just-healed fault's bound;");
-  L.push('(c) once every fault healed and its recovery bound passed: n1 alone holds the VIP, every agent answers, every backend is up on every control-plane agent, `table ip ballast` is present, the local endpoint balances over every backend; a bad reload must be refused, a good one applied;');
-  L.push(`(d) no address, table, BPF pin or process that nothing explains (seen twice, 5 s apart), nothing left after teardown; each agent's fds ≤ baseline + ${RESOURCE_BAND.fds} and RSS ≤ baseline + ${RESOURCE_BAND.rssMiB} MiB (baseline: its first sample ≥ ${BASELINE_AFTER_MS / 1000} s after its start).`);
+  L.push(
+    '(c) once every fault healed and its recovery bound passed: n1 alone holds the VIP, every agent answers, every backend is up on every control-plane agent, `table ip ballast` is present, the local endpoint balances over every backend; a bad reload must be refused, a good one applied;',
+  );
+  L.push(
+    `(d) no address, table, BPF pin or process that nothing explains (seen twice, 5 s apart), nothing left after teardown; each agent's fds ≤ baseline + ${RESOURCE_BAND.fds} and RSS ≤ baseline + ${RESOURCE_BAND.rssMiB} MiB (baseline: its first sample ≥ ${BASELINE_AFTER_MS / 1000} s after its start).`,
+  );
   L.push('', '## Bounds', '');
-  L.push(`Adverts every ${r.timing.advertIntervalMs} ms, priorities ${Object.entries(r.timing.priorities).map(([k, v]) => `${k} ${v}`).join(', ')}; checks every ${r.timing.health.intervalMs} ms (timeout ${r.timing.health.timeoutMs} ms, rise ${r.timing.health.rise}, fall ${r.timing.health.fall}).`);
-  L.push(`MDI = ${d.mdi} ms (3 × interval + Skew_Time of the lowest priority), Skew_Time = ${d.skew} ms (best Backup), D = fall × interval + interval + timeout = ${d.detect} ms, R = (rise + 1) × interval + timeout = ${d.back} ms, S (start-up) = ${r.timing.startupMs} ms, M (margin) = ${r.timing.marginMs} ms, T (request timeout) = ${r.timing.requestTimeoutMs} ms.`, '');
+  L.push(
+    `Adverts every ${r.timing.advertIntervalMs} ms, priorities ${Object.entries(r.timing.priorities)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(
+        ', ',
+      )}; checks every ${r.timing.health.intervalMs} ms (timeout ${r.timing.health.timeoutMs} ms, rise ${r.timing.health.rise}, fall ${r.timing.health.fall}).`,
+  );
+  L.push(
+    `MDI = ${d.mdi} ms (3 × interval + Skew_Time of the lowest priority), Skew_Time = ${d.skew} ms (best Backup), D = fall × interval + interval + timeout = ${d.detect} ms, R = (rise + 1) × interval + timeout = ${d.back} ms, S (start-up) = ${r.timing.startupMs} ms, M (margin) = ${r.timing.marginMs} ms, T (request timeout) = ${r.timing.requestTimeoutMs} ms.`,
+    '',
+  );
   L.push('| kind | control plane | worker |', '|---|---|---|');
   for (const b of r.bounds) L.push(`| ${b.kind} | ${b.controlPlane} | ${b.worker} |`);
   L.push('', '## Agent resources', '');
@@ -223,15 +282,26 @@ export function renderMarkdown(r: SoakReport, svgFile = 'soak-report.svg'): stri
   for (const b of r.resources) L.push(`| ${b.node} | ${b.pid} | ${b.samples} | ${b.fds[0]}–${b.fds[1]} | ${b.rssMiB[0]}–${b.rssMiB[1]} |`);
   L.push('', '## Faults', '');
   L.push('| # | group | kind | target | start (s) | heal (s) | note |', '|---:|---:|---|---|---:|---:|---|');
-  for (const f of r.faults) L.push(`| ${f.id} | ${f.group} | ${f.kind} | ${f.target} | ${s1(f.startMs)} | ${s1(f.healMs)} | ${[f.note, f.failed].filter(Boolean).join('; ')} |`);
+  for (const f of r.faults)
+    L.push(`| ${f.id} | ${f.group} | ${f.kind} | ${f.target} | ${s1(f.startMs)} | ${s1(f.healMs)} | ${[f.note, f.failed].filter(Boolean).join('; ')} |`);
   L.push('', `Teardown left: ${r.leftovers.length === 0 ? 'nothing' : r.leftovers.join('; ')}.`, '');
   return `${L.join('\n')}\n`;
 }
 
 const COLORS: Record<string, string> = {
-  n1: '#4e79a7', n2: '#f28e2b', n3: '#59a14f', none: '#bab0ac', several: '#e15759',
-  up: '#59a14f', partly: '#edc948', down: '#e15759', unknown: '#bab0ac', 'agent down': '#9c755f',
-  failure: '#e15759', fault: '#b07aa1', violation: '#d62728',
+  n1: '#4e79a7',
+  n2: '#f28e2b',
+  n3: '#59a14f',
+  none: '#bab0ac',
+  several: '#e15759',
+  up: '#59a14f',
+  partly: '#edc948',
+  down: '#e15759',
+  unknown: '#bab0ac',
+  'agent down': '#9c755f',
+  failure: '#e15759',
+  fault: '#b07aa1',
+  violation: '#d62728',
 };
 
 /** The timeline as SVG text (vega, rendered headless). */
@@ -239,7 +309,15 @@ export async function renderSvg(r: SoakReport, tl: Pick<Timeline, 'controlPlane'
   const rows = ROW_ORDER(tl as Timeline);
   const data = [
     ...r.bands.map((b) => ({ ...b, s0: b.from / 1000, s1: b.to / 1000 })),
-    ...r.violations.map((v) => ({ row: 'violations', from: v.t, to: Math.max(v.untilMs, v.t + 300), value: 'violation', label: `(${v.invariant})`, s0: v.t / 1000, s1: Math.max(v.untilMs, v.t + 300) / 1000 })),
+    ...r.violations.map((v) => ({
+      row: 'violations',
+      from: v.t,
+      to: Math.max(v.untilMs, v.t + 300),
+      value: 'violation',
+      label: `(${v.invariant})`,
+      s0: v.t / 1000,
+      s1: Math.max(v.untilMs, v.t + 300) / 1000,
+    })),
   ];
   const domain = Object.keys(COLORS);
   const spec: vega.Spec = {
@@ -247,7 +325,11 @@ export async function renderSvg(r: SoakReport, tl: Pick<Timeline, 'controlPlane'
     width: 1400,
     height: rows.length * 22,
     padding: 10,
-    title: { text: `ballast chaos soak — seed ${r.seed}, ${r.minutes} min — ${r.ok ? 'PASS' : 'FAIL'}: ${r.violations.length} violation(s), ${r.faults.length} faults`, anchor: 'start', fontSize: 14 },
+    title: {
+      text: `ballast chaos soak — seed ${r.seed}, ${r.minutes} min — ${r.ok ? 'PASS' : 'FAIL'}: ${r.violations.length} violation(s), ${r.faults.length} faults`,
+      anchor: 'start',
+      fontSize: 14,
+    },
     data: [{ name: 'bands', values: data }],
     scales: [
       { name: 'x', type: 'linear', domain: [0, tl.endMs / 1000], range: 'width', zero: true, nice: false },
@@ -266,11 +348,14 @@ export async function renderSvg(r: SoakReport, tl: Pick<Timeline, 'controlPlane'
         encode: {
           enter: {
             x: { scale: 'x', field: 's0' },
-            x2: { scale: 'x', signal: "max(datum.s1, datum.s0 + 0.15)" },
+            x2: { scale: 'x', signal: 'max(datum.s1, datum.s0 + 0.15)' },
             y: { scale: 'y', field: 'row' },
             height: { scale: 'y', band: 1 },
             fill: { scale: 'color', field: 'value' },
-            tooltip: { signal: "datum.row + ': ' + datum.value + (datum.label ? ' ' + datum.label : '') + ' ' + format(datum.s0, '.1f') + '–' + format(datum.s1, '.1f') + ' s'" },
+            tooltip: {
+              signal:
+                "datum.row + ': ' + datum.value + (datum.label ? ' ' + datum.label : '') + ' ' + format(datum.s0, '.1f') + '–' + format(datum.s1, '.1f') + ' s'",
+            },
           },
         },
       },
@@ -284,7 +369,10 @@ export async function renderSvg(r: SoakReport, tl: Pick<Timeline, 'controlPlane'
             baseline: { value: 'middle' },
             fontSize: { value: 9 },
             fill: { value: '#222' },
-            text: { signal: "datum.label ? datum.label : (indexof(['n1','n2','n3','none','several'], datum.value) >= 0 && datum.s1 - datum.s0 > 2 ? datum.value : '')" },
+            text: {
+              signal:
+                "datum.label ? datum.label : (indexof(['n1','n2','n3','none','several'], datum.value) >= 0 && datum.s1 - datum.s0 > 2 ? datum.value : '')",
+            },
           },
         },
       },

@@ -57,7 +57,8 @@ export function digest(doc: { state?: unknown; backends?: unknown; local?: unkno
     // with a dampedUntil but serves again is in the map, not missing; the 30-minute seed-7 soak
     // counted it twice: "3/3 backends (1 damped)"). The agent's own wall clock may be stepped
     // (clock-step faults): count, do not compare times.
-    damped: backends.filter((b) => typeof b.dampedUntil === 'string' && !(Array.isArray(local?.backends) && (local.backends as unknown[]).includes(b.address))).length,
+    damped: backends.filter((b) => typeof b.dampedUntil === 'string' && !(Array.isArray(local?.backends) && (local.backends as unknown[]).includes(b.address)))
+      .length,
   };
 }
 
@@ -98,7 +99,12 @@ function listTables(): Promise<string[] | null> {
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { vip: { type: 'string' }, admin: { type: 'string', default: '127.0.0.1:9641' }, every: { type: 'string', default: '100' }, duration: { type: 'string', default: '600000' } },
+    options: {
+      vip: { type: 'string' },
+      admin: { type: 'string', default: '127.0.0.1:9641' },
+      every: { type: 'string', default: '100' },
+      duration: { type: 'string', default: '600000' },
+    },
     strict: true,
   });
   if (!values.vip) throw new TypeError('--vip is required');

@@ -279,12 +279,24 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
       // the Active falls silent: a Backup takes over after MDI; at restart the node preempts
       return worker
         ? { name: `local: none while down (pins kept); restart S + M = ${S + M} ms`, ms: S + M, vip: none, local: { heal: S + M }, recoverMs: restart }
-        : { name: `MDI + M = ${mdi + M} ms; restart S + MDI + M = ${S + mdi + M} ms`, ms: S + mdi + M, vip: { start: mdi + M, heal: S + mdi + M }, local: none, recoverMs: restart };
+        : {
+            name: `MDI + M = ${mdi + M} ms; restart S + MDI + M = ${S + mdi + M} ms`,
+            ms: S + mdi + M,
+            vip: { start: mdi + M, heal: S + mdi + M },
+            local: none,
+            recoverMs: restart,
+          };
     case 'agent-sigterm':
       // priority 0: the best Backup takes over after its Skew_Time (the agent's own stop first)
       return worker
         ? { name: `local: none (keepOnStop: localEndpoint); restart S + M = ${S + M} ms`, ms: S + M, vip: none, local: { heal: S + M }, recoverMs: restart }
-        : { name: `Skew_Time + M = ${skew + M} ms; restart S + MDI + M = ${S + mdi + M} ms`, ms: S + mdi + M, vip: { start: skew + M, heal: S + mdi + M }, local: none, recoverMs: restart };
+        : {
+            name: `Skew_Time + M = ${skew + M} ms; restart S + MDI + M = ${S + mdi + M} ms`,
+            ms: S + mdi + M,
+            vip: { start: skew + M, heal: S + mdi + M },
+            local: none,
+            recoverMs: restart,
+          };
     case 'link-down':
       // a silent node: its Backups take over after MDI, its backend is dead after D; at heal it
       // comes back as Backup, its priority lowered until `rise` checks pass, then preempts
@@ -316,7 +328,13 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
       const A = t.advertIntervalMs;
       const H = HEAL_ANNOUNCE_MIN_INTERVAL_MS;
       const heal = Math.max(mdi, A + H) + M;
-      return { name: `MDI + M = ${mdi + M} ms after start; max(MDI, A + H) + M = ${heal} ms after heal`, ms: heal, vip: { start: mdi + M, heal }, local: none, recoverMs: heal };
+      return {
+        name: `MDI + M = ${mdi + M} ms after start; max(MDI, A + H) + M = ${heal} ms after heal`,
+        ms: heal,
+        vip: { start: mdi + M, heal },
+        local: none,
+        recoverMs: heal,
+      };
     }
     case 'apiserver-stop':
       // refused / reset: out of the pool after D at the latest (passive detection is faster)
@@ -330,7 +348,13 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
     case 'clock-step':
       return { name: 'none (timers are monotonic)', ms: 0, vip: none, local: none, recoverMs: M };
     case 'cpu-hog':
-      return { name: 'none (the advert pacer sends while the election thread waits; a late Backup reads its socket first)', ms: 0, vip: none, local: none, recoverMs: back + M };
+      return {
+        name: 'none (the advert pacer sends while the election thread waits; a late Backup reads its socket first)',
+        ms: 0,
+        vip: none,
+        local: none,
+        recoverMs: back + M,
+      };
     case 'main-stall':
       // the stall (SoakTiming.stallMs, 1 s) is shorter than the pacer's hold (engine.ts PACER_HOLD_MS, 2 s)
       return { name: 'none (the advert pacer covers a stall shorter than its hold; kernel data plane)', ms: 0, vip: none, local: none, recoverMs: back + M };
@@ -340,14 +364,26 @@ export function boundOf(kind: FaultKind, worker: boolean, t: SoakTiming): FaultB
       return { name: 'none (refused, nothing changed)', ms: 0, vip: none, local: none, recoverMs: M };
     case 'conntrack-flush':
       // flows of the node lose their NAT binding: those in flight fail, the next ones are new
-      return { name: `T + M = ${t.requestTimeoutMs + M} ms`, ms: t.requestTimeoutMs + M, vip: worker ? none : { start: t.requestTimeoutMs + M }, local: none, recoverMs: M };
+      return {
+        name: `T + M = ${t.requestTimeoutMs + M} ms`,
+        ms: t.requestTimeoutMs + M,
+        vip: worker ? none : { start: t.requestTimeoutMs + M },
+        local: none,
+        recoverMs: M,
+      };
     case 'nft-flush':
       // the NAT bindings of established flows are applied by the nat hooks, which exist only
       // while a nat chain does: until the table is back (nftwatch: within 1 s) a DNATed flow's
       // next segment reaches the holder unmapped and is reset (checked: a DNATed echo
       // connection is reset right after `nft flush ruleset`; new connections reach the holder's
       // own apiserver). Not "none": the table gone is what fails them.
-      return { name: `table back within ${t.tableRestoreMs} ms + M = ${t.tableRestoreMs + M} ms`, ms: t.tableRestoreMs + M, vip: { start: t.tableRestoreMs + M }, local: none, recoverMs: t.tableRestoreMs + M };
+      return {
+        name: `table back within ${t.tableRestoreMs} ms + M = ${t.tableRestoreMs + M} ms`,
+        ms: t.tableRestoreMs + M,
+        vip: { start: t.tableRestoreMs + M },
+        local: none,
+        recoverMs: t.tableRestoreMs + M,
+      };
   }
 }
 
@@ -360,7 +396,11 @@ export function recoverMs(kind: FaultKind, t: SoakTiming): number {
  * The windows (ms, schedule clock) in which a fault excuses failures of the VIP clients and of
  * the local client. A request started up to T before an edge may fail because of it.
  */
-export function faultWindows(f: { kind: FaultKind; target: string; startMs: number; healMs: number }, worker: boolean, t: SoakTiming): { vip: Window[]; local: Window[] } {
+export function faultWindows(
+  f: { kind: FaultKind; target: string; startMs: number; healMs: number },
+  worker: boolean,
+  t: SoakTiming,
+): { vip: Window[]; local: Window[] } {
   const b = boundOf(f.kind, worker, t);
   const T = t.requestTimeoutMs;
   const of = (s: { start?: number; heal?: number; whole?: number }): Window[] => {

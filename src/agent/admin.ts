@@ -27,7 +27,11 @@ export interface AdminPhase extends PhaseHandle {
  * @throws BallastError BALLAST_E_ADMIN_ADDRESS (exit 2) when the address is not this node's,
  *   BALLAST_E_ADMIN_LISTEN (exit 1) for any other listen failure (the port is in use, …).
  */
-export function startAdminPhase(ctx: AgentContext, config: Config, inputs: { status: () => Promise<StatusDocument>; reload?: () => Promise<ReloadResult>; stamp?: () => unknown }): Promise<AdminPhase> {
+export function startAdminPhase(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { status: () => Promise<StatusDocument>; reload?: () => Promise<ReloadResult>; stamp?: () => unknown },
+): Promise<AdminPhase> {
   return runPhase(ctx, 'admin', async (own) => {
     const { status, reload } = inputs;
     const metrics = createMetrics();

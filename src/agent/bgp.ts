@@ -141,12 +141,21 @@ export function balancedSource(source: VerdictSource, local: (b: HostPort) => bo
  * apiserver is among the ready ones.
  * @returns the decision and its reason.
  */
-export function announceDecision(announce: 'backends' | 'local', served: readonly HostPort[], ready: readonly HostPort[], local: (b: HostPort) => boolean): { want: boolean; reason: string } {
+export function announceDecision(
+  announce: 'backends' | 'local',
+  served: readonly HostPort[],
+  ready: readonly HostPort[],
+  local: (b: HostPort) => boolean,
+): { want: boolean; reason: string } {
   if (announce === 'local') {
     const mine = ready.filter(local);
-    return mine.length > 0 ? { want: true, reason: `the local apiserver ${formatHostPort(mine[0]!)} is ready` } : { want: false, reason: 'the local apiserver is not ready' };
+    return mine.length > 0
+      ? { want: true, reason: `the local apiserver ${formatHostPort(mine[0]!)} is ready` }
+      : { want: false, reason: 'the local apiserver is not ready' };
   }
-  return served.length > 0 ? { want: true, reason: `the data plane serves ${served.length} ready backend${served.length === 1 ? '' : 's'}` } : { want: false, reason: 'no ready backend in the data plane' };
+  return served.length > 0
+    ? { want: true, reason: `the data plane serves ${served.length} ready backend${served.length === 1 ? '' : 's'}` }
+    : { want: false, reason: 'no ready backend in the data plane' };
 }
 
 /**
@@ -157,7 +166,11 @@ export function announceDecision(announce: 'backends' | 'local', served: readonl
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails; BALLAST_E_INTERFACE_NOT_FOUND
  *   when bgp.interface is missing; BALLAST_E_NETLINK when the VIPs cannot be added; BALLAST_E_BGP when BIRD refuses the snippet.
  */
-export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers; sysctl?: SysctlIo }): Promise<BgpPhase> {
+export function startBgp(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { checker: HealthChecker; followers: HealthFollowers; sysctl?: SysctlIo },
+): Promise<BgpPhase> {
   return runPhase(ctx, 'BGP', async (own) => {
     const { checker, followers } = inputs;
     const { log } = ctx;
@@ -180,17 +193,30 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
     const localBackend = config.policy.localBackend ?? config.apiserver.backends.find((b) => nodeAddresses.has(b.host));
     const isLocal = (b: HostPort): boolean =>
-      localBackend !== undefined ? sameHostPort(b, localBackend) || (b.port === localBackend.port && canonicalAddress(b.host) === canonicalAddress(localBackend.host)) : nodeAddresses.has(b.host);
+      localBackend !== undefined
+        ? sameHostPort(b, localBackend) || (b.port === localBackend.port && canonicalAddress(b.host) === canonicalAddress(localBackend.host))
+        : nodeAddresses.has(b.host);
     if ((bgp.balance === 'local' || bgp.announce === 'local') && localBackend === undefined) {
-      log.warn({ balance: bgp.balance, announce: bgp.announce }, 'no backend is on this node (set policy.localBackend): with bgp.balance or bgp.announce local, this node never announces');
+      log.warn(
+        { balance: bgp.balance, announce: bgp.announce },
+        'no backend is on this node (set policy.localBackend): with bgp.balance or bgp.announce local, this node never announces',
+      );
     }
 
     // before the VIPs exist: the node must never answer ARP for a VIP it announces by BGP
     if (family === 4) {
       const r = raiseArpSysctls(inputs.sysctl);
       const keys = (xs: readonly { key: string }[]): string[] => xs.map((x) => x.key);
-      if (r.changed.length > 0) log.info({ changed: r.changed, already: r.already }, 'BGP mode: raised arp_ignore / arp_announce, so that no interface answers ARP for the VIPs (restored on stop)');
-      for (const f of r.failed) log.warn({ key: f.key, value: f.value, err: f.error, fix: ARP_SYSCTL_FIX }, 'BGP mode: cannot set an ARP sysctl: this node answers ARP for the VIPs on its other interfaces');
+      if (r.changed.length > 0)
+        log.info(
+          { changed: r.changed, already: r.already },
+          'BGP mode: raised arp_ignore / arp_announce, so that no interface answers ARP for the VIPs (restored on stop)',
+        );
+      for (const f of r.failed)
+        log.warn(
+          { key: f.key, value: f.value, err: f.error, fix: ARP_SYSCTL_FIX },
+          'BGP mode: cannot set an ARP sysctl: this node answers ARP for the VIPs on its other interfaces',
+        );
       own.defer('ARP sysctls', () => {
         if (keepAll() || r.changed.length === 0) return;
         const back = restoreArpSysctls(r.changed, inputs.sysctl);
@@ -207,7 +233,8 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     }
     own.defer('VIPs on bgp.interface', async () => {
       if (keepAll()) return;
-      for (const vip of config.vips) await delVip(rt, iface.ifindex, vip).catch((err: unknown) => log.error({ vip, err: (err as Error).message }, 'cannot remove a VIP'));
+      for (const vip of config.vips)
+        await delVip(rt, iface.ifindex, vip).catch((err: unknown) => log.error({ vip, err: (err as Error).message }, 'cannot remove a VIP'));
     });
 
     const speaker = new BirdSpeaker(bgp, family, config.vips, { log });
@@ -251,7 +278,10 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     const rec = new Reconciler(plane, source, { log, ...VIP_PLANE_MESSAGES });
     // with announce: local, the local apiserver's verdict counts even when balance is all
     const onVerdict = (): void => {
-      ready = checker.verdicts().filter((v) => v.state === 'up').map((v) => v.backend);
+      ready = checker
+        .verdicts()
+        .filter((v) => v.state === 'up')
+        .map((v) => v.backend);
       if (bgp.announce === 'local') decide();
     };
     checker.on('verdict', onVerdict);
@@ -267,7 +297,12 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     try {
       await speaker.start();
     } catch (err) {
-      if (err instanceof BirdError) throw createError('BALLAST_E_BGP', `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}; ${birdRefusalFix(err.message, bgp.socket)}`, { cause: err });
+      if (err instanceof BirdError)
+        throw createError(
+          'BALLAST_E_BGP',
+          `BIRD refused ballast's configuration (${bgp.configFile}): ${err.message}; ${birdRefusalFix(err.message, bgp.socket)}`,
+          { cause: err },
+        );
       throw err;
     }
     // withdraw first on the way down (the undo runs in reverse: this one before the table goes),
@@ -286,7 +321,19 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
       else log.warn(fields, 'BGP: withdrawn, but new connections still arrive (the peers still route here, or local clients use the VIP); the data plane goes');
     });
     decide();
-    log.info({ vips: config.vips, interface: bgp.interface, socket: bgp.socket, configFile: bgp.configFile, peers: bgp.peers.map((p) => p.address), announce: bgp.announce, balance: bgp.balance, localBackend: localBackend ? formatHostPort(localBackend) : null }, 'BGP mode: the VIPs are announced through BIRD while this node can serve them');
+    log.info(
+      {
+        vips: config.vips,
+        interface: bgp.interface,
+        socket: bgp.socket,
+        configFile: bgp.configFile,
+        peers: bgp.peers.map((p) => p.address),
+        announce: bgp.announce,
+        balance: bgp.balance,
+        localBackend: localBackend ? formatHostPort(localBackend) : null,
+      },
+      'BGP mode: the VIPs are announced through BIRD while this node can serve them',
+    );
     return { status: () => ({ ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null }) };
   });
 }

@@ -35,7 +35,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Config } from '../config/index.js';
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
-import { conntrackdPaths, parseConntrackdStats, renderConntrackdConfig, syncPort, type ConnectionSyncStatus, type ConntrackdStats } from '../dataplane/conntrackd.js';
+import {
+  conntrackdPaths,
+  parseConntrackdStats,
+  renderConntrackdConfig,
+  syncPort,
+  type ConnectionSyncStatus,
+  type ConntrackdStats,
+} from '../dataplane/conntrackd.js';
 import { LOCK_DIR } from '../dataplane/ebpf.js';
 import { handOffPath, netnsId } from './handoff.js';
 import { flushVip } from '../dataplane/conntrack.js';
@@ -91,7 +98,15 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     const conntrack: Executor = commandExecutor(['conntrack'], { timeoutMs: config.dataplane.commandTimeoutMs });
     // on a takeover's path: bounded like the commit
     const closer: Executor = commandExecutor(['conntrack'], { timeoutMs: cs.commitTimeoutMs });
-    const st: ConnectionSyncStatus = { state: 'starting', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: cs.resyncTimeoutMs > 0, restarts: 0 };
+    const st: ConnectionSyncStatus = {
+      state: 'starting',
+      internalEntries: null,
+      externalEntries: null,
+      lastMessageAgeMs: null,
+      lastCommit: null,
+      preemptHold: cs.resyncTimeoutMs > 0,
+      restarts: 0,
+    };
     let lastReceived = 0;
     let lastMessageAt: number | null = null;
     let stopping = false;
@@ -107,7 +122,10 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     const release = (why: string): void => {
       if (!st.preemptHold) return;
       st.preemptHold = false;
-      log.info({ why, externalEntries: st.externalEntries, waitedMs: Math.round(performance.now() - startedAt) }, 'connection sync: preemption no longer held for the replicated state');
+      log.info(
+        { why, externalEntries: st.externalEntries, waitedMs: Math.round(performance.now() - startedAt) },
+        'connection sync: preemption no longer held for the replicated state',
+      );
       for (const cb of releases) cb();
     };
 
@@ -138,7 +156,9 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     };
 
     const forgetClosing = async (): Promise<void> => {
-      const runs = config.vips.flatMap((vip) => (['TIME_WAIT', 'CLOSE'] as const).map((state) => flushVip(vip, config.apiserver.port, { exec: closer, state }).catch(() => 0)));
+      const runs = config.vips.flatMap((vip) =>
+        (['TIME_WAIT', 'CLOSE'] as const).map((state) => flushVip(vip, config.apiserver.port, { exec: closer, state }).catch(() => 0)),
+      );
       await Promise.all(runs);
     };
 
@@ -155,7 +175,10 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       for (const args of [['-f'], ['-R'], ['-B']]) {
         const r = await client(args, '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message }));
         if (r.code !== 0) {
-          log.warn({ step: `conntrackd ${args.join(' ')}`, error: r.stderr.trim() || `exit status ${r.code}` }, 'connection sync: the committed connections were not sent to the peers; they get them at their next resync');
+          log.warn(
+            { step: `conntrackd ${args.join(' ')}`, error: r.stderr.trim() || `exit status ${r.code}` },
+            'connection sync: the committed connections were not sent to the peers; they get them at their next resync',
+          );
           return;
         }
       }
@@ -288,7 +311,12 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       if (r.code === 0) void forgetClosing().then(announceCommitted);
       const durationMs = Math.round((performance.now() - t0) * 10) / 10;
       const ok = r.code === 0;
-      st.lastCommit = { at, durationMs, ok, ...(ok ? {} : { error: (r.killed === 'timeout' ? `timed out after ${cs.commitTimeoutMs} ms` : r.stderr.trim()) || `exit status ${r.code}` }) };
+      st.lastCommit = {
+        at,
+        durationMs,
+        ok,
+        ...(ok ? {} : { error: (r.killed === 'timeout' ? `timed out after ${cs.commitTimeoutMs} ms` : r.stderr.trim()) || `exit status ${r.code}` }),
+      };
       if (ok) log.info({ durationMs, externalEntries: st.externalEntries }, 'connection sync: replicated connections committed to the kernel');
       else log.error({ durationMs, error: st.lastCommit.error }, 'connection sync: commit failed; adding the VIP anyway');
     };
@@ -322,14 +350,24 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
  * node's apiserver after its agent was killed while holding the VIP (they stall until the
  * address expires). Left set at stop: it serves exactly the case where the agent is gone.
  */
-export function acceptLocal(ifname: string, log: { info(o: object, m: string): void; warn(o: object, m: string): void }, root = '/proc/sys/net/ipv4/conf'): void {
+export function acceptLocal(
+  ifname: string,
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void },
+  root = '/proc/sys/net/ipv4/conf',
+): void {
   const path = `${root}/${ifname}/accept_local`;
   try {
     if (readFileSync(path, 'utf8').trim() === '1') return;
     writeFileSync(path, '1\n');
-    log.info({ sysctl: `net.ipv4.conf.${ifname}.accept_local`, now: 1 }, 'connection sync: accepting packets from the VIP on the VRRP interface (flows moved away from this node)');
+    log.info(
+      { sysctl: `net.ipv4.conf.${ifname}.accept_local`, now: 1 },
+      'connection sync: accepting packets from the VIP on the VRRP interface (flows moved away from this node)',
+    );
   } catch (err) {
-    log.warn({ sysctl: `net.ipv4.conf.${ifname}.accept_local`, err: (err as Error).message }, 'connection sync: cannot set accept_local: after this agent is killed, its apiserver\'s connections stall until the VIP expires here');
+    log.warn(
+      { sysctl: `net.ipv4.conf.${ifname}.accept_local`, err: (err as Error).message },
+      "connection sync: cannot set accept_local: after this agent is killed, its apiserver's connections stall until the VIP expires here",
+    );
   }
 }
 

@@ -52,8 +52,11 @@ export interface DiscoveryPhase extends PhaseHandle {
 export function startDiscovery(
   ctx: AgentContext,
   config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
-    election: () => ElectionPhase | null },
+  inputs: {
+    checker: HealthChecker;
+    followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
+    election: () => ElectionPhase | null;
+  },
 ): Promise<DiscoveryPhase> {
   return runPhase(ctx, 'discovery', async (own) => {
     const { checker, followers: f, election } = inputs;
@@ -92,7 +95,11 @@ export function startDiscovery(
         credentials,
         lastKnownFile: d.lastKnownFile,
         seed: c.apiserver.backends,
-        readyBackends: () => checker.verdicts().filter((v) => v.state === 'up').map((v) => v.backend),
+        readyBackends: () =>
+          checker
+            .verdicts()
+            .filter((v) => v.state === 'up')
+            .map((v) => v.backend),
         defaultPort: c.apiserver.port,
         log,
       });

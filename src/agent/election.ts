@@ -73,11 +73,17 @@ export function updateMembership(
   const run = election.membershipQueue.then(async () => {
     // hosts the EndpointSlices listed once stay confirmed for the run (membership.ts: retired when gone)
     const confirmed = [...new Set([...(election.membershipInputs.confirmed ?? []), ...(change.confirmed ?? [])])];
-    const inputs = { ...election.membershipInputs, confirmed, ...(change.config ? { config: change.config } : {}), ...(change.discovered !== undefined ? { discovered: change.discovered } : {}) };
+    const inputs = {
+      ...election.membershipInputs,
+      confirmed,
+      ...(change.config ? { config: change.config } : {}),
+      ...(change.discovered !== undefined ? { discovered: change.discovered } : {}),
+    };
     const next = membershipOf(inputs.config, inputs);
     if (!sameMembership(next, election.membership)) {
       await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members, standby: next.standby });
-      if (next.anyBecause) log?.warn({ peers: next.peers, members: 'any', standby: next.standby }, `election membership changed: ${ANY_BECAUSE[next.anyBecause]}`);
+      if (next.anyBecause)
+        log?.warn({ peers: next.peers, members: 'any', standby: next.standby }, `election membership changed: ${ANY_BECAUSE[next.anyBecause]}`);
       else log?.info({ peers: next.peers, members: next.members, standby: next.standby }, 'election membership changed');
     }
     election.membershipInputs = inputs;
@@ -100,7 +106,13 @@ export function updateMembership(
 export function startElection(
   ctx: AgentContext,
   config: Config,
-  inputs: { resolved: ResolvedInterface; authKeys: Buffer[] | null; checker: HealthChecker | null; followers: HealthFollowers; sync?: ConnectionSyncPhase | null },
+  inputs: {
+    resolved: ResolvedInterface;
+    authKeys: Buffer[] | null;
+    checker: HealthChecker | null;
+    followers: HealthFollowers;
+    sync?: ConnectionSyncPhase | null;
+  },
 ): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
     const { resolved, authKeys, checker } = inputs;
@@ -123,10 +135,19 @@ export function startElection(
     // the previous process handed off in place while master, and the Backups still wait: resume
     const key = { ifname: iface.ifname, family: config.family, vrid: v.vrid, primary: resolved.primary };
     const handOff = readHandOff(key);
-    if (handOff.resume) log.info({ vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) }, 'resuming as master: the previous process handed off in place and the Backups wait for this one');
-    else if (handOff.reason !== null) log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
+    if (handOff.resume)
+      log.info(
+        { vrid: v.vrid, vips: handOff.note.vips, waitLeftMs: Math.round(handOff.note.until - Date.now()) },
+        'resuming as master: the previous process handed off in place and the Backups wait for this one',
+      );
+    else if (handOff.reason !== null)
+      log.warn({ vrid: v.vrid, reason: handOff.reason }, `not resuming from the previous process's hand-off: ${handOff.reason}; starting as a Backup`);
     // connection sync: the replicated connections go into the kernel before the VIPs are added
-    const opts = { ...engineOptions(config, resolved, authKeys, membership), resume: handOff.resume && !v.owner, ...(sync ? { beforeTakeover: () => sync.commit() } : {}) };
+    const opts = {
+      ...engineOptions(config, resolved, authKeys, membership),
+      resume: handOff.resume && !v.owner,
+      ...(sync ? { beforeTakeover: () => sync.commit() } : {}),
+    };
     let crashed = false;
     let fatal = false;
     let becameActive = false;
@@ -145,7 +166,8 @@ export function startElection(
         void confirmDown(b, deadlineMs).then((r) => {
           const fields = { backend: formatHostPort(b), node, latencyMs: Math.round(r.latencyMs) };
           if (r.alive) return observe(() => log.info(fields, SILENT_MASTER_ALIVE));
-          if (checker.markDead(b, { kind: 'nodeDown', node }, `node down (VRRP Master_Down; ${r.failure.message})`)) observe(() => log.warn({ ...fields, reason: r.failure.message }, SILENT_MASTER_TAKEN_OUT));
+          if (checker.markDead(b, { kind: 'nodeDown', node }, `node down (VRRP Master_Down; ${r.failure.message})`))
+            observe(() => log.warn({ ...fields, reason: r.failure.message }, SILENT_MASTER_TAKEN_OUT));
         });
       }
     };
@@ -167,7 +189,13 @@ export function startElection(
           const first = ev.to === 'active' && !becameActive ? { elapsedMs: Math.round(Date.parse(ev.at) - performance.timeOrigin) } : {};
           if (ev.to === 'active') becameActive = true;
           log.info({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...extra, vrid: v.vrid, at: ev.at, ...first }, 'state change');
-          ctx.history?.transition({ from: statusState(ev.from), to: statusState(ev.to), reason: ev.reason, ...(ev.detail ? { detail: ev.detail } : {}), at: ev.at });
+          ctx.history?.transition({
+            from: statusState(ev.from),
+            to: statusState(ev.to),
+            reason: ev.reason,
+            ...(ev.detail ? { detail: ev.detail } : {}),
+            at: ev.at,
+          });
           if (ev.to === 'active') ctx.history?.master(resolved.primary, ev.at);
         });
         if (ev.previousMaster && ev.reason === 'masterDown' && checker) takeOutIfGone(checker, ev.previousMaster);
@@ -181,7 +209,10 @@ export function startElection(
           const fields = { vrid: v.vrid, master: ev.address, priority: ev.priority, previous: ev.previous };
           const known = knownNodes(phase?.membershipInputs ?? { config, discovered }, phase?.membership ?? membership);
           if (isStranger(ev.address, known)) {
-            log.warn({ ...fields, known: [...known] }, 'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet');
+            log.warn(
+              { ...fields, known: [...known] },
+              'the new master is not one of the known members (not a seed or discovered node, not in vrrp.peers): a stranger on this VRID, or a node this one does not know yet',
+            );
           } else {
             log.info(fields, 'new master');
           }
@@ -213,7 +244,10 @@ export function startElection(
     // resumed (its first advert sent): the note is spent; a later start is a start
     if (handOff.resume) removeHandOff(key);
     // no outcome within a Master_Down_Interval (RFC 9568 §6.1), the margin and the preempt hold
-    const outcomeTimer = setTimeout(outcome, masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250 + (config.apiserver.backends.length > 0 ? config.apiserver.health.settleMs : 0));
+    const outcomeTimer = setTimeout(
+      outcome,
+      masterDownIntervalMs(v.priority, v.advertisementIntervalCs) + 250 + (config.apiserver.backends.length > 0 ? config.apiserver.health.settleMs : 0),
+    );
     outcomeTimer.unref();
     own.defer('first outcome timer', () => {
       clearTimeout(outcomeTimer);
@@ -246,7 +280,14 @@ export function startElection(
       if (patch.vips) vips = [...patch.vips];
       if (patch.advertisementIntervalCs !== undefined) advertisementIntervalMs = patch.advertisementIntervalCs * 10;
     };
-    phase = { host, reconfigure, membership, membershipInputs: { config, own: ownAddresses, discovered, confirmed }, membershipQueue: Promise.resolve(), firstOutcome };
+    phase = {
+      host,
+      reconfigure,
+      membership,
+      membershipInputs: { config, own: ownAddresses, discovered, confirmed },
+      membershipQueue: Promise.resolve(),
+      firstOutcome,
+    };
     return phase;
   });
 }

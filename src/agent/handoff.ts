@@ -97,12 +97,14 @@ function judge(key: RouterKey, now: number, dir: string): HandOffVerdict {
   } catch {
     return { resume: false, reason: 'the hand-off note is not JSON' };
   }
-  if (note.version !== 1 || typeof note.until !== 'number' || !Array.isArray(note.vips)) return { resume: false, reason: 'the hand-off note is of an unknown version' };
+  if (note.version !== 1 || typeof note.until !== 'number' || !Array.isArray(note.vips))
+    return { resume: false, reason: 'the hand-off note is of an unknown version' };
   if (note.bootId !== bootId()) return { resume: false, reason: 'the hand-off note is from before a reboot' };
   if (note.ifname !== key.ifname || note.family !== key.family || note.vrid !== key.vrid || note.primary !== key.primary) {
     return { resume: false, reason: `the hand-off note is of another router (${note.ifname} IPv${note.family} VRID ${note.vrid} from ${note.primary})` };
   }
-  if (now > note.until - RESUME_MARGIN_MS) return { resume: false, reason: `too late: the Backups stopped waiting ${Math.round(now - note.until)} ms ago (or will within ${RESUME_MARGIN_MS} ms)` };
+  if (now > note.until - RESUME_MARGIN_MS)
+    return { resume: false, reason: `too late: the Backups stopped waiting ${Math.round(now - note.until)} ms ago (or will within ${RESUME_MARGIN_MS} ms)` };
   return { resume: true, note };
 }
 

@@ -115,23 +115,15 @@ function startPassiveDetection(config: Config, checker: HealthChecker, log: Logg
   const vipPath = config.vrrp !== null && config.dataplane.vip === 'nftables';
   if (!vipPath && !direct) return null;
   const api = config.apiserver;
-  const tracker = new FlowTracker(
-    vipPath ? config.vips : [],
-    api.port,
-    Math.max(200, Math.min(1000, api.health.timeoutMs)),
-    direct ? api.backends : [],
-  );
+  const tracker = new FlowTracker(vipPath ? config.vips : [], api.port, Math.max(200, Math.min(1000, api.health.timeoutMs)), direct ? api.backends : []);
   // one line per burst (lost events; a dead backend's repeated verdicts, per backend), then one per window with the count
   const limited = new RateLimitedLog(pinoSink(log));
-  return watchConntrack(
-    tracker,
-    passiveVerdictHandler(checker, limited),
-    {
-      onExit: (code, err) => log.warn({ code, err }, 'conntrack event watch ended: passive detection is off (it needs CAP_NET_ADMIN and ctnetlink, module nf_conntrack_netlink)'),
-      // a burst overflowed the socket buffer: some flows are not followed; active checks still are
-      onLost: () => void limited.log('warn', 'lost', {}, 'conntrack events were lost (receive buffer full); passive detection missed some connections'),
-    },
-  );
+  return watchConntrack(tracker, passiveVerdictHandler(checker, limited), {
+    onExit: (code, err) =>
+      log.warn({ code, err }, 'conntrack event watch ended: passive detection is off (it needs CAP_NET_ADMIN and ctnetlink, module nf_conntrack_netlink)'),
+    // a burst overflowed the socket buffer: some flows are not followed; active checks still are
+    onLost: () => void limited.log('warn', 'lost', {}, 'conntrack events were lost (receive buffer full); passive detection missed some connections'),
+  });
 }
 
 /** The line passive detection writes when it judges a backend dead (docs/health.md). */
@@ -183,7 +175,8 @@ function logDamping(log: Logger, d: DampingChange): void {
   const backend = formatHostPort(d.backend);
   const e = d.event;
   if (e.kind === 'end') log.info({ backend, heldMs: e.heldMs }, DAMPING_MESSAGES.end);
-  else if (e.kind === 'start') log.warn({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level, transitions: e.transitions }, DAMPING_MESSAGES.start);
+  else if (e.kind === 'start')
+    log.warn({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level, transitions: e.transitions }, DAMPING_MESSAGES.start);
   else log.info({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level }, DAMPING_MESSAGES.extend);
 }
 

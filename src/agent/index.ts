@@ -88,7 +88,6 @@ export interface Agent {
   readonly done: Promise<number>;
 }
 
-
 /**
  * Starts the agent: the phases in order (see the top of this file), whichever the config asks for.
  * @param opts.signal aborting it stops the agent: during start-up the phase under way finishes
@@ -117,14 +116,27 @@ export async function startAgent(
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
-  const running: Running = { preflight: null, resolved: null, admin: null, local: null, vipDataplane: null, election: null, priority: null, health: null, discovery: null };
+  const running: Running = {
+    preflight: null,
+    resolved: null,
+    admin: null,
+    local: null,
+    vipDataplane: null,
+    election: null,
+    priority: null,
+    health: null,
+    discovery: null,
+  };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };
   const followers: HealthFollowers = { lb: null, localLb: null, balancing: null };
   // the seed plus the last-known set from the start: the discovery phase, which feeds the set
   // later, runs last; until then the planes must not drop what a restart inherited (the eBPF
   // local endpoint's map) for a seed whose nodes may all have been replaced
   const initial = config.discovery === null ? null : seedAndLastKnown(config.apiserver.backends, config.discovery.lastKnownFile);
-  const checker = config.apiserver.backends.length > 0 ? new HealthChecker({ health: config.apiserver.health, backends: initial ?? config.apiserver.backends, logger: log }) : null;
+  const checker =
+    config.apiserver.backends.length > 0
+      ? new HealthChecker({ health: config.apiserver.health, backends: initial ?? config.apiserver.backends, logger: log })
+      : null;
   // each backend's serving certificate, from the checks' handshakes: reported, never a health input
   const certificates = checker ? new CertificateTracker((b) => certificateNeeds(reloads.current, b), log) : null;
   // observer paths contain their failures here: counted, logged, never fatal (observe/contain.ts)
@@ -158,7 +170,11 @@ export async function startAgent(
       await started.catch(() => undefined);
       // a reload under way finishes first (its phase starts see the abort and stop early)
       await reloads.queue.catch(() => undefined);
-      if (restart) log.info({ restartHoldMs: reloads.current.vrrp?.restartHoldMs ?? null }, 'stopping for a restart in place: the VIPs, the nftables table and the eBPF programs stay for the next process; the Backups wait for it');
+      if (restart)
+        log.info(
+          { restartHoldMs: reloads.current.vrrp?.restartHoldMs ?? null },
+          'stopping for a restart in place: the VIPs, the nftables table and the eBPF programs stay for the next process; the Backups wait for it',
+        );
       else log.info(running.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
       await stack.unwind();
       log.info('stopped');
@@ -187,14 +203,26 @@ export async function startAgent(
       const all = await listAllInterfaces();
       const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
       const ifname = running.resolved?.iface.ifname;
-      return { family: c.family, hooks: flowsFor({ family: c.family, vips: c.vips, port: c.apiserver.port, backends: c.apiserver.backends, nodeAddresses, ...(ifname ? { ifname } : {}) }) };
+      return {
+        family: c.family,
+        hooks: flowsFor({
+          family: c.family,
+          vips: c.vips,
+          port: c.apiserver.port,
+          backends: c.apiserver.backends,
+          nodeAddresses,
+          ...(ifname ? { ifname } : {}),
+        }),
+      };
     },
   });
   const status = (): Promise<StatusDocument> =>
-    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then((d) => {
-      const f = firewall.status();
-      return f ? { ...d, foreignFirewall: f } : d;
-    });
+    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then(
+      (d) => {
+        const f = firewall.status();
+        return f ? { ...d, foreignFirewall: f } : d;
+      },
+    );
   // the watchdog's gate: the election's timers run (it is on this thread, as the pings are)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.alive() ?? Promise.resolve() });
 
@@ -206,7 +234,18 @@ export async function startAgent(
       await started;
       if (stopping) throw new ReloadUnavailable('the agent is stopping; the configuration was not reloaded');
       notifier.reloading();
-      const r = await runReload(ctx, reloads.current, get, { stack, running, followers, checker, status, stamp, reload: reloadAdmin, logLevel: opts.logLevel, trigger, source }).finally(() => notifier.ready());
+      const r = await runReload(ctx, reloads.current, get, {
+        stack,
+        running,
+        followers,
+        checker,
+        status,
+        stamp,
+        reload: reloadAdmin,
+        logLevel: opts.logLevel,
+        trigger,
+        source,
+      }).finally(() => notifier.ready());
       reloads.last = r.result;
       changed();
       if (r.ok) {
@@ -230,7 +269,9 @@ export async function startAgent(
 
   const onAbort = (): void => void stopWith(0, opts.restartOnAbort?.() ?? false);
   // started first: a stop (also one requested before startAgent) waits for the phase under way
-  started = startPhases(ctx, config, { stack, running, followers, checker, status, stamp, reload: opts.load ? reloadAdmin : undefined }, () => notifier.ready());
+  started = startPhases(ctx, config, { stack, running, followers, checker, status, stamp, reload: opts.load ? reloadAdmin : undefined }, () =>
+    notifier.ready(),
+  );
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
@@ -262,12 +303,7 @@ export async function startAgent(
  * election, once every phase is up.
  * @throws StartAborted when ctx.signal is aborted; a phase's error otherwise.
  */
-async function startPhases(
-  ctx: AgentContext,
-  config: Config,
-  deps: PhaseDeps,
-  ready: () => Promise<void>,
-): Promise<void> {
+async function startPhases(ctx: AgentContext, config: Config, deps: PhaseDeps, ready: () => Promise<void>): Promise<void> {
   const { stack, running, followers, checker, status, reload, stamp } = deps;
   const { log } = ctx;
   /** Runs one phase and puts its undo on the stack; checks for a stop before and after. */
@@ -295,23 +331,45 @@ async function startPhases(
   if (v && pre.resolved) {
     const { iface, primary } = pre.resolved;
     log.info(
-      { interface: iface.ifname, family: config.family, source: primary, vips: config.vips, vrid: v.vrid, priority: v.priority, advertisementIntervalMs: v.advertisementIntervalMs, mode: v.unicast ? 'unicast' : 'multicast', auth: v.auth !== null, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version },
+      {
+        interface: iface.ifname,
+        family: config.family,
+        source: primary,
+        vips: config.vips,
+        vrid: v.vrid,
+        priority: v.priority,
+        advertisementIntervalMs: v.advertisementIntervalMs,
+        mode: v.unicast ? 'unicast' : 'multicast',
+        auth: v.auth !== null,
+        localEndpoint: local?.status().endpoints ?? [],
+        admin,
+        node: process.version,
+      },
       'starting',
     );
     if (checker && pre.tables) running.vipDataplane = await phase(() => startVipDataplane(ctx, config, { iface, checker, followers, tables: pre.tables! }));
     // after the table (it source-NATs to the VIP), before the election (a takeover commits first)
-    if (running.vipDataplane && config.dataplane.connectionSync.enabled) running.connectionSync = await phase(() => startConnectionSync(ctx, config, { resolved: pre.resolved! }));
+    if (running.vipDataplane && config.dataplane.connectionSync.enabled)
+      running.connectionSync = await phase(() => startConnectionSync(ctx, config, { resolved: pre.resolved! }));
     const sync = running.connectionSync ?? null;
-    const election = (running.election = await phase(() => startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers, sync })));
+    const election = (running.election = await phase(() =>
+      startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers, sync }),
+    ));
     // the engine's first state came with its start (VrrpHost.start resolves after it)
     await ready();
-    if (checker) running.priority = await phase(() => startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers), sync }));
+    if (checker)
+      running.priority = await phase(() =>
+        startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers), sync }),
+      );
   } else if (config.bgp && checker) {
     // mode: bgp: no election; this node announces the VIPs through BIRD while it can serve them
     log.info({ mode: 'bgp', vips: config.vips, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version }, 'starting');
     running.bgp = await phase(() => startBgp(ctx, config, { checker, followers }));
   } else {
-    log.info({ localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version }, 'starting (no election: local endpoint only)');
+    log.info(
+      { localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version },
+      'starting (no election: local endpoint only)',
+    );
   }
   if (checker) running.health = await phase(() => startHealth(ctx, config, { checker, followers, local }));
   // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
@@ -325,7 +383,7 @@ async function startPhases(
     if (config.discovery !== null && running.election && !ctx.signal.aborted) {
       const t0 = performance.now();
       await Promise.race([running.election.firstOutcome, new Promise<void>((r) => ctx.signal.addEventListener('abort', () => r(), { once: true }))]);
-      log.debug({ waitedMs: Math.round(performance.now() - t0) }, 'discovery starts after the election\'s first outcome');
+      log.debug({ waitedMs: Math.round(performance.now() - t0) }, "discovery starts after the election's first outcome");
     }
     running.discovery = await phase(() => startDiscovery(ctx, config, { checker, followers, election: () => running.election }));
   }
@@ -333,7 +391,16 @@ async function startPhases(
 }
 
 /** The /status document, from the phases that run. @throws Error while the election is not running. */
-async function statusOf(config: Config, checker: HealthChecker | null, certificates: CertificateTracker | null, followers: HealthFollowers, running: Running, reload: StatusDocument['reload'], history: ElectionHistory, internal: InternalErrors): Promise<StatusDocument> {
+async function statusOf(
+  config: Config,
+  checker: HealthChecker | null,
+  certificates: CertificateTracker | null,
+  followers: HealthFollowers,
+  running: Running,
+  reload: StatusDocument['reload'],
+  history: ElectionHistory,
+  internal: InternalErrors,
+): Promise<StatusDocument> {
   const sources = running.discovery?.sources();
   // before the discovery phase runs, the checker holds the seed and the last-known file's set
   const seed = new Set(config.apiserver.backends.map(formatHostPort));
@@ -351,7 +418,9 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
     ...(departed.length === 0 ? {} : { departedBackends: departed }),
     ...(checker ? { health: { failOpen: checker.failOpen() } } : {}),
     dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
-    local: followers.localLb ? { ...followers.localLb.plane.status(), ...followers.localLb.status() } : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
+    local: followers.localLb
+      ? { ...followers.localLb.plane.status(), ...followers.localLb.status() }
+      : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
     ...(running.bgp ? { bgp: running.bgp.status() } : {}),
     ...(config.vrrp !== null && followers.lb ? { connectionSync: running.connectionSync?.status() ?? connectionSyncOff() } : {}),
   };
@@ -362,7 +431,11 @@ async function statusOf(config: Config, checker: HealthChecker | null, certifica
   // since when the master the engine names now is heard (not an earlier one's time)
   const heard = internal.run('history', () => history.currentMaster()) ?? null;
   const masterSince = heard !== null && heard.address === engine.masterAddress ? heard.since : null;
-  return statusDocument(engine, fixed, common, { transitions: internal.run('history', () => history.transitions()) ?? [], masterSince, priorityReason: running.priority?.reason() ?? null });
+  return statusDocument(engine, fixed, common, {
+    transitions: internal.run('history', () => history.transitions()) ?? [],
+    masterSince,
+    priorityReason: running.priority?.reason() ?? null,
+  });
 }
 
 /** The parts of /status that do not change while the election runs; null without an election. */

@@ -62,7 +62,10 @@ export function ebpfBlocker(err: unknown): { text: string; code?: string } {
         'under systemd, `systemctl edit ballast` and make sure `CapabilityBoundingSet=` lists CAP_BPF CAP_NET_ADMIN (with `User=`, `AmbientCapabilities=` too) and `SystemCallFilter=` allows bpf (in a container: add the BPF and NET_ADMIN capabilities)',
     };
   }
-  return { ...(codes[0] ? { code: codes[0].code } : {}), text: `${message} (\`ballast check\` run the same way, under the unit or in the container, tells more)` };
+  return {
+    ...(codes[0] ? { code: codes[0].code } : {}),
+    text: `${message} (\`ballast check\` run the same way, under the unit or in the container, tells more)`,
+  };
 }
 
 /** The running local endpoint. */
@@ -76,7 +79,11 @@ export interface LocalEndpointPhase extends PhaseHandle {
  * unless dataplane.keepOnStop is `none`).
  * @throws BallastError as {@link startLocalDataplane}.
  */
-export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; followers: HealthFollowers; ebpf: Preflight['ebpf'] }): Promise<LocalEndpointPhase> {
+export function startLocalEndpoint(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { checker: HealthChecker; followers: HealthFollowers; ebpf: Preflight['ebpf'] },
+): Promise<LocalEndpointPhase> {
   return runPhase(ctx, 'local endpoint', async (own) => {
     const { checker, followers } = inputs;
     const { log } = ctx;
@@ -84,7 +91,9 @@ export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: { 
     // (and a restart in place always keeps it)
     const keep = (): boolean => config.dataplane.keepOnStop !== 'none' || (ctx.restarting?.() ?? null) !== null;
     const local = await startLocalDataplane(config, log, ctx.signal, inputs.ebpf);
-    own.defer('local endpoint data plane', () => local.close({ keep: keep() }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')));
+    own.defer('local endpoint data plane', () =>
+      local.close({ keep: keep() }).catch((err: unknown) => log.error({ err: (err as Error).message }, 'cannot remove the local endpoint data plane')),
+    );
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
     own.defer('local endpoint verdict subscription', localLb.follow());
     followers.localLb = localLb;
@@ -114,7 +123,11 @@ async function startLocalDataplane(config: Config, log: Logger, signal: AbortSig
       `localEndpoint.address: something on this node already listens on ${busy.map((e) => hostPort(e.address, e.port)).join(', ')}; its clients would be taken over. Pick another port (7443 is the convention), or set localEndpoint.force: true`,
     );
   }
-  if (busy.length > 0) log.warn({ endpoints: busy.map((e) => hostPort(e.address, e.port)) }, 'localEndpoint.force: taking over an address something already listens on; its clients are balanced from now on');
+  if (busy.length > 0)
+    log.warn(
+      { endpoints: busy.map((e) => hostPort(e.address, e.port)) },
+      'localEndpoint.force: taking over an address something already listens on; its clients are balanced from now on',
+    );
   if (config.dataplane.local === 'ebpf') {
     const vipEndpoints = config.vrrp !== null ? config.vips.map((vip) => ({ address: vip, port: config.apiserver.port })) : [];
     if (ebpf !== null) {
@@ -133,7 +146,10 @@ async function startLocalDataplane(config: Config, log: Logger, signal: AbortSig
         );
       }
     } else {
-      log.warn({ reasons: ['no cgroup v2 hierarchy is mounted'] }, 'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path)');
+      log.warn(
+        { reasons: ['no cgroup v2 hierarchy is mounted'] },
+        'eBPF local endpoint unavailable on this host; serving it with the user-space proxy instead (the slower path)',
+      );
     }
   }
   try {

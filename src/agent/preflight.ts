@@ -92,7 +92,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       if (!v.owner) {
         const { ifindex } = resolved.iface;
         // the VIPs locked now, not the start-up ones: a reload may have given some up to another agent
-        own.defer('VIPs (an earlier run\'s)', async () => {
+        own.defer("VIPs (an earlier run's)", async () => {
           // a restart in place leaves them to the next process (the election handed off)
           if (!ctx.restarting?.()) await removeLeftoverVips(ifindex, l.vips(), ctx.log);
         });
@@ -119,15 +119,17 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
       await removeKeptPins(config.localEndpoint.cgroup, ctx.log);
     }
     const keep = config.dataplane.keepOnStop;
-    const tables = runsNftables(config) ? new TableRemoval(ctx.log, config.family, new NftablesApplier({ exec: commandExecutor(['nft'], { timeoutMs: config.dataplane.commandTimeoutMs }) })) : null;
+    const tables = runsNftables(config)
+      ? new TableRemoval(ctx.log, config.family, new NftablesApplier({ exec: commandExecutor(['nft'], { timeoutMs: config.dataplane.commandTimeoutMs }) }))
+      : null;
     if (tables && keep !== 'all') {
-      own.defer('nftables tables (also an earlier run\'s)', async () => {
+      own.defer("nftables tables (also an earlier run's)", async () => {
         if (!ctx.restarting?.()) await tables.remove();
       });
     }
     if (ebpf && keep === 'none') {
       const { pinDir } = ebpf;
-      own.defer('eBPF pins (also an earlier run\'s)', () => {
+      own.defer("eBPF pins (also an earlier run's)", () => {
         if (!ctx.restarting?.()) removePins(pinDir, ctx.log);
       });
     }
@@ -181,7 +183,11 @@ export function readAuthKeys(path: string): Buffer[] {
 export function bgpInterface(config: Config, all: readonly InterfaceInfo[]): InterfaceInfo {
   const name = config.bgp!.interface;
   const iface = all.find((i) => i.ifname === name);
-  if (!iface) throw createError('BALLAST_E_INTERFACE_NOT_FOUND', `bgp.interface: there is no interface ${name} (ballast binds the VIPs on it; lo, or a dummy interface you created)`);
+  if (!iface)
+    throw createError(
+      'BALLAST_E_INTERFACE_NOT_FOUND',
+      `bgp.interface: there is no interface ${name} (ballast binds the VIPs on it; lo, or a dummy interface you created)`,
+    );
   return iface;
 }
 
@@ -193,7 +199,10 @@ export function bgpInterface(config: Config, all: readonly InterfaceInfo[]): Int
 export function checkBgpConfigFile(path: string): void {
   const why = foreignSnippet(path);
   if (why !== null) {
-    throw createError('BALLAST_E_BGP_CONFIG_FILE', `bgp.configFile: ${path} ${why}; ballast left it alone. Point bgp.configFile at a file of ballast's own (e.g. /etc/bird/ballast4.conf) and include it from bird.conf`);
+    throw createError(
+      'BALLAST_E_BGP_CONFIG_FILE',
+      `bgp.configFile: ${path} ${why}; ballast left it alone. Point bgp.configFile at a file of ballast's own (e.g. /etc/bird/ballast4.conf) and include it from bird.conf`,
+    );
   }
 }
 

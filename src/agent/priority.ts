@@ -28,7 +28,14 @@ export interface PriorityPhase extends PhaseHandle {
 export function startPriority(
   ctx: AgentContext,
   config: Config,
-  inputs: { iface: InterfaceInfo; host: VrrpHost; checker: HealthChecker; followers: HealthFollowers; dataplaneReady: boolean; sync?: ConnectionSyncPhase | null },
+  inputs: {
+    iface: InterfaceInfo;
+    host: VrrpHost;
+    checker: HealthChecker;
+    followers: HealthFollowers;
+    dataplaneReady: boolean;
+    sync?: ConnectionSyncPhase | null;
+  },
 ): Promise<PriorityPhase> {
   return runPhase(ctx, 'election policy', async (own) => {
     const { iface, checker, followers, dataplaneReady } = inputs;
@@ -93,5 +100,11 @@ function policyOptions(config: Config, local: ReadonlySet<string>): PolicyOption
   const localBackend = config.policy.localBackend
     ? formatHostPort(config.policy.localBackend)
     : (api.backends.filter((b) => local.has(b.host)).map(formatHostPort)[0] ?? null);
-  return { priority: config.vrrp!.priority, weight: config.policy.unhealthyPriorityWeight, mode: config.dataplane.vip, localBackend, settleMs: api.health.settleMs };
+  return {
+    priority: config.vrrp!.priority,
+    weight: config.policy.unhealthyPriorityWeight,
+    mode: config.dataplane.vip,
+    localBackend,
+    settleMs: api.health.settleMs,
+  };
 }

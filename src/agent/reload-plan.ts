@@ -152,7 +152,8 @@ export function planReload(cur: Config, next: Config): ReloadPlan {
     const fixed = Object.keys(RESTART).find((r) => p === r);
     if (fixed !== undefined) restart.add(fixed);
     // mode: bgp (agent/bgp.ts) applies the log level, the health settings and the backend set; the rest needs a restart
-    else if ((cur.mode === 'bgp' || next.mode === 'bgp') && !['log.level', 'apiserver.health', 'apiserver.backends', 'discovery'].some((a) => under(p, a))) restart.add(p);
+    else if ((cur.mode === 'bgp' || next.mode === 'bgp') && !['log.level', 'apiserver.health', 'apiserver.backends', 'discovery'].some((a) => under(p, a)))
+      restart.add(p);
     else if ((under(p, 'dataplane') && !under(p, 'dataplane.rebalance')) || under(p, 'localEndpoint.cgroup')) restart.add(p);
     else if (!APPLIED.some((a) => under(p, a))) restart.add(p);
   }
@@ -218,7 +219,10 @@ export function describePlan(p: ReloadPlan): string[] {
   if (p.membership) out.push('election peers / acceptFrom members recomputed');
   if (p.health) out.push('health check settings replaced (kept backends keep their state)');
   if (p.vipDataplane) out.push('VIP data plane reprogrammed (one atomic nftables replace)');
-  if (p.vipFamily) out.push(`VIP data plane moved from IPv${p.vipFamily.from} to IPv${p.vipFamily.to} (within the hand-over: the new family's table and lock; the old family's table removed unless keepOnStop is all)`);
+  if (p.vipFamily)
+    out.push(
+      `VIP data plane moved from IPv${p.vipFamily.from} to IPv${p.vipFamily.to} (within the hand-over: the new family's table and lock; the old family's table removed unless keepOnStop is all)`,
+    );
   if (p.policy) out.push('election policy updated');
   if (p.passive) out.push('passive detection restarted');
   if (p.localEndpoint) out.push('local endpoint re-run');

@@ -117,7 +117,10 @@ export async function runReload(
   if (plan.restart.length > 0) {
     const problems = plan.restart.map((p) => `${p}: a reload cannot change ${RESTART[p] ?? 'this setting'}; restart the agent to apply it`);
     const r = result(false, { problems, plan });
-    log.error({ trigger: deps.trigger, changed: plan.changed, problems, durationMs: r.durationMs }, 'configuration reload refused: it changes settings only a restart applies; nothing changed');
+    log.error(
+      { trigger: deps.trigger, changed: plan.changed, problems, durationMs: r.durationMs },
+      'configuration reload refused: it changes settings only a restart applies; nothing changed',
+    );
     return { ok: false, result: r };
   }
   try {
@@ -125,12 +128,18 @@ export async function runReload(
   } catch (err) {
     const problems = problemsOf(err);
     const r = result(false, { problems, plan });
-    log.error({ trigger: deps.trigger, changed: plan.changed, problems, durationMs: r.durationMs }, 'configuration reload failed; the running state stays (what was applied before the failure is listed in the log above)');
+    log.error(
+      { trigger: deps.trigger, changed: plan.changed, problems, durationMs: r.durationMs },
+      'configuration reload failed; the running state stays (what was applied before the failure is listed in the log above)',
+    );
     return { ok: false, result: r };
   }
   const actions = describePlan(plan);
   const r = result(true, { plan, actions });
-  log.info({ trigger: deps.trigger, changed: plan.changed, actions, handover: r.handover, durationMs: r.durationMs }, plan.changed.length === 0 ? 'configuration reloaded: nothing changed' : 'configuration reloaded');
+  log.info(
+    { trigger: deps.trigger, changed: plan.changed, actions, handover: r.handover, durationMs: r.durationMs },
+    plan.changed.length === 0 ? 'configuration reloaded: nothing changed' : 'configuration reloaded',
+  );
   return { ok: true, result: r, config: next };
 }
 
@@ -250,7 +259,12 @@ async function handOver(
   const old = running.resolved!;
   const tables = running.preflight?.tables ?? null;
   log.warn(
-    { changed: plan.handover, from: { vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family }, to: { vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family }, ...(plan.vipFamily ? { vipDataplane: plan.vipFamily } : {}) },
+    {
+      changed: plan.handover,
+      from: { vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family },
+      to: { vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family },
+      ...(plan.vipFamily ? { vipDataplane: plan.vipFamily } : {}),
+    },
     'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one',
   );
   const oldPolicy = stack.replace('election policy', null);
@@ -269,7 +283,15 @@ async function handOver(
     const h = await startVipDataplane(ctx, c, { iface: r.iface, checker: checker!, followers, tables: tables! });
     stack.replace('VIP data plane', () => h.undo());
     running.vipDataplane = h;
-    log.info({ from, to: c.family, removed: c.dataplane.keepOnStop === 'all' ? null : `table ${from === 4 ? 'ip' : 'ip6'} ballast`, table: `${c.family === 4 ? 'ip' : 'ip6'} ballast` }, 'reload: hand-over: VIP data plane moved to the new family');
+    log.info(
+      {
+        from,
+        to: c.family,
+        removed: c.dataplane.keepOnStop === 'all' ? null : `table ${from === 4 ? 'ip' : 'ip6'} ballast`,
+        table: `${c.family === 4 ? 'ip' : 'ip6'} ballast`,
+      },
+      'reload: hand-over: VIP data plane moved to the new family',
+    );
   };
   const start = async (c: Config, r: ResolvedInterface, keys: Buffer[] | null): Promise<void> => {
     if (plan.vipFamily && checker && tables && tables.family !== c.family) await movePlane(c, r);
@@ -288,7 +310,14 @@ async function handOver(
     // the new group hears of the members discovery found, as the old one had
     if (running.discovery && c.discovery !== null) await updateMembership(e, { discovered: running.discovery.members() }, log).catch(() => undefined);
     if (checker) {
-      const p = await startPriority(ctx, c, { iface: r.iface, host: e.host, checker, followers, dataplaneReady: dataplaneReady(c, followers), sync: running.connectionSync ?? null });
+      const p = await startPriority(ctx, c, {
+        iface: r.iface,
+        host: e.host,
+        checker,
+        followers,
+        dataplaneReady: dataplaneReady(c, followers),
+        sync: running.connectionSync ?? null,
+      });
       stack.replace('election policy', () => p.undo());
       running.priority = p;
       followers.balancing?.evaluate();
@@ -391,7 +420,8 @@ async function rerunAdmin(ctx: AgentContext, cur: Config, next: Config, deps: Ph
   if (!running.admin) return;
   const old = running.admin;
   await old.release();
-  const start = (c: Config): Promise<AdminPhase> => startAdminPhase(ctx, c, { status: deps.status, ...(deps.stamp ? { stamp: deps.stamp } : {}), ...(deps.reload ? { reload: deps.reload } : {}) });
+  const start = (c: Config): Promise<AdminPhase> =>
+    startAdminPhase(ctx, c, { status: deps.status, ...(deps.stamp ? { stamp: deps.stamp } : {}), ...(deps.reload ? { reload: deps.reload } : {}) });
   let h: AdminPhase;
   try {
     h = await start(next);

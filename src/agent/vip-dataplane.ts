@@ -43,7 +43,11 @@ export interface VipDataplanePhase extends PhaseHandle {
  * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
-export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers; tables: TableRemoval }): Promise<VipDataplanePhase> {
+export function startVipDataplane(
+  ctx: AgentContext,
+  config: Config,
+  inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers; tables: TableRemoval },
+): Promise<VipDataplanePhase> {
   return runPhase(ctx, 'VIP data plane', async (own) => {
     const { iface, checker, followers, tables } = inputs;
     const { log } = ctx;
@@ -68,7 +72,13 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     const a = applier;
     // connection counts per backend, and the opt-in rebalancer (dataplane.rebalance, reloadable)
     let rebalance = config.dataplane.rebalance;
-    const tracker: ConnectionTracker = new ConnectionTracker({ read: conntrackVipFlows, target: () => plane.target(), settings: () => rebalance, evict: (family, flows) => a.evict(family, flows, { signal: ctx.signal }), log });
+    const tracker: ConnectionTracker = new ConnectionTracker({
+      read: conntrackVipFlows,
+      target: () => plane.target(),
+      settings: () => rebalance,
+      evict: (family, flows) => a.evict(family, flows, { signal: ctx.signal }),
+      log,
+    });
     const plane = new LoadBalancer(
       {
         apply: async (d) => {
@@ -77,7 +87,10 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
           if (r.changed) setImmediate(() => tracker.kick());
           return r;
         },
-        flush: (vip, port, backend) => flushBackend(vip, port, backend, { exec: conntrack }), log, traffic: () => tracker.status() },
+        flush: (vip, port, backend) => flushBackend(vip, port, backend, { exec: conntrack }),
+        log,
+        traffic: () => tracker.status(),
+      },
       { family: config.family, vips: config.vips, port: api.port, local, sourceNat: sourceNatOf(config) },
     );
     let timestamps = false;
@@ -93,10 +106,15 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     // new connections until their first verdicts here, instead of none being DNATed meanwhile.
     // Only then: a cold start pays no extra nft run before its election
     const handedOff = config.vrrp !== null && existsSync(handOffPath({ ifname: iface.ifname, family: config.family, vrid: config.vrrp.vrid }));
-    const inherited = !handedOff ? [] : await applier.dnatTargets(config.family, { signal: ctx.signal }).catch((err: unknown) => {
-      log.warn({ err: (err as Error).message }, 'cannot read the nftables table left by a previous process; starting with no backend until the first verdicts');
-      return [] as string[];
-    });
+    const inherited = !handedOff
+      ? []
+      : await applier.dnatTargets(config.family, { signal: ctx.signal }).catch((err: unknown) => {
+          log.warn(
+            { err: (err as Error).message },
+            'cannot read the nftables table left by a previous process; starting with no backend until the first verdicts',
+          );
+          return [] as string[];
+        });
     if (inherited.length > 0) {
       plane.inherit(inherited);
       log.info({ backends: inherited }, "serving the backends of the previous process's nftables table until their first verdicts");
@@ -108,7 +126,10 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
     }
     if (readForwarding(config.family) === false) {
       const sysctl = config.family === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
-      log.warn({ family: config.family, sysctl }, `IP forwarding is off: connections DNATed to apiservers on other nodes will fail (set ${sysctl}=1; kubeadm requires it too)`);
+      log.warn(
+        { family: config.family, sysctl },
+        `IP forwarding is off: connections DNATed to apiservers on other nodes will fail (set ${sysctl}=1; kubeadm requires it too)`,
+      );
     }
     const family = config.family;
     const watch = new TableWatch({
@@ -133,7 +154,13 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: { i
       followers.lb = null;
     });
     const reconfigure = async (next: Config, vips: readonly string[], at: InterfaceInfo): Promise<void> => {
-      plane.reconfigure({ family: next.family, vips, port: next.apiserver.port, local: new Set(at.addresses.map((a) => a.address)), sourceNat: sourceNatOf(next) });
+      plane.reconfigure({
+        family: next.family,
+        vips,
+        port: next.apiserver.port,
+        local: new Set(at.addresses.map((a) => a.address)),
+        sourceNat: sourceNatOf(next),
+      });
       const before = lb.status().failures;
       await lb.sync();
       if (lb.status().failures > before) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${lb.status().lastError ?? 'unknown error'}`);

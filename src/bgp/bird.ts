@@ -164,7 +164,9 @@ export function renderBirdConfig(d: BirdDesired, path: string): string {
       '  connect retry time 5;',
       `  graceful restart ${bgp.gracefulRestart ? 'on' : 'off'};`,
       ...(bgp.gracefulRestart ? [`  graceful restart time ${seconds(bgp.gracefulRestartTimeMs)};`] : []),
-      ...(p.bfd ? [`  bfd { min rx interval ${ms} ms; min tx interval ${ms} ms; idle tx interval ${Math.max(ms, 1000)} ms; multiplier ${bgp.bfd.multiplier}; };`] : []),
+      ...(p.bfd
+        ? [`  bfd { min rx interval ${ms} ms; min tx interval ${ms} ms; idle tx interval ${Math.max(ms, 1000)} ms; multiplier ${bgp.bfd.multiplier}; };`]
+        : []),
       `  ${chan} { import none; export filter ballast_export${family};${p.nextHopSelf ? ' next hop self;' : ''} };`,
       '}',
     );
@@ -268,7 +270,14 @@ export class BirdControl {
     if (this.#sock === null) await this.#open();
     const lines = await this.#exchange(line);
     const bad = lines.find((l) => l.code >= 8000);
-    if (bad) throw new BirdError(`bird refused "${line}": ${lines.filter((l) => l.code >= 8000).map((l) => l.text).join('; ')}`, bad.code);
+    if (bad)
+      throw new BirdError(
+        `bird refused "${line}": ${lines
+          .filter((l) => l.code >= 8000)
+          .map((l) => l.text)
+          .join('; ')}`,
+        bad.code,
+      );
     return lines;
   }
 

@@ -18,7 +18,19 @@
  */
 import type { AddressFamily } from '../net/address.js';
 import type { BgpConfig } from '../config/bgp.js';
-import { announceCommand, BirdControl, BirdError, configure, parseProtocols, parseStatus, peerProtocol, renderBirdConfig, vipProtocol, writeSnippet, type BirdDesired } from './bird.js';
+import {
+  announceCommand,
+  BirdControl,
+  BirdError,
+  configure,
+  parseProtocols,
+  parseStatus,
+  peerProtocol,
+  renderBirdConfig,
+  vipProtocol,
+  writeSnippet,
+  type BirdDesired,
+} from './bird.js';
 import type { Log } from '../log/log.js';
 
 /** One peer in /status. */
@@ -161,7 +173,12 @@ export class BirdSpeaker {
       const t0 = performance.now();
       this.#write();
       if (!this.#daemonUp) {
-        this.#log.warn({ want, reason }, want ? 'would announce the VIPs, but the routing daemon does not answer; announcing when it is back' : 'would withdraw the VIPs, but the routing daemon does not answer; withdrawing when it is back');
+        this.#log.warn(
+          { want, reason },
+          want
+            ? 'would announce the VIPs, but the routing daemon does not answer; announcing when it is back'
+            : 'would withdraw the VIPs, but the routing daemon does not answer; withdrawing when it is back',
+        );
         return;
       }
       try {
@@ -219,7 +236,10 @@ export class BirdSpeaker {
     const vip = this.#peers.get(vipProtocol(this.#family));
     if (vip !== undefined && (vip.state === 'up') !== this.#announced) {
       // someone changed it behind ballast's back (birdc by hand): put it back
-      this.#log.warn({ protocol: vipProtocol(this.#family), state: vip.state, wanted: this.#wanted }, 'the VIPs\' static protocol is not in the state ballast set; setting it again');
+      this.#log.warn(
+        { protocol: vipProtocol(this.#family), state: vip.state, wanted: this.#wanted },
+        "the VIPs' static protocol is not in the state ballast set; setting it again",
+      );
       await this.#apply();
     }
   }
@@ -236,7 +256,10 @@ export class BirdSpeaker {
       if (this.#stopped) return;
       if (this.#daemonUp && this.#closed) {
         // it exited (a later command reaches its successor, if any): one loss, then a push
-        this.#log.warn({ socket: this.#bgp.socket }, 'the routing daemon closed its control connection (it stopped or restarted); pushing the configuration again when it answers');
+        this.#log.warn(
+          { socket: this.#bgp.socket },
+          'the routing daemon closed its control connection (it stopped or restarted); pushing the configuration again when it answers',
+        );
         this.#losses++;
         this.#daemonUp = false;
         this.#announced = false;
@@ -245,7 +268,10 @@ export class BirdSpeaker {
       }
       try {
         if (this.#daemonUp) await this.#read();
-        else await this.#push().then(() => this.#log.info({ socket: this.#bgp.socket, version: this.#version, announced: this.#announced }, 'routing daemon answers; configuration pushed'));
+        else
+          await this.#push().then(() =>
+            this.#log.info({ socket: this.#bgp.socket, version: this.#version, announced: this.#announced }, 'routing daemon answers; configuration pushed'),
+          );
       } catch (err) {
         if (this.#daemonUp || this.#lastError === null) this.#down(err);
         else this.#lastError = err instanceof Error ? err.message : String(err);

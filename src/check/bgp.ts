@@ -42,17 +42,35 @@ export function bgpArpResult(config: Config, read: (key: string) => string | nul
   if (!bgp) return null;
   const title = `no interface answers ${config.family === 4 ? 'ARP' : 'NDP'} for the VIPs on ${bgp.interface}`;
   if (config.family === 6) {
-    return ok('bgp-arp', title, `nothing to set: the kernel answers a Neighbor Solicitation only for an address on the interface it arrived on (RFC 4861 §7.2.3; no proxy NDP), so ${config.vips.join(', ')} on ${bgp.interface} is answered by no other interface`);
+    return ok(
+      'bgp-arp',
+      title,
+      `nothing to set: the kernel answers a Neighbor Solicitation only for an address on the interface it arrived on (RFC 4861 §7.2.3; no proxy NDP), so ${config.vips.join(', ')} on ${bgp.interface} is answered by no other interface`,
+    );
   }
   const now = ARP_SYSCTLS.map((s) => ({ ...s, value: read(s.key) }));
   const shown = now.map((s) => `${s.key} = ${s.value ?? '(unreadable)'}`).join(', ');
   const low = now.filter((s) => s.value === null || Number(s.value) < s.want);
-  if (low.length === 0) return ok('bgp-arp', title, `${shown}: an ARP request for ${config.vips.join(', ')} is answered only where the VIP is configured (${bgp.interface}, which speaks no ARP), and the node's ARP requests never carry a VIP as the sender (ip-sysctl.rst)`);
+  if (low.length === 0)
+    return ok(
+      'bgp-arp',
+      title,
+      `${shown}: an ARP request for ${config.vips.join(', ')} is answered only where the VIP is configured (${bgp.interface}, which speaks no ARP), and the node's ARP requests never carry a VIP as the sender (ip-sysctl.rst)`,
+    );
   const blocked = unit === null ? [] : low.filter((s) => !writableUnder(unit, sysctlPath(s.key)));
   if (blocked.length === 0) {
-    return ok('bgp-arp', title, `${shown} now: the agent raises ${low.map((s) => `${s.key.split('.').pop()} to ${s.want}`).join(' and ')} at start (before the VIPs are on ${bgp.interface}) and restores ${low.length === 1 ? 'it' : 'them'} on stop; with 0 every interface would answer ARP for ${config.vips.join(', ')}`);
+    return ok(
+      'bgp-arp',
+      title,
+      `${shown} now: the agent raises ${low.map((s) => `${s.key.split('.').pop()} to ${s.want}`).join(' and ')} at start (before the VIPs are on ${bgp.interface}) and restores ${low.length === 1 ? 'it' : 'them'} on stop; with 0 every interface would answer ARP for ${config.vips.join(', ')}`,
+    );
   }
-  return warn('bgp-arp', title, `${shown}, and the agent cannot raise ${blocked.map((s) => s.key).join(', ')} under ${UNIT_NAME} (/proc/sys is read-only there): every interface of this node answers ARP for ${config.vips.join(', ')}, so on a shared segment hosts reach the VIP on-link instead of through the routers`, ARP_SYSCTL_FIX);
+  return warn(
+    'bgp-arp',
+    title,
+    `${shown}, and the agent cannot raise ${blocked.map((s) => s.key).join(', ')} under ${UNIT_NAME} (/proc/sys is read-only there): every interface of this node answers ARP for ${config.vips.join(', ')}, so on a shared segment hosts reach the VIP on-link instead of through the routers`,
+    ARP_SYSCTL_FIX,
+  );
 }
 
 /** Options of {@link bgpResults}. */
@@ -83,17 +101,35 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
     const title = `bgp.interface ${bgp.interface} exists`;
     const found = interfaces.find((i) => i.ifname === bgp.interface);
     if (found) out.push(ok('bgp-interface', title, `${bgp.interface} (ifindex ${found.ifindex}) is where the agent binds ${config.vips.join(', ')}`));
-    else out.push(fail('bgp-interface', title, `there is no interface ${bgp.interface} (${interfaces.map((i) => i.ifname).join(', ') || 'none'} exist): the agent refuses to start`, `set bgp.interface to lo, or create it (ip link add ${bgp.interface} type dummy && ip link set ${bgp.interface} up)`));
+    else
+      out.push(
+        fail(
+          'bgp-interface',
+          title,
+          `there is no interface ${bgp.interface} (${interfaces.map((i) => i.ifname).join(', ') || 'none'} exist): the agent refuses to start`,
+          `set bgp.interface to lo, or create it (ip link add ${bgp.interface} type dummy && ip link set ${bgp.interface} up)`,
+        ),
+      );
   }
   {
     const title = `BIRD answers on its control socket ${bgp.socket}`;
     const bird = new BirdControl(bgp.socket, opts.timeoutMs ?? 3000);
     try {
       const s = parseStatus(await bird.command('show status'));
-      out.push(ok('bgp-socket', title, `BIRD ${s.version ?? '(version not given)'}${s.routerId ? `, router ID ${s.routerId}` : ''}${s.up ? ', up and running' : ''}`));
+      out.push(
+        ok('bgp-socket', title, `BIRD ${s.version ?? '(version not given)'}${s.routerId ? `, router ID ${s.routerId}` : ''}${s.up ? ', up and running' : ''}`),
+      );
     } catch (err) {
-      const why = err instanceof BirdError && err.errno === 'ENOENT' ? 'no socket there (BIRD is not running, or bgp.socket names another path)' : (err as Error).message;
-      out.push(warn('bgp-socket', title, `${why}; the agent starts anyway and waits for BIRD, announcing nothing until it answers`, `start BIRD 2 (systemctl start bird), or set bgp.socket to the path of its control socket (bird -s)`));
+      const why =
+        err instanceof BirdError && err.errno === 'ENOENT' ? 'no socket there (BIRD is not running, or bgp.socket names another path)' : (err as Error).message;
+      out.push(
+        warn(
+          'bgp-socket',
+          title,
+          `${why}; the agent starts anyway and waits for BIRD, announcing nothing until it answers`,
+          `start BIRD 2 (systemctl start bird), or set bgp.socket to the path of its control socket (bird -s)`,
+        ),
+      );
     } finally {
       bird.close();
     }
@@ -112,14 +148,40 @@ export async function bgpResults(config: Config, interfaces: readonly InterfaceI
       else (opts.access ?? accessSync)(existing, fsConstants.W_OK | fsConstants.X_OK);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      dirProblem = code === 'EACCES' ? `the directory ${existing} is not writable by this user${creates ? ` (the agent would create ${dir} in it)` : ''}` : `${existing}: ${(err as Error).message}`;
+      dirProblem =
+        code === 'EACCES'
+          ? `the directory ${existing} is not writable by this user${creates ? ` (the agent would create ${dir} in it)` : ''}`
+          : `${existing}: ${(err as Error).message}`;
     }
     // whose the file is: the agent's own rule (bird.ts foreignSnippet, BALLAST_E_BGP_CONFIG_FILE at start)
     const foreign = foreignSnippet(path);
     const present = existsSync(path);
-    if (dirProblem) out.push(fail('bgp-config-file', title, `${dirProblem}: the agent cannot write the snippet`, `run the agent (and the check) as root, or set bgp.configFile to a path in a directory it can write`));
-    else if (foreign !== null) out.push(fail('bgp-config-file', title, `${path} ${foreign}: the agent refuses to start (BALLAST_E_BGP_CONFIG_FILE)`, `set bgp.configFile to a file of ballast's own (e.g. /etc/bird/ballast4.conf, one per family) and include it from bird.conf, or move that file away`));
-    else out.push(ok('bgp-config-file', title, `${!present ? `${path} does not exist yet; the agent writes it${creates ? `, creating ${dir} in ${existing}` : ` in ${dir}`}` : `${path} is ballast's to write (its snippet, or empty)`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`));
+    if (dirProblem)
+      out.push(
+        fail(
+          'bgp-config-file',
+          title,
+          `${dirProblem}: the agent cannot write the snippet`,
+          `run the agent (and the check) as root, or set bgp.configFile to a path in a directory it can write`,
+        ),
+      );
+    else if (foreign !== null)
+      out.push(
+        fail(
+          'bgp-config-file',
+          title,
+          `${path} ${foreign}: the agent refuses to start (BALLAST_E_BGP_CONFIG_FILE)`,
+          `set bgp.configFile to a file of ballast's own (e.g. /etc/bird/ballast4.conf, one per family) and include it from bird.conf, or move that file away`,
+        ),
+      );
+    else
+      out.push(
+        ok(
+          'bgp-config-file',
+          title,
+          `${!present ? `${path} does not exist yet; the agent writes it${creates ? `, creating ${dir} in ${existing}` : ` in ${dir}`}` : `${path} is ballast's to write (its snippet, or empty)`} (whether BIRD's configuration includes it is not checked: docs/bgp.md gives the include line)`,
+        ),
+      );
   }
   return out;
 }

@@ -25,9 +25,7 @@ import type { CheckResult } from './report.js';
 export const CHECK_ID = 'backend-certificate';
 
 /** What the TLS handshake with one backend gave. */
-type Handshake =
-  | { kind: 'ok'; cert: X509Certificate; authorized: boolean; verifyError: string | null }
-  | { kind: 'failed'; failure: Failure };
+type Handshake = { kind: 'ok'; cert: X509Certificate; authorized: boolean; verifyError: string | null } | { kind: 'failed'; failure: Failure };
 
 /**
  * One TLS handshake with `backend` (no HTTP request): the serving certificate and whether its
@@ -52,13 +50,22 @@ function handshake(backend: HostPort, creds: ProbeCredentials, serverName: strin
       socket.destroy();
       resolve(h);
     };
-    const timer = setTimeout(() => done({ kind: 'failed', failure: { cause: { kind: 'timeout' }, message: handshaking ? 'timeout after connect' : 'timeout' } }), timeoutMs);
+    const timer = setTimeout(
+      () => done({ kind: 'failed', failure: { cause: { kind: 'timeout' }, message: handshaking ? 'timeout after connect' : 'timeout' } }),
+      timeoutMs,
+    );
     socket.once('connect', () => (handshaking = true));
     socket.once('secureConnect', () => {
       const peer = socket.getPeerCertificate();
-      if (peer.raw === undefined) return done({ kind: 'failed', failure: { cause: { kind: 'tls', code: null }, message: 'tls: the server sent no certificate' } });
+      if (peer.raw === undefined)
+        return done({ kind: 'failed', failure: { cause: { kind: 'tls', code: null }, message: 'tls: the server sent no certificate' } });
       const err = socket.authorizationError as Error | string | null | undefined;
-      done({ kind: 'ok', cert: new X509Certificate(peer.raw), authorized: socket.authorized, verifyError: err === null || err === undefined ? null : typeof err === 'string' ? err : ((err as NodeJS.ErrnoException).code ?? err.message) });
+      done({
+        kind: 'ok',
+        cert: new X509Certificate(peer.raw),
+        authorized: socket.authorized,
+        verifyError: err === null || err === undefined ? null : typeof err === 'string' ? err : ((err as NodeJS.ErrnoException).code ?? err.message),
+      });
     });
     socket.once('error', (err) => done({ kind: 'failed', failure: describeFailure(err, handshaking) }));
   });
@@ -92,7 +99,14 @@ export async function checkBackendCertificates(config: Config, opts: { timeoutMs
   const backends = backendsToCheck(config);
   const h = config.apiserver.health;
   if (backends.length === 0) {
-    return [{ id: CHECK_ID, title: 'backend serving certificates', status: 'ok', detail: 'no backends (apiserver.backends is empty, no last-known file): nothing to check' }];
+    return [
+      {
+        id: CHECK_ID,
+        title: 'backend serving certificates',
+        status: 'ok',
+        detail: 'no backends (apiserver.backends is empty, no last-known file): nothing to check',
+      },
+    ];
   }
   const creds = await createCredentials(h)();
   if ('cause' in creds) {
@@ -103,7 +117,9 @@ export async function checkBackendCertificates(config: Config, opts: { timeoutMs
         title: 'backend serving certificates',
         status: waiting ? 'warn' : 'fail',
         detail: `cannot check the backends' certificates: ${creds.message}`,
-        fix: waiting ? 'run the check again once the file exists (after kubeadm init)' : 'point apiserver.health.caFile (and clientCertFile / clientKeyFile) at usable PEM files',
+        fix: waiting
+          ? 'run the check again once the file exists (after kubeadm init)'
+          : 'point apiserver.health.caFile (and clientCertFile / clientKeyFile) at usable PEM files',
       },
     ];
   }
@@ -116,7 +132,13 @@ export async function checkBackendCertificates(config: Config, opts: { timeoutMs
       const title = `serving certificate of backend ${where}`;
       const shake = await handshake(b, creds, h.serverName, timeoutMs);
       if (shake.kind === 'failed') {
-        return { id: CHECK_ID, title, status: 'warn', detail: `backend ${where}: cannot check its certificate, no TLS handshake: ${shake.failure.message}`, fix: 'check it again once the backend answers' };
+        return {
+          id: CHECK_ID,
+          title,
+          status: 'warn',
+          detail: `backend ${where}: cannot check its certificate, no TLS handshake: ${shake.failure.message}`,
+          fix: 'check it again once the backend answers',
+        };
       }
       const needs = certificateNeeds(config, b);
       const f = examineCertificate(shake.cert, needs, now());
@@ -140,7 +162,12 @@ export async function checkBackendCertificates(config: Config, opts: { timeoutMs
       const problems = [...fails, ...warns];
       if (problems.length === 0) {
         const covered = needs.map((n) => `${n.value} (${n.role.split(',')[0]})`).join(', ');
-        return { id: CHECK_ID, title, status: 'ok', detail: `backend ${where}: chain verifies against ${ca}; SANs cover ${covered}; expires on ${f.notAfter} (in ${f.daysLeft} days); subject ${f.subject}` };
+        return {
+          id: CHECK_ID,
+          title,
+          status: 'ok',
+          detail: `backend ${where}: chain verifies against ${ca}; SANs cover ${covered}; expires on ${f.notAfter} (in ${f.daysLeft} days); subject ${f.subject}`,
+        };
       }
       return { id: CHECK_ID, title, status: fails.length > 0 ? 'fail' : 'warn', detail: `${problems.join('; ')}.`, fix: fixes.join('; ') };
     }),

@@ -23,9 +23,19 @@ export function discoveryServerResult(config: Config, readText: (path: string) =
   if (path === undefined) return null;
   const title = `discovery connects to each apiserver directly, not through ${path}'s server`;
   const text = readText(path);
-  if (text === null) return ok('discovery-server', title, `${path} cannot be read yet: discovery waits for it, and then dials each apiserver at its own address whatever server it names`);
+  if (text === null)
+    return ok(
+      'discovery-server',
+      title,
+      `${path} cannot be read yet: discovery waits for it, and then dials each apiserver at its own address whatever server it names`,
+    );
   const server = kubeconfigServer(text);
-  if (server === null) return ok('discovery-server', title, `${path} names no usable server (ballast validate says why); discovery dials each apiserver at its own address in any case`);
+  if (server === null)
+    return ok(
+      'discovery-server',
+      title,
+      `${path} names no usable server (ballast validate says why); discovery dials each apiserver at its own address in any case`,
+    );
   // a name (not resolved here) matches neither
   const canon = (h: string): string => {
     try {

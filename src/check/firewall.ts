@@ -483,7 +483,10 @@ function analyse(rs: Ruleset, hooks: readonly HookFlows[]): FirewallFinding[] {
           hook: chain.hook,
           flow: flow.what,
         };
-        const where = rs.source === 'nft' ? `nft table ${chain.family} ${chain.table}, chain ${chain.name} (hook ${chain.hook})` : `iptables-legacy (${chain.family === 'ip' ? 'iptables' : 'ip6tables'}) table ${chain.table}, chain ${chain.name}`;
+        const where =
+          rs.source === 'nft'
+            ? `nft table ${chain.family} ${chain.table}, chain ${chain.name} (hook ${chain.hook})`
+            : `iptables-legacy (${chain.family === 'ip' ? 'iptables' : 'ip6tables'}) table ${chain.table}, chain ${chain.name}`;
         if (o.verdict === 'drop') {
           const r = o.rule!;
           const which = rs.source === 'nft' ? `rule handle ${r.handle}` : `rule "${r.text}"`;
@@ -513,7 +516,11 @@ function analyse(rs: Ruleset, hooks: readonly HookFlows[]): FirewallFinding[] {
  * @param skip tables to leave out, as "family name" (ballast's own: "ip ballast", "ip6 ballast").
  * @throws TypeError when `doc` is not an `nft -j list ruleset` document.
  */
-export function analyseNftRuleset(doc: unknown, hooks: readonly HookFlows[], skip: ReadonlySet<string> = new Set(['ip ballast', 'ip6 ballast'])): FirewallFinding[] {
+export function analyseNftRuleset(
+  doc: unknown,
+  hooks: readonly HookFlows[],
+  skip: ReadonlySet<string> = new Set(['ip ballast', 'ip6 ballast']),
+): FirewallFinding[] {
   return analyse(parseNftRuleset(doc, skip), hooks);
 }
 
@@ -553,7 +560,13 @@ export interface FlowInputs {
  */
 export function flowsFor(n: FlowInputs): HookFlows[] {
   const iif = n.ifname;
-  const vip = n.vips.map((v): Flow => ({ family: n.family, daddr: v, dport: n.port, ...(iif ? { iif } : {}), what: `TCP to the VIP ${n.family === 6 ? `[${v}]` : v}:${n.port}` }));
+  const vip = n.vips.map((v): Flow => ({
+    family: n.family,
+    daddr: v,
+    dport: n.port,
+    ...(iif ? { iif } : {}),
+    what: `TCP to the VIP ${n.family === 6 ? `[${v}]` : v}:${n.port}`,
+  }));
   const be = (b: { host: string; port: number }, local: boolean): Flow => ({
     family: n.family,
     daddr: b.host,

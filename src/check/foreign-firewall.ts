@@ -55,8 +55,13 @@ export function firewallResult(r: Awaited<ReturnType<typeof foreignFirewall>>): 
   if (r.error) return warn('foreign-firewall', title, `${r.error}; other firewalls were not checked`, 'install nftables and run the check as root');
   const fails = r.findings.filter((f) => f.severity === 'fail');
   const list = r.findings.map((f) => `${f.severity === 'fail' ? 'drops' : 'may drop'}: ${f.detail}`).join('; ');
-  const fix = 'add an accept rule for TCP to the VIP port and the backends before the drop (in that table: e.g. `tcp dport <port> accept`), or remove the rule; ballast never edits other tables';
+  const fix =
+    'add an accept rule for TCP to the VIP port and the backends before the drop (in that table: e.g. `tcp dport <port> accept`), or remove the rule; ballast never edits other tables';
   if (fails.length > 0) return fail('foreign-firewall', title, list, fix);
   if (r.findings.length > 0) return warn('foreign-firewall', title, list, fix);
-  return ok('foreign-firewall', title, `${r.chains} base chain${r.chains === 1 ? '' : 's'} of other nftables tables checked${r.legacy ? ', and iptables-legacy' : ''}: none drops it`);
+  return ok(
+    'foreign-firewall',
+    title,
+    `${r.chains} base chain${r.chains === 1 ? '' : 's'} of other nftables tables checked${r.legacy ? ', and iptables-legacy' : ''}: none drops it`,
+  );
 }

@@ -48,7 +48,11 @@ export function forwardingResult(config: Config, nodeAddresses: ReadonlySet<stri
   const title = `${key} is on where the data plane forwards`;
   const remote = vipPlaneBackends(config, nodeAddresses).filter((b) => !nodeAddresses.has(b.host));
   if (remote.length === 0) {
-    return ok('ip-forwarding', title, `not needed: no connection to the VIP is DNATed to another node here (${!runsVipDataPlane(config) ? 'no nftables VIP data plane' : config.bgp?.balance === 'local' ? 'bgp.balance: local balances to this node\'s apiserver only' : 'no remote backend'})`);
+    return ok(
+      'ip-forwarding',
+      title,
+      `not needed: no connection to the VIP is DNATed to another node here (${!runsVipDataPlane(config) ? 'no nftables VIP data plane' : config.bgp?.balance === 'local' ? "bgp.balance: local balances to this node's apiserver only" : 'no remote backend'})`,
+    );
   }
   const value = read(`/proc/sys/${key.replaceAll('.', '/')}`);
   if (value === '1') return ok('ip-forwarding', title, `${key} = 1: connections to the VIP DNATed to ${remote.map(formatHostPort).join(', ')} are forwarded`);
@@ -76,7 +80,12 @@ export async function rulesetResult(config: Config, nodeAddresses: ReadonlySet<s
   } catch (err) {
     return fail('nftables-ruleset', title, `cannot run nft: ${(err as Error).message}`, 'install nftables (apt install nftables)');
   }
-  if (r.code === 0) return ok('nftables-ruleset', title, `the rendered ruleset (${text.split('\n').length - 1} lines: nat hooks prerouting/output/postrouting, jhash, a verdict map, dnat, masquerade, ct expressions, a timeout set, reject) passes nft -c`);
+  if (r.code === 0)
+    return ok(
+      'nftables-ruleset',
+      title,
+      `the rendered ruleset (${text.split('\n').length - 1} lines: nat hooks prerouting/output/postrouting, jhash, a verdict map, dnat, masquerade, ct expressions, a timeout set, reject) passes nft -c`,
+    );
   return fail(
     'nftables-ruleset',
     title,

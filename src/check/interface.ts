@@ -53,21 +53,53 @@ export function interfaceResults(config: Config, all: InterfaceInfo[]): { checks
   const chosen = chooseInterface(all, vip, config.interface);
   const name = config.interface ?? 'the interface';
   if (typeof chosen === 'string') {
-    checks.push(fail('interface', `${name} exists and holds the VIP's subnet`, chosen, config.interface === undefined ? 'set "interface" in the configuration' : 'fix "interface" in the configuration'));
+    checks.push(
+      fail(
+        'interface',
+        `${name} exists and holds the VIP's subnet`,
+        chosen,
+        config.interface === undefined ? 'set "interface" in the configuration' : 'fix "interface" in the configuration',
+      ),
+    );
   } else {
     iface = chosen;
     const subnets = config.vips.map((x) => ({ vip: x, s: subnetsHolding(chosen, x) }));
     const without = subnets.filter((x) => x.s.length === 0).map((x) => x.vip);
     const title = `${chosen.ifname} is up and has an address in the VIP's subnet`;
-    if (!chosen.running) checks.push(fail('interface', title, `${chosen.ifname} is down (not IFF_UP and IFF_RUNNING)`, `ip link set ${chosen.ifname} up, and check its cable / carrier`));
-    else if (without.length > 0) checks.push(fail('interface', title, `${chosen.ifname} has no address whose subnet holds ${without.join(', ')} (it has ${chosen.addresses.filter((a) => a.family === config.family).map((a) => `${a.address}/${a.prefixLen}`).join(', ') || 'no address of that family'}): peers on the segment could not reach the VIP without a route`, 'choose a VIP in the subnet of the interface, or set "interface" to the one on that segment'));
+    if (!chosen.running)
+      checks.push(
+        fail('interface', title, `${chosen.ifname} is down (not IFF_UP and IFF_RUNNING)`, `ip link set ${chosen.ifname} up, and check its cable / carrier`),
+      );
+    else if (without.length > 0)
+      checks.push(
+        fail(
+          'interface',
+          title,
+          `${chosen.ifname} has no address whose subnet holds ${without.join(', ')} (it has ${
+            chosen.addresses
+              .filter((a) => a.family === config.family)
+              .map((a) => `${a.address}/${a.prefixLen}`)
+              .join(', ') || 'no address of that family'
+          }): peers on the segment could not reach the VIP without a route`,
+          'choose a VIP in the subnet of the interface, or set "interface" to the one on that segment',
+        ),
+      );
     else checks.push(ok('interface', title, subnets.map((x) => `${x.vip} is in ${x.s.map((s) => networkOf(s.address, s.prefixLen)).join(', ')}`).join('; ')));
     for (const x of subnets) {
       for (const s of x.s) {
         const r = reservedInSubnet(x.vip, s.prefixLen);
         const t = `VIP ${x.vip} is a host address of ${networkOf(s.address, s.prefixLen)}`;
-        if (r === null) checks.push(ok('vip-address', t, `neither the network${config.family === 4 ? ' nor the broadcast' : ' (subnet-router anycast)'} address`));
-        else checks.push(fail('vip-address', t, `${x.vip} is the ${r} address of ${networkOf(s.address, s.prefixLen)}${r === 'broadcast' ? ': packets to it go to every host on the segment' : r === 'network' ? ': hosts treat it as the subnet itself (and some as a broadcast)' : ': RFC 4291 §2.6.1 gives it to the subnet\'s routers'}`, 'choose a host address of the subnet for the VIP'));
+        if (r === null)
+          checks.push(ok('vip-address', t, `neither the network${config.family === 4 ? ' nor the broadcast' : ' (subnet-router anycast)'} address`));
+        else
+          checks.push(
+            fail(
+              'vip-address',
+              t,
+              `${x.vip} is the ${r} address of ${networkOf(s.address, s.prefixLen)}${r === 'broadcast' ? ': packets to it go to every host on the segment' : r === 'network' ? ': hosts treat it as the subnet itself (and some as a broadcast)' : ": RFC 4291 §2.6.1 gives it to the subnet's routers"}`,
+              'choose a host address of the subnet for the VIP',
+            ),
+          );
       }
     }
   }

@@ -75,7 +75,15 @@ export function checkPorts(config: Config, listeners: readonly Listener[]): Chec
     const title = `admin.listen ${formatHostPort(admin)} is free`;
     const found = listenersOn(admin.host, admin.port, listeners).map(describeOwner);
     const others = found.filter((f) => !f.ballast);
-    if (others.length > 0) out.push(fail('port-admin', title, `${others.map((f) => f.text).join('; ')}: the agent cannot bind its admin endpoint (EADDRINUSE)`, 'stop that process, or set admin.listen to a free port'));
+    if (others.length > 0)
+      out.push(
+        fail(
+          'port-admin',
+          title,
+          `${others.map((f) => f.text).join('; ')}: the agent cannot bind its admin endpoint (EADDRINUSE)`,
+          'stop that process, or set admin.listen to a free port',
+        ),
+      );
     else if (found.length > 0) out.push(ok('port-admin', title, `held by a running ballast agent: ${found.map((f) => f.text).join('; ')}`));
     else out.push(ok('port-admin', title, 'nothing listens there'));
   }
@@ -85,9 +93,28 @@ export function checkPorts(config: Config, listeners: readonly Listener[]): Chec
       const title = `local endpoint ${formatHostPort(a)} is free`;
       const found = listenersOn(a.host, a.port, listeners).map(describeOwner);
       const others = found.filter((f) => !f.ballast);
-      const what = config.dataplane.local === 'ebpf' ? 'the eBPF connect() rewrite would shadow it (its clients would reach the apiservers instead)' : 'the proxy cannot bind it (EADDRINUSE)';
-      if (others.length > 0 && le.force) out.push(warn('port-local-endpoint', title, `${others.map((f) => f.text).join('; ')}; localEndpoint.force is set, so the agent starts anyway and ${what}`, 'move that service or the local endpoint to another port'));
-      else if (others.length > 0) out.push(fail('port-local-endpoint', title, `${others.map((f) => f.text).join('; ')}: the agent refuses to start (${what})`, 'stop that process, or give localEndpoint.address another port'));
+      const what =
+        config.dataplane.local === 'ebpf'
+          ? 'the eBPF connect() rewrite would shadow it (its clients would reach the apiservers instead)'
+          : 'the proxy cannot bind it (EADDRINUSE)';
+      if (others.length > 0 && le.force)
+        out.push(
+          warn(
+            'port-local-endpoint',
+            title,
+            `${others.map((f) => f.text).join('; ')}; localEndpoint.force is set, so the agent starts anyway and ${what}`,
+            'move that service or the local endpoint to another port',
+          ),
+        );
+      else if (others.length > 0)
+        out.push(
+          fail(
+            'port-local-endpoint',
+            title,
+            `${others.map((f) => f.text).join('; ')}: the agent refuses to start (${what})`,
+            'stop that process, or give localEndpoint.address another port',
+          ),
+        );
       else if (found.length > 0) out.push(ok('port-local-endpoint', title, `held by a running ballast agent: ${found.map((f) => f.text).join('; ')}`));
       else out.push(ok('port-local-endpoint', title, 'nothing listens there'));
     }
@@ -95,9 +122,22 @@ export function checkPorts(config: Config, listeners: readonly Listener[]): Chec
   if (runsVipDataPlane(config)) {
     for (const vip of config.vips) {
       const title = `no process is bound to the VIP ${formatHostPort({ host: vip, port: config.apiserver.port })} itself`;
-      const found = listenersOn(vip, config.apiserver.port, listeners, true).map(describeOwner).filter((f) => !f.ballast);
-      if (found.length > 0) out.push(warn('port-vip', title, `${found.map((f) => f.text).join('; ')}: the nftables data plane DNATs every connection to VIP:${config.apiserver.port} to a backend, so it never gets one`, 'bind that service to another address or port (an apiserver on the wildcard address is fine: it is a backend)'));
-      else out.push(ok('port-vip', title, 'nothing is bound to the VIP itself (wildcard listeners such as the local apiserver are backends, reached through the DNAT)'));
+      const found = listenersOn(vip, config.apiserver.port, listeners, true)
+        .map(describeOwner)
+        .filter((f) => !f.ballast);
+      if (found.length > 0)
+        out.push(
+          warn(
+            'port-vip',
+            title,
+            `${found.map((f) => f.text).join('; ')}: the nftables data plane DNATs every connection to VIP:${config.apiserver.port} to a backend, so it never gets one`,
+            'bind that service to another address or port (an apiserver on the wildcard address is fine: it is a backend)',
+          ),
+        );
+      else
+        out.push(
+          ok('port-vip', title, 'nothing is bound to the VIP itself (wildcard listeners such as the local apiserver are backends, reached through the DNAT)'),
+        );
     }
   }
   return out;

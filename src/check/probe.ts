@@ -162,7 +162,8 @@ export interface AddressClaim {
  * @returns the claim, or null.
  */
 export function arpClaim(frame: Buffer, address: string, ownMac: Buffer): AddressClaim | null {
-  if (frame.length < 42 || frame.readUInt16BE(12) !== ETHERTYPE_ARP || frame.readUInt16BE(16) !== ETHERTYPE_IPV4 || frame[18] !== 6 || frame[19] !== 4) return null;
+  if (frame.length < 42 || frame.readUInt16BE(12) !== ETHERTYPE_ARP || frame.readUInt16BE(16) !== ETHERTYPE_IPV4 || frame[18] !== 6 || frame[19] !== 4)
+    return null;
   const op = frame.readUInt16BE(20);
   const sha = frame.subarray(22, 28);
   if (sha.equals(ownMac)) return null;
@@ -291,7 +292,10 @@ function listen(socket: PacketSocket, ms: number, onFrame: (f: ReceivedFrame) =>
  * @throws NativeError EPERM without CAP_NET_RAW, ENODEV for a missing interface, ENETDOWN.
  */
 export async function probeAddress(ifname: string, address: string, family: 4 | 6): Promise<AddressClaim[]> {
-  const socket = family === 4 ? PacketSocket.open(ifname, { protocol: ETHERTYPE_ARP }) : PacketSocket.open(ifname, { protocol: ETHERTYPE_IPV6, filter: neighborDiscoveryFilter() });
+  const socket =
+    family === 4
+      ? PacketSocket.open(ifname, { protocol: ETHERTYPE_ARP })
+      : PacketSocket.open(ifname, { protocol: ETHERTYPE_IPV6, filter: neighborDiscoveryFilter() });
   try {
     const mac = socket.hardwareAddress;
     const probe = family === 4 ? arpProbeFrame(mac, address) : dadSolicitationFrame(mac, address);
@@ -326,7 +330,11 @@ export async function probeAddress(ifname: string, address: string, family: 4 | 
  */
 export async function listenForAdverts(ifname: string, family: 4 | 6, ms: number): Promise<HeardAdvert[]> {
   // the raw VRRP socket only holds the group membership; frames are read with their MAC below
-  const member = VrrpSocket.open({ family, ifname }, () => undefined, () => undefined);
+  const member = VrrpSocket.open(
+    { family, ifname },
+    () => undefined,
+    () => undefined,
+  );
   const socket = PacketSocket.open(ifname, { protocol: family === 4 ? ETHERTYPE_IPV4 : ETHERTYPE_IPV6, filter: vrrpFilter(family) });
   try {
     member.joinGroup();

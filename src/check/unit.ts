@@ -30,7 +30,13 @@ import { join } from 'node:path';
 export const UNIT_NAME = 'ballast.service';
 
 /** systemd's unit search path for the system manager (systemd.unit(5)), highest precedence first. */
-export const DEFAULT_UNIT_DIRS: readonly string[] = ['/etc/systemd/system', '/run/systemd/system', '/usr/local/lib/systemd/system', '/usr/lib/systemd/system', '/lib/systemd/system'];
+export const DEFAULT_UNIT_DIRS: readonly string[] = [
+  '/etc/systemd/system',
+  '/run/systemd/system',
+  '/usr/local/lib/systemd/system',
+  '/usr/lib/systemd/system',
+  '/lib/systemd/system',
+];
 
 /** The directories searched: `$SYSTEMD_UNIT_PATH` (colon-separated; an empty last entry appends the defaults) or the defaults. */
 export function unitDirs(env: NodeJS.ProcessEnv = process.env): string[] {
@@ -220,11 +226,18 @@ export function ebpfUnderUnit(s: Sandbox): UnitVerdict {
     fixes.push('ReadOnlyPaths= without it');
   }
   if (s.protectKernelTunables && !writable) {
-    problems.push('ProtectKernelTunables=yes makes /sys, bpffs included, read-only and no ReadWritePaths= lists /sys/fs/bpf (mkdir of the pin directory: EROFS)');
+    problems.push(
+      'ProtectKernelTunables=yes makes /sys, bpffs included, read-only and no ReadWritePaths= lists /sys/fs/bpf (mkdir of the pin directory: EROFS)',
+    );
     fixes.push('ProtectKernelTunables=no', 'ReadWritePaths=/sys/fs/bpf');
   }
   if (problems.length > 0) {
-    return { status: 'warn', known: true, detail: `under ${UNIT_NAME} it cannot: ${problems.join('; ')}; the agent falls back to the user-space proxy`, fix: `${EDIT} ${fixes.join(' and ')}, then \`systemctl restart ballast\`` };
+    return {
+      status: 'warn',
+      known: true,
+      detail: `under ${UNIT_NAME} it cannot: ${problems.join('; ')}; the agent falls back to the user-space proxy`,
+      fix: `${EDIT} ${fixes.join(' and ')}, then \`systemctl restart ballast\``,
+    };
   }
   if (s.protectKernelTunables) {
     return {
@@ -234,7 +247,11 @@ export function ebpfUnderUnit(s: Sandbox): UnitVerdict {
       fix: `${EDIT} ProtectKernelTunables=no (ReadWritePaths=/sys/fs/bpf stays), then \`systemctl restart ballast\`; \`journalctl -u ballast -p warning\` shows the fallback if it happens`,
     };
   }
-  return { status: 'ok', known: true, detail: `${UNIT_NAME} allows it: ProtectKernelTunables= off, bpffs not read-only, CAP_BPF and CAP_NET_ADMIN in the bounding set` };
+  return {
+    status: 'ok',
+    known: true,
+    detail: `${UNIT_NAME} allows it: ProtectKernelTunables= off, bpffs not read-only, CAP_BPF and CAP_NET_ADMIN in the bounding set`,
+  };
 }
 
 /** Can the advert pacer get SCHED_FIFO `priority` under the unit? Pure. */
@@ -258,7 +275,11 @@ export function realtimeUnderUnit(s: Sandbox, priority: number): UnitVerdict {
       fix: `${EDIT} ${fixes.join(' and ')}, then \`systemctl restart ballast\`; or set vrrp.realtimePriority: 0`,
     };
   }
-  return { status: 'ok', known: true, detail: `${UNIT_NAME} allows SCHED_FIFO ${priority}: RestrictRealtime= off, ${byLimit ? `LimitRTPRIO=${s.limitRtprio}` : 'CAP_SYS_NICE in the bounding set'}` };
+  return {
+    status: 'ok',
+    known: true,
+    detail: `${UNIT_NAME} allows SCHED_FIFO ${priority}: RestrictRealtime= off, ${byLimit ? `LimitRTPRIO=${s.limitRtprio}` : 'CAP_SYS_NICE in the bounding set'}`,
+  };
 }
 
 /**
@@ -269,7 +290,9 @@ export function realtimeUnderUnit(s: Sandbox, priority: number): UnitVerdict {
 export function unitProcess(proc = '/proc'): number | null {
   let pids: number[];
   try {
-    pids = readdirSync(proc).filter((d) => /^\d+$/.test(d)).map(Number);
+    pids = readdirSync(proc)
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number);
   } catch {
     return null;
   }

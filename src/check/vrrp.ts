@@ -52,8 +52,18 @@ export function judgeSpeakers(config: Config, heard: readonly HeardAdvert[], own
     const same = a.addresses.length === vips.size && a.addresses.every((x) => vips.has(x));
     if (a.version === 2) foreign = 'speaks VRRPv2 (RFC 3768: keepalived `version 2`, its default for IPv4); ballast speaks VRRPv3';
     else if (!same) foreign = `advertises ${a.addresses.join(', ') || 'no address'}, not our VIPs ${config.vips.join(', ')}`;
-    else if (config.family === 4 && members.size > 0 && !members.has(a.source)) foreign = `is not one of our nodes (peers and backends: ${[...members].join(', ')})`;
-    bySource.set(k, { source: a.source, mac: a.mac, version: a.version, priority: a.priority, intervalMs: a.intervalMs, addresses: a.addresses, count: 1, foreign });
+    else if (config.family === 4 && members.size > 0 && !members.has(a.source))
+      foreign = `is not one of our nodes (peers and backends: ${[...members].join(', ')})`;
+    bySource.set(k, {
+      source: a.source,
+      mac: a.mac,
+      version: a.version,
+      priority: a.priority,
+      intervalMs: a.intervalMs,
+      addresses: a.addresses,
+      count: 1,
+      foreign,
+    });
   }
   return [...bySource.values()];
 }
@@ -77,7 +87,12 @@ function vrrpResult(config: Config, heard: readonly HeardAdvert[], speakers: rea
     );
   }
   const ours = speakers.filter((s) => s.foreign === null);
-  if (ours.length > 0) return ok('vrrp-vrid', title, `only our own group speaks on VRID ${v.vrid} (listened ${listenMs} ms): ${ours.map(describeSpeaker).join('; ')}.${otherText}`);
+  if (ours.length > 0)
+    return ok(
+      'vrrp-vrid',
+      title,
+      `only our own group speaks on VRID ${v.vrid} (listened ${listenMs} ms): ${ours.map(describeSpeaker).join('; ')}.${otherText}`,
+    );
   return ok('vrrp-vrid', title, `no advert for VRID ${v.vrid} in ${listenMs} ms (3 × Advertisement_Interval).${otherText}`);
 }
 
@@ -113,8 +128,13 @@ function vipInUseResult(vip: string, ifname: string, claims: readonly AddressCla
       `choose a VIP no host uses, or remove ${vip} from that host (find it by its MAC in the switch's table, or \`ip neigh\` on a neighbour)`,
     );
   }
-  if (claims.length > 0) return ok('vip-in-use', title, `held by the master of our own group: ${claims.map((c) => `${master(c)!.source} (MAC ${c.mac})`).join(', ')}`);
-  return ok('vip-in-use', title, `no answer to ${PROBE_COUNT} probes in ${(PROBE_COUNT - 1) * PROBE_SPACING_MS + PROBE_WAIT_MS} ms (ARP probe / DAD solicitation, RFC 5227 / RFC 4862)`);
+  if (claims.length > 0)
+    return ok('vip-in-use', title, `held by the master of our own group: ${claims.map((c) => `${master(c)!.source} (MAC ${c.mac})`).join(', ')}`);
+  return ok(
+    'vip-in-use',
+    title,
+    `no answer to ${PROBE_COUNT} probes in ${(PROBE_COUNT - 1) * PROBE_SPACING_MS + PROBE_WAIT_MS} ms (ARP probe / DAD solicitation, RFC 5227 / RFC 4862)`,
+  );
 }
 
 /**
@@ -137,7 +157,8 @@ export async function segmentResults(config: Config, iface: InterfaceInfo, nodeA
     if (onIface.has(vip)) return Promise.resolve({ vip, claims: [] as AddressClaim[], local: true, error: null as string | null });
     // a VIP outside the interface's subnets (the interface check failed): a probe would ask a
     // segment the VIP is not on, and its silence would read as "not in use"
-    if (subnetsHolding(probed, vip).length === 0) return Promise.resolve({ vip, claims: [] as AddressClaim[], local: false, error: null as string | null, offLink: true });
+    if (subnetsHolding(probed, vip).length === 0)
+      return Promise.resolve({ vip, claims: [] as AddressClaim[], local: false, error: null as string | null, offLink: true });
     return probeAddress(ifname, vip, config.family).then(
       (claims) => ({ vip, claims, local: false, error: null as string | null }),
       (err: Error) => ({ vip, claims: [] as AddressClaim[], local: false, error: err.message }),
@@ -147,11 +168,27 @@ export async function segmentResults(config: Config, iface: InterfaceInfo, nodeA
   const speakers = judgeSpeakers(config, a.heard, nodeAddresses);
   for (const r of p) {
     const title = `VIP ${r.vip} is not in use on ${ifname}`;
-    if ('offLink' in r) checks.push(warn('vip-in-use', title, `not probed: ${ifname} has no address in the subnet of ${r.vip} (see the interface check), so a probe would go to a segment the VIP is not on`, 'fix the interface check first, then run the check again'));
+    if ('offLink' in r)
+      checks.push(
+        warn(
+          'vip-in-use',
+          title,
+          `not probed: ${ifname} has no address in the subnet of ${r.vip} (see the interface check), so a probe would go to a segment the VIP is not on`,
+          'fix the interface check first, then run the check again',
+        ),
+      );
     else if (r.error) checks.push(warn('vip-in-use', title, `the probe could not run: ${r.error}`, 'run the check as root'));
     else if (r.local && v.owner) checks.push(ok('vip-in-use', title, `this node owns it (priority 255): ${ifname} has ${r.vip}`));
     else if (r.local && own) checks.push(ok('vip-in-use', title, `held by this node's running agent (${ifname} has ${r.vip})`));
-    else if (r.local) checks.push(warn('vip-in-use', title, `${ifname} already has ${r.vip} and no ballast agent runs VRID ${v.vrid} here: left by a killed agent or by hand`, `ballast cleanup --config FILE removes it (or ip addr del ${r.vip} dev ${ifname})`));
+    else if (r.local)
+      checks.push(
+        warn(
+          'vip-in-use',
+          title,
+          `${ifname} already has ${r.vip} and no ballast agent runs VRID ${v.vrid} here: left by a killed agent or by hand`,
+          `ballast cleanup --config FILE removes it (or ip addr del ${r.vip} dev ${ifname})`,
+        ),
+      );
     else checks.push(vipInUseResult(r.vip, ifname, r.claims, speakers));
   }
   if (a.error) checks.push(warn('vrrp-vrid', `no other VRRP group uses VRID ${v.vrid} on ${ifname}`, `could not listen: ${a.error}`, 'run the check as root'));

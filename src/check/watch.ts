@@ -104,7 +104,11 @@ export class ForeignFirewallWatch {
       for (const [k, x] of this.#keys) {
         if (!next.has(k)) log.info(fields(x), `foreign firewall: no longer in the way: ${x.detail}`);
       }
-      if (first && next.size === 0) log.info({ chains: r.chains, legacy: r.legacy }, `foreign firewall: none of ${r.chains} base chains of other tables drops traffic to the VIP or the backends`);
+      if (first && next.size === 0)
+        log.info(
+          { chains: r.chains, legacy: r.legacy },
+          `foreign firewall: none of ${r.chains} base chains of other tables drops traffic to the VIP or the backends`,
+        );
       this.#keys = next;
       this.#last = { checkedAt, rules: r.findings };
     } catch (err) {
@@ -116,5 +120,13 @@ export class ForeignFirewallWatch {
 }
 
 function fields(x: FirewallFinding): Record<string, unknown> {
-  return { severity: x.severity, source: x.source, table: `${x.family} ${x.table}`, chain: x.chain, hook: x.hook, ...(x.handle !== undefined ? { handle: x.handle } : {}), flow: x.flow };
+  return {
+    severity: x.severity,
+    source: x.source,
+    table: `${x.family} ${x.table}`,
+    chain: x.chain,
+    hook: x.hook,
+    ...(x.handle !== undefined ? { handle: x.handle } : {}),
+    flow: x.flow,
+  };
 }

@@ -80,9 +80,9 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
   const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
   const v = config.vrrp;
   let iface: InterfaceInfo | null = null;
-  const certificates = checkBackendCertificates(config, opts.certificateTimeoutMs === undefined ? {} : { timeoutMs: opts.certificateTimeoutMs }).catch((err: Error): CheckResult[] => [
-    warn('backend-certificate', 'backend certificates', `the certificate checks did not run: ${err.message}`, 'see the error'),
-  ]);
+  const certificates = checkBackendCertificates(config, opts.certificateTimeoutMs === undefined ? {} : { timeoutMs: opts.certificateTimeoutMs }).catch(
+    (err: Error): CheckResult[] => [warn('backend-certificate', 'backend certificates', `the certificate checks did not run: ${err.message}`, 'see the error')],
+  );
 
   if (v && all.length > 0) {
     const r = interfaceResults(config, all);
@@ -95,7 +95,14 @@ export async function runChecks(config: Config, opts: CheckOptions): Promise<Che
     checks.push(...(await segmentResults(config, iface, nodeAddresses, opts.vrrpListenMs ?? 3 * v.advertisementIntervalMs)));
   }
 
-  if (v && iface) checks.push(membershipResult(config, iface.ifname, iface.addresses.map((a) => a.address)));
+  if (v && iface)
+    checks.push(
+      membershipResult(
+        config,
+        iface.ifname,
+        iface.addresses.map((a) => a.address),
+      ),
+    );
 
   checks.push(forwardingResult(config, nodeAddresses));
   if (vipPlaneBackends(config, nodeAddresses).length > 0) checks.push(await rulesetResult(config, nodeAddresses, nft));
@@ -132,7 +139,9 @@ export function formatReport(report: CheckReport): string {
   }
   const n = (s: CheckResult['status']): number => report.checks.filter((c) => c.status === s).length;
   const code = exitStatus(report.checks);
-  lines.push(`${report.config ? `${report.config}: ` : ''}${n('ok')} ok, ${n('warn')} warning${n('warn') === 1 ? '' : 's'}, ${n('fail')} failed${code === 2 ? ': this node is not ready to run ballast' : code === 1 ? '' : ': ready'}`);
+  lines.push(
+    `${report.config ? `${report.config}: ` : ''}${n('ok')} ok, ${n('warn')} warning${n('warn') === 1 ? '' : 's'}, ${n('fail')} failed${code === 2 ? ': this node is not ready to run ballast' : code === 1 ? '' : ': ready'}`,
+  );
   return `${lines.join('\n')}\n`;
 }
 
@@ -156,7 +165,10 @@ export async function checkCommand(o: { config?: string; json?: boolean }, load:
   } catch (err) {
     // --json: a script still gets a report (one failed `config` check), and the message on stderr
     if (o.json && (err instanceof ConfigError || isBallastError(err))) {
-      const bad: CheckReport = { config: o.config, checks: [fail('config', `${o.config} is a valid configuration`, (err as Error).message, `ballast validate --config ${o.config} lists every problem`)] };
+      const bad: CheckReport = {
+        config: o.config,
+        checks: [fail('config', `${o.config} is a valid configuration`, (err as Error).message, `ballast validate --config ${o.config} lists every problem`)],
+      };
       process.stdout.write(`${JSON.stringify(bad, null, 2)}\n`);
     }
     throw err;

@@ -59,7 +59,11 @@ const DEFAULT_PATHS: CleanupPaths = { bpfDir: join(DEFAULT_PIN_DIR, '..'), lockD
 export async function cleanupNode(config: Config | null, paths: CleanupPaths = DEFAULT_PATHS): Promise<CleanupReport> {
   const report: CleanupReport = { removed: [], inUse: [], notes: [], failed: [] };
   /** Runs `fn` under the lock `take` gives; a lock held by an agent puts `what` in inUse. */
-  const locked = async <L extends { close(): unknown } | { release(): unknown }>(what: string, take: () => L | Promise<L>, fn: () => Promise<void> | void): Promise<void> => {
+  const locked = async <L extends { close(): unknown } | { release(): unknown }>(
+    what: string,
+    take: () => L | Promise<L>,
+    fn: () => Promise<void> | void,
+  ): Promise<void> => {
     let lock: L;
     try {
       lock = await take();
@@ -80,18 +84,22 @@ export async function cleanupNode(config: Config | null, paths: CleanupPaths = D
 
   const removeVipsEverywhere = async (vips: readonly string[]): Promise<void> => {
     for (const vip of vips) {
-      await locked(`VIP ${vip}`, () => acquireVipLock(vip), async () => {
-        const rt = openRtnl();
-        try {
-          for (const iface of await listInterfaces(rt)) {
-            for (const a of await removeVips(rt, iface.ifindex, [vip])) report.removed.push(`VIP ${a.address}/${a.prefixLen} on ${iface.ifname}`);
+      await locked(
+        `VIP ${vip}`,
+        () => acquireVipLock(vip),
+        async () => {
+          const rt = openRtnl();
+          try {
+            for (const iface of await listInterfaces(rt)) {
+              for (const a of await removeVips(rt, iface.ifindex, [vip])) report.removed.push(`VIP ${a.address}/${a.prefixLen} on ${iface.ifname}`);
+            }
+          } catch (err) {
+            throw createError('BALLAST_E_NETLINK', `cannot remove the VIP ${vip}: ${(err as Error).message}`, { cause: err });
+          } finally {
+            rt.close();
           }
-        } catch (err) {
-          throw createError('BALLAST_E_NETLINK', `cannot remove the VIP ${vip}: ${(err as Error).message}`, { cause: err });
-        } finally {
-          rt.close();
-        }
-      });
+        },
+      );
     }
   };
   // the VIPs first: an address nobody answers for is worse than a stale rule
@@ -99,37 +107,53 @@ export async function cleanupNode(config: Config | null, paths: CleanupPaths = D
   // mode: bgp: the routers stop sending first, then the VIPs go (a dead agent's BIRD announced them)
   if (config !== null && config.bgp !== null && config.vips.length > 0) {
     const table = config.family === 4 ? 'table ip ballast' : 'table ip6 ballast';
-    await locked(`the BGP announcement and VIPs of ${config.vips.join(', ')} (guarded by the ${table} lock)`, () => acquireTableLock(config.family), async () => {
-      await withdrawBgp(config, report);
-      await removeVipsEverywhere(config.vips);
-    });
+    await locked(
+      `the BGP announcement and VIPs of ${config.vips.join(', ')} (guarded by the ${table} lock)`,
+      () => acquireTableLock(config.family),
+      async () => {
+        await withdrawBgp(config, report);
+        await removeVipsEverywhere(config.vips);
+      },
+    );
   }
 
   const applier = new NftablesApplier();
   for (const family of [4, 6] as const) {
     const table = family === 4 ? 'table ip ballast' : 'table ip6 ballast';
-    await locked(table, () => acquireTableLock(family), async () => {
-      if (tableExists(family)) {
-        await applier.remove([family]);
-        report.removed.push(table);
-      }
-    });
+    await locked(
+      table,
+      () => acquireTableLock(family),
+      async () => {
+        if (tableExists(family)) {
+          await applier.remove([family]);
+          report.removed.push(table);
+        }
+      },
+    );
   }
 
   // every pin directory, whichever cgroup it served
   const pinDirs = existsSync(paths.bpfDir) ? readdirSync(paths.bpfDir).map((n) => join(paths.bpfDir, n)) : [];
   for (const pinDir of pinDirs) {
-    await locked(`eBPF pins ${pinDir}`, () => lockPinDir(pinDir, '(any)', paths.lockDir), () => {
-      const n = nativeEbpfSys.detach(pinDir);
-      report.removed.push(`eBPF pins ${pinDir} (${n})`);
-    });
+    await locked(
+      `eBPF pins ${pinDir}`,
+      () => lockPinDir(pinDir, '(any)', paths.lockDir),
+      () => {
+        const n = nativeEbpfSys.detach(pinDir);
+        report.removed.push(`eBPF pins ${pinDir} (${n})`);
+      },
+    );
   }
   // lock files a SIGKILLed agent left: taking and releasing one removes it
   const locks = existsSync(paths.lockDir) ? readdirSync(paths.lockDir).filter((n) => n.endsWith('.lock')) : [];
   for (const name of locks) {
-    await locked(`lock ${join(paths.lockDir, name)}`, () => lockPinDir(join(paths.bpfDir, name.slice(0, -'.lock'.length)), '(any)', paths.lockDir), () => {
-      report.removed.push(`lock file ${join(paths.lockDir, name)}`);
-    });
+    await locked(
+      `lock ${join(paths.lockDir, name)}`,
+      () => lockPinDir(join(paths.bpfDir, name.slice(0, -'.lock'.length)), '(any)', paths.lockDir),
+      () => {
+        report.removed.push(`lock file ${join(paths.lockDir, name)}`);
+      },
+    );
   }
   for (const dir of [paths.bpfDir, paths.lockDir]) {
     try {
@@ -175,7 +199,9 @@ export async function withdrawBgp(config: Config, report: CleanupReport, timeout
     if (err instanceof BirdError && err.code === 8003) {
       // "No protocols match": this BIRD never loaded ballast's snippet
     } else if (err instanceof BirdError && err.code === null) {
-      report.notes.push(`BIRD does not answer on bgp.socket ${bgp.socket} (${err.errno ?? msg}): nothing withdrawn there; ${foreign === null ? `${path} says ${vipProtocol(config.family)} is disabled, so BIRD does not announce the VIPs when it starts` : `withdraw by hand once it runs: birdc -s ${bgp.socket} disable ${vipProtocol(config.family)}`}`);
+      report.notes.push(
+        `BIRD does not answer on bgp.socket ${bgp.socket} (${err.errno ?? msg}): nothing withdrawn there; ${foreign === null ? `${path} says ${vipProtocol(config.family)} is disabled, so BIRD does not announce the VIPs when it starts` : `withdraw by hand once it runs: birdc -s ${bgp.socket} disable ${vipProtocol(config.family)}`}`,
+      );
     } else {
       report.failed.push(`BIRD on ${bgp.socket} refused the withdrawal of ${config.vips.join(', ')}: ${msg}`);
     }

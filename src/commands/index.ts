@@ -55,7 +55,9 @@ function exitOnSignal(sig: NodeJS.Signals): void {
 async function main(argv: string[], stops: StopSignals): Promise<number> {
   const program = new Command()
     .name('ballast')
-    .description('One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP balanced in the kernel, and a node-local endpoint (eBPF connect() rewrite) on every node.')
+    .description(
+      'One stable, highly available Kubernetes API endpoint on bare metal: a VRRPv3 (RFC 9568) virtual IP balanced in the kernel, and a node-local endpoint (eBPF connect() rewrite) on every node.',
+    )
     .version(packageVersion(), '-V, --version')
     .showHelpAfterError()
     .exitOverride();
@@ -79,15 +81,24 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     });
   program
     .command('check')
-    .description('preflight, kubeadm-style: is this node ready to run ballast with --config (interface, VIP probe, VRRP on the VRID, forwarding, nftables, eBPF, ports, other firewalls, backend certificates)? Without --config, the host checks only. Exit 0 all ok, 1 warnings, 2 failures (docs/check.md)')
+    .description(
+      'preflight, kubeadm-style: is this node ready to run ballast with --config (interface, VIP probe, VRRP on the VRID, forwarding, nftables, eBPF, ports, other firewalls, backend certificates)? Without --config, the host checks only. Exit 0 all ok, 1 warnings, 2 failures (docs/check.md)',
+    )
     .option('-c, --config <file>', 'YAML configuration file to check the node against')
-    .option('--json', 'print the report as JSON: with --config the CheckReport { config, checks: [{ id, title, status, detail, fix? }] }, without it { ok, reasons } of the eBPF check')
+    .option(
+      '--json',
+      'print the report as JSON: with --config the CheckReport { config, checks: [{ id, title, status, detail, fix? }] }, without it { ok, reasons } of the eBPF check',
+    )
     .action((o: { config?: string; json?: boolean }) => {
-      result = Promise.all([import('./check.js'), import('../config/index.js')]).then(([{ checkCommand }, { loadConfig }]) => checkCommand(o, (path) => loadConfig(path)));
+      result = Promise.all([import('./check.js'), import('../config/index.js')]).then(([{ checkCommand }, { loadConfig }]) =>
+        checkCommand(o, (path) => loadConfig(path)),
+      );
     });
   program
     .command('cleanup')
-    .description('remove everything ballast left on this node (the uninstall): the VIPs of --config, the nftables tables, every eBPF pin and lock file; a running agent\'s are left alone (exit 2)')
+    .description(
+      "remove everything ballast left on this node (the uninstall): the VIPs of --config, the nftables tables, every eBPF pin and lock file; a running agent's are left alone (exit 2)",
+    )
     .option('-c, --config <file>', 'also remove the VIPs this configuration names')
     .action((o: { config?: string }) => {
       result = import('./cleanup.js').then(({ cleanup }) => cleanup(o));
@@ -102,7 +113,9 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
     });
   program
     .command('reload')
-    .description("ask the running agent to re-read its configuration file and apply what changed (as SIGHUP does); exit 0 if applied, 2 if refused (the problems are printed, nothing changed), 1 if no agent answers")
+    .description(
+      'ask the running agent to re-read its configuration file and apply what changed (as SIGHUP does); exit 0 if applied, 2 if refused (the problems are printed, nothing changed), 1 if no agent answers',
+    )
     .option('-a, --admin <host:port>', `the admin endpoint of the agent (default: admin.listen of --config, else ${DEFAULT_ADMIN})`, parseAdmin)
     .option('-c, --config <file>', 'the configuration file the agent runs with: its admin.listen says where the agent listens')
     .option('--json', 'print the reload result as JSON')
@@ -110,7 +123,8 @@ async function main(argv: string[], stops: StopSignals): Promise<number> {
       result = reload(o);
     });
   // `ballast run` leaves the manifest commands' modules unloaded (the agent's memory, docs/performance.md)
-  if (argv[2] !== 'run') (await import('./manifest.js')).addManifestCommand(
+  if (argv[2] !== 'run')
+    (await import('./manifest.js')).addManifestCommand(
       program,
       (r) => {
         result = r;

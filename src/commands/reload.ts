@@ -73,7 +73,8 @@ export function postReload(addr: HostPort, timeoutMs = 30_000): Promise<ReloadAn
           return reject(new Error(`HTTP ${res.statusCode}: the answer is not a ballast agent's reload result: ${body.trim().slice(0, 200)}`));
         }
         const d = doc as { ok?: unknown; problems?: unknown };
-        if (typeof d.ok !== 'boolean' || !Array.isArray(d.problems)) return reject(new Error(`HTTP ${res.statusCode}: the answer is JSON but not a ballast agent's reload result`));
+        if (typeof d.ok !== 'boolean' || !Array.isArray(d.problems))
+          return reject(new Error(`HTTP ${res.statusCode}: the answer is JSON but not a ballast agent's reload result`));
         resolve({ statusCode: res.statusCode ?? 0, result: doc as ReloadAnswer['result'] });
       });
     });
@@ -96,7 +97,10 @@ export function formatReload(a: ReloadAnswer, where: string): { code: number; st
   if (a.statusCode === 422) {
     const n = r.problems.length;
     const source = 'source' in r && r.source ? ` from ${r.source}` : '';
-    const lines = [`ballast: configuration not reloaded${source} (${n} ${n === 1 ? 'problem' : 'problems'}); the agent keeps running as before:`, ...r.problems.map((p) => `  ${p}`)];
+    const lines = [
+      `ballast: configuration not reloaded${source} (${n} ${n === 1 ? 'problem' : 'problems'}); the agent keeps running as before:`,
+      ...r.problems.map((p) => `  ${p}`),
+    ];
     return { code: 2, stdout: '', stderr: `${lines.join('\n')}\n` };
   }
   return { code: 1, stdout: '', stderr: `ballast: the agent at ${where} did not reload: ${r.problems.join('; ')} (BALLAST_E_RELOAD_UNREACHABLE)\n` };

@@ -72,7 +72,10 @@ export async function run(opts: { config: string; logLevel?: LogLevel }, stops: 
     // systemd sends SIGTERM for a stop and for a restart alike: its job says which
     void systemdRestartJob().then((r) => {
       restart = r.restart;
-      log?.info({ unit: r.unit, job: r.job }, r.restart ? 'systemd is restarting this service: stopping for a restart in place' : 'systemd is stopping this service');
+      log?.info(
+        { unit: r.unit, job: r.job },
+        r.restart ? 'systemd is restarting this service: stopping for a restart in place' : 'systemd is stopping this service',
+      );
       cancel.abort();
     });
   };

@@ -22,7 +22,8 @@ function fetchStatus(addr: { host: string; port: number }, timeoutMs = 2000): Pr
         } catch {
           return reject(new Error(`the answer is not JSON, so not a ballast agent's /status (${body.length} bytes)`));
         }
-        if (!looksLikeStatus(doc)) return reject(new Error("the answer is JSON but not a ballast agent's /status (another service on that port, or another version?)"));
+        if (!looksLikeStatus(doc))
+          return reject(new Error("the answer is JSON but not a ballast agent's /status (another service on that port, or another version?)"));
         resolve(doc);
       });
     });

@@ -38,8 +38,7 @@ const ASN_MAX = 4_294_967_295;
 const mappingError = expect('a mapping of settings (key: value)');
 
 /** An ASN: 1..4294967295 (0 is reserved, RFC 7607). */
-const asnField = (required: string) =>
-  intField(1, ASN_MAX, { required, hint: (v) => (v === 0 ? ' (AS 0 is reserved, RFC 7607)' : '') });
+const asnField = (required: string) => intField(1, ASN_MAX, { required, hint: (v) => (v === 0 ? ' (AS 0 is reserved, RFC 7607)' : '') });
 
 /** A duration in whole seconds (BIRD and the BGP messages carry seconds). */
 function secondsField(rule: DurationRule) {
@@ -48,7 +47,12 @@ function secondsField(rule: DurationRule) {
 
 const HOLD_TIME: DurationRule = { min: 3000, max: 65_535_000, default: BGP_DEFAULTS.holdTime, range: rangeMessage('3s', '65535s (RFC 4271 §4.2)') };
 const KEEPALIVE: DurationRule = { min: 1000, max: 21_845_000, default: 'a third of holdTime', range: rangeMessage('1s', 'a third of 65535s') };
-const GR_TIME: DurationRule = { min: 1000, max: 4_095_000, default: BGP_DEFAULTS.gracefulRestartTime, range: rangeMessage('1s', '4095s (12 bits, RFC 4724 §3)') };
+const GR_TIME: DurationRule = {
+  min: 1000,
+  max: 4_095_000,
+  default: BGP_DEFAULTS.gracefulRestartTime,
+  range: rangeMessage('1s', '4095s (12 bits, RFC 4724 §3)'),
+};
 const BFD_INTERVAL: DurationRule = { min: 10, max: 10_000, default: BGP_DEFAULTS.bfdInterval, range: rangeMessage('10ms', '10s') };
 
 /**
@@ -111,7 +115,7 @@ function bgpShapes() {
   /** One entry of `bgp.peers`. */
   const bgpPeerShape = {
     address: peerAddressField,
-    asn: asnField('the peer\'s ASN, an integer from 1 to 4294967295'),
+    asn: asnField("the peer's ASN, an integer from 1 to 4294967295"),
     bfd: boolField(true),
     nextHopSelf: boolField(true),
   };
@@ -131,27 +135,39 @@ function bgpShapes() {
     localAsn: asnField("this node's ASN, an integer from 1 to 4294967295"),
     routerId: routerIdField,
     announce: z
-      .enum(['backends', 'local'], { error: expect('"backends" (while the data plane has a ready backend) or "local" (while this node\'s apiserver is ready)', { default: BGP_DEFAULTS.announce }) })
+      .enum(['backends', 'local'], {
+        error: expect('"backends" (while the data plane has a ready backend) or "local" (while this node\'s apiserver is ready)', {
+          default: BGP_DEFAULTS.announce,
+        }),
+      })
       .default(BGP_DEFAULTS.announce),
     balance: z
       .enum(['all', 'local'], { error: expect('"all" (every ready apiserver) or "local" (this node\'s apiserver only)', { default: BGP_DEFAULTS.balance }) })
       .default(BGP_DEFAULTS.balance),
     communities: z.array(communityField, { error: expect('a list of communities such as ["64512:100"]', { default: '[]' }) }).default([]),
     holdTime: secondsField(HOLD_TIME),
-    keepaliveTime: z.unknown().transform((input, ctx) => {
-      if (input === undefined) return undefined;
-      const r = durationMs(input, { ...KEEPALIVE, step: { ms: 1000, message: (ms) => `must be whole seconds (BGP carries seconds), got ${formatDuration(ms)}` } });
-      if (typeof r === 'string') {
-        ctx.addIssue({ code: 'custom', message: r, input });
-        return z.NEVER;
-      }
-      return r;
-    }).optional(),
+    keepaliveTime: z
+      .unknown()
+      .transform((input, ctx) => {
+        if (input === undefined) return undefined;
+        const r = durationMs(input, {
+          ...KEEPALIVE,
+          step: { ms: 1000, message: (ms) => `must be whole seconds (BGP carries seconds), got ${formatDuration(ms)}` },
+        });
+        if (typeof r === 'string') {
+          ctx.addIssue({ code: 'custom', message: r, input });
+          return z.NEVER;
+        }
+        return r;
+      })
+      .optional(),
     gracefulRestart: boolField(BGP_DEFAULTS.gracefulRestart),
     gracefulRestartTime: secondsField(GR_TIME),
     bfd: z.preprocess((v) => v ?? {}, z.strictObject(bgpBfdShape, { error: mappingError })),
     peers: z
-      .array(z.strictObject(bgpPeerShape, { error: mappingError }), { error: expect(`a list of 1 to ${MAX_BGP_PEERS} peers, e.g. [{ address: 10.0.0.1, asn: 64500 }]`) })
+      .array(z.strictObject(bgpPeerShape, { error: mappingError }), {
+        error: expect(`a list of 1 to ${MAX_BGP_PEERS} peers, e.g. [{ address: 10.0.0.1, asn: 64500 }]`),
+      })
       .min(1, { error: 'must list at least one peer, e.g. [{ address: 10.0.0.1, asn: 64500 }]' })
       .max(MAX_BGP_PEERS, { error: `must list at most ${MAX_BGP_PEERS} peers` }),
   };
@@ -171,7 +187,6 @@ export const BGP_SECTION_KEYS = ((): { readonly bgp: readonly string[]; readonly
 
 /** `bgp` as the schema parsed it. */
 export type ParsedBgp = z.output<ReturnType<typeof bgpSection>>;
-
 
 /** One BGP peer, normalized. */
 export interface BgpPeerConfig {
@@ -251,19 +266,38 @@ export function bgpIssues(raw: Record<string, unknown>): RawIssue[] | null {
   const bgp = raw.bgp;
   if (raw.mode !== 'bgp') {
     if (bgp === undefined) return null;
-    return [{ path: ['bgp'], message: `is set but mode is ${raw.mode === undefined ? 'not set (vrrp, the default)' : show(raw.mode)}: set mode: bgp to announce the VIPs with BGP, or remove bgp` }];
+    return [
+      {
+        path: ['bgp'],
+        message: `is set but mode is ${raw.mode === undefined ? 'not set (vrrp, the default)' : show(raw.mode)}: set mode: bgp to announce the VIPs with BGP, or remove bgp`,
+      },
+    ];
   }
   const out: RawIssue[] = [];
-  if (raw.vrrp !== undefined) out.push({ path: ['vrrp'], message: 'must be absent with mode: bgp: no election runs, every ready node announces the VIPs (remove vrrp, or use mode: vrrp)' });
+  if (raw.vrrp !== undefined)
+    out.push({
+      path: ['vrrp'],
+      message: 'must be absent with mode: bgp: no election runs, every ready node announces the VIPs (remove vrrp, or use mode: vrrp)',
+    });
   if (raw.vips === undefined) out.push({ path: ['vips'], message: 'required with mode: bgp: the addresses announced to the BGP peers, e.g. [10.0.0.100]' });
   if (bgp === undefined) out.push({ path: ['bgp'], message: 'required with mode: bgp: at least bgp.localAsn and bgp.peers' });
   const backends = isRecord(raw.apiserver) ? raw.apiserver.backends : undefined;
   if (!Array.isArray(backends) || backends.length === 0) {
-    out.push({ path: ['apiserver', 'backends'], message: 'required with mode: bgp: the apiservers the VIP balances to (a node announces while it has a ready one)' });
+    out.push({
+      path: ['apiserver', 'backends'],
+      message: 'required with mode: bgp: the apiservers the VIP balances to (a node announces while it has a ready one)',
+    });
   }
   if (!isRecord(bgp)) return out;
   const vipFamily = vipsFamily(raw.vips);
-  const vips = new Set(Array.isArray(raw.vips) ? raw.vips.flatMap((v) => { const ip = checkAddress(v, 'vip'); return typeof ip === 'string' ? [] : [ip.text]; }) : []);
+  const vips = new Set(
+    Array.isArray(raw.vips)
+      ? raw.vips.flatMap((v) => {
+          const ip = checkAddress(v, 'vip');
+          return typeof ip === 'string' ? [] : [ip.text];
+        })
+      : [],
+  );
   if (Array.isArray(bgp.peers)) {
     const seen = new Map<string, number>();
     bgp.peers.forEach((p, i) => {
@@ -273,7 +307,8 @@ export function bgpIssues(raw: Record<string, unknown>): RawIssue[] | null {
       const path = ['bgp', 'peers', i, 'address'];
       const prev = seen.get(ip.text);
       if (prev !== undefined) out.push({ path, message: `${String(p.address)} duplicates bgp.peers[${prev}].address` });
-      else if (vipFamily !== undefined && ip.family !== vipFamily) out.push({ path, message: `${String(p.address)} is IPv${ip.family} but the VIPs are IPv${vipFamily}: the peers carry the VIPs' family` });
+      else if (vipFamily !== undefined && ip.family !== vipFamily)
+        out.push({ path, message: `${String(p.address)} is IPv${ip.family} but the VIPs are IPv${vipFamily}: the peers carry the VIPs' family` });
       else if (vips.has(ip.text)) out.push({ path, message: `${String(p.address)} is a VIP; a peer is a router's address` });
       seen.set(ip.text, i);
     });
@@ -281,7 +316,10 @@ export function bgpIssues(raw: Record<string, unknown>): RawIssue[] | null {
   const hold = bgp.holdTime === undefined ? 9000 : durationMs(bgp.holdTime, HOLD_TIME);
   const keep = bgp.keepaliveTime === undefined ? undefined : durationMs(bgp.keepaliveTime, KEEPALIVE);
   if (typeof hold === 'number' && typeof keep === 'number' && keep * 3 > hold) {
-    out.push({ path: ['bgp', 'keepaliveTime'], message: `must be at most a third of bgp.holdTime (${formatDuration(hold)}; RFC 4271 §10), got ${formatDuration(keep)}` });
+    out.push({
+      path: ['bgp', 'keepaliveTime'],
+      message: `must be at most a third of bgp.holdTime (${formatDuration(hold)}; RFC 4271 §10), got ${formatDuration(keep)}`,
+    });
   }
   return out;
 }

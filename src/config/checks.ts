@@ -29,8 +29,18 @@ export function crossFieldIssues(raw: unknown): RawIssue[] {
   if (!isRecord(raw)) return [];
   const vips = rawVips(raw);
   const withVips =
-    vips === undefined ? [] : [...peerIssues(raw, vips), ...discoveredIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
-  return [...roleIssues(raw), ...localEndpointIssues(raw), ...unicastIssues(raw), ...authIssues(raw), ...withVips, ...healthIssues(raw), ...discoveryIssues(raw)];
+    vips === undefined
+      ? []
+      : [...peerIssues(raw, vips), ...discoveredIssues(raw, vips), ...backendIssues(raw, vips), ...checksumIssues(raw, vips), ...onVipIssues(raw, vips)];
+  return [
+    ...roleIssues(raw),
+    ...localEndpointIssues(raw),
+    ...unicastIssues(raw),
+    ...authIssues(raw),
+    ...withVips,
+    ...healthIssues(raw),
+    ...discoveryIssues(raw),
+  ];
 }
 
 /** `raw[a][b]…`, or undefined where a step is not a mapping. */
@@ -234,13 +244,29 @@ function roleIssues(raw: Record<string, unknown>): RawIssue[] {
   if (bgp !== null) return bgp;
   const election = raw.vrrp !== undefined;
   if (election && raw.vips === undefined) {
-    return [{ path: ['vips'], message: `required: a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100] (the addresses vrrp elects a holder for)` }];
+    return [
+      {
+        path: ['vips'],
+        message: `required: a list of 1 to ${MAX_VIPS} IP addresses of one family, e.g. [10.0.0.100] (the addresses vrrp elects a holder for)`,
+      },
+    ];
   }
   if (!election && raw.vips !== undefined) {
-    return [{ path: ['vips'], message: 'is set but vrrp is absent: VIPs need an election; add vrrp (at least vrrp.vrid), or remove vips on a node that only serves the local endpoint' }];
+    return [
+      {
+        path: ['vips'],
+        message:
+          'is set but vrrp is absent: VIPs need an election; add vrrp (at least vrrp.vrid), or remove vips on a node that only serves the local endpoint',
+      },
+    ];
   }
   if (!election && raw.localEndpoint === undefined) {
-    return [{ path: ['vrrp'], message: 'required: vrrp.vrid and vips (an election for the VIPs), or localEndpoint with apiserver.backends (a node-local API endpoint), or both' }];
+    return [
+      {
+        path: ['vrrp'],
+        message: 'required: vrrp.vrid and vips (an election for the VIPs), or localEndpoint with apiserver.backends (a node-local API endpoint), or both',
+      },
+    ];
   }
   return [];
 }
@@ -251,15 +277,32 @@ function discoveryIssues(raw: Record<string, unknown>): RawIssue[] {
   if (!isRecord(d)) return [];
   const kubeconfig = d.kubeconfig !== undefined && d.kubeconfig !== '' && d.kubeconfig !== null;
   if (kubeconfig && d.inCluster === true) {
-    return [{ path: ['discovery', 'inCluster'], message: 'is true while discovery.kubeconfig is set: use one of them (the kubeconfig, or the pod\'s service account)' }];
+    return [
+      {
+        path: ['discovery', 'inCluster'],
+        message: "is true while discovery.kubeconfig is set: use one of them (the kubeconfig, or the pod's service account)",
+      },
+    ];
   }
   if (!kubeconfig && d.inCluster !== true && d.kubeconfig !== null) {
-    return [{ path: ['discovery', 'kubeconfig'], message: 'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)' }];
+    return [
+      {
+        path: ['discovery', 'kubeconfig'],
+        message:
+          'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)',
+      },
+    ];
   }
   // discovery reads the slices from a backend the checks find ready: it needs one to start from
   const listed = at(raw, 'apiserver', 'backends');
   if (!Array.isArray(listed) || listed.length === 0) {
-    return [{ path: ['apiserver', 'backends'], message: 'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)' }];
+    return [
+      {
+        path: ['apiserver', 'backends'],
+        message:
+          'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)',
+      },
+    ];
   }
   return [];
 }
@@ -292,7 +335,12 @@ function unicastIssues(raw: Record<string, unknown>): RawIssue[] {
     return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers is ${DISCOVERED}: a single node has no peers; remove one of the two` }];
   }
   if (singleNode === true && Array.isArray(peers) && peers.length > 0) {
-    return [{ path: ['vrrp', 'singleNode'], message: `is true but vrrp.peers lists ${peers.length} address${peers.length === 1 ? '' : 'es'}: a single node has no peers; remove one of the two` }];
+    return [
+      {
+        path: ['vrrp', 'singleNode'],
+        message: `is true but vrrp.peers lists ${peers.length} address${peers.length === 1 ? '' : 'es'}: a single node has no peers; remove one of the two`,
+      },
+    ];
   }
   return [];
 }
@@ -309,15 +357,24 @@ function discoveredIssues(raw: Record<string, unknown>, vips: RawVips): RawIssue
   if (index < 0) return [];
   const path = peers === DISCOVERED ? ['vrrp', 'peers'] : ['vrrp', 'peers', index];
   if (vips.family === 6) {
-    return [{ path, message: `${DISCOVERED} is for IPv4 groups: IPv6 adverts come from link-local addresses (RFC 9568 §5.1.2.1), not the apiservers' node addresses; list the other nodes' link-local addresses` }];
+    return [
+      {
+        path,
+        message: `${DISCOVERED} is for IPv4 groups: IPv6 adverts come from link-local addresses (RFC 9568 §5.1.2.1), not the apiservers' node addresses; list the other nodes' link-local addresses`,
+      },
+    ];
   }
   const listed = list.filter((p) => p !== DISCOVERED).length;
   if (listed === 0 && rawBackends(raw).length === 0 && raw.discovery === undefined) {
-    return [{ path, message: `${DISCOVERED} needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends` }];
+    return [
+      {
+        path,
+        message: `${DISCOVERED} needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends`,
+      },
+    ];
   }
   return [];
 }
-
 
 /**
  * The local endpoint needs backends, backends of each endpoint's family, and a port the local
@@ -347,9 +404,15 @@ function localEndpointIssues(raw: Record<string, unknown>): RawIssue[] {
     const vip = vips?.index.get(hp.host);
     const port = taken.get(hp.port);
     if (backends.some((b) => b.hp.host === hp.host && b.hp.port === hp.port)) {
-      out.push({ path, message: `${a} is one of apiserver.backends: connect()s to that apiserver (the health checks' too) would be balanced away from it; use a loopback address such as 127.0.0.1:7443` });
+      out.push({
+        path,
+        message: `${a} is one of apiserver.backends: connect()s to that apiserver (the health checks' too) would be balanced away from it; use a loopback address such as 127.0.0.1:7443`,
+      });
     } else if (vip !== undefined) {
-      out.push({ path, message: `${a} is on a VIP (vips[${vip}]): a VIP is on this node only while it is Active, and the local endpoint must work on every node; use a loopback address such as ${loopback}:7443` });
+      out.push({
+        path,
+        message: `${a} is on a VIP (vips[${vip}]): a VIP is on this node only while it is Active, and the local endpoint must work on every node; use a loopback address such as ${loopback}:7443`,
+      });
     } else if (port !== undefined) {
       out.push({
         path,

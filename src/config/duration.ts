@@ -58,9 +58,7 @@ export function parseDuration(input: string | number): number {
     const [, whole = '', frac = '', unit = 'ms'] = m;
     const rank = UNIT_ORDER.indexOf(unit as Unit);
     if (rank <= lastUnit) {
-      throw new RangeError(
-        `invalid duration ${quoted}: units must go from largest to smallest, each at most once (e.g. "1m30s")`,
-      );
+      throw new RangeError(`invalid duration ${quoted}: units must go from largest to smallest, each at most once (e.g. "1m30s")`);
     }
     lastUnit = rank;
     // exact decimal: (whole.frac) * unit = (whole frac as an integer) * unit / 10^len(frac)

@@ -8,7 +8,17 @@ import { z } from 'zod';
 import type { AddressFamily } from '../net/address.js';
 import { formatHostPort } from '../net/hostport.js';
 import { formatDuration, parseDuration } from './duration.js';
-import { BACKEND_RULE, checkAddress, type BackendAddress, type ListenAddress, LISTEN_RULE, LOCAL_ENDPOINT_RULE, LOCAL_RULE, parseIp, parseRoleHostPort } from './addresses.js';
+import {
+  BACKEND_RULE,
+  checkAddress,
+  type BackendAddress,
+  type ListenAddress,
+  LISTEN_RULE,
+  LOCAL_ENDPOINT_RULE,
+  LOCAL_RULE,
+  parseIp,
+  parseRoleHostPort,
+} from './addresses.js';
 import { DEFAULTS, HOUR_MS, IFNAMSIZ, MAX_BACKENDS, MINUTE_MS } from './limits.js';
 import { expect, quotedNumberHint, show, yesNoHint, type ExpectOptions } from './messages.js';
 
@@ -101,10 +111,12 @@ function rejecter(ctx: z.RefinementCtx, input: unknown): (message: string) => ne
 }
 
 /** A transform that parses a duration, recording the refusal as an issue. */
-const toMs = (rule: DurationRule) => (input: unknown, ctx: z.RefinementCtx): number => {
-  const r = durationMs(input, rule);
-  return typeof r === 'string' ? rejecter(ctx, input)(r) : r;
-};
+const toMs =
+  (rule: DurationRule) =>
+  (input: unknown, ctx: z.RefinementCtx): number => {
+    const r = durationMs(input, rule);
+    return typeof r === 'string' ? rejecter(ctx, input)(r) : r;
+  };
 
 /**
  * A duration setting: a string such as "100ms" or "1s" (or 0), parsed to integer ms.
@@ -122,9 +134,7 @@ export function optionalDurationField(rule: DurationRule) {
 
 /** A boolean setting; YAML 1.1 yes/no get a hint. */
 export function boolField(dflt: boolean) {
-  return z
-    .boolean({ error: expect('true or false', { default: String(dflt), hint: yesNoHint }) })
-    .default(dflt);
+  return z.boolean({ error: expect('true or false', { default: String(dflt), hint: yesNoHint }) }).default(dflt);
 }
 
 /**
@@ -173,43 +183,45 @@ export function interfaceField() {
  * each element parses, all are one family, none repeats.
  */
 export function addressList(opts: { role: 'vip' | 'peer'; label: string; min: number; max: number; what: string; default?: string; keyword?: string }) {
-  return z
-    .array(z.unknown(), { error: expect(opts.what, opts.default === undefined ? {} : { default: opts.default }) })
-    .transform((list, ctx) => {
-      const before = ctx.issues.length;
-      const fail = (path: number[], message: string, input: unknown): void => {
-        ctx.addIssue({ code: 'custom', message, path, input });
-      };
-      if (list.length < opts.min) fail([], `must list at least ${opts.min} address, e.g. [10.0.0.100]`, list);
-      if (list.length > opts.max) fail([], `must list at most ${opts.max} addresses, got ${list.length}`, list);
-      const out: string[] = [];
-      let first: { index: number; family: AddressFamily } | undefined;
-      const seen = new Map<string, number>();
-      let keyword = false;
-      list.forEach((item, i) => {
-        // a word that stands for addresses found at run time (vrrp.peers: discovered)
-        if (opts.keyword !== undefined && item === opts.keyword) {
-          keyword = true;
-          return;
-        }
-        const r = checkAddress(item, opts.role);
-        if (typeof r === 'string') return fail([i], r, item);
-        if (first === undefined) {
-          first = { index: i, family: r.family };
-        } else if (opts.role === 'vip' && r.family !== first.family) {
-          return fail([i], `${String(item)} is IPv${r.family} but ${opts.label}[${first.index}] is IPv${first.family}: one VRRP group is one address family`, item);
-        }
-        const prev = seen.get(r.text);
-        if (prev !== undefined) {
-          const same = list[prev] === item ? '' : ` (both are ${r.text})`;
-          return fail([i], `${String(item)} duplicates ${opts.label}[${prev}]${same}`, item);
-        }
-        seen.set(r.text, i);
-        out.push(r.text);
-      });
-      if (ctx.issues.length > before) return z.NEVER;
-      return { family: first?.family ?? 4, addresses: out, keyword };
+  return z.array(z.unknown(), { error: expect(opts.what, opts.default === undefined ? {} : { default: opts.default }) }).transform((list, ctx) => {
+    const before = ctx.issues.length;
+    const fail = (path: number[], message: string, input: unknown): void => {
+      ctx.addIssue({ code: 'custom', message, path, input });
+    };
+    if (list.length < opts.min) fail([], `must list at least ${opts.min} address, e.g. [10.0.0.100]`, list);
+    if (list.length > opts.max) fail([], `must list at most ${opts.max} addresses, got ${list.length}`, list);
+    const out: string[] = [];
+    let first: { index: number; family: AddressFamily } | undefined;
+    const seen = new Map<string, number>();
+    let keyword = false;
+    list.forEach((item, i) => {
+      // a word that stands for addresses found at run time (vrrp.peers: discovered)
+      if (opts.keyword !== undefined && item === opts.keyword) {
+        keyword = true;
+        return;
+      }
+      const r = checkAddress(item, opts.role);
+      if (typeof r === 'string') return fail([i], r, item);
+      if (first === undefined) {
+        first = { index: i, family: r.family };
+      } else if (opts.role === 'vip' && r.family !== first.family) {
+        return fail(
+          [i],
+          `${String(item)} is IPv${r.family} but ${opts.label}[${first.index}] is IPv${first.family}: one VRRP group is one address family`,
+          item,
+        );
+      }
+      const prev = seen.get(r.text);
+      if (prev !== undefined) {
+        const same = list[prev] === item ? '' : ` (both are ${r.text})`;
+        return fail([i], `${String(item)} duplicates ${opts.label}[${prev}]${same}`, item);
+      }
+      seen.set(r.text, i);
+      out.push(r.text);
     });
+    if (ctx.issues.length > before) return z.NEVER;
+    return { family: first?.family ?? 4, addresses: out, keyword };
+  });
 }
 
 /** `admin.listen`: host:port, where the unspecified address means every address. */

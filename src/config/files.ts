@@ -185,7 +185,8 @@ export function parseAuthKeys(bytes: Buffer): Buffer[] | string {
     start = i + 1;
   }
   if (keys.length === 0) return 'is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)';
-  if (keys.length > AUTH_KEYS_MAX) return `holds ${keys.length} keys (lines); at most ${AUTH_KEYS_MAX}: the first signs, the others only verify during a rotation`;
+  if (keys.length > AUTH_KEYS_MAX)
+    return `holds ${keys.length} keys (lines); at most ${AUTH_KEYS_MAX}: the first signs, the others only verify during a rotation`;
   const short = keys.findIndex((k) => k.length < AUTH_KEY_MIN_LENGTH);
   if (short >= 0) {
     const which = keys.length === 1 ? 'a' : `on line ${short + 1} a`;
@@ -195,8 +196,7 @@ export function parseAuthKeys(bytes: Buffer): Buffer[] | string {
 }
 
 /** A setting that names a file, when it is well formed. */
-const filePath = (v: unknown): string | undefined =>
-  typeof v === 'string' && v.startsWith('/') && !v.includes('\0') ? v : undefined;
+const filePath = (v: unknown): string | undefined => (typeof v === 'string' && v.startsWith('/') && !v.includes('\0') ? v : undefined);
 
 /**
  * Checks the files the raw configuration value names (what YAML parsing gave, before the

@@ -33,14 +33,17 @@ export function kubeconfigProblem(text: string): string | null {
   const value: unknown = doc.toJS();
   if (!isRecord(value)) return 'not a kubeconfig: expected a mapping with clusters, contexts, users and current-context';
   const current = value['current-context'];
-  if (typeof current !== 'string' || current === '') return 'not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)';
+  if (typeof current !== 'string' || current === '')
+    return 'not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)';
   const ctx = entry(value, 'contexts', current);
   if (ctx === undefined) return `not a kubeconfig for discovery: current-context ${JSON.stringify(current)} is not among its contexts`;
   if (typeof ctx.cluster !== 'string' || entry(value, 'clusters', ctx.cluster) === undefined) {
     return `not a kubeconfig for discovery: the current context names no listed cluster (cluster: ${JSON.stringify(ctx.cluster ?? '')})`;
   }
-  if (typeof entry(value, 'clusters', ctx.cluster)!.server !== 'string') return `not a kubeconfig for discovery: cluster ${JSON.stringify(ctx.cluster)} has no server`;
-  if (typeof ctx.user !== 'string' || entry(value, 'users', ctx.user) === undefined) return 'not a kubeconfig for discovery: the current context names no listed user';
+  if (typeof entry(value, 'clusters', ctx.cluster)!.server !== 'string')
+    return `not a kubeconfig for discovery: cluster ${JSON.stringify(ctx.cluster)} has no server`;
+  if (typeof ctx.user !== 'string' || entry(value, 'users', ctx.user) === undefined)
+    return 'not a kubeconfig for discovery: the current context names no listed user';
   return null;
 }
 

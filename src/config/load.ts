@@ -20,9 +20,7 @@ function locator(doc: Document, lines: LineCounter): Locator {
       const seg = path[i];
       const last = i === path.length - 1;
       if (isMap(node)) {
-        const pair = node.items.find(
-          (p) => isPair(p) && String(isScalar(p.key) ? p.key.value : p.key) === String(seg),
-        );
+        const pair = node.items.find((p) => isPair(p) && String(isScalar(p.key) ? p.key.value : p.key) === String(seg));
         if (pair === undefined) return undefined;
         // an empty value (`priority:`) has no node, or a node without a range: point at the key
         const keyAt = isNode(pair.key) ? pair.key.range?.[0] : undefined;
@@ -67,7 +65,10 @@ export function parseConfig(text: string, source?: string, options: { files?: Co
   // uniqueKeys: a repeated key is an error, not "the last one wins"
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
-    throw new ConfigError(doc.errors.map((e) => ({ path: DOCUMENT_PATH, ...yamlErrorIssue(e, lines) })), { source });
+    throw new ConfigError(
+      doc.errors.map((e) => ({ path: DOCUMENT_PATH, ...yamlErrorIssue(e, lines) })),
+      { source },
+    );
   }
   const alias = unresolvedAliasIssue(doc, lines);
   if (alias !== null) throw new ConfigError([{ path: DOCUMENT_PATH, ...alias }], { source });

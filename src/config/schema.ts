@@ -33,7 +33,6 @@ import { ADVERTISEMENT_INTERVAL_MAX_MS, ADVERTISEMENT_INTERVAL_MIN_MS, DEFAULTS,
 import { expect, show } from './messages.js';
 import { LOG_LEVELS, type KeepOnStop } from './types.js';
 
-
 const mappingError = expect('a mapping of settings (key: value)');
 
 /** A section whose every setting has a default: absent or empty (`announce:`) means all defaults. */
@@ -100,9 +99,7 @@ function shapes() {
       .enum(['members', 'any'], { error: expect('"members" (adverts only from known nodes) or "any"', { default: DEFAULTS.acceptFrom }) })
       .default(DEFAULTS.acceptFrom),
     singleNode: boolField(false),
-    checksum: z
-      .enum(['rfc5798', 'rfc9568'], { error: expect('"rfc5798" or "rfc9568"', { default: DEFAULTS.checksum }) })
-      .default(DEFAULTS.checksum),
+    checksum: z.enum(['rfc5798', 'rfc9568'], { error: expect('"rfc5798" or "rfc9568"', { default: DEFAULTS.checksum }) }).default(DEFAULTS.checksum),
     auth: z.strictObject(authShape, { error: mappingError }).optional(),
   };
 
@@ -168,11 +165,16 @@ function shapes() {
     vip: z
       .enum(['nftables', 'none'], { error: expect('"nftables" or "none" (VIP only, no load balancing)', { default: DEFAULTS.dataplaneVip }) })
       .default(DEFAULTS.dataplaneVip),
-    local: z.enum(['ebpf', 'proxy', 'off'], { error: expect('"ebpf", "proxy" or "off"', { default: DEFAULTS.dataplaneLocal }) }).default(DEFAULTS.dataplaneLocal),
+    local: z
+      .enum(['ebpf', 'proxy', 'off'], { error: expect('"ebpf", "proxy" or "off"', { default: DEFAULTS.dataplaneLocal }) })
+      .default(DEFAULTS.dataplaneLocal),
     // true / false: what the setting was before it named what it keeps (all / none)
     keepOnStop: z
       .union([z.boolean(), z.enum(['none', 'localEndpoint', 'all'])], {
-        error: expect('"localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none', { default: DEFAULTS.dataplaneKeepOnStop }),
+        error: expect(
+          '"localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none',
+          { default: DEFAULTS.dataplaneKeepOnStop },
+        ),
       })
       .transform((v): KeepOnStop => (v === true ? 'all' : v === false ? 'none' : v))
       .default(DEFAULTS.dataplaneKeepOnStop),
@@ -231,10 +233,29 @@ function shapes() {
     admin: section(z.strictObject(adminShape, { error: mappingError })),
     log: section(z.strictObject(logShape, { error: mappingError })),
     // vrrp (default): an election on one L2 segment; bgp: every ready node announces the VIPs (docs/bgp.md)
-    mode: z.enum(['vrrp', 'bgp'], { error: expect('"vrrp" (an election on one L2 segment) or "bgp" (announce the VIPs with BGP, docs/bgp.md)', { default: 'vrrp' }) }).default('vrrp'),
+    mode: z
+      .enum(['vrrp', 'bgp'], {
+        error: expect('"vrrp" (an election on one L2 segment) or "bgp" (announce the VIPs with BGP, docs/bgp.md)', { default: 'vrrp' }),
+      })
+      .default('vrrp'),
     bgp: bgpSection(),
   };
-  return { rootShape, authShape, vrrpShape, announceShape, apiserverShape, healthShape, dataplaneShape, rebalanceShape, connectionSyncShape, localEndpointShape, discoveryShape, policyShape, adminShape, logShape };
+  return {
+    rootShape,
+    authShape,
+    vrrpShape,
+    announceShape,
+    apiserverShape,
+    healthShape,
+    dataplaneShape,
+    rebalanceShape,
+    connectionSyncShape,
+    localEndpointShape,
+    discoveryShape,
+    policyShape,
+    adminShape,
+    logShape,
+  };
 }
 
 /** The known keys of each section, by the section's dotted path ('' = top level), in declaration order. */

@@ -94,7 +94,6 @@ export interface LogConfig {
   readonly level: LogLevel;
 }
 
-
 /** The `apiserver.health` section, normalized: how a backend's readiness is checked. */
 export interface HealthConfig {
   /** Request path of the check, starting with "/" (may carry a query): "/readyz". */

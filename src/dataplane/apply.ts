@@ -13,7 +13,17 @@
 import { BallastError, type ErrorCode } from '../errors.js';
 import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
-import { backendKey, evictElements, nftFamily, parseCounterName, renderRemoval, renderRuleset, TABLE_NAME, type DesiredDataplane, type EvictedFlow } from './nftables.js';
+import {
+  backendKey,
+  evictElements,
+  nftFamily,
+  parseCounterName,
+  renderRemoval,
+  renderRuleset,
+  TABLE_NAME,
+  type DesiredDataplane,
+  type EvictedFlow,
+} from './nftables.js';
 
 /** What a finished command returned. `code` is its exit status (-1: killed or could not run). */
 export interface ExecResult {
@@ -351,7 +361,11 @@ export class NftablesApplier {
    */
   dnatTargets(family: 4 | 6, opts: { signal?: AbortSignal } = {}): Promise<string[]> {
     return this.#serial(async () => {
-      const doc = await this.#listJson(['-j', 'list', 'table', nftFamily(family), TABLE_NAME], `listing the ${nftFamily(family)} ${TABLE_NAME} table`, opts.signal);
+      const doc = await this.#listJson(
+        ['-j', 'list', 'table', nftFamily(family), TABLE_NAME],
+        `listing the ${nftFamily(family)} ${TABLE_NAME} table`,
+        opts.signal,
+      );
       return doc === null ? [] : parseDnatTargets(doc);
     });
   }
@@ -378,7 +392,6 @@ export class NftablesApplier {
     const doc = await this.#listJson(['-j', 'list', 'table', nftFamily(family), TABLE_NAME], `listing the ${nftFamily(family)} ${TABLE_NAME} table`, signal);
     return doc === null ? null : normalizedTable(doc);
   }
-
 
   /**
    * Deletes ballast's tables of `families` (default both: `table ip ballast`, `table ip6
@@ -417,7 +430,11 @@ export class NftablesApplier {
   }
 
   async #readCounters(family: 4 | 6, signal?: AbortSignal): Promise<void> {
-    const doc = await this.#listJson(['-j', 'list', 'counters', 'table', nftFamily(family), TABLE_NAME], `reading the ${nftFamily(family)} ${TABLE_NAME} counters`, signal);
+    const doc = await this.#listJson(
+      ['-j', 'list', 'counters', 'table', nftFamily(family), TABLE_NAME],
+      `reading the ${nftFamily(family)} ${TABLE_NAME} counters`,
+      signal,
+    );
     if (doc === null) return;
     for (const [key, value] of parseCountersJson(doc, family)) this.#known.set(key, value);
   }

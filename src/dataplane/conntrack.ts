@@ -57,11 +57,24 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
   if (addressFamily(backend.address) !== family) {
     throw new TypeError(`backend.address: ${JSON.stringify(backend.address)} is not an IPv${family} address like the VIP ${vip}`);
   }
-  checkPorts([['port', port], ['backend.port', backend.port]]);
-  return deleteEntries(family, [
-    '--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port),
-    '--reply-src', canonicalAddress(backend.address), '--reply-port-src', String(backend.port),
-  ], opts.exec ?? conntrackExecutor);
+  checkPorts([
+    ['port', port],
+    ['backend.port', backend.port],
+  ]);
+  return deleteEntries(
+    family,
+    [
+      '--orig-dst',
+      canonicalAddress(vip),
+      '--orig-port-dst',
+      String(port),
+      '--reply-src',
+      canonicalAddress(backend.address),
+      '--reply-port-src',
+      String(backend.port),
+    ],
+    opts.exec ?? conntrackExecutor,
+  );
 }
 
 /**
@@ -77,7 +90,11 @@ export async function flushVip(vip: string, port: number, opts: FlushOptions & {
   const family = addressFamily(vip);
   if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
   checkPorts([['port', port]]);
-  return deleteEntries(family, ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port), ...(opts.state ? ['--state', opts.state] : [])], opts.exec ?? conntrackExecutor);
+  return deleteEntries(
+    family,
+    ['--orig-dst', canonicalAddress(vip), '--orig-port-dst', String(port), ...(opts.state ? ['--state', opts.state] : [])],
+    opts.exec ?? conntrackExecutor,
+  );
 }
 
 function checkPorts(ports: readonly (readonly [string, number])[]): void {
@@ -95,13 +112,23 @@ async function deleteEntries(family: 4 | 6, match: readonly string[], exec: Exec
       r = await exec(args, '');
     } catch (err) {
       const why = err instanceof Error ? err.message : String(err);
-      throw new DataplaneError(`flushing conntrack entries: could not run conntrack (Debian package "conntrack"): ${why}`, args, { code: -1, stderr: '' }, { cause: err });
+      throw new DataplaneError(
+        `flushing conntrack entries: could not run conntrack (Debian package "conntrack"): ${why}`,
+        args,
+        { code: -1, stderr: '' },
+        { cause: err },
+      );
     }
     // conntrack-tools 1.4.x: "conntrack v1.4.7 (conntrack-tools): N flow entries have been deleted."
     // on stderr; exit status 1 when N is 0
     const m = /(\d+) flow entr(?:y has|ies have) been deleted/.exec(r.stderr);
     if (m) return Number(m[1]);
-    if (r.killed !== undefined) throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} ${r.killed === 'timeout' ? 'hung and was killed' : 'was killed because the agent is stopping'}: ${r.stderr.trim()}`, args, r);
+    if (r.killed !== undefined)
+      throw new DataplaneError(
+        `flushing conntrack entries: conntrack ${args.join(' ')} ${r.killed === 'timeout' ? 'hung and was killed' : 'was killed because the agent is stopping'}: ${r.stderr.trim()}`,
+        args,
+        r,
+      );
     if (attempt < FLUSH_ATTEMPTS && /such conntrack doesn't exist/.test(r.stderr)) continue;
     throw new DataplaneError(`flushing conntrack entries: conntrack ${args.join(' ')} exited with ${r.code}: ${r.stderr.trim() || '(no message)'}`, args, r);
   }
@@ -129,10 +156,16 @@ export function enableConntrackTimestamps(log: Pick<Log, 'info' | 'warn'>, path 
     if (before === '1') return () => undefined;
     writeFileSync(path, '1\n');
   } catch (err) {
-    log.warn({ sysctl: 'net.netfilter.nf_conntrack_timestamp', err: (err as Error).message }, 'cannot turn on conntrack timestamps: the rebalancer cannot tell the oldest connections');
+    log.warn(
+      { sysctl: 'net.netfilter.nf_conntrack_timestamp', err: (err as Error).message },
+      'cannot turn on conntrack timestamps: the rebalancer cannot tell the oldest connections',
+    );
     return () => undefined;
   }
-  log.info({ sysctl: 'net.netfilter.nf_conntrack_timestamp', before, now: '1' }, 'conntrack timestamps on (the rebalancer resets the oldest connections first)');
+  log.info(
+    { sysctl: 'net.netfilter.nf_conntrack_timestamp', before, now: '1' },
+    'conntrack timestamps on (the rebalancer resets the oldest connections first)',
+  );
   return () => {
     try {
       writeFileSync(path, `${before}\n`);

@@ -175,4 +175,3 @@ export interface ConnectionSyncStatus {
   /** Why the daemon is not running (spawn error, exit status, its last log line). */
   error?: string;
 }
-

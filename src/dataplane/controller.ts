@@ -37,7 +37,15 @@ export interface VipPlaneOptions {
 export function desiredDataplane(set: Pick<ReadySet, 'ready' | 'draining'>, o: VipPlaneOptions): DesiredDataplane {
   const ours = (list: readonly HostPort[]): Backend[] =>
     list.filter((b) => b.family === o.family).map((b) => ({ address: b.host, port: b.port, local: o.local.has(b.host) }));
-  return { family: o.family, vips: [...o.vips], port: o.port, backends: ours(set.ready), draining: ours(set.draining), masqueradeRemote: true, ...(o.sourceNat === 'vip' ? { sourceNat: 'vip' as const } : {}) };
+  return {
+    family: o.family,
+    vips: [...o.vips],
+    port: o.port,
+    backends: ours(set.ready),
+    draining: ours(set.draining),
+    masqueradeRemote: true,
+    ...(o.sourceNat === 'vip' ? { sourceNat: 'vip' as const } : {}),
+  };
 }
 
 /** What the nftables plane needs from the outside world (injected, so tests can fake it). */
@@ -146,7 +154,10 @@ export class LoadBalancer implements Plane {
     if (!r.changed) return now;
     this.#st.applies++;
     this.#st.lastApplyMs = r.durationMs;
-    this.#deps.log.info({ backends: this.#st.backends, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 }, 'data plane applied');
+    this.#deps.log.info(
+      { backends: this.#st.backends, draining: (d.draining ?? []).length, durationMs: Math.round(r.durationMs * 10) / 10 },
+      'data plane applied',
+    );
     return now;
   }
 

@@ -359,7 +359,9 @@ export class EbpfLocalDataplane implements LocalDataplane {
       backends: this.#backends.map((b) => hostPort(b.address, b.port)),
       updates: this.#updates,
       socketsReset: this.#socketsReset,
-      map: Object.fromEntries(this.readEndpoints().map((e) => [hostPort(e.endpoint.address, e.endpoint.port), e.backends.map((b) => hostPort(b.address, b.port))])),
+      map: Object.fromEntries(
+        this.readEndpoints().map((e) => [hostPort(e.endpoint.address, e.endpoint.port), e.backends.map((b) => hostPort(b.address, b.port))]),
+      ),
     };
   }
 
@@ -463,7 +465,10 @@ export async function checkCgroupDir(path: string): Promise<string> {
     throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p}: no cgroup v2 hierarchy is mounted on this host`);
   }
   if (p !== root && !p.startsWith(`${root}/`)) {
-    throw createError('BALLAST_E_CGROUP', `localEndpoint.cgroup: ${p} is not in the cgroup v2 hierarchy (mounted at ${root}); write ${root} or a directory below it`);
+    throw createError(
+      'BALLAST_E_CGROUP',
+      `localEndpoint.cgroup: ${p} is not in the cgroup v2 hierarchy (mounted at ${root}); write ${root} or a directory below it`,
+    );
   }
   let dir: boolean;
   try {
@@ -484,7 +489,10 @@ export async function checkCgroupDir(path: string): Promise<string> {
 export function pinDirFor(cgroup: string): string {
   const rel = cgroup.replace(/\/+$/, '').replace(/^\/sys\/fs\/cgroup(\/unified)?/, '');
   if (rel === '') return DEFAULT_PIN_DIR;
-  const name = rel.replace(/^\//, '').replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
+  const name = rel
+    .replace(/^\//, '')
+    .replace(/[^A-Za-z0-9_.-]/g, '_')
+    .slice(0, 64);
   return `${DEFAULT_PIN_DIR}-${name}-${createHash('sha256').update(rel).digest('hex').slice(0, 8)}`;
 }
 

@@ -121,7 +121,11 @@ export class LocalBalancer implements Plane {
   /** Plane.reset: destroys the sockets sent to the dead backend (sock_diag for ebpf, the sessions for the proxy). @returns how many. */
   async reset(v: Verdict): Promise<number> {
     const n = await this.#dp.resetBackend({ address: v.backend.host, port: v.backend.port });
-    if (n > 0) this.#log.info({ backend: formatHostPort(v.backend), reason: v.message, cause: v.cause.kind, sockets: n, mode: this.#dp.mode }, 'dead backend: local endpoint connections reset');
+    if (n > 0)
+      this.#log.info(
+        { backend: formatHostPort(v.backend), reason: v.message, cause: v.cause.kind, sockets: n, mode: this.#dp.mode },
+        'dead backend: local endpoint connections reset',
+      );
     return n;
   }
 }

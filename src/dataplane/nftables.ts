@@ -316,7 +316,9 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   s += `\tcomment "${RULESET_FORMAT}: Kubernetes API VIP load balancing, replaced whole on each apply"\n`;
 
   s += `\n\tset vips {\n\t\ttype ${addrType}\n\t\tcomment "VIPs: rules match these destinations, inert where no VIP is held"\n`;
-  s += elementsLine(vips, '\t\t').map((l) => `${l}\n`).join('');
+  s += elementsLine(vips, '\t\t')
+    .map((l) => `${l}\n`)
+    .join('');
   s += `\t}\n`;
 
   s += `\n\tset evict {\n\t\ttype ${addrType} . inet_service . ${addrType}\n\t\tflags timeout\n\t\ttimeout ${EVICT_TIMEOUT_S}s\n`;
@@ -324,13 +326,23 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
 
   if (!toVip) {
     s += `\n\tset remote_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "backends on other nodes: flows DNATed to them are masqueraded"\n`;
-    s += elementsLine(remote.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
+    s += elementsLine(
+      remote.map((b) => `${b.address} . ${b.port}`),
+      '\t\t',
+    )
+      .map((l) => `${l}\n`)
+      .join('');
     s += `\t}\n`;
   }
 
   if (toVip) {
     s += `\n\tset local_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "this node's apiserver: the backend side of flows through a VIP held elsewhere is untracked"\n`;
-    s += elementsLine(locals.map((b) => `${b.address} . ${b.port}`), '\t\t').map((l) => `${l}\n`).join('');
+    s += elementsLine(
+      locals.map((b) => `${b.address} . ${b.port}`),
+      '\t\t',
+    )
+      .map((l) => `${l}\n`)
+      .join('');
     s += `\t}\n`;
   }
 

@@ -135,7 +135,10 @@ export class TableWatch {
         this.#sub = subscribe((b) => this.#onBatch(b));
         this.#mode = 'events';
       } catch (err) {
-        log.warn({ family, err: (err as Error).message, verifyEveryMs: this.#fallbackMs() }, 'cannot watch nftables events; the ballast table is verified periodically instead');
+        log.warn(
+          { family, err: (err as Error).message, verifyEveryMs: this.#fallbackMs() },
+          'cannot watch nftables events; the ballast table is verified periodically instead',
+        );
       }
     }
     const every = this.#mode === 'events' ? (this.#d.verifyEveryMs ?? VERIFY_EVERY_MS) : this.#fallbackMs();
@@ -218,7 +221,10 @@ export class TableWatch {
     try {
       await this.#d.restore();
     } catch (err) {
-      log.error({ family, found, detectedBy: by, err: (err as Error).message }, 'the nftables table ballast was removed or changed by someone else and could not be restored; retried at the next check');
+      log.error(
+        { family, found, detectedBy: by, err: (err as Error).message },
+        'the nftables table ballast was removed or changed by someone else and could not be restored; retried at the next check',
+      );
       return;
     }
     const r: RestoreRecord = { family, detectedBy: by, found, durationMs: Math.round((this.#now() - since) * 10) / 10, at: new Date() };

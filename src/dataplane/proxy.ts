@@ -84,7 +84,8 @@ export class ProxyListenError extends Error {
 
   constructor(endpoint: string, cause: unknown) {
     const code = (cause as NodeJS.ErrnoException | undefined)?.code ?? 'UNKNOWN';
-    const why = code === 'EADDRINUSE' ? 'the address is already in use (another process listens there)' : (cause as Error | undefined)?.message ?? String(cause);
+    const why =
+      code === 'EADDRINUSE' ? 'the address is already in use (another process listens there)' : ((cause as Error | undefined)?.message ?? String(cause));
     super(`local proxy cannot listen on ${endpoint}: ${code}: ${why}`, { cause });
     this.code = code;
     this.endpoint = endpoint;
@@ -331,7 +332,10 @@ export class ProxyLocalDataplane implements LocalDataplane {
   private constructor(listeners: Listener[], log: Pick<Log, 'info' | 'warn' | 'error'>, connectTimeoutMs: number) {
     this.#listeners = listeners;
     this.#log = log;
-    this.#limited = new RateLimitedLog((level, fields, msg) => (level === 'error' ? log.error(fields, msg) : level === 'warn' ? log.warn(fields, msg) : log.info(fields, msg)), { windowMs: LOG_EVERY_MS });
+    this.#limited = new RateLimitedLog(
+      (level, fields, msg) => (level === 'error' ? log.error(fields, msg) : level === 'warn' ? log.warn(fields, msg) : log.info(fields, msg)),
+      { windowMs: LOG_EVERY_MS },
+    );
     this.connectTimeoutMs = connectTimeoutMs;
     this.#hooks = {
       connectTimeoutMs,

@@ -126,7 +126,10 @@ export function decide(input: RebalanceInput): RebalanceDecision {
   // on their way back: the resets of the window, but no more than the total is short of what it was before them
   const recent = resets.filter((r) => now - r.at < settle);
   const before = Math.max(0, ...recent.map((r) => r.total ?? Infinity));
-  const pending = Math.min(recent.reduce((sum, r) => sum + r.count, 0), Math.max(0, before - total));
+  const pending = Math.min(
+    recent.reduce((sum, r) => sum + r.count, 0),
+    Math.max(0, before - total),
+  );
   const share = ready.length > 0 ? pending / ready.length : 0;
   const countOf = (b: string): number => real(b) + share;
   const none = (why: RebalanceDecision['why'], fair: number | null = null, bound: number | null = null): RebalanceDecision => ({
@@ -354,7 +357,8 @@ export class ConnectionTracker {
         this.#evictError = null;
       } catch (err) {
         const msg = err instanceof Error ? err.message : String(err);
-        if (msg !== this.#evictError) this.#deps.log.warn({ err: msg, backend, flows: chosen.length }, 'rebalance: cannot mark the flows to reset for a RST; not resetting them');
+        if (msg !== this.#evictError)
+          this.#deps.log.warn({ err: msg, backend, flows: chosen.length }, 'rebalance: cannot mark the flows to reset for a RST; not resetting them');
         this.#evictError = msg;
         return;
       }
@@ -364,7 +368,15 @@ export class ConnectionTracker {
   }
 
   /** Deletes the `count` oldest flows of `backend` among `only` (the marked ones), records and logs them. */
-  #delete(now: number, t: ReturnType<ConnectionTrackerDeps['target']>, d: RebalanceDecision, backend: string, count: number, counts: Map<string, number>, only: readonly EvictedFlow[]): void {
+  #delete(
+    now: number,
+    t: ReturnType<ConnectionTrackerDeps['target']>,
+    d: RebalanceDecision,
+    backend: string,
+    count: number,
+    counts: Map<string, number>,
+    only: readonly EvictedFlow[],
+  ): void {
     const { address, port } = splitBackend(backend);
     let deleted: number;
     try {

@@ -60,7 +60,8 @@ export async function loadCredentials(src: CredentialSource): Promise<LoadedCred
     return { kind: 'invalid', reason: `${src.path}: ${(err as Error).message}` };
   }
   const cluster = kc.getCurrentCluster();
-  if (cluster === null) return { kind: 'invalid', reason: `${src.path}: no current context naming a cluster (current-context: ${JSON.stringify(kc.getCurrentContext() ?? '')})` };
+  if (cluster === null)
+    return { kind: 'invalid', reason: `${src.path}: no current context naming a cluster (current-context: ${JSON.stringify(kc.getCurrentContext() ?? '')})` };
   if (kc.getCurrentUser() === null) return { kind: 'invalid', reason: `${src.path}: the current context names no user` };
   return { kind: 'ok', kc };
 }

@@ -6,4 +6,15 @@
 export { BackendSet, type BackendSource, type DiscoveredResult, type SourcedBackend } from './merge.js';
 export { readLastKnown, writeLastKnown, type LastKnownRead } from './lastknown.js';
 export { forServer, loadCredentials, type CredentialSource, type LoadedCredentials } from './credentials.js';
-export { clientCertificateExpiry, denialFix, denialOf, DENIED_RETRY_MS, Discovery, endpointsOf, type DiscoveryDenial, type DiscoveryOptions, type DiscoveryState, type DiscoveryStats } from './watch.js';
+export {
+  clientCertificateExpiry,
+  denialFix,
+  denialOf,
+  DENIED_RETRY_MS,
+  Discovery,
+  endpointsOf,
+  type DiscoveryDenial,
+  type DiscoveryOptions,
+  type DiscoveryState,
+  type DiscoveryStats,
+} from './watch.js';

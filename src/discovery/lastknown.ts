@@ -43,7 +43,7 @@ export function readLastKnown(path: string): LastKnownRead {
     return { kind: 'corrupt', reason: 'expected {"version": 1, "backends": ["host:port", …]}' };
   }
   const backends: HostPort[] = [];
-  for (const [i, b] of ((doc as { backends: unknown[] }).backends).entries()) {
+  for (const [i, b] of (doc as { backends: unknown[] }).backends.entries()) {
     const hp = typeof b === 'string' ? tryParseHostPort(b) : `backends[${i}] is not a string`;
     if (typeof hp === 'string') return { kind: 'corrupt', reason: `backends[${i}]: ${hp}` };
     backends.push(hp);

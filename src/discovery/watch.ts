@@ -77,7 +77,12 @@ export type DiscoveryDenial = 'unauthorized' | 'forbidden';
  */
 export function denialOf(err: unknown): DiscoveryDenial | null {
   const e = err as { code?: unknown; statusCode?: unknown; message?: unknown } | null;
-  const status = typeof e?.code === 'number' ? e.code : typeof e?.statusCode === 'number' ? e.statusCode : Number(/HTTP-Code: (\d{3})/.exec(String(e?.message ?? ''))?.[1] ?? NaN);
+  const status =
+    typeof e?.code === 'number'
+      ? e.code
+      : typeof e?.statusCode === 'number'
+        ? e.statusCode
+        : Number(/HTTP-Code: (\d{3})/.exec(String(e?.message ?? ''))?.[1] ?? NaN);
   return status === 401 ? 'unauthorized' : status === 403 ? 'forbidden' : null;
 }
 
@@ -87,7 +92,10 @@ export function denialOf(err: unknown): DiscoveryDenial | null {
  * @param user the current user of a KubeConfig (`kc.getCurrentUser()`).
  * @returns notAfter as ISO 8601 and whether it is past at `now` (ms since the epoch).
  */
-export function clientCertificateExpiry(user: { certData?: string; certFile?: string } | null | undefined, now = Date.now()): { notAfter: string; expired: boolean } | null {
+export function clientCertificateExpiry(
+  user: { certData?: string; certFile?: string } | null | undefined,
+  now = Date.now(),
+): { notAfter: string; expired: boolean } | null {
   try {
     const pem = user?.certData ? Buffer.from(user.certData, 'base64') : user?.certFile ? readFileSync(user.certFile) : null;
     if (pem === null) return null;
@@ -100,7 +108,8 @@ export function clientCertificateExpiry(user: { certData?: string; certFile?: st
 
 /** The fix of each denial, for the log line and docs/observe. */
 export function denialFix(denial: DiscoveryDenial, cert: { notAfter: string; expired: boolean } | null): string {
-  if (denial === 'forbidden') return 'grant the credentials\' user list and watch on endpointslices (discovery.k8s.io) in namespace default: `ballast manifest rbac | kubectl apply -f -` (docs/kubeadm.md, "Discovery\'s credentials")';
+  if (denial === 'forbidden')
+    return 'grant the credentials\' user list and watch on endpointslices (discovery.k8s.io) in namespace default: `ballast manifest rbac | kubectl apply -f -` (docs/kubeadm.md, "Discovery\'s credentials")';
   if (cert?.expired) return `the client certificate expired on ${cert.notAfter}: renew it (kubeadm certs renew, or a new kubeconfig) and the agent picks it up`;
   return `the apiserver did not accept the credentials: ${cert === null ? 'the token is invalid, expired or revoked' : `the client certificate (valid until ${cert.notAfter}) is not signed by the cluster's CA or was revoked`}; give discovery a valid kubeconfig (docs/kubeadm.md, "Discovery's credentials")`;
 }
@@ -171,7 +180,8 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     const lk = readLastKnown(o.lastKnownFile);
     if (lk.kind === 'corrupt') o.log.warn({ file: o.lastKnownFile, reason: lk.reason }, 'discovery: the last-known backend file is corrupt; ignored');
     if (lk.kind === 'unusable') o.log.warn({ file: o.lastKnownFile, reason: lk.reason }, 'discovery: the last-known backend file cannot be used; ignored');
-    if (lk.kind === 'ok') o.log.info({ file: o.lastKnownFile, backends: lk.backends.map(formatHostPort), updated: lk.updated }, 'discovery: last-known backends read');
+    if (lk.kind === 'ok')
+      o.log.info({ file: o.lastKnownFile, backends: lk.backends.map(formatHostPort), updated: lk.updated }, 'discovery: last-known backends read');
     this.#set = new BackendSet(o.seed, lk.kind === 'ok' ? lk.backends : []);
   }
 
@@ -182,7 +192,13 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
 
   /** Discovery's state and counters (lists, watch errors, empty answers kept), for /status and /metrics. Never throws. */
   stats(): DiscoveryStats {
-    return { state: this.#state, server: this.#server === null ? null : `https://${formatHostPort(this.#server)}`, emptyKept: this.#set.emptyKept, ...this.#stats, refusals: { ...this.#stats.refusals } };
+    return {
+      state: this.#state,
+      server: this.#server === null ? null : `https://${formatHostPort(this.#server)}`,
+      emptyKept: this.#set.emptyKept,
+      ...this.#stats,
+      refusals: { ...this.#stats.refusals },
+    };
   }
 
   /**
@@ -269,7 +285,11 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     const key = `${c.kind}\0${c.kind === 'missing' ? c.what : c.reason}\0${st === undefined ? '' : `${st.ino}:${st.size}:${st.mtimeMs}`}`;
     if (key === this.#reported) return;
     this.#reported = key;
-    if (c.kind === 'missing') this.#o.log.info({ waitingFor: c.what }, 'discovery: waiting for the credentials (after kubeadm init / join); the seed and last-known backends serve meanwhile');
+    if (c.kind === 'missing')
+      this.#o.log.info(
+        { waitingFor: c.what },
+        'discovery: waiting for the credentials (after kubeadm init / join); the seed and last-known backends serve meanwhile',
+      );
     else this.#o.log.error({ credentials: this.#describe(), reason: c.reason }, 'discovery: the credentials cannot be used; waiting for them to change');
   }
 
@@ -321,7 +341,10 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
         this.#attempt = 0;
         this.#state = 'watching';
         if (this.#stats.denied !== null) {
-          this.#o.log.info({ server: url, was: this.#stats.denied, since: this.#stats.deniedSince }, 'discovery: the API answers again after refusing the credentials or the permission');
+          this.#o.log.info(
+            { server: url, was: this.#stats.denied, since: this.#stats.deniedSince },
+            'discovery: the API answers again after refusing the credentials or the permission',
+          );
           this.#stats.denied = null;
           this.#stats.deniedSince = null;
         }
@@ -350,10 +373,20 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
           this.#stats.denied = denial;
           this.#stats.deniedSince = new Date().toISOString();
           const cert = clientCertificateExpiry(this.#kc?.getCurrentUser());
-          const what = denial === 'forbidden' ? '403 Forbidden: the credentials may not list or watch the kubernetes EndpointSlices' : '401 Unauthorized: the API did not accept the credentials';
+          const what =
+            denial === 'forbidden'
+              ? '403 Forbidden: the credentials may not list or watch the kubernetes EndpointSlices'
+              : '401 Unauthorized: the API did not accept the credentials';
           // a warning, not an error: kubeadm init refuses admin.conf for a few seconds (see docs/kubeadm.md)
           this.#o.log.warn(
-            { server: url, credentials: this.#describe(), denied: denial, ...(cert === null ? {} : { clientCertificateNotAfter: cert.notAfter }), retryEveryMs: delay, fix: denialFix(denial, cert) },
+            {
+              server: url,
+              credentials: this.#describe(),
+              denied: denial,
+              ...(cert === null ? {} : { clientCertificateNotAfter: cert.notAfter }),
+              retryEveryMs: delay,
+              fix: denialFix(denial, cert),
+            },
             `discovery: ${what}; the seed and last-known backends serve meanwhile, retrying every ${delay} ms`,
           );
         }
@@ -363,7 +396,10 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
       }
       const delay = Math.min((this.#o.backoffMs ?? 500) * 2 ** this.#attempt, this.#o.maxBackoffMs ?? 10_000);
       this.#attempt++;
-      this.#o.log.warn({ server: url, err: this.#stats.lastError, retryInMs: delay }, 'discovery: the EndpointSlice watch failed; retrying on a ready apiserver');
+      this.#o.log.warn(
+        { server: url, err: this.#stats.lastError, retryInMs: delay },
+        'discovery: the EndpointSlice watch failed; retrying on a ready apiserver',
+      );
       this.#restart(delay);
     });
     this.#o.log.info({ server: url }, 'discovery: listing and watching the kubernetes EndpointSlices');
@@ -401,7 +437,10 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
     const found = endpointsOf(slices, this.#o.defaultPort);
     const r = this.#set.discovered(found);
     if (r.keptOnEmpty) {
-      this.#o.log.warn({ via: how, kept: this.#set.backends().map(formatHostPort) }, 'discovery: the kubernetes EndpointSlices list no ready apiserver; the last non-empty set is kept');
+      this.#o.log.warn(
+        { via: how, kept: this.#set.backends().map(formatHostPort) },
+        'discovery: the kubernetes EndpointSlices list no ready apiserver; the last non-empty set is kept',
+      );
       return;
     }
     if (r.changed) this.#changed();

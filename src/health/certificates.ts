@@ -23,7 +23,8 @@ export type BackendCertificate = Pick<CertificateFindings, 'subject' | 'issuer' 
 /** Log message when a backend's certificate covers every name clients use (stable: operators and tests grep for it). */
 export const CERT_OK_MSG = 'backend certificate covers the names clients use';
 /** Log message (warn) when it lacks some: the entries are in its `lacks` field (stable, as CERT_OK_MSG). */
-export const CERT_MISSING_MSG = 'backend certificate lacks names clients use (clients connecting by them fail with ERR_TLS_CERT_ALTNAME_INVALID; the backend is not drained)';
+export const CERT_MISSING_MSG =
+  'backend certificate lacks names clients use (clients connecting by them fail with ERR_TLS_CERT_ALTNAME_INVALID; the backend is not drained)';
 
 /**
  * Follows the serving certificate of each backend; see the file comment.

@@ -22,15 +22,7 @@
 import { EventEmitter } from 'node:events';
 import { addressFamily, canonicalAddress } from '../net/address.js';
 import { formatHostPort, type HostPort } from '../net/hostport.js';
-import {
-  checkHysteresisOptions,
-  initialHealth,
-  stepHealth,
-  type BackendState,
-  type HealthInput,
-  type HealthState,
-  type Transition,
-} from './hysteresis.js';
+import { checkHysteresisOptions, initialHealth, stepHealth, type BackendState, type HealthInput, type HealthState, type Transition } from './hysteresis.js';
 import { createProbe, type Probe, type ProbeResult, type ProbeSettings, type ProbeTarget } from './probe.js';
 import { checkDampingOptions, expireHold, initialDamp, isDamped, noteTransition, type DampEvent, type DampingOptions, type DampState } from './damping.js';
 import { decidePool, failOpenWindowMs, initialPool, type FailOpenEnd, type PoolState } from './failopen.js';
@@ -617,7 +609,12 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       probing = Promise.reject(err as Error);
     }
     const done = probing
-      .catch((err: unknown): ProbeResult => ({ ok: false, latencyMs: 0, cause: { kind: 'failed' }, error: `probe failed: ${err instanceof Error ? err.message : String(err)}` }))
+      .catch((err: unknown): ProbeResult => ({
+        ok: false,
+        latencyMs: 0,
+        cause: { kind: 'failed' },
+        error: `probe failed: ${err instanceof Error ? err.message : String(err)}`,
+      }))
       .then((result) => {
         e.inFlight = undefined;
         if (e.removed || this.#stopped) return;
@@ -636,7 +633,11 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     e.lastLatencyMs = result.latencyMs;
     const reason: Failure = {
       cause: result.cause,
-      message: result.ok ? (result.status === undefined ? 'pass' : `http ${result.status}`) : (result.error ?? (result.status === undefined ? 'failed' : `http ${result.status}`)),
+      message: result.ok
+        ? result.status === undefined
+          ? 'pass'
+          : `http ${result.status}`
+        : (result.error ?? (result.status === undefined ? 'failed' : `http ${result.status}`)),
     };
     const input: HealthInput<Failure> = result.ok ? { kind: 'pass', at, reason } : { kind: 'fail', at, reason };
     if (result.ok) e.passCause = result.cause;
@@ -750,7 +751,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
       for (const k of d.state.served) served.add(k);
       const hosts = (keys: readonly string[]): HostPort[] => list.filter((e) => keys.includes(e.address)).map((e) => e.backend);
       if (d.started) out.push({ family, active: true, since: at, kept: hosts(d.state.kept), reason: null, at });
-      if (d.ended !== null) out.push({ family, active: false, since: prev.since ?? at, kept: prev.kept.flatMap((k) => this.#entries.get(k)?.backend ?? []), reason: d.ended, at });
+      if (d.ended !== null)
+        out.push({ family, active: false, since: prev.since ?? at, kept: prev.kept.flatMap((k) => this.#entries.get(k)?.backend ?? []), reason: d.ended, at });
     }
     this.#served = served;
     return out;
@@ -777,7 +779,11 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
  */
 export function answeredMeanwhile(result: ProbeResult, answeredAt: number | null, startedAt: number): ProbeResult {
   if (result.ok || result.cause.kind !== 'timeout' || answeredAt === null || answeredAt < startedAt) return result;
-  return { ...result, cause: { kind: 'slow' }, error: `${result.error ?? 'timeout'} (no SYN-ACK, but it answered other connections meanwhile: a full accept queue)` };
+  return {
+    ...result,
+    cause: { kind: 'slow' },
+    error: `${result.error ?? 'timeout'} (no SYN-ACK, but it answered other connections meanwhile: a full accept queue)`,
+  };
 }
 
 /** The map key of a backend: canonical `host:port`; a host that is not an IP gives a key that matches nothing. */
@@ -789,7 +795,8 @@ function keyOf(b: Pick<HostPort, 'host' | 'port'>): string {
 function verdictOf(e: Entry): Verdict | null {
   const h = e.health;
   if (h.state === 'unknown') return null;
-  if (h.state === 'up') return { backend: e.backend, state: 'up', cause: e.passCause, message: e.passCause.kind === 'http' ? `http ${e.passCause.status}` : 'pass' };
+  if (h.state === 'up')
+    return { backend: e.backend, state: 'up', cause: e.passCause, message: e.passCause.kind === 'http' ? `http ${e.passCause.status}` : 'pass' };
   // down always has a failure on record (the one that took it down, or a later one)
   const f = h.reason ?? { cause: { kind: 'failed' }, message: 'failed' };
   return { backend: e.backend, state: failureState(f.cause), cause: f.cause, message: f.message };

@@ -26,7 +26,8 @@ export interface ConfirmTarget {
 }
 
 /** What {@link confirmDown} found: the backend's kernel accepted the connection, or the failure (a dead cause). */
-export type ConfirmResult = { readonly alive: true; readonly latencyMs: number } | { readonly alive: false; readonly failure: Failure; readonly latencyMs: number };
+export type ConfirmResult =
+  { readonly alive: true; readonly latencyMs: number } | { readonly alive: false; readonly failure: Failure; readonly latencyMs: number };
 
 /** The socket calls {@link confirmDown} makes (net.connect's; injectable for tests). */
 export type Connect = (options: { host: string; port: number }) => net.Socket;

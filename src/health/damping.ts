@@ -109,7 +109,10 @@ export function noteTransition(s: DampState, at: number, o: DampingOptions): { s
  */
 export function expireHold(s: DampState, at: number): { state: DampState; event: DampEvent | null } {
   if (s.until === null || at < s.until) return { state: s, event: null };
-  return { state: { flaps: [], until: null, heldSince: null, level: s.level, releasedAt: s.until }, event: { kind: 'end', heldMs: at - (s.heldSince ?? s.until) } };
+  return {
+    state: { flaps: [], until: null, heldSince: null, level: s.level, releasedAt: s.until },
+    event: { kind: 'end', heldMs: at - (s.heldSince ?? s.until) },
+  };
 }
 
 /** Whether the backend is held out at `at`. */

@@ -93,7 +93,7 @@ export function certificateNeeds(config: Config, backend: Pick<HostPort, 'host'>
   }
   const name = config.apiserver.health.serverName;
   if (name !== undefined && name !== '') add(name, 'apiserver.health.serverName, the name the health checks verify');
-  else add(backend.host, 'the backend\'s own address, which the health checks verify without apiserver.health.serverName');
+  else add(backend.host, "the backend's own address, which the health checks verify without apiserver.health.serverName");
   return out;
 }
 
@@ -122,7 +122,10 @@ export interface CertificateFindings {
  */
 export function examineCertificate(cert: CertificateLike, needs: readonly NeededName[], nowMs: number): CertificateFindings {
   const x = x509(cert);
-  const { missing } = certificateCoverage(x, { ips: needs.filter((n) => n.kind === 'ip').map((n) => n.value), names: needs.filter((n) => n.kind === 'dns').map((n) => n.value) });
+  const { missing } = certificateCoverage(x, {
+    ips: needs.filter((n) => n.kind === 'ip').map((n) => n.value),
+    names: needs.filter((n) => n.kind === 'dns').map((n) => n.value),
+  });
   const lost = new Set(missing);
   const lacks = needs.filter((n) => lost.has(n.value)).map((n) => `certificate lacks ${n.kind === 'ip' ? 'IP' : 'DNS'} SAN ${n.value} (${n.role})`);
   const notAfter = x.validToDate.getTime();
@@ -141,5 +144,8 @@ export function examineCertificate(cert: CertificateLike, needs: readonly Needed
 
 /** X509Certificate's subject (one `K=V` per line) on one line. */
 function oneLine(dn: string): string {
-  return dn.split('\n').filter((l) => l !== '').join(', ');
+  return dn
+    .split('\n')
+    .filter((l) => l !== '')
+    .join(', ');
 }

@@ -265,7 +265,10 @@ export function createCredentials(settings: ProbeSettings, deps: { files?: Probe
     const [caF, certF, keyF, tokenF] = [file(ca), file(cert), file(key), file(token)];
     // a CA file that holds no certificate would make every server look wrong ("unable to verify
     // the first certificate"): say what `ballast validate` says about it instead
-    for (const [setting, f, path] of [['caFile', caF, settings.caFile], ['clientCertFile', certF, settings.clientCertFile]] as const) {
+    for (const [setting, f, path] of [
+      ['caFile', caF, settings.caFile],
+      ['clientCertFile', certF, settings.clientCertFile],
+    ] as const) {
       const certs = f === undefined ? null : parsePemCertificates(f.data.toString('utf8'));
       if (typeof certs === 'string') return local(setting, `${setting} ${path} ${certs}`);
     }
@@ -298,7 +301,6 @@ export function createCredentials(settings: ProbeSettings, deps: { files?: Probe
     return { secureContext: context.value, token: bearer };
   };
 }
-
 
 /**
  * Makes a {@link Probe} for these settings. The files they name are read on the first check and

@@ -148,7 +148,10 @@ export function acquireVipLock(vip: string): Promise<NetServer> {
  */
 export function acquireTableLock(family: 4 | 6): Promise<NetServer> {
   const table = family === 4 ? 'ip ballast' : 'ip6 ballast';
-  return abstractLock(`ballast:nftables:${table.replace(' ', ':')}`, `programs the nftables table ${table} (dataplane.vip: nftables); one agent per network namespace and family can, give the other dataplane.vip: none`);
+  return abstractLock(
+    `ballast:nftables:${table.replace(' ', ':')}`,
+    `programs the nftables table ${table} (dataplane.vip: nftables); one agent per network namespace and family can, give the other dataplane.vip: none`,
+  );
 }
 
 /**

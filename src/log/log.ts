@@ -60,7 +60,10 @@ export function withSyslogPrefix(line: string): string {
  * @param env default process.env.
  * @param stdout fstat of fd 1 with bigint numbers; default fstatSync(1, { bigint: true }).
  */
-export function stdoutIsJournal(env: NodeJS.ProcessEnv = process.env, stdout: () => { dev: bigint; ino: bigint } = () => fstatSync(1, { bigint: true })): boolean {
+export function stdoutIsJournal(
+  env: NodeJS.ProcessEnv = process.env,
+  stdout: () => { dev: bigint; ino: bigint } = () => fstatSync(1, { bigint: true }),
+): boolean {
   const m = /^(\d+):(\d+)$/.exec(env.JOURNAL_STREAM ?? '');
   if (!m) return false;
   try {
@@ -119,7 +122,8 @@ export function createLogger(level: LevelWithSilent = 'info', opts: LoggerOption
  * writes are done. A destination without 'drain' (a test's) counts as written.
  */
 export function logWritten(log: Logger, timeoutMs: number): Promise<boolean> {
-  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as Partial<NodeJS.EventEmitter & { write(s: string): unknown }> | undefined;
+  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
+    Partial<NodeJS.EventEmitter & { write(s: string): unknown }> | undefined;
   if (!stream || typeof stream.once !== 'function' || typeof stream.write !== 'function') return Promise.resolve(true);
   return new Promise((resolve) => {
     const timer = setTimeout(() => resolve(false), timeoutMs);

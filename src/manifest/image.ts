@@ -38,7 +38,8 @@ const NAME_MAX = 255;
 export function imageRefProblem(ref: string): string | null {
   if (ref === '') return 'is empty';
   const m = REFERENCE.exec(ref);
-  if (!m) return 'is not an image reference ([host[:port]/]path[:tag][@digest]: path components lowercase letters and digits separated by ".", "_", "__" or "-"; tag up to 128 of [A-Za-z0-9_.-]; digest algorithm:hex)';
+  if (!m)
+    return 'is not an image reference ([host[:port]/]path[:tag][@digest]: path components lowercase letters and digits separated by ".", "_", "__" or "-"; tag up to 128 of [A-Za-z0-9_.-]; digest algorithm:hex)';
   if (m[1]!.length > NAME_MAX) return `has a name longer than ${NAME_MAX} characters`;
   return null;
 }

@@ -148,7 +148,12 @@ function hostMounts(config: Config, configPath: string, configDirFromHost: boole
 
 /** A DNS-1123 label for a volume from its path ("/etc/kubernetes/pki" → "etc-kubernetes-pki"), unique among `taken`. */
 function volumeName(path: string, taken: Set<string>): string {
-  const base = path.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 50) || 'root';
+  const base =
+    path
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, '-')
+      .replace(/^-+|-+$/g, '')
+      .slice(0, 50) || 'root';
   let name = base;
   for (let i = 2; taken.has(name); i++) name = `${base}-${i}`;
   taken.add(name);
@@ -181,7 +186,12 @@ function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: str
     const dir = dirname(opts.configPath);
     const inside = mounts.find((m) => covers(dir, m.path) || covers(m.path, dir));
     if (inside) {
-      throw new ConfigError([{ path: '(document)', message: `in the DaemonSet the configuration's directory ${dir} is its ConfigMap, so ${inside.path} cannot come from the host: keep the files it names outside ${dir}, or give --node-config another path for the configuration on the node` }]);
+      throw new ConfigError([
+        {
+          path: '(document)',
+          message: `in the DaemonSet the configuration's directory ${dir} is its ConfigMap, so ${inside.path} cannot come from the host: keep the files it names outside ${dir}, or give --node-config another path for the configuration on the node`,
+        },
+      ]);
     }
     const name = volumeName('config', taken);
     volumes.push({ name, configMap: { name: extra.configMap, items: [{ key: basename(opts.configPath), path: basename(opts.configPath) }] } });
@@ -216,7 +226,9 @@ function podSpec(config: Config, opts: ManifestOptions, extra: { configMap?: str
     // the node's resolv.conf: the agent resolves no names, and the cluster DNS may not exist yet
     dnsPolicy: 'Default',
     priorityClassName: 'system-node-critical',
-    ...(extra.serviceAccount !== undefined ? { serviceAccountName: extra.serviceAccount, automountServiceAccountToken: true } : { automountServiceAccountToken: false }),
+    ...(extra.serviceAccount !== undefined
+      ? { serviceAccountName: extra.serviceAccount, automountServiceAccountToken: true }
+      : { automountServiceAccountToken: false }),
     enableServiceLinks: false,
     terminationGracePeriodSeconds: TERMINATION_GRACE_SECONDS,
     containers: [container],
@@ -264,7 +276,13 @@ function labels(component: string): Record<string, string> {
  */
 export function staticPod(config: Config, opts: ManifestOptions): IPod {
   if (config.discovery?.inCluster) {
-    throw new ConfigError([{ path: 'discovery.inCluster', message: 'a static pod has no service account (the kubelet gives static pods no API credentials): use discovery.kubeconfig (e.g. /etc/kubernetes/admin.conf) for the static pod' }]);
+    throw new ConfigError([
+      {
+        path: 'discovery.inCluster',
+        message:
+          'a static pod has no service account (the kubelet gives static pods no API credentials): use discovery.kubeconfig (e.g. /etc/kubernetes/admin.conf) for the static pod',
+      },
+    ]);
   }
   return {
     apiVersion: 'v1',
@@ -284,8 +302,14 @@ export function staticPod(config: Config, opts: ManifestOptions): IPod {
  */
 export function daemonSet(config: Config, configText: string, opts: ManifestOptions): [IConfigMap, IDaemonSet] {
   const issues: ConfigIssue[] = [];
-  if (config.vrrp !== null) issues.push({ path: 'vrrp', message: 'the DaemonSet runs the node-local endpoint on every worker and must not join the VRRP group: give it a configuration without vrrp and vips (docs/config.md, "a node that only serves the node-local endpoint")' });
-  if (config.localEndpoint === null) issues.push({ path: 'localEndpoint', message: 'the DaemonSet runs the node-local endpoint: the configuration needs a localEndpoint section' });
+  if (config.vrrp !== null)
+    issues.push({
+      path: 'vrrp',
+      message:
+        'the DaemonSet runs the node-local endpoint on every worker and must not join the VRRP group: give it a configuration without vrrp and vips (docs/config.md, "a node that only serves the node-local endpoint")',
+    });
+  if (config.localEndpoint === null)
+    issues.push({ path: 'localEndpoint', message: 'the DaemonSet runs the node-local endpoint: the configuration needs a localEndpoint section' });
   if (issues.length > 0) throw new ConfigError(issues);
   const name = 'ballast-local-endpoint';
   const selector = { 'app.kubernetes.io/name': 'ballast', 'app.kubernetes.io/component': 'local-endpoint' };
@@ -369,5 +393,12 @@ export function rbac(opts: RbacOptions = {}): [IServiceAccount, IRole, IRoleBind
  */
 export function toYaml(objects: readonly object[], header?: string): string {
   const docs = objects.map((o) => `---\n${stringify(o, { aliasDuplicateObjects: false, lineWidth: 0, version: '1.2' })}`);
-  return `${header !== undefined ? header.split('\n').map((l) => `# ${l}`.trimEnd()).join('\n') + '\n' : ''}${docs.join('')}`;
+  return `${
+    header !== undefined
+      ? header
+          .split('\n')
+          .map((l) => `# ${l}`.trimEnd())
+          .join('\n') + '\n'
+      : ''
+  }${docs.join('')}`;
 }

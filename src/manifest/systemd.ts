@@ -50,7 +50,10 @@ export function unitPathOk(path: string): boolean {
 export function systemdUnit(opts: SystemdUnitOptions): string {
   const config = opts.configPath === '' ? DEFAULT_CONFIG_PATH : opts.configPath;
   const bin = opts.binPath ?? DEFAULT_BIN_PATH;
-  for (const [name, p] of [['configPath', config], ['binPath', bin]] as const) {
+  for (const [name, p] of [
+    ['configPath', config],
+    ['binPath', bin],
+  ] as const) {
     if (!unitPathOk(p)) throw new TypeError(`systemdUnit: ${name} must be an absolute path without newlines: ${JSON.stringify(p)}`);
   }
   const b = execArg(bin);

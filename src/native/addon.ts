@@ -168,7 +168,6 @@ export interface NftWatchStats {
   overruns: number;
 }
 
-
 /** Which flows {@link conntrackVipFlows} reads: TCP to one of `vips` on `port`, DNATed, ESTABLISHED. */
 export interface ConntrackVipQuery {
   family: 4 | 6;
@@ -282,9 +281,20 @@ export interface Addon {
 function isAddon(value: unknown): value is Addon {
   if (typeof value !== 'object' || value === null) return false;
   const exports = value as Record<string, unknown>;
-  return ['VrrpSocket', 'PacketSocket', 'SockLb', 'NftWatch', 'bpfDetach', 'netnsCookie', 'cgroupPrograms', 'listSockets', 'destroySockets', 'lockFile', 'unlockFile', 'notify'].every(
-    (name) => typeof exports[name] === 'function',
-  );
+  return [
+    'VrrpSocket',
+    'PacketSocket',
+    'SockLb',
+    'NftWatch',
+    'bpfDetach',
+    'netnsCookie',
+    'cgroupPrograms',
+    'listSockets',
+    'destroySockets',
+    'lockFile',
+    'unlockFile',
+    'notify',
+  ].every((name) => typeof exports[name] === 'function');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -343,7 +353,10 @@ export function native(): Addon {
     );
   }
   if (!isAddon(loaded)) {
-    throw createError('BALLAST_E_ADDON_MISSING', `${path} is not ballast's addon (no VrrpSocket / PacketSocket / SockLb): rebuild it with \`npm run build:native\``);
+    throw createError(
+      'BALLAST_E_ADDON_MISSING',
+      `${path} is not ballast's addon (no VrrpSocket / PacketSocket / SockLb): rebuild it with \`npm run build:native\``,
+    );
   }
   addon = loaded;
   return addon;

@@ -39,7 +39,10 @@ export function checkPath(name: string, value: unknown): asserts value is string
 export function checkSockAddress(name: string, value: unknown, family?: 4 | 6): asserts value is SockAddress {
   if (typeof value !== 'object' || value === null) throw new TypeError(`${name} must be an object { address, port }`);
   const { address, port } = value as { address?: unknown; port?: unknown };
-  const ok = typeof address === 'string' && !address.includes('%') && (family === 4 ? isIPv4(address) : family === 6 ? isIPv6(address) : isIPv4(address) || isIPv6(address));
+  const ok =
+    typeof address === 'string' &&
+    !address.includes('%') &&
+    (family === 4 ? isIPv4(address) : family === 6 ? isIPv6(address) : isIPv4(address) || isIPv6(address));
   if (!ok) throw new TypeError(`${name}.address must be an IP${family === undefined ? '' : `v${family}`} address, got ${JSON.stringify(address)}`);
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
     throw new TypeError(`${name}.port must be an integer 1..65535, got ${JSON.stringify(port)}`);

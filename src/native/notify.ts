@@ -19,7 +19,8 @@ import { native } from './addon.js';
  *   queue is full, EPERM / EACCES without permission on the socket.
  */
 export function notify(message: string, socketPath: string | undefined = process.env.NOTIFY_SOCKET): boolean {
-  if (typeof message !== 'string' || message.length === 0 || message.includes('\0')) throw new TypeError(`message must be a non-empty string without NUL bytes, got ${JSON.stringify(message)}`);
+  if (typeof message !== 'string' || message.length === 0 || message.includes('\0'))
+    throw new TypeError(`message must be a non-empty string without NUL bytes, got ${JSON.stringify(message)}`);
   if (socketPath !== undefined && typeof socketPath !== 'string') throw new TypeError('socketPath must be a string');
   if (socketPath === undefined || socketPath === '') return false;
   native().notify(socketPath, message);

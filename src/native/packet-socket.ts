@@ -55,7 +55,8 @@ export class PacketSocket {
   static open(ifname: string, opts: PacketSocketOptions = {}): PacketSocket {
     checkIfname(ifname);
     const protocol = opts.protocol ?? 0;
-    if (!Number.isInteger(protocol) || protocol < 0 || protocol > 0xffff) throw new TypeError(`protocol must be an EtherType 0..65535, got ${String(protocol)}`);
+    if (!Number.isInteger(protocol) || protocol < 0 || protocol > 0xffff)
+      throw new TypeError(`protocol must be an EtherType 0..65535, got ${String(protocol)}`);
     if (opts.filter !== undefined) checkBuffer('filter', opts.filter, 8, 256 * 8);
     const { PacketSocket: Raw } = native();
     return new PacketSocket(new Raw(ifname, protocol, opts.filter), ifname);

@@ -8,7 +8,10 @@ function checkFilter(filter: TcpSocketFilter): void {
   if (typeof filter !== 'object' || filter === null) throw new TypeError('filter must be an object');
   const { family, dst, src, cookies } = filter;
   if (family !== 4 && family !== 6) throw new TypeError(`filter.family must be 4 or 6, got ${JSON.stringify(family)}`);
-  for (const [name, end] of [['dst', dst], ['src', src]] as const) {
+  for (const [name, end] of [
+    ['dst', dst],
+    ['src', src],
+  ] as const) {
     if (end === undefined) continue;
     checkAddress(`filter.${name}.address`, end.address, family);
     if (end.port !== undefined && (!Number.isInteger(end.port) || end.port < 1 || end.port > 65535)) {

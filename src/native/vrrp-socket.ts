@@ -28,7 +28,6 @@ export interface PacedAdvert {
   destination: string;
 }
 
-
 /**
  * A raw IP socket for VRRP (IP protocol 112) on one interface, IPv4 or IPv6.
  *
@@ -160,7 +159,8 @@ export class VrrpSocket {
    *   thread can be created, EALREADY when it was started before, EBADF when closed.
    */
   startPacer(realtimePriority: number): string | null {
-    if (!Number.isInteger(realtimePriority) || realtimePriority < 0 || realtimePriority > 99) throw new TypeError(`realtimePriority must be an integer 0..99, got ${String(realtimePriority)}`);
+    if (!Number.isInteger(realtimePriority) || realtimePriority < 0 || realtimePriority > 99)
+      throw new TypeError(`realtimePriority must be an integer 0..99, got ${String(realtimePriority)}`);
     const refused = this.#raw.startPacer(realtimePriority);
     return refused === 0 ? null : getSystemErrorName(-refused);
   }

@@ -56,11 +56,17 @@ export function bytesToAddress(bytes: Uint8Array): string {
   for (let i = 0; i < 16; i += 2) groups.push((bytes[i]! << 8) | bytes[i + 1]!);
   let bestStart = -1;
   let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (groups[i] !== 0) { i++; continue; }
+  for (let i = 0; i < 8;) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
     let j = i;
     while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen) { bestStart = i; bestLen = j - i; }
+    if (j - i > bestLen) {
+      bestStart = i;
+      bestLen = j - i;
+    }
     i = j;
   }
   const hex = groups.map((g) => g.toString(16));

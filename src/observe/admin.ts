@@ -20,7 +20,11 @@ import type { ReloadResult, StatusDocument } from './status.js';
 const { createServer } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
 /** The page has no script and no external asset: the browser is told to load none. */
-const PAGE_HEADERS = { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'", 'cache-control': 'no-store' };
+const PAGE_HEADERS = {
+  'content-type': 'text/html; charset=utf-8',
+  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'",
+  'cache-control': 'no-store',
+};
 
 /**
  * How long one rendering of the status document and of /metrics serves the requests that follow
@@ -44,7 +48,12 @@ export const ADMIN_MAX_CONNECTIONS = 64;
  * A synchronous throw of `render` is thrown to the caller. `drop()` forgets the last value (after a reload: the next call renders).
  * `maxAgeMs` 0: every call renders, only calls during a rendering share it.
  */
-export function shared<T>(render: () => Promise<T>, maxAgeMs: number, now: () => number = () => performance.now(), stamp: () => unknown = () => 0): { get(): Promise<T>; drop(): void } {
+export function shared<T>(
+  render: () => Promise<T>,
+  maxAgeMs: number,
+  now: () => number = () => performance.now(),
+  stamp: () => unknown = () => 0,
+): { get(): Promise<T>; drop(): void } {
   let running: Promise<T> | null = null;
   let last: { at: number; stamp: unknown; value: Promise<T> } | null = null;
   let epoch = 0;
@@ -156,7 +165,10 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers, o
           const body = `${JSON.stringify(r)}\n`;
           res.writeHead(r.ok ? 200 : 422, { 'content-type': 'application/json' }).end(body);
         },
-        (err: Error) => res.writeHead(err instanceof ReloadUnavailable ? 503 : 500, { 'content-type': 'application/json' }).end(`${JSON.stringify({ ok: false, problems: [err.message] })}\n`),
+        (err: Error) =>
+          res
+            .writeHead(err instanceof ReloadUnavailable ? 503 : 500, { 'content-type': 'application/json' })
+            .end(`${JSON.stringify({ ok: false, problems: [err.message] })}\n`),
       );
       return;
     }
@@ -190,7 +202,12 @@ export async function startAdmin(host: string, port: number, h: AdminHandlers, o
           const page = renderStatusPage(doc);
           res.writeHead(200, PAGE_HEADERS).end(page);
         },
-        (err: Error) => res.writeHead(503, PAGE_HEADERS).end(`<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5"><title>ballast: election engine not answering</title></head><body><h1>ballast</h1><p>The election engine is not answering: ${escapeHtml(err.message)}</p></body></html>\n`),
+        (err: Error) =>
+          res
+            .writeHead(503, PAGE_HEADERS)
+            .end(
+              `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5"><title>ballast: election engine not answering</title></head><body><h1>ballast</h1><p>The election engine is not answering: ${escapeHtml(err.message)}</p></body></html>\n`,
+            ),
       );
       return;
     }

@@ -59,7 +59,8 @@ export function serviceManagerFromEnv(env: NodeJS.ProcessEnv = process.env, pid:
   // the watchdog belongs to WATCHDOG_PID when it is set (sd_watchdog_enabled(3))
   if (usec === undefined || (wpid !== undefined && wpid !== String(pid))) return { socket, watchdogUsec: null };
   const n = /^[0-9]+$/.test(usec) ? Number(usec) : NaN;
-  if (!Number.isSafeInteger(n) || n <= 0) return { socket, watchdogUsec: null, problem: `WATCHDOG_USEC=${JSON.stringify(usec)} is not a positive integer of microseconds; no watchdog pings` };
+  if (!Number.isSafeInteger(n) || n <= 0)
+    return { socket, watchdogUsec: null, problem: `WATCHDOG_USEC=${JSON.stringify(usec)} is not a positive integer of microseconds; no watchdog pings` };
   return { socket, watchdogUsec: n };
 }
 
@@ -151,7 +152,10 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
   const timers = new Set<NodeJS.Timeout>();
 
   if (manager.problem) log.warn({ notifySocket: manager.socket }, manager.problem);
-  log.info({ notifySocket: manager.socket, watchdogMs: manager.watchdogUsec === null ? null : manager.watchdogUsec / 1000 }, 'service manager: notifying it (sd_notify)');
+  log.info(
+    { notifySocket: manager.socket, watchdogMs: manager.watchdogUsec === null ? null : manager.watchdogUsec / 1000 },
+    'service manager: notifying it (sd_notify)',
+  );
 
   const put = (fields: readonly (readonly [string, string | number | bigint])[]): void => {
     try {
@@ -160,7 +164,11 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
       sendFailure = null;
     } catch (err) {
       const code = (err as { code?: string }).code ?? (err as Error).message;
-      if (code !== sendFailure) log.warn({ notifySocket: manager.socket, err: (err as Error).message }, 'service manager: cannot notify it (further failures of this kind are not logged)');
+      if (code !== sendFailure)
+        log.warn(
+          { notifySocket: manager.socket, err: (err as Error).message },
+          'service manager: cannot notify it (further failures of this kind are not logged)',
+        );
       sendFailure = code;
     }
   };
@@ -178,10 +186,13 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
       const t0 = performance.now();
       await fn();
       if (stopped) return;
-      const t = setTimeout(() => {
-        timers.delete(t);
-        void tick();
-      }, Math.max(0, ms - (performance.now() - t0)));
+      const t = setTimeout(
+        () => {
+          timers.delete(t);
+          void tick();
+        },
+        Math.max(0, ms - (performance.now() - t0)),
+      );
       t.unref();
       timers.add(t);
     };
@@ -191,7 +202,11 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
     try {
       await deps.alive();
     } catch (err) {
-      if (!gateFailing) log.warn({ err: (err as Error).message }, 'the election is not running on time: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)');
+      if (!gateFailing)
+        log.warn(
+          { err: (err as Error).message },
+          'the election is not running on time: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)',
+        );
       gateFailing = true;
       return;
     }
@@ -225,14 +240,21 @@ export function createNotifier(manager: ServiceManager | null, deps: NotifierDep
     reloading() {
       if (stopped) return;
       reloadingNow = true;
-      put([['RELOADING', 1], ['MONOTONIC_USEC', now()], ['STATUS', 'reloading the configuration']]);
+      put([
+        ['RELOADING', 1],
+        ['MONOTONIC_USEC', now()],
+        ['STATUS', 'reloading the configuration'],
+      ]);
     },
     stopping() {
       if (stopped) return;
       stopped = true;
       for (const t of timers) clearTimeout(t);
       timers.clear();
-      put([['STOPPING', 1], ['STATUS', 'stopping']]);
+      put([
+        ['STOPPING', 1],
+        ['STATUS', 'stopping'],
+      ]);
     },
   };
 }

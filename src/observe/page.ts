@@ -84,7 +84,10 @@ function holder(d: ElectionStatusDocument, now: number): string {
       ['VIPs', e(d.vips.join(', '))],
     ]);
   }
-  const who = d.masterAddress === null ? '<span class="dim">unknown (no master heard)</span>' : `<strong>${e(d.masterAddress)}</strong>${d.masterPriority === null ? '' : ` (priority ${e(d.masterPriority)})`}`;
+  const who =
+    d.masterAddress === null
+      ? '<span class="dim">unknown (no master heard)</span>'
+      : `<strong>${e(d.masterAddress)}</strong>${d.masterPriority === null ? '' : ` (priority ${e(d.masterPriority)})`}`;
   return rows([
     ['VIP holder', who],
     ['heard since', when(d.masterSince ?? null, now)],
@@ -97,13 +100,24 @@ function thisNode(d: ElectionStatusDocument, now: number): string {
   const priority = cut
     ? `${e(d.priority)} configured, <strong>${e(d.effectivePriority)} advertised</strong>${d.priorityReason ? ` ${badge('lowered', 'warn')} <span class="reason">${e(d.priorityReason)}</span>` : ''}`
     : `${e(d.priority)} (advertised as configured)`;
-  const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
+  const dropped =
+    Object.entries(d.counters.dropped)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ') || 'none';
   return rows([
     ['state', `${stateBadge(d.state)} since ${when(d.since, now)}${d.standby ? ` ${badge('standby: not a member yet', 'warn')}` : ''}`],
     ['priority', priority],
-    ['group', e(`VRID ${d.vrid} on ${d.interface}, IPv${d.family}, ${d.mode}${d.mode === 'unicast' ? ` (peers: ${d.peers.join(' ') || 'none'})` : ''}${d.auth ? ', authenticated' : ''}, source ${d.primaryAddress}`)],
+    [
+      'group',
+      e(
+        `VRID ${d.vrid} on ${d.interface}, IPv${d.family}, ${d.mode}${d.mode === 'unicast' ? ` (peers: ${d.peers.join(' ') || 'none'})` : ''}${d.auth ? ', authenticated' : ''}, source ${d.primaryAddress}`,
+      ),
+    ],
     ['timers', e(`advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`)],
-    ['adverts', e(`sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}, foreign ${d.counters.foreign}`)],
+    [
+      'adverts',
+      e(`sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}, foreign ${d.counters.foreign}`),
+    ],
     ['dropped', e(dropped)],
   ]);
 }
@@ -122,9 +136,15 @@ function backends(d: StatusDocument, now: number): string {
     b.lastLatencyMs === null ? '<span class="dim">—</span>' : `${e(Math.round(b.lastLatencyMs * 10) / 10)} ms`,
     when(b.lastCheck, now),
     [
-      b.waitingFor ? `waiting for ${e(b.waitingFor.setting)} <code>${e(b.waitingFor.path)}</code>` : b.reason ? `<span class="reason">${e(b.reason)}</span>` : '',
+      b.waitingFor
+        ? `waiting for ${e(b.waitingFor.setting)} <code>${e(b.waitingFor.path)}</code>`
+        : b.reason
+          ? `<span class="reason">${e(b.reason)}</span>`
+          : '',
       b.certificate && b.certificate.lacks.length > 0 ? `${badge('certificate', 'warn')} <span class="reason">${e(b.certificate.lacks.join('; '))}</span>` : '',
-    ].filter((x) => x !== '').join('<br>'),
+    ]
+      .filter((x) => x !== '')
+      .join('<br>'),
   ]);
   return table(['backend', 'state', 'source', 'connections', 'latency', 'last check', 'reason'], body, 'no apiserver backends configured');
 }
@@ -157,7 +177,13 @@ function planes(d: StatusDocument): string {
 }
 
 function transitions(list: readonly TransitionRecord[], now: number): string {
-  const body = [...list].reverse().map((t) => [when(t.at, now), `${stateBadge(t.from)} → ${stateBadge(t.to)}`, `<code>${e(t.reason)}</code>${t.detail ? ` <span class="reason">${e(t.detail)}</span>` : ''}`]);
+  const body = [...list]
+    .reverse()
+    .map((t) => [
+      when(t.at, now),
+      `${stateBadge(t.from)} → ${stateBadge(t.to)}`,
+      `<code>${e(t.reason)}</code>${t.detail ? ` <span class="reason">${e(t.detail)}</span>` : ''}`,
+    ]);
   return table(['when', 'change', 'reason'], body, 'no state change recorded');
 }
 
@@ -165,11 +191,12 @@ function reload(d: StatusDocument, now: number): string {
   const r = d.reload;
   if (!r) return '<p class="dim">not known</p>';
   const last = r.last;
-  const result = last === null
-    ? '<span class="dim">no reload since the start</span>'
-    : last.ok
-      ? `${badge('applied', 'ok')} ${when(last.at, now)} <span class="dim">${e(`(${last.trigger}; ${last.changed.length ? `changed: ${last.changed.join(', ')}` : 'nothing changed'}; ${Math.round(last.durationMs)} ms)`)}</span>`
-      : `${badge('failed', 'bad')} ${when(last.at, now)} <span class="dim">(${e(last.trigger)})</span><ul>${last.problems.map((p) => `<li class="reason">${e(p)}</li>`).join('')}</ul>`;
+  const result =
+    last === null
+      ? '<span class="dim">no reload since the start</span>'
+      : last.ok
+        ? `${badge('applied', 'ok')} ${when(last.at, now)} <span class="dim">${e(`(${last.trigger}; ${last.changed.length ? `changed: ${last.changed.join(', ')}` : 'nothing changed'}; ${Math.round(last.durationMs)} ms)`)}</span>`
+        : `${badge('failed', 'bad')} ${when(last.at, now)} <span class="dim">(${e(last.trigger)})</span><ul>${last.problems.map((p) => `<li class="reason">${e(p)}</li>`).join('')}</ul>`;
   return `<table class="kv">${rows([
     ['last reload', result],
     ['configuration loaded', when(r.lastSuccessAt, now)],
@@ -182,8 +209,18 @@ function discovery(d: StatusDocument, now: number): string {
   return `<section><h2>Discovery</h2><table class="kv">${rows([
     ['state', `${e(s.state)}${s.server ? ` via <code>${e(s.server)}</code>` : ''}`],
     // a 401 / 403 (src/discovery/watch.ts): the fix is in the log line and docs/kubeadm.md
-    ...(s.denied ? ([['refused', `${badge(s.denied === 'forbidden' ? '403 forbidden' : '401 unauthorized', 'bad')} since ${when(s.deniedSince, now)}`]] as [string, string][]) : []),
-    ['counters', e(`${s.lists} lists, ${s.errors} errors${s.refusals ? ` (${s.refusals.forbidden} forbidden, ${s.refusals.unauthorized} unauthorized)` : ''}, ${s.emptyKept} empty sets ignored`)],
+    ...(s.denied
+      ? ([['refused', `${badge(s.denied === 'forbidden' ? '403 forbidden' : '401 unauthorized', 'bad')} since ${when(s.deniedSince, now)}`]] as [
+          string,
+          string,
+        ][])
+      : []),
+    [
+      'counters',
+      e(
+        `${s.lists} lists, ${s.errors} errors${s.refusals ? ` (${s.refusals.forbidden} forbidden, ${s.refusals.unauthorized} unauthorized)` : ''}, ${s.emptyKept} empty sets ignored`,
+      ),
+    ],
     ['last change', when(s.lastChange, now)],
     ...(s.lastError ? ([['last error', `<span class="reason">${e(s.lastError)}</span>`]] as [string, string][]) : []),
   ])}</table></section>`;

@@ -21,7 +21,10 @@ export const RESTART_JOB_TIMEOUT_MS = 1500;
 export function unitOfCgroup(text: string): string | null {
   for (const line of text.split('\n')) {
     if (!line.startsWith('0::')) continue;
-    const parts = line.slice(3).split('/').filter((p) => p !== '');
+    const parts = line
+      .slice(3)
+      .split('/')
+      .filter((p) => p !== '');
     for (let i = parts.length - 1; i >= 0; i--) if (parts[i]!.endsWith('.service')) return parts[i]!;
   }
   return null;
@@ -61,10 +64,15 @@ export function systemdRestartJob(env: NodeJS.ProcessEnv = process.env): Promise
   if (unit === null) return Promise.resolve({ restart: false, unit: null, job: null });
   const u = unit;
   return new Promise((resolve) => {
-    execFile('systemctl', ['list-jobs', '--no-legend', '--no-pager', '--full'], { timeout: RESTART_JOB_TIMEOUT_MS, env: { ...env, SYSTEMD_PAGER: '', SYSTEMD_COLORS: '0' } }, (err, stdout) => {
-      if (err) return resolve({ restart: false, unit: u, job: null });
-      const job = jobTypeOf(stdout, u);
-      resolve({ restart: job === 'restart', unit: u, job });
-    });
+    execFile(
+      'systemctl',
+      ['list-jobs', '--no-legend', '--no-pager', '--full'],
+      { timeout: RESTART_JOB_TIMEOUT_MS, env: { ...env, SYSTEMD_PAGER: '', SYSTEMD_COLORS: '0' } },
+      (err, stdout) => {
+        if (err) return resolve({ restart: false, unit: u, job: null });
+        const job = jobTypeOf(stdout, u);
+        resolve({ restart: job === 'restart', unit: u, job });
+      },
+    );
   });
 }

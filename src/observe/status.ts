@@ -165,8 +165,21 @@ export interface ElectionExtras {
 /** Builds the document from the engine's status and the static facts of this instance. */
 export function statusDocument(
   s: EngineStatus,
-  fixed: { vips: string[]; interface: string; family: 4 | 6; primaryAddress: string; unicast: boolean; peers: readonly string[]; auth: boolean; advertisementIntervalMs: number },
-  common: CommonStatus = { backends: [], dataplane: { mode: 'off', reason: 'no apiserver.backends configured' }, local: { mode: 'off', reason: 'no localEndpoint configured' } },
+  fixed: {
+    vips: string[];
+    interface: string;
+    family: 4 | 6;
+    primaryAddress: string;
+    unicast: boolean;
+    peers: readonly string[];
+    auth: boolean;
+    advertisementIntervalMs: number;
+  },
+  common: CommonStatus = {
+    backends: [],
+    dataplane: { mode: 'off', reason: 'no apiserver.backends configured' },
+    local: { mode: 'off', reason: 'no localEndpoint configured' },
+  },
   extras?: ElectionExtras,
 ): ElectionStatusDocument {
   return {
@@ -196,7 +209,12 @@ export function statusDocument(
     ...(s.otherMasters ? { otherMasters: s.otherMasters } : {}),
     ...(s.lastAdvertAgeMs !== undefined ? { lastAdvertAgeMs: s.lastAdvertAgeMs } : {}),
     ...(extras
-      ? { lastTransition: extras.transitions.at(-1) ?? null, transitions: extras.transitions, masterSince: extras.masterSince, priorityReason: extras.priorityReason }
+      ? {
+          lastTransition: extras.transitions.at(-1) ?? null,
+          transitions: extras.transitions,
+          masterSince: extras.masterSince,
+          priorityReason: extras.priorityReason,
+        }
       : {}),
     backends: common.backends,
     ...(common.departedBackends === undefined ? {} : { departedBackends: common.departedBackends }),
@@ -236,7 +254,10 @@ export function bgpRows(b: NonNullable<StatusDocument['bgp']>): [string, string]
     ['bgp', `${b.announced ? 'announced' : 'not announced'}${since(b.since)}${b.lastChangeMs === null ? '' : `, last change took ${b.lastChangeMs} ms`}`],
     ['bgp wanted', `${b.wanted ? 'yes' : 'no'}: ${b.reason} (announce: ${b.announce}, balance: ${b.balance})`],
     ['bgp daemon', daemon.replace(/ {2,}/g, ' ')],
-    ...b.peers.map((p): [string, string] => ['bgp peer', `${p.address} AS ${p.asn} (${p.protocol}): ${p.session ?? 'unknown'}${p.state === null ? '' : `, protocol ${p.state}`}${p.bfd ? ', BFD' : ''}`]),
+    ...b.peers.map((p): [string, string] => [
+      'bgp peer',
+      `${p.address} AS ${p.asn} (${p.protocol}): ${p.session ?? 'unknown'}${p.state === null ? '' : `, protocol ${p.state}`}${p.bfd ? ', BFD' : ''}`,
+    ]),
     ['bgp local', b.localBackend ?? 'none (no backend on this node)'],
     ...(b.lastError === null ? [] : [['bgp error', b.lastError] as [string, string]]),
   ];
@@ -263,7 +284,9 @@ function formatConnectionSync(s: ConnectionSyncStatus | undefined): [string, str
   if (s.state === 'off') return [['conn sync', 'off (dataplane.connectionSync.enabled: false): connections through the VIP end when it moves']];
   const entries = s.internalEntries === null ? 'no statistics yet' : `${s.internalEntries} here, ${s.externalEntries} from the peers`;
   const heard = s.lastMessageAgeMs === null ? 'no peer heard yet' : `a peer heard ${(s.lastMessageAgeMs / 1000).toFixed(1)} s ago`;
-  const commit = s.lastCommit ? `, last commit ${s.lastCommit.ok ? `${s.lastCommit.durationMs} ms` : `FAILED (${s.lastCommit.error ?? 'unknown'})`} at ${s.lastCommit.at}` : '';
+  const commit = s.lastCommit
+    ? `, last commit ${s.lastCommit.ok ? `${s.lastCommit.durationMs} ms` : `FAILED (${s.lastCommit.error ?? 'unknown'})`} at ${s.lastCommit.at}`
+    : '';
   const hold = s.preemptHold ? ', preemption held for the state' : '';
   const err = s.error ? `: ${s.error}` : '';
   return [['conn sync', `conntrackd ${s.state}${err}; ${entries}; ${heard}${commit}${hold}${s.restarts > 0 ? `; ${s.restarts} restart(s)` : ''}`]];
@@ -280,9 +303,13 @@ function backendRows(d: CommonStatus): [string, string][] {
   return d.backends.map((b): [string, string] => {
     // a file still to come (the CA before kubeadm init) is what the operator must read first
     const source = b.source === undefined ? '' : ` [${b.source}]`;
-    if (b.waitingFor) return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)${source}`];
+    if (b.waitingFor)
+      return ['backend', `${b.address} waiting for ${b.waitingFor.setting} ${b.waitingFor.path} (${b.state}, not ready until the file exists)${source}`];
     const damped = b.dampedUntil ? `, damped (held out) until ${b.dampedUntil}` : '';
-    return ['backend', `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}${damped}${source}`];
+    return [
+      'backend',
+      `${b.address} ${b.state}${b.reason ? ` (${b.reason})` : ''}${b.lastLatencyMs === null ? '' : `, ${Math.round(b.lastLatencyMs)} ms`}${damped}${source}`,
+    ];
   });
 }
 
@@ -322,7 +349,12 @@ function formatOtherMasters(d: ElectionStatusDocument): [string, string][] {
   if (!o || o.last === null) return [];
   const { kept, yielded, handover } = o.adverts;
   const last = `last ${o.last.source} (priority ${o.last.priority}, ${o.last.outcome}) ${Math.round(o.last.ageMs / 1000)}s ago`;
-  return [['other masters', `${o.heard} heard in the last ${Math.round(o.windowMs / 1000)}s; adverts kept ${kept}, yielded ${yielded}, handover ${handover}; ${last}`]];
+  return [
+    [
+      'other masters',
+      `${o.heard} heard in the last ${Math.round(o.windowMs / 1000)}s; adverts kept ${kept}, yielded ${yielded}, handover ${handover}; ${last}`,
+    ],
+  ];
 }
 
 function round(ms: number): number {
@@ -332,21 +364,55 @@ function round(ms: number): number {
 /** `ballast status` for a person: aligned `key: value` lines. `now` is the wall clock in ms. */
 export function formatStatus(d: StatusDocument, now = Date.now()): string {
   if (d.state === 'none' && d.bgp) {
-    return aligned([['state', 'none (mode: bgp: no election, this node announces the VIPs while it can serve them)'], ...bgpRows(d.bgp), ['dataplane', formatDataplane(d.dataplane)], ['local', formatLocal(d.local)], ...failOpenRows(d), ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
+    return aligned([
+      ['state', 'none (mode: bgp: no election, this node announces the VIPs while it can serve them)'],
+      ...bgpRows(d.bgp),
+      ['dataplane', formatDataplane(d.dataplane)],
+      ['local', formatLocal(d.local)],
+      ...failOpenRows(d),
+      ...backendRows(d),
+      ...certificateRows(d, now),
+      ...formatReload(d.reload),
+      ...formatFirewall(d.foreignFirewall),
+    ]);
   }
   if (d.state === 'none') {
-    return aligned([['state', 'none (no election: vrrp is not configured)'], ['local', formatLocal(d.local)], ...failOpenRows(d), ...backendRows(d), ...certificateRows(d, now), ...formatReload(d.reload), ...formatFirewall(d.foreignFirewall)]);
+    return aligned([
+      ['state', 'none (no election: vrrp is not configured)'],
+      ['local', formatLocal(d.local)],
+      ...failOpenRows(d),
+      ...backendRows(d),
+      ...certificateRows(d, now),
+      ...formatReload(d.reload),
+      ...formatFirewall(d.foreignFirewall),
+    ]);
   }
   const age = Math.max(0, Math.round((now - Date.parse(d.since)) / 1000));
-  const dropped = Object.entries(d.counters.dropped).map(([k, v]) => `${k}=${v}`).join(' ') || 'none';
+  const dropped =
+    Object.entries(d.counters.dropped)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ') || 'none';
   const rows: [string, string][] = [
     ['state', `${d.state} (since ${d.since}, ${age}s ago)`],
     ['vrid', String(d.vrid)],
-    ['priority', d.effectivePriority === d.priority ? String(d.priority) : `${d.priority} (advertising ${d.effectivePriority}${d.priorityReason ? `: ${d.priorityReason}` : ''})`],
-    ['master', d.masterAddress === null ? 'unknown' : `${d.masterAddress}${d.masterPriority === null ? '' : ` (priority ${d.masterPriority})`}${d.masterSince ? `, heard since ${d.masterSince}` : ''}`],
+    [
+      'priority',
+      d.effectivePriority === d.priority
+        ? String(d.priority)
+        : `${d.priority} (advertising ${d.effectivePriority}${d.priorityReason ? `: ${d.priorityReason}` : ''})`,
+    ],
+    [
+      'master',
+      d.masterAddress === null
+        ? 'unknown'
+        : `${d.masterAddress}${d.masterPriority === null ? '' : ` (priority ${d.masterPriority})`}${d.masterSince ? `, heard since ${d.masterSince}` : ''}`,
+    ],
     ...formatTransition(d.lastTransition),
     ['vips', `${d.vips.join(', ')} (${d.vipsHeld ? 'held here' : 'not held here'})`],
-    ['interface', `${d.interface}, IPv${d.family}, ${d.mode}${d.mode === 'unicast' ? ` (peers: ${d.peers.join(' ') || 'none, single node'})` : ''}${d.auth ? ', authenticated' : ''}, source ${d.primaryAddress}`],
+    [
+      'interface',
+      `${d.interface}, IPv${d.family}, ${d.mode}${d.mode === 'unicast' ? ` (peers: ${d.peers.join(' ') || 'none, single node'})` : ''}${d.auth ? ', authenticated' : ''}, source ${d.primaryAddress}`,
+    ],
     ['timers', `advert ${d.advertisementIntervalMs} ms, master advert ${d.masterAdverIntervalMs} ms, master down ${d.masterDownIntervalMs} ms`],
     ['adverts', `sent ${d.counters.advertsSent}, received ${d.counters.advertsReceived}, send errors ${d.counters.sendErrors}`],
     ['dropped', dropped],

@@ -116,11 +116,7 @@ export function gratuitousArpFrame(senderMac: Buffer, address: string): Buffer {
  * @throws TypeError when senderMac is not a 6-byte unicast, non-zero MAC, or address is not a
  *   unicast IPv6 address (:: and ff00::/8 are refused; RFC 4861 §7.1.2 forbids a multicast target).
  */
-export function unsolicitedNeighborAdvertFrame(
-  senderMac: Buffer,
-  address: string,
-  opts: NeighborAdvertOptions = {},
-): Buffer {
+export function unsolicitedNeighborAdvertFrame(senderMac: Buffer, address: string, opts: NeighborAdvertOptions = {}): Buffer {
   checkSenderMac(senderMac);
   if (typeof address !== 'string' || addressFamily(address) !== 6) {
     throw new TypeError(`address must be an IPv6 address, got ${show(address)}`);
@@ -161,7 +157,6 @@ export function unsolicitedNeighborAdvertFrame(
   icmp.writeUInt16BE(internetChecksum(pseudo, icmp), 2);
   return frame;
 }
-
 
 /**
  * A MAC address as text: six lowercase two-digit hex bytes joined by colons ("02:77:00:00:00:11").

@@ -102,15 +102,17 @@ export async function listInterfaces(rt: Rtnl): Promise<InterfaceInfo[]> {
           const bytes = a.attrs.local ?? a.attrs.address;
           if (!bytes) return [];
           const flags = a.attrs.flags ?? a.data.flags ?? {};
-          return [{
-            address: bytesToAddress(bytes),
-            prefixLen: a.data.prefixlen ?? 0,
-            family: a.data.family === AF_INET ? 4 : 6,
-            scope: a.data.scope ?? 0,
-            secondary: Boolean(flags.secondary),
-            tentative: Boolean(flags.tentative),
-            dadfailed: Boolean(flags.dadfailed),
-          }];
+          return [
+            {
+              address: bytesToAddress(bytes),
+              prefixLen: a.data.prefixlen ?? 0,
+              family: a.data.family === AF_INET ? 4 : 6,
+              scope: a.data.scope ?? 0,
+              secondary: Boolean(flags.secondary),
+              tentative: Boolean(flags.tentative),
+              dadfailed: Boolean(flags.dadfailed),
+            },
+          ];
         }),
     };
   });
@@ -142,7 +144,8 @@ export function chooseInterface(all: InterfaceInfo[], vip: string, ifname?: stri
   const full = addressFamily(vip) === 4 ? 32 : 128;
   const matches = all.filter((i) => i.addresses.some((a) => a.prefixLen < full && a.scope === 0 && inSubnet(vip, a.address, a.prefixLen)));
   if (matches.length === 0) return `no interface has a subnet that holds ${vip}; set "interface" in the config`;
-  if (matches.length > 1) return `several interfaces have a subnet that holds ${vip} (${matches.map((i) => i.ifname).join(', ')}); set "interface" in the config`;
+  if (matches.length > 1)
+    return `several interfaces have a subnet that holds ${vip} (${matches.map((i) => i.ifname).join(', ')}); set "interface" in the config`;
   return matches[0]!;
 }
 
@@ -223,8 +226,14 @@ export async function addVip(rt: Rtnl, ifindex: number, vip: string, lifetimeS =
   const cacheInfo = { ifaPrefered: v6 ? 0 : valid, ifaValid: valid, cstamp: 0, tstamp: 0 };
   const flags = v6 ? { nodad: true as const, noprefixroute: true as const } : undefined;
   await rt
-    .newAddress(vipMessage(ifindex, vip), { local: bytes, address: bytes, cacheInfo, ...(flags ? { flags } : {}) }, { flags: NLM_F_CREATE | NLM_F_REPLACE, timeout: NETLINK_TIMEOUT_MS })
-    .catch((err: unknown) => { throw withErrno(err, `add ${vip}`); });
+    .newAddress(
+      vipMessage(ifindex, vip),
+      { local: bytes, address: bytes, cacheInfo, ...(flags ? { flags } : {}) },
+      { flags: NLM_F_CREATE | NLM_F_REPLACE, timeout: NETLINK_TIMEOUT_MS },
+    )
+    .catch((err: unknown) => {
+      throw withErrno(err, `add ${vip}`);
+    });
 }
 
 /**

@@ -111,7 +111,10 @@ export function raiseArpSysctls(io: SysctlIo = procSysctl, sysctls: readonly Arp
  * operator or kube-proxy that set it since keeps theirs). Never throws.
  * @returns the keys restored, left (changed by someone else) and failed (with the error).
  */
-export function restoreArpSysctls(changed: readonly ArpChange[], io: SysctlIo = procSysctl): { restored: string[]; left: string[]; failed: { key: string; error: string }[] } {
+export function restoreArpSysctls(
+  changed: readonly ArpChange[],
+  io: SysctlIo = procSysctl,
+): { restored: string[]; left: string[]; failed: { key: string; error: string }[] } {
   const out = { restored: [] as string[], left: [] as string[], failed: [] as { key: string; error: string }[] };
   for (const c of changed) {
     if (io.read(c.key) !== c.to) {

@@ -48,7 +48,12 @@ export class AdvertSender {
       this.counters.sendErrors++;
       // one key per kind of error, not per peer: 252 unreachable peers are one line per window
       const e = err as Error & { code?: string };
-      this.limited.log('warn', `send:${e.code ?? e.message}`, { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors }, 'cannot send advertisement');
+      this.limited.log(
+        'warn',
+        `send:${e.code ?? e.message}`,
+        { destination, error: e.message, ...(e.code ? { code: e.code } : {}), sendErrors: this.counters.sendErrors },
+        'cannot send advertisement',
+      );
       return pkt;
     }
   }
@@ -102,7 +107,11 @@ export class AdvertSender {
   sendHandOff(priority: number, intervalCs: number): void {
     const o = this.opts;
     for (const destination of this.destinations()) {
-      const encode = (): Buffer => encodeAdvertisement({ vrid: o.vrid, priority, maxAdvertIntervalCs: intervalCs, addresses: o.vips }, { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination });
+      const encode = (): Buffer =>
+        encodeAdvertisement(
+          { vrid: o.vrid, priority, maxAdvertIntervalCs: intervalCs, addresses: o.vips },
+          { family: o.family, checksum: o.checksum, source: o.primaryAddress, destination },
+        );
       for (let i = 0; i < 2; i++) this.sendOne(destination, encode);
     }
   }

@@ -87,7 +87,11 @@ export class AdvertAuth {
    * @param startSeconds wall-clock seconds since the Unix epoch at start (the sequence's high half).
    * @throws RangeError if there is no key, or one is shorter than {@link AUTH_KEY_MIN_LENGTH} bytes.
    */
-  constructor(keys: Uint8Array | readonly Uint8Array[], private readonly family: 4 | 6, startSeconds = Math.floor(Date.now() / 1000)) {
+  constructor(
+    keys: Uint8Array | readonly Uint8Array[],
+    private readonly family: 4 | 6,
+    startSeconds = Math.floor(Date.now() / 1000),
+  ) {
     const list = keys instanceof Uint8Array ? [keys] : [...keys];
     if (list.length === 0) throw new RangeError('at least one auth key is needed');
     for (const key of list) {

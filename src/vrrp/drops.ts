@@ -19,11 +19,21 @@ export class OnceWarnings {
    * (FILTER_WARNINGS), once per reason and source (VRRPv2: once in all), with the peers or the
    * members that did not list the source. Reasons without a warning are only counted.
    */
-  dropped(reason: FilterDropReason, detail: string | undefined, source: string, listed: { peers: readonly string[]; members: ReadonlySet<string> | null }): void {
+  dropped(
+    reason: FilterDropReason,
+    detail: string | undefined,
+    source: string,
+    listed: { peers: readonly string[]; members: ReadonlySet<string> | null },
+  ): void {
     const text = FILTER_WARNINGS[reason];
     if (text === undefined) return;
     if (reason === 'vrrpv2') this.warnOnce('vrrpv2', text, { source, detail });
-    else this.warnOnce(`${reason}:${source}`, text, reason === 'notPeer' ? { source, peers: listed.peers } : reason === 'notMember' ? { source, members: [...(listed.members ?? [])] } : { source });
+    else
+      this.warnOnce(
+        `${reason}:${source}`,
+        text,
+        reason === 'notPeer' ? { source, peers: listed.peers } : reason === 'notMember' ? { source, members: [...(listed.members ?? [])] } : { source },
+      );
   }
 
   /** Logs `msg` with `fields` the first time `key` comes, while fewer than LOGGED_SOURCES_MAX keys were logged. */
@@ -31,7 +41,8 @@ export class OnceWarnings {
     if (this.warned.has(key)) return;
     if (this.warned.size >= LOGGED_SOURCES_MAX) {
       // a flood of forged sources: one line says so, then the drop counters carry the rest
-      if (this.unlogged++ === 0) this.log('warn', `more than ${LOGGED_SOURCES_MAX} sources to warn about: further ones are only counted (see the dropped counters)`, { first: fields });
+      if (this.unlogged++ === 0)
+        this.log('warn', `more than ${LOGGED_SOURCES_MAX} sources to warn about: further ones are only counted (see the dropped counters)`, { first: fields });
       return;
     }
     this.warned.add(key);

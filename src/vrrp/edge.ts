@@ -112,7 +112,11 @@ export const openNativeEdge: OpenEdge = async (o, inputs) => {
     rtnl = openRtnl();
     events = openRtnl();
     packets = PacketSocket.open(o.ifname);
-    socket = VrrpSocket.open({ family: o.family, ifname: o.ifname, sourceAddress: o.primaryAddress }, (p) => inputs.packet(p), (err) => inputs.socketError(err));
+    socket = VrrpSocket.open(
+      { family: o.family, ifname: o.ifname, sourceAddress: o.primaryAddress },
+      (p) => inputs.packet(p),
+      (err) => inputs.socketError(err),
+    );
     if (o.joinGroup) socket.joinGroup();
   } catch (err) {
     close();

@@ -357,7 +357,12 @@ export function engineStatus(s: MachineSnapshot, r: EngineRecords): EngineStatus
     masterDownIntervalMs: s.masterDownIntervalMs,
     skewTimeMs: s.skewTimeMs,
     vipsHeld: r.vipsHeld,
-    counters: { ...r.counters, advertsSent: r.counters.advertsSent + (pacer?.sent ?? 0), sendErrors: r.counters.sendErrors + (pacer?.sendErrors ?? 0), dropped },
+    counters: {
+      ...r.counters,
+      advertsSent: r.counters.advertsSent + (pacer?.sent ?? 0),
+      sendErrors: r.counters.sendErrors + (pacer?.sendErrors ?? 0),
+      dropped,
+    },
     vips: [...r.opts.vips],
     advertisementIntervalMs: r.opts.advertisementIntervalCs * 10,
     peers: [...r.opts.peers],
@@ -368,7 +373,10 @@ export function engineStatus(s: MachineSnapshot, r: EngineRecords): EngineStatus
       heard: om.sources.filter((h) => now - h.at <= OTHER_MASTER_WINDOW_MS).length,
       windowMs: OTHER_MASTER_WINDOW_MS,
       adverts: om.adverts,
-      last: om.last === null ? null : { source: om.last.source, priority: om.last.priority, outcome: om.last.outcome, ageMs: Math.max(0, Math.round(now - om.last.at)) },
+      last:
+        om.last === null
+          ? null
+          : { source: om.last.source, priority: om.last.priority, outcome: om.last.outcome, ageMs: Math.max(0, Math.round(now - om.last.at)) },
     },
     lastAdvertAgeMs: r.lastHeardAt === null ? null : Math.max(0, Math.round(now - r.lastHeardAt)),
   };

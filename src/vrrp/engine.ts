@@ -150,7 +150,14 @@ export class VrrpEngine {
     this.sender = new AdvertSender(opts, () => this.edge, this.auth, this.counters, this.limited);
     this.linkRunning = opts.linkRunning;
     this.queue = new VipQueue(() => this.started, this.limited);
-    this.vipEffects = new VipEffects(opts, () => this.edge, (epoch) => epoch === this.activeEpoch && !this.stopped && this.edge !== null, this.counters, line, this.limited);
+    this.vipEffects = new VipEffects(
+      opts,
+      () => this.edge,
+      (epoch) => epoch === this.activeEpoch && !this.stopped && this.edge !== null,
+      this.counters,
+      line,
+      this.limited,
+    );
     this.drops = new OnceWarnings(line);
   }
 
@@ -178,7 +185,10 @@ export class VrrpEngine {
       { family: o.family, ifname: o.ifname, ifindex: o.ifindex, primaryAddress: o.primaryAddress, joinGroup: !o.unicast },
       {
         packet: (p) => this.guard(() => this.onPacket(p)),
-        socketError: (err) => this.guard(() => this.limited.log('error', `socket:${err.code ?? err.message}`, { code: err.code, syscall: err.syscall, error: err.message }, 'VRRP socket error')),
+        socketError: (err) =>
+          this.guard(() =>
+            this.limited.log('error', `socket:${err.code ?? err.message}`, { code: err.code, syscall: err.syscall, error: err.message }, 'VRRP socket error'),
+          ),
         link: (running) => this.guard(() => this.onLink(running)),
         addressesChanged: () => this.guard(() => this.onAddressesChanged()),
       },
@@ -316,14 +326,19 @@ export class VrrpEngine {
     this.feed({ type: 'handOff', now: this.now(), intervalCs, lifetimeMs: vipLifetimeMs });
     await this.close();
     if (!active) return none;
-    this.log('info', 'handed off for a restart in place: the VIPs stay, the Backups wait for the next process', { advertisedIntervalCs: intervalCs, masterDownBoundMs: round3(masterDownBoundMs), vipLifetimeMs });
+    this.log('info', 'handed off for a restart in place: the VIPs stay, the Backups wait for the next process', {
+      advertisedIntervalCs: intervalCs,
+      masterDownBoundMs: round3(masterDownBoundMs),
+      vipLifetimeMs,
+    });
     return { active, intervalCs, masterDownBoundMs, vipLifetimeMs };
   }
 
   private feed(ev: MachineEvent): void {
     if (this.stopped) return;
     const actions = this.machine.handle(ev);
-    if (ev.type === 'tick' && this.deadline.due !== null && actions.some((a) => a.type === 'send')) this.timing.sendLate.add(Math.max(0, ev.now - this.deadline.due));
+    if (ev.type === 'tick' && this.deadline.due !== null && actions.some((a) => a.type === 'send'))
+      this.timing.sendLate.add(Math.max(0, ev.now - this.deadline.due));
     for (const a of actions) this.carryOut(a);
     if (ev.type === 'advert') this.watchMaster(ev);
     this.schedule();
@@ -445,15 +460,23 @@ export class VrrpEngine {
         this.emit({ ...a, at: new Date().toISOString() });
         return;
       case 'addVips':
-        if (a.reason === 'restored') this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
+        if (a.reason === 'restored')
+          this.log('warn', 'a VIP was removed from the interface by something else; restoring it', { vips: a.vips, interface: o.ifname });
         return this.enqueue(async () => {
           if (a.reason === 'becameActive' && o.beforeTakeover) {
-            await o.beforeTakeover().catch((err: unknown) => this.log('error', 'the step before adding the VIPs failed; adding them anyway', { error: (err as Error).message }));
+            await o
+              .beforeTakeover()
+              .catch((err: unknown) => this.log('error', 'the step before adding the VIPs failed; adding them anyway', { error: (err as Error).message }));
           }
           await this.edge?.addVips(a.vips, o.vipLifetimeMs / 1000);
           if (a.reason === 'becameActive' || a.reason === 'added') {
             this.vipsHeld = true;
-            this.log('info', VIPS_ADDED, { vips: a.vips, interface: o.ifname, lifetimeMs: o.vipLifetimeMs, ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}) });
+            this.log('info', VIPS_ADDED, {
+              vips: a.vips,
+              interface: o.ifname,
+              lifetimeMs: o.vipLifetimeMs,
+              ...(a.reason === 'added' ? { reason: 'reconfigured' } : {}),
+            });
           }
         });
       case 'renewVips':
@@ -576,7 +599,16 @@ export class VrrpEngine {
 
   private onPacket(p: ReceivedAdvert): void {
     const o = this.opts;
-    const r = filterAdvert(p, { family: o.family, vrid: o.vrid, primaryAddress: o.primaryAddress, unicast: o.unicast, peers: o.peers, members: this.members, vips: o.vips, auth: this.auth });
+    const r = filterAdvert(p, {
+      family: o.family,
+      vrid: o.vrid,
+      primaryAddress: o.primaryAddress,
+      unicast: o.unicast,
+      peers: o.peers,
+      members: this.members,
+      vips: o.vips,
+      auth: this.auth,
+    });
     if (!r.ok) {
       this.counters.dropped[r.reason] = (this.counters.dropped[r.reason] ?? 0) + 1;
       this.drops.dropped(r.reason, r.detail, p.source, { peers: o.peers, members: this.members });

@@ -95,7 +95,8 @@ export function filterAdvert(p: ReceivedAdvert, ctx: FilterContext): FilterResul
  * than noise (the rest only count). Keys are drop reasons; `foreign` is the accepted-but-logged case.
  */
 export const FILTER_WARNINGS: Partial<Record<FilterDropReason | 'foreign', string>> = {
-  notPeer: 'an advert from an address that is not in vrrp.peers was dropped (a node missing from this list, or a stranger on the VRID: this node cannot hear it, and it may hold the VIP too)',
+  notPeer:
+    'an advert from an address that is not in vrrp.peers was dropped (a node missing from this list, or a stranger on the VRID: this node cannot hear it, and it may hold the VIP too)',
   notMember:
     'an advert from an address that is not a member (not a backend node, not in vrrp.peers) was dropped: a stranger on this VRID, or a new node this one does not know yet (vrrp.acceptFrom: any accepts every source)',
   authUnexpected: 'an authenticated advert was dropped: that node uses vrrp.auth and this one does not (configure the same vrrp.auth.keyFile here)',

@@ -12,11 +12,23 @@
  * RSS, docs/performance.md).
  */
 import { constants as perfConstants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
-import { VrrpEngine, type EngineEvent, type EngineGcStats, type EngineOptions, type EngineReconfigure, type EngineStatus, type HandOffResult } from './engine.js';
+import {
+  VrrpEngine,
+  type EngineEvent,
+  type EngineGcStats,
+  type EngineOptions,
+  type EngineReconfigure,
+  type EngineStatus,
+  type HandOffResult,
+} from './engine.js';
 
 /** The engine could not start; `code`/`syscall` come from the failing call (errno name). */
 export class EngineStartError extends Error {
-  constructor(message: string, readonly code?: string, readonly syscall?: string) {
+  constructor(
+    message: string,
+    readonly code?: string,
+    readonly syscall?: string,
+  ) {
     super(message);
     this.name = 'EngineStartError';
   }
@@ -203,7 +215,10 @@ export class VrrpHost {
       const t = setTimeout(resolve, timeoutMs);
       void this.engine
         .handOff(holdMs)
-        .then((r) => (result = r), () => undefined)
+        .then(
+          (r) => (result = r),
+          () => undefined,
+        )
         .finally(() => {
           clearTimeout(t);
           this.gc.close();

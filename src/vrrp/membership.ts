@@ -85,7 +85,8 @@ export function membershipOf(config: Config, inputs: MembershipInputs): Membersh
 export const ANY_BECAUSE: Record<'ipv6Multicast' | 'noneKnown', string> = {
   ipv6Multicast:
     'vrrp.acceptFrom is members, but IPv6 multicast adverts come from link-local addresses, which the backends and discovery do not know: adverts from any source are heard (use vrrp.auth, or unicast link-local peers, to restrict who may speak)',
-  noneKnown: 'vrrp.acceptFrom is members, but no member is known (no apiserver.backends of the VIPs\' family, no vrrp.peers, nothing discovered): adverts from any source are heard; any host on this segment can take the VIP (set vrrp.auth, or list the nodes)',
+  noneKnown:
+    "vrrp.acceptFrom is members, but no member is known (no apiserver.backends of the VIPs' family, no vrrp.peers, nothing discovered): adverts from any source are heard; any host on this segment can take the VIP (set vrrp.auth, or list the nodes)",
 };
 
 /** Same membership (order aside, standby included)? */

@@ -76,10 +76,19 @@ export class AdvertPacing {
     if (auth && edge.takeSequence) auth.shareSequence(() => edge.takeSequence!());
     const intervalMs = this.opts.advertisementIntervalCs * 10;
     const holdMs = pacerHoldMs(this.opts);
-    if (holdMs <= 1.5 * intervalMs) this.log('info', 'the advert pacer cannot cover a stalled election thread with these settings: its hold ends before its first advert would be due (a longer vipLifetime or shorter adverts give it room)', { holdMs: Math.round(holdMs), advertisementIntervalMs: intervalMs, vipLifetimeMs: this.opts.vipLifetimeMs });
+    if (holdMs <= 1.5 * intervalMs)
+      this.log(
+        'info',
+        'the advert pacer cannot cover a stalled election thread with these settings: its hold ends before its first advert would be due (a longer vipLifetime or shorter adverts give it room)',
+        { holdMs: Math.round(holdMs), advertisementIntervalMs: intervalMs, vipLifetimeMs: this.opts.vipLifetimeMs },
+      );
     if (rt <= 0) return;
     if (refused === null) this.log('info', 'the advert pacer thread runs SCHED_FIFO (vrrp.realtimePriority)', { realtimePriority: rt });
-    else this.log('warn', 'cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', { realtimePriority: rt, code: refused });
+    else
+      this.log('warn', 'cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling', {
+        realtimePriority: rt,
+        code: refused,
+      });
   }
 
   /**
@@ -93,7 +102,10 @@ export class AdvertPacing {
     const intervalMs = this.opts.advertisementIntervalCs * 10;
     // a reload can change the hold (vipLifetime) or the interval with the same adverts
     const holdMs = Math.max(1, pacerHoldMs(this.opts));
-    const same = round === null ? had === null : had !== null && had.length === round.length && had.every((a, i) => a.message === round[i]!.message && a.destination === round[i]!.destination);
+    const same =
+      round === null
+        ? had === null
+        : had !== null && had.length === round.length && had.every((a, i) => a.message === round[i]!.message && a.destination === round[i]!.destination);
     if (same && (round === null || (this.pacedTimes.intervalMs === intervalMs && this.pacedTimes.holdMs === holdMs))) return;
     this.paced = round;
     this.pacedTimes = { intervalMs, holdMs };
@@ -107,9 +119,22 @@ export class AdvertPacing {
     const seen = this.pacerSeen;
     const intervalMs = this.opts.advertisementIntervalCs * 10;
     const fields = { silentMs: Math.round(silentMs), advertisementIntervalMs: intervalMs, pacerSent: st.sent - seen.sent };
-    if (st.holds > seen.holds) this.limited.log('warn', 'pacer:hold', { ...fields, holdMs: pacerHoldMs(this.opts) }, 'the election thread was silent longer than the advert pacer\'s hold: the pacer stopped sending, and a Backup may have taken over');
-    else if (st.covers > seen.covers) this.limited.log('info', 'pacer:cover', fields, 'the election thread was silent; the advert pacer sent its adverts meanwhile');
-    if (st.sendErrors > seen.sendErrors) this.limited.log('warn', 'pacer:send', { sendErrors: st.sendErrors - seen.sendErrors, code: st.lastErrno > 0 ? getSystemErrorName(-st.lastErrno) : 'HMAC' }, 'the advert pacer could not send some adverts');
+    if (st.holds > seen.holds)
+      this.limited.log(
+        'warn',
+        'pacer:hold',
+        { ...fields, holdMs: pacerHoldMs(this.opts) },
+        "the election thread was silent longer than the advert pacer's hold: the pacer stopped sending, and a Backup may have taken over",
+      );
+    else if (st.covers > seen.covers)
+      this.limited.log('info', 'pacer:cover', fields, 'the election thread was silent; the advert pacer sent its adverts meanwhile');
+    if (st.sendErrors > seen.sendErrors)
+      this.limited.log(
+        'warn',
+        'pacer:send',
+        { sendErrors: st.sendErrors - seen.sendErrors, code: st.lastErrno > 0 ? getSystemErrorName(-st.lastErrno) : 'HMAC' },
+        'the advert pacer could not send some adverts',
+      );
     this.pacerSeen = { covers: st.covers, holds: st.holds, sent: st.sent, sendErrors: st.sendErrors };
   }
 }

@@ -89,21 +89,10 @@ export interface ReceiveContext {
 }
 
 /** Why a received payload was discarded; one stable word, for logs and a metrics label. */
-export type DropReason =
-  | 'ttl'
-  | 'length'
-  | 'version'
-  | 'vrrpv2'
-  | 'type'
-  | 'checksum'
-  | 'addressCount'
-  | 'interval'
-  | 'vrid';
+export type DropReason = 'ttl' | 'length' | 'version' | 'vrrpv2' | 'type' | 'checksum' | 'addressCount' | 'interval' | 'vrid';
 
 /** The outcome of decodeAdvertisement: never an exception. */
-export type DecodeResult =
-  | { ok: true; advert: Advertisement; checksum: ChecksumMode }
-  | { ok: false; reason: DropReason; detail: string };
+export type DecodeResult = { ok: true; advert: Advertisement; checksum: ChecksumMode } | { ok: false; reason: DropReason; detail: string };
 
 /** IP protocol number of VRRP (IANA), also the pseudo-header's next-header value. */
 export const VRRP_PROTOCOL = 112;
@@ -138,13 +127,7 @@ const ADDRESS_LENGTH: Record<AddressFamily, number> = { 4: 4, 6: 16 };
  * IPv4 'rfc9568': none (RFC 9568 §5.2.8).
  * @throws TypeError when a needed address is not of `family`.
  */
-export function pseudoHeader(
-  family: AddressFamily,
-  mode: ChecksumMode,
-  source: string,
-  destination: string,
-  vrrpLength: number,
-): Buffer {
+export function pseudoHeader(family: AddressFamily, mode: ChecksumMode, source: string, destination: string, vrrpLength: number): Buffer {
   if (family === 4 && mode === 'rfc9568') return Buffer.alloc(0);
   const src = familyBytes(source, family, 'source');
   const dst = familyBytes(destination, family, 'destination');
@@ -170,13 +153,7 @@ export function pseudoHeader(
  * @throws TypeError when `source` / `destination` are needed and are not `family` addresses;
  *   RangeError when the message is shorter than 8 bytes.
  */
-export function vrrpChecksum(
-  message: Uint8Array,
-  family: AddressFamily,
-  mode: ChecksumMode,
-  source: string,
-  destination: string,
-): number {
+export function vrrpChecksum(message: Uint8Array, family: AddressFamily, mode: ChecksumMode, source: string, destination: string): number {
   if (message.length < VRRP_HEADER_LENGTH) {
     throw new RangeError(`a VRRP message is at least ${VRRP_HEADER_LENGTH} bytes, got ${message.length}`);
   }
@@ -221,10 +198,7 @@ export function encodeAdvertisement(adv: Advertisement, opts: EncodeOptions): Bu
   if (count > 255) throw new RangeError(`addresses: at most 255 fit in Count IPvX Addr, got ${count}`);
   const length = VRRP_HEADER_LENGTH + ADDRESS_LENGTH[family] * count;
   if (IP_HEADER_LENGTH[family] + length > MAX_IP_PACKET) {
-    throw new RangeError(
-      `addresses: ${count} IPv${family} addresses make a ${IP_HEADER_LENGTH[family] + length}-byte IP packet, ` +
-        `over ${MAX_IP_PACKET}`,
-    );
+    throw new RangeError(`addresses: ${count} IPv${family} addresses make a ${IP_HEADER_LENGTH[family] + length}-byte IP packet, ` + `over ${MAX_IP_PACKET}`);
   }
   // check the pseudo-header addresses before building anything
   const pseudo = pseudoHeader(family, mode, opts.source, opts.destination, length);
@@ -341,8 +315,7 @@ function verifyChecksum(message: Uint8Array, family: AddressFamily, source: unkn
   const received = `0x${hex16((message[6]! << 8) | message[7]!)}`;
   const src = contextAddress(source, family);
   const dst = contextAddress(destination, family);
-  const missing =
-    src === null ? `source ${show(source)}` : dst === null ? `destination ${show(destination)}` : null;
+  const missing = src === null ? `source ${show(source)}` : dst === null ? `destination ${show(destination)}` : null;
   const expectedWith = (mode: ChecksumMode): string =>
     missing === null ? `0x${hex16(vrrpChecksum(message, family, mode, src!, dst!))}` : `unknown: ${missing} is not IPv${family}`;
 

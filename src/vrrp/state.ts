@@ -333,12 +333,15 @@ export function checkReconfigure(r: MachineReconfigure, owner: boolean): void {
   const i = r.advertisementIntervalCs;
   if (i !== undefined && (!Number.isInteger(i) || i < 1 || i > 4095)) throw new RangeError(`advertisementIntervalCs must be 1..4095, got ${i}`);
   if (r.preempt !== undefined && typeof r.preempt !== 'boolean') throw new RangeError(`preempt must be a boolean, got ${String(r.preempt)}`);
-  if (r.preemptDelayMs !== undefined && !(Number.isFinite(r.preemptDelayMs) && r.preemptDelayMs >= 0)) throw new RangeError(`preemptDelayMs must be >= 0, got ${r.preemptDelayMs}`);
+  if (r.preemptDelayMs !== undefined && !(Number.isFinite(r.preemptDelayMs) && r.preemptDelayMs >= 0))
+    throw new RangeError(`preemptDelayMs must be >= 0, got ${r.preemptDelayMs}`);
   if (r.announce !== undefined) {
     const { repeatAfterMs, refreshMs } = r.announce;
-    if (!(Number.isFinite(repeatAfterMs) && repeatAfterMs >= 0) || !(Number.isFinite(refreshMs) && refreshMs >= 0)) throw new RangeError('announce.repeatAfterMs and announce.refreshMs must be >= 0');
+    if (!(Number.isFinite(repeatAfterMs) && repeatAfterMs >= 0) || !(Number.isFinite(refreshMs) && refreshMs >= 0))
+      throw new RangeError('announce.repeatAfterMs and announce.refreshMs must be >= 0');
   }
-  if (r.vipLifetimeMs !== undefined && !(Number.isFinite(r.vipLifetimeMs) && r.vipLifetimeMs >= 0)) throw new RangeError(`vipLifetimeMs must be >= 0, got ${r.vipLifetimeMs}`);
+  if (r.vipLifetimeMs !== undefined && !(Number.isFinite(r.vipLifetimeMs) && r.vipLifetimeMs >= 0))
+    throw new RangeError(`vipLifetimeMs must be >= 0, got ${r.vipLifetimeMs}`);
   if (r.vips !== undefined && (!Array.isArray(r.vips) || r.vips.some((v) => typeof v !== 'string'))) throw new RangeError('vips must be a list of addresses');
 }
 
@@ -438,7 +441,13 @@ export class VrrpMachine {
       masterDownIntervalMs: masterDownIntervalMs(this.effective, this.masterAdverIntervalCs),
       since: this.enteredAt,
       standby: this.standingBy,
-      preempting: this.current === 'backup' && this.cfg.preempt && !this.standingBy && this.masterPriority !== null && this.masterPriority > 0 && this.masterPriority < this.effective,
+      preempting:
+        this.current === 'backup' &&
+        this.cfg.preempt &&
+        !this.standingBy &&
+        this.masterPriority !== null &&
+        this.masterPriority > 0 &&
+        this.masterPriority < this.effective,
       otherMasters: {
         adverts: { ...this.otherAdverts },
         last: this.otherLast === null ? null : { ...this.otherLast },
@@ -623,8 +632,7 @@ export class VrrpMachine {
         this.masterPriority = ev.priority;
         this.restartMasterDown(ev.now, this.masterDownMs());
         this.downReason = 'masterDown';
-      }
-      else {
+      } else {
         // §6.4.2 discard: our Master_Down_Timer will fire and we preempt the lower priority
         this.downReason = 'preempt';
         this.masterAddress = ev.source;

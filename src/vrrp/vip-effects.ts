@@ -31,7 +31,6 @@ export class VipQueue {
     return this.vipQueue;
   }
 
-
   /** Queues one job; a failing job is logged (before start-up ends, `settled` reports it instead). */
   enqueue(job: () => Promise<void>): void {
     this.vipQueue = this.vipQueue.then(job).catch((err: unknown) => {
@@ -43,7 +42,6 @@ export class VipQueue {
       this.limited.log('error', `address:${code ?? (err as Error).message}`, { error: (err as Error).message, code }, 'address change failed');
     });
   }
-
 
   /** Waits for the queue; during start-up, throws the first job error. */
   async settled(): Promise<void> {
@@ -76,7 +74,6 @@ export class VipEffects {
     this.makeFrames();
   }
 
-
   /** Re-makes the announce frames for today's VIPs (kept ones reuse theirs). */
   makeFrames(): void {
     const o = this.opts;
@@ -85,7 +82,6 @@ export class VipEffects {
     for (const v of o.vips) next.set(v, this.frames.get(v) ?? (o.family === 4 ? gratuitousArpFrame(mac, v) : unsolicitedNeighborAdvertFrame(mac, v)));
     this.frames = next;
   }
-
 
   /**
    * One announce burst (RFC 9568 §6.4.1 / §6.4.2: gratuitous ARP for IPv4, unsolicited NA for
@@ -115,7 +111,6 @@ export class VipEffects {
     const kind = this.opts.family === 4 ? 'gratuitous ARP' : 'unsolicited neighbour advertisement';
     this.log('debug', `sent ${kind}`, { frames: sent, vips: only ?? this.opts.vips, reason });
   }
-
 
   /**
    * Connections whose local address is a VIP we no longer hold (a local client of VIP:6443, an

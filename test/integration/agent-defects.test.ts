@@ -73,7 +73,12 @@ describe.skipIf(needs('root'))('start-up defects (root; skipped otherwise)', () 
 
   it('a local endpoint on an address this node does not have exits 2 (BALLAST_E_LOCAL_ENDPOINT_ADDRESS), naming localEndpoint.address', async () => {
     const foreign = `10.78.${SUBNET}.99:7443`;
-    const r = await runOnce('le-foreign', { priority: 150, noElection: true, balance: true, extra: { localEndpoint: { address: foreign }, dataplane: { local: 'proxy' } } });
+    const r = await runOnce('le-foreign', {
+      priority: 150,
+      noElection: true,
+      balance: true,
+      extra: { localEndpoint: { address: foreign }, dataplane: { local: 'proxy' } },
+    });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain(`localEndpoint.address: ${foreign} is not an address of this node`);
     expect(r.stderr).toContain('BALLAST_E_LOCAL_ENDPOINT_ADDRESS');

@@ -81,9 +81,20 @@ describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped o
     const n1 = lab.nodes[0]!;
     const configPath = join(lab.dir, 'n1-journal.yaml');
     // a CA file that does not exist yet: a warning at the start (the checks wait for it)
-    writeFileSync(configPath, agentConfig(lab, n1, { priority: 150, balance: true, extra: { apiserver: { port: 6443, backends: [`${n1.ipv4}:6443`], health: { caFile: join(lab.dir, 'no-ca-yet.pem') } } } }));
+    writeFileSync(
+      configPath,
+      agentConfig(lab, n1, {
+        priority: 150,
+        balance: true,
+        extra: { apiserver: { port: 6443, backends: [`${n1.ipv4}:6443`], health: { caFile: join(lab.dir, 'no-ca-yet.pem') } } },
+      }),
+    );
     const a = runToFile('n1-journal.out', configPath, true);
-    await waitFor(() => a.lines().some((l) => masterLine(l.replace(/^<\d>/, ''))), (ok) => ok, { timeoutMs: 10_000, what: 'n1 master' });
+    await waitFor(
+      () => a.lines().some((l) => masterLine(l.replace(/^<\d>/, ''))),
+      (ok) => ok,
+      { timeoutMs: 10_000, what: 'n1 master' },
+    );
     const pgrep = spawnSync('pgrep', ['-x', 'ballast'], { encoding: 'utf8' });
     expect(pgrep.stdout.trim().split('\n').map(Number)).toContain(a.proc.pid);
     expect(readFileSync(`/proc/${a.proc.pid}/comm`, 'utf8')).toBe('ballast\n');
@@ -93,7 +104,11 @@ describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped o
     // an invalid file: the reload fails, logged at error
     writeFileSync(configPath, 'vrrp: [not, a, map]\n');
     a.proc.kill('SIGHUP');
-    await waitFor(() => a.lines().some((l) => l.includes('configuration reload failed')), (ok) => ok, { timeoutMs: 5000, what: 'the failed reload' });
+    await waitFor(
+      () => a.lines().some((l) => l.includes('configuration reload failed')),
+      (ok) => ok,
+      { timeoutMs: 5000, what: 'the failed reload' },
+    );
     a.proc.kill('SIGTERM');
     expect(await a.exited).toBe(0);
     const lines = a.lines();
@@ -114,7 +129,11 @@ describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped o
     const configPath = join(lab.dir, 'n1-plain.yaml');
     writeFileSync(configPath, agentConfig(lab, n1, { priority: 150 }));
     const a = runToFile('n1-plain.out', configPath, false);
-    await waitFor(() => a.lines().some(masterLine), (ok) => ok, { timeoutMs: 10_000, what: 'n1 master' });
+    await waitFor(
+      () => a.lines().some(masterLine),
+      (ok) => ok,
+      { timeoutMs: 10_000, what: 'n1 master' },
+    );
     a.proc.kill('SIGTERM');
     expect(await a.exited).toBe(0);
     const lines = a.lines();
@@ -129,9 +148,17 @@ describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped o
     const hook = compiledScript('node20-x509');
     const agent = await runAgent(lab, n1, configPath, { logFile: 'n1-node20x509.log', env: { NODE_OPTIONS: `--import ${hook}` } });
     started.push(agent);
-    await waitFor(() => agent.status(), (s) => s.state === 'master', { timeoutMs: 10_000, what: 'n1 master' });
+    await waitFor(
+      () => agent.status(),
+      (s) => s.state === 'master',
+      { timeoutMs: 10_000, what: 'n1 master' },
+    );
     // the checks run every 200 ms; each handshake hands its certificate to the report, which throws
-    await waitFor(() => agent.admin('/metrics'), (m) => /ballast_internal_errors_total\{path="certificates"\} [1-9]/.test(m), { timeoutMs: 5000, what: 'the contained failure counted' });
+    await waitFor(
+      () => agent.admin('/metrics'),
+      (m) => /ballast_internal_errors_total\{path="certificates"\} [1-9]/.test(m),
+      { timeoutMs: 5000, what: 'the contained failure counted' },
+    );
     const before = await agent.status();
     await sleep(2000);
     const after = await agent.status();
@@ -149,7 +176,9 @@ describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped o
     expect(after.backends.map((b) => b.certificate)).toStrictEqual([undefined]);
     expect(after.backends[0]!.healthy).toBe(true);
     const metrics = await agent.admin('/metrics');
-    console.log(`contained: ${/ballast_internal_errors_total\{path="certificates"\} (\d+)/.exec(metrics)![1]} certificate report failures, adverts sent ${before.counters.advertsSent} -> ${after.counters.advertsSent} in 2 s, VIP held`);
+    console.log(
+      `contained: ${/ballast_internal_errors_total\{path="certificates"\} (\d+)/.exec(metrics)![1]} certificate report failures, adverts sent ${before.counters.advertsSent} -> ${after.counters.advertsSent} in 2 s, VIP held`,
+    );
   });
 
   it('eBPF local endpoint on a read-only bpffs (as under ProtectKernelTunables=yes): the warning names EROFS and the unit options; the proxy serves', async () => {
@@ -166,20 +195,55 @@ describe.skipIf(needs('root', 'nft', 'bpf'))('the agent process (root; skipped o
       }),
     );
     // the agent's own mount namespace: a fresh bpffs mounted read-only over /sys/fs/bpf (mkdir: EROFS)
-    const proc = lab.spawn(n1.netns, ['unshare', '-m', '--propagation', 'private', 'sh', '-c', 'mount -t bpf -o ro bpf /sys/fs/bpf && exec "$@"', 'ro-bpffs', process.execPath, cliPath(), 'run', '--config', configPath], {
-      hostMounts: true,
-      logFile: 'n1-robpf.log',
-    });
+    const proc = lab.spawn(
+      n1.netns,
+      [
+        'unshare',
+        '-m',
+        '--propagation',
+        'private',
+        'sh',
+        '-c',
+        'mount -t bpf -o ro bpf /sys/fs/bpf && exec "$@"',
+        'ro-bpffs',
+        process.execPath,
+        cliPath(),
+        'run',
+        '--config',
+        configPath,
+      ],
+      {
+        hostMounts: true,
+        logFile: 'n1-robpf.log',
+      },
+    );
     const agent = new LabAgent(lab, n1, proc, configPath);
     started.push(agent);
-    const local = await waitFor(() => agent.anyStatus().then((d) => d.local, () => null), (l) => l !== null && l.mode !== 'off', { timeoutMs: 10_000, what: 'the local endpoint' });
+    const local = await waitFor(
+      () =>
+        agent.anyStatus().then(
+          (d) => d.local,
+          () => null,
+        ),
+      (l) => l !== null && l.mode !== 'off',
+      { timeoutMs: 10_000, what: 'the local endpoint' },
+    );
     expect(local!.mode).toBe('proxy');
     const warning = agent.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('eBPF local endpoint unavailable'));
     expect(warning).toBeDefined();
     expect(warning).toMatchObject({ level: 'warn', code: 'EROFS' });
     const msg = String(warning!.msg);
-    expect(msg).toMatch(/^eBPF local endpoint unavailable: bpffs \(\/sys\/fs\/bpf\) is read-only in this process's mount namespace \(mkdir failed on \/sys\/fs\/bpf\/ballast[^:]*: EROFS/);
-    for (const part of ['ProtectKernelTunables=yes', 'ReadWritePaths=/sys/fs/bpf', '`systemctl edit ballast`', '`ProtectKernelTunables=no`', 'serving it with the user-space proxy instead']) expect(msg).toContain(part);
+    expect(msg).toMatch(
+      /^eBPF local endpoint unavailable: bpffs \(\/sys\/fs\/bpf\) is read-only in this process's mount namespace \(mkdir failed on \/sys\/fs\/bpf\/ballast[^:]*: EROFS/,
+    );
+    for (const part of [
+      'ProtectKernelTunables=yes',
+      'ReadWritePaths=/sys/fs/bpf',
+      '`systemctl edit ballast`',
+      '`ProtectKernelTunables=no`',
+      'serving it with the user-space proxy instead',
+    ])
+      expect(msg).toContain(part);
     // the temporary-cgroup probe is a detail now, not the message
     expect(msg).not.toContain('temporary cgroup');
     expect(await agent.stop()).toBe(0);

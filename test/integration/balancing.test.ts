@@ -23,7 +23,7 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
   let agents: LabAgent[] = [];
 
   beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false , apiservers: true });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false, apiservers: true });
   });
   afterEach(async () => {
     await Promise.all(agents.map((a) => a.stop('SIGTERM').catch(() => undefined)));
@@ -41,7 +41,11 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     );
     agents.push(...started);
     await waitForHolder(lab, lab.vip4, 'n1');
-    await waitFor(() => started[0]!.status(), (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy), { timeoutMs: 5000, what: 'all backends up on n1' });
+    await waitFor(
+      () => started[0]!.status(),
+      (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy),
+      { timeoutMs: 5000, what: 'all backends up on n1' },
+    );
     return started;
   }
 
@@ -74,7 +78,10 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
    *   long that apply took;
    * - `deadBy`: what judged it dead (passive detection from its refused connections, or the checks).
    */
-  async function stopUnderProber(holder: LabAgent, node: LabNode): Promise<{ sum: ProberReport; stopFrom: number; stoppedAt: number; out: number; applyMs: number; deadBy: string }> {
+  async function stopUnderProber(
+    holder: LabAgent,
+    node: LabNode,
+  ): Promise<{ sum: ProberReport; stopFrom: number; stoppedAt: number; out: number; applyMs: number; deadBy: string }> {
     const backend = `${node.ipv4}:6443`;
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 6000, timeoutMs: TIMEOUT_MS });
     await sleep(800);
@@ -86,11 +93,22 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     const at = (l: Record<string, unknown>): number => Date.parse(String(l.time)) - sum.startedAt!;
     const after = holder.logLines().filter((l) => Date.parse(String(l.time)) >= stopFrom);
     const applied = after.find((l) => l.msg === 'data plane applied' && Array.isArray(l.backends) && !l.backends.includes(backend));
-    const dead = after.find((l) => ((l.msg === 'backend verdict' && l.verdict === 'dead') || (l.msg === 'backend health' && l.to === 'down')) && l.backend === backend);
+    const dead = after.find(
+      (l) => ((l.msg === 'backend verdict' && l.verdict === 'dead') || (l.msg === 'backend health' && l.to === 'down')) && l.backend === backend,
+    );
     expect({ applied: applied !== undefined, dead: dead !== undefined }).toStrictEqual({ applied: true, dead: true });
-    const r = { sum, stopFrom: stopFrom - sum.startedAt!, stoppedAt: stoppedAt - sum.startedAt!, out: at(applied!) + 1, applyMs: Number(applied!.durationMs), deadBy: String(dead!.cause ?? dead!.reason) };
+    const r = {
+      sum,
+      stopFrom: stopFrom - sum.startedAt!,
+      stoppedAt: stoppedAt - sum.startedAt!,
+      out: at(applied!) + 1,
+      applyMs: Number(applied!.durationMs),
+      deadBy: String(dead!.cause ?? dead!.reason),
+    };
     const failures = sum.results.filter((x) => !x.ok);
-    console.log(`${node.name} apiserver stop: ${failures.length} failed (${failures.map((f) => `t=${f.t} ${f.ok ? '' : f.error}`).join(', ')}), stopped ${r.stoppedAt.toFixed(1)}, out of the holder's table ${r.out.toFixed(1)} (${(r.out - r.stoppedAt).toFixed(1)} ms after, judged dead by ${r.deadBy}, apply ${r.applyMs} ms)`);
+    console.log(
+      `${node.name} apiserver stop: ${failures.length} failed (${failures.map((f) => `t=${f.t} ${f.ok ? '' : f.error}`).join(', ')}), stopped ${r.stoppedAt.toFixed(1)}, out of the holder's table ${r.out.toFixed(1)} (${(r.out - r.stoppedAt).toFixed(1)} ms after, judged dead by ${r.deadBy}, apply ${r.applyMs} ms)`,
+    );
     return r;
   }
 
@@ -148,14 +166,22 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     expect(seen.b).toMatchObject({ state: 'down', healthy: false, reason: 'http 500' });
     const t1 = Date.now();
     await lab.setReady(lab.nodes[2]!, true);
-    await waitFor(() => ruleset(0), (r) => r.includes(`dnat to ${lab.nodes[2]!.ipv4}:6443`), { timeoutMs: (RISE + 2) * INTERVAL_MS * 1.1 + 500, what: 'n3 back in the ruleset' });
+    await waitFor(
+      () => ruleset(0),
+      (r) => r.includes(`dnat to ${lab.nodes[2]!.ipv4}:6443`),
+      { timeoutMs: (RISE + 2) * INTERVAL_MS * 1.1 + 500, what: 'n3 back in the ruleset' },
+    );
     console.log(`unready: out after ${out} ms, back after ${Date.now() - t1} ms`);
   });
 
   it('all apiservers down: a connection to the VIP is refused at once, never hangs', async () => {
     await cluster();
     for (const n of lab.nodes) await lab.stopApiserver(n);
-    await waitFor(() => ruleset(0), (r) => !r.includes('dnat to'), { timeoutMs: 3000, what: 'no DNAT rule left' });
+    await waitFor(
+      () => ruleset(0),
+      (r) => !r.includes('dnat to'),
+      { timeoutMs: 3000, what: 'no DNAT rule left' },
+    );
     const t0 = Date.now();
     const sum = await runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 50, durationMs: 300, timeoutMs: 1000 }).done;
     expect(sum.ok).toBe(0);
@@ -173,7 +199,9 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     const sum = await prober.stop();
     const failures = sum.results.filter((x) => !x.ok);
     const lastFailure = failures.length ? Math.max(...failures.map((x) => x.t)) : null;
-    console.log(`non-holder death: ${failures.length} failed, last failure ${lastFailure === null ? 'none' : `${Math.round(lastFailure - faultT)} ms`} after the fault`);
+    console.log(
+      `non-holder death: ${failures.length} failed, last failure ${lastFailure === null ? 'none' : `${Math.round(lastFailure - faultT)} ms`} after the fault`,
+    );
     if (lastFailure !== null) expect(lastFailure - faultT).toBeLessThanOrEqual(1000);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
   });
@@ -188,7 +216,9 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     const sum = await prober.stop();
     const failures = sum.results.filter((x) => !x.ok);
     const lastFailure = failures.length ? Math.max(...failures.map((x) => x.t)) : null;
-    console.log(`holder death: ${failures.length} failed, last failure ${lastFailure === null ? 'none' : `${Math.round(lastFailure - faultT)} ms`} after the fault`);
+    console.log(
+      `holder death: ${failures.length} failed, last failure ${lastFailure === null ? 'none' : `${Math.round(lastFailure - faultT)} ms`} after the fault`,
+    );
     if (lastFailure !== null) expect(lastFailure - faultT).toBeLessThanOrEqual(1000);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n2']);
   });
@@ -201,7 +231,11 @@ describe.skipIf(needs('root'))('load balancing on the lab (root; skipped otherwi
     const before = (await lab.exec(n1.netns, ['nft', 'list', 'table', 'inet', 'other'])).stdout;
     const [a1] = await cluster();
     await lab.setReady(lab.nodes[1]!, false);
-    await waitFor(() => ruleset(0), (r) => !r.includes(`dnat to ${lab.nodes[1]!.ipv4}:6443`), { timeoutMs: 3000, what: 'n2 out' });
+    await waitFor(
+      () => ruleset(0),
+      (r) => !r.includes(`dnat to ${lab.nodes[1]!.ipv4}:6443`),
+      { timeoutMs: 3000, what: 'n2 out' },
+    );
     expect(await a1!.stop('SIGTERM')).toBe(0);
     agents.shift();
     expect(await ruleset(0)).toBe('');

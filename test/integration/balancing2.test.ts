@@ -51,7 +51,7 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
 
   beforeAll(async () => {
     for (const s of ['longconn', 'prober'] as const) compiledScript(s); // refuses a missing or stale build
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false , apiservers: true });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: false, apiservers: true });
   });
   afterEach(async () => {
     await Promise.all(clients.splice(0).map((c) => c.stop('SIGKILL', 2000)));
@@ -67,7 +67,11 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
           // already gone
         }
       }
-      await waitFor(async () => agentPids(n).length, (k) => k === 0, { timeoutMs: 10_000, intervalMs: 100, what: `no agent left in ${n.netns}` });
+      await waitFor(
+        async () => agentPids(n).length,
+        (k) => k === 0,
+        { timeoutMs: 10_000, intervalMs: 100, what: `no agent left in ${n.netns}` },
+      );
     }
     await restoreNodes(lab);
   });
@@ -124,7 +128,11 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     }
     if (o.waitHealthy !== false) {
       await waitForHolder(lab, lab.vip4, 'n1');
-      await waitFor(() => statusOf(started[0]!), (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy), { timeoutMs: 10_000, what: 'all backends up on n1' });
+      await waitFor(
+        () => statusOf(started[0]!),
+        (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy),
+        { timeoutMs: 10_000, what: 'all backends up on n1' },
+      );
     }
     return started;
   }
@@ -134,9 +142,18 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     const proc = lab.spawn(
       lab.client.netns,
       [
-        process.execPath, compiledScript('longconn'),
-        '--url', vipUrl(), '--ca', lab.ca.certFile,
-        '--interval', '100', '--duration', String(o.durationMs), '--timeout', String(o.timeoutMs),
+        process.execPath,
+        compiledScript('longconn'),
+        '--url',
+        vipUrl(),
+        '--ca',
+        lab.ca.certFile,
+        '--interval',
+        '100',
+        '--duration',
+        String(o.durationMs),
+        '--timeout',
+        String(o.timeoutMs),
         ...(o.node === undefined ? [] : ['--node', o.node, '--attempts', '60']),
         ...(o.reconnect ? ['--reconnect', '--max-connections', '3'] : []),
       ],
@@ -210,11 +227,15 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     );
     const resetMs = closed!.at - t0;
     // the next connection, through the VIP, lands on a live backend
-    const next = await waitFor(async () => lc.results().find((r) => r.conn > pinned.conn && r.ok), (r) => r !== undefined, {
-      timeoutMs: 5000,
-      intervalMs: 20,
-      what: 'a request on a new connection to succeed',
-    });
+    const next = await waitFor(
+      async () => lc.results().find((r) => r.conn > pinned.conn && r.ok),
+      (r) => r !== undefined,
+      {
+        timeoutMs: 5000,
+        intervalMs: 20,
+        what: 'a request on a new connection to succeed',
+      },
+    );
     const reconnectMs = next!.at + next!.ms - t0;
     const failed = lc.results().find((r) => r.conn === pinned.conn && !r.ok);
     const st = await statusOf(a1!);
@@ -299,7 +320,11 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     const lc = runLongconn({ node: 'n3', durationMs: 15_000, timeoutMs: 5000 });
     const pinned = await lc.pinned(15_000);
     await lab.setReady(victim, false);
-    await waitFor(() => ruleset(0), (r) => !r.includes(`dnat to ${victim.ipv4}:6443`), { timeoutMs: 3000, what: 'n3 out of the ruleset' });
+    await waitFor(
+      () => ruleset(0),
+      (r) => !r.includes(`dnat to ${victim.ipv4}:6443`),
+      { timeoutMs: 3000, what: 'n3 out of the ruleset' },
+    );
     await sleep(500);
     const draining = lc.results().filter((r) => r.conn === pinned.conn);
     expect(draining.slice(-3).every((r) => r.ok && r.node === 'n3')).toBe(true);
@@ -333,11 +358,31 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     const pki = join(lab.dir, 'pki-other');
     mkdirSync(pki, { recursive: true, mode: 0o700 });
     const otherCa = join(pki, 'ca.crt');
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
-      '-keyout', join(pki, 'ca.key'), '-out', otherCa, '-days', '1', '-subj', '/CN=ballast lab other CA',
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
-    ], { stdio: 'ignore', timeout: 10_000 });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:P-256',
+        '-nodes',
+        '-keyout',
+        join(pki, 'ca.key'),
+        '-out',
+        otherCa,
+        '-days',
+        '1',
+        '-subj',
+        '/CN=ballast lab other CA',
+        '-addext',
+        'basicConstraints=critical,CA:TRUE',
+        '-addext',
+        'keyUsage=critical,keyCertSign,cRLSign',
+      ],
+      { stdio: 'ignore', timeout: 10_000 },
+    );
     const WEIGHT = 100;
     const t0 = Date.now();
     const [a1, a2] = await cluster(
@@ -356,7 +401,11 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     );
     const up = Date.now();
     await waitForHolder(lab, lab.vip4, 'n2', 10_000);
-    const s1 = await waitFor(() => statusOf(a1!), (s) => s.effectivePriority === 150 - WEIGHT, { timeoutMs: 5000, what: 'n1 at priority 50' });
+    const s1 = await waitFor(
+      () => statusOf(a1!),
+      (s) => s.effectivePriority === 150 - WEIGHT,
+      { timeoutMs: 5000, what: 'n1 at priority 50' },
+    );
     const s2 = await statusOf(a2!);
     // it stays there
     const holders: string[] = [];
@@ -377,7 +426,9 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
     const ready2 = ups2.every((d) => d !== null) ? Math.max(...(ups2 as number[])) : null;
     const masters2 = log2.filter((l) => l.msg === 'state change' && l.to === 'master').map((l) => Date.parse(String(l.time)));
     const master2 = masters2.length ? Math.max(...masters2) : null;
-    const states1 = log1.filter((l) => l.msg === 'state change').map((l) => `${String(l.to)} (${String(l.reason)})${started1 === null ? '' : ` @${Date.parse(String(l.time)) - started1}`}`);
+    const states1 = log1
+      .filter((l) => l.msg === 'state change')
+      .map((l) => `${String(l.to)} (${String(l.reason)})${started1 === null ? '' : ` @${Date.parse(String(l.time)) - started1}`}`);
     // the verdicts: the first check within one interval of the checker's start, `fall` failures,
     // each a TLS handshake (SETTLE_MS covers it: the agent's own deadline); then, once n2's own
     // verdicts are in too, n2's down timer, plus 300 ms
@@ -458,7 +509,10 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
 
   describe('a first nftables apply that fails', () => {
     /** Runs `ballast run` on n1 with PATH = a directory holding `ip` and, optionally, a fake `nft`. */
-    async function brokenRun(name: string, fakeNft: string | null): Promise<{ code: number | null; output: string; heldVip: boolean; ms: number; lockBefore: boolean; masterMs: number | null }> {
+    async function brokenRun(
+      name: string,
+      fakeNft: string | null,
+    ): Promise<{ code: number | null; output: string; heldVip: boolean; ms: number; lockBefore: boolean; masterMs: number | null }> {
       const n1 = lab.nodes[0]!;
       const bin = join(lab.dir, `bin-${name}`);
       mkdirSync(bin, { recursive: true });
@@ -485,13 +539,16 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
       }
       const code = await Promise.race([proc.exited, sleep(12_000).then(() => 'hung' as const)]);
       if (code === 'hung') throw new Error(`ballast run did not exit within 12 s of a failed apply:\n${proc.output()}`);
-      const lines = proc.output().split('\n').flatMap((l) => {
-        try {
-          return [JSON.parse(l) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      });
+      const lines = proc
+        .output()
+        .split('\n')
+        .flatMap((l) => {
+          try {
+            return [JSON.parse(l) as Record<string, unknown>];
+          } catch {
+            return [];
+          }
+        });
       const start = logTime(lines, (l) => l.msg === 'starting');
       const master = logTime(lines, (l) => l.msg === 'state change' && l.to === 'master');
       const masterMs = start === null || master === null ? null : master - start;
@@ -500,7 +557,8 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
 
     /** n2 (100) and n3 (50) with load balancing, n2 holding the VIP; n1 has no agent. */
     async function othersOnly(): Promise<void> {
-      for (const [i, priority] of [100, 50].entries()) agents.push(await startAgent(lab, lab.nodes[i + 1]!, { priority, balance: true, healthInterval: `${INTERVAL_MS}ms` }));
+      for (const [i, priority] of [100, 50].entries())
+        agents.push(await startAgent(lab, lab.nodes[i + 1]!, { priority, balance: true, healthInterval: `${INTERVAL_MS}ms` }));
       await waitForHolder(lab, lab.vip4, 'n2');
     }
 
@@ -528,7 +586,12 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
       await othersOnly();
       const r = await brokenRun('nonft', null);
       const left = await leftovers();
-      console.log(`no nft: exit ${r.code} after ${r.ms} ms; held the VIP meanwhile: ${r.heldVip} (master ${r.masterMs ?? 'never'} ms after its start); lock seen while running: ${r.lockBefore}; left: ${JSON.stringify(left)}; stderr: ${r.output.split('\n').filter((l) => l.includes('BALLAST_E_')).join(' | ')}`);
+      console.log(
+        `no nft: exit ${r.code} after ${r.ms} ms; held the VIP meanwhile: ${r.heldVip} (master ${r.masterMs ?? 'never'} ms after its start); lock seen while running: ${r.lockBefore}; left: ${JSON.stringify(left)}; stderr: ${r.output
+          .split('\n')
+          .filter((l) => l.includes('BALLAST_E_'))
+          .join(' | ')}`,
+      );
       expect(r.code).toBe(1);
       expect(r.output).toMatch(/ballast: cannot program nftables: .*\(BALLAST_E_DATAPLANE\)/);
       expect(left).toEqual({ vip: false, lock: false, table: false, procs: [] });
@@ -547,7 +610,10 @@ describe.skipIf(needs('root'))('load balancing on the lab, established connectio
       console.log(
         `slow failing nft: exit ${r.code} after ${r.ms} ms (n1 Master_Down_Interval ${masterDownMs(150).toFixed(1)} ms); held the VIP meanwhile: ${r.heldVip} (master ${r.masterMs ?? 'never'} ms after its start); ` +
           `lock seen while running: ${r.lockBefore}; left: ${JSON.stringify(left)}; holders after: ${holders.join(',')}; ` +
-          `stderr: ${r.output.split('\n').filter((l) => l.includes('BALLAST_E_')).join(' | ')}`,
+          `stderr: ${r.output
+            .split('\n')
+            .filter((l) => l.includes('BALLAST_E_'))
+            .join(' | ')}`,
       );
       expect(r.code).toBe(1);
       expect(r.lockBefore).toBe(true);

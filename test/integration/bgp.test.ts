@@ -44,7 +44,10 @@ async function untilNexthops(b: BgpLab, vip: string, n: number, t0: number, time
     const t = performance.now() - t0;
     if (hops.length === n) return { ms: t, lo, hi: performance.timeOrigin + performance.now() };
     lo = began;
-    if (t > timeoutMs) throw new Error(`the router's route for ${vip} still has ${hops.length} next hops (${hops.join(', ')}) after ${Math.round(t)} ms, expected ${n}\n${await b.routerReport()}`);
+    if (t > timeoutMs)
+      throw new Error(
+        `the router's route for ${vip} still has ${hops.length} next hops (${hops.join(', ')}) after ${Math.round(t)} ms, expected ${n}\n${await b.routerReport()}`,
+      );
   }
 }
 
@@ -78,7 +81,11 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     expect(await b.nexthops(b.vip4)).toStrictEqual(b.nodes.map((n) => n.link4.node).sort());
     for (const a of v4) {
       // the agent reads BIRD's sessions once a second (speaker pollMs): the router may see the route first
-      const s = await waitFor(() => bgpOf(a), (x) => x.peers[0]?.session === 'Established', { timeoutMs: 3000, what: `${a.node.name} to see its session Established` });
+      const s = await waitFor(
+        () => bgpOf(a),
+        (x) => x.peers[0]?.session === 'Established',
+        { timeoutMs: 3000, what: `${a.node.name} to see its session Established` },
+      );
       expect([s.daemonUp, s.announced, s.wanted, s.peers.map((p) => p.session)], a.node.name).toStrictEqual([true, true, true, ['Established']]);
     }
     const metrics = await v4[0]!.admin('/metrics');
@@ -92,13 +99,20 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
   // the VIP is on lo; with Linux's defaults (arp_ignore 0) every node would answer ARP for it on
   // its link, so on a shared segment hosts would reach the VIP on-link
   it('no node answers ARP for the VIP it announces (arp_ignore 1, arp_announce 2 while the agent runs); each answers for its own link address', async () => {
-    const sysctl = async (n: BgpLabNode): Promise<string> => (await b.lab.exec(n.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().replace(/\s+/g, ' ');
+    const sysctl = async (n: BgpLabNode): Promise<string> =>
+      (await b.lab.exec(n.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().replace(/\s+/g, ' ');
     const replies = await Promise.all(b.nodes.map(async (n) => [await b.arpReplies(n, b.vip4), await b.arpReplies(n, n.link4.node, 1)] as const));
     expect(replies, 'per node: [replies for the VIP, replies for its link address]').toStrictEqual(b.nodes.map(() => [0, 1]));
     for (const n of b.nodes) expect(await sysctl(n), n.node.name).toBe('1 2');
-    const check = await b.lab.exec(b.nodes[0]!.node.netns, [process.execPath, cliPath(), 'check', '--json', '--config', v4[0]!.configPath], { allowFail: true, timeoutMs: 30_000 });
+    const check = await b.lab.exec(b.nodes[0]!.node.netns, [process.execPath, cliPath(), 'check', '--json', '--config', v4[0]!.configPath], {
+      allowFail: true,
+      timeoutMs: 30_000,
+    });
     const arp = (JSON.parse(check.stdout) as { checks: { id: string; status: string; detail: string }[] }).checks.find((c) => c.id === 'bgp-arp');
-    expect([arp?.status, arp?.detail], check.stderr).toStrictEqual(['ok', expect.stringContaining('net.ipv4.conf.all.arp_ignore = 1, net.ipv4.conf.all.arp_announce = 2')]);
+    expect([arp?.status, arp?.detail], check.stderr).toStrictEqual([
+      'ok',
+      expect.stringContaining('net.ipv4.conf.all.arp_ignore = 1, net.ipv4.conf.all.arp_announce = 2'),
+    ]);
   });
 
   it('ECMP: 1,000 new connections from the client spread over all three nodes, each within the binomial bound n/3 − 5σ', async () => {
@@ -115,10 +129,14 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
   // mid-connection is reset by the node it lands on (docs/bgp.md, failure modes). So a request in
   // flight across the router's route change may fail; one that started after it, or ended before
   // it, may not: that is what a too-early table removal or a late withdrawal would break.
-  it('ballast stopping (SIGTERM) withdraws its path and drains; only requests in flight across the router\'s route change may fail (ECMP rehash), and it announces again when started', async () => {
+  it("ballast stopping (SIGTERM) withdraws its path and drains; only requests in flight across the router's route change may fail (ECMP rehash), and it announces again when started", async () => {
     const n3 = b.nodes[2]!;
     const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 10, durationMs: 20_000, timeoutMs: 250 });
-    await waitFor(() => prober.results().length, (k) => k >= 30, { timeoutMs: 5000, what: 'the prober to run' });
+    await waitFor(
+      () => prober.results().length,
+      (k) => k >= 30,
+      { timeoutMs: 5000, what: 'the prober to run' },
+    );
     const t0 = performance.now();
     const stopped = v4[2]!;
     // poll while it stops: the change window must be the router's, not the stop's
@@ -126,7 +144,9 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     await stopped.stop();
     const withdrawn = await withdrawing;
     // the ARP sysctls it raised at start are back to Linux's defaults the lab set
-    expect((await b.lab.exec(n3.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().split(/\s+/)).toStrictEqual(['0', '0']);
+    expect(
+      (await b.lab.exec(n3.node.netns, ['sysctl', '-n', 'net.ipv4.conf.all.arp_ignore', 'net.ipv4.conf.all.arp_announce'])).stdout.trim().split(/\s+/),
+    ).toStrictEqual(['0', '0']);
     expect(await b.nexthops(b.vip4)).not.toContain(n3.link4.node);
     // the data plane went only once no new connection arrived for the quiet time (the router acted on the UPDATE)
     const drain = stopped.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('BGP: withdrawn'));
@@ -142,10 +162,12 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     const unexplained = failed.filter((r) => !across(r, withdrawn) && !across(r, back));
     const window = (c: RouteChange): string => `${(c.lo - at).toFixed(1)}..${(c.hi - at).toFixed(1)} ms`;
     expect(unexplained, `route changes at ${window(withdrawn)} and ${window(back)} of the prober's clock`).toStrictEqual([]);
-    console.log(`[bgp] SIGTERM: path withdrawn after ${Math.round(withdrawn.ms)} ms; drain ${String(drain?.waitedMs)} ms, ${String(drain?.newConnections)} new connections after the withdrawal; ${report.requests} requests, ${failed.length} failed, each in flight across a route change (ECMP rehash): ${JSON.stringify(failed.map((r) => [r.t, r.ok ? '' : r.error]))}`);
+    console.log(
+      `[bgp] SIGTERM: path withdrawn after ${Math.round(withdrawn.ms)} ms; drain ${String(drain?.waitedMs)} ms, ${String(drain?.newConnections)} new connections after the withdrawal; ${report.requests} requests, ${failed.length} failed, each in flight across a route change (ECMP rehash): ${JSON.stringify(failed.map((r) => [r.t, r.ok ? '' : r.error]))}`,
+    );
   });
 
-  it('an apiserver going unready withdraws its node\'s route within fall × interval + one interval', async () => {
+  it("an apiserver going unready withdraws its node's route within fall × interval + one interval", async () => {
     const n3 = b.nodes[2]!;
     const bound = FALL * INTERVAL_MS + INTERVAL_MS + 400;
     const t0 = performance.now();
@@ -173,7 +195,7 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     expect((await bgpOf(v4[0]!)).announced).toBe(true);
   });
 
-  it('bgp.interface missing, or bgp.configFile the operator\'s bird.conf: exit 2 before anything changes', async () => {
+  it("bgp.interface missing, or bgp.configFile the operator's bird.conf: exit 2 before anything changes", async () => {
     const n1 = b.nodes[0]!;
     const birdConf = join(n1.birdDir, 'bird.conf');
     const conf = readFileSync(birdConf, 'utf8');
@@ -204,7 +226,11 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     expect(await b.nexthops(b.vip4)).toContain(n1.link4.node);
     const t0 = performance.now();
     // a /run of its own: /run/ballast's lock files are the host's, other labs' agents hold theirs
-    const r = await b.lab.exec(n1.node.netns, ['unshare', '-m', 'sh', '-c', 'mount -t tmpfs tmpfs /run && exec "$@"', 'sh', process.execPath, cliPath(), 'cleanup', '--config', killed.configPath], { allowFail: true, timeoutMs: 30_000 });
+    const r = await b.lab.exec(
+      n1.node.netns,
+      ['unshare', '-m', 'sh', '-c', 'mount -t tmpfs tmpfs /run && exec "$@"', 'sh', process.execPath, cliPath(), 'cleanup', '--config', killed.configPath],
+      { allowFail: true, timeoutMs: 30_000 },
+    );
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
     expect(r.stdout).toContain(`removed the BGP announcement of ${b.vip4} from ${n1.snippet4} (ballast_vip4 disabled)`);
     expect(r.stdout).toContain(`removed VIP ${b.vip4}/32 on lo`);
@@ -225,12 +251,20 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     const n1 = b.nodes[0]!;
     n1.bird!.kill('SIGKILL');
     await n1.bird!.exited;
-    await waitFor(() => bgpOf(v4[0]!), (s) => !s.daemonUp, { timeoutMs: 3000, what: 'n1 to report its BIRD down' });
+    await waitFor(
+      () => bgpOf(v4[0]!),
+      (s) => !s.daemonUp,
+      { timeoutMs: 3000, what: 'n1 to report its BIRD down' },
+    );
     expect(await v4[0]!.admin('/metrics')).toMatch(/^ballast_bgp_daemon_up 0$/m);
     const during = await b.nexthops(b.vip4);
     console.log(`[bgp] while n1's BIRD is down the router has ${during.length} next hops: ${during.join(', ')}`);
     await b.startNodeBird(n1);
-    const s = await waitFor(() => bgpOf(v4[0]!), (x) => x.daemonUp && x.announced && x.peers[0]!.session === 'Established', { timeoutMs: 10_000, what: 'n1 to push its configuration again' });
+    const s = await waitFor(
+      () => bgpOf(v4[0]!),
+      (x) => x.daemonUp && x.announced && x.peers[0]!.session === 'Established',
+      { timeoutMs: 10_000, what: 'n1 to push its configuration again' },
+    );
     // n1's agent started afresh in the cleanup case (one push, no loss): one kill is one loss and one push
     expect([s.daemonLosses, s.pushes]).toStrictEqual([1, 2]);
     await untilNexthops(b, b.vip4, 3, performance.now(), 10_000);
@@ -241,7 +275,9 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
   });
 
   it('IPv6: every node announces the /128 (balance all, announce local) and a client is served over IPv6', async () => {
-    v6.push(...(await Promise.all(b.nodes.map((n) => startBgpAgent(b, n, { family: 6, intervalMs: INTERVAL_MS, fall: FALL, balance: 'all', announce: 'local' })))));
+    v6.push(
+      ...(await Promise.all(b.nodes.map((n) => startBgpAgent(b, n, { family: 6, intervalMs: INTERVAL_MS, fall: FALL, balance: 'all', announce: 'local' })))),
+    );
     await untilNexthops(b, b.vip6, 3, performance.now(), 15_000);
     expect(await b.nexthops(b.vip6)).toStrictEqual(b.nodes.map((n) => n.link6.node).sort());
     const r = await probeOnce(b.lab, `https://[${b.vip6}]:6443/version`);
@@ -261,7 +297,11 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
   it('a dead node (hung: nothing in or out, link up; agent and BIRD SIGKILLed) is removed within the BFD detection time + 250 ms; clients keep being served', async () => {
     const n2: BgpLabNode = b.nodes[1]!;
     const prober = runProber(b.lab, { url: `https://${b.vip4}:6443/version`, intervalMs: 10, durationMs: 4000, timeoutMs: 250 });
-    await waitFor(() => prober.results().length, (k) => k >= 50, { timeoutMs: 5000, what: 'the prober to run' });
+    await waitFor(
+      () => prober.results().length,
+      (k) => k >= 50,
+      { timeoutMs: 5000, what: 'the prober to run' },
+    );
     const bound = BFD_MS * BFD_MULT + 250;
     const t0 = performance.now();
     const tKill = prober.now();
@@ -274,9 +314,14 @@ describe.skipIf(needs('root', 'nft', 'bird', 'birdc', 'arping'))('BGP mode in a 
     // every request that started once the path was gone (+ one request timeout) was answered
     const after = report.results.filter((r) => r.t > tKill + took + 250);
     expect(after.length).toBeGreaterThan(50);
-    expect(after.filter((r) => !r.ok), JSON.stringify(after.filter((r) => !r.ok).slice(0, 3))).toStrictEqual([]);
+    expect(
+      after.filter((r) => !r.ok),
+      JSON.stringify(after.filter((r) => !r.ok).slice(0, 3)),
+    ).toStrictEqual([]);
     expect(report.maxOutageMs).toBeLessThanOrEqual(bound + 250);
     expect(Object.keys(report.nodes).sort()).toContain('n1');
-    console.log(`[bgp] dead node removed after ${Math.round(took)} ms (bound ${bound}); client: ${report.failed} failed of ${report.requests}, longest outage ${report.maxOutageMs} ms`);
+    console.log(
+      `[bgp] dead node removed after ${Math.round(took)} ms (bound ${bound}); client: ${report.failed} failed of ${report.requests}, longest outage ${report.maxOutageMs} ms`,
+    );
   });
 });

@@ -121,9 +121,19 @@ describe.skipIf(needs('root'))('bootstrap before the CA exists (root; skipped ot
     expect(vipMs).toBeLessThanOrEqual(masterDownMs(150) + MARGIN_MS);
 
     // the backend waits for its CA: /status, ballast status, /metrics; no DNAT
-    const st = await waitFor(() => a1.status(), (d) => d.backends[0]?.state === 'down', { timeoutMs: 5000, intervalMs: 50, what: 'the backend judged' });
+    const st = await waitFor(
+      () => a1.status(),
+      (d) => d.backends[0]?.state === 'down',
+      { timeoutMs: 5000, intervalMs: 50, what: 'the backend judged' },
+    );
     expect(st.backends).toStrictEqual([
-      expect.objectContaining({ address: backend, state: 'down', healthy: false, waitingFor: { setting: 'apiserver.health.caFile', path: caFile }, reason: `waiting for apiserver.health.caFile ${caFile} (it does not exist yet)` }),
+      expect.objectContaining({
+        address: backend,
+        state: 'down',
+        healthy: false,
+        waitingFor: { setting: 'apiserver.health.caFile', path: caFile },
+        reason: `waiting for apiserver.health.caFile ${caFile} (it does not exist yet)`,
+      }),
     ]);
     expect(st.dataplane).toMatchObject({ mode: 'nftables', backends: [] });
     expect(formatStatus(st)).toContain(`backend:   ${backend} waiting for apiserver.health.caFile ${caFile}`);
@@ -150,7 +160,11 @@ describe.skipIf(needs('root'))('bootstrap before the CA exists (root; skipped ot
     mkdirSync(pki);
     copyFileSync(lab.ca.certFile, caFile);
     const t0 = Date.now();
-    const up = await waitFor(() => a1.status(), (d) => d.backends[0]?.healthy === true, { timeoutMs: 10_000, intervalMs: 20, what: 'the backend up' });
+    const up = await waitFor(
+      () => a1.status(),
+      (d) => d.backends[0]?.healthy === true,
+      { timeoutMs: 10_000, intervalMs: 20, what: 'the backend up' },
+    );
     // timed by the agent's own log line (each `ballast status` poll is a new Node process)
     const upMs = logTime(a1, (l) => l.msg === 'backend health' && l.to === 'up')! - t0;
     const bound = (RISE + 1) * INTERVAL_MS * 1.1 + TIMEOUT_MS + MARGIN_MS;
@@ -168,36 +182,55 @@ describe.skipIf(needs('root'))('bootstrap before the CA exists (root; skipped ot
     expect(a1.proc.child.exitCode).toBeNull();
   }, 60_000);
 
-  it.skipIf(needs('bpf'))('a joining worker (local endpoint, eBPF, no election) with the CA missing starts, leaves connect() untouched, and serves once the CA appears', async () => {
-    const n1 = lab.nodes[0]!;
-    const n2 = lab.nodes[1]!;
-    const cgroup = await lab.cgroup(n1);
-    pinDir = pinDirFor(cgroup);
-    const pki = join(lab.dir, 'worker-pki');
-    const caFile = join(pki, 'ca.crt');
-    await lab.startApiservers();
-    await lab.stopApiserver(n1);
-    const s = settings(caFile, [`${n2.ipv4}:6443`], { noElection: true, hostMounts: true }, {
-      localEndpoint: { address: '127.0.0.1:7443', cgroup },
-      dataplane: { local: 'ebpf', keepOnStop: false },
-    });
-    const a = await startAgent(lab, n1, s);
-    agents.push(a);
-    const st = await waitFor(() => a.anyStatus(), (d) => d.backends[0]?.state === 'down', { timeoutMs: 5000, intervalMs: 50, what: 'the backend judged' });
-    expect(st.backends[0]).toMatchObject({ waitingFor: { setting: 'apiserver.health.caFile', path: caFile } });
-    expect(st.local).toMatchObject({ mode: 'ebpf', backends: [] });
-    // no backend: the connect() is left alone, and nothing listens on 127.0.0.1:7443
-    expect((await connectFrom(lab, n1, { address: '127.0.0.1', port: 7443, count: 3, cgroup })).errors).toStrictEqual({ ECONNREFUSED: 3 });
+  it.skipIf(needs('bpf'))(
+    'a joining worker (local endpoint, eBPF, no election) with the CA missing starts, leaves connect() untouched, and serves once the CA appears',
+    async () => {
+      const n1 = lab.nodes[0]!;
+      const n2 = lab.nodes[1]!;
+      const cgroup = await lab.cgroup(n1);
+      pinDir = pinDirFor(cgroup);
+      const pki = join(lab.dir, 'worker-pki');
+      const caFile = join(pki, 'ca.crt');
+      await lab.startApiservers();
+      await lab.stopApiserver(n1);
+      const s = settings(
+        caFile,
+        [`${n2.ipv4}:6443`],
+        { noElection: true, hostMounts: true },
+        {
+          localEndpoint: { address: '127.0.0.1:7443', cgroup },
+          dataplane: { local: 'ebpf', keepOnStop: false },
+        },
+      );
+      const a = await startAgent(lab, n1, s);
+      agents.push(a);
+      const st = await waitFor(
+        () => a.anyStatus(),
+        (d) => d.backends[0]?.state === 'down',
+        { timeoutMs: 5000, intervalMs: 50, what: 'the backend judged' },
+      );
+      expect(st.backends[0]).toMatchObject({ waitingFor: { setting: 'apiserver.health.caFile', path: caFile } });
+      expect(st.local).toMatchObject({ mode: 'ebpf', backends: [] });
+      // no backend: the connect() is left alone, and nothing listens on 127.0.0.1:7443
+      expect((await connectFrom(lab, n1, { address: '127.0.0.1', port: 7443, count: 3, cgroup })).errors).toStrictEqual({ ECONNREFUSED: 3 });
 
-    mkdirSync(pki);
-    copyFileSync(lab.ca.certFile, caFile);
-    const t0 = Date.now();
-    await waitFor(() => a.anyStatus(), (d) => d.local.mode === 'ebpf' && d.local.backends.length === 1, { timeoutMs: 10_000, intervalMs: 20, what: 'the local endpoint with its backend' });
-    const upMs = logTime(a, (l) => l.msg === 'backend health' && l.to === 'up')! - t0;
-    const bound = (RISE + 1) * INTERVAL_MS * 1.1 + TIMEOUT_MS + MARGIN_MS;
-    const c = await connectFrom(lab, n1, { address: '127.0.0.1', port: 7443, tls: true, count: 10, cgroup });
-    console.log(`bootstrap worker: local endpoint served ${upMs} ms after the CA appeared (bound ${Math.round(bound)} ms); ${c.ok}/10 connections via 127.0.0.1:7443 to ${JSON.stringify(c.nodes)}`);
-    expect(upMs).toBeLessThanOrEqual(bound);
-    expect(c).toMatchObject({ ok: 10, nodes: { n2: 10 } });
-  }, 60_000);
+      mkdirSync(pki);
+      copyFileSync(lab.ca.certFile, caFile);
+      const t0 = Date.now();
+      await waitFor(
+        () => a.anyStatus(),
+        (d) => d.local.mode === 'ebpf' && d.local.backends.length === 1,
+        { timeoutMs: 10_000, intervalMs: 20, what: 'the local endpoint with its backend' },
+      );
+      const upMs = logTime(a, (l) => l.msg === 'backend health' && l.to === 'up')! - t0;
+      const bound = (RISE + 1) * INTERVAL_MS * 1.1 + TIMEOUT_MS + MARGIN_MS;
+      const c = await connectFrom(lab, n1, { address: '127.0.0.1', port: 7443, tls: true, count: 10, cgroup });
+      console.log(
+        `bootstrap worker: local endpoint served ${upMs} ms after the CA appeared (bound ${Math.round(bound)} ms); ${c.ok}/10 connections via 127.0.0.1:7443 to ${JSON.stringify(c.nodes)}`,
+      );
+      expect(upMs).toBeLessThanOrEqual(bound);
+      expect(c).toMatchObject({ ok: 10, nodes: { n2: 10 } });
+    },
+    60_000,
+  );
 });

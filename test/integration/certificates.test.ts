@@ -39,7 +39,11 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
     lab = await startLab({ prefix: 'bcrt', subnet: 106, nodes: 3, ipv6: false });
     [n1, n2, n3] = lab.nodes as [LabNode, LabNode, LabNode];
     // a year: the 30-day expiry warning stays out of the way of the SAN findings
-    await Promise.all([lab.issueServerCert(n1, { days: 365 }), lab.issueServerCert(n2, { days: 365, omit: [`IP:${lab.vip4}`] }), lab.issueServerCert(n3, { days: 365 })]);
+    await Promise.all([
+      lab.issueServerCert(n1, { days: 365 }),
+      lab.issueServerCert(n2, { days: 365, omit: [`IP:${lab.vip4}`] }),
+      lab.issueServerCert(n3, { days: 365 }),
+    ]);
     await lab.startApiservers();
     const config = (backends: string[]): string =>
       stringify({
@@ -87,7 +91,11 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
     expect(r.code, r.stderr).toBe(2);
     const report = JSON.parse(r.stdout) as CheckReport;
     const mine = report.checks.filter((c) => c.id === 'backend-certificate');
-    expect(mine.map((c) => [c.title, c.status])).toStrictEqual([[title(n1), 'ok'], [title(n2), 'fail'], [title(n3), 'ok']]);
+    expect(mine.map((c) => [c.title, c.status])).toStrictEqual([
+      [title(n1), 'ok'],
+      [title(n2), 'fail'],
+      [title(n3), 'ok'],
+    ]);
     expect(mine[1]!.detail).toContain(`backend ${addr(n2)}: certificate lacks IP SAN ${lab.vip4} (the VIP)`);
     // and for a person: the same exit status, the sentence on stdout
     const text = await lab.exec(n1.netns, [process.execPath, cliPath(), 'check', '--config', configPath], { timeoutMs: 20_000, allowFail: true });
@@ -98,7 +106,8 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
   describe('the running agent', () => {
     let agent: LabAgent;
     const certLines = (n: LabNode): { level: string; msg: string; missing: string[] }[] =>
-      agent.logLines()
+      agent
+        .logLines()
         .filter((l) => l.backend === addr(n) && (l.msg === CERT_OK_MSG || l.msg === CERT_MISSING_MSG))
         .map((l) => ({ level: String(l.level), msg: String(l.msg), missing: l.missing as string[] }));
 
@@ -111,13 +120,20 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
 
     it('reports the missing SAN for n2 only, in /status, ballast status, the metric and one log line; n2 stays up', async () => {
       // several checks of every backend after the first certificate was seen
-      const doc = await waitFor(() => agent.anyStatus(), (d) => d.backends.length === 3 && d.backends.every((b) => b.state === 'up' && b.consecutive >= 4), { timeoutMs: 8000, what: 'four passing checks of each backend' });
+      const doc = await waitFor(
+        () => agent.anyStatus(),
+        (d) => d.backends.length === 3 && d.backends.every((b) => b.state === 'up' && b.consecutive >= 4),
+        { timeoutMs: 8000, what: 'four passing checks of each backend' },
+      );
       expect(doc.backends.map((b) => [b.address, b.healthy, b.certificate?.missing])).toStrictEqual([
         [addr(n1), true, []],
         [addr(n2), true, [lab.vip4]],
         [addr(n3), true, []],
       ]);
-      expect(doc.backends[1]!.certificate).toMatchObject({ subject: 'CN=kube-apiserver, O=ballast lab n2', lacks: [`certificate lacks IP SAN ${lab.vip4} (the VIP)`] });
+      expect(doc.backends[1]!.certificate).toMatchObject({
+        subject: 'CN=kube-apiserver, O=ballast lab n2',
+        lacks: [`certificate lacks IP SAN ${lab.vip4} (the VIP)`],
+      });
       const metrics = (await agent.admin('/metrics')).split('\n').filter((l) => l.startsWith('ballast_backend_certificate_san_missing{'));
       expect(metrics).toStrictEqual([0, 1, 0].map((v, i) => `ballast_backend_certificate_san_missing{backend="${addr(lab.nodes[i]!)}"} ${v}`));
       const text = await lab.exec(n1.netns, [process.execPath, cliPath(), 'status', '--admin', '127.0.0.1:9641'], { timeoutMs: 5000 });
@@ -131,11 +147,19 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
     it('a rotated good certificate clears it, with one more line', async () => {
       await lab.issueServerCert(n2, { days: 365 });
       await lab.reloadApiserverCert(n2);
-      const doc = await waitFor(() => agent.anyStatus(), (d) => d.backends[1]?.certificate?.missing.length === 0, { timeoutMs: 3000, what: "n2's new certificate seen" });
+      const doc = await waitFor(
+        () => agent.anyStatus(),
+        (d) => d.backends[1]?.certificate?.missing.length === 0,
+        { timeoutMs: 3000, what: "n2's new certificate seen" },
+      );
       expect(doc.backends[1]!.healthy).toBe(true);
       // more checks with the new certificate: still one line for it
       const c0 = doc.backends[1]!.consecutive;
-      await waitFor(() => agent.anyStatus(), (d) => d.backends[1]!.consecutive >= c0 + 3, { timeoutMs: 3000, what: 'three more checks of n2' });
+      await waitFor(
+        () => agent.anyStatus(),
+        (d) => d.backends[1]!.consecutive >= c0 + 3,
+        { timeoutMs: 3000, what: 'three more checks of n2' },
+      );
       expect(certLines(n2)).toStrictEqual([
         { level: 'warn', msg: CERT_MISSING_MSG, missing: [lab.vip4] },
         { level: 'info', msg: CERT_OK_MSG, missing: [] },
@@ -149,9 +173,15 @@ describe.skipIf(why)('backend serving certificates (lab bcrt)', () => {
     await Promise.all([lab.issueServerCert(n3, { days: 10 }), lab.issueServerCert(n1, { days: 365, otherCa: true })]);
     await Promise.all([lab.reloadApiserverCert(n3), lab.reloadApiserverCert(n1)]);
     const rs = await check(closedPath);
-    expect(rs.map((r) => `${r.title} ${r.status}`)).toStrictEqual([`${title(n1)} fail`, `serving certificate of backend ${n2.ipv4}:6444 warn`, `${title(n3)} warn`]);
+    expect(rs.map((r) => `${r.title} ${r.status}`)).toStrictEqual([
+      `${title(n1)} fail`,
+      `serving certificate of backend ${n2.ipv4}:6444 warn`,
+      `${title(n3)} warn`,
+    ]);
     // the stand-in sends its certificate alone: OpenSSL cannot find its issuer among caFile's
-    expect(rs[0]!.detail).toBe(`backend ${addr(n1)}: certificate chain does not verify against apiserver.health.caFile ${lab.ca.certFile}: UNABLE_TO_VERIFY_LEAF_SIGNATURE (issuer CN=ballast lab other CA).`);
+    expect(rs[0]!.detail).toBe(
+      `backend ${addr(n1)}: certificate chain does not verify against apiserver.health.caFile ${lab.ca.certFile}: UNABLE_TO_VERIFY_LEAF_SIGNATURE (issuer CN=ballast lab other CA).`,
+    );
     expect(rs[1]!.detail).toBe(`backend ${n2.ipv4}:6444: cannot check its certificate, no TLS handshake: ECONNREFUSED`);
     expect(rs[2]!.detail).toMatch(new RegExp(`^backend ${addr(n3).replace(/\./g, '\\.')}: certificate expires on \\S+, in (9|10) days \\(less than 30\\)\\.$`));
   });

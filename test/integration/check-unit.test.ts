@@ -37,7 +37,11 @@ describe.skipIf(needs('root', 'bpf'))('ballast check and the unit it runs under 
 
   /** `ballast check ARGS` in n1, keeping the machine's mounts (cgroup2 and bpffs, which `ip netns exec` would hide). */
   async function check(args: string[]): Promise<{ code: number; stdout: string; report?: CheckReport }> {
-    const r = await lab.exec(lab.nodes[0]!.netns, ['env', `SYSTEMD_UNIT_PATH=${units}`, process.execPath, cliPath(), 'check', ...args], { allowFail: true, timeoutMs: 20_000, hostMounts: true });
+    const r = await lab.exec(lab.nodes[0]!.netns, ['env', `SYSTEMD_UNIT_PATH=${units}`, process.execPath, cliPath(), 'check', ...args], {
+      allowFail: true,
+      timeoutMs: 20_000,
+      hostMounts: true,
+    });
     return { code: r.code, stdout: r.stdout, ...(args.includes('--json') ? { report: JSON.parse(r.stdout) as CheckReport } : {}) };
   }
 
@@ -51,7 +55,9 @@ describe.skipIf(needs('root', 'bpf'))('ballast check and the unit it runs under 
     try {
       const pkt = await check([]);
       expect(pkt.stdout).toMatch(/^\[warn\] ebpf: /);
-      expect(pkt.stdout).toContain('from this process, but cannot tell from here whether bpffs is writable under ballast.service: it has ProtectKernelTunables=yes and ReadWritePaths=/sys/fs/bpf');
+      expect(pkt.stdout).toContain(
+        'from this process, but cannot tell from here whether bpffs is writable under ballast.service: it has ProtectKernelTunables=yes and ReadWritePaths=/sys/fs/bpf',
+      );
       expect(pkt.stdout).toContain('fix: `systemctl edit ballast` and add under [Service]: ProtectKernelTunables=no');
       expect(pkt.code).toBe(1);
     } finally {
@@ -84,7 +90,9 @@ describe.skipIf(needs('root', 'bpf'))('ballast check and the unit it runs under 
     const { code, report } = got;
     const byId = new Map(report!.checks.map((c) => [c.id, c]));
     expect(byId.get('membership')).toMatchObject({ status: 'fail' });
-    expect(byId.get('membership')!.detail).toContain(`none of ${n1.ifname}'s addresses (${n1.ipv4}) is a backend host or a listed peer (known nodes: ${n2.ipv4})`);
+    expect(byId.get('membership')!.detail).toContain(
+      `none of ${n1.ifname}'s addresses (${n1.ipv4}) is a backend host or a listed peer (known nodes: ${n2.ipv4})`,
+    );
     expect(byId.get('membership')!.detail).toContain('this node would never become master');
     expect(byId.get('realtime')).toMatchObject({ status: 'fail' });
     expect(byId.get('realtime')!.detail).toContain('RestrictRealtime=yes forbids SCHED_FIFO');
@@ -100,7 +108,11 @@ describe.skipIf(needs('root', 'bpf'))('ballast check and the unit it runs under 
   it("the running unit's mount namespace, read for real: a read-only bpffs over /sys/fs/bpf (as ProtectKernelTunables leaves it) reads read-only", async () => {
     const p = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'mount -t bpf -o ro bpf /sys/fs/bpf && exec sleep 30'], { stdio: 'ignore' });
     try {
-      const mi = await waitFor(() => readFileSync(`/proc/${p.pid}/mountinfo`, 'utf8'), (t) => / \/sys\/fs\/bpf ro[, ]/.test(t), { timeoutMs: 3000, what: 'the read-only bpffs mount' });
+      const mi = await waitFor(
+        () => readFileSync(`/proc/${p.pid}/mountinfo`, 'utf8'),
+        (t) => / \/sys\/fs\/bpf ro[, ]/.test(t),
+        { timeoutMs: 3000, what: 'the read-only bpffs mount' },
+      );
       expect(readOnlyIn(mi, '/sys/fs/bpf')).toBe(true);
       expect(readOnlyIn(mi, '/sys/fs/bpf/ballast')).toBe(true);
       expect(readOnlyIn(mi, '/sys')).toBe(false);

@@ -59,7 +59,7 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
   /** `id:status` of every check but the backend certificates (checkcert's, asserted where they matter). */
   const statuses = (report: CheckReport): string[] => report.checks.map((c) => `${c.id}:${c.status}`).filter((s) => !s.startsWith('backend-certificate:'));
 
-  it('a clean lab: every check ok, exit 0 (1 when the only warnings are the lab certificates\' expiry)', async () => {
+  it("a clean lab: every check ok, exit 0 (1 when the only warnings are the lab certificates' expiry)", async () => {
     const { code, report } = await check(config('clean'));
     expect(statuses(report)).toStrictEqual([
       'privileges:ok',
@@ -87,10 +87,20 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
   // the discovery-server line: informational, always ok
   it('a discovery kubeconfig whose server is the VIP: an ok line says discovery dials each apiserver directly', async () => {
     const kc = join(lab.dir, 'check-admin.conf');
-    writeFileSync(kc, `apiVersion: v1\nkind: Config\nclusters: [{ name: k, cluster: { server: "https://${lab.vip4}:6443" } }]\nusers: [{ name: u, user: { token: t } }]\ncontexts: [{ name: c, context: { cluster: k, user: u } }]\ncurrent-context: c\n`);
+    writeFileSync(
+      kc,
+      `apiVersion: v1\nkind: Config\nclusters: [{ name: k, cluster: { server: "https://${lab.vip4}:6443" } }]\nusers: [{ name: u, user: { token: t } }]\ncontexts: [{ name: c, context: { cluster: k, user: u } }]\ncurrent-context: c\n`,
+    );
     const { byId } = await check(config('discovery-vip', { discovery: { kubeconfig: kc, lastKnownFile: join(lab.dir, 'check-backends.json') } }));
     const r = byId.get('discovery-server')?.[0];
-    expect([r?.status, r?.detail]).toStrictEqual(['ok', expect.stringMatching(new RegExp(`^the server https://${lab.vip4.replaceAll('.', '\\.')}:6443 is the VIP: harmless, discovery does not connect to it: it dials each apiserver at its own address`))]);
+    expect([r?.status, r?.detail]).toStrictEqual([
+      'ok',
+      expect.stringMatching(
+        new RegExp(
+          `^the server https://${lab.vip4.replaceAll('.', '\\.')}:6443 is the VIP: harmless, discovery does not connect to it: it dials each apiserver at its own address`,
+        ),
+      ),
+    ]);
   });
 
   it('IPv4: the VIP answered by another host (the client, no agent), forwarding off, admin.listen taken: exit 2 naming the MAC and the process', async () => {
@@ -99,7 +109,11 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=0']);
     const socat = lab.spawn(n1().netns, ['socat', 'TCP-LISTEN:9641,bind=127.0.0.1,reuseaddr,fork', 'SYSTEM:true']);
     try {
-      await waitFor(() => lab.exec(n1().netns, ['ss', '-Htln', 'sport = :9641']), (r) => r.stdout.includes('127.0.0.1:9641'), { timeoutMs: 3000, what: 'socat listening' });
+      await waitFor(
+        () => lab.exec(n1().netns, ['ss', '-Htln', 'sport = :9641']),
+        (r) => r.stdout.includes('127.0.0.1:9641'),
+        { timeoutMs: 3000, what: 'socat listening' },
+      );
       // the last VIP is outside eth0's subnet: the interface check fails and it is not probed
       const r = await check(config('problems4', { vips: [lab.vip4, '10.78.105.0', '10.78.105.255', '10.78.205.100'] }));
       expect(r.code).toBe(2);
@@ -176,7 +190,11 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
       expect(r.code).toBe(2);
       const [c] = r.byId.get('vrrp-vrid')!;
       expect(c!.status).toBe('fail');
-      expect(c!.detail).toMatch(new RegExp(`^heard in 300 ms on VRID 51: ${n3!.ipv4} \\(MAC ${n3!.mac}\\) VRRPv3 priority 200 interval 100 ms addresses 10\\.78\\.105\\.202, \\d+ adverts?, which advertises 10\\.78\\.105\\.202, not our VIPs 10\\.78\\.105\\.100\\.$`));
+      expect(c!.detail).toMatch(
+        new RegExp(
+          `^heard in 300 ms on VRID 51: ${n3!.ipv4} \\(MAC ${n3!.mac}\\) VRRPv3 priority 200 interval 100 ms addresses 10\\.78\\.105\\.202, \\d+ adverts?, which advertises 10\\.78\\.105\\.202, not our VIPs 10\\.78\\.105\\.100\\.$`,
+        ),
+      );
     } finally {
       await v3.stop('SIGKILL');
       await lab.exec(n3!.netns, ['ip', 'addr', 'del', '10.78.105.202/32', 'dev', 'eth0'], { allowFail: true });
@@ -190,17 +208,22 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
       expect(r.code).toBe(2);
       const [c] = r.byId.get('vrrp-vrid')!;
       expect(c!.status).toBe('fail');
-      expect(c!.detail).toMatch(new RegExp(`^heard in 3000 ms on VRID 51: ${n2!.ipv4} \\(MAC ${n2!.mac}\\) VRRPv2 priority 255 interval 1000 ms addresses 10\\.78\\.105\\.201, \\d+ adverts?, which speaks VRRPv2`));
+      expect(c!.detail).toMatch(
+        new RegExp(
+          `^heard in 3000 ms on VRID 51: ${n2!.ipv4} \\(MAC ${n2!.mac}\\) VRRPv2 priority 255 interval 1000 ms addresses 10\\.78\\.105\\.201, \\d+ adverts?, which speaks VRRPv2`,
+        ),
+      );
     } finally {
       await v2.stop('SIGKILL');
       await lab.exec(n2!.netns, ['ip', 'addr', 'del', '10.78.105.201/32', 'dev', 'eth0'], { allowFail: true });
     }
   }, 20_000);
 
-  it('foreign nftables tables with policy drop: warned at the agent\'s start, logged when one appears, in /status and the metric; a warning in check', async () => {
+  it("foreign nftables tables with policy drop: warned at the agent's start, logged when one appears, in /status and the metric; a warning in check", async () => {
     // input: loopback stays open (the admin endpoint), ssh too; nothing accepts the VIP port.
     // forward: a drop policy and nothing else, which stops the DNAT to the other nodes' apiservers
-    const input = 'table inet hostfw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\tiifname "lo" accept\n\t\ttcp dport 22 accept\n\t}\n}\n';
+    const input =
+      'table inet hostfw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\t\tct state established,related accept\n\t\tiifname "lo" accept\n\t\ttcp dport 22 accept\n\t}\n}\n';
     const forward = 'table ip hostfw2 {\n\tchain filter_fwd {\n\t\ttype filter hook forward priority 0; policy drop;\n\t}\n}\n';
     writeFileSync(join(lab.dir, 'hostfw.nft'), input);
     writeFileSync(join(lab.dir, 'hostfw2.nft'), forward);
@@ -208,18 +231,26 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     const agent = await runAgent(lab, n1(), config('agent'), { logFile: join(lab.dir, 'n1-check-agent.log') });
     try {
       // at start: the table already there
-      await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table inet hostfw, chain input \(hook input\): policy drop, and no rule provably accepts TCP to the VIP 10\.78\.105\.100:6443/, {
-        timeoutMs: 2000,
-        includeExisting: true,
-      });
+      await agent.proc.waitForOutput(
+        /foreign firewall: may drop traffic ballast serves: nft table inet hostfw, chain input \(hook input\): policy drop, and no rule provably accepts TCP to the VIP 10\.78\.105\.100:6443/,
+        {
+          timeoutMs: 2000,
+          includeExisting: true,
+        },
+      );
       // appearing while it runs: logged within one poll
       await lab.exec(n1().netns, ['nft', '-f', join(lab.dir, 'hostfw2.nft')]);
       const added = Date.now();
-      await agent.proc.waitForOutput(/foreign firewall: may drop traffic ballast serves: nft table ip hostfw2, chain filter_fwd \(hook forward\): policy drop, and no rule provably accepts TCP to the remote backend 10\.78\.105\.12:6443/, {
-        timeoutMs: FOREIGN_FIREWALL_POLL_MS + 1000,
-      });
+      await agent.proc.waitForOutput(
+        /foreign firewall: may drop traffic ballast serves: nft table ip hostfw2, chain filter_fwd \(hook forward\): policy drop, and no rule provably accepts TCP to the remote backend 10\.78\.105\.12:6443/,
+        {
+          timeoutMs: FOREIGN_FIREWALL_POLL_MS + 1000,
+        },
+      );
       console.log(`the agent logged the new table ${Date.now() - added} ms after it appeared`);
-      const status = JSON.parse(await agent.admin('/status')) as { foreignFirewall?: { rules: { severity: string; table: string; chain: string; flow: string }[] } };
+      const status = JSON.parse(await agent.admin('/status')) as {
+        foreignFirewall?: { rules: { severity: string; table: string; chain: string; flow: string }[] };
+      };
       expect(status.foreignFirewall?.rules.map((x) => `${x.severity} ${x.table} ${x.chain} ${x.flow}`)).toStrictEqual([
         'warn hostfw input TCP to the VIP 10.78.105.100:6443',
         'warn hostfw input TCP to the local backend 10.78.105.11:6443',
@@ -233,8 +264,12 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
       const r = await check(config('firewall'));
       const [c] = r.byId.get('foreign-firewall')!;
       expect(c!.status).toBe('warn');
-      expect(c!.detail).toContain('nft table inet hostfw, chain input (hook input): policy drop, and no rule provably accepts TCP to the VIP 10.78.105.100:6443');
-      expect(c!.detail).toContain('nft table ip hostfw2, chain filter_fwd (hook forward): policy drop, and no rule provably accepts TCP to the remote backend 10.78.105.13:6443');
+      expect(c!.detail).toContain(
+        'nft table inet hostfw, chain input (hook input): policy drop, and no rule provably accepts TCP to the VIP 10.78.105.100:6443',
+      );
+      expect(c!.detail).toContain(
+        'nft table ip hostfw2, chain filter_fwd (hook forward): policy drop, and no rule provably accepts TCP to the remote backend 10.78.105.13:6443',
+      );
       expect(r.code).toBe(1);
     } finally {
       await agent.stop('SIGKILL');
@@ -243,48 +278,71 @@ describe.skipIf(why)('ballast check on the lab (root and keepalived; skipped oth
     }
   }, 20_000);
 
-  it.skipIf(needs('bird'))('mode: bgp: ip-forwarding fails with balance: all and forwarding off (ok with balance: local), the ruleset is checked, BIRD absent warns, then answers with its version', async () => {
-    const dir = join(lab.dir, 'check-bgp');
-    mkdirSync(dir, { recursive: true });
-    const socket = join(dir, 'bird.ctl');
-    const bgpFile = (name: string, bgp: Record<string, unknown>): string => {
-      const path = join(lab.dir, `check-${name}.yaml`);
-      const doc = parse(agentConfig(lab, n1(), { priority: 100, balance: true, noElection: true })) as Record<string, unknown>;
-      writeFileSync(path, stringify({ ...doc, mode: 'bgp', vips: [lab.vip4], bgp: { socket, configFile: join(dir, 'ballast.conf'), localAsn: 64512, peers: [{ address: '10.78.105.1', asn: 64500 }], ...bgp } }));
-      return path;
-    };
-    await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=0']);
-    let bird: ReturnType<Lab['spawn']> | null = null;
-    try {
-      const r = await check(bgpFile('bgp-all', {}));
-      expect(statuses(r.report)).toStrictEqual([
-        'privileges:ok',
-        'ip-forwarding:fail',
-        'nftables-ruleset:ok',
-        'bgp-interface:ok',
-        'bgp-socket:warn',
-        'bgp-config-file:ok',
-        'bgp-arp:ok',
-        'port-admin:ok',
-        'port-vip:ok',
-        'foreign-firewall:ok',
-      ]);
-      expect(r.code).toBe(2);
-      expect(r.byId.get('ip-forwarding')![0]!.detail).toContain('net.ipv4.ip_forward = 0');
-      expect(r.byId.get('ip-forwarding')![0]!.detail).toContain(`${lab.nodes[1]!.ipv4}:6443`);
-      expect(r.byId.get('bgp-socket')![0]!.detail).toContain('waits for BIRD');
+  it.skipIf(needs('bird'))(
+    'mode: bgp: ip-forwarding fails with balance: all and forwarding off (ok with balance: local), the ruleset is checked, BIRD absent warns, then answers with its version',
+    async () => {
+      const dir = join(lab.dir, 'check-bgp');
+      mkdirSync(dir, { recursive: true });
+      const socket = join(dir, 'bird.ctl');
+      const bgpFile = (name: string, bgp: Record<string, unknown>): string => {
+        const path = join(lab.dir, `check-${name}.yaml`);
+        const doc = parse(agentConfig(lab, n1(), { priority: 100, balance: true, noElection: true })) as Record<string, unknown>;
+        writeFileSync(
+          path,
+          stringify({
+            ...doc,
+            mode: 'bgp',
+            vips: [lab.vip4],
+            bgp: { socket, configFile: join(dir, 'ballast.conf'), localAsn: 64512, peers: [{ address: '10.78.105.1', asn: 64500 }], ...bgp },
+          }),
+        );
+        return path;
+      };
+      await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=0']);
+      let bird: ReturnType<Lab['spawn']> | null = null;
+      try {
+        const r = await check(bgpFile('bgp-all', {}));
+        expect(statuses(r.report)).toStrictEqual([
+          'privileges:ok',
+          'ip-forwarding:fail',
+          'nftables-ruleset:ok',
+          'bgp-interface:ok',
+          'bgp-socket:warn',
+          'bgp-config-file:ok',
+          'bgp-arp:ok',
+          'port-admin:ok',
+          'port-vip:ok',
+          'foreign-firewall:ok',
+        ]);
+        expect(r.code).toBe(2);
+        expect(r.byId.get('ip-forwarding')![0]!.detail).toContain('net.ipv4.ip_forward = 0');
+        expect(r.byId.get('ip-forwarding')![0]!.detail).toContain(`${lab.nodes[1]!.ipv4}:6443`);
+        expect(r.byId.get('bgp-socket')![0]!.detail).toContain('waits for BIRD');
 
-      writeFileSync(join(dir, 'bird.conf'), 'router id 10.78.105.11;\nprotocol device { }\n');
-      bird = lab.spawn(n1().netns, ['bird', '-f', '-c', join(dir, 'bird.conf'), '-s', socket, '-P', join(dir, 'bird.pid')], { logFile: 'check-bird.out' });
-      await waitFor(async () => existsSync(socket), (x) => x, { timeoutMs: 5000, what: "BIRD's control socket" });
-      const local = await check(bgpFile('bgp-local', { balance: 'local', interface: 'nosuch0' }));
-      expect(statuses(local.report).slice(0, 6)).toStrictEqual(['privileges:ok', 'ip-forwarding:ok', 'nftables-ruleset:ok', 'bgp-interface:fail', 'bgp-socket:ok', 'bgp-config-file:ok']);
-      expect(local.byId.get('ip-forwarding')![0]!.detail).toContain('bgp.balance: local');
-      expect(local.byId.get('bgp-interface')![0]!.detail).toContain('there is no interface nosuch0');
-      expect(local.byId.get('bgp-socket')![0]!.detail).toMatch(/^BIRD 2\.\S+, router ID 10\.78\.105\.11, up and running$/);
-    } finally {
-      await bird?.stop('SIGKILL');
-      await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
-    }
-  }, 30_000);
+        writeFileSync(join(dir, 'bird.conf'), 'router id 10.78.105.11;\nprotocol device { }\n');
+        bird = lab.spawn(n1().netns, ['bird', '-f', '-c', join(dir, 'bird.conf'), '-s', socket, '-P', join(dir, 'bird.pid')], { logFile: 'check-bird.out' });
+        await waitFor(
+          async () => existsSync(socket),
+          (x) => x,
+          { timeoutMs: 5000, what: "BIRD's control socket" },
+        );
+        const local = await check(bgpFile('bgp-local', { balance: 'local', interface: 'nosuch0' }));
+        expect(statuses(local.report).slice(0, 6)).toStrictEqual([
+          'privileges:ok',
+          'ip-forwarding:ok',
+          'nftables-ruleset:ok',
+          'bgp-interface:fail',
+          'bgp-socket:ok',
+          'bgp-config-file:ok',
+        ]);
+        expect(local.byId.get('ip-forwarding')![0]!.detail).toContain('bgp.balance: local');
+        expect(local.byId.get('bgp-interface')![0]!.detail).toContain('there is no interface nosuch0');
+        expect(local.byId.get('bgp-socket')![0]!.detail).toMatch(/^BIRD 2\.\S+, router ID 10\.78\.105\.11, up and running$/);
+      } finally {
+        await bird?.stop('SIGKILL');
+        await lab.exec(n1().netns, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
+      }
+    },
+    30_000,
+  );
 });

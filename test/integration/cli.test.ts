@@ -9,7 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliPath } from '../../lab/cluster.js';
 import { needs } from '../support/index.js';
 
-interface Run { code: number; stdout: string; stderr: string }
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 function ballast(args: string[], netns?: string): Promise<Run> {
   const argv = netns ? ['ip', 'netns', 'exec', netns, process.execPath, cliPath(), ...args] : [process.execPath, cliPath(), ...args];
@@ -103,7 +107,7 @@ describe.skipIf(needs('root'))('ballast run: the host does not fit (root; in an 
   });
 });
 
-describe('SIGUSR1 never opens the inspector (Node\'s default for SIGUSR1, in a root process)', () => {
+describe("SIGUSR1 never opens the inspector (Node's default for SIGUSR1, in a root process)", () => {
   it('a SIGUSR1 while the command runs leaves no "Debugger listening" and does not change the outcome', async () => {
     // ~3000 unknown keys keep validate busy for a while (each gets a "did you mean")
     const f = join(dir, 'slow.yaml');
@@ -131,7 +135,9 @@ describe('ballast status against something that is not an agent: a clear error, 
       const r = await ballast(['status', '--admin', `127.0.0.1:${port}`]);
       server.close();
       expect(r.code).toBe(3);
-      expect(r.stderr).toContain(`no agent answers at 127.0.0.1:${port}: the answer is ${body === 'notjson' ? 'not JSON, so' : 'JSON but'} not a ballast agent's /status`);
+      expect(r.stderr).toContain(
+        `no agent answers at 127.0.0.1:${port}: the answer is ${body === 'notjson' ? 'not JSON, so' : 'JSON but'} not a ballast agent's /status`,
+      );
       expect(r.stderr).not.toMatch(/TypeError|Unexpected token|at .*\.js:\d+/);
     }
   });
@@ -140,7 +146,10 @@ describe('ballast status against something that is not an agent: a clear error, 
 /** The machine's own Node.js (Debian's is 20), when it is older than 24: the one an operator runs a clone with. */
 const OLD_NODE = '/usr/bin/node';
 const oldNodeVersion = existsSync(OLD_NODE) ? spawnSync(OLD_NODE, ['--version'], { encoding: 'utf8' }).stdout.trim() : '';
-const noOldNode = /^v(\d+)\./.exec(oldNodeVersion) && Number(/^v(\d+)\./.exec(oldNodeVersion)![1]) < 24 ? null : `${OLD_NODE} is ${oldNodeVersion || 'missing'}, not older than 24`;
+const noOldNode =
+  /^v(\d+)\./.exec(oldNodeVersion) && Number(/^v(\d+)\./.exec(oldNodeVersion)![1]) < 24
+    ? null
+    : `${OLD_NODE} is ${oldNodeVersion || 'missing'}, not older than 24`;
 if (noOldNode) process.stderr.write(`skip: ballast on an older Node.js: ${noOldNode}\n`);
 
 describe.skipIf(noOldNode)(`ballast on an older Node.js (${OLD_NODE}, ${oldNodeVersion})`, () => {
@@ -149,7 +158,9 @@ describe.skipIf(noOldNode)(`ballast on an older Node.js (${OLD_NODE}, ${oldNodeV
     writeFileSync(config, good);
     for (const args of [['run', '--config', config], ['check', '--config', config], ['status']]) {
       const r = await new Promise<Run>((resolve) => {
-        execFile(OLD_NODE, [cliPath(), ...args], { timeout: 15_000 }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }));
+        execFile(OLD_NODE, [cliPath(), ...args], { timeout: 15_000 }, (err, stdout, stderr) =>
+          resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }),
+        );
       });
       expect(r.code).toBe(2);
       expect(r.stdout).toBe('');

@@ -49,13 +49,16 @@ const DISCOVERY_DELAY_MS = 100;
 type Line = Record<string, unknown>;
 const timeOf = (l: Line): number => (typeof l.time === 'number' ? l.time : Date.parse(String(l.time)));
 const linesOf = (p: LabProcess): Line[] =>
-  p.output().split('\n').flatMap((l) => {
-    try {
-      return [JSON.parse(l) as Line];
-    } catch {
-      return [];
-    }
-  });
+  p
+    .output()
+    .split('\n')
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Line];
+      } catch {
+        return [];
+      }
+    });
 const median = (xs: readonly number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
@@ -106,7 +109,10 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
       priority: PRIORITIES[i]!,
       advertisementInterval: `${ADVERT_MS}ms`,
       extra: discovery
-        ? { apiserver, discovery: { kubeconfig: await lab.writeKubeconfig(node, { token: TOKEN }), lastKnownFile: join(lab.dir, `${node.name}-backends.json`) } }
+        ? {
+            apiserver,
+            discovery: { kubeconfig: await lab.writeKubeconfig(node, { token: TOKEN }), lastKnownFile: join(lab.dir, `${node.name}-backends.json`) },
+          }
         : { apiserver },
     };
   };
@@ -171,7 +177,11 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
   /** Spawns the three at once, waits until the elections and discovery have settled, stops them; returns the run's figures. */
   async function coldStart(run: number, discovery: boolean): Promise<Run> {
     const spawnedAt = Date.now();
-    const procs = lab.nodes.map((n, i) => lab.spawn(n.netns, [process.execPath, cliPath(), 'run', '--config', configs.get(discovery)![i]!], { logFile: `${n.name}-run${run}${discovery ? 'd' : 'c'}.log` }));
+    const procs = lab.nodes.map((n, i) =>
+      lab.spawn(n.netns, [process.execPath, cliPath(), 'run', '--config', configs.get(discovery)![i]!], {
+        logFile: `${n.name}-run${run}${discovery ? 'd' : 'c'}.log`,
+      }),
+    );
     running.push(...procs);
     try {
       const exited = procs.map(() => false);
@@ -182,11 +192,16 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
       };
       // every election started, n1 holds the VIP, and every agent's discovery lists the slices
       // (its first list, TLS and informer run on the same thread as the election)
-      const listing = (p: LabProcess): boolean => !discovery || linesOf(p).some((l) => l.msg === 'discovery: listing and watching the kubernetes EndpointSlices');
+      const listing = (p: LabProcess): boolean =>
+        !discovery || linesOf(p).some((l) => l.msg === 'discovery: listing and watching the kubernetes EndpointSlices');
       await waitFor(
         async () => {
           alive();
-          return procs.every((p) => linesOf(p).some((l) => l.msg === 'state change' && l.from === 'init')) && vipAdded(lab.nodes[0]!, spawnedAt).length > 0 && procs.every(listing);
+          return (
+            procs.every((p) => linesOf(p).some((l) => l.msg === 'state change' && l.from === 'init')) &&
+            vipAdded(lab.nodes[0]!, spawnedAt).length > 0 &&
+            procs.every(listing)
+          );
         },
         (ok) => ok,
         { timeoutMs: 20_000, intervalMs: 50, what: `three elections started, the VIP on n1${discovery ? ', discovery listing on every node' : ''}` },
@@ -202,10 +217,14 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
       procs.forEach((p, i) => {
         if (i === 0) return;
         const name = lab.nodes[i]!.name;
-        for (const l of linesOf(p)) if (l.msg === 'state change' && l.to === 'master' && timeOf(l) <= observedUntil) extra.push(`${name} master at +${timeOf(l) - firstStart} ms (${String(l.reason)})`);
+        for (const l of linesOf(p))
+          if (l.msg === 'state change' && l.to === 'master' && timeOf(l) <= observedUntil)
+            extra.push(`${name} master at +${timeOf(l) - firstStart} ms (${String(l.reason)})`);
         for (const at of vipAdded(lab.nodes[i]!, spawnedAt)) if (at <= observedUntil) extra.push(`${name} had the VIP at +${at - firstStart} ms`);
       });
-      for (const l of linesOf(procs[0]!)) if (l.msg === 'state change' && l.from === 'master' && timeOf(l) <= observedUntil) extra.push(`n1 left master at +${timeOf(l) - firstStart} ms (${String(l.reason)})`);
+      for (const l of linesOf(procs[0]!))
+        if (l.msg === 'state change' && l.from === 'master' && timeOf(l) <= observedUntil)
+          extra.push(`n1 left master at +${timeOf(l) - firstStart} ms (${String(l.reason)})`);
       const holders = (await lab.holders(lab.vip4)).map((n) => n.name);
       return {
         run,
@@ -226,23 +245,35 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
     }
   }
 
-  it(`the VIP on the highest priority within Master_Down_Interval + ${MARGIN_MS} ms of its own election start, with discovery as without (${RUNS} + ${RUNS} runs)`, async () => {
-    const failures: string[] = [];
-    for (let run = 1; run <= RUNS; run++) {
-      for (const discovery of [true, false]) {
-        const r = await coldStart(run, discovery);
-        runs.push(r);
-        const bound = mdi + MARGIN_MS + (r.extra.length > 0 ? SETTLE_MS : 0);
-        const ok = r.upOwnMs !== null && r.upOwnMs >= 0 && r.upOwnMs <= bound && r.holders.join() === 'n1';
-        const line =
-          `run ${run} ${discovery ? 'discovery' : 'control'}: VIP on n1 +${r.upOwnMs ?? 'never'} ms after its election start (bound ${bound.toFixed(1)}; +${r.upMs ?? 'never'} after the first); ` +
-          `election starts after the spawn ${Object.entries(r.fromSpawn).map(([n, s]) => `${n} +${s}`).join(', ')} ms; holders at the end: ${r.holders.join(', ') || 'none'}${r.extra.length ? `; extra move: ${r.extra.join('; ')}` : ''}`;
-        console.log(`[coldstart] ${line}`);
-        if (!ok) failures.push(line);
+  it(
+    `the VIP on the highest priority within Master_Down_Interval + ${MARGIN_MS} ms of its own election start, with discovery as without (${RUNS} + ${RUNS} runs)`,
+    async () => {
+      const failures: string[] = [];
+      for (let run = 1; run <= RUNS; run++) {
+        for (const discovery of [true, false]) {
+          const r = await coldStart(run, discovery);
+          runs.push(r);
+          const bound = mdi + MARGIN_MS + (r.extra.length > 0 ? SETTLE_MS : 0);
+          const ok = r.upOwnMs !== null && r.upOwnMs >= 0 && r.upOwnMs <= bound && r.holders.join() === 'n1';
+          const line =
+            `run ${run} ${discovery ? 'discovery' : 'control'}: VIP on n1 +${r.upOwnMs ?? 'never'} ms after its election start (bound ${bound.toFixed(1)}; +${r.upMs ?? 'never'} after the first); ` +
+            `election starts after the spawn ${Object.entries(r.fromSpawn)
+              .map(([n, s]) => `${n} +${s}`)
+              .join(', ')} ms; holders at the end: ${r.holders.join(', ') || 'none'}${r.extra.length ? `; extra move: ${r.extra.join('; ')}` : ''}`;
+          console.log(`[coldstart] ${line}`);
+          if (!ok) failures.push(line);
+        }
       }
-    }
-    expect(failures, `bound: VIP on n1 within ${(mdi + MARGIN_MS).toFixed(1)} ms of its own election start (+ ${SETTLE_MS} ms after a lower priority's), n1 the only holder at the end`).toStrictEqual([]);
-    const fromSpawn = (discovery: boolean): number => median(runs.filter((r) => r.discovery === discovery).flatMap((r) => Object.values(r.fromSpawn)));
-    expect(fromSpawn(true), `median spawn → election start with discovery, vs the control's ${fromSpawn(false)} ms + ${DISCOVERY_DELAY_MS}`).toBeLessThanOrEqual(fromSpawn(false) + DISCOVERY_DELAY_MS);
-  }, RUNS * 60_000 + 30_000);
+      expect(
+        failures,
+        `bound: VIP on n1 within ${(mdi + MARGIN_MS).toFixed(1)} ms of its own election start (+ ${SETTLE_MS} ms after a lower priority's), n1 the only holder at the end`,
+      ).toStrictEqual([]);
+      const fromSpawn = (discovery: boolean): number => median(runs.filter((r) => r.discovery === discovery).flatMap((r) => Object.values(r.fromSpawn)));
+      expect(
+        fromSpawn(true),
+        `median spawn → election start with discovery, vs the control's ${fromSpawn(false)} ms + ${DISCOVERY_DELAY_MS}`,
+      ).toBeLessThanOrEqual(fromSpawn(false) + DISCOVERY_DELAY_MS);
+    },
+    RUNS * 60_000 + 30_000,
+  );
 });

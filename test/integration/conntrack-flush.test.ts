@@ -43,7 +43,11 @@ describe.skipIf(needs('root'))('conntrack state lost on the VIP holder (root; sk
     agent = await startAgent(lab, lab.nodes[0]!, { priority: 100, balance: true, healthInterval: '200ms' });
     const a = agent;
     await waitForHolder(lab, lab.vip4, 'n1');
-    await waitFor(() => a.status(), (s) => s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 3, { timeoutMs: 5000, intervalMs: 50, what: '3 backends in the ruleset' });
+    await waitFor(
+      () => a.status(),
+      (s) => s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 3,
+      { timeoutMs: 5000, intervalMs: 50, what: '3 backends in the ruleset' },
+    );
   }, 60_000);
   afterAll(async () => {
     await watchers?.stop('SIGTERM').catch(() => undefined);
@@ -72,16 +76,40 @@ describe.skipIf(needs('root'))('conntrack state lost on the VIP holder (root; sk
   it(`${WATCHERS} established connections through the VIP: conntrack -F on the holder resets none, each stays on its backend`, async () => {
     const events: WatcherEvent[] = [];
     let last: WatchersReport | undefined;
-    watchers = lab.spawn(lab.client.netns, [
-      process.execPath, compiledScript('watchers'), '--url', `https://${lab.vip4}:6443/version`, '--ca', lab.ca.certFile,
-      '--count', String(WATCHERS), '--interval', String(WATCH_INTERVAL_MS), '--duration', '30000', '--timeout', '3000',
-      '--open-rate', '200', '--report', '100', '--events',
-    ], { logFile: 'watchers.log' });
+    watchers = lab.spawn(
+      lab.client.netns,
+      [
+        process.execPath,
+        compiledScript('watchers'),
+        '--url',
+        `https://${lab.vip4}:6443/version`,
+        '--ca',
+        lab.ca.certFile,
+        '--count',
+        String(WATCHERS),
+        '--interval',
+        String(WATCH_INTERVAL_MS),
+        '--duration',
+        '30000',
+        '--timeout',
+        '3000',
+        '--open-rate',
+        '200',
+        '--report',
+        '100',
+        '--events',
+      ],
+      { logFile: 'watchers.log' },
+    );
     onJsonLines<WatcherEvent | WatchersReport>(watchers, (o) => {
       if ('event' in o) events.push(o);
       else last = o;
     });
-    await waitFor(async () => last, (r) => r !== undefined && r.open === WATCHERS, { timeoutMs: 10_000, intervalMs: 50, what: `${WATCHERS} watchers connected` });
+    await waitFor(
+      async () => last,
+      (r) => r !== undefined && r.open === WATCHERS,
+      { timeoutMs: 10_000, intervalMs: 50, what: `${WATCHERS} watchers connected` },
+    );
     // every connection has made a request on its established flow
     await sleep(2 * WATCH_INTERVAL_MS);
     const before = last!;

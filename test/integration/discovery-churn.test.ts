@@ -60,12 +60,20 @@ describe.skipIf(needs('root'))('EndpointSlice churn of a backend that is not rea
     await sleep(200);
     const t0 = Date.now();
     const stranger = `10.78.${SUBNET}.50`;
-    const changes = (): string[][] => agent!.logLines().filter((l) => l.msg === 'discovery: backend set changed').map((l) => l.backends as string[]);
+    const changes = (): string[][] =>
+      agent!
+        .logLines()
+        .filter((l) => l.msg === 'discovery: backend set changed')
+        .map((l) => l.backends as string[]);
     for (let i = 0; i < ROUNDS; i++) {
       for (const op of ['add', 'remove'] as const) {
         const seen = changes().length;
         lab.sliceChange({ op, address: stranger });
-        const set = await waitFor(() => Promise.resolve(changes().slice(seen)), (c) => c.length > 0, { timeoutMs: 5000, intervalMs: 20, what: `the set change (${op} ${stranger})` });
+        const set = await waitFor(
+          () => Promise.resolve(changes().slice(seen)),
+          (c) => c.length > 0,
+          { timeoutMs: 5000, intervalMs: 20, what: `the set change (${op} ${stranger})` },
+        );
         expect(set.at(-1)!.some((b) => b.startsWith(`${stranger}:`))).toBe(op === 'add');
         await sleep(INTERVAL_MS);
       }
@@ -73,7 +81,12 @@ describe.skipIf(needs('root'))('EndpointSlice churn of a backend that is not rea
     await sleep(INTERVAL_MS);
     const after = await dp();
     expect(after.backends).toStrictEqual([served]);
-    expect(monitor.output().split('\n').filter((l) => /ballast/.test(l))).toStrictEqual([]);
+    expect(
+      monitor
+        .output()
+        .split('\n')
+        .filter((l) => /ballast/.test(l)),
+    ).toStrictEqual([]);
     expect(after.applies).toBe(before.applies);
     expect(after.lastApplyMs).toBe(before.lastApplyMs);
     expect(agent!.logLines().filter((l) => l.msg === 'data plane applied' && Date.parse(String(l.time)) >= t0)).toStrictEqual([]);

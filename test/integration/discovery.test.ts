@@ -61,14 +61,35 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     return l === undefined ? null : Date.parse(String(l.time));
   };
   const waitSetChange = async (a: LabAgent, since: number, pred: (backends: string[]) => boolean): Promise<number> => {
-    const at = await waitFor(async () => setChangedAt(a, since, pred), (t) => t !== null, { timeoutMs: 10_000, intervalMs: 20, what: 'the backend set change' });
+    const at = await waitFor(
+      async () => setChangedAt(a, since, pred),
+      (t) => t !== null,
+      { timeoutMs: 10_000, intervalMs: 20, what: 'the backend set change' },
+    );
     return at! - since;
   };
 
   function longconn(node: string, durationMs: number): { results: LongconnResult[]; events: LongconnEvent[]; proc: LabProcess } {
     const proc = lab.spawn(
       lab.client.netns,
-      [process.execPath, compiledScript('longconn'), '--url', `https://${lab.vip4}:6443/version`, '--ca', lab.ca.certFile, '--interval', '100', '--duration', String(durationMs), '--timeout', '2000', '--node', node, '--attempts', '60'],
+      [
+        process.execPath,
+        compiledScript('longconn'),
+        '--url',
+        `https://${lab.vip4}:6443/version`,
+        '--ca',
+        lab.ca.certFile,
+        '--interval',
+        '100',
+        '--duration',
+        String(durationMs),
+        '--timeout',
+        '2000',
+        '--node',
+        node,
+        '--attempts',
+        '60',
+      ],
       { logFile: `longconn-${node}.log` },
     );
     clients.push(proc);
@@ -104,7 +125,11 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
   it('the discovered set replaces the seed; nodes 2 and 3 join the slice and enter the pool after their own checks', async () => {
     const [a1] = agents;
     const [n1, n2, n3] = lab.nodes as [LabNode, LabNode, LabNode];
-    await waitFor(() => statusOf(a1!), (s) => pool(s).join() === `${addr(n1)} endpointslice up`, { timeoutMs: 10_000, what: 'n1 discovered and up' });
+    await waitFor(
+      () => statusOf(a1!),
+      (s) => pool(s).join() === `${addr(n1)} endpointslice up`,
+      { timeoutMs: 10_000, what: 'n1 discovered and up' },
+    );
     for (const n of [n2, n3]) {
       const t0 = Date.now();
       await lab.startApiserver(n);
@@ -113,7 +138,11 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
       const written = statSync(join(lab.sliceStore(), 'events.log')).mtimeMs;
       lags.push(Math.max(0, Math.round(t0 + joined - written)));
     }
-    const s = await waitFor(() => statusOf(a1!), (x) => x.backends.length === 3 && x.backends.every((b) => b.healthy), { timeoutMs: 10_000, what: 'three backends up on n1' });
+    const s = await waitFor(
+      () => statusOf(a1!),
+      (x) => x.backends.length === 3 && x.backends.every((b) => b.healthy),
+      { timeoutMs: 10_000, what: 'three backends up on n1' },
+    );
     expect(pool(s).sort()).toStrictEqual([n1, n2, n3].map((n) => `${addr(n)} endpointslice up`));
     // a discovered backend starts unknown and gets traffic only after rise passes of its own
     const lines = a1!.logLines();
@@ -123,11 +152,22 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     const upAt = Date.parse(String(up!.time));
     expect(upAt - joinedAt).toBeGreaterThanOrEqual((RISE - 1) * INTERVAL_MS * 0.9);
     // /status says healthy as soon as the checker does; the nftables apply (and its line) follows
-    const applied = await waitFor(() => a1!.logLines().find((l) => l.msg === 'data plane applied' && (l.backends as string[]).includes(addr(n3))), { timeoutMs: 2000, intervalMs: 20, what: "n3 in the data plane's apply" });
+    const applied = await waitFor(() => a1!.logLines().find((l) => l.msg === 'data plane applied' && (l.backends as string[]).includes(addr(n3))), {
+      timeoutMs: 2000,
+      intervalMs: 20,
+      what: "n3 in the data plane's apply",
+    });
     expect(Date.parse(String(applied.time))).toBeGreaterThanOrEqual(upAt);
-    console.log(`n3 joined the set → up ${upAt - joinedAt} ms → in the nftables ruleset ${Date.parse(String(applied.time)) - joinedAt} ms (rise ${RISE} × interval ${INTERVAL_MS} ms, first check at a random offset within one interval)`);
+    console.log(
+      `n3 joined the set → up ${upAt - joinedAt} ms → in the nftables ruleset ${Date.parse(String(applied.time)) - joinedAt} ms (rise ${RISE} × interval ${INTERVAL_MS} ms, first check at a random offset within one interval)`,
+    );
     // the peers' agents discovered the same set
-    for (const a of agents.slice(1)) await waitFor(() => statusOf(a), (x) => x.backends.length === 3 && x.backends.every((b) => b.source === 'endpointslice'), { timeoutMs: 10_000, what: `${a.node.name} discovered all` });
+    for (const a of agents.slice(1))
+      await waitFor(
+        () => statusOf(a),
+        (x) => x.backends.length === 3 && x.backends.every((b) => b.source === 'endpointslice'),
+        { timeoutMs: 10_000, what: `${a.node.name} discovered all` },
+      );
     // traffic via the VIP reaches all three
     const sum = await runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 20, durationMs: 1500, timeoutMs: 500 }).done;
     expect(sum.failed).toBe(0);
@@ -181,7 +221,11 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
   it('a stand-in stops gracefully: it leaves the slice and drains; its connection works until the stand-in closes it', async () => {
     const [a1] = agents;
     const n2 = lab.nodes[1]!;
-    await waitFor(() => statusOf(a1!), (x) => x.backends.length === 3 && x.backends.every((b) => b.healthy), { timeoutMs: 10_000, what: 'three backends up' });
+    await waitFor(
+      () => statusOf(a1!),
+      (x) => x.backends.length === 3 && x.backends.every((b) => b.healthy),
+      { timeoutMs: 10_000, what: 'three backends up' },
+    );
     const lc = longconn('n2', 6000);
     await lc.proc.waitForOutput(/"event":"pinned"/, { timeoutMs: 10_000, includeExisting: true });
     await sleep(300);
@@ -214,7 +258,11 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
     // the apiservers return: the slice answers again and replaces seed and last-known
     await lab.startApiserver(n3);
     await lab.startApiserver(n1);
-    await waitFor(() => statusOf(agents[0]!), (x) => x.backends.every((b) => b.source === 'endpointslice' && b.healthy) && x.backends.length === 2, { timeoutMs: 15_000, what: 'the discovered set again' });
+    await waitFor(
+      () => statusOf(agents[0]!),
+      (x) => x.backends.every((b) => b.source === 'endpointslice' && b.healthy) && x.backends.length === 2,
+      { timeoutMs: 15_000, what: 'the discovered set again' },
+    );
   });
 
   // a 403 has its own condition in /status and its own counter; with the general backoff
@@ -227,9 +275,15 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
       await agents[0]!.stop('SIGTERM');
       agents[0] = await startAgent(lab, n1, await settings(0));
       const a = agents[0];
-      const st = await waitFor(() => statusOf(a), (x) => x.discovery?.denied === 'forbidden', { timeoutMs: 10_000, intervalMs: 50, what: 'discovery refused (403)' });
+      const st = await waitFor(
+        () => statusOf(a),
+        (x) => x.discovery?.denied === 'forbidden',
+        { timeoutMs: 10_000, intervalMs: 50, what: 'discovery refused (403)' },
+      );
       const firstRefusal = Date.parse(st.discovery!.deniedSince!);
-      expect((await a.admin('/metrics')).split('\n')).toEqual(expect.arrayContaining(['ballast_discovery_denied{reason="forbidden"} 1', 'ballast_discovery_denied{reason="unauthorized"} 0']));
+      expect((await a.admin('/metrics')).split('\n')).toEqual(
+        expect.arrayContaining(['ballast_discovery_denied{reason="forbidden"} 1', 'ballast_discovery_denied{reason="unauthorized"} 0']),
+      );
       await sleep(Math.max(0, firstRefusal + 4000 - Date.now()));
       const lines = a.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('discovery: 403 Forbidden'));
       expect(lines.map((l) => [l.denied, String(l.fix).includes('ballast manifest rbac')])).toStrictEqual([['forbidden', true]]);
@@ -241,9 +295,15 @@ describe.skipIf(needs('root'))('discovery on the lab (root; skipped otherwise)',
       expect(lag, `the set came ${lag} ms after the permission`).toBeLessThanOrEqual(DENIED_RETRY_MS + 1000);
       // the condition ends with the first list that is answered (within one more retry period: a
       // request already under way when the permission came back may still be refused)
-      const after = await waitFor(() => statusOf(a), (x) => x.discovery?.denied === null, { timeoutMs: DENIED_RETRY_MS + 2000, intervalMs: 50, what: 'the denied condition to end' });
+      const after = await waitFor(
+        () => statusOf(a),
+        (x) => x.discovery?.denied === null,
+        { timeoutMs: DENIED_RETRY_MS + 2000, intervalMs: 50, what: 'the denied condition to end' },
+      );
       expect([after.discovery!.denied, after.discovery!.deniedSince]).toStrictEqual([null, null]);
-      console.log(`[discovery] 403 for ${since - firstRefusal} ms: ${after.discovery!.refusals.forbidden} refusals, one log line; the set came ${lag} ms after the permission (bound ${DENIED_RETRY_MS + 1000})`);
+      console.log(
+        `[discovery] 403 for ${since - firstRefusal} ms: ${after.discovery!.refusals.forbidden} refusals, one log line; the set came ${lag} ms after the permission (bound ${DENIED_RETRY_MS + 1000})`,
+      );
     } finally {
       setDenial(lab.sliceStore(), null);
     }

@@ -139,10 +139,17 @@ describe.skipIf(needs('bpf'))('eBPF local endpoint: the IPv4-mapped form, and a 
 
   /** Waits until the endpoints balance to `n` backends in all. */
   const backendsIn = (n: number, timeoutMs = 5000): Promise<unknown> =>
-    waitFor(async () => (await agent!.anyStatus()).local, (l) => l.mode === 'ebpf' && l.backends.length === n, { timeoutMs, intervalMs: 50, what: `${n} backends in the local endpoint` });
+    waitFor(
+      async () => (await agent!.anyStatus()).local,
+      (l) => l.mode === 'ebpf' && l.backends.length === n,
+      { timeoutMs, intervalMs: 50, what: `${n} backends in the local endpoint` },
+    );
 
   async function dial(host: string, port: number, count: number, identity = '127.0.0.1'): Promise<DialSummary> {
-    const r = await lab.exec(n1().netns, [process.execPath, '-e', CLIENT, 'dial', host, String(port), lab.ca.certFile, identity, String(count)], { cgroup, timeoutMs: 60_000 });
+    const r = await lab.exec(n1().netns, [process.execPath, '-e', CLIENT, 'dial', host, String(port), lab.ca.certFile, identity, String(count)], {
+      cgroup,
+      timeoutMs: 60_000,
+    });
     return JSON.parse(r.stdout.trim().split('\n').pop() ?? '') as DialSummary;
   }
 
@@ -155,7 +162,7 @@ describe.skipIf(needs('bpf'))('eBPF local endpoint: the IPv4-mapped form, and a 
     for (const n of ['n1', 'n2', 'n3']) expect(s.nodes[n], n).toBeGreaterThanOrEqual(30);
   });
 
-  it('127.0.0.1:7443 and [::1]:7443 are balanced as before; ::ffff:127.0.0.1:6443 is no endpoint and stays n1\'s own', async () => {
+  it("127.0.0.1:7443 and [::1]:7443 are balanced as before; ::ffff:127.0.0.1:6443 is no endpoint and stays n1's own", async () => {
     const v4 = await connectFrom(lab, n1(), { address: '127.0.0.1', port: 7443, tls: true, count: 30, cgroup });
     expect(v4).toMatchObject({ ok: 30, errors: {}, peers: { '127.0.0.1:7443': 30 } });
     expect(Object.keys(v4.nodes).sort()).toStrictEqual(['n1', 'n2', 'n3']);

@@ -47,9 +47,17 @@ class Helper {
     this.proc = lab.spawn(
       n1.netns,
       [
-        process.execPath, compiledScript('ebpf-endpoint'), 'serve',
-        '--cgroup', cgroup, '--pin-dir', PIN_DIR,
-        '--endpoint', '127.0.0.1:7443', '--endpoint', '[::1]:7443',
+        process.execPath,
+        compiledScript('ebpf-endpoint'),
+        'serve',
+        '--cgroup',
+        cgroup,
+        '--pin-dir',
+        PIN_DIR,
+        '--endpoint',
+        '127.0.0.1:7443',
+        '--endpoint',
+        '[::1]:7443',
       ],
       { hostMounts: true, stdin: true, logFile: 'ebpf-endpoint.log' },
     );
@@ -80,7 +88,6 @@ class Helper {
   }
 }
 
-
 describe.skipIf(needs('bpf'))('eBPF node-local endpoint on the lab (root; skipped otherwise)', () => {
   let lab: Lab;
   let cgroup: string;
@@ -91,7 +98,7 @@ describe.skipIf(needs('bpf'))('eBPF node-local endpoint on the lab (root; skippe
 
   beforeAll(async () => {
     SockLb.detach(PIN_DIR); // pins of an interrupted run
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 , apiservers: true });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, apiservers: true });
     compiledScript('ebpf-endpoint');
     cgroup = await lab.cgroup(lab.nodes[0]!);
     helper = new Helper(lab, cgroup);
@@ -138,9 +145,20 @@ describe.skipIf(needs('bpf'))('eBPF node-local endpoint on the lab (root; skippe
       }
       throw new Error('did not throw');
     };
-    expect(err(() => SockLb.attach({ cgroup: lab.dir, pinDir: `${PIN_DIR}-x` }))).toMatchObject({ code: 'EINVAL', syscall: 'fstatfs', message: expect.stringMatching(/not a cgroup v2 directory/) });
-    expect(err(() => SockLb.attach({ cgroup, pinDir: `${lab.dir}/pins` }))).toMatchObject({ code: 'EINVAL', syscall: 'statfs', message: expect.stringMatching(/not on a BPF filesystem/) });
-    expect(err(() => SockLb.attach({ cgroup, pinDir: `${PIN_DIR}-x`, object: `${lab.dir}/missing.bpf.o` }))).toMatchObject({ code: 'ENOENT', syscall: 'bpf_object__open_file' });
+    expect(err(() => SockLb.attach({ cgroup: lab.dir, pinDir: `${PIN_DIR}-x` }))).toMatchObject({
+      code: 'EINVAL',
+      syscall: 'fstatfs',
+      message: expect.stringMatching(/not a cgroup v2 directory/),
+    });
+    expect(err(() => SockLb.attach({ cgroup, pinDir: `${lab.dir}/pins` }))).toMatchObject({
+      code: 'EINVAL',
+      syscall: 'statfs',
+      message: expect.stringMatching(/not on a BPF filesystem/),
+    });
+    expect(err(() => SockLb.attach({ cgroup, pinDir: `${PIN_DIR}-x`, object: `${lab.dir}/missing.bpf.o` }))).toMatchObject({
+      code: 'ENOENT',
+      syscall: 'bpf_object__open_file',
+    });
     expect(SockLb.detach(`${PIN_DIR}-x`)).toBe(0); // made empty by the failed attach, removed
     expect(existsSync(`${PIN_DIR}-x`)).toBe(false);
     expect(err(() => SockLb.detach(lab.dir))).toMatchObject({ code: 'EINVAL', syscall: 'statfs' });
@@ -191,7 +209,18 @@ describe.skipIf(needs('bpf'))('eBPF node-local endpoint on the lab (root; skippe
 
   it('resetBackend destroys the balanced connections to that backend, and only those', async () => {
     const n2 = lab.nodes[1]!;
-    const through = await longconn('https://127.0.0.1:7443/version', ['--node', 'n2', '--attempts', '60', '--interval', '100', '--duration', '15000', '--timeout', '2000']);
+    const through = await longconn('https://127.0.0.1:7443/version', [
+      '--node',
+      'n2',
+      '--attempts',
+      '60',
+      '--interval',
+      '100',
+      '--duration',
+      '15000',
+      '--timeout',
+      '2000',
+    ]);
     // the same backend reached directly (not through the endpoint): must survive
     const direct = await longconn(`https://${n2.ipv4}:6443/version`, ['--interval', '100', '--duration', '15000', '--timeout', '2000']);
     expect(through.events.some((e) => e.event === 'pinned')).toBe(true);
@@ -218,7 +247,20 @@ describe.skipIf(needs('bpf'))('eBPF node-local endpoint on the lab (root; skippe
     const long = await longconn('https://127.0.0.1:7443/version', ['--interval', '50', '--duration', '6000', '--timeout', '2000']);
     const prober = lab.spawn(
       lab.nodes[0]!.netns,
-      [process.execPath, compiledScript('prober'), '--url', 'https://127.0.0.1:7443/version', '--ca', lab.ca.certFile, '--interval', '20', '--duration', '4000', '--timeout', '1000'],
+      [
+        process.execPath,
+        compiledScript('prober'),
+        '--url',
+        'https://127.0.0.1:7443/version',
+        '--ca',
+        lab.ca.certFile,
+        '--interval',
+        '20',
+        '--duration',
+        '4000',
+        '--timeout',
+        '1000',
+      ],
       { cgroup },
     );
     extra.push(prober);

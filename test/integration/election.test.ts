@@ -27,7 +27,15 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     await sleep(500);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n1']);
     const [s1, s2, s3] = await Promise.all([a1!.status(), a2!.status(), a3!.status()]);
-    expect(s1).toMatchObject({ state: 'master', vrid: 51, priority: 150, effectivePriority: 150, masterAddress: lab.nodes[0]!.ipv4, vips: [lab.vip4], vipsHeld: true });
+    expect(s1).toMatchObject({
+      state: 'master',
+      vrid: 51,
+      priority: 150,
+      effectivePriority: 150,
+      masterAddress: lab.nodes[0]!.ipv4,
+      vips: [lab.vip4],
+      vipsHeld: true,
+    });
     expect(s2).toMatchObject({ state: 'backup', masterAddress: lab.nodes[0]!.ipv4, masterPriority: 150, vipsHeld: false });
     expect(s3).toMatchObject({ state: 'backup', masterAddress: lab.nodes[0]!.ipv4 });
     expect(Number.isNaN(Date.parse(s1.since))).toBe(false);
@@ -47,7 +55,11 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     await blockVrrp(lab, true);
     await start([{ priority: 100 }, { priority: 100 }, { priority: 100 }]);
     // cut off from each other, every node becomes master
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 3, { timeoutMs: 5000, what: 'three holders while partitioned' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 3,
+      { timeoutMs: 5000, what: 'three holders while partitioned' },
+    );
     await blockVrrp(lab, false);
     const holder = await waitForSingleHolder(lab, lab.vip4, 2000);
     expect(holder.name).toBe('n3'); // 10.78.211.13 is the greatest
@@ -59,7 +71,11 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     const prober = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: 10, durationMs: 8000, timeoutMs: 250 });
     await sleep(700);
     await lab.linkDown(lab.nodes[0]!);
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n2', { timeoutMs: 3000, what: 'n2 to hold the VIP' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 1 && h[0]!.name === 'n2',
+      { timeoutMs: 3000, what: 'n2 to hold the VIP' },
+    );
     await sleep(1000);
     const sum = await prober.stop();
     const bound = masterDownIntervalMs(100, INTERVAL_CS) + MARGIN_MS;
@@ -79,7 +95,11 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     await sleep(700);
     const code = await a1!.stop('SIGTERM');
     expect(code).toBe(0);
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n2', { timeoutMs: 2000, what: 'n2 to hold the VIP' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 1 && h[0]!.name === 'n2',
+      { timeoutMs: 2000, what: 'n2 to hold the VIP' },
+    );
     await sleep(700);
     const sum = await prober.stop();
     const bound = skewTimeMs(100, INTERVAL_CS) + MARGIN_MS;
@@ -94,7 +114,10 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
       ['master', 'init'],
     ]);
     expect(changes.map((l) => l.reason)).toEqual(['startup', changes[1]!.reason === 'preempt' ? 'preempt' : 'masterDown', 'shutdown']);
-    const taker = agents[1]!.logLines().filter((l) => l.msg === 'state change').pop();
+    const taker = agents[1]!
+      .logLines()
+      .filter((l) => l.msg === 'state change')
+      .pop();
     expect(taker).toMatchObject({ from: 'backup', to: 'master', reason: 'resigned' });
     console.log(`SIGTERM outage: ${sum.maxOutageMs} ms (bound ${bound.toFixed(1)} ms)`);
   });
@@ -108,7 +131,11 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     const back = await startAgent(lab, lab.nodes[0]!, { priority: 150 });
     agents.push(back);
     const t0 = Date.now();
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: 3000, what: 'n1 to take the VIP back' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 1 && h[0]!.name === 'n1',
+      { timeoutMs: 3000, what: 'n1 to take the VIP back' },
+    );
     // it waits one Master_Down_Interval of its own (discarding n2's lower adverts), not more than a few
     expect(Date.now() - t0).toBeLessThan(masterDownIntervalMs(150, INTERVAL_CS) + 1000);
   });
@@ -124,7 +151,11 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
     agents.push(await startAgent(lab, lab.nodes[0]!, { priority: 150, preemptDelay: '2s' }));
     await sleep(1500);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toEqual(['n2']);
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: 4000, what: 'n1 to preempt after the delay' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 1 && h[0]!.name === 'n1',
+      { timeoutMs: 4000, what: 'n1 to preempt after the delay' },
+    );
     expect(Date.now() - t0).toBeGreaterThanOrEqual(2000);
   });
 
@@ -181,7 +212,10 @@ describe.skipIf(needs('root'))('election on the lab (root; skipped otherwise)', 
   });
 
   it('IPv6: adverts from link-local to ff02::12, the VIP is a /128 that is not tentative, SIGTERM hands over', async () => {
-    const [a1, a2] = await start([{ priority: 150, family: 6 }, { priority: 100, family: 6 }]);
+    const [a1, a2] = await start([
+      { priority: 150, family: 6 },
+      { priority: 100, family: 6 },
+    ]);
     await waitForHolder(lab, lab.vip6, 'n1');
     const s1 = await a1!.status();
     expect(s1).toMatchObject({ state: 'master', family: 6, primaryAddress: await lab.nodes[0]!.linkLocal(), vips: [lab.vip6] });

@@ -79,7 +79,10 @@ describe.skipIf(needs('root'))('fail open and flap damping on the lab (root; ski
   const metric = async (line: RegExp): Promise<string[]> => (await agent!.admin('/metrics')).split('\n').filter((l) => line.test(l));
   const logged = (msg: string): Record<string, unknown>[] => agent!.logLines().filter((l) => l.msg === msg);
   async function allUp(): Promise<void> {
-    await waitFor(status, (s) => s.backends.length === 3 && s.backends.every((b) => b.state === 'up' && b.healthy) && !s.health?.failOpen.active, { timeoutMs: 5000, what: 'all three backends up, no fail open' });
+    await waitFor(status, (s) => s.backends.length === 3 && s.backends.every((b) => b.state === 'up' && b.healthy) && !s.health?.failOpen.active, {
+      timeoutMs: 5000,
+      what: 'all three backends up, no fail open',
+    });
     await waitFor(ruleset, (r) => targets(r).length === 3, { timeoutMs: 2000, what: 'three DNAT targets' });
   }
 
@@ -97,7 +100,11 @@ describe.skipIf(needs('root'))('fail open and flap damping on the lab (root; ski
     // CI run: the ruleset still without n1 after status said all three)
     const both = async (): Promise<{ s: ElectionStatusDocument; r: string[] }> => ({ s: await status(), r: targets(await ruleset()) });
     const kept = (v: { s: ElectionStatusDocument; r: string[] }): boolean =>
-      v.s.health?.failOpen.active === true && v.s.backends.every((b) => b.state === 'down') && v.s.dataplane.mode === 'nftables' && v.s.dataplane.backends.length === 3 && v.r.join() === all.join();
+      v.s.health?.failOpen.active === true &&
+      v.s.backends.every((b) => b.state === 'down') &&
+      v.s.dataplane.mode === 'nftables' &&
+      v.s.dataplane.backends.length === 3 &&
+      v.r.join() === all.join();
     await waitFor(both, kept, { timeoutMs: detect + 2000, what: 'fail open, applied' });
     await sleep(400);
     const { s: st } = await waitFor(both, kept, { timeoutMs: 2000, what: 'fail open, still applied' });
@@ -156,8 +163,9 @@ describe.skipIf(needs('root'))('fail open and flap damping on the lab (root; ski
     const end = logged('a backend passes again; fail open ends');
     expect(end).toHaveLength(1);
     expect(end[0]).toMatchObject({ level: 'info', family: 4, reason: 'passed', kept: [address(0), address(1)] });
-    console.log(`fail open: on ${detectedMs} ms after every /readyz turned 500 (bound ${Math.round(detect)} ms); ${served.requests} requests through the VIP, 0 failed, by node ${JSON.stringify(served.nodes)}; the stopped backend left after ${goneMs} ms (bound ${Math.round(dead)} ms); fail open ended ${endedMs} ms after one passed (bound ${Math.round(back)} ms)`);
-
+    console.log(
+      `fail open: on ${detectedMs} ms after every /readyz turned 500 (bound ${Math.round(detect)} ms); ${served.requests} requests through the VIP, 0 failed, by node ${JSON.stringify(served.nodes)}; the stopped backend left after ${goneMs} ms (bound ${Math.round(dead)} ms); fail open ended ${endedMs} ms after one passed (bound ${Math.round(back)} ms)`,
+    );
   });
 
   it('a flapping backend is damped: held out with dampedUntil, back after the hold', async () => {
@@ -194,7 +202,11 @@ describe.skipIf(needs('root'))('fail open and flap damping on the lab (root; ski
     const until = Date.parse(b2.dampedUntil!);
     expect(until).toBeGreaterThan(Date.now());
     // the bound: at most maxHold after the last transition (a transition while held restarts the hold)
-    const last = Math.max(...logged('backend health').filter((l) => l.backend === address(1)).map((l) => Date.parse(String(l.time))));
+    const last = Math.max(
+      ...logged('backend health')
+        .filter((l) => l.backend === address(1))
+        .map((l) => Date.parse(String(l.time))),
+    );
     expect(until - last).toBeLessThanOrEqual(DAMPING.maxHoldMs);
     expect(until - last).toBeGreaterThanOrEqual(DAMPING.holdMs - 100);
     expect(targets(await ruleset())).toStrictEqual([address(0), address(2)].sort());
@@ -210,6 +222,8 @@ describe.skipIf(needs('root'))('fail open and flap damping on the lab (root; ski
     expect(after.backends.find((b) => b.address === address(1))).toMatchObject({ state: 'up', healthy: true, dampedUntil: null });
     expect(await metric(/^ballast_backend_damped\{backend="[^"]+:6443"\} 1/)).toStrictEqual([]);
     expect(logged('backend damping ends').filter((l) => l.backend === address(1))).toHaveLength(1);
-    console.log(`damping: n2 damped after ${flappedMs} ms of flapping (${DAMPING.transitions + 1} transitions within ${DAMPING.window}), held until ${b2.dampedUntil} (${until - last} ms after its last transition, bound ${DAMPING.maxHoldMs} ms), back in the ruleset ${backAt - until} ms after`);
+    console.log(
+      `damping: n2 damped after ${flappedMs} ms of flapping (${DAMPING.transitions + 1} transitions within ${DAMPING.window}), held until ${b2.dampedUntil} (${until - last} ms after its last transition, bound ${DAMPING.maxHoldMs} ms), back in the ruleset ${backAt - until} ms after`,
+    );
   });
 });

@@ -32,7 +32,7 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     return [...new Set([...r.stdout.matchAll(/reply from \S+ \[([0-9A-Fa-f:]+)\]/g)].map((m) => m[1]!.toLowerCase()))];
   }
 
-  it('a healed partition: within 1 s exactly one node answers ARP, and the client\'s neighbour entry is the final holder\'s MAC', async () => {
+  it("a healed partition: within 1 s exactly one node answers ARP, and the client's neighbour entry is the final holder's MAC", async () => {
     const [a1, a2] = await start([{ priority: 150 }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     expect(await arpAnswers(lab.vip4)).toStrictEqual([lab.nodes[0]!.mac]);
@@ -41,8 +41,16 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     expect(await lab.neighbor(lab.client.netns, lab.vip4)).toBe(lab.nodes[0]!.mac);
     await blockVrrp(lab, true);
     // the backup no longer hears the master: it takes over (two holders while the partition lasts)
-    await waitFor(() => a2!.status(), (s) => s.state === 'master', { timeoutMs: masterDownIntervalMs(100, INTERVAL_CS) + 1000, what: 'n2 to become master' });
-    await waitFor(() => lab.neighbor(lab.client.netns, lab.vip4), (m) => m === lab.nodes[1]!.mac, { timeoutMs: 2000, what: "the client's entry to follow n2's gratuitous ARP" });
+    await waitFor(
+      () => a2!.status(),
+      (s) => s.state === 'master',
+      { timeoutMs: masterDownIntervalMs(100, INTERVAL_CS) + 1000, what: 'n2 to become master' },
+    );
+    await waitFor(
+      () => lab.neighbor(lab.client.netns, lab.vip4),
+      (m) => m === lab.nodes[1]!.mac,
+      { timeoutMs: 2000, what: "the client's entry to follow n2's gratuitous ARP" },
+    );
     await sleep(5000 - 500);
     await blockVrrp(lab, false);
     const healed = Date.now();
@@ -66,7 +74,24 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     ]);
     await waitForHolder(lab, lab.vip4, 'n1');
     const before = [await transitions(a1!), await transitions(a2!)];
-    const r = await lab.exec(n3!.netns, [process.execPath, compiledScript('inject-vrrp'), '--source', n3!.ipv4, '--dest', n1!.ipv4, '--dest', n2!.ipv4, '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50']);
+    const r = await lab.exec(n3!.netns, [
+      process.execPath,
+      compiledScript('inject-vrrp'),
+      '--source',
+      n3!.ipv4,
+      '--dest',
+      n1!.ipv4,
+      '--dest',
+      n2!.ipv4,
+      '--vip',
+      lab.vip4,
+      '--priority',
+      '254',
+      '--count',
+      '20',
+      '--interval',
+      '50',
+    ]);
     expect(JSON.parse(r.stdout)).toStrictEqual({ sent: 20 });
     await sleep(masterDownIntervalMs(100, INTERVAL_CS));
     expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
@@ -82,11 +107,30 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     const wrong = join(lab.dir, 'wrong.key');
     writeFileSync(key, 'a shared key for the faults lab, 32+ bytes long\n', { mode: 0o600 });
     writeFileSync(wrong, 'another key, also long enough to be accepted\n', { mode: 0o600 });
-    const [a1, a2] = await start([{ priority: 150, authKeyFile: key }, { priority: 100, authKeyFile: key }]);
+    const [a1, a2] = await start([
+      { priority: 150, authKeyFile: key },
+      { priority: 100, authKeyFile: key },
+    ]);
     await waitForHolder(lab, lab.vip4, 'n1');
     expect((await a2!.status()).masterAddress).toBe(lab.nodes[0]!.ipv4);
     const inject = (extra: string[]) =>
-      lab.exec(n3!.netns, [process.execPath, compiledScript('inject-vrrp'), '--source', n3!.ipv4, '--dest', '224.0.0.18', '--vip', lab.vip4, '--priority', '254', '--count', '20', '--interval', '50', ...extra]);
+      lab.exec(n3!.netns, [
+        process.execPath,
+        compiledScript('inject-vrrp'),
+        '--source',
+        n3!.ipv4,
+        '--dest',
+        '224.0.0.18',
+        '--vip',
+        lab.vip4,
+        '--priority',
+        '254',
+        '--count',
+        '20',
+        '--interval',
+        '50',
+        ...extra,
+      ]);
     const before = [await transitions(a1!), await transitions(a2!)];
     await inject(['--key-file', wrong]);
     await inject([]);
@@ -100,7 +144,11 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
     // control: the same injection with the group's key is obeyed (n1 steps down to a higher priority)
     const signed = inject(['--key-file', key, '--count', '30']);
-    await waitFor(() => a1!.status(), (s) => s.state === 'backup', { timeoutMs: 2000, what: 'n1 to yield to the signed priority-254 adverts' });
+    await waitFor(
+      () => a1!.status(),
+      (s) => s.state === 'backup',
+      { timeoutMs: 2000, what: 'n1 to yield to the signed priority-254 adverts' },
+    );
     await signed;
     // and after the injector falls silent, n1 is master again
     await waitForHolder(lab, lab.vip4, 'n1', 3000);
@@ -113,7 +161,10 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     const k2 = join(lab.dir, 'rot-2.key');
     writeFileSync(k1, `${oldKey}\n${newKey}\n`, { mode: 0o600 });
     writeFileSync(k2, `${newKey}\n${oldKey}\n`, { mode: 0o600 });
-    const [a1, a2] = await start([{ priority: 150, authKeyFile: k1 }, { priority: 100, authKeyFile: k2 }]);
+    const [a1, a2] = await start([
+      { priority: 150, authKeyFile: k1 },
+      { priority: 100, authKeyFile: k2 },
+    ]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(500);
     expect((await a2!.status()).masterAddress).toBe(lab.nodes[0]!.ipv4);
@@ -131,7 +182,10 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
       // a real clock step moves CLOCK_REALTIME only; CLOCK_MONOTONIC never jumps
       FAKETIME_DONT_FAKE_MONOTONIC: '1',
     });
-    const [a1, a2] = await start([{ priority: 150, env: faked(clock[0]!) }, { priority: 100, env: faked(clock[1]!) }]);
+    const [a1, a2] = await start([
+      { priority: 150, env: faked(clock[0]!) },
+      { priority: 100, env: faked(clock[1]!) },
+    ]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(500);
     const before = [await transitions(a1!), await transitions(a2!)];
@@ -142,7 +196,15 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
       for (const a of [a1!, a2!]) {
         const n = a.logLines().length;
         a.proc.kill('SIGUSR1');
-        const line = await waitFor(async () => a.logLines().slice(n).find((l) => l.msg === 'status (SIGUSR1)'), (l) => l !== undefined, { timeoutMs: 2000, what: 'the status log line' });
+        const line = await waitFor(
+          async () =>
+            a
+              .logLines()
+              .slice(n)
+              .find((l) => l.msg === 'status (SIGUSR1)'),
+          (l) => l !== undefined,
+          { timeoutMs: 2000, what: 'the status log line' },
+        );
         const skew = Date.parse(String(line!.time)) - Date.now();
         expect(Math.abs(skew - (step === '+1h' ? 3_600_000 : -3_600_000))).toBeLessThan(60_000);
       }
@@ -158,15 +220,22 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     const [a1] = await start([{ priority: 150 }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await lab.linkDown(n1!);
-    await waitFor(() => a1!.status(), (s) => s.state === 'fault', { timeoutMs: 2000, what: 'n1 to enter fault' });
+    await waitFor(
+      () => a1!.status(),
+      (s) => s.state === 'fault',
+      { timeoutMs: 2000, what: 'n1 to enter fault' },
+    );
     await waitForHolder(lab, lab.vip4, 'n2', masterDownIntervalMs(100, INTERVAL_CS) + 1000);
     expect((await a1!.status()).vipsHeld).toBe(false);
     await lab.linkUp(n1!);
     await waitForHolder(lab, lab.vip4, 'n1', 3000);
     expect((await a1!.status()).state).toBe('master');
-    expect(a1!.logLines().filter((l) => l.msg === 'state change').map((l) => `${String(l.from)}>${String(l.to)}`)).toStrictEqual([
-      'init>backup', 'backup>master', 'master>fault', 'fault>init', 'init>backup', 'backup>master',
-    ]);
+    expect(
+      a1!
+        .logLines()
+        .filter((l) => l.msg === 'state change')
+        .map((l) => `${String(l.from)}>${String(l.to)}`),
+    ).toStrictEqual(['init>backup', 'backup>master', 'master>fault', 'fault>init', 'init>backup', 'backup>master']);
     // after the flap the node's own address is still what it speaks from, not the VIP
     const route = await lab.exec(n1!.netns, ['ip', '-4', '-o', 'route', 'get', n2!.ipv4]);
     expect(route.stdout).toMatch(new RegExp(`src ${n1!.ipv4.replace(/\./g, '\\.')} `));
@@ -179,17 +248,33 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     const [a1] = await start([{ priority: 150 }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     // a client on the holder itself: its socket and the apiserver's both have the VIP as local address
-    const l = await startLongconn(lab, lab.nodes[0]!, `https://${lab.vip4}:6443/version`, ['--interval', '100', '--duration', '8000', '--reconnect', '--max-connections', '3']);
+    const l = await startLongconn(lab, lab.nodes[0]!, `https://${lab.vip4}:6443/version`, [
+      '--interval',
+      '100',
+      '--duration',
+      '8000',
+      '--reconnect',
+      '--max-connections',
+      '3',
+    ]);
     try {
       expect(l.results.at(-1)).toMatchObject({ ok: true, node: 'n1' });
       const t0 = Date.now();
       expect(await a1!.stop('SIGTERM')).toBe(0);
       agents.shift();
-      const closed = await waitFor(async () => l.events.find((e) => e.event === 'closed'), (e) => e !== undefined, { timeoutMs: 3000, intervalMs: 20, what: 'the connection on the VIP to be closed' });
+      const closed = await waitFor(
+        async () => l.events.find((e) => e.event === 'closed'),
+        (e) => e !== undefined,
+        { timeoutMs: 3000, intervalMs: 20, what: 'the connection on the VIP to be closed' },
+      );
       const after = Number(closed!.at) - t0;
       expect(after).toBeLessThanOrEqual(1000);
       expect(a1!.logLines().some((x) => /connections on a released VIP destroyed/.test(String(x.msg)) && Number(x.sockets) >= 1)).toBe(true);
-      await waitFor(async () => l.results.filter((r) => r.ok && r.node === 'n2').length, (n) => n >= 2, { timeoutMs: 3000, intervalMs: 50, what: 'the reconnected client to be served by n2' });
+      await waitFor(
+        async () => l.results.filter((r) => r.ok && r.node === 'n2').length,
+        (n) => n >= 2,
+        { timeoutMs: 3000, intervalMs: 50, what: 'the reconnected client to be served by n2' },
+      );
       console.log(`VIP released: the local client's connection closed ${after} ms after SIGTERM, then served by n2`);
     } finally {
       await l.proc.stop('SIGTERM', 3000);
@@ -239,8 +324,11 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     }
   });
 
-  it('IPv6 handover on link loss: the new holder\'s VIP is usable within Master_Down_Interval + 250 ms and the client\'s neighbour entry follows', async () => {
-    const [, a2] = await start([{ priority: 150, family: 6 }, { priority: 100, family: 6 }]);
+  it("IPv6 handover on link loss: the new holder's VIP is usable within Master_Down_Interval + 250 ms and the client's neighbour entry follows", async () => {
+    const [, a2] = await start([
+      { priority: 150, family: 6 },
+      { priority: 100, family: 6 },
+    ]);
     await waitForHolder(lab, lab.vip6, 'n1');
     expect((await lab.ping(lab.client.netns, lab.vip6)).ok).toBe(true);
     expect(await lab.neighbor(lab.client.netns, lab.vip6)).toBe(lab.nodes[0]!.mac);
@@ -255,7 +343,11 @@ describe.skipIf(needs('root'))('faults on the lab (root; skipped otherwise)', ()
     expect(usable).toMatchObject({ prefixLen: 128, tentative: false, dadfailed: false });
     expect(took).toBeLessThanOrEqual(masterDownIntervalMs(100, INTERVAL_CS) + MARGIN_MS);
     // the unsolicited NA (Override) moved the client's existing entry without a new solicitation
-    await waitFor(() => lab.neighbor(lab.client.netns, lab.vip6), (m) => m === lab.nodes[1]!.mac, { timeoutMs: 1000, what: "the client's entry to follow n2's NA" });
+    await waitFor(
+      () => lab.neighbor(lab.client.netns, lab.vip6),
+      (m) => m === lab.nodes[1]!.mac,
+      { timeoutMs: 1000, what: "the client's entry to follow n2's NA" },
+    );
     expect((await a2!.status()).state).toBe('master');
     console.log(`IPv6 handover: n2's VIP usable ${took} ms after n1's link went down`);
   });

@@ -21,7 +21,6 @@ import { Lab, compiledScript, type LabNode, type LabProcess } from '../../lab/la
 import { createProbe, MAX_BODY_BYTES, type ProbeSettings } from '../../src/health/probe.js';
 import { needs, sleep, startLab } from '../support/index.js';
 
-
 // ---------------------------------------------------------------------------------------------
 // certificates
 
@@ -59,13 +58,49 @@ function makePki(): Pki {
   );
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
   for (const ca of ['ca', 'other-ca']) {
-    openssl(['req', '-x509', ...ec, '-keyout', p(`${ca}.key`), '-out', p(`${ca}.crt`), '-days', '1', '-subj', `/CN=ballast health test ${ca}`,
-      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
+    openssl([
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      p(`${ca}.key`),
+      '-out',
+      p(`${ca}.crt`),
+      '-days',
+      '1',
+      '-subj',
+      `/CN=ballast health test ${ca}`,
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ]);
   }
-  for (const [name, ext, cn] of [['server', 'server', 'kube-apiserver'], ['client', 'client', 'ballast-health']] as const) {
+  for (const [name, ext, cn] of [
+    ['server', 'server', 'kube-apiserver'],
+    ['client', 'client', 'ballast-health'],
+  ] as const) {
     openssl(['req', '-new', ...ec, '-keyout', p(`${name}.key`), '-out', p(`${name}.csr`), '-subj', `/CN=${cn}`]);
-    openssl(['x509', '-req', '-in', p(`${name}.csr`), '-CA', p('ca.crt'), '-CAkey', p('ca.key'), '-set_serial', `0x${Date.now().toString(16)}${name.length}`,
-      '-days', '1', '-extfile', p('ext.cnf'), '-extensions', ext, '-out', p(`${name}.crt`)]);
+    openssl([
+      'x509',
+      '-req',
+      '-in',
+      p(`${name}.csr`),
+      '-CA',
+      p('ca.crt'),
+      '-CAkey',
+      p('ca.key'),
+      '-set_serial',
+      `0x${Date.now().toString(16)}${name.length}`,
+      '-days',
+      '1',
+      '-extfile',
+      p('ext.cnf'),
+      '-extensions',
+      ext,
+      '-out',
+      p(`${name}.crt`),
+    ]);
   }
   return {
     dir,
@@ -372,7 +407,11 @@ interface ChangeLine {
   at: string;
   healthy: boolean;
 }
-type Line = { event: 'start'; at: string; backends: string[] } | ChangeLine | { event: 'snapshot'; backends: { address: string; state: string; reason: string | null }[] } | { event: 'warn' };
+type Line =
+  | { event: 'start'; at: string; backends: string[] }
+  | ChangeLine
+  | { event: 'snapshot'; backends: { address: string; state: string; reason: string | null }[] }
+  | { event: 'warn' };
 
 /** The compiled script, refusing a stale build (child processes run dist/, not the sources). */
 function healthProbeScript(): string {
@@ -436,7 +475,10 @@ class CheckerRun {
   }
 }
 
-const isChange = (backend: string, to: string) => (l: Line): l is ChangeLine => l.event === 'change' && l.backend === backend && l.to === to;
+const isChange =
+  (backend: string, to: string) =>
+  (l: Line): l is ChangeLine =>
+    l.event === 'change' && l.backend === backend && l.to === to;
 
 describe.skipIf(needs('root'))(`checker against the lab's stand-in apiservers (needs root)`, () => {
   const INTERVAL = 200;
@@ -496,7 +538,12 @@ describe.skipIf(needs('root'))(`checker against the lab's stand-in apiservers (n
     expect(ms(down.at) - t0).toBeLessThanOrEqual(FALL * INTERVAL + INTERVAL + TIMEOUT + SLACK);
     expect(ms(down.at) - t0).toBeGreaterThanOrEqual((FALL - 1) * INTERVAL * 0.9);
     // nobody else moved
-    expect(main.changes().filter((c) => c.backend !== addr(n1)).every((c) => c.to === 'up')).toBe(true);
+    expect(
+      main
+        .changes()
+        .filter((c) => c.backend !== addr(n1))
+        .every((c) => c.to === 'up'),
+    ).toBe(true);
   });
 
   it('brings n1 back within rise × interval (+ one interval + timeout) of it turning ready', async () => {

@@ -66,7 +66,13 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
     await lab?.teardown();
   });
 
-  const settings = (priority: number, family: 4 | 6): AgentSettings => ({ priority, family, advertisementInterval: `${ADVERT_MS}ms`, balance: true, healthInterval: `${INTERVAL_MS}ms` });
+  const settings = (priority: number, family: 4 | 6): AgentSettings => ({
+    priority,
+    family,
+    advertisementInterval: `${ADVERT_MS}ms`,
+    balance: true,
+    healthInterval: `${INTERVAL_MS}ms`,
+  });
 
   for (const family of [4, 6] as const) {
     for (const signal of ['SIGKILL', 'SIGTERM'] as const) {
@@ -76,13 +82,43 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
         agents.push(...started);
         const [a1, a2] = started as [LabAgent, LabAgent, LabAgent];
         await waitForHolder(lab, vip, 'n1');
-        for (const a of started) await waitFor(() => a.status(), (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy), { timeoutMs: 8000, what: `all backends up on ${a.node.name}` });
-        await waitFor(() => a2.status(), (s) => s.connectionSync?.state === 'running', { timeoutMs: 5000, what: 'conntrackd running on n2' });
+        for (const a of started)
+          await waitFor(
+            () => a.status(),
+            (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy),
+            { timeoutMs: 8000, what: `all backends up on ${a.node.name}` },
+          );
+        await waitFor(
+          () => a2.status(),
+          (s) => s.connectionSync?.state === 'running',
+          { timeoutMs: 5000, what: 'conntrackd running on n2' },
+        );
 
         const sources = Array.from({ length: SOURCES }, (_, i) => (family === 6 ? `fd78:${SUBNET}::${51 + i}` : `10.78.${SUBNET}.${51 + i}`));
         const url = family === 6 ? `https://[${vip}]:6443` : `https://${vip}:6443`;
         const out = join(lab.dir, `streams-ipv${family}-${signal}.jsonl`);
-        const client = lab.spawn(lab.client.netns, [process.execPath, compiledScript('watch-streams'), '--url', url, '--ca', lab.ca.certFile, '--sources', sources.join(','), '--count', String(STREAMS), '--duration', '60000', '--gap-ms', String(GAP_MS), '--out', out], { logFile: `streams-ipv${family}-${signal}.log` });
+        const client = lab.spawn(
+          lab.client.netns,
+          [
+            process.execPath,
+            compiledScript('watch-streams'),
+            '--url',
+            url,
+            '--ca',
+            lab.ca.certFile,
+            '--sources',
+            sources.join(','),
+            '--count',
+            String(STREAMS),
+            '--duration',
+            '60000',
+            '--gap-ms',
+            String(GAP_MS),
+            '--out',
+            out,
+          ],
+          { logFile: `streams-ipv${family}-${signal}.log` },
+        );
         let summary: Record<string, unknown> | null = null;
         onJsonLines<Record<string, unknown>>(client, (o) => {
           if (o.summary === true) summary = o;
@@ -92,7 +128,19 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
         // the streams' established entries reach the Backup that takes over (FTFW: one message per
         // entry): counted in n2's own conntrackd's external cache (its directory names its network namespace)
         const held = async (): Promise<number> =>
-          Number((await lab.exec(lab.nodes[1]!.netns, ['sh', '-c', `conntrackd -C /run/ballast/conntrackd-$(stat -L -c %i /proc/self/ns/net)-eth0-vrid51/conntrackd.conf -e | grep -c 'ESTABLISHED .*dst=${vip} .*dport=6443 '`], { allowFail: true })).stdout.trim() || 0);
+          Number(
+            (
+              await lab.exec(
+                lab.nodes[1]!.netns,
+                [
+                  'sh',
+                  '-c',
+                  `conntrackd -C /run/ballast/conntrackd-$(stat -L -c %i /proc/self/ns/net)-eth0-vrid51/conntrackd.conf -e | grep -c 'ESTABLISHED .*dst=${vip} .*dport=6443 '`,
+                ],
+                { allowFail: true },
+              )
+            ).stdout.trim() || 0,
+          );
         await waitFor(held, (n) => n >= STREAMS, { timeoutMs: 8000, intervalMs: 200, what: `n2's conntrackd to hold the ${STREAMS} streams` });
         await sleep(4 * EVENT_MS);
 
@@ -101,15 +149,26 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
         agents = agents.filter((a) => a !== a1);
         await waitForHolder(lab, vip, 'n2', 8000).catch(async () => {
           // after SIGKILL the old holder keeps its copy of the VIP until its lifetime ends: n2 is master all the same
-          await waitFor(() => a2.status(), (s) => s.state === 'master', { timeoutMs: 3000, what: 'n2 master' });
+          await waitFor(
+            () => a2.status(),
+            (s) => s.state === 'master',
+            { timeoutMs: 3000, what: 'n2 master' },
+          );
         });
         await sleep(AFTER_MS);
         const st2 = await a2.status();
         client.kill('SIGTERM');
-        await waitFor(() => summary, (s) => s !== null, { timeoutMs: 20_000, what: 'the streams client to report' }).catch((err: unknown) => {
+        await waitFor(
+          () => summary,
+          (s) => s !== null,
+          { timeoutMs: 20_000, what: 'the streams client to report' },
+        ).catch((err: unknown) => {
           throw new Error(`${(err as Error).message}; its output ends: ${client.output().slice(-1500)}`);
         });
-        const records = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as StreamRecord);
+        const records = readFileSync(out, 'utf8')
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l) as StreamRecord);
 
         const takeover = a2.logLines().find((l) => l.msg === 'state change' && l.to === 'master' && Date.parse(String(l.at)) >= killedAt);
         const takeoverAt = Date.parse(String(takeover?.at));
@@ -123,7 +182,9 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
         const ended = records.filter((r) => r.end !== null);
         const hanging = records.filter((r) => r.end === null && (r.lastEventAt ?? 0) <= takeoverAt + EVENT_MS);
         // each kept stream's stall: its longest gap that overlaps the move (or one event interval)
-        const stalls = kept.map((r) => Math.max(EVENT_MS, ...r.gaps.filter(([at, ms]) => at + ms >= killedAt && at <= takeoverAt + 2000).map(([, ms]) => ms))).sort((x, y) => x - y);
+        const stalls = kept
+          .map((r) => Math.max(EVENT_MS, ...r.gaps.filter(([at, ms]) => at + ms >= killedAt && at <= takeoverAt + 2000).map(([, ms]) => ms)))
+          .sort((x, y) => x - y);
         const pct = (p: number): number => stalls[Math.min(stalls.length - 1, Math.floor((p / 100) * stalls.length))] ?? 0;
         // per serving node: how many kept streams stalled past the bound, and the longest stall
         const slowBy: Record<string, [number, number]> = {};
@@ -149,10 +210,27 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
           console.log(`[hitless debug] ${JSON.stringify(h)}`);
           for (const n of lab.nodes) {
             // this node's kernel, then its own conntrackd's external cache (its directory is named by its network namespace)
-            const all = (await lab.exec(n.netns, ['sh', '-c', `conntrack -L 2>/dev/null | grep -w ${h.port}; echo "external cache:"; conntrackd -C /run/ballast/conntrackd-$(stat -L -c %i /proc/self/ns/net)-eth0-vrid51/conntrackd.conf -e 2>/dev/null | grep -w ${h.port}`], { allowFail: true })).stdout;
+            const all = (
+              await lab.exec(
+                n.netns,
+                [
+                  'sh',
+                  '-c',
+                  `conntrack -L 2>/dev/null | grep -w ${h.port}; echo "external cache:"; conntrackd -C /run/ballast/conntrackd-$(stat -L -c %i /proc/self/ns/net)-eth0-vrid51/conntrackd.conf -e 2>/dev/null | grep -w ${h.port}`,
+                ],
+                { allowFail: true },
+              )
+            ).stdout;
             console.log(`[hitless debug] ${n.name}:\n${all}`);
           }
-          for (const a of started) console.log(`[hitless debug] ${a.node.name} log: ${a.logLines().filter((l) => /connection sync|conntrack|state change/.test(String(l.msg))).map((l) => `${String(l.time).slice(11)} ${String(l.msg)} ${JSON.stringify({ entries: l.entries, to: l.to, durationMs: l.durationMs })}`).join('\n')}`);
+          for (const a of started)
+            console.log(
+              `[hitless debug] ${a.node.name} log: ${a
+                .logLines()
+                .filter((l) => /connection sync|conntrack|state change/.test(String(l.msg)))
+                .map((l) => `${String(l.time).slice(11)} ${String(l.msg)} ${JSON.stringify({ entries: l.entries, to: l.to, durationMs: l.durationMs })}`)
+                .join('\n')}`,
+            );
         }
         expect(records).toHaveLength(STREAMS);
         // the hash spreads the streams over the three apiservers

@@ -47,13 +47,23 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
     await lab?.teardown();
   });
 
-  const settings = (priority: number): AgentSettings => ({ priority, advertisementInterval: `${ADVERT_MS}ms`, balance: true, healthInterval: `${INTERVAL_MS}ms` });
+  const settings = (priority: number): AgentSettings => ({
+    priority,
+    advertisementInterval: `${ADVERT_MS}ms`,
+    balance: true,
+    healthInterval: `${INTERVAL_MS}ms`,
+  });
 
   async function cluster(): Promise<LabAgent[]> {
     const started = await Promise.all([150, 100, 50].map((p, i) => startAgent(lab, lab.nodes[i]!, settings(p))));
     agents.push(...started);
     await waitForHolder(lab, lab.vip4, 'n1');
-    for (const a of started) await waitFor(() => a.status(), (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy), { timeoutMs: 5000, what: `all backends up on ${a.node.name}` });
+    for (const a of started)
+      await waitFor(
+        () => a.status(),
+        (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy),
+        { timeoutMs: 5000, what: `all backends up on ${a.node.name}` },
+      );
     return started;
   }
 
@@ -65,7 +75,11 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
     const [first, a2, a3] = await cluster();
     let a1 = first!;
     // n1's adverts as n3 receives them (wall clock, µs)
-    const dump = lab.spawn(lab.nodes[2]!.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', 'ip proto 112 and src host', lab.nodes[0]!.ipv4], { logFile: 'n1-adverts.txt' });
+    const dump = lab.spawn(
+      lab.nodes[2]!.netns,
+      ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', 'ip proto 112 and src host', lab.nodes[0]!.ipv4],
+      { logFile: 'n1-adverts.txt' },
+    );
     await dump.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
     const preempts: number[] = [];
     const phases: number[][] = [];
@@ -75,7 +89,11 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
       agents = agents.filter((a) => a !== a1);
       // (n1 keeps its copy of the VIP until its lifetime ends or the next agent removes it)
       const before = a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length;
-      await waitFor(async () => a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length, (n) => n > before, { timeoutMs: 5000, intervalMs: 20, what: 'n2 to take over' });
+      await waitFor(
+        async () => a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length,
+        (n) => n > before,
+        { timeoutMs: 5000, intervalMs: 20, what: 'n2 to take over' },
+      );
       const c1 = Date.now();
       a1 = await runAgent(lab, lab.nodes[0]!, a1.configPath, { logFile: `n1-ballast.log` });
       agents.push(a1);
@@ -93,19 +111,40 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
       const seq = [p, ...adverts.filter((t) => t >= p - 5 && t <= p + 2000)];
       return Math.round(Math.max(...seq.slice(1).map((t, k) => t - seq[k]!)));
     });
-    const moves = (a: LabAgent): string => JSON.stringify(a.logLines().filter((l) => l.msg === 'state change').map((l) => `${String(l.at).slice(11)} ${String(l.from)}>${String(l.to)} ${String(l.reason)}`));
+    const moves = (a: LabAgent): string =>
+      JSON.stringify(
+        a
+          .logLines()
+          .filter((l) => l.msg === 'state change')
+          .map((l) => `${String(l.at).slice(11)} ${String(l.from)}>${String(l.to)} ${String(l.reason)}`),
+      );
     console.log(`[holder-kill] n1 preempts ${JSON.stringify(preempts.map((p) => new Date(p).toISOString().slice(11)))}\nn2 ${moves(a2!)}\nn3 ${moves(a3!)}`);
-    const takeovers = [a2!, a3!].flatMap((a) => a.logLines().filter((l) => l.msg === 'state change' && l.to === 'master' && l.reason === 'masterDown' && l.previousMaster !== undefined).map((l) => {
-      const at = Date.parse(String(l.at));
-      const last = Math.max(...adverts.filter((t) => t <= at));
-      return `${a.node.name} ${Math.round(at - last)}`;
-    }));
-    const silent = [a1, a2!, a3!].flatMap((a) => a.logLines().filter((l) => /election thread was silent/.test(String(l.msg))).map((l) => `${a.node.name} ${String(l.time).slice(11)} ${String(l.silentMs)}`));
-    const timing = async (a: LabAgent): Promise<string> => JSON.stringify((({ gc, rescued, receiveGapMaxMs, sendLateMaxMs }) => ({ gc, rescued, receiveGapMaxMs, sendLateMaxMs }))((await a.status()).timing ?? {} as never));
+    const takeovers = [a2!, a3!].flatMap((a) =>
+      a
+        .logLines()
+        .filter((l) => l.msg === 'state change' && l.to === 'master' && l.reason === 'masterDown' && l.previousMaster !== undefined)
+        .map((l) => {
+          const at = Date.parse(String(l.at));
+          const last = Math.max(...adverts.filter((t) => t <= at));
+          return `${a.node.name} ${Math.round(at - last)}`;
+        }),
+    );
+    const silent = [a1, a2!, a3!].flatMap((a) =>
+      a
+        .logLines()
+        .filter((l) => /election thread was silent/.test(String(l.msg)))
+        .map((l) => `${a.node.name} ${String(l.time).slice(11)} ${String(l.silentMs)}`),
+    );
+    const timing = async (a: LabAgent): Promise<string> =>
+      JSON.stringify(
+        (({ gc, rescued, receiveGapMaxMs, sendLateMaxMs }) => ({ gc, rescued, receiveGapMaxMs, sendLateMaxMs }))((await a.status()).timing ?? ({} as never)),
+      );
     console.log(`[holder-kill] election thread timing: n2 ${await timing(a2!)}; n3 ${await timing(a3!)}`);
     console.log(`[holder-kill] pacer covers: ${JSON.stringify(silent)}`);
     console.log(`[holder-kill] Master_Down takeovers, ms after n1's last advert: ${JSON.stringify(takeovers)}`);
-    console.log(`[holder-kill] largest gap between n1's adverts in the 2 s after each preemption, ms: ${JSON.stringify(gaps)}; n2 master ${a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length} times, n3 ${a3!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length}`);
+    console.log(
+      `[holder-kill] largest gap between n1's adverts in the 2 s after each preemption, ms: ${JSON.stringify(gaps)}; n2 master ${a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length} times, n3 ${a3!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').length}`,
+    );
     console.log(`[holder-kill] per restart (takeover, agent answers, preempted back), ms: ${JSON.stringify(phases)}`);
     // the last takeover's confirmation has long ended (it takes at most one interval)
     const backend = n1Backend();
@@ -116,18 +155,26 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
     const changes = about.filter((l) => (l.msg === 'backend health' && l.from !== 'unknown') || /damp/.test(String(l.msg)) || l.msg === 'backend verdict');
     const st2 = await a2!.status();
     const mine = st2.backends.find((b) => b.address === backend);
-    console.log(`[holder-kill] ${RESTARTS} restarts in ${Date.now() - t0} ms: on n2, taken out ${takenOut}, confirmed alive ${alive}, health/damping lines ${changes.length}; n1's backend now ${JSON.stringify(mine)}`);
+    console.log(
+      `[holder-kill] ${RESTARTS} restarts in ${Date.now() - t0} ms: on n2, taken out ${takenOut}, confirmed alive ${alive}, health/damping lines ${changes.length}; n1's backend now ${JSON.stringify(mine)}`,
+    );
     // the preemptions back: n1's adverts keep their pace from its first one
     // (the pacer covers a silent thread at 1.5 intervals; a gap within it can fire no Backup,
     // whose Master_Down_Interval is 3 intervals + Skew_Time), and no Backup takes over meanwhile
     expect(gaps).toHaveLength(RESTARTS);
     for (const g of gaps) expect(g).toBeLessThanOrEqual(1.5 * ADVERT_MS + GAP_MARGIN_MS);
-    const becameMaster = (a: LabAgent): number[] => a.logLines().filter((l) => l.msg === 'state change' && l.to === 'master').map((l) => Date.parse(String(l.at)));
+    const becameMaster = (a: LabAgent): number[] =>
+      a
+        .logLines()
+        .filter((l) => l.msg === 'state change' && l.to === 'master')
+        .map((l) => Date.parse(String(l.at)));
     const falseFailovers = [a2!, a3!].flatMap((a) => becameMaster(a).filter((t) => preempts.some((p) => t > p && t <= p + WATCH_MS)));
     expect(falseFailovers).toEqual([]);
     // every Master_Down takeover of n2 asked, and heard n1's apiserver answer (a takeover may be a
     // preemption of n3 instead, when n3's Master_Down fired first: see the gaps line above)
-    const masterDowns = a2!.logLines().filter((l) => l.msg === 'state change' && l.to === 'master' && l.reason === 'masterDown' && l.previousMaster === lab.nodes[0]!.ipv4).length;
+    const masterDowns = a2!
+      .logLines()
+      .filter((l) => l.msg === 'state change' && l.to === 'master' && l.reason === 'masterDown' && l.previousMaster === lab.nodes[0]!.ipv4).length;
     expect(masterDowns).toBeGreaterThan(0);
     expect(takenOut).toBe(0);
     expect(changes).toEqual([]);
@@ -148,7 +195,9 @@ describe.skipIf(needs('root'))('the holder agent killed and restarted (root; ski
       (l) => l !== undefined,
       { timeoutMs: 3000, what: "n2 to take n1's backend out" },
     );
-    const master = a2!.logLines().find((l) => l.msg === 'state change' && l.to === 'master' && l.reason === 'masterDown' && l.previousMaster === lab.nodes[0]!.ipv4);
+    const master = a2!
+      .logLines()
+      .find((l) => l.msg === 'state change' && l.to === 'master' && l.reason === 'masterDown' && l.previousMaster === lab.nodes[0]!.ipv4);
     expect(master).toBeDefined();
     const afterMs = Date.parse(String(out!.time)) - Date.parse(String(master!.at));
     console.log(`[holder-kill] link down: n1's backend out ${afterMs} ms after n2's takeover (${String(out!.reason)})`);

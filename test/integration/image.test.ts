@@ -102,13 +102,15 @@ describe.skipIf(needs('root', 'nft'))('the OCI image (root; skipped otherwise)',
     expect(c.Entrypoint).toEqual(['/usr/lib/ballast/bin/node', '/usr/lib/ballast/dist/src/cli.js']);
     expect(c.Cmd).toEqual(['run', '--config', '/etc/ballast/ballast.yaml']);
     expect(c.User).toBe('root');
-    for (const k of ['title', 'description', 'version', 'revision', 'created', 'source', 'licenses', 'vendor']) expect(c.Labels[`org.opencontainers.image.${k}`], k).toBeTruthy();
+    for (const k of ['title', 'description', 'version', 'revision', 'created', 'source', 'licenses', 'vendor'])
+      expect(c.Labels[`org.opencontainers.image.${k}`], k).toBeTruthy();
     expect(c.Labels['org.opencontainers.image.version']).toBe(art.version);
     // one layer, which podman's overlay storage holds unpacked: the root filesystem as containers see it
     expect(image!.RootFS.Layers).toHaveLength(1);
     expect(image!.GraphDriver.Name).toBe('overlay');
     const rootfs = image!.GraphDriver.Data.UpperDir;
-    for (const sh of ['bin/sh', 'usr/bin/sh', 'bin/bash', 'usr/bin/bash', 'bin/dash', 'usr/bin/dash', 'bin/busybox']) expect(() => lstatSync(join(rootfs, sh)), sh).toThrow(/ENOENT/);
+    for (const sh of ['bin/sh', 'usr/bin/sh', 'bin/bash', 'usr/bin/bash', 'bin/dash', 'usr/bin/dash', 'bin/busybox'])
+      expect(() => lstatSync(join(rootfs, sh)), sh).toThrow(/ENOENT/);
     const doc = JSON.parse(readFileSync(art.sbom, 'utf8')) as SpdxDocument;
     expect(doc.spdxVersion).toBe('SPDX-2.3');
     const nodeVersion = execFileSync(join(rootfs, 'usr/lib/ballast/bin/node'), ['--version'], { encoding: 'utf8' }).trim().replace(/^v/, '');
@@ -139,13 +141,26 @@ describe.skipIf(needs('root', 'nft'))('the OCI image (root; skipped otherwise)',
     const name = `${PREFIX}-n1`;
     const tRun = Date.now();
     container = podman.spawn([
-      'run', '--rm', '--name', name, '--pull', 'never',
-      '--network', `ns:/run/netns/${n1.netns}`,
-      '--cgroups', 'disabled', ...podman.ulimits(),
-      '--cap-drop', 'all', ...CAPABILITIES.flatMap((c) => ['--cap-add', c]),
-      '--volume', `${etc}:/etc/ballast:ro`,
-      '--volume', `${join(work, 'run-ballast')}:/run/ballast`,
-      '--volume', `${join(work, 'var-lib-ballast')}:/var/lib/ballast`,
+      'run',
+      '--rm',
+      '--name',
+      name,
+      '--pull',
+      'never',
+      '--network',
+      `ns:/run/netns/${n1.netns}`,
+      '--cgroups',
+      'disabled',
+      ...podman.ulimits(),
+      '--cap-drop',
+      'all',
+      ...CAPABILITIES.flatMap((c) => ['--cap-add', c]),
+      '--volume',
+      `${etc}:/etc/ballast:ro`,
+      '--volume',
+      `${join(work, 'run-ballast')}:/run/ballast`,
+      '--volume',
+      `${join(work, 'var-lib-ballast')}:/var/lib/ballast`,
       ref(),
     ]);
     container.stdout!.on('data', (b: Buffer) => (containerOutput += b.toString()));

@@ -138,14 +138,21 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
   }
 
   /** The lines keepalived logged so far that match `text`. */
-  const kaLines = (k: KeepalivedPeer, text: RegExp): string[] => k.proc.output().split('\n').filter((l) => text.test(l));
+  const kaLines = (k: KeepalivedPeer, text: RegExp): string[] =>
+    k.proc
+      .output()
+      .split('\n')
+      .filter((l) => text.test(l));
 
   /**
    * Reads an agent's /status, runs `during`, and reads it again. `ms` is the time the counters
    * surely counted for: from the end of the first read to the start of the second (a read runs
    * curl in the node, 10–300 ms on 2 loaded cores, and the agent answers at some point in it).
    */
-  async function statusAround(a: LabAgent, during: () => Promise<unknown>): Promise<{ first: ElectionStatusDocument; last: ElectionStatusDocument; ms: number }> {
+  async function statusAround(
+    a: LabAgent,
+    during: () => Promise<unknown>,
+  ): Promise<{ first: ElectionStatusDocument; last: ElectionStatusDocument; ms: number }> {
     const first = await a.status();
     const t0 = performance.now();
     await during();
@@ -155,7 +162,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
   }
 
   /** Expects at least {@link minAdverts} more `counter` in the second read than in the first, and notes the figures for the end. Returns the increase. */
-  function expectAdverts(what: string, w: { first: ElectionStatusDocument; last: ElectionStatusDocument; ms: number }, counter: 'advertsReceived' | 'advertsSent'): number {
+  function expectAdverts(
+    what: string,
+    w: { first: ElectionStatusDocument; last: ElectionStatusDocument; ms: number },
+    counter: 'advertsReceived' | 'advertsSent',
+  ): number {
     const n = w.last.counters[counter] - w.first.counters[counter];
     const bound = minAdverts(w.ms);
     counted.push(`${what}: ${counter} ${n} in ${w.ms.toFixed(0)} ms (bound ≥ ${bound})`);
@@ -226,7 +237,10 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       handovers.push(`priority 0, keepalived → ballast: SIGTERM to new holder seen ${ms.toFixed(1)} ms (bound ${bound.toFixed(1)} ms)`);
       expect(code).toBe(0);
       expect(ms).toBeLessThanOrEqual(bound);
-      const taker = a2.logLines().filter((l) => l.msg === 'state change').pop();
+      const taker = a2
+        .logLines()
+        .filter((l) => l.msg === 'state change')
+        .pop();
       expect(taker).toMatchObject({ from: 'backup', to: 'master', reason: 'resigned' });
       await expectSoleHolder(lab.vip4, 'n2');
     });
@@ -248,7 +262,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       await sleep(1000);
       await expectSoleHolder(lab.vip4, 'n1', 500);
       const a1b = await ballast(n1(), { priority: 150, restartHold: '4s' });
-      await waitFor(async () => a1b.logLines().filter((l) => l.msg === 'state change'), (ls) => ls.some((l) => l.to === 'master' && l.reason === 'resumed'), { timeoutMs: 3000, intervalMs: 50, what: 'ballast resumed as master' });
+      await waitFor(
+        async () => a1b.logLines().filter((l) => l.msg === 'state change'),
+        (ls) => ls.some((l) => l.to === 'master' && l.reason === 'resumed'),
+        { timeoutMs: 3000, intervalMs: 50, what: 'ballast resumed as master' },
+      );
       await expectSoleHolder(lab.vip4, 'n1', 1500);
       // keepalived never left BACKUP
       expect(kaLines(k2, /Entering MASTER STATE/)).toHaveLength(mastersBefore);
@@ -267,7 +285,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       await waitForHolder(lab, lab.vip4, 'n2', 2000);
       await k2.waitForState('MASTER');
       const back = await ballast(n1(), { priority: 150 });
-      await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: 3000, intervalMs: 10, what: 'n1 to take the VIP back' });
+      await waitFor(
+        () => lab.holders(lab.vip4),
+        (h) => h.length === 1 && h[0]!.name === 'n1',
+        { timeoutMs: 3000, intervalMs: 10, what: 'n1 to take the VIP back' },
+      );
       // from the agent's own startup (its log's wall clock), not from the process spawn
       const changes = back.logLines().filter((l) => l.msg === 'state change');
       expect(changes.map((l) => [l.from, l.to, l.reason])).toEqual([
@@ -291,7 +313,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       // startKeepalived resolves once it is in BACKUP; from there its own Master_Down_Interval runs
       const back = await keepalived(n1(), { priority: 150 });
       const t0 = performance.now();
-      await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: 3000, intervalMs: 10, what: 'n1 to take the VIP back' });
+      await waitFor(
+        () => lab.holders(lab.vip4),
+        (h) => h.length === 1 && h[0]!.name === 'n1',
+        { timeoutMs: 3000, intervalMs: 10, what: 'n1 to take the VIP back' },
+      );
       const tookMs = performance.now() - t0;
       handovers.push(`keepalived 150 preempts ballast 100: VIP back ${tookMs.toFixed(0)} ms after keepalived entered BACKUP (bound ${bound.toFixed(1)} ms)`);
       expect(tookMs).toBeLessThan(bound);
@@ -299,7 +325,12 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       await expectSoleHolder(lab.vip4, 'n1');
       const s2 = await a2.status();
       expect(s2).toMatchObject({ state: 'backup', masterAddress: n1().ipv4, masterPriority: 150 });
-      expect(a2.logLines().filter((l) => l.msg === 'state change').pop()).toMatchObject({ from: 'master', to: 'backup', reason: 'higherPriority' });
+      expect(
+        a2
+          .logLines()
+          .filter((l) => l.msg === 'state change')
+          .pop(),
+      ).toMatchObject({ from: 'master', to: 'backup', reason: 'higherPriority' });
     });
   });
 
@@ -342,10 +373,7 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
   // -------------------------------------------------------------------------------------------
   describe('IPv6 (ff02::12 from link-local)', () => {
     it('ballast 150 + keepalived 100: ballast holds the IPv6 VIP', async () => {
-      const [a1, k2] = await Promise.all([
-        ballast(n1(), { priority: 150, family: 6 }),
-        keepalived(n2(), { priority: 100, vips: [`${lab.vip6}/128`] }),
-      ]);
+      const [a1, k2] = await Promise.all([ballast(n1(), { priority: 150, family: 6 }), keepalived(n2(), { priority: 100, vips: [`${lab.vip6}/128`] })]);
       await waitForHolder(lab, lab.vip6, 'n1', 5000);
       await k2.waitForState('BACKUP');
       await expectSoleHolder(lab.vip6, 'n1');
@@ -354,10 +382,7 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
     });
 
     it('keepalived 150 + ballast 100: keepalived holds the IPv6 VIP', async () => {
-      const [k1, a2] = await Promise.all([
-        keepalived(n1(), { priority: 150, vips: [`${lab.vip6}/128`] }),
-        ballast(n2(), { priority: 100, family: 6 }),
-      ]);
+      const [k1, a2] = await Promise.all([keepalived(n1(), { priority: 150, vips: [`${lab.vip6}/128`] }), ballast(n2(), { priority: 100, family: 6 })]);
       await waitForHolder(lab, lab.vip6, 'n1', 5000);
       await k1.waitForState('MASTER');
       const w = await statusAround(a2, () => expectSoleHolder(lab.vip6, 'n1'));
@@ -381,7 +406,7 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       expect((await a1.status()).counters.dropped.checksum ?? 0).toBe(0);
     });
 
-    it('checksum: rfc9568 — keepalived 2.2.7 discards ballast\'s adverts (two holders); ballast still hears keepalived', async () => {
+    it("checksum: rfc9568 — keepalived 2.2.7 discards ballast's adverts (two holders); ballast still hears keepalived", async () => {
       /*
        * lower_prio_no_advert: without it keepalived restarts a MASTER's advert timer on every
        * packet it reads for its VRID, even one it then discards for its checksum (2.2.7,
@@ -398,7 +423,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       ]);
       // keepalived never hears the higher priority, so its Master_Down_Timer fires; ballast
       // hears keepalived's lower priority and, as Active, discards it (RFC 9568 §6.4.3)
-      await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 2, { timeoutMs: 5000, what: 'both nodes to hold the VIP' });
+      await waitFor(
+        () => lab.holders(lab.vip4),
+        (h) => h.length === 2,
+        { timeoutMs: 5000, what: 'both nodes to hold the VIP' },
+      );
       await k2.waitForState('MASTER');
       const invalid = /\(VI_51\) Invalid VRRPv3 checksum/;
       // before the first read: every line after it is for an advert counted in advertsSent after it
@@ -413,7 +442,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       // and keepalived says why it does not hear ballast: once for every advert ballast sent
       const sent = expectAdverts('checksum rfc9568, two holders', w, 'advertsSent');
       // its log reaches us through a pipe: wait for the lines to arrive
-      await waitFor(() => kaLines(k2, invalid).length - logged0, (n) => n >= sent, { timeoutMs: 2000, what: `keepalived to log ${sent} invalid checksums` });
+      await waitFor(
+        () => kaLines(k2, invalid).length - logged0,
+        (n) => n >= sent,
+        { timeoutMs: 2000, what: `keepalived to log ${sent} invalid checksums` },
+      );
     });
   });
 
@@ -436,7 +469,11 @@ describe.skipIf(why)(`ballast ⇄ keepalived (${kaVersion}) on the lab (root and
       await k2.waitForState('MASTER', { timeoutMs: 8000 });
       // two VRRPv2 adverts, to show the warning is logged once and not per packet: two intervals
       // (the first advert may come before ballast listens) and one more for the reads
-      const s = await waitFor(() => a1.status(), (st) => (st.counters.dropped.vrrpv2 ?? 0) >= 2, { timeoutMs: 3000, intervalMs: 200, what: 'two VRRPv2 drops' });
+      const s = await waitFor(
+        () => a1.status(),
+        (st) => (st.counters.dropped.vrrpv2 ?? 0) >= 2,
+        { timeoutMs: 3000, intervalMs: 200, what: 'two VRRPv2 drops' },
+      );
       expect(s.state).toBe('master');
       expect(s.counters.advertsReceived).toBe(0);
       expect(kaLines(k2, /wrong version\. Received 3 and expect 2/).length).toBeGreaterThan(0);

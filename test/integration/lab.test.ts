@@ -14,7 +14,6 @@ import { Lab, probeOnce, runProber, type LabNode, type Summary } from '../../lab
 import { reach, requestOnce } from '../../lab/clients/prober.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
-
 const PREFIX = 'blab';
 const SUBNET = 201;
 const sh = (cmd: string, args: string[]): string => {
@@ -22,8 +21,13 @@ const sh = (cmd: string, args: string[]): string => {
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr}`);
   return r.stdout;
 };
-const labNetns = (): string[] => sh('ip', ['netns', 'list']).split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`${PREFIX}-`));
-const rootLinks = (): string[] => (JSON.parse(sh('ip', ['-j', 'link', 'show'])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(PREFIX));
+const labNetns = (): string[] =>
+  sh('ip', ['netns', 'list'])
+    .split('\n')
+    .map((l) => l.split(' ')[0] ?? '')
+    .filter((n) => n.startsWith(`${PREFIX}-`));
+const rootLinks = (): string[] =>
+  (JSON.parse(sh('ip', ['-j', 'link', 'show'])) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(PREFIX));
 
 describe.skipIf(needs('root'))('lab on real namespaces (needs root)', () => {
   let lab: Lab;
@@ -134,7 +138,10 @@ describe.skipIf(needs('root'))('lab on real namespaces (needs root)', () => {
     const spawnedAt = Date.now();
     const a = runProber(lab, { url, intervalMs: 20, durationMs: 20_000 });
     let firstSeen: { at: number; t: number } | undefined;
-    void waitFor(() => a.results()[0], { timeoutMs: 10_000, intervalMs: 5, what: 'the first probe result' }).then((r) => (firstSeen = { at: Date.now(), t: r.t }), () => undefined);
+    void waitFor(() => a.results()[0], { timeoutMs: 10_000, intervalMs: 5, what: 'the first probe result' }).then(
+      (r) => (firstSeen = { at: Date.now(), t: r.t }),
+      () => undefined,
+    );
     const stopped = await endEarly(a, () => a.stop());
     expect(stopped.failed).toBe(0);
     // startedAt is t = 0 on the wall clock: after the spawn, and no later than the first result's
@@ -271,10 +278,75 @@ describe('stand-in apiserver and prober over loopback (no root needed)', () => {
     dir = await mkdtemp(join(tmpdir(), 'ballast-standin-test-'));
     await writeFile(join(dir, 'ext.cnf'), '[ext]\nsubjectAltName = IP:127.0.0.1,IP:::1,DNS:localhost\nbasicConstraints = critical,CA:FALSE\n');
     const o = (args: string[]): string => sh('openssl', args);
-    o(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 'ca.key'), '-out', join(dir, 'ca.crt'), '-days', '1', '-subj', '/CN=test ca']);
-    o(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 's.key'), '-out', join(dir, 's.csr'), '-subj', '/CN=s']);
-    o(['x509', '-req', '-in', join(dir, 's.csr'), '-CA', join(dir, 'ca.crt'), '-CAkey', join(dir, 'ca.key'), '-set_serial', '7', '-days', '1', '-extfile', join(dir, 'ext.cnf'), '-extensions', 'ext', '-out', join(dir, 's.crt')]);
-    o(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 'other.key'), '-out', join(dir, 'other.crt'), '-days', '1', '-subj', '/CN=test ca']);
+    o([
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      join(dir, 'ca.key'),
+      '-out',
+      join(dir, 'ca.crt'),
+      '-days',
+      '1',
+      '-subj',
+      '/CN=test ca',
+    ]);
+    o([
+      'req',
+      '-new',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      join(dir, 's.key'),
+      '-out',
+      join(dir, 's.csr'),
+      '-subj',
+      '/CN=s',
+    ]);
+    o([
+      'x509',
+      '-req',
+      '-in',
+      join(dir, 's.csr'),
+      '-CA',
+      join(dir, 'ca.crt'),
+      '-CAkey',
+      join(dir, 'ca.key'),
+      '-set_serial',
+      '7',
+      '-days',
+      '1',
+      '-extfile',
+      join(dir, 'ext.cnf'),
+      '-extensions',
+      'ext',
+      '-out',
+      join(dir, 's.crt'),
+    ]);
+    o([
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      join(dir, 'other.key'),
+      '-out',
+      join(dir, 'other.crt'),
+      '-days',
+      '1',
+      '-subj',
+      '/CN=test ca',
+    ]);
     ca = await readFile(join(dir, 'ca.crt'));
     standin = await startStandin({
       name: 'n9',
@@ -327,10 +399,12 @@ describe('stand-in apiserver and prober over loopback (no root needed)', () => {
   it('close() ends keep-alive connections instead of waiting for them', async () => {
     const agent = new https.Agent({ keepAlive: true, ca });
     await new Promise<void>((resolve, reject) => {
-      https.get(`https://127.0.0.1:${port}/livez`, { agent }, (res) => {
-        res.resume();
-        res.on('end', resolve);
-      }).on('error', reject);
+      https
+        .get(`https://127.0.0.1:${port}/livez`, { agent }, (res) => {
+          res.resume();
+          res.on('end', resolve);
+        })
+        .on('error', reject);
     });
     const t0 = Date.now();
     await standin.close();

@@ -44,7 +44,10 @@ describe.skipIf(needs('bpf', 'nft'))('the lifecycle: one config from before kube
     }
     console.log(formatStep(f));
     if (!f.pass) broken = `step ${f.step} failed`;
-    expect(f.checks.filter((c) => !c.ok), formatStep(f)).toStrictEqual([]);
+    expect(
+      f.checks.filter((c) => !c.ok),
+      formatStep(f),
+    ).toStrictEqual([]);
     expect(f.vip.unexplained, `VIP client failures outside every bound of step ${f.step}`).toStrictEqual([]);
     expect(f.local?.unexplained ?? [], `local-endpoint client failures outside every bound of step ${f.step}`).toStrictEqual([]);
     return f;

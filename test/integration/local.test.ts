@@ -31,7 +31,7 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   const extra: { stop(): Promise<unknown> }[] = [];
 
   beforeAll(async () => {
-    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: true , apiservers: true });
+    lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3, ipv6: true, apiservers: true });
     cgroup = await lab.cgroup(lab.nodes[0]!);
     pinDir = pinDirFor(cgroup);
   });
@@ -55,7 +55,15 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   const n1 = (): Lab['nodes'][number] => lab.nodes[0]!;
 
   /** `ballast run` on n1 with a local endpoint; `election: false` makes it a worker (no vrrp, no VIP). */
-  async function startLocal(o: { mode: 'ebpf' | 'proxy'; election?: boolean; family?: 4 | 6; address?: string | string[]; keepOnStop?: boolean; force?: boolean; failOpen?: boolean }): Promise<LabAgent> {
+  async function startLocal(o: {
+    mode: 'ebpf' | 'proxy';
+    election?: boolean;
+    family?: 4 | 6;
+    address?: string | string[];
+    keepOnStop?: boolean;
+    force?: boolean;
+    failOpen?: boolean;
+  }): Promise<LabAgent> {
     const settings: AgentSettings = {
       priority: 150,
       balance: true,
@@ -76,7 +84,11 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
   const localOf = async (a: LabAgent): Promise<StatusDocument['local']> => (await a.anyStatus()).local;
   /** Waits until the endpoint balances to exactly `n` backends; returns the status. */
   const backendsIn = (a: LabAgent, n: number, timeoutMs = 5000): Promise<StatusDocument['local']> =>
-    waitFor(() => localOf(a), (l) => l.mode !== 'off' && l.backends.length === n, { timeoutMs, intervalMs: 50, what: `${n} backends in the local endpoint` });
+    waitFor(
+      () => localOf(a),
+      (l) => l.mode !== 'off' && l.backends.length === n,
+      { timeoutMs, intervalMs: 50, what: `${n} backends in the local endpoint` },
+    );
   const inCgroup = (o: { address: string; port: number; tls?: boolean; count?: number; listen?: boolean }) => connectFrom(lab, n1(), { ...o, cgroup });
   async function longconn(url: string, args: string[]): Promise<Longconn> {
     const l = await startLongconn(lab, n1(), url, args, { cgroup });
@@ -84,7 +96,7 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     return l;
   }
 
-  it('ebpf: 127.0.0.1:7443 reaches every ready apiserver, getpeername says 127.0.0.1:7443, TLS verifies; outside the cgroup nothing changes; 127.0.0.1:6443 stays n1\'s; VIP:6443 from n1 is balanced in the kernel', async () => {
+  it("ebpf: 127.0.0.1:7443 reaches every ready apiserver, getpeername says 127.0.0.1:7443, TLS verifies; outside the cgroup nothing changes; 127.0.0.1:6443 stays n1's; VIP:6443 from n1 is balanced in the kernel", async () => {
     const a = await startLocal({ mode: 'ebpf' });
     const local = await backendsIn(a, 3);
     expect(local).toMatchObject({ mode: 'ebpf', endpoints: ['127.0.0.1:7443', `${lab.vip4}:6443`] });
@@ -94,7 +106,12 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     const map = local.mode === 'off' ? {} : (local.map ?? {});
     expect(Object.keys(map).sort()).toStrictEqual(['127.0.0.1:7443', `${lab.vip4}:6443`].sort());
     for (const backends of Object.values(map)) expect([...backends].sort()).toStrictEqual(all);
-    expect(cgroupPrograms(cgroup).map((p) => [p.attachType, p.ids.length])).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
+    expect(cgroupPrograms(cgroup).map((p) => [p.attachType, p.ids.length])).toStrictEqual([
+      ['connect4', 1],
+      ['connect6', 1],
+      ['getpeername4', 1],
+      ['getpeername6', 1],
+    ]);
 
     const s = await inCgroup({ address: '127.0.0.1', port: 7443, tls: true, count: 60 });
     expect(s).toMatchObject({ count: 60, ok: 60, peers: { '127.0.0.1:7443': 60 }, errors: {} });
@@ -109,7 +126,7 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     expect(Object.keys(vip.nodes).length).toBeGreaterThanOrEqual(2);
   });
 
-  it('ebpf: an apiserver process stops: the client\'s error window is at most 150 ms, and the backend leaves the map', async () => {
+  it("ebpf: an apiserver process stops: the client's error window is at most 150 ms, and the backend leaves the map", async () => {
     const a = await startLocal({ mode: 'ebpf' });
     await backendsIn(a, 3);
     const p = runProber(lab, { url: 'https://127.0.0.1:7443/version', netns: n1().netns, cgroup, intervalMs: 10, durationMs: 4000, timeoutMs: 250 });
@@ -131,7 +148,17 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     const a = await startLocal({ mode: 'ebpf' });
     await backendsIn(a, 3);
     const n3 = lab.nodes[2]!;
-    const l = await longconn('https://127.0.0.1:7443/version', ['--node', 'n3', '--interval', '100', '--duration', '15000', '--reconnect', '--max-connections', '3']);
+    const l = await longconn('https://127.0.0.1:7443/version', [
+      '--node',
+      'n3',
+      '--interval',
+      '100',
+      '--duration',
+      '15000',
+      '--reconnect',
+      '--max-connections',
+      '3',
+    ]);
     const t0 = Date.now();
     await lab.setReady(n3, false);
     await backendsIn(a, 2, FALL * INTERVAL_MS + INTERVAL_MS + MARGIN_MS + 1000);
@@ -144,11 +171,21 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     // now n3 goes silent (its link): dead, so what was sent to it is reset
     const t1 = Date.now();
     await lab.linkDown(n3);
-    const closed = await waitFor(async () => l.events.find((e) => e.event === 'closed'), (e) => e !== undefined, { timeoutMs: 5000, intervalMs: 20, what: 'the pinned connection to be reset' });
+    const closed = await waitFor(
+      async () => l.events.find((e) => e.event === 'closed'),
+      (e) => e !== undefined,
+      { timeoutMs: 5000, intervalMs: 20, what: 'the pinned connection to be reset' },
+    );
     const resetAfter = Number(closed!.at) - t1;
     expect(resetAfter).toBeLessThanOrEqual(INTERVAL_MS + 200 + 1000);
-    await waitFor(async () => l.results.filter((r) => r.ok && r.node !== 'n3').length, (n) => n >= 3, { timeoutMs: 3000, intervalMs: 50, what: 'answers from a live backend after the reconnect' });
-    expect(a.logLines().some((x) => x.msg === 'dead backend: local endpoint connections reset' && x.backend === `${n3.ipv4}:6443` && Number(x.sockets) >= 1)).toBe(true);
+    await waitFor(
+      async () => l.results.filter((r) => r.ok && r.node !== 'n3').length,
+      (n) => n >= 3,
+      { timeoutMs: 3000, intervalMs: 50, what: 'answers from a live backend after the reconnect' },
+    );
+    expect(
+      a.logLines().some((x) => x.msg === 'dead backend: local endpoint connections reset' && x.backend === `${n3.ipv4}:6443` && Number(x.sockets) >= 1),
+    ).toBe(true);
     console.log(`ebpf local endpoint: unready out of the map after ${left} ms; connection to the dead node reset after ${resetAfter} ms`);
   });
 
@@ -177,7 +214,9 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     expect(report.requests).toBeGreaterThan(200);
     expect(l.events.filter((e) => e.event === 'closed')).toStrictEqual([]);
     expect(l.results.every((r) => r.ok)).toBe(true);
-    console.log(`ebpf local endpoint over two agent restarts: ${report.requests} requests, 0 failed; the long-lived connection answered ${l.results.length} times`);
+    console.log(
+      `ebpf local endpoint over two agent restarts: ${report.requests} requests, 0 failed; the long-lived connection answered ${l.results.length} times`,
+    );
   });
 
   it('ebpf: with zero ready backends the connect() is not rewritten', async () => {
@@ -190,13 +229,17 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     expect((await inCgroup({ address: '127.0.0.1', port: 7443, count: 3, listen: true })).nodes).toStrictEqual({ self: 3 });
   });
 
-  it('ebpf: a control-plane node with an IPv4 VIP serves [::1]:7443 from the IPv6 backends, and the VIP\'s DNAT keeps the IPv4 ones', async () => {
+  it("ebpf: a control-plane node with an IPv4 VIP serves [::1]:7443 from the IPv6 backends, and the VIP's DNAT keeps the IPv4 ones", async () => {
     const both = [...lab.nodes.map((n) => `${n.ipv4}:6443`), ...lab.nodes.map((n) => `[${n.ipv6}]:6443`)];
     const a = await startAgent(lab, n1(), {
       priority: 150,
       hostMounts: true,
       extra: {
-        apiserver: { port: 6443, backends: both, health: { caFile: lab.ca.certFile, interval: `${INTERVAL_MS}ms`, timeout: `${INTERVAL_MS}ms`, rise: 2, fall: FALL } },
+        apiserver: {
+          port: 6443,
+          backends: both,
+          health: { caFile: lab.ca.certFile, interval: `${INTERVAL_MS}ms`, timeout: `${INTERVAL_MS}ms`, rise: 2, fall: FALL },
+        },
         localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'], cgroup },
         dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
       },
@@ -226,10 +269,13 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     const config = `${lab.dir}/n1-in-use.yaml`;
     const { writeFileSync } = await import('node:fs');
     const { stringify } = await import('yaml');
-    writeFileSync(config, stringify({
-      localEndpoint: { address: '127.0.0.1:7443', cgroup },
-      apiserver: { backends: lab.nodes.map((n) => `${n.ipv4}:6443`), health: { caFile: lab.ca.certFile } },
-    }));
+    writeFileSync(
+      config,
+      stringify({
+        localEndpoint: { address: '127.0.0.1:7443', cgroup },
+        apiserver: { backends: lab.nodes.map((n) => `${n.ipv4}:6443`), health: { caFile: lab.ca.certFile } },
+      }),
+    );
     const r = await lab.exec(n1().netns, [process.execPath, cliPath(), 'run', '--config', config], { allowFail: true, timeoutMs: 10_000, hostMounts: true });
     expect(r.code).toBe(2);
     expect(r.stdout + r.stderr).toMatch(/BALLAST_E_LOCAL_ENDPOINT_IN_USE/);
@@ -248,7 +294,11 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     const second = `${lab.dir}/n2-same-cgroup.yaml`;
     const backends = { backends: lab.nodes.map((n) => `${n.ipv4}:6443`), health: { caFile: lab.ca.certFile } };
     writeFileSync(second, stringify({ localEndpoint: { cgroup }, apiserver: backends }));
-    const r = await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'run', '--config', second], { allowFail: true, timeoutMs: 10_000, hostMounts: true });
+    const r = await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'run', '--config', second], {
+      allowFail: true,
+      timeoutMs: 10_000,
+      hostMounts: true,
+    });
     expect(r.code).toBe(2);
     expect(r.stdout + r.stderr).toMatch(/BALLAST_E_LOCAL_ENDPOINT_IN_USE/);
     expect(r.stdout + r.stderr).toMatch(/another ballast agent on this host already serves the local endpoint for cgroup/);
@@ -257,7 +307,11 @@ describe.skipIf(needs('bpf'))('node-local endpoint through the agent (root; skip
     const wrong = `${lab.dir}/n2-wrong-cgroup.yaml`;
     for (const bad of [`${cgroup}-missing`, lab.dir]) {
       writeFileSync(wrong, stringify({ localEndpoint: { cgroup: bad }, apiserver: backends }));
-      const w = await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'run', '--config', wrong], { allowFail: true, timeoutMs: 10_000, hostMounts: true });
+      const w = await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'run', '--config', wrong], {
+        allowFail: true,
+        timeoutMs: 10_000,
+        hostMounts: true,
+      });
       expect(w.code, bad).toBe(2);
       expect(w.stdout + w.stderr).toMatch(/BALLAST_E_CGROUP/);
       expect(w.stdout + w.stderr).toMatch(/localEndpoint\.cgroup: /);

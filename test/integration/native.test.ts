@@ -19,16 +19,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PacketSocket, VrrpSocket, isNativeError, type NativeError } from '../../src/native.js';
 import { parsePcap } from '../support/pcap.js';
-import {
-  NativePeer,
-  ROOT,
-  TRANSPILED_DIR,
-  WORKER_SCRIPT,
-  runInNamespace,
-  takeLabLock,
-  transpileNative,
-  type PeerPacket,
-} from '../support/native-peer.js';
+import { NativePeer, ROOT, TRANSPILED_DIR, WORKER_SCRIPT, runInNamespace, takeLabLock, transpileNative, type PeerPacket } from '../support/native-peer.js';
 import { needs, sleep } from '../support/index.js';
 
 const addonFile = join(ROOT, 'build', 'Release', 'ballast.node');
@@ -168,7 +159,6 @@ async function startCapture(ns: string, dev: string, count: number, filter: stri
   return { done, kill: () => child.kill('SIGKILL') };
 }
 
-
 describe.skipIf(skipReason)(`native addon on the real kernel (netns ${NS_A} ⇄ ${NS_B}${skipReason === null ? '' : `: SKIPPED, ${skipReason}`})`, () => {
   let nativeJs: string;
   let a: NativePeer | undefined;
@@ -203,8 +193,7 @@ describe.skipIf(skipReason)(`native addon on the real kernel (netns ${NS_A} ⇄ 
     peer.call('send', { handle: s.handle, payload: payload.toString('hex'), destination });
   const stats = (peer: NativePeer, s: Opened): Promise<{ received: number; malformedIpHeader: number; sent: number }> =>
     peer.call('stats', { handle: s.handle });
-  const close = (peer: NativePeer, ...sockets: Opened[]): Promise<unknown[]> =>
-    Promise.all(sockets.map((s) => peer.call('close', { handle: s.handle })));
+  const close = (peer: NativePeer, ...sockets: Opened[]): Promise<unknown[]> => Promise.all(sockets.map((s) => peer.call('close', { handle: s.handle })));
   const withPayload = (peer: NativePeer, s: Opened, payload: Buffer) => (): boolean =>
     peer.packets(s.handle).some((p) => p.payload === payload.toString('hex'));
   const packetWith = (peer: NativePeer, s: Opened, payload: Buffer): PeerPacket | undefined =>
@@ -395,7 +384,13 @@ describe.skipIf(skipReason)(`native addon on the real kernel (netns ${NS_A} ⇄ 
         throw new Error('did not throw');
       };
       for (const family of [4, 6] as const) {
-        const e = errorOf(() => VrrpSocket.open({ family, ifname: 'bnat-nope0' }, () => undefined, () => undefined));
+        const e = errorOf(() =>
+          VrrpSocket.open(
+            { family, ifname: 'bnat-nope0' },
+            () => undefined,
+            () => undefined,
+          ),
+        );
         expect({ code: e.code, errno: e.errno, syscall: e.syscall }).toEqual({ code: 'ENODEV', errno: 19, syscall: 'setsockopt(SO_BINDTODEVICE)' });
         expect(e.message).toBe('setsockopt(SO_BINDTODEVICE) failed on bnat-nope0: ENODEV (No such device)');
         expect(e).toBeInstanceOf(Error);
@@ -471,7 +466,10 @@ describe.skipIf(skipReason)(`native addon on the real kernel (netns ${NS_A} ⇄ 
       expect(await A().callError('leave', { handle: s6.handle })).toMatchObject({ syscall: 'setsockopt(IPV6_LEAVE_GROUP)', isNativeError: true });
 
       // an address this host does not have
-      expect(await A().callError('openVrrp', { family: 4, ifname: IF_A, sourceAddress: '10.251.0.99' })).toMatchObject({ code: 'EADDRNOTAVAIL', syscall: 'bind' });
+      expect(await A().callError('openVrrp', { family: 4, ifname: IF_A, sourceAddress: '10.251.0.99' })).toMatchObject({
+        code: 'EADDRNOTAVAIL',
+        syscall: 'bind',
+      });
       expect(await A().callError('openVrrp', { family: 6, ifname: IF_A, sourceAddress: 'fe80::99' })).toMatchObject({ code: 'EADDRNOTAVAIL', syscall: 'bind' });
       await close(A(), s4, s6);
     });
@@ -515,14 +513,11 @@ describe.skipIf(skipReason)(`native addon on the real kernel (netns ${NS_A} ⇄ 
 
     const scenario = (mode: string, killAfterMs = 20_000) => runInNamespace(NS_A, WORKER_SCRIPT, [nativeJs, mode, IF_A], killAfterMs);
 
-    it.each(['terminate', 'exit', 'exit-in-callback', 'throw-in-callback', 'close-in-callback', 'main-exit'])(
-      '%s, with packets arriving',
-      async (mode) => {
-        const r = await withTraffic(() => scenario(mode));
-        expect({ code: r.code, signal: r.signal, killed: r.killed }, r.stdout + r.stderr).toEqual({ code: 0, signal: null, killed: false });
-        expect(r.stdout).toContain('ok');
-      },
-    );
+    it.each(['terminate', 'exit', 'exit-in-callback', 'throw-in-callback', 'close-in-callback', 'main-exit'])('%s, with packets arriving', async (mode) => {
+      const r = await withTraffic(() => scenario(mode));
+      expect({ code: r.code, signal: r.signal, killed: r.killed }, r.stdout + r.stderr).toEqual({ code: 0, signal: null, killed: false });
+      expect(r.stdout).toContain('ok');
+    });
 
     it('an unref()ed socket lets the process end by itself', async () => {
       const r = await scenario('unref', 10_000);

@@ -74,22 +74,37 @@ describe.skipIf(needs('root'))('the nftables table is restored when someone else
     const [doc, metrics] = JSON.parse(r.stdout) as [{ dataplane: { mode: string; restores?: number } }, string];
     const status = doc.dataplane.mode === 'nftables' ? (doc.dataplane.restores ?? -1) : -1;
     const metric = metrics.split('\n').find((l) => l.startsWith(`ballast_dataplane_restores_total{family="${family}"}`));
-    const logged = agent.logLines().filter((l) => l.msg === RESTORED_MESSAGE).map((l) => `${String(l.family)} ${String(l.detectedBy)}`);
+    const logged = agent
+      .logLines()
+      .filter((l) => l.msg === RESTORED_MESSAGE)
+      .map((l) => `${String(l.family)} ${String(l.detectedBy)}`);
     return { status, metric, logged };
   }
 
   /** The restore warn lines of `agent` so far: `<family> <detectedBy>`. */
-  const restoreLines = (agent: LabAgent): string[] => agent.logLines().filter((l) => l.msg === RESTORED_MESSAGE).map((l) => `${String(l.family)} ${String(l.detectedBy)}`);
+  const restoreLines = (agent: LabAgent): string[] =>
+    agent
+      .logLines()
+      .filter((l) => l.msg === RESTORED_MESSAGE)
+      .map((l) => `${String(l.family)} ${String(l.detectedBy)}`);
 
   /** Waits for the n-th restore line, then checks there are exactly n, all detected by an event. */
   async function expectLogged(agent: LabAgent, family: 4 | 6, n: number): Promise<void> {
-    const lines = await waitFor(async () => restoreLines(agent), (l) => l.length >= n, { timeoutMs: 1000, what: `restore ${n} logged on ${agent.node.name} (IPv${family})` });
+    const lines = await waitFor(
+      async () => restoreLines(agent),
+      (l) => l.length >= n,
+      { timeoutMs: 1000, what: `restore ${n} logged on ${agent.node.name} (IPv${family})` },
+    );
     expect(lines).toEqual(Array.from({ length: n }, () => `${family} event`));
   }
 
   /** /status restores and the metric's line agree with the log. */
   async function expectCounted(agent: LabAgent, family: 4 | 6, n: number): Promise<void> {
-    expect(await counted(agent, family)).toEqual({ status: n, metric: `ballast_dataplane_restores_total{family="${family}"} ${n}`, logged: Array.from({ length: n }, () => `${family} event`) });
+    expect(await counted(agent, family)).toEqual({
+      status: n,
+      metric: `ballast_dataplane_restores_total{family="${family}"} ${n}`,
+      logged: Array.from({ length: n }, () => `${family} event`),
+    });
   }
 
   it('flush ruleset, delete table, delete chain: back within 1 s each, counted once, other tables untouched', async () => {
@@ -97,28 +112,56 @@ describe.skipIf(needs('root'))('the nftables table is restored when someone else
     const mark = (what: string): void => console.log(`${what} at ${Math.round(performance.now() - t0)} ms`);
     // an IPv6 agent on n1 too (its own VRID and admin port): it owns `table ip6 ballast`
     const [[a4, b4], a6] = await Promise.all([
-      startAgents(lab, [{ priority: 150, balance: true }, { priority: 100, balance: true }], agents),
+      startAgents(
+        lab,
+        [
+          { priority: 150, balance: true },
+          { priority: 100, balance: true },
+        ],
+        agents,
+      ),
       startAgent(lab, lab.nodes[0]!, { priority: 150, balance: true, family: 6, vrid: 52, adminPort: 9642 }).then((a) => (agents.push(a), a)),
     ]);
     mark('started');
     await waitForHolder(lab, lab.vip4, 'n1');
     await waitForHolder(lab, lab.vip6, 'n1');
-    for (const a of [a4!, a6]) await waitFor(() => a.status(), (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy), { timeoutMs: 5000, what: `both backends up on ${a.node.name}` });
-    const want4 = await waitFor(() => table(a4!, 'ip'), (t) => lab.nodes.every((n) => t.includes(`dnat to ${n.ipv4}:6443`)), { timeoutMs: 2000, what: 'the IPv4 table with both backends' });
-    const want6 = await waitFor(() => table(a6, 'ip6'), (t) => lab.nodes.every((n) => t.includes(`dnat to [${n.ipv6}]:6443`)), { timeoutMs: 2000, what: 'the IPv6 table with both backends' });
+    for (const a of [a4!, a6])
+      await waitFor(
+        () => a.status(),
+        (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy),
+        { timeoutMs: 5000, what: `both backends up on ${a.node.name}` },
+      );
+    const want4 = await waitFor(
+      () => table(a4!, 'ip'),
+      (t) => lab.nodes.every((n) => t.includes(`dnat to ${n.ipv4}:6443`)),
+      { timeoutMs: 2000, what: 'the IPv4 table with both backends' },
+    );
+    const want6 = await waitFor(
+      () => table(a6, 'ip6'),
+      (t) => lab.nodes.every((n) => t.includes(`dnat to [${n.ipv6}]:6443`)),
+      { timeoutMs: 2000, what: 'the IPv6 table with both backends' },
+    );
     mark('ready');
 
     const times: Record<string, number> = {};
     // 1. everything flushed: both of n1's agents put their table back
     times.flush = await fault(a4!, 'nft flush ruleset', 'ip', want4);
     // the IPv6 agent restores in parallel: within the bound of the same command
-    await waitFor(() => table(a6, 'ip6'), (t) => t === want6, { timeoutMs: BOUND_MS, what: 'the IPv6 table back after the flush' });
+    await waitFor(
+      () => table(a6, 'ip6'),
+      (t) => t === want6,
+      { timeoutMs: BOUND_MS, what: 'the IPv6 table back after the flush' },
+    );
     await expectLogged(a4!, 4, 1);
     await expectLogged(a6, 6, 1);
     mark('flush');
 
     // 2. someone else's table, created and changed: nothing restored
-    await lab.exec(a4!.node.netns, ['sh', '-c', 'nft add table ip bnfwother && nft add chain ip bnfwother input "{ type filter hook input priority 10; policy accept; }" && nft add rule ip bnfwother input tcp dport 9 accept']);
+    await lab.exec(a4!.node.netns, [
+      'sh',
+      '-c',
+      'nft add table ip bnfwother && nft add chain ip bnfwother input "{ type filter hook input priority 10; policy accept; }" && nft add rule ip bnfwother input tcp dport 9 accept',
+    ]);
     const other = await table(a4!, 'ip', 'bnfwother');
     expect(other).toContain('tcp dport 9 accept');
     await sleep(300);

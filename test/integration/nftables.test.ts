@@ -144,7 +144,10 @@ async function connectMany(ns: string, host: string, count: number, timeoutMs = 
   const code = await new Promise<number | null>((r) => child.once('close', r));
   children.delete(child);
   if (code !== 0) throw new Error(`connect helper in ${ns} exited with ${code}: ${stderr}`);
-  return stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Conn);
+  return stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Conn);
 }
 
 /** Tally of successful connections per backend name. */
@@ -232,8 +235,18 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
       must(['ip', '-n', ns, 'link', 'set', 'lo', 'up']);
     }
     // the bridge namespace: no IPv6 of its own, no bridge-netfilter (-e: absent keys are fine)
-    must(inNs(LAN, ['sysctl', '-q', '-e', '-w', 'net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1',
-      'net.bridge.bridge-nf-call-iptables=0', 'net.bridge.bridge-nf-call-ip6tables=0']));
+    must(
+      inNs(LAN, [
+        'sysctl',
+        '-q',
+        '-e',
+        '-w',
+        'net.ipv6.conf.all.disable_ipv6=1',
+        'net.ipv6.conf.default.disable_ipv6=1',
+        'net.bridge.bridge-nf-call-iptables=0',
+        'net.bridge.bridge-nf-call-ip6tables=0',
+      ]),
+    );
     must(['ip', '-n', LAN, 'link', 'add', 'br0', 'type', 'bridge', 'mcast_snooping', '0', 'stp_state', '0']);
     must(['ip', '-n', LAN, 'link', 'set', 'br0', 'up']);
     for (const ep of [CLIENT, ...NODES]) {
@@ -258,7 +271,9 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
     // backends: n1's listens on its own addresses only, not on the VIP
     await Promise.all(
       NODES.map(async (n) => {
-        const child = spawn('ip', ['netns', 'exec', n.ns, process.execPath, helperPath, 'server', n.name, String(PORT), n.v4, n.v6], { stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn('ip', ['netns', 'exec', n.ns, process.execPath, helperPath, 'server', n.name, String(PORT), n.v4, n.v6], {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         children.add(child);
         let out = '';
         await new Promise<void>((resolve, reject) => {
@@ -410,7 +425,8 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
     const before = nftIn(N1.ns, 'list', 'table', 'ip', 'ballast');
     // 1. the kernel rejects the LAST command of the batch, after the delete and the new table
     //    were already queued: the whole transaction must be undone
-    const kernelReject: Executor = (args, stdin) => nftExec(args, args.includes('-f') ? `${stdin}add rule ip ballast prerouting counter name "no_such_counter"\n` : stdin);
+    const kernelReject: Executor = (args, stdin) =>
+      nftExec(args, args.includes('-f') ? `${stdin}add rule ip ballast prerouting counter name "no_such_counter"\n` : stdin);
     const a1 = new NftablesApplier({ exec: kernelReject });
     const e1 = await a1.apply(desired(4, [N2])).catch((e: unknown) => e);
     expect(e1).toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
@@ -539,16 +555,19 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
   });
 
   it('touches no other table, and remove() leaves no ballast table (idempotently)', async () => {
-    must(inNs(N1.ns, ['nft', '-f', '-']), [
-      'table inet bnftother {',
-      '\tcounter c { comment "unrelated" }',
-      '\tchain c {',
-      '\t\ttype filter hook input priority 0; policy accept;',
-      '\t\ttcp dport 9 counter name "c"',
-      '\t}',
-      '}',
-      '',
-    ].join('\n'));
+    must(
+      inNs(N1.ns, ['nft', '-f', '-']),
+      [
+        'table inet bnftother {',
+        '\tcounter c { comment "unrelated" }',
+        '\tchain c {',
+        '\t\ttype filter hook input priority 0; policy accept;',
+        '\t\ttcp dport 9 counter name "c"',
+        '\t}',
+        '}',
+        '',
+      ].join('\n'),
+    );
     const other = (): string => nftIn(N1.ns, 'list', 'table', 'inet', 'bnftother');
     const before = other();
     await applier.apply(desired(4, [N2]));

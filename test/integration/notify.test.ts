@@ -49,7 +49,9 @@ interface Datagram {
 /** A socat listener on a unix datagram socket (path, or `abstract` name): each datagram, parsed from socat's -x dump. */
 function listen(address: string, abstract = false): { got: Datagram[]; proc: ChildProcess; stop(): Promise<void> } {
   const got: Datagram[] = [];
-  const proc = spawn('socat', ['-u', '-x', abstract ? `ABSTRACT-RECV:${address}` : `UNIX-RECV:${address},unlink-early`, 'OPEN:/dev/null'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn('socat', ['-u', '-x', abstract ? `ABSTRACT-RECV:${address}` : `UNIX-RECV:${address},unlink-early`, 'OPEN:/dev/null'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let buf = '';
   let want = -1;
   let bytes: number[] = [];
@@ -65,7 +67,13 @@ function listen(address: string, abstract = false): { got: Datagram[]; proc: Chi
         want = Number(head[1]);
         bytes = [];
       } else if (want > 0) {
-        bytes.push(...line.trim().split(/\s+/).filter(Boolean).map((h) => parseInt(h, 16)));
+        bytes.push(
+          ...line
+            .trim()
+            .split(/\s+/)
+            .filter(Boolean)
+            .map((h) => parseInt(h, 16)),
+        );
       }
       if (want > 0 && bytes.length >= want) {
         const text = Buffer.from(bytes.slice(0, want)).toString('utf8');
@@ -160,9 +168,16 @@ describe.skipIf(needs('root', 'nft'))('sd_notify: what the agent tells systemd (
   });
 
   it(`WATCHDOG=1 every WATCHDOG_USEC/2 = ${PING_MS} ms (gaps ≤ ${PING_MS} + ${MARGIN_MS} ms); STATUS= follows the state`, async () => {
-    await waitFor(() => sock.got.some((d) => d.fields.STATUS === `MASTER for ${lab.vip4}, 1 of 1 backend ready`), { timeoutMs: 5000, what: 'STATUS= MASTER, backend ready' });
+    await waitFor(() => sock.got.some((d) => d.fields.STATUS === `MASTER for ${lab.vip4}, 1 of 1 backend ready`), {
+      timeoutMs: 5000,
+      what: 'STATUS= MASTER, backend ready',
+    });
     // 2.5 s of pings since READY=1
-    const ps = await waitFor(() => pings(), (p) => p.length >= 6, { timeoutMs: 6 * PING_MS + 2000, what: '6 pings' });
+    const ps = await waitFor(
+      () => pings(),
+      (p) => p.length >= 6,
+      { timeoutMs: 6 * PING_MS + 2000, what: '6 pings' },
+    );
     const gaps = ps.slice(1).map((p, i) => p.at - ps[i]!.at);
     expect(ps.length).toBeGreaterThanOrEqual(6);
     expect(Math.max(...gaps)).toBeLessThanOrEqual(PING_MS + MARGIN_MS);
@@ -176,7 +191,11 @@ describe.skipIf(needs('root', 'nft'))('sd_notify: what the agent tells systemd (
       const t0 = process.hrtime.bigint() / 1000n;
       if (how === 'reload') await lab.exec(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'reload', '--admin', '127.0.0.1:9641']);
       else process.kill(agent.proc.pid, 'SIGHUP');
-      const after = await waitFor(() => sock.got.slice(n).filter((d) => d.text !== 'WATCHDOG=1' && !d.text.startsWith('STATUS=')), (ds) => ds.length >= 2, { timeoutMs: 5000, what: `RELOADING=1 and READY=1 after ${how}` });
+      const after = await waitFor(
+        () => sock.got.slice(n).filter((d) => d.text !== 'WATCHDOG=1' && !d.text.startsWith('STATUS=')),
+        (ds) => ds.length >= 2,
+        { timeoutMs: 5000, what: `RELOADING=1 and READY=1 after ${how}` },
+      );
       const [reloading, ready] = after;
       expect(reloading!.fields).toMatchObject({ RELOADING: '1', STATUS: 'reloading the configuration' });
       const mono = BigInt(reloading!.fields.MONOTONIC_USEC!);

@@ -29,7 +29,10 @@ const SLACK_MS = 40;
 describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root; skipped otherwise)', () => {
   let lab!: Lab;
   const { start } = useElectionLab({ prefix: PREFIX, subnet: SUBNET, nodes: 2 }, (l) => (lab = l));
-  const hook = (ms: number): Record<string, string> => ({ NODE_OPTIONS: `--import ${pathToFileURL(compiledScript('block-main-thread')).href}`, BALLAST_TEST_BLOCK_MS: String(ms) });
+  const hook = (ms: number): Record<string, string> => ({
+    NODE_OPTIONS: `--import ${pathToFileURL(compiledScript('block-main-thread')).href}`,
+    BALLAST_TEST_BLOCK_MS: String(ms),
+  });
 
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
 
@@ -42,7 +45,17 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
 
   /** The times (ms) of n1's adverts as n2 receives them, over `during`. */
   async function captureAdverts(during: () => Promise<void>): Promise<number[]> {
-    const cap = lab.spawn(lab.nodes[1]!.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', 'ip proto 112 and src host', lab.nodes[0]!.ipv4]);
+    const cap = lab.spawn(lab.nodes[1]!.netns, [
+      'tcpdump',
+      '-i',
+      'eth0',
+      '-n',
+      '-l',
+      '--immediate-mode',
+      '-tt',
+      'ip proto 112 and src host',
+      lab.nodes[0]!.ipv4,
+    ]);
     await cap.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
     await sleep(300);
     await during();
@@ -52,7 +65,7 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
   }
   const largestGap = (times: number[]): number => Math.max(...times.slice(1).map((t, i) => t - times[i]!));
 
-  it('the holder\'s main thread blocked 500 ms: the pacer keeps adverts within the interval and its slack, zero transitions, and the agent says so', async () => {
+  it("the holder's main thread blocked 500 ms: the pacer keeps adverts within the interval and its slack, zero transitions, and the agent says so", async () => {
     const [a1, a2] = await start([{ priority: 150, env: hook(500) }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(300);
@@ -85,7 +98,10 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
   it('with signed adverts (vrrp.auth) the pacer signs what it sends: the Backup accepts every one, zero transitions', async () => {
     const key = join(lab.dir, 'vrrp.key');
     writeFileSync(key, 'a shared key for the pacer lab, 32 or more bytes\n', { mode: 0o600 });
-    const [a1, a2] = await start([{ priority: 150, authKeyFile: key, env: hook(800) }, { priority: 100, authKeyFile: key }]);
+    const [a1, a2] = await start([
+      { priority: 150, authKeyFile: key, env: hook(800) },
+      { priority: 100, authKeyFile: key },
+    ]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(300);
     const before = [await transitions(a1!), await transitions(a2!)];
@@ -105,14 +121,18 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
     expect(s2.counters.advertsReceived - received).toBeGreaterThanOrEqual(times.length - 1);
   });
 
-  it('the holder\'s main thread blocked longer than the hold: the pacer stops, the Backup takes over within hold + Master_Down_Interval, the holder preempts back after', async () => {
+  it("the holder's main thread blocked longer than the hold: the pacer stops, the Backup takes over within hold + Master_Down_Interval, the holder preempts back after", async () => {
     const stallMs = PACER_HOLD_MS + 1500;
     const [a1, a2] = await start([{ priority: 150, env: hook(stallMs) }, { priority: 100 }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(300);
     const t0 = Date.now();
     const blocked = block(a1!);
-    await waitFor(() => a2!.status(), (s) => s.state === 'master', { timeoutMs: stallMs, intervalMs: 20, what: 'n2 to take over' });
+    await waitFor(
+      () => a2!.status(),
+      (s) => s.state === 'master',
+      { timeoutMs: stallMs, intervalMs: 20, what: 'n2 to take over' },
+    );
     const tookOverMs = Date.now() - t0;
     // the pacer covered the first PACER_HOLD_MS, then stopped: n2's Master_Down_Timer ran out after that
     const mdi = masterDownIntervalMs(100, INTERVAL_MS / 10);
@@ -121,10 +141,16 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
     expect(await blocked).toBeGreaterThanOrEqual(stallMs);
     // n1 wakes as Active, hears the lower-priority master and stays; n2 hears n1 and steps down
     await waitForHolder(lab, lab.vip4, 'n1', 2000);
-    await waitFor(() => a2!.status(), (s) => s.state === 'backup', { timeoutMs: 2000, what: 'n2 to step down' });
+    await waitFor(
+      () => a2!.status(),
+      (s) => s.state === 'backup',
+      { timeoutMs: 2000, what: 'n2 to step down' },
+    );
     expect((await a1!.status()).timing!.pacer!.holds).toBe(1);
-    expect(a1!.logLines().filter((l) => String(l.msg).startsWith('the election thread was silent longer than the advert pacer\'s hold'))).toHaveLength(1);
-    console.log(`holder blocked ${stallMs} ms: n2 took over ${tookOverMs} ms after the block began (hold ${PACER_HOLD_MS} ms + Master_Down_Interval ${mdi} ms, Skew_Time ${skewTimeMs(100, INTERVAL_MS / 10)} ms)`);
+    expect(a1!.logLines().filter((l) => String(l.msg).startsWith("the election thread was silent longer than the advert pacer's hold"))).toHaveLength(1);
+    console.log(
+      `holder blocked ${stallMs} ms: n2 took over ${tookOverMs} ms after the block began (hold ${PACER_HOLD_MS} ms + Master_Down_Interval ${mdi} ms, Skew_Time ${skewTimeMs(100, INTERVAL_MS / 10)} ms)`,
+    );
   });
 
   it('vrrp.realtimePriority: the pacer thread (vrrp-pacer) runs SCHED_FIFO at that priority, the main thread stays SCHED_OTHER', async () => {
@@ -144,7 +170,7 @@ describe.skipIf(needs('root'))('the advert pacer and the late-timer drain (root;
     expect(a1!.logLines().some((l) => l.msg === 'the advert pacer thread runs SCHED_FIFO (vrrp.realtimePriority)')).toBe(true);
   });
 
-  it('a Backup\'s main thread blocked 500 ms (past its Master_Down_Interval): it reads the waiting adverts first, zero transitions', async () => {
+  it("a Backup's main thread blocked 500 ms (past its Master_Down_Interval): it reads the waiting adverts first, zero transitions", async () => {
     const [a1, a2] = await start([{ priority: 150 }, { priority: 100, env: hook(500) }]);
     await waitForHolder(lab, lab.vip4, 'n1');
     await sleep(300);

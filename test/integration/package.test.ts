@@ -38,10 +38,24 @@ const UNIT = '/lib/systemd/system/ballast.service';
 const CONFFILE = '/etc/ballast/ballast.yaml';
 const DOC = '/usr/share/doc/ballast';
 /** capabilities(7) numbers of the names UNIT_CAPABILITIES may hold. */
-const CAP_NUMBER: Record<string, number> = { CAP_DAC_OVERRIDE: 1, CAP_NET_ADMIN: 12, CAP_NET_RAW: 13, CAP_IPC_LOCK: 14, CAP_SYS_ADMIN: 21, CAP_SYS_NICE: 23, CAP_SYS_RESOURCE: 24, CAP_PERFMON: 38, CAP_BPF: 39 };
+const CAP_NUMBER: Record<string, number> = {
+  CAP_DAC_OVERRIDE: 1,
+  CAP_NET_ADMIN: 12,
+  CAP_NET_RAW: 13,
+  CAP_IPC_LOCK: 14,
+  CAP_SYS_ADMIN: 21,
+  CAP_SYS_NICE: 23,
+  CAP_SYS_RESOURCE: 24,
+  CAP_PERFMON: 38,
+  CAP_BPF: 39,
+};
 
 const run = promisify(execFile);
-interface Ran { code: number; stdout: string; stderr: string }
+interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 /** Runs argv in the machine's namespaces; never rejects on a non-zero exit. */
 async function sh(argv: string[], timeoutMs = 60_000): Promise<Ran> {
   try {
@@ -58,7 +72,7 @@ async function dpkgStatus(): Promise<string | null> {
   return r.code === 0 && r.stdout.trim() !== 'unknown ok not-installed' ? r.stdout.trim() : null;
 }
 
-describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with the unit\'s capabilities, remove, purge (root; skipped otherwise)', () => {
+describe.skipIf(needs('root', 'bpf'))("the Debian package: apt install, run with the unit's capabilities, remove, purge (root; skipped otherwise)", () => {
   let art: Artefacts;
   let lab: Lab | undefined;
   let agent: LabProcess | undefined;
@@ -81,7 +95,7 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     if (installedByUs && (await dpkgStatus()) !== null) await sh(['dpkg', '--purge', 'ballast']);
   }, 60_000);
 
-  it('lintian finds no error in the .deb (the overrides name what is so by design); the Depends docs/install.md lists are the control file\'s', async () => {
+  it("lintian finds no error in the .deb (the overrides name what is so by design); the Depends docs/install.md lists are the control file's", async () => {
     expect(refused).toBeNull();
     const l = await sh(['lintian', '--tag-display-limit', '0', art.deb], 180_000);
     // exit 0: nothing; 1: tags at or above --fail-on (error, the default); 2: lintian itself failed
@@ -91,14 +105,20 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     console.log(`package: lintian: 0 errors, ${tags.length} warnings${tags.length ? `\n  ${tags.join('\n  ')}` : ''}`);
     // docs/install.md's "Depends:" paragraph names exactly the control file's packages
     const depends = (await sh(['dpkg-deb', '-f', art.deb, 'Depends'])).stdout.trim();
-    const controlNames = depends.split(',').map((d) => d.trim().split(/[\s(]/)[0]!).sort();
+    const controlNames = depends
+      .split(',')
+      .map((d) => d.trim().split(/[\s(]/)[0]!)
+      .sort();
     const install = readFileSync(join(packageRoot(), 'docs/install.md'), 'utf8');
     const para = /^Depends[^\n]*(?:\n(?!\n)[^\n]*)*/m.exec(install)?.[0] ?? '';
-    const docNames = [...para.matchAll(/`([a-z0-9][a-z0-9.+-]*)`/g)].map((m) => m[1]!).filter((n) => n !== 'dpkg-shlibdeps').sort();
+    const docNames = [...para.matchAll(/`([a-z0-9][a-z0-9.+-]*)`/g)]
+      .map((m) => m[1]!)
+      .filter((n) => n !== 'dpkg-shlibdeps')
+      .sort();
     expect(docNames, `docs/install.md says: ${para}`).toEqual(controlNames);
   }, 200_000);
 
-  it('installs with apt-get from the file alone (no download: the dependencies are Debian 12\'s, already here)', async () => {
+  it("installs with apt-get from the file alone (no download: the dependencies are Debian 12's, already here)", async () => {
     expect(refused).toBeNull();
     installedByUs = true;
     const t0 = performance.now();
@@ -135,7 +155,19 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
 
   it('the installed files are the runtime only: no lab, bench, tests, vitest, typescript or cmake-js; the conffile is registered', async () => {
     const files = (await sh(['dpkg', '-L', 'ballast'])).stdout.trim().split('\n');
-    expect(files).toEqual(expect.arrayContaining(['/usr/bin/ballast', '/usr/lib/ballast/bin/node', '/usr/lib/ballast/dist/src/cli.js', '/usr/lib/ballast/dist/bundle/commands.js', '/usr/lib/ballast/build/Release/ballast.node', '/usr/lib/ballast/build/Release/ballast_sock_lb.bpf.o', '/usr/lib/ballast/node_modules/yaml/package.json', UNIT, CONFFILE]));
+    expect(files).toEqual(
+      expect.arrayContaining([
+        '/usr/bin/ballast',
+        '/usr/lib/ballast/bin/node',
+        '/usr/lib/ballast/dist/src/cli.js',
+        '/usr/lib/ballast/dist/bundle/commands.js',
+        '/usr/lib/ballast/build/Release/ballast.node',
+        '/usr/lib/ballast/build/Release/ballast_sock_lb.bpf.o',
+        '/usr/lib/ballast/node_modules/yaml/package.json',
+        UNIT,
+        CONFFILE,
+      ]),
+    );
     const ours = files.filter((f) => f.startsWith('/usr/lib/ballast/') && !f.startsWith('/usr/lib/ballast/node_modules/'));
     expect(ours.filter((f) => /\/(lab|bench|test)(\/|$)|\.ts$|\.map$/.test(f))).toEqual([]);
     expect(files.filter((f) => /\/node_modules\/(vitest|@vitest|vite|typescript|cmake-js|@types\/node)(\/|$)/.test(f))).toEqual([]);
@@ -148,17 +180,22 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     const files = (await sh(['dpkg', '-L', 'ballast'])).stdout.trim().split('\n');
     // the docs/X.md the shipped bundle names (in messages, help, metric descriptions), as installed
     const named = new Set<string>();
-    for (const f of readdirSync('/usr/lib/ballast/dist/bundle')) for (const m of readFileSync(join('/usr/lib/ballast/dist/bundle', f), 'utf8').matchAll(/docs\/[a-z0-9-]+\.md/g)) named.add(m[0]);
+    for (const f of readdirSync('/usr/lib/ballast/dist/bundle'))
+      for (const m of readFileSync(join('/usr/lib/ballast/dist/bundle', f), 'utf8').matchAll(/docs\/[a-z0-9-]+\.md/g)) named.add(m[0]);
     expect(named.size).toBeGreaterThan(0);
     const changelog = art.version.includes('-') ? 'changelog.Debian.gz' : 'changelog.gz';
-    expect(files).toEqual(expect.arrayContaining([DOC, `${DOC}/copyright`, `${DOC}/${changelog}`, `${DOC}/README.md`, ...[...named].map((d) => `${DOC}/${d}`)]));
+    expect(files).toEqual(
+      expect.arrayContaining([DOC, `${DOC}/copyright`, `${DOC}/${changelog}`, `${DOC}/README.md`, ...[...named].map((d) => `${DOC}/${d}`)]),
+    );
     // copyright: DEP-5, ballast Apache-2.0 (common-licenses), the runtime, one paragraph per npm package
     const copyright = readFileSync(`${DOC}/copyright`, 'utf8');
     expect(copyright).toMatch(/^Format: https:\/\/www\.debian\.org\/doc\/packaging-manuals\/copyright-format\/1\.0\/\n/);
     expect(copyright).toMatch(/^Files: \*\nCopyright: .+\nLicense: Apache-2\.0$/m);
     expect(copyright).toContain('/usr/share/common-licenses/Apache-2.0');
     expect(copyright).toMatch(/^Files: usr\/lib\/ballast\/bin\/node /m);
-    const topLevel = files.filter((f) => /^\/usr\/lib\/ballast\/node_modules\/(@[^/]+\/)?[^/@]+\/package\.json$/.test(f)).map((f) => f.slice(1, -'/package.json'.length));
+    const topLevel = files
+      .filter((f) => /^\/usr\/lib\/ballast\/node_modules\/(@[^/]+\/)?[^/@]+\/package\.json$/.test(f))
+      .map((f) => f.slice(1, -'/package.json'.length));
     expect(topLevel.length).toBeGreaterThan(10);
     expect(topLevel.filter((d) => !copyright.includes(`\nFiles: ${d}/*\n`))).toEqual([]);
     // the changelog's newest entry is this version's
@@ -168,48 +205,66 @@ describe.skipIf(needs('root', 'bpf'))('the Debian package: apt install, run with
     expect(await sh(['dpkg', '--verify', 'ballast'])).toEqual({ code: 0, stdout: '', stderr: '' });
   });
 
-  it('the installed agent, with only the unit\'s capabilities, elects itself within Master_Down_Interval and runs nftables and the eBPF local endpoint', async () => {
+  it("the installed agent, with only the unit's capabilities, elects itself within Master_Down_Interval and runs nftables and the eBPF local endpoint", async () => {
     expect(installedByUs).toBe(true);
     lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 1, ipv6: false, apiservers: true });
     const n1 = lab.nodes[0]!;
     const cgroup = await lab.cgroup(n1);
     const config = join(lab.dir, 'ballast.yaml');
-    writeFileSync(config, stringify({
-      interface: n1.ifname,
-      vrrp: { vrid: 51, priority: PRIORITY, advertisementInterval: `${INTERVAL_CS * 10}ms` },
-      vips: [lab.vip4],
-      apiserver: { port: 6443, backends: [`${n1.ipv4}:6443`], health: { caFile: lab.ca.certFile, interval: '200ms', timeout: '200ms', rise: 2, fall: 2 } },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'none' },
-      localEndpoint: { address: '127.0.0.1:7443', cgroup },
-      admin: { listen: '127.0.0.1:9641' },
-    }));
+    writeFileSync(
+      config,
+      stringify({
+        interface: n1.ifname,
+        vrrp: { vrid: 51, priority: PRIORITY, advertisementInterval: `${INTERVAL_CS * 10}ms` },
+        vips: [lab.vip4],
+        apiserver: { port: 6443, backends: [`${n1.ipv4}:6443`], health: { caFile: lab.ca.certFile, interval: '200ms', timeout: '200ms', rise: 2, fall: 2 } },
+        dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'none' },
+        localEndpoint: { address: '127.0.0.1:7443', cgroup },
+        admin: { listen: '127.0.0.1:9641' },
+      }),
+    );
     const unit = readFileSync(UNIT, 'utf8');
     const caps = /^CapabilityBoundingSet=(.*)$/m.exec(unit)![1]!.split(' ');
     const bset = `-all,${caps.map((c) => `+${c.replace(/^CAP_/, '').toLowerCase()}`).join(',')}`;
     // root as under the unit: the bounding set is all it has (and nft / conntrack inherit); setpriv
     // runs after the namespace is entered, which itself needs CAP_SYS_ADMIN
-    agent = lab.spawn(n1.netns, ['setpriv', `--bounding-set=${bset}`, '--inh-caps=-all', '--ambient-caps=-all', '/usr/bin/ballast', 'run', '--config', config], { hostMounts: true, logFile: 'installed-agent.log' });
+    agent = lab.spawn(
+      n1.netns,
+      ['setpriv', `--bounding-set=${bset}`, '--inh-caps=-all', '--ambient-caps=-all', '/usr/bin/ballast', 'run', '--config', config],
+      { hostMounts: true, logFile: 'installed-agent.log' },
+    );
     const statusOf = async (): Promise<StatusDocument | null> => {
       const r = await lab!.exec(n1.netns, ['/usr/bin/ballast', 'status', '--json'], { allowFail: true, timeoutMs: 3000 });
       return r.code === 0 ? (JSON.parse(r.stdout) as StatusDocument) : null;
     };
-    const st = await waitFor(statusOf, (s) => s !== null && s.state === 'master' && s.local.mode === 'ebpf' && s.dataplane.mode === 'nftables' && (s.dataplane as { applies?: number }).applies! > 0, { timeoutMs: 10_000, intervalMs: 100, what: 'the installed agent to be master with nftables and the eBPF local endpoint' });
+    const st = await waitFor(
+      statusOf,
+      (s) =>
+        s !== null && s.state === 'master' && s.local.mode === 'ebpf' && s.dataplane.mode === 'nftables' && (s.dataplane as { applies?: number }).applies! > 0,
+      { timeoutMs: 10_000, intervalMs: 100, what: 'the installed agent to be master with nftables and the eBPF local endpoint' },
+    );
     expect((st as { vips?: string[] }).vips).toEqual([lab.vip4]);
     expect(await lab.holders(lab.vip4)).toEqual([n1]);
     // the process really had only those capabilities (CapBnd = CapEff = their bits)
     const mask = caps.reduce((m, c) => m | (1n << BigInt(CAP_NUMBER[c] ?? -1)), 0n);
-    const procStatus = readFileSync(`/proc/${(await lab.exec(n1.netns, ['pgrep', '-g', String(agent.pid), '-f', 'dist/src/cli.js run'], { timeoutMs: 3000 })).stdout.trim().split('\n')[0]}/status`, 'utf8');
+    const procStatus = readFileSync(
+      `/proc/${(await lab.exec(n1.netns, ['pgrep', '-g', String(agent.pid), '-f', 'dist/src/cli.js run'], { timeoutMs: 3000 })).stdout.trim().split('\n')[0]}/status`,
+      'utf8',
+    );
     expect(BigInt(`0x${/^CapBnd:\s+(\w+)$/m.exec(procStatus)![1]}`)).toBe(mask);
     expect(BigInt(`0x${/^CapEff:\s+(\w+)$/m.exec(procStatus)![1]}`)).toBe(mask);
     // Backup → Master after exactly Master_Down_Interval of silence (its own log's timestamps)
-    const changes = agent.output().split('\n').flatMap((l) => {
-      try {
-        const o = JSON.parse(l) as { msg?: string; to?: string; at?: string };
-        return o.msg === 'state change' ? [o] : [];
-      } catch {
-        return [];
-      }
-    });
+    const changes = agent
+      .output()
+      .split('\n')
+      .flatMap((l) => {
+        try {
+          const o = JSON.parse(l) as { msg?: string; to?: string; at?: string };
+          return o.msg === 'state change' ? [o] : [];
+        } catch {
+          return [];
+        }
+      });
     const backupAt = Date.parse(changes.find((c) => c.to === 'backup')!.at!);
     const masterAt = Date.parse(changes.find((c) => c.to === 'master')!.at!);
     const mdi = masterDownIntervalMs(PRIORITY, INTERVAL_CS);

@@ -66,7 +66,11 @@ describe.skipIf(needs('root'))('no child outlives the agent (root; skipped other
   it('passive detection runs without a child; after a SIGKILL of the agent no conntrack process remains', async () => {
     agent = await startAgent(lab, lab.nodes[0]!, { priority: 150, balance: true, healthInterval: '200ms' });
     await waitForHolder(lab, lab.vip4, 'n1');
-    await waitFor(() => agent!.status(), (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy), { timeoutMs: 5000, what: 'both backends up' });
+    await waitFor(
+      () => agent!.status(),
+      (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy),
+      { timeoutMs: 5000, what: 'both backends up' },
+    );
     const pid = agent.proc.pid;
 
     // steady state (nothing to apply): sampled ten times over 500 ms. Passive detection never has a
@@ -81,7 +85,12 @@ describe.skipIf(needs('root'))('no child outlives the agent (root; skipped other
     const seen = [...new Set(samples.flat())];
     const persistent = samples.reduce((a, b) => a.filter((c) => b.includes(c)));
     // soft: the SIGKILL below is the defect's own check, and runs either way
-    expect.soft(seen.filter((c) => !/^\d+ nft$/.test(c)), 'children of the agent other than a verify\'s nft').toStrictEqual([]);
+    expect
+      .soft(
+        seen.filter((c) => !/^\d+ nft$/.test(c)),
+        "children of the agent other than a verify's nft",
+      )
+      .toStrictEqual([]);
     expect.soft(persistent, 'children of the agent through the whole 500 ms').toStrictEqual([]);
 
     // passive detection works: n2 refuses the connections DNATed to it and is judged dead from them

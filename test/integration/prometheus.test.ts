@@ -75,7 +75,8 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     if (!doc.otherMasters) throw new Error(`${node.name}: /status has no otherMasters`);
     return doc.otherMasters;
   };
-  const alerts = async (name: string): Promise<PromAlert[]> => (await api<{ alerts: PromAlert[] }>('/api/v1/alerts')).alerts.filter((a) => a.labels.alertname === name);
+  const alerts = async (name: string): Promise<PromAlert[]> =>
+    (await api<{ alerts: PromAlert[] }>('/api/v1/alerts')).alerts.filter((a) => a.labels.alertname === name);
 
   /** A veth from the client namespace into `node` and /32 routes both ways: the scrape path that does not cross the LAN bridge. */
   async function scrapePath(node: LabNode, i: number): Promise<void> {
@@ -99,7 +100,13 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
         return runAgent(lab, n, configPath, {
           logFile: join(lab.dir, `${n.name}-ballast.log`),
           timeoutMs: 20_000,
-          answers: async () => (await lab.exec(n.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${n.ipv4}:${ADMIN_PORT}`], { allowFail: true, timeoutMs: 5000 })).code === 0,
+          answers: async () =>
+            (
+              await lab.exec(n.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${n.ipv4}:${ADMIN_PORT}`], {
+                allowFail: true,
+                timeoutMs: 5000,
+              })
+            ).code === 0,
         });
       }),
     );
@@ -120,7 +127,9 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
   it('scrapes the agents, evaluates every rule, and BallastNoVipHolder fires when every node loses the VIP and clears when one takes it back', async () => {
     // the real rules with only `for:` shortened
     const original = parse(readFileSync(RULES_FILE, 'utf8')) as RulesFile;
-    const shortened: RulesFile = { groups: original.groups.map((g) => ({ ...g, rules: g.rules.map((r) => (r.for === undefined ? r : { ...r, for: `${FOR_MS}ms` })) })) };
+    const shortened: RulesFile = {
+      groups: original.groups.map((g) => ({ ...g, rules: g.rules.map((r) => (r.for === undefined ? r : { ...r, for: `${FOR_MS}ms` })) })),
+    };
     const withoutFor = (f: RulesFile): unknown => f.groups.map((g) => ({ ...g, rules: g.rules.map(({ for: _for, ...rest }) => rest) }));
     expect(withoutFor(shortened)).toEqual(withoutFor(original));
     expect(original.groups[0]!.rules.find((r) => r.alert === 'BallastNoVipHolder')?.for).toBe('30s');
@@ -128,15 +137,26 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     writeFileSync(rulesFile, stringify(shortened));
 
     const configFile = join(dir, 'prometheus.yml');
-    writeFileSync(configFile, stringify({
-      global: { scrape_interval: `${STEP_MS}ms`, evaluation_interval: `${STEP_MS}ms`, scrape_timeout: `${STEP_MS - 100}ms` },
-      rule_files: [rulesFile],
-      scrape_configs: [{ job_name: 'ballast', static_configs: [{ targets: lab.nodes.map((n) => `${n.ipv4}:${ADMIN_PORT}`), labels: { cluster: 'lab' } }] }],
-    }));
-    prom = lab.spawn(lab.client.netns, [
-      'prometheus', `--config.file=${configFile}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=${lab.client.ipv4}:${WEB_PORT}`,
-      '--storage.tsdb.retention.time=1h', '--log.level=warn',
-    ], { logFile: join(dir, 'prometheus.log') });
+    writeFileSync(
+      configFile,
+      stringify({
+        global: { scrape_interval: `${STEP_MS}ms`, evaluation_interval: `${STEP_MS}ms`, scrape_timeout: `${STEP_MS - 100}ms` },
+        rule_files: [rulesFile],
+        scrape_configs: [{ job_name: 'ballast', static_configs: [{ targets: lab.nodes.map((n) => `${n.ipv4}:${ADMIN_PORT}`), labels: { cluster: 'lab' } }] }],
+      }),
+    );
+    prom = lab.spawn(
+      lab.client.netns,
+      [
+        'prometheus',
+        `--config.file=${configFile}`,
+        `--storage.tsdb.path=${join(dir, 'data')}`,
+        `--web.listen-address=${lab.client.ipv4}:${WEB_PORT}`,
+        '--storage.tsdb.retention.time=1h',
+        '--log.level=warn',
+      ],
+      { logFile: join(dir, 'prometheus.log') },
+    );
     promPid = prom.pid;
 
     // every agent scraped (through the side path), every rule loaded and evaluating without error
@@ -151,7 +171,11 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
       (d) => d.groups.flatMap((g) => g.rules).every((r) => r.health === 'ok'),
       { timeoutMs: 5000, intervalMs: 200, what: 'every rule evaluated' },
     );
-    expect(rules.groups.flatMap((g) => g.rules.map((r) => r.name)).sort()).toEqual(alertRules().map((r) => r.alert).sort());
+    expect(rules.groups.flatMap((g) => g.rules.map((r) => r.name)).sort()).toEqual(
+      alertRules()
+        .map((r) => r.alert)
+        .sort(),
+    );
 
     // what the agent really exports covers every name the rules and the dashboard use
     const exported = exposedNames(await get(`http://${lab.nodes[0]!.ipv4}:${ADMIN_PORT}/metrics`));
@@ -162,16 +186,33 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
 
     // one holder, seen by Prometheus too, and the alert quiet
     await waitForSingleHolder(lab, lab.vip4);
-    await waitFor(async () => (await api<{ result: { value: [number, string] }[] }>('/api/v1/query', 'sum by (cluster, vrid) (ballast_vip_held)')).result.map((r) => r.value[1]), (v) => v.length === 1 && v[0] === '1', { timeoutMs: 5000, intervalMs: 200, what: 'Prometheus to see one holder' });
+    await waitFor(
+      async () =>
+        (await api<{ result: { value: [number, string] }[] }>('/api/v1/query', 'sum by (cluster, vrid) (ballast_vip_held)')).result.map((r) => r.value[1]),
+      (v) => v.length === 1 && v[0] === '1',
+      { timeoutMs: 5000, intervalMs: 200, what: 'Prometheus to see one holder' },
+    );
     // (an evaluation before the holder's first scrape can have made it pending: the next one clears it)
-    await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' });
+    await waitFor(
+      () => alerts('BallastNoVipHolder'),
+      (a) => a.length === 0,
+      { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' },
+    );
 
     // every node unplugged: each goes to Fault and lets the VIP go; the side path still scrapes
     const t0 = Date.now();
     await Promise.all(lab.nodes.map((n) => lab.linkDown(n)));
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 0, { timeoutMs: 3000, intervalMs: 20, what: 'no node to hold the VIP' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 0,
+      { timeoutMs: 3000, intervalMs: 20, what: 'no node to hold the VIP' },
+    );
     const tGone = Date.now();
-    const firing = await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.some((x) => x.state === 'firing'), { timeoutMs: STEP_MS * 3 + FOR_MS + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastNoVipHolder to fire' });
+    const firing = await waitFor(
+      () => alerts('BallastNoVipHolder'),
+      (a) => a.some((x) => x.state === 'firing'),
+      { timeoutMs: STEP_MS * 3 + FOR_MS + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastNoVipHolder to fire' },
+    );
     const tFire = Date.now();
     expect(firing).toHaveLength(1);
     expect(firing[0]!.labels).toMatchObject({ alertname: 'BallastNoVipHolder', cluster: 'lab', vrid: '51', severity: 'critical' });
@@ -190,19 +231,33 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     await lab.linkUp(lab.nodes[1]!);
     await waitForSingleHolder(lab, lab.vip4, 5000);
     const tHeld = Date.now();
-    await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastNoVipHolder to clear' });
+    await waitFor(
+      () => alerts('BallastNoVipHolder'),
+      (a) => a.length === 0,
+      { timeoutMs: STEP_MS * 2 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastNoVipHolder to clear' },
+    );
     const tClear = Date.now();
-    const masterDownMs = (await lab.exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${lab.nodes[1]!.ipv4}:${ADMIN_PORT}`]).then((r) => JSON.parse(r.stdout) as { masterDownIntervalMs: number })).masterDownIntervalMs;
+    const masterDownMs = (
+      await lab
+        .exec(lab.nodes[1]!.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `${lab.nodes[1]!.ipv4}:${ADMIN_PORT}`])
+        .then((r) => JSON.parse(r.stdout) as { masterDownIntervalMs: number })
+    ).masterDownIntervalMs;
     expect(tClear - tHeld).toBeLessThanOrEqual(STEP_MS * 2 + MARGIN_MS);
     expect(tHeld - t1).toBeLessThanOrEqual(masterDownMs + MARGIN_MS + 1000);
-    console.log(`[prometheus] VIP gone ${tGone - t0} ms after the unplug; BallastNoVipHolder pending ${activeAt - tGone} ms after that, firing ${tFire - tGone} ms after (for ${FOR_MS} ms, scrape = evaluation = ${STEP_MS} ms); ` +
-      `VIP back ${tHeld - t1} ms after the replug (Master_Down_Interval ${masterDownMs} ms), alert cleared ${tClear - tHeld} ms after that`);
+    console.log(
+      `[prometheus] VIP gone ${tGone - t0} ms after the unplug; BallastNoVipHolder pending ${activeAt - tGone} ms after that, firing ${tFire - tGone} ms after (for ${FOR_MS} ms, scrape = evaluation = ${STEP_MS} ms); ` +
+        `VIP back ${tHeld - t1} ms after the replug (Master_Down_Interval ${masterDownMs} ms), alert cleared ${tClear - tHeld} ms after that`,
+    );
     for (const n of [lab.nodes[0]!, lab.nodes[2]!]) await lab.linkUp(n);
   });
 
   it('BallastMultipleVipHolders fires while VRRP is blocked between the nodes (each takes the VIP) and clears once they hear each other', async () => {
     await waitForSingleHolder(lab, lab.vip4, 5000);
-    await waitFor(() => alerts('BallastNoVipHolder'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' });
+    await waitFor(
+      () => alerts('BallastNoVipHolder'),
+      (a) => a.length === 0,
+      { timeoutMs: STEP_MS * 2 + MARGIN_MS, intervalMs: 100, what: 'BallastNoVipHolder quiet' },
+    );
     // settled first: the previous test's preemption back can still deliver its last adverts
     // (counted as yielded / handover) a moment after the single holder is seen
     let before = await Promise.all(lab.nodes.map(otherMasters));
@@ -217,9 +272,17 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     const firingBefore = (await alerts('BallastOtherMasterHeard')).map((a) => a.labels.instance).sort();
     const t0 = Date.now();
     await blockVrrp(lab, true);
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.length === 3, { timeoutMs: 5000, intervalMs: 20, what: 'every node to take the VIP' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.length === 3,
+      { timeoutMs: 5000, intervalMs: 20, what: 'every node to take the VIP' },
+    );
     const tSplit = Date.now();
-    const firing = await waitFor(() => alerts('BallastMultipleVipHolders'), (a) => a.some((x) => x.state === 'firing'), { timeoutMs: STEP_MS * 3 + FOR_MS + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastMultipleVipHolders to fire' });
+    const firing = await waitFor(
+      () => alerts('BallastMultipleVipHolders'),
+      (a) => a.some((x) => x.state === 'firing'),
+      { timeoutMs: STEP_MS * 3 + FOR_MS + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastMultipleVipHolders to fire' },
+    );
     const tFire = Date.now();
     expect(firing).toHaveLength(1);
     expect(firing[0]!.labels).toMatchObject({ alertname: 'BallastMultipleVipHolders', cluster: 'lab', vrid: '51', severity: 'critical' });
@@ -234,7 +297,11 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     const t1 = Date.now();
     await waitForSingleHolder(lab, lab.vip4, 5000);
     const tOne = Date.now();
-    await waitFor(() => alerts('BallastMultipleVipHolders'), (a) => a.length === 0, { timeoutMs: STEP_MS * 2 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastMultipleVipHolders to clear' });
+    await waitFor(
+      () => alerts('BallastMultipleVipHolders'),
+      (a) => a.length === 0,
+      { timeoutMs: STEP_MS * 2 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastMultipleVipHolders to clear' },
+    );
     const tClear = Date.now();
     expect(tClear - tOne).toBeLessThanOrEqual(STEP_MS * 2 + MARGIN_MS);
     expect(await alerts('BallastNoVipHolder')).toEqual([]);
@@ -246,11 +313,20 @@ describe.skipIf(missing)('a real Prometheus with the shipped rules (root, promet
     expect(after[0]!.adverts.kept).toBeGreaterThan(before[0]!.adverts.kept);
     for (const i of [1, 2]) expect(after[i]!.adverts.yielded, lab.nodes[i]!.name).toBeGreaterThan(before[i]!.adverts.yielded);
     // and the scraped metrics say so: the alert fires for n1 (kept); n2 may have beaten n3 first
-    const heardAlert = await waitFor(() => alerts('BallastOtherMasterHeard'), (a) => a.some((x) => x.state === 'firing' && x.labels.instance === `${lab.nodes[0]!.ipv4}:${ADMIN_PORT}`), { timeoutMs: STEP_MS * 3 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastOtherMasterHeard to fire for n1' });
+    const heardAlert = await waitFor(
+      () => alerts('BallastOtherMasterHeard'),
+      (a) => a.some((x) => x.state === 'firing' && x.labels.instance === `${lab.nodes[0]!.ipv4}:${ADMIN_PORT}`),
+      { timeoutMs: STEP_MS * 3 + MARGIN_MS + 3000, intervalMs: 100, what: 'BallastOtherMasterHeard to fire for n1' },
+    );
     const tHeard = Date.now();
     expect(heardAlert.every((a) => a.labels.outcome === 'kept' && a.labels.instance !== `${lab.nodes[2]!.ipv4}:${ADMIN_PORT}`)).toBe(true);
-    const heardGauge = await api<{ result: { metric: Record<string, string>; value: [number, string] }[] }>('/api/v1/query', `ballast_vrrp_other_master_heard{instance="${lab.nodes[0]!.ipv4}:${ADMIN_PORT}"}`);
+    const heardGauge = await api<{ result: { metric: Record<string, string>; value: [number, string] }[] }>(
+      '/api/v1/query',
+      `ballast_vrrp_other_master_heard{instance="${lab.nodes[0]!.ipv4}:${ADMIN_PORT}"}`,
+    );
     expect(Number(heardGauge.result[0]!.value[1])).toBeGreaterThanOrEqual(1);
-    console.log(`[prometheus] split brain ${tSplit - t0} ms after blocking VRRP; BallastMultipleVipHolders firing ${tFire - tSplit} ms after; one holder ${tOne - t1} ms after unblocking, alert cleared ${tClear - tOne} ms after that; BallastOtherMasterHeard firing ${tHeard - tOne} ms after one holder (n1 kept ${after[0]!.adverts.kept - before[0]!.adverts.kept}, n2 yielded ${after[1]!.adverts.yielded - before[1]!.adverts.yielded}, n3 yielded ${after[2]!.adverts.yielded - before[2]!.adverts.yielded})`);
+    console.log(
+      `[prometheus] split brain ${tSplit - t0} ms after blocking VRRP; BallastMultipleVipHolders firing ${tFire - tSplit} ms after; one holder ${tOne - t1} ms after unblocking, alert cleared ${tClear - tOne} ms after that; BallastOtherMasterHeard firing ${tHeard - tOne} ms after one holder (n1 kept ${after[0]!.adverts.kept - before[0]!.adverts.kept}, n2 yielded ${after[1]!.adverts.yielded - before[1]!.adverts.yielded}, n3 yielded ${after[2]!.adverts.yielded - before[2]!.adverts.yielded})`,
+    );
   });
 });

@@ -64,12 +64,25 @@ describe.skipIf(needs('root'))('the local proxy on the lab (root; skipped otherw
     const r = await lab.exec(
       n1.netns,
       [
-        process.execPath, compiledScript('prober'), '--url', url, '--ca', lab.ca.certFile,
-        '--interval', String(o.intervalMs), '--duration', String(o.durationMs), '--timeout', String(o.timeoutMs),
+        process.execPath,
+        compiledScript('prober'),
+        '--url',
+        url,
+        '--ca',
+        lab.ca.certFile,
+        '--interval',
+        String(o.intervalMs),
+        '--duration',
+        String(o.durationMs),
+        '--timeout',
+        String(o.timeoutMs),
       ],
       { timeoutMs: o.durationMs + o.timeoutMs + 15_000 },
     );
-    const objs = r.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as ProbeResult | Summary);
+    const objs = r.stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as ProbeResult | Summary);
     const summary = objs.find((x): x is Summary => 'summary' in x);
     if (!summary) throw new Error(`prober printed no summary:\n${r.stdout}${r.stderr}`);
     return { ...summary, results: objs.filter((x): x is ProbeResult => !('summary' in x)).sort((a, b) => a.t - b.t) };
@@ -78,7 +91,8 @@ describe.skipIf(needs('root'))('the local proxy on the lab (root; skipped otherw
   beforeAll(async () => {
     for (const s of ['proxy-endpoint', 'longconn', 'prober'] as const) compiledScript(s); // refuses a missing or stale build
     const src = join(packageRoot(), 'src', 'dataplane', 'proxy.ts');
-    if (statSync(src).mtimeMs > statSync(join(packageRoot(), 'dist', 'src', 'dataplane', 'proxy.js')).mtimeMs) throw new Error('dist/src/dataplane/proxy.js is stale: run npm run build:ts');
+    if (statSync(src).mtimeMs > statSync(join(packageRoot(), 'dist', 'src', 'dataplane', 'proxy.js')).mtimeMs)
+      throw new Error('dist/src/dataplane/proxy.js is stale: run npm run build:ts');
     lab = await startLab({ prefix: PREFIX, subnet: SUBNET, nodes: 3 });
     n1 = lab.nodes[0]!;
     await lab.startApiservers();
@@ -178,8 +192,15 @@ describe.skipIf(needs('root'))('the local proxy on the lab (root; skipped otherw
   it('resetBackend resets a long-lived connection, and the client reconnects to a live apiserver', async () => {
     await setBackends(allBackends());
     const n2 = lab.nodes[1]!;
-    const { proc, results, events, summary: summaryOf } = await startLongconn(
-      lab, n1, `https://127.0.0.1:${PORT}/version`,
+    const {
+      proc,
+      results,
+      events,
+      summary: summaryOf,
+    } = await startLongconn(
+      lab,
+      n1,
+      `https://127.0.0.1:${PORT}/version`,
       ['--node', 'n2', '--attempts', '10', '--interval', '100', '--duration', '3000', '--timeout', '2000', '--reconnect', '--max-connections', '3'],
       { until: /"event":"pinned"/ },
     );

@@ -71,20 +71,60 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
 
     // the clients
     let last: WatchersReport | undefined;
-    watchers = lab.spawn(lab.client.netns, [
-      process.execPath, compiledScript('watchers'), '--url', `https://${lab.vip4}:6443/version`, '--ca', lab.ca.certFile,
-      '--count', String(WATCHERS), '--interval', String(WATCH_INTERVAL_MS), '--duration', '40000', '--open-rate', '300', '--report', '100',
-    ], { logFile: 'watchers.log' });
+    watchers = lab.spawn(
+      lab.client.netns,
+      [
+        process.execPath,
+        compiledScript('watchers'),
+        '--url',
+        `https://${lab.vip4}:6443/version`,
+        '--ca',
+        lab.ca.certFile,
+        '--count',
+        String(WATCHERS),
+        '--interval',
+        String(WATCH_INTERVAL_MS),
+        '--duration',
+        '40000',
+        '--open-rate',
+        '300',
+        '--report',
+        '100',
+      ],
+      { logFile: 'watchers.log' },
+    );
     onJsonLines<WatchersReport>(watchers, (r) => void (last = r));
-    const report = (): WatchersReport => last ?? { t: 0, open: 0, opening: 0, nodes: {}, oldest: {}, connects: 0, reconnects: 0, failedAttempts: 0, failedReconnects: 0, requests: 0, failedRequests: 0, switched: 0 };
-    await waitFor(async () => report(), (r) => r.open === WATCHERS, { timeoutMs: 8000, intervalMs: 100, what: `${WATCHERS} watchers connected` });
+    const report = (): WatchersReport =>
+      last ?? {
+        t: 0,
+        open: 0,
+        opening: 0,
+        nodes: {},
+        oldest: {},
+        connects: 0,
+        reconnects: 0,
+        failedAttempts: 0,
+        failedReconnects: 0,
+        requests: 0,
+        failedRequests: 0,
+        switched: 0,
+      };
+    await waitFor(
+      async () => report(),
+      (r) => r.open === WATCHERS,
+      { timeoutMs: 8000, intervalMs: 100, what: `${WATCHERS} watchers connected` },
+    );
     const initial = { ...report().nodes };
 
     // n3 restarts: unready (leaves the ruleset: no new connection goes there), stopped, started
     await lab.setReady(n3, false);
     await waitFor(() => a.status(), inRuleset(2), { timeoutMs: 3000, intervalMs: 50, what: 'n3 out of the ruleset' });
     await lab.stopApiserver(n3);
-    await waitFor(async () => report(), (r) => r.open === WATCHERS && (r.nodes.n3 ?? 0) === 0, { timeoutMs: 5000, intervalMs: 50, what: "n3's watchers reconnected elsewhere" });
+    await waitFor(
+      async () => report(),
+      (r) => r.open === WATCHERS && (r.nodes.n3 ?? 0) === 0,
+      { timeoutMs: 5000, intervalMs: 50, what: "n3's watchers reconnected elsewhere" },
+    );
     await lab.startApiserver(n3);
     await waitFor(() => a.status(), inRuleset(3), { timeoutMs: 3000, intervalMs: 50, what: 'n3 back in the ruleset' });
     const afterRestart = { ...report().nodes };
@@ -93,7 +133,10 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
     const metricCounts = async (): Promise<Record<string, number>> => {
       const text = await a.admin('/metrics');
       const out: Record<string, number> = {};
-      for (const n of lab.nodes) out[n.name] = Number(new RegExp(`^ballast_backend_connections\\{backend="${n.ipv4.replace(/\./g, '\\.')}:6443"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? NaN);
+      for (const n of lab.nodes)
+        out[n.name] = Number(
+          new RegExp(`^ballast_backend_connections\\{backend="${n.ipv4.replace(/\./g, '\\.')}:6443"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? NaN,
+        );
       return out;
     };
     const spread = (c: Record<string, number>): { max: number; fair: number; bound: number; within: boolean } => {
@@ -105,7 +148,11 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
     const show = (c: Record<string, number>): string => lab.nodes.map((n) => `${n.name} ${c[n.name] ?? 0}`).join(' / ');
 
     // rebalancer off: stays skewed for the whole window (the ruleset change made the tracker count at once)
-    await waitFor(metricCounts, (m) => m.n3 === 0 && m.n1! + m.n2! >= WATCHERS - 2, { timeoutMs: 6000, intervalMs: 100, what: "the agent's count to show n3 empty" });
+    await waitFor(metricCounts, (m) => m.n3 === 0 && m.n1! + m.n2! >= WATCHERS - 2, {
+      timeoutMs: 6000,
+      intervalMs: 100,
+      what: "the agent's count to show n3 empty",
+    });
     const marks: Record<string, number> = { restarted: Date.now() - t0 };
     const offStart = Date.now();
     const offSamples: { clients: Record<string, number>; metric: Record<string, number> }[] = [];
@@ -124,7 +171,11 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
     const reloadLogged = a.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('configuration reload')).length;
     const onAt = Date.now();
     a.proc.kill('SIGHUP');
-    await waitFor(async () => a.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('configuration reload')).length, (n) => n > reloadLogged, { timeoutMs: 5000, intervalMs: 20, what: 'the reload logged' });
+    await waitFor(
+      async () => a.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('configuration reload')).length,
+      (n) => n > reloadLogged,
+      { timeoutMs: 5000, intervalMs: 20, what: 'the reload logged' },
+    );
     // the derived bound: after; the rounds (one per busy period): each reset flow reconnects
     // uniformly, landing on one of the k overloaded backends again with probability k/n, so a
     // round that resets them to their fair share leaves (k/n) of their excess E0, and the spread is

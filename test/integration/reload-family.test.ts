@@ -47,7 +47,8 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
     { priority: 200, balance: true, family },
     { priority: 100, balance: true, family },
   ];
-  const results = (a: LabAgent): Record<string, unknown>[] => a.logLines().filter((l) => typeof l.msg === 'string' && /^configuration reload(ed| failed| refused)/.test(l.msg));
+  const results = (a: LabAgent): Record<string, unknown>[] =>
+    a.logLines().filter((l) => typeof l.msg === 'string' && /^configuration reload(ed| failed| refused)/.test(l.msg));
   const nft = (i: number, family: 'ip' | 'ip6') => lab.exec(lab.nodes[i]!.netns, ['nft', 'list', 'table', family, 'ballast'], { allowFail: true });
   /** Whether this process could take ballast's lock `name` (abstract socket) in n1's namespace: 'free' or the error code. */
   const lockState = async (name: string): Promise<string> => {
@@ -58,7 +59,11 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
   it('IPv4 VIP + backends → IPv6 VIP + backends on both nodes: a logged hand-over, one holder, table ip6 only, served; a stop leaves nothing', async () => {
     const [a1, a2] = await startAgents(lab, settings(4), agents);
     await waitForHolder(lab, lab.vip4, 'n1');
-    await waitFor(() => a1!.status(), (s: ElectionStatusDocument) => s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 2, { timeoutMs: 5000, what: 'both IPv4 backends in n1\'s table' });
+    await waitFor(
+      () => a1!.status(),
+      (s: ElectionStatusDocument) => s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 2,
+      { timeoutMs: 5000, what: "both IPv4 backends in n1's table" },
+    );
     expect((await nft(0, 'ip')).code).toBe(0);
 
     // who holds which VIP, every ~20 ms, through the hand-over; each sample's four reads (two
@@ -81,21 +86,40 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
     const next = settings(6);
     list.forEach((a, i) => writeFileSync(a.configPath, agentConfig(lab, a.node, next[i]!)));
     for (const a of list) a.proc.kill('SIGHUP');
-    const logged = await Promise.all(list.map((a) => waitFor(() => results(a)[0], { timeoutMs: 10_000, intervalMs: 20, what: `${a.node.name} to log its reload` })));
+    const logged = await Promise.all(
+      list.map((a) => waitFor(() => results(a)[0], { timeoutMs: 10_000, intervalMs: 20, what: `${a.node.name} to log its reload` })),
+    );
     for (const l of logged) expect(l).toMatchObject({ msg: 'configuration reloaded', changed: ['apiserver.backends', 'family', 'vips'], handover: true });
     for (const a of list) {
-      expect(a.logLines().find((l) => l.msg === 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one')).toMatchObject({ from: { family: 4 }, to: { family: 6 }, vipDataplane: { from: 4, to: 6 } });
-      expect(a.logLines().find((l) => l.msg === 'reload: hand-over: VIP data plane moved to the new family')).toMatchObject({ from: 4, to: 6, removed: 'table ip ballast', table: 'ip6 ballast' });
+      expect(
+        a.logLines().find((l) => l.msg === 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one'),
+      ).toMatchObject({ from: { family: 4 }, to: { family: 6 }, vipDataplane: { from: 4, to: 6 } });
+      expect(a.logLines().find((l) => l.msg === 'reload: hand-over: VIP data plane moved to the new family')).toMatchObject({
+        from: 4,
+        to: 6,
+        removed: 'table ip ballast',
+        table: 'ip6 ballast',
+      });
       expect(a.logLines().some((l) => l.msg === 'reload: hand-over: joined the group' && l.family === 6)).toBe(true);
     }
     await waitForHolder(lab, lab.vip6, 'n1', 3000);
     // the IPv6 backends pass their checks (rise 2 × 200 ms) and enter n1's table
     const v6Backends = lab.nodes.map((n) => `[${n.ipv6}]:6443`);
-    const st = await waitFor(() => a1!.status(), (s: ElectionStatusDocument) => s.dataplane.mode === 'nftables' && JSON.stringify([...s.dataplane.backends].sort()) === JSON.stringify([...v6Backends].sort()), { timeoutMs: 3000, what: 'both IPv6 backends in n1\'s table' });
+    const st = await waitFor(
+      () => a1!.status(),
+      (s: ElectionStatusDocument) =>
+        s.dataplane.mode === 'nftables' && JSON.stringify([...s.dataplane.backends].sort()) === JSON.stringify([...v6Backends].sort()),
+      { timeoutMs: 3000, what: "both IPv6 backends in n1's table" },
+    );
     await sleep(500);
     sampling = false;
     await sampler;
-    expect([st.family, st.vips, st.state, st.backends.map((b) => [b.address, b.state])]).toStrictEqual([6, [lab.vip6], 'master', v6Backends.map((b) => [b, 'up'])]);
+    expect([st.family, st.vips, st.state, st.backends.map((b) => [b.address, b.state])]).toStrictEqual([
+      6,
+      [lab.vip6],
+      'master',
+      v6Backends.map((b) => [b, 'up']),
+    ]);
     expect((await a2!.status()).state).toBe('backup');
 
     expect((await lab.holders(lab.vip6)).map((n) => n.name)).toStrictEqual(['n1']);
@@ -129,13 +153,16 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
       }
     }
     const at = (msg: string): number => Date.parse(String(a1!.logLines().find((x) => x.msg === msg)?.time));
-    const handoverMs = at('reload: hand-over: joined the group') - at('reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one');
+    const handoverMs =
+      at('reload: hand-over: joined the group') - at('reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one');
     const period = (samples.at(-1)!.t - samples[0]!.t) / (samples.length - 1);
     expect(samples.some((x) => x.v4.length === 1) && samples.some((x) => x.v6.length === 1)).toBe(true);
     const base = handoverMs + masterDownIntervalMs(200, 10) + MARGIN_MS;
     expect(windows.filter((w) => w.ms > base + w.samplingMs)).toStrictEqual([]);
     const none = windows.reduce((m, w) => (w.ms > m.ms ? w : m), { ms: 0, samplingMs: 0 });
-    console.log(`family hand-over figures: no holder of either VIP for ${none.ms} ms (bound ${(base + none.samplingMs).toFixed(0)} ms: n1's hand-over ${handoverMs} ms + Master_Down_Interval ${masterDownIntervalMs(200, 10).toFixed(0)} ms + ${none.samplingMs} ms sampling (mean period ${period.toFixed(0)} ms) + ${MARGIN_MS}); reload ${String(logged[0]!.durationMs)} ms on n1, ${String(logged[1]!.durationMs)} ms on n2`);
+    console.log(
+      `family hand-over figures: no holder of either VIP for ${none.ms} ms (bound ${(base + none.samplingMs).toFixed(0)} ms: n1's hand-over ${handoverMs} ms + Master_Down_Interval ${masterDownIntervalMs(200, 10).toFixed(0)} ms + ${none.samplingMs} ms sampling (mean period ${period.toFixed(0)} ms) + ${MARGIN_MS}); reload ${String(logged[0]!.durationMs)} ms on n1, ${String(logged[1]!.durationMs)} ms on n2`,
+    );
 
     // a stop unwinds the moved plane too: nothing of either family is left
     const pgids = list.map((a) => a.proc.pid);
@@ -152,21 +179,34 @@ describe.skipIf(skip)(`reload to the other family on the lab${skip ? `: SKIPPED,
     await waitForHolder(lab, lab.vip4, 'n1');
     const before = (await a1!.status()).counters.transitions;
     // another ballast with the IPv6 VIP data plane, as far as the lock goes
-    const other = lab.spawn(lab.nodes[0]!.netns, [process.execPath, '-e', "require('net').createServer().listen({path:'\\0ballast:nftables:ip6:ballast'},()=>console.log('held'))"]);
+    const other = lab.spawn(lab.nodes[0]!.netns, [
+      process.execPath,
+      '-e',
+      "require('net').createServer().listen({path:'\\0ballast:nftables:ip6:ballast'},()=>console.log('held'))",
+    ]);
     try {
       await other.waitForOutput(/held/, { timeoutMs: 5000, includeExisting: true });
       writeFileSync(a1!.configPath, agentConfig(lab, a1!.node, settings(6)[0]!));
       a1!.proc.kill('SIGHUP');
       const r = await waitFor(() => results(a1!)[0], { timeoutMs: 10_000, intervalMs: 20, what: 'n1 to log its reload' });
-      expect(r).toMatchObject({ msg: 'configuration reload failed; the running state stays (what was applied before the failure is listed in the log above)', changed: ['apiserver.backends', 'family', 'vips'] });
-      expect(r.problems).toStrictEqual([expect.stringMatching(/^another ballast agent already programs the nftables table ip6 ballast .*\(BALLAST_E_ALREADY_RUNNING\)$/)]);
+      expect(r).toMatchObject({
+        msg: 'configuration reload failed; the running state stays (what was applied before the failure is listed in the log above)',
+        changed: ['apiserver.backends', 'family', 'vips'],
+      });
+      expect(r.problems).toStrictEqual([
+        expect.stringMatching(/^another ballast agent already programs the nftables table ip6 ballast .*\(BALLAST_E_ALREADY_RUNNING\)$/),
+      ]);
       expect(a1!.logLines().some((l) => typeof l.msg === 'string' && l.msg.startsWith('reload: hand-over'))).toBe(false);
       const st = await a1!.status();
       expect([st.family, st.vips, st.state, st.counters.transitions, st.reload?.last?.ok]).toStrictEqual([4, [lab.vip4], 'master', before, false]);
       expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
       expect([(await nft(0, 'ip')).code, (await nft(0, 'ip6')).code === 0]).toStrictEqual([0, false]);
       // the new instance lock (IPv6, VRID 51) and the IPv6 VIP's were given back; the IPv4 table's is still held
-      expect([await lockState('ballast:eth0:ipv6:vrid51'), await lockState(`ballast:vip:${lab.vip6}`), await lockState('ballast:nftables:ip:ballast')]).toStrictEqual(['free', 'free', 'EADDRINUSE']);
+      expect([
+        await lockState('ballast:eth0:ipv6:vrid51'),
+        await lockState(`ballast:vip:${lab.vip6}`),
+        await lockState('ballast:nftables:ip:ballast'),
+      ]).toStrictEqual(['free', 'free', 'EADDRINUSE']);
     } finally {
       await other.stop('SIGTERM', 2000);
     }

@@ -55,12 +55,16 @@ describe.skipIf(skip)(`reload adding a VIP a Backup already has${skip ? `: SKIPP
     return [...new Set([...r.stdout.matchAll(/Target link-layer address:\s*([0-9A-Fa-f:]+)/g)].map((m) => m[1]!.toLowerCase()))].sort();
   }
 
-  const results = (a: LabAgent): Record<string, unknown>[] => a.logLines().filter((l) => typeof l.msg === 'string' && /^configuration reload(ed| failed| refused)/.test(l.msg));
+  const results = (a: LabAgent): Record<string, unknown>[] =>
+    a.logLines().filter((l) => typeof l.msg === 'string' && /^configuration reload(ed| failed| refused)/.test(l.msg));
 
-  it.each([4, 6] as const)('IPv%i: the Backup\'s copy is removed within 1 s of the reload; one node answers', async (family) => {
+  it.each([4, 6] as const)("IPv%i: the Backup's copy is removed within 1 s of the reload; one node answers", async (family) => {
     const vip = family === 4 ? lab.vip4 : lab.vip6;
     const added = extra[family];
-    const s: AgentSettings[] = [{ priority: 200, family }, { priority: 100, family }];
+    const s: AgentSettings[] = [
+      { priority: 200, family },
+      { priority: 100, family },
+    ];
     const [a1, a2] = await startAgents(lab, s, agents);
     await waitForHolder(lab, vip, 'n1');
     // the stray copy: on n2 by hand (nodad: no duplicate address detection to wait for)
@@ -73,13 +77,28 @@ describe.skipIf(skip)(`reload adding a VIP a Backup already has${skip ? `: SKIPP
     const t0 = Date.now();
     for (const a of list) a.proc.kill('SIGHUP');
     // the wait goes on past the bound (then fails below), so that the answers show what stayed
-    const alone = await waitFor(() => lab.holders(added), (h) => h.length === 1 && h[0]!.name === 'n1', { timeoutMs: 3 * WITHIN_MS, intervalMs: 20, what: `n1 alone to hold ${added}` }).then(() => true, () => false);
+    const alone = await waitFor(
+      () => lab.holders(added),
+      (h) => h.length === 1 && h[0]!.name === 'n1',
+      { timeoutMs: 3 * WITHIN_MS, intervalMs: 20, what: `n1 alone to hold ${added}` },
+    ).then(
+      () => true,
+      () => false,
+    );
     const tookMs = Date.now() - t0;
-    for (const a of list) expect(await waitFor(() => results(a)[0], { timeoutMs: 5000, intervalMs: 20, what: `${a.node.name} to log its reload` })).toMatchObject({ msg: 'configuration reloaded' });
+    for (const a of list)
+      expect(await waitFor(() => results(a)[0], { timeoutMs: 5000, intervalMs: 20, what: `${a.node.name} to log its reload` })).toMatchObject({
+        msg: 'configuration reloaded',
+      });
     expect(await answers(family, added)).toStrictEqual([n1!.mac]);
     expect(alone).toBe(true);
     expect(tookMs).toBeLessThanOrEqual(WITHIN_MS);
-    expect(a2!.logLines().filter((l) => l.msg === STRAY_ON_RELOAD).map((l) => l.addresses)).toStrictEqual([[`${added}/${family === 4 ? 32 : 128}`]]);
+    expect(
+      a2!
+        .logLines()
+        .filter((l) => l.msg === STRAY_ON_RELOAD)
+        .map((l) => l.addresses),
+    ).toStrictEqual([[`${added}/${family === 4 ? 32 : 128}`]]);
     // no failover: the reload moved nothing
     expect([(await a1!.status()).state, (await a2!.status()).state]).toStrictEqual(['master', 'backup']);
     expect((await lab.holders(vip)).map((n) => n.name)).toStrictEqual(['n1']);

@@ -13,7 +13,17 @@
 import { writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab, LabNode, LabProcess } from '../../lab/lab.js';
-import { agentConfig, cliPath, resetElectionLab, startAgent, startAgents, startLongconn, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import {
+  agentConfig,
+  cliPath,
+  resetElectionLab,
+  startAgent,
+  startAgents,
+  startLongconn,
+  waitForHolder,
+  type AgentSettings,
+  type LabAgent,
+} from '../../lab/cluster.js';
 import type { ElectionStatusDocument } from '../../src/observe/status.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
@@ -59,15 +69,28 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     const before = list.map((a) => results(a).length);
     list.forEach((a, i) => writeFileSync(a.configPath, agentConfig(lab, a.node, s[i]!)));
     for (const a of list) a.proc.kill('SIGHUP');
-    return Promise.all(list.map((a, i) => waitFor(() => results(a)[before[i]!], { timeoutMs: 10_000, intervalMs: 20, what: `${a.node.name} to log its reload` })));
+    return Promise.all(
+      list.map((a, i) => waitFor(() => results(a)[before[i]!], { timeoutMs: 10_000, intervalMs: 20, what: `${a.node.name} to log its reload` })),
+    );
   }
   /** The reload result lines an agent logged so far. */
-  const results = (a: LabAgent): Record<string, unknown>[] => a.logLines().filter((l) => typeof l.msg === 'string' && /^configuration reload(ed| failed| refused)/.test(l.msg));
+  const results = (a: LabAgent): Record<string, unknown>[] =>
+    a.logLines().filter((l) => typeof l.msg === 'string' && /^configuration reload(ed| failed| refused)/.test(l.msg));
   const transitions = async (a: LabAgent): Promise<number> => (await a.status()).counters.transitions;
 
   /** tcpdump in n2's namespace: n1's VRRP adverts, with their wall-clock time (ms) and Max Adver Int (cs). */
   async function captureAdverts(): Promise<{ proc: LabProcess; adverts: () => { t: number; intervalCs: number | null }[] }> {
-    const proc = lab.spawn(lab.nodes[1]!.netns, ['tcpdump', '-i', 'eth0', '-n', '-l', '--immediate-mode', '-tt', 'ip proto 112 and src host', lab.nodes[0]!.ipv4]);
+    const proc = lab.spawn(lab.nodes[1]!.netns, [
+      'tcpdump',
+      '-i',
+      'eth0',
+      '-n',
+      '-l',
+      '--immediate-mode',
+      '-tt',
+      'ip proto 112 and src host',
+      lab.nodes[0]!.ipv4,
+    ]);
     await proc.waitForOutput(/listening on/, { timeoutMs: 5000, includeExisting: true });
     const adverts = () =>
       [...proc.output().matchAll(/^(\d+\.\d+) IP .*$/gm)].map((m) => {
@@ -102,7 +125,8 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
   }
 
   /** `ballast reload --config FILE` in the agent's namespace. */
-  const ballastReload = (a: LabAgent) => lab.exec(a.node.netns, [process.execPath, cliPath(), 'reload', '--config', a.configPath], { allowFail: true, timeoutMs: 30_000 });
+  const ballastReload = (a: LabAgent) =>
+    lab.exec(a.node.netns, [process.execPath, cliPath(), 'reload', '--config', a.configPath], { allowFail: true, timeoutMs: 30_000 });
 
   it('(a) an invalid file changes nothing: same master and VIPs, adverts at the old interval, `ballast reload` exits 2 with the problems, metric 0, /status says so', async () => {
     const [a1, a2] = await startAgents(lab, settings(), agents);
@@ -138,7 +162,11 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
       for (const p of problems) expect(r.stderr).toContain(`  ${p}\n`);
     }
     // the answer can come before the agent's log line is on disk
-    await waitFor(() => results(a1!).length >= 4, (ok) => ok, { timeoutMs: 2000, intervalMs: 20, what: 'the four failed reloads to be logged' });
+    await waitFor(
+      () => results(a1!).length >= 4,
+      (ok) => ok,
+      { timeoutMs: 2000, intervalMs: 20, what: 'the four failed reloads to be logged' },
+    );
     expect(results(a1!)).toHaveLength(4);
     await sleep(1500);
     await cap.proc.stop('SIGINT', 3000);
@@ -156,7 +184,10 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     const gaps = gapsOf(adverts.map((x) => x.t));
     const maxGap = Math.max(...gaps);
     const at = adverts[gaps.indexOf(maxGap)]!.t;
-    expect(maxGap, `largest gap after the advert at t0+${(at - t0).toFixed(0)} ms; the three CLI reloads ran t0+${tR - t0}..${tR2 - t0} ms`).toBeLessThanOrEqual(100 + MARGIN_MS);
+    expect(
+      maxGap,
+      `largest gap after the advert at t0+${(at - t0).toFixed(0)} ms; the three CLI reloads ran t0+${tR - t0}..${tR2 - t0} ms`,
+    ).toBeLessThanOrEqual(100 + MARGIN_MS);
     // tcpdump prints Max Adver Int ("intvl 10cs"): the old interval, in every advert
     expect(adverts.map((x) => x.intervalCs).filter((c) => c !== 10)).toStrictEqual([]);
     figures.push(`(a) invalid file: ${adverts.length} adverts, largest gap ${maxGap.toFixed(1)} ms (interval 100 ms)`);
@@ -168,18 +199,28 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     await waitForHolder(lab, vipB!, 'n1');
     const logged = await reloadAll([a2!, a1!], settings({ vips: [lab.vip4] }).reverse());
     for (const l of logged) expect(l).toMatchObject({ msg: 'configuration reloaded', changed: ['vips'], handover: false });
-    await waitFor(() => lab.holders(vipB!), (h) => h.length === 0, { timeoutMs: 2000, intervalMs: 10, what: `${vipB} to be gone` });
+    await waitFor(
+      () => lab.holders(vipB!),
+      (h) => h.length === 0,
+      { timeoutMs: 2000, intervalMs: 10, what: `${vipB} to be gone` },
+    );
     await sleep(1000);
     await cap.proc.stop('SIGINT', 3000);
     await mon.stop('SIGTERM', 2000);
-    const events = mon.output().split('\n').filter((l) => l.includes('inet '));
+    const events = mon
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('inet '));
     // the monitor saw the removed VIP go (it watches), and never the one that stays
     expect(events.some((l) => /Deleted/.test(l) && l.includes(` ${vipB}/`))).toBe(true);
     expect(events.filter((l) => /Deleted/.test(l) && l.includes(` ${lab.vip4}/`))).toStrictEqual([]);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
     expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
     expect((await a1!.status()).vips).toStrictEqual([lab.vip4]);
-    const ts = cap.adverts().map((x) => x.t).filter((t) => t >= t0 - 500);
+    const ts = cap
+      .adverts()
+      .map((x) => x.t)
+      .filter((t) => t >= t0 - 500);
     const maxGap = Math.max(...gapsOf(ts));
     expect(ts.length).toBeGreaterThanOrEqual(15);
     expect(maxGap).toBeLessThanOrEqual(100 + MARGIN_MS);
@@ -200,7 +241,12 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     await sleep(2000);
     await cap.proc.stop('SIGINT', 3000);
     await mon.stop('SIGTERM', 2000);
-    expect(mon.output().split('\n').filter((l) => /Deleted/.test(l) && l.includes(` ${lab.vip4}/`))).toStrictEqual([]);
+    expect(
+      mon
+        .output()
+        .split('\n')
+        .filter((l) => /Deleted/.test(l) && l.includes(` ${lab.vip4}/`)),
+    ).toStrictEqual([]);
     expect((await lab.holders(lab.vip4)).map((n) => n.name)).toStrictEqual(['n1']);
     expect([await transitions(a1!), await transitions(a2!)]).toStrictEqual(before);
     const st = await a1!.status();
@@ -217,7 +263,9 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     expect(after.map((x) => x.intervalCs).filter((c) => c !== 20)).toStrictEqual([]);
     const maxGap = Math.max(...gapsOf(all.map((x) => x.t)));
     expect(maxGap).toBeLessThanOrEqual(200 + MARGIN_MS);
-    figures.push(`(c) VIP added + 100→200 ms: largest gap before ${Math.max(...oldGaps).toFixed(1)} ms, after ${Math.max(...newGaps).toFixed(1)} ms (min ${Math.min(...newGaps).toFixed(1)}), overall ${maxGap.toFixed(1)} ms`);
+    figures.push(
+      `(c) VIP added + 100→200 ms: largest gap before ${Math.max(...oldGaps).toFixed(1)} ms, after ${Math.max(...newGaps).toFixed(1)} ms (min ${Math.min(...newGaps).toFixed(1)}), overall ${maxGap.toFixed(1)} ms`,
+    );
   });
 
   it('(d) a new VRID: each agent logs a hand-over, the group re-forms on VRID 52, exactly one holder afterwards', async () => {
@@ -236,7 +284,9 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     const logged = await reloadAll([a1!, a2!], settings({ vrid: 52 }));
     for (const l of logged) expect(l).toMatchObject({ msg: 'configuration reloaded', changed: ['vrrp.vrid'], handover: true });
     for (const a of [a1!, a2!]) {
-      expect(a.logLines().some((l) => l.msg === 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one')).toBe(true);
+      expect(a.logLines().some((l) => l.msg === 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one')).toBe(
+        true,
+      );
       expect(a.logLines().some((l) => l.msg === 'reload: hand-over: joined the group' && l.vrid === 52)).toBe(true);
     }
     await waitForHolder(lab, lab.vip4, 'n1', 3000);
@@ -264,39 +314,82 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     expect(samples.length).toBeGreaterThan(20);
     // n1's hand-over: from leaving VRID 51 (priority 0, VIPs removed) to the new engine running
     const at = (a: LabAgent, msg: string): number => Date.parse(String(a.logLines().find((x) => x.msg === msg)?.time));
-    const restartMs = at(a1!, 'reload: hand-over: joined the group') - at(a1!, 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one');
+    const restartMs =
+      at(a1!, 'reload: hand-over: joined the group') -
+      at(a1!, 'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one');
     expect(restartMs).toBeGreaterThan(0);
     // no holder for at most: n1's engine restart + its Master_Down_Interval in the new group
     // (nobody else is there yet) + two sampling periods + MARGIN_MS
     const bound = restartMs + masterDownIntervalMs(200, 10) + 2 * period + MARGIN_MS;
     expect(none).toBeLessThanOrEqual(bound);
-    figures.push(`(d) VRID hand-over: longest time with no holder ${none} ms, with two holders ${two} ms (bound ${bound.toFixed(0)} ms: engine restart ${restartMs} ms + Master_Down_Interval ${masterDownIntervalMs(200, 10).toFixed(0)} ms + 2 × ${period.toFixed(0)} ms sampling + ${MARGIN_MS}; reloads sent to n1 then n2 at once)`);
+    figures.push(
+      `(d) VRID hand-over: longest time with no holder ${none} ms, with two holders ${two} ms (bound ${bound.toFixed(0)} ms: engine restart ${restartMs} ms + Master_Down_Interval ${masterDownIntervalMs(200, 10).toFixed(0)} ms + 2 × ${period.toFixed(0)} ms sampling + ${MARGIN_MS}; reloads sent to n1 then n2 at once)`,
+    );
     const [s1, s2] = [await a1!.status(), await a2!.status()];
     expect([s1.vrid, s1.state, s2.vrid, s2.state, s2.masterAddress]).toStrictEqual([52, 'master', 52, 'backup', lab.nodes[0]!.ipv4]);
     // the VRID 51 instance lock was given back: a third agent could take it (ballast's abstract socket name)
-    const freed = await lab.exec(lab.nodes[0]!.netns, [process.execPath, '-e', "const s=require('net').createServer();s.on('error',e=>{console.log(e.code);process.exit(1)});s.listen({path:'\\0ballast:eth0:ipv4:vrid51'},()=>{console.log('free');s.close()})"], { allowFail: true });
+    const freed = await lab.exec(
+      lab.nodes[0]!.netns,
+      [
+        process.execPath,
+        '-e',
+        "const s=require('net').createServer();s.on('error',e=>{console.log(e.code);process.exit(1)});s.listen({path:'\\0ballast:eth0:ipv4:vrid51'},()=>{console.log('free');s.close()})",
+      ],
+      { allowFail: true },
+    );
     expect(freed.stdout.trim()).toBe('free');
   });
 
   it('(e) a backends and health change keeps an established connection through the VIP (to the backend that left), and the kept backend stays up', async () => {
     const [a1, a2] = await startAgents(lab, settings(), agents);
     await waitForHolder(lab, lab.vip4, 'n1');
-    await waitFor(() => a1!.status(), (s: ElectionStatusDocument) => s.backends.every((b) => b.state === 'up'), { timeoutMs: 5000, what: 'both backends up on n1' });
-    const l = await startLongconn(lab, { ...lab.nodes[0]!, netns: lab.client.netns }, `https://${lab.vip4}:6443/version`, ['--node', 'n2', '--interval', '50', '--duration', '6000']);
+    await waitFor(
+      () => a1!.status(),
+      (s: ElectionStatusDocument) => s.backends.every((b) => b.state === 'up'),
+      { timeoutMs: 5000, what: 'both backends up on n1' },
+    );
+    const l = await startLongconn(lab, { ...lab.nodes[0]!, netns: lab.client.netns }, `https://${lab.vip4}:6443/version`, [
+      '--node',
+      'n2',
+      '--interval',
+      '50',
+      '--duration',
+      '6000',
+    ]);
     try {
       await waitFor(() => l.events.find((e) => e.event === 'pinned'), { timeoutMs: 5000, what: 'a connection served by n2' });
       const before = (await a1!.status()).backends.find((b) => b.address === `${lab.nodes[0]!.ipv4}:6443`)!;
       const seqAtReload = l.results.length;
       // n2's apiserver leaves the seed list; the checks get slower with a higher rise
-      const next = settings({ healthInterval: '300ms', extra: { apiserver: { port: 6443, backends: [`${lab.nodes[0]!.ipv4}:6443`], health: { caFile: lab.ca.certFile, interval: '300ms', timeout: '300ms', rise: 3, fall: 2 } } } });
+      const next = settings({
+        healthInterval: '300ms',
+        extra: {
+          apiserver: {
+            port: 6443,
+            backends: [`${lab.nodes[0]!.ipv4}:6443`],
+            health: { caFile: lab.ca.certFile, interval: '300ms', timeout: '300ms', rise: 3, fall: 2 },
+          },
+        },
+      });
       const logged = await reloadAll([a1!, a2!], next);
       for (const x of logged) expect(x).toMatchObject({ msg: 'configuration reloaded', handover: false });
-      expect(logged[0]!.changed).toStrictEqual(['apiserver.backends', 'apiserver.health.intervalMs', 'apiserver.health.rise', 'apiserver.health.settleMs', 'apiserver.health.timeoutMs']);
+      expect(logged[0]!.changed).toStrictEqual([
+        'apiserver.backends',
+        'apiserver.health.intervalMs',
+        'apiserver.health.rise',
+        'apiserver.health.settleMs',
+        'apiserver.health.timeoutMs',
+      ]);
       const after = (await a1!.status()).backends;
       expect(after.map((b) => [b.address, b.state])).toStrictEqual([[`${lab.nodes[0]!.ipv4}:6443`, 'up']]);
       expect(after[0]!.consecutive).toBeGreaterThanOrEqual(before.consecutive);
       // the table has only n1 now; the connection to n2 goes on (its conntrack NAT stays)
-      await waitFor(() => a1!.status(), (s: ElectionStatusDocument) => s.dataplane.mode === 'nftables' && JSON.stringify(s.dataplane.backends) === JSON.stringify([`${lab.nodes[0]!.ipv4}:6443`]), { timeoutMs: 2000, what: 'the table without n2' });
+      await waitFor(
+        () => a1!.status(),
+        (s: ElectionStatusDocument) =>
+          s.dataplane.mode === 'nftables' && JSON.stringify(s.dataplane.backends) === JSON.stringify([`${lab.nodes[0]!.ipv4}:6443`]),
+        { timeoutMs: 2000, what: 'the table without n2' },
+      );
       await sleep(2000);
       const later = l.results.slice(seqAtReload);
       expect(later.length).toBeGreaterThanOrEqual(20);
@@ -318,17 +411,25 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     const r = await lab.exec(a1!.node.netns, [process.execPath, cliPath(), 'reload', '--admin', '127.0.0.1:9641'], { allowFail: true, timeoutMs: 30_000 });
     expect([r.code, r.stderr]).toStrictEqual([0, '']);
     expect(r.stdout).toMatch(/^reloaded \(\d+ ms\): changed: admin\.listen\.port, log\.level\n  - log level set\n  - admin endpoint re-run\n$/);
-    const get = (port: number) => lab.exec(a1!.node.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `127.0.0.1:${port}`], { allowFail: true, timeoutMs: 5000 });
+    const get = (port: number) =>
+      lab.exec(a1!.node.netns, [process.execPath, cliPath(), 'status', '--json', '--admin', `127.0.0.1:${port}`], { allowFail: true, timeoutMs: 5000 });
     const now = await get(9651);
     expect(now.code).toBe(0);
-    expect(JSON.parse(now.stdout)).toMatchObject({ state: 'master', reload: { last: { ok: true, trigger: 'admin', changed: ['admin.listen.port', 'log.level'] } } });
+    expect(JSON.parse(now.stdout)).toMatchObject({
+      state: 'master',
+      reload: { last: { ok: true, trigger: 'admin', changed: ['admin.listen.port', 'log.level'] } },
+    });
     expect((await get(9641)).code).toBe(3);
     // a health change makes the policy evaluate, which it logs at debug (a slow check on a loaded
     // machine can make it evaluate before: count the lines from here on)
     const debugBefore = a1!.logLines().filter((l) => l.level === 'debug' && l.msg === 'policy').length;
     await lab.setReady(lab.nodes[1]!, false);
     try {
-      await waitFor(() => a1!.logLines().filter((l) => l.level === 'debug' && l.msg === 'policy').length > debugBefore, (ok) => ok, { timeoutMs: 5000, what: 'a debug line (the policy logs one per evaluation)' });
+      await waitFor(
+        () => a1!.logLines().filter((l) => l.level === 'debug' && l.msg === 'policy').length > debugBefore,
+        (ok) => ok,
+        { timeoutMs: 5000, what: 'a debug line (the policy logs one per evaluation)' },
+      );
     } finally {
       await lab.setReady(lab.nodes[1]!, true);
     }
@@ -340,7 +441,12 @@ describe.skipIf(skip)(`reload on the lab${skip ? `: SKIPPED, ${skip}` : ''}`, ()
     const [a1] = await startAgents(lab, settings(), agents);
     await waitForHolder(lab, lab.vip4, 'n1');
     // a second agent in n1's namespace: another VRID, VIP X, no data plane
-    const other = await startAgent(lab, lab.nodes[0]!, { priority: 100, vrid: 60, adminPort: 9652, extra: { vips: [vipX], dataplane: { vip: 'none', local: 'off' } } });
+    const other = await startAgent(lab, lab.nodes[0]!, {
+      priority: 100,
+      vrid: 60,
+      adminPort: 9652,
+      extra: { vips: [vipX], dataplane: { vip: 'none', local: 'off' } },
+    });
     agents.push(other);
     await waitForHolder(lab, vipX!, 'n1');
     const before = await transitions(a1!);

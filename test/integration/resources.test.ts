@@ -81,11 +81,15 @@ describe.skipIf(needs('bpf'))('memory budget and start-up (root; skipped otherwi
       extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } },
     });
     const a = agent;
-    await waitFor(() => a.anyStatus(), (d) => d.state === 'master' && d.local.mode === 'ebpf' && d.backends.length === 3 && d.backends.every((b) => b.healthy), {
-      timeoutMs: 8000,
-      intervalMs: 100,
-      what: 'n1 to be master with the local endpoint (ebpf) and 3 healthy backends',
-    });
+    await waitFor(
+      () => a.anyStatus(),
+      (d) => d.state === 'master' && d.local.mode === 'ebpf' && d.backends.length === 3 && d.backends.every((b) => b.healthy),
+      {
+        timeoutMs: 8000,
+        intervalMs: 100,
+        what: 'n1 to be master with the local endpoint (ebpf) and 3 healthy backends',
+      },
+    );
     const lines = a.logLines();
     const first = lines[0]!;
     const backup = lines.find((l) => l.msg === 'state change' && l.to === 'backup');
@@ -99,11 +103,15 @@ describe.skipIf(needs('bpf'))('memory budget and start-up (root; skipped otherwi
     expect(master!.elapsedMs as number).toBeLessThanOrEqual(START_BUDGET_MS);
     expect(master!.elapsedMs as number).toBeGreaterThan(first.elapsedMs as number);
 
-    await waitFor(() => Promise.resolve(a.logLines().find((l) => l.msg === 'memory released')), (l) => l !== undefined, {
-      timeoutMs: RELEASE_WAIT_MS,
-      intervalMs: 100,
-      what: 'the "memory released" log line',
-    });
+    await waitFor(
+      () => Promise.resolve(a.logLines().find((l) => l.msg === 'memory released')),
+      (l) => l !== undefined,
+      {
+        timeoutMs: RELEASE_WAIT_MS,
+        intervalMs: 100,
+        what: 'the "memory released" log line',
+      },
+    );
     await sleep(WARM_UP_MS);
     const s = sampleTree([a.proc.pid]);
     expect(s.pids, 'no child processes').toEqual([a.proc.pid]);

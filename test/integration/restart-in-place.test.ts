@@ -50,10 +50,22 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     await lab?.teardown();
   });
 
-  const settings = (priority: number, restartHold: string, family: 4 | 6): AgentSettings => ({ priority, advertisementInterval: `${ADVERT_CS * 10}ms`, balance: true, healthInterval: '200ms', restartHold, family });
-  const start = async (i: number, restartHold: string, family: 4 | 6 = 4): Promise<LabAgent> => (agents[i] = await startAgent(lab, lab.nodes[i]!, settings(i === 0 ? 150 : 100, restartHold, family)));
+  const settings = (priority: number, restartHold: string, family: 4 | 6): AgentSettings => ({
+    priority,
+    advertisementInterval: `${ADVERT_CS * 10}ms`,
+    balance: true,
+    healthInterval: '200ms',
+    restartHold,
+    family,
+  });
+  const start = async (i: number, restartHold: string, family: 4 | 6 = 4): Promise<LabAgent> =>
+    (agents[i] = await startAgent(lab, lab.nodes[i]!, settings(i === 0 ? 150 : 100, restartHold, family)));
   const settled = (i: number): Promise<unknown> =>
-    waitFor(() => agents[i]!.status(), (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy), { timeoutMs: 10_000, intervalMs: 50, what: `n${i + 1} settled` });
+    waitFor(
+      () => agents[i]!.status(),
+      (s) => s.backends.length === 2 && s.backends.every((b) => b.healthy),
+      { timeoutMs: 10_000, intervalMs: 50, what: `n${i + 1} settled` },
+    );
   const linesOf = (a: LabAgent, msg: string): Record<string, unknown>[] => a.logLines().filter((l) => l.msg === msg);
 
   it.each([4, 6] as const)('IPv%i: SIGUSR2, then a new process: 0 VIP moves, 0 failed requests, 0 watch connections lost', async (family) => {
@@ -74,11 +86,19 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     expect(linesOf(old, 'handed off for a restart in place: the VIPs stay, the Backups wait for the next process')).toHaveLength(1);
     expect((await lab.holders(vip)).map((h) => h.name)).toStrictEqual(['n1']);
     const next = await start(0, hold, family);
-    await waitFor(async () => linesOf(next, 'state change'), (ls) => ls.some((l) => l.to === 'master' && l.reason === 'resumed'), { timeoutMs: 3000, intervalMs: 50, what: 'n1 resumed as master' });
+    await waitFor(
+      async () => linesOf(next, 'state change'),
+      (ls) => ls.some((l) => l.to === 'master' && l.reason === 'resumed'),
+      { timeoutMs: 3000, intervalMs: 50, what: 'n1 resumed as master' },
+    );
     const resumedAt = Date.parse(String(linesOf(next, 'state change').find((l) => l.reason === 'resumed')!.time));
     await settled(0);
     // the Backup is back on our interval: the resumed adverts reached it
-    await waitFor(async () => linesOf(agents[1]!, 'the master advertises our advertisement interval again').length, (n) => n >= 1, { timeoutMs: 3000, what: 'n2 back on the 10 cs interval' });
+    await waitFor(
+      async () => linesOf(agents[1]!, 'the master advertises our advertisement interval again').length,
+      (n) => n >= 1,
+      { timeoutMs: 3000, what: 'n2 back on the 10 cs interval' },
+    );
     await sleep(1000);
     const p = await c.prober.stop();
     const w = c.report();
@@ -93,9 +113,15 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     expect(p.failed, JSON.stringify(p.outages)).toBe(0);
     expect(p.ok).toBeGreaterThan(50);
     // the watches: none lost, none failed, all still open
-    expect({ reconnects: w.reconnects - before.reconnects, failedRequests: w.failedRequests - before.failedRequests, open: w.open }).toStrictEqual({ reconnects: 0, failedRequests: 0, open: WATCHERS });
+    expect({ reconnects: w.reconnects - before.reconnects, failedRequests: w.failedRequests - before.failedRequests, open: w.open }).toStrictEqual({
+      reconnects: 0,
+      failedRequests: 0,
+      open: WATCHERS,
+    });
     expect(w.requests - before.requests).toBeGreaterThan(WATCHERS * 5);
-    console.info(`IPv${family} restart in place: SIGUSR2 to resumed ${resumedAt - t0} ms; requests ${p.requests} (failed ${p.failed}); watch requests ${w.requests - before.requests} (failed ${w.failedRequests - before.failedRequests}, reconnects ${w.reconnects - before.reconnects})`);
+    console.info(
+      `IPv${family} restart in place: SIGUSR2 to resumed ${resumedAt - t0} ms; requests ${p.requests} (failed ${p.failed}); watch requests ${w.requests - before.requests} (failed ${w.failedRequests - before.failedRequests}, reconnects ${w.reconnects - before.reconnects})`,
+    );
   });
 
   it('SIGUSR2 and no new process: the Backup takes over within the announced bound, the VIP expires on the old node', async () => {
@@ -113,13 +139,21 @@ describe.skipIf(needs('root'))('restart in place of the master agent (root; skip
     expect(handOff.advertisedIntervalCs).toBe(intervalCs);
     // n2 (priority 100) waits 3 × the announced interval + its Skew_Time (RFC 9568 §6.1)
     const bound = masterDownIntervalMs(100, intervalCs);
-    const taken = await waitFor(async () => linesOf(agents[1]!, 'state change').find((l) => l.to === 'master'), (l) => l !== undefined, { timeoutMs: bound + 3000, intervalMs: 20, what: 'n2 master' });
+    const taken = await waitFor(
+      async () => linesOf(agents[1]!, 'state change').find((l) => l.to === 'master'),
+      (l) => l !== undefined,
+      { timeoutMs: bound + 3000, intervalMs: 20, what: 'n2 master' },
+    );
     const after = Date.parse(String(taken!.time)) - sentAt;
     expect(after).toBeGreaterThan(bound - MARGIN_MS);
     expect(after).toBeLessThan(bound + MARGIN_MS);
     console.info(`no new process: n2 master ${after} ms after the hand-off (announced ${intervalCs} cs: its Master_Down_Interval ${bound.toFixed(1)} ms)`);
     // the old node's copy had the hand-off's lifetime: gone by itself (whole seconds, rounded up)
     const lifetimeMs = Number(handOff.vipLifetimeMs);
-    await waitFor(() => lab.holders(lab.vip4), (hs) => hs.length === 1 && hs[0]!.name === 'n2', { timeoutMs: Math.max(0, sentAt + lifetimeMs + 1000 + MARGIN_MS - Date.now()) + 100, intervalMs: 50, what: 'n2 the only holder' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (hs) => hs.length === 1 && hs[0]!.name === 'n2',
+      { timeoutMs: Math.max(0, sentAt + lifetimeMs + 1000 + MARGIN_MS - Date.now()) + 100, intervalMs: 50, what: 'n2 the only holder' },
+    );
   });
 });

@@ -36,7 +36,14 @@ describe.skipIf(needs('root'))('robustness on the lab (root; skipped otherwise)'
    */
   async function pair(extra?: Record<string, unknown>): Promise<[LabAgent, LabAgent]> {
     const s = { ...(extra ? { extra } : {}) };
-    const [a1, a2] = await startAgents(lab, [{ priority: 150, ...s }, { priority: 100, ...s }], agents);
+    const [a1, a2] = await startAgents(
+      lab,
+      [
+        { priority: 150, ...s },
+        { priority: 100, ...s },
+      ],
+      agents,
+    );
     await waitForHolder(lab, lab.vip4, 'n1');
     return [a1!, a2!];
   }
@@ -66,7 +73,11 @@ describe.skipIf(needs('root'))('robustness on the lab (root; skipped otherwise)'
   it('SIGUSR1 logs the status and opens no inspector; SIGHUP does not stop the agent', async () => {
     const [a1] = await pair();
     a1.proc.kill('SIGUSR1');
-    await waitFor(async () => a1.logLines().some((l) => l.msg === 'status (SIGUSR1)'), (x) => x, { timeoutMs: 3000, what: 'the SIGUSR1 status line' });
+    await waitFor(
+      async () => a1.logLines().some((l) => l.msg === 'status (SIGUSR1)'),
+      (x) => x,
+      { timeoutMs: 3000, what: 'the SIGUSR1 status line' },
+    );
     const ss = await lab.exec(lab.nodes[0]!.netns, ['ss', '-ltnH', 'sport = :9229']);
     expect(ss.stdout.trim()).toBe('');
     a1.proc.kill('SIGHUP');
@@ -99,7 +110,11 @@ describe.skipIf(needs('root'))('robustness on the lab (root; skipped otherwise)'
     a1.proc.kill('SIGKILL');
     const t0 = Date.now();
     // both hold it for a while: the killed node's copy only ages out
-    await waitFor(() => lab.holders(lab.vip4), (h) => h.some((n) => n.name === 'n2'), { timeoutMs: 2000, intervalMs: 10, what: 'n2 to take the VIP' });
+    await waitFor(
+      () => lab.holders(lab.vip4),
+      (h) => h.some((n) => n.name === 'n2'),
+      { timeoutMs: 2000, intervalMs: 10, what: 'n2 to take the VIP' },
+    );
     const takeover = Date.now() - t0;
     expect(takeover).toBeLessThanOrEqual(masterDownIntervalMs(100, 10) + 250);
     await waitForHolder(lab, lab.vip4, 'n2', VIP_LIFETIME_MS + 1000 + 1000);

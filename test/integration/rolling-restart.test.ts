@@ -86,25 +86,58 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
   };
   /** Waits until the agent on node `i` is settled: every backend healthy, advertising its priority. */
   const settled = (i: number): Promise<unknown> =>
-    waitFor(() => agents[i]!.status(), (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy) && s.effectivePriority === PRIORITIES[i], {
-      timeoutMs: 10_000,
-      intervalMs: 50,
-      what: `n${i + 1} settled`,
-    });
+    waitFor(
+      () => agents[i]!.status(),
+      (s) => s.backends.length === 3 && s.backends.every((b) => b.healthy) && s.effectivePriority === PRIORITIES[i],
+      {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        what: `n${i + 1} settled`,
+      },
+    );
   /** The 'state change' log lines to master of every running agent, after `since` (ms epoch). */
   const masterChanges = (since: number): string[] =>
-    agents.flatMap((a) => (a ? a.logLines().filter((l) => l.msg === 'state change' && l.to === 'master' && Date.parse(String(l.time)) >= since).map(() => a.node.name) : []));
+    agents.flatMap((a) =>
+      a
+        ? a
+            .logLines()
+            .filter((l) => l.msg === 'state change' && l.to === 'master' && Date.parse(String(l.time)) >= since)
+            .map(() => a.node.name)
+        : [],
+    );
 
   it('restarting every agent in turn: one Skew_Time window per master restart, no VIP move when a node comes back, no failed new connection on the local endpoint', async () => {
     for (const i of [1, 0, 2]) await start(i);
     await waitForHolder(lab, lab.vip4, 'n2', 10_000);
     for (const i of [0, 1, 2]) await settled(i);
-    await waitFor(() => agents[2]!.anyStatus(), (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3, { timeoutMs: 5000, what: 'n3 local endpoint with 3 backends' });
+    await waitFor(
+      () => agents[2]!.anyStatus(),
+      (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3,
+      { timeoutMs: 5000, what: 'n3 local endpoint with 3 backends' },
+    );
 
-    const vip = runProber(lab, { url: `https://${lab.vip4}:6443/version`, intervalMs: PROBE_MS, durationMs: 120_000, timeoutMs: PROBE_TIMEOUT_MS, logFile: 'prober-vip.log' });
-    const local = runProber(lab, { url: 'https://127.0.0.1:7443/version', intervalMs: PROBE_MS, durationMs: 120_000, timeoutMs: PROBE_TIMEOUT_MS, netns: lab.nodes[2]!.netns, cgroup, logFile: 'prober-local.log' });
+    const vip = runProber(lab, {
+      url: `https://${lab.vip4}:6443/version`,
+      intervalMs: PROBE_MS,
+      durationMs: 120_000,
+      timeoutMs: PROBE_TIMEOUT_MS,
+      logFile: 'prober-vip.log',
+    });
+    const local = runProber(lab, {
+      url: 'https://127.0.0.1:7443/version',
+      intervalMs: PROBE_MS,
+      durationMs: 120_000,
+      timeoutMs: PROBE_TIMEOUT_MS,
+      netns: lab.nodes[2]!.netns,
+      cgroup,
+      logFile: 'prober-local.log',
+    });
     probers.push(vip, local);
-    await waitFor(async () => vip.results().length > 20 && local.results().length > 20, (ok) => ok, { timeoutMs: 10_000, what: 'both probers running' });
+    await waitFor(
+      async () => vip.results().length > 20 && local.results().length > 20,
+      (ok) => ok,
+      { timeoutMs: 10_000, what: 'both probers running' },
+    );
     // the local prober's clock as an epoch (to within one probe interval): to place agent log lines on it
     const localEpoch = Date.now() - local.now();
 
@@ -147,20 +180,30 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
         `holders after each: ${holderAfter2}, ${holderAfter1}, ${holderAfter3}; master changes after each return: ${JSON.stringify([r2.masterChangesAfterReturn, r1.masterChangesAfterReturn, r3.masterChangesAfterReturn])}; ` +
         `local endpoint client on n3: ${localSum.requests} requests, ${localSum.failed} failed (${localFailed3.length} during n3's restart); cgroup programs before/after: ${JSON.stringify(programsBefore)} ${JSON.stringify(programsAfter)}`,
     );
-    const failures = (sum: typeof vipSum): string => sum.results.filter((r) => !r.ok).map((r) => `${Math.round(r.t)}:${(r as { error: string }).error}:${Math.round(r.ms)}`).join(' ');
-    console.log(`windows (prober ms): n2 ${Math.round(r2.from)}-${Math.round(r2.to)}, n1 ${Math.round(r1.from)}-${Math.round(r1.to)}, n3 ${Math.round(r3.from)}-${Math.round(r3.to)}; VIP failures (t:error:ms): ${failures(vipSum)}; local failures: ${failures(localSum)}`);
+    const failures = (sum: typeof vipSum): string =>
+      sum.results
+        .filter((r) => !r.ok)
+        .map((r) => `${Math.round(r.t)}:${(r as { error: string }).error}:${Math.round(r.ms)}`)
+        .join(' ');
+    console.log(
+      `windows (prober ms): n2 ${Math.round(r2.from)}-${Math.round(r2.to)}, n1 ${Math.round(r1.from)}-${Math.round(r1.to)}, n3 ${Math.round(r3.from)}-${Math.round(r3.to)}; VIP failures (t:error:ms): ${failures(vipSum)}; local failures: ${failures(localSum)}`,
+    );
     if (localSum.failed > 0) {
       // what n3's agent decided about its backends (verdicts, resets, passive detection), on the local prober's clock
       // (the log file: both of n3's runs, the one stopped by its restart too)
-      const lines = readFileSync(join(lab.dir, 'n3-ballast.log'), 'utf8').split('\n').flatMap((l) => {
-        try {
-          return [JSON.parse(l) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      });
+      const lines = readFileSync(join(lab.dir, 'n3-ballast.log'), 'utf8')
+        .split('\n')
+        .flatMap((l) => {
+          try {
+            return [JSON.parse(l) as Record<string, unknown>];
+          } catch {
+            return [];
+          }
+        });
       const judged = lines.filter((l) => /dead|verdict|reset|backend health|taken out/.test(String(l.msg)));
-      console.log(`n3 agent, health lines (local prober ms): ${judged.map((l) => `${Math.round(Date.parse(String(l.time)) - localEpoch)} ${JSON.stringify({ ...l, level: undefined, time: undefined, pid: undefined })}`).join('\n  ')}`);
+      console.log(
+        `n3 agent, health lines (local prober ms): ${judged.map((l) => `${Math.round(Date.parse(String(l.time)) - localEpoch)} ${JSON.stringify({ ...l, level: undefined, time: undefined, pid: undefined })}`).join('\n  ')}`,
+      );
     }
     // each master restart: its failed requests all fall in one window no longer than the bound,
     // from the first failure's start to the last one's end (the resign resets the requests in
@@ -179,13 +222,22 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     // n3's node-local clients: no failed new connection across its agent's restart
     expect(localFailed3).toStrictEqual([]);
     expect(localSum.failed).toBe(0);
-    expect(programsAfter).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
+    expect(programsAfter).toStrictEqual([
+      ['connect4', 1],
+      ['connect6', 1],
+      ['getpeername4', 1],
+      ['getpeername6', 1],
+    ]);
   }, 180_000);
 
   it('a stop keeps the local endpoint serving (a switch to the proxy removes it at start); `ballast cleanup` is the uninstall: refuses what a running agent holds (exit 2), then removes pins, lock file, table and VIP', async () => {
     const n3 = lab.nodes[2]!;
     const a3 = await start(2);
-    await waitFor(() => a3.anyStatus(), (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 local endpoint with 3 backends' });
+    await waitFor(
+      () => a3.anyStatus(),
+      (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3,
+      { timeoutMs: 10_000, what: 'n3 local endpoint with 3 backends' },
+    );
     const cleanup = (): Promise<{ code: number; stdout: string; stderr: string }> =>
       lab.exec(n3.netns, [process.execPath, cliPath(), 'cleanup', '--config', a3.configPath], { hostMounts: true, allowFail: true, timeoutMs: 30_000 });
     const lockFile = `/run/ballast/${basename(pinDir)}.lock`;
@@ -201,23 +253,39 @@ describe.skipIf(needs('bpf'))('rolling restart of ballast itself (root; skipped 
     // a clean stop: the programs stay attached and keep serving new connections
     expect(await a3.stop('SIGTERM')).toBe(0);
     agents[2] = undefined;
-    expect(cgroupPrograms(cgroup).map((p) => [p.attachType, p.ids.length])).toStrictEqual([['connect4', 1], ['connect6', 1], ['getpeername4', 1], ['getpeername6', 1]]);
+    expect(cgroupPrograms(cgroup).map((p) => [p.attachType, p.ids.length])).toStrictEqual([
+      ['connect4', 1],
+      ['connect6', 1],
+      ['getpeername4', 1],
+      ['getpeername6', 1],
+    ]);
     const served = await connectFrom(lab, n3, { address: '127.0.0.1', port: 7443, tls: true, count: 10, cgroup });
     expect(served).toMatchObject({ ok: 10 });
     expect((await lab.exec(n3.netns, ['nft', 'list', 'table', 'ip', 'ballast'], { allowFail: true })).code).not.toBe(0);
 
     // the same node now configured for the proxy: the kept programs would shadow it, so its start removes them
-    const proxied = await startAgent(lab, n3, { ...settingsOf(2), extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { local: 'proxy', keepOnStop: 'none' } } });
+    const proxied = await startAgent(lab, n3, {
+      ...settingsOf(2),
+      extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { local: 'proxy', keepOnStop: 'none' } },
+    });
     agents[2] = proxied;
     expect(existsSync(pinDir)).toBe(false);
     expect(proxied.logLines().some((l) => l.msg === 'eBPF pins an earlier run left removed')).toBe(true);
-    await waitFor(() => proxied.anyStatus(), (s) => s.local.mode === 'proxy' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 proxy with 3 backends' });
+    await waitFor(
+      () => proxied.anyStatus(),
+      (s) => s.local.mode === 'proxy' && s.local.backends.length === 3,
+      { timeoutMs: 10_000, what: 'n3 proxy with 3 backends' },
+    );
     expect((await connectFrom(lab, n3, { address: '127.0.0.1', port: 7443, tls: true, count: 5, cgroup })).ok).toBe(5);
     expect(await proxied.stop('SIGTERM')).toBe(0);
     agents[2] = undefined;
     // and back to ebpf, stopped: the pins are kept again, for cleanup to find
     const again3 = await start(2);
-    await waitFor(() => again3.anyStatus(), (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3, { timeoutMs: 10_000, what: 'n3 ebpf again' });
+    await waitFor(
+      () => again3.anyStatus(),
+      (s) => s.local.mode === 'ebpf' && s.local.backends.length === 3,
+      { timeoutMs: 10_000, what: 'n3 ebpf again' },
+    );
     expect(await again3.stop('SIGTERM')).toBe(0);
     agents[2] = undefined;
     expect(existsSync(pinDir)).toBe(true);

@@ -75,11 +75,23 @@ describe.skipIf(needs('root'))('rtnetlink: dumps and notifications (root; skippe
   it(`${DUMPS} dumps of ${ADDRESSES} addresses under address churn: a subscribed socket's fail, a request-only socket's all succeed, the events socket hears the churn`, async () => {
     // the churn, one `ip` run per change (a flood from ip -batch overruns the subscribed
     // sockets' receive buffers: ENOBUFS); at most 2 × 5,000 changes, stopped when the dumps are done
-    const churn = lab.spawn(lab.nodes[0]!.netns, ['sh', '-c', 'for i in $(seq 5000); do ip address add 10.99.255.1/32 dev churn0; ip address del 10.99.255.1/32 dev churn0; done']);
-    const r = await lab.exec(lab.nodes[0]!.netns, [process.execPath, '--input-type=module', '-e', SCRIPT, String(ifindex), String(DUMPS)], { timeoutMs: 60_000 });
+    const churn = lab.spawn(lab.nodes[0]!.netns, [
+      'sh',
+      '-c',
+      'for i in $(seq 5000); do ip address add 10.99.255.1/32 dev churn0; ip address del 10.99.255.1/32 dev churn0; done',
+    ]);
+    const r = await lab.exec(lab.nodes[0]!.netns, [process.execPath, '--input-type=module', '-e', SCRIPT, String(ifindex), String(DUMPS)], {
+      timeoutMs: 60_000,
+    });
     await churn.stop('SIGTERM');
-    const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { shared: { failed: number; ok: number; message: string }; requests: { failed: number; ok: number; message: string }; heard: number };
-    console.log(`rtnetlink under churn: subscribed socket ${out.shared.failed}/${DUMPS} dumps failed (${out.shared.message}), request-only socket ${out.requests.failed}/${DUMPS} failed; events heard ${out.heard}`);
+    const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as {
+      shared: { failed: number; ok: number; message: string };
+      requests: { failed: number; ok: number; message: string };
+      heard: number;
+    };
+    console.log(
+      `rtnetlink under churn: subscribed socket ${out.shared.failed}/${DUMPS} dumps failed (${out.shared.message}), request-only socket ${out.requests.failed}/${DUMPS} failed; events heard ${out.heard}`,
+    );
     expect(out.shared.failed).toBeGreaterThan(0);
     expect(out.shared.message).toBe('Multipart message not terminated properly');
     expect(out.requests).toStrictEqual({ failed: 0, ok: DUMPS, message: '' });

@@ -98,7 +98,13 @@ require('node:readline').createInterface({ input: process.stdin }).on('line', ()
 });
 `;
 
-interface ClientLine { ok: boolean; node?: string; error?: string; port?: number; connect?: { tcpMs?: number; tlsMs?: number; error?: string; ms?: number } }
+interface ClientLine {
+  ok: boolean;
+  node?: string;
+  error?: string;
+  port?: number;
+  connect?: { tcpMs?: number; tlsMs?: number; error?: string; ms?: number };
+}
 
 describe.skipIf(needs('root'))('a client the interim holder reset (root; skipped otherwise)', () => {
   let lab: Lab;
@@ -115,7 +121,11 @@ describe.skipIf(needs('root'))('a client the interim holder reset (root; skipped
     agents.push(await startAgent(lab, lab.nodes[1]!, { priority: 100, balance: true, healthInterval: '200ms', ...masquerade }));
     await waitForHolder(lab, lab.vip4, 'n1');
     for (const a of agents) {
-      await waitFor(() => a.status(), (s) => s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 2, { timeoutMs: 5000, intervalMs: 50, what: '2 backends in the ruleset' });
+      await waitFor(
+        () => a.status(),
+        (s) => s.dataplane.mode === 'nftables' && s.dataplane.backends.length === 2,
+        { timeoutMs: 5000, intervalMs: 50, what: '2 backends in the ruleset' },
+      );
     }
   }, 60_000);
   afterAll(async () => {
@@ -129,7 +139,11 @@ describe.skipIf(needs('root'))('a client the interim holder reset (root; skipped
   const req = async (): Promise<ClientLine> => {
     const n = lines.length;
     client!.child.stdin!.write('req\n');
-    await waitFor(async () => lines.length, (l) => l > n, { timeoutMs: 10_000, intervalMs: 20, what: 'the client to answer' });
+    await waitFor(
+      async () => lines.length,
+      (l) => l > n,
+      { timeoutMs: 10_000, intervalMs: 20, what: 'the client to answer' },
+    );
     return lines[n]!;
   };
   /** the client's neighbour entry for the VIP: the MAC it sends to */
@@ -140,12 +154,17 @@ describe.skipIf(needs('root'))('a client the interim holder reset (root; skipped
   /** n1's conntrack entries from the client's port */
   let port = 0;
   const n1Entries = async (): Promise<string[]> => {
-    const r = await lab.exec(lab.nodes[0]!.netns, ['conntrack', '-L', '-p', 'tcp', '--orig-src', lab.client.ipv4, '--orig-port-src', String(port)], { allowFail: true });
+    const r = await lab.exec(lab.nodes[0]!.netns, ['conntrack', '-L', '-p', 'tcp', '--orig-src', lab.client.ipv4, '--orig-port-src', String(port)], {
+      allowFail: true,
+    });
     return r.stdout.split('\n').filter((l) => l.startsWith('tcp'));
   };
 
   it("after a healed partition, n1 still holds the reset connection's entry, and a connection from its port is answered the first time (no 1 s retransmission)", async () => {
-    client = lab.spawn(lab.client.netns, [process.execPath, '-e', CLIENT, lab.vip4, lab.ca.certFile, String(PORT), 'n2'], { stdin: true, logFile: 'stale-client.log' });
+    client = lab.spawn(lab.client.netns, [process.execPath, '-e', CLIENT, lab.vip4, lab.ca.certFile, String(PORT), 'n2'], {
+      stdin: true,
+      logFile: 'stale-client.log',
+    });
     onJsonLines<ClientLine>(client, (o) => lines.push(o));
     const [n1, n2] = lab.nodes as [Lab['nodes'][number], Lab['nodes'][number]];
 
@@ -177,7 +196,9 @@ describe.skipIf(needs('root'))('a client the interim holder reset (root; skipped
 
     // 4. the same source port again: the SYN gets its SYN-ACK the first time (well under the 1 s RTO)
     const again = await req();
-    console.log(`stale flow (port ${port}): first connect ${first.connect!.tcpMs!.toFixed(1)} ms, during the partition ${during.error}, after the heal ${again.connect?.tcpMs?.toFixed(1) ?? again.connect?.error} ms through n1's stale entry`);
+    console.log(
+      `stale flow (port ${port}): first connect ${first.connect!.tcpMs!.toFixed(1)} ms, during the partition ${during.error}, after the heal ${again.connect?.tcpMs?.toFixed(1) ?? again.connect?.error} ms through n1's stale entry`,
+    );
     expect(again).toMatchObject({ ok: true, node: 'n2', connect: { tcpMs: expect.any(Number) } });
     expect(again.connect!.tcpMs!).toBeLessThan(500);
   }, 60_000);

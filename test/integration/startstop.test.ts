@@ -35,7 +35,6 @@ const SEED = 0x9_5157;
 /** The CLI's own stop deadline is 10 s; a run that has not exited by then has failed. */
 const EXIT_TIMEOUT_MS = 12_000;
 
-
 describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped otherwise)', () => {
   let lab: Lab;
   let cgroup: string;
@@ -64,7 +63,6 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
   });
   afterAll(() => teardownFullAgentLab({ lab, pinDir }));
 
-
   /** What one run left behind, as a list of findings (empty: nothing). */
   const leftovers = (pgid: number): Promise<string[]> => leftoversOn(lab, lab.nodes[0]!, { pinDir, cgroup, pgids: [pgid] });
 
@@ -74,7 +72,10 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
     const results: { delayMs: number; code: number | null; beforeNode: boolean; left: string[]; tail: string }[] = [];
     for (const delayMs of delays) {
       const t0 = performance.now();
-      const proc = lab.spawn(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'run', '--config', configPath], { hostMounts: true, logFile: 'n1-startstop.log' });
+      const proc = lab.spawn(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
+        hostMounts: true,
+        logFile: 'n1-startstop.log',
+      });
       const wait = delayMs - (performance.now() - t0);
       if (wait > 0) await sleep(wait);
       const sentAt = performance.now() - t0;
@@ -87,7 +88,13 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
       if (code === 'timeout') await proc.stop('SIGKILL', 1000);
       const left = await leftovers(proc.pid);
       const bootExempt = code === null && proc.output() === '' && sentAt < 2 * bootMs;
-      results.push({ delayMs, code: code === 'timeout' ? -1 : bootExempt ? 0 : code, beforeNode: bootExempt, left, tail: proc.output().split('\n').slice(-4).join('\n') });
+      results.push({
+        delayMs,
+        code: code === 'timeout' ? -1 : bootExempt ? 0 : code,
+        beforeNode: bootExempt,
+        left,
+        tail: proc.output().split('\n').slice(-4).join('\n'),
+      });
       if (left.length > 0) {
         // clean up for the next run (afterEach runs only after the whole test)
         if (existsSync(pinDir)) SockLb.detach(pinDir);
@@ -96,7 +103,9 @@ describe.skipIf(needs('bpf'))('SIGTERM at any moment of start-up (root; skipped 
         for (const p of processGroup(proc.pid)) process.kill(p, 'SIGKILL');
       }
     }
-    console.log(`startstop: node boot ${bootMs.toFixed(0)} ms; runs (delay ms: exit): ${results.map((r) => `${r.delayMs}: ${r.beforeNode ? 'SIGTERM before node ran' : r.code}`).join(', ')}`);
+    console.log(
+      `startstop: node boot ${bootMs.toFixed(0)} ms; runs (delay ms: exit): ${results.map((r) => `${r.delayMs}: ${r.beforeNode ? 'SIGTERM before node ran' : r.code}`).join(', ')}`,
+    );
     const bad = results.filter((r) => r.code !== 0 || r.left.length > 0);
     expect(bad, `node boot ${bootMs.toFixed(0)} ms; failed runs:\n${JSON.stringify(bad, null, 1)}`).toStrictEqual([]);
   }, 120_000);

@@ -37,8 +37,6 @@ const EARLY_MS = [100, 170, 250, 400];
 /** Log lines of a run that has programmed everything: the nft table, the eBPF programs, the VIP (master). */
 const PROGRAMMED = [/"msg":"data plane applied"/, /"msg":"ebpf data plane (attached|taken over)/, /^(?=.*"msg":"state change")(?=.*"to":"master").*$/m];
 
-
-
 describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a killed earlier run (root; skipped otherwise)', () => {
   let lab: Lab;
   let cgroup: string;
@@ -49,7 +47,12 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
   const procs: LabProcess[] = [];
 
   beforeAll(async () => {
-    ({ lab, cgroup, pinDir, configPath } = await startFullAgentLab({ prefix: PREFIX, subnet: SUBNET, configName: 'n1-stuck.yaml', dataplane: { commandTimeout: `${COMMAND_TIMEOUT_MS / 1000}s` } }));
+    ({ lab, cgroup, pinDir, configPath } = await startFullAgentLab({
+      prefix: PREFIX,
+      subnet: SUBNET,
+      configName: 'n1-stuck.yaml',
+      dataplane: { commandTimeout: `${COMMAND_TIMEOUT_MS / 1000}s` },
+    }));
     // PATH for the agent: nsenter (how the lab enters n1 keeping the host's mounts) and a hung nft
     // that writes its PID (its process group's id, when the agent gives it a group of its own)
     stuckBin = join(lab.dir, 'bin-stuck');
@@ -71,7 +74,6 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
     }
   });
 
-
   const lockPath = (): string => pinLockPath(pinDir);
 
   async function cleanUp(): Promise<void> {
@@ -85,7 +87,11 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
   const leftovers = (pgids: number[]): Promise<string[]> => leftoversOn(lab, lab.nodes[0]!, { pinDir, cgroup, pgids });
 
   function spawnAgent(name: string, env?: Record<string, string>): LabProcess {
-    const p = lab.spawn(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'run', '--config', configPath], { hostMounts: true, logFile: `n1-${name}.log`, ...(env ? { env } : {}) });
+    const p = lab.spawn(lab.nodes[0]!.netns, [process.execPath, cliPath(), 'run', '--config', configPath], {
+      hostMounts: true,
+      logFile: `n1-${name}.log`,
+      ...(env ? { env } : {}),
+    });
     procs.push(p);
     return p;
   }
@@ -110,7 +116,12 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
     const pids = fakeNftPids();
     const left = await leftovers([proc.pid, ...pids]);
     const out = proc.output();
-    console.log(`hung nft + SIGTERM: exit ${code} ${stopMs.toFixed(0)} ms after the signal; fake nft runs ${pids.length}; left: ${JSON.stringify(left)}; log:\n${out.split('\n').filter((l) => /stop|nft|cleanup|ebpf|error/i.test(l)).join('\n')}`);
+    console.log(
+      `hung nft + SIGTERM: exit ${code} ${stopMs.toFixed(0)} ms after the signal; fake nft runs ${pids.length}; left: ${JSON.stringify(left)}; log:\n${out
+        .split('\n')
+        .filter((l) => /stop|nft|cleanup|ebpf|error/i.test(l))
+        .join('\n')}`,
+    );
     expect(pids.length).toBeGreaterThan(0); // the start did reach the nft apply
     expect(out).not.toMatch(/clean stop did not finish in time/);
     expect(code).toBe(0);
@@ -133,7 +144,12 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
     const pids = fakeNftPids();
     const left = await leftovers([proc.pid, ...pids]);
     const out = proc.output();
-    console.log(`hung nft, no signal: exit ${code} after ${ms.toFixed(0)} ms; fake nft runs ${pids.length}; left: ${JSON.stringify(left)}; stderr: ${out.split('\n').filter((l) => l.includes('BALLAST_E_')).join(' | ')}`);
+    console.log(
+      `hung nft, no signal: exit ${code} after ${ms.toFixed(0)} ms; fake nft runs ${pids.length}; left: ${JSON.stringify(left)}; stderr: ${out
+        .split('\n')
+        .filter((l) => l.includes('BALLAST_E_'))
+        .join(' | ')}`,
+    );
     expect(code).toBe(1);
     expect(out).toMatch(/ballast: cannot program nftables: .*nft .* hung and was killed.*\(BALLAST_E_DATAPLANE\)/);
     expect(out).toContain(`did not finish within ${COMMAND_TIMEOUT_MS} ms`);
@@ -149,12 +165,18 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
       const killed = spawnAgent('killed');
       // killed once it has programmed everything (what a fixed 3 s wait stood for): the VIP table
       // applied, the eBPF programs attached (pins and lock file), master (its VIP added)
-      await waitFor(() => killed.output(), (out) => PROGRAMMED.every((re) => re.test(out)), { timeoutMs: 10_000, intervalMs: 20, what: 'the run to be killed to program the table, attach eBPF and become master' }).catch(() => undefined);
+      await waitFor(
+        () => killed.output(),
+        (out) => PROGRAMMED.every((re) => re.test(out)),
+        { timeoutMs: 10_000, intervalMs: 20, what: 'the run to be killed to program the table, attach eBPF and become master' },
+      ).catch(() => undefined);
       process.kill(killed.pid, 'SIGKILL');
       await killed.exited;
       // what the killed run left: the test is about removing it
       const before = await leftovers([]);
-      expect(before, `the killed run's output:\n${killed.output()}`).toEqual(expect.arrayContaining(['table ip ballast', `lock file ${lockPath()}`, expect.stringMatching(/^BPF pins /)]));
+      expect(before, `the killed run's output:\n${killed.output()}`).toEqual(
+        expect.arrayContaining(['table ip ballast', `lock file ${lockPath()}`, expect.stringMatching(/^BPF pins /)]),
+      );
       const t0 = performance.now();
       const proc = spawnAgent('early-stop');
       // Node's own boot (before its first line of JavaScript, where the CLI catches signals) may
@@ -165,15 +187,26 @@ describe.skipIf(needs('bpf'))('stops that unwind everything: a hung nft, a kille
       const code = await exitOf(proc, STOP_DEADLINE_MS + 3000);
       const left = await leftovers([proc.pid]);
       const out = proc.output();
-      results.push({ atMs, code, dataplaneRan: /data plane applied|ebpf data plane (attached|taken over)/.test(out), left, tail: out.split('\n').slice(-6).join('\n') });
+      results.push({
+        atMs,
+        code,
+        dataplaneRan: /data plane applied|ebpf data plane (attached|taken over)/.test(out),
+        left,
+        tail: out.split('\n').slice(-6).join('\n'),
+      });
       if (left.length > 0) await cleanUp();
     }
-    console.log(`killed run, then an early SIGTERM: ${results.map((r) => `${r.atMs} ms: exit ${r.code}${r.dataplaneRan ? ' (a data plane had started)' : ' (before the data planes)'}, left ${r.left.length}`).join('; ')}`);
+    console.log(
+      `killed run, then an early SIGTERM: ${results.map((r) => `${r.atMs} ms: exit ${r.code}${r.dataplaneRan ? ' (a data plane had started)' : ' (before the data planes)'}, left ${r.left.length}`).join('; ')}`,
+    );
     // a SIGTERM during Node's own boot kills the process before any JavaScript runs (see
     // startstop.test.ts): such a run (killed by the signal, printed nothing) cannot clean up
     const ran = results.filter((r) => !(r.code === null && r.tail.trim() === ''));
     expect(ran.length, JSON.stringify(results, null, 1)).toBeGreaterThan(0);
-    expect(ran.some((r) => !r.dataplaneRan), JSON.stringify(results, null, 1)).toBe(true);
+    expect(
+      ran.some((r) => !r.dataplaneRan),
+      JSON.stringify(results, null, 1),
+    ).toBe(true);
     const bad = ran.filter((r) => r.code !== 0 || r.left.length > 0);
     expect(bad, JSON.stringify(bad, null, 1)).toEqual([]);
   }, 120_000);

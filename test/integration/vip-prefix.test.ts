@@ -37,7 +37,8 @@ describe.skipIf(needs('root'))('VIPs of any prefix length (root; skipped otherwi
 
   const start = (settings: AgentSettings[]): Promise<LabAgent[]> => startAgents(lab, settings, agents);
   /** Every prefix length with which `node`'s eth0 holds `vip` (`ip -j addr`; default the IPv4 VIP). */
-  const vipPrefixes = async (node: LabNode, vip = lab.vip4): Promise<number[]> => (await lab.addresses(node)).filter((a) => a.address === vip).map((a) => a.prefixLen);
+  const vipPrefixes = async (node: LabNode, vip = lab.vip4): Promise<number[]> =>
+    (await lab.addresses(node)).filter((a) => a.address === vip).map((a) => a.prefixLen);
   /** Distinct MACs that answer ARP for the VIP from the client namespace (arping: 2 requests, 1 s apart). */
   async function arpAnswers(): Promise<string[]> {
     const r = await lab.exec(lab.client.netns, ['arping', '-c', '2', '-w', '2', '-I', 'eth0', lab.vip4], { allowFail: true, timeoutMs: 4000 });
@@ -66,10 +67,16 @@ describe.skipIf(needs('root'))('VIPs of any prefix length (root; skipped otherwi
     expect(removedLines(a2!, 'removed a VIP left on the interface by an earlier run')).toStrictEqual([]);
     await lab.exec(n2.netns, ['ip', 'addr', 'add', `${lab.vip4}/24`, 'dev', 'eth0']);
     // 20 ms settle + one dump and one delete; 2 s covers scheduling on 2 shared cores
-    await waitFor(() => vipPrefixes(n2), (p) => p.length === 0, { timeoutMs: 2000, what: 'n2 to remove the VIP/24' });
+    await waitFor(
+      () => vipPrefixes(n2),
+      (p) => p.length === 0,
+      { timeoutMs: 2000, what: 'n2 to remove the VIP/24' },
+    );
     expect(await vipPrefixes(n1)).toStrictEqual([32]);
     expect(await arpAnswers()).toStrictEqual([n1.mac]);
-    expect(removedLines(a2!, 'a VIP was added to the interface while this node is not master; removing it').map((l) => l.addresses)).toStrictEqual([[`${lab.vip4}/24`]]);
+    expect(removedLines(a2!, 'a VIP was added to the interface while this node is not master; removing it').map((l) => l.addresses)).toStrictEqual([
+      [`${lab.vip4}/24`],
+    ]);
     expect((await a2!.status()).state).toBe('backup');
   });
 
@@ -77,7 +84,10 @@ describe.skipIf(needs('root'))('VIPs of any prefix length (root; skipped otherwi
     const [n1, n2] = lab.nodes as [LabNode, LabNode];
     await lab.exec(n2.netns, ['ip', 'addr', 'add', `${lab.vip6}/64`, 'dev', 'eth0', 'nodad']);
     expect(await vipPrefixes(n2, lab.vip6)).toStrictEqual([64]);
-    const [, a2] = await start([{ priority: 150, family: 6 }, { priority: 100, family: 6 }]);
+    const [, a2] = await start([
+      { priority: 150, family: 6 },
+      { priority: 100, family: 6 },
+    ]);
     await waitForHolder(lab, lab.vip6, 'n1', masterDownIntervalMs(150, INTERVAL_CS) + 5000);
     expect(await vipPrefixes(n2, lab.vip6)).toStrictEqual([]);
     expect(await vipPrefixes(n1, lab.vip6)).toStrictEqual([128]);

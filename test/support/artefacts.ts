@@ -83,9 +83,15 @@ export function ensureArtefacts(opts: { timeoutMs?: number } = {}): Artefacts {
   if (!current()) {
     const t0 = performance.now();
     // under the lock: check again (another test file may have built it meanwhile), build, stamp
-    const script = '[ -f "$2" ] && [ -f dist-pkg/.inputs ] && [ "$(cat dist-pkg/.inputs)" = "$1" ] && exit 0; bash scripts/package.sh && printf "%s\\n" "$1" > dist-pkg/.inputs && echo built';
+    const script =
+      '[ -f "$2" ] && [ -f dist-pkg/.inputs ] && [ "$(cat dist-pkg/.inputs)" = "$1" ] && exit 0; bash scripts/package.sh && printf "%s\\n" "$1" > dist-pkg/.inputs && echo built';
     try {
-      const said = execFileSync('flock', ['/tmp/ballast-package.lock', 'sh', '-c', script, 'sh', digest, deb], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 180_000 });
+      const said = execFileSync('flock', ['/tmp/ballast-package.lock', 'sh', '-c', script, 'sh', digest, deb], {
+        cwd: root,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: opts.timeoutMs ?? 180_000,
+      });
       built = said.includes('built');
     } catch (err) {
       const e = err as { stdout?: string; stderr?: string; message: string };
@@ -94,7 +100,15 @@ export function ensureArtefacts(opts: { timeoutMs?: number } = {}): Artefacts {
     buildMs = built ? performance.now() - t0 : 0;
     if (!current()) throw new Error(`scripts/package.sh ran but ${deb} or its stamp is missing`);
   }
-  return { version, deb, stage: join(out, 'stage'), image: join(out, `ballast_${version}.oci.tar`), sbom: join(out, `ballast_${version}.spdx.json`), built, buildMs };
+  return {
+    version,
+    deb,
+    stage: join(out, 'stage'),
+    image: join(out, `ballast_${version}.oci.tar`),
+    sbom: join(out, `ballast_${version}.spdx.json`),
+    built,
+    buildMs,
+  };
 }
 
 /**
@@ -112,7 +126,10 @@ export function buildPackageVersion(version: string, opts: { timeoutMs?: number 
   const outName = `dist-pkg-${version.replace(/[^A-Za-z0-9._-]/g, '_')}`;
   try {
     execFileSync('flock', ['/tmp/ballast-package.lock', 'bash', 'scripts/package.sh'], {
-      cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: opts.timeoutMs ?? 180_000,
+      cwd: root,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: opts.timeoutMs ?? 180_000,
       env: { ...process.env, BALLAST_PKG_VERSION: version, BALLAST_PKG_OUT: outName },
     });
   } catch (err) {

@@ -50,7 +50,6 @@ export class FakeClock implements Clock {
 /** Lets every pending promise callback run. */
 export const flush = (): Promise<void> => new Promise((r) => setImmediate(r));
 
-
 interface Call {
   address: string;
   start: number;
@@ -92,7 +91,10 @@ export class FakeProbe {
         call.end = this.clock.now();
         resolve(r);
       };
-      const timer = this.clock.setTimeout(() => done(this.behavior.get(address) ?? { ok: true, status: 200, cause: { kind: 'http', status: 200 }, latencyMs: this.latencyMs }), this.latencyMs);
+      const timer = this.clock.setTimeout(
+        () => done(this.behavior.get(address) ?? { ok: true, status: 200, cause: { kind: 'http', status: 200 }, latencyMs: this.latencyMs }),
+        this.latencyMs,
+      );
       signal?.addEventListener('abort', () => {
         this.clock.clearTimeout(timer);
         done({ ok: false, cause: { kind: 'aborted' }, error: 'aborted', latencyMs: 0 });

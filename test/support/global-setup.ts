@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 export default function setup(): void {
   process.env.NODE_COMPILE_CACHE ??= join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'node_modules', '.cache', 'ballast-node-compile');
   const major = Number(process.versions.node.split('.')[0]);
-  const note = major >= 24 ? '' : ' — NOT the tested runtime (Node 24): run `bash scripts/setup.sh`, then `npm test` or `bash scripts/node-env.sh npx vitest …`';
+  const note =
+    major >= 24 ? '' : ' — NOT the tested runtime (Node 24): run `bash scripts/setup.sh`, then `npm test` or `bash scripts/node-env.sh npx vitest …`';
   process.stdout.write(`[ballast tests] node ${process.version} (${process.execPath})${note}\n`);
 }

@@ -103,9 +103,13 @@ function ajv(): Ajv {
  */
 export function validateKubeadmControlPlane(obj: unknown): void {
   kcpValidator ??= ajv().compile(strict(kubeadmControlPlaneSchema()));
-  if (!kcpValidator(obj)) throw new Error(`KubeadmControlPlane: ${kcpValidator.errors!.map((e) => `${e.instancePath || '/'} ${e.message}${e.params && 'additionalProperty' in e.params ? ` (${String(e.params.additionalProperty)})` : ''}`).join('; ')}`);
+  if (!kcpValidator(obj))
+    throw new Error(
+      `KubeadmControlPlane: ${kcpValidator.errors!.map((e) => `${e.instancePath || '/'} ${e.message}${e.params && 'additionalProperty' in e.params ? ` (${String(e.params.additionalProperty)})` : ''}`).join('; ')}`,
+    );
   const o = obj as { apiVersion?: unknown; kind?: unknown; metadata?: unknown };
-  if (o.apiVersion !== 'controlplane.cluster.x-k8s.io/v1beta2' || o.kind !== 'KubeadmControlPlane') throw new Error(`not a v1beta2 KubeadmControlPlane: ${String(o.apiVersion)} ${String(o.kind)}`);
+  if (o.apiVersion !== 'controlplane.cluster.x-k8s.io/v1beta2' || o.kind !== 'KubeadmControlPlane')
+    throw new Error(`not a v1beta2 KubeadmControlPlane: ${String(o.apiVersion)} ${String(o.kind)}`);
   new ObjectMeta(o.metadata as never).validate();
 }
 
@@ -120,6 +124,10 @@ export function validateKubeadmConfigPart(part: 'clusterConfiguration' | 'initCo
     apiVersion: 'controlplane.cluster.x-k8s.io/v1beta2',
     kind: 'KubeadmControlPlane',
     metadata: { name: 'part' },
-    spec: { version: 'v1.36.0', machineTemplate: { spec: { infrastructureRef: { apiGroup: 'infrastructure.cluster.x-k8s.io', kind: 'Machine', name: 'part' } } }, kubeadmConfigSpec: { [part]: obj } },
+    spec: {
+      version: 'v1.36.0',
+      machineTemplate: { spec: { infrastructureRef: { apiGroup: 'infrastructure.cluster.x-k8s.io', kind: 'Machine', name: 'part' } } },
+      kubeadmConfigSpec: { [part]: obj },
+    },
   });
 }

@@ -40,7 +40,10 @@ export async function startLab(opts: StartLabOptions): Promise<Lab> {
  * @returns `agents`, the test's agents (the same array all along, emptied after each test), and
  *   `start`, which starts agents into it (lab/cluster.ts startAgents).
  */
-export function useElectionLab(opts: StartLabOptions, onLab: (lab: Lab) => void): { agents: LabAgent[]; start: (settings: readonly AgentSettings[]) => Promise<LabAgent[]> } {
+export function useElectionLab(
+  opts: StartLabOptions,
+  onLab: (lab: Lab) => void,
+): { agents: LabAgent[]; start: (settings: readonly AgentSettings[]) => Promise<LabAgent[]> } {
   let lab: Lab | undefined;
   const agents: LabAgent[] = [];
   beforeAll(async () => {

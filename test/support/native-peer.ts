@@ -123,7 +123,10 @@ type PeerEvent = PeerPacket | { event: 'error'; handle: number; error: PeerError
 
 /** Thrown by {@link NativePeer.call} when the peer's operation threw. */
 export class PeerCallError extends Error {
-  constructor(readonly op: string, readonly error: PeerError) {
+  constructor(
+    readonly op: string,
+    readonly error: PeerError,
+  ) {
     super(`${op}: ${error.message ?? 'error'}`);
   }
 }

@@ -24,17 +24,44 @@ export type Need =
   /** root, kernel ≥ 5.14, a cgroup v2 hierarchy and the BPF object built (the cgroup socket programs) */
   | 'bpf'
   /** an executable; the Debian package scripts/setup.sh installs */
-  | 'ip' | 'bridge' | 'nft' | 'conntrack' | 'conntrackd' | 'tcpdump' | 'prometheus' | 'promtool' | 'bird' | 'birdc'
+  | 'ip'
+  | 'bridge'
+  | 'nft'
+  | 'conntrack'
+  | 'conntrackd'
+  | 'tcpdump'
+  | 'prometheus'
+  | 'promtool'
+  | 'bird'
+  | 'birdc'
   /** ARP requests (iputils-arping) and Neighbor Solicitations (ndisc6) sent from a lab namespace */
-  | 'arping' | 'ndisc6'
+  | 'arping'
+  | 'ndisc6'
   /** CPU and IO load beside what a test measures */
   | 'stress-ng'
   /** a peer daemon of the lab (lab/peers/) */
-  | 'keepalived' | 'haproxy' | 'nginx'
+  | 'keepalived'
+  | 'haproxy'
+  | 'nginx'
   /** Debian's Chromium, for the status page in a real headless browser */
   | 'chromium';
 
-const PACKAGE: Record<string, string> = { bird: 'bird2', birdc: 'bird2', ip: 'iproute2', bridge: 'iproute2', nft: 'nftables', conntrack: 'conntrack', conntrackd: 'conntrackd', tcpdump: 'tcpdump', prometheus: 'prometheus', promtool: 'prometheus', chromium: 'chromium', arping: 'iputils-arping', ndisc6: 'ndisc6', 'stress-ng': 'stress-ng' };
+const PACKAGE: Record<string, string> = {
+  bird: 'bird2',
+  birdc: 'bird2',
+  ip: 'iproute2',
+  bridge: 'iproute2',
+  nft: 'nftables',
+  conntrack: 'conntrack',
+  conntrackd: 'conntrackd',
+  tcpdump: 'tcpdump',
+  prometheus: 'prometheus',
+  promtool: 'prometheus',
+  chromium: 'chromium',
+  arping: 'iputils-arping',
+  ndisc6: 'ndisc6',
+  'stress-ng': 'stress-ng',
+};
 
 function executable(path: string): boolean {
   try {

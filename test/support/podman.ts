@@ -58,10 +58,26 @@ export class Podman {
     this.dir = mkdtempSync(join(tmpdir(), 'ballast-podman-'));
     for (const d of ['root', 'run', 'tmp', 'crun', 'net', 'vol', 'vartmp']) mkdirSync(join(this.dir, d));
     this.#global = [
-      '--root', join(this.dir, 'root'), '--runroot', join(this.dir, 'run'), '--tmpdir', join(this.dir, 'tmp'),
-      '--storage-driver', 'overlay', '--events-backend', 'none', '--cgroup-manager', 'cgroupfs',
-      '--runtime', 'crun', '--runtime-flag', `root=${join(this.dir, 'crun')}`,
-      '--network-config-dir', join(this.dir, 'net'), '--volumepath', join(this.dir, 'vol'),
+      '--root',
+      join(this.dir, 'root'),
+      '--runroot',
+      join(this.dir, 'run'),
+      '--tmpdir',
+      join(this.dir, 'tmp'),
+      '--storage-driver',
+      'overlay',
+      '--events-backend',
+      'none',
+      '--cgroup-manager',
+      'cgroupfs',
+      '--runtime',
+      'crun',
+      '--runtime-flag',
+      `root=${join(this.dir, 'crun')}`,
+      '--network-config-dir',
+      join(this.dir, 'net'),
+      '--volumepath',
+      join(this.dir, 'vol'),
     ];
     this.#env = { ...process.env, TMPDIR: join(this.dir, 'vartmp') };
   }
@@ -77,11 +93,16 @@ export class Podman {
   run(args: readonly string[], o: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<PodmanResult> {
     const [file, argv] = this.#argv(args);
     return new Promise((resolve, reject) => {
-      execFile(file, argv, { env: this.#env, timeout: o.timeoutMs ?? 60_000, killSignal: 'SIGKILL', maxBuffer: 16 << 20, encoding: 'utf8' }, (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-        if (code !== 0 && !o.allowFail) reject(new Error(`podman ${args.join(' ')} exited ${code}: ${stderr.trim()}`));
-        else resolve({ code, stdout, stderr });
-      });
+      execFile(
+        file,
+        argv,
+        { env: this.#env, timeout: o.timeoutMs ?? 60_000, killSignal: 'SIGKILL', maxBuffer: 16 << 20, encoding: 'utf8' },
+        (err, stdout, stderr) => {
+          const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+          if (code !== 0 && !o.allowFail) reject(new Error(`podman ${args.join(' ')} exited ${code}: ${stderr.trim()}`));
+          else resolve({ code, stdout, stderr });
+        },
+      );
     });
   }
 

@@ -21,10 +21,55 @@ export function makeTestPki(ips: readonly string[]): TestPki {
   const dir = mkdtempSync(join(tmpdir(), 'ballast-pki-'));
   const f = (n: string): string => join(dir, n);
   const run = (args: string[]): void => void execFileSync('openssl', args, { stdio: 'pipe' });
-  run(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '1', '-subj', '/CN=ballast-test-ca']);
-  run(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=kube-apiserver']);
+  run([
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    f('ca.key'),
+    '-out',
+    f('ca.crt'),
+    '-days',
+    '1',
+    '-subj',
+    '/CN=ballast-test-ca',
+  ]);
+  run([
+    'req',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    f('server.key'),
+    '-out',
+    f('server.csr'),
+    '-subj',
+    '/CN=kube-apiserver',
+  ]);
   writeFileSync(f('ext.cnf'), `subjectAltName=${ips.map((ip) => `IP:${ip}`).join(',')}\nextendedKeyUsage=serverAuth\n`);
-  run(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '1', '-extfile', f('ext.cnf')]);
+  run([
+    'x509',
+    '-req',
+    '-in',
+    f('server.csr'),
+    '-CA',
+    f('ca.crt'),
+    '-CAkey',
+    f('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    f('server.crt'),
+    '-days',
+    '1',
+    '-extfile',
+    f('ext.cnf'),
+  ]);
   return {
     dir,
     caFile: f('ca.crt'),
@@ -47,8 +92,33 @@ export function makeCertificate(opts: { sans: readonly string[]; cn?: string; da
   const dir = mkdtempSync(join(tmpdir(), 'ballast-cert-'));
   try {
     const f = (n: string): string => join(dir, n);
-    writeFileSync(f('ext.cnf'), `[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = ${opts.cn ?? 'kube-apiserver'}\n[ext]\nbasicConstraints = critical,CA:FALSE\n${opts.sans.length === 0 ? '' : `subjectAltName = ${opts.sans.join(',')}\n`}`);
-    execFileSync('openssl', ['req', '-x509', '-config', f('ext.cnf'), '-extensions', 'ext', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', f('k.pem'), '-out', f('c.pem'), '-days', String(opts.days ?? 1)], { stdio: 'pipe' });
+    writeFileSync(
+      f('ext.cnf'),
+      `[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = ${opts.cn ?? 'kube-apiserver'}\n[ext]\nbasicConstraints = critical,CA:FALSE\n${opts.sans.length === 0 ? '' : `subjectAltName = ${opts.sans.join(',')}\n`}`,
+    );
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-config',
+        f('ext.cnf'),
+        '-extensions',
+        'ext',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-keyout',
+        f('k.pem'),
+        '-out',
+        f('c.pem'),
+        '-days',
+        String(opts.days ?? 1),
+      ],
+      { stdio: 'pipe' },
+    );
     return readFileSync(f('c.pem'));
   } finally {
     rmSync(dir, { recursive: true, force: true });

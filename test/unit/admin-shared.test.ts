@@ -12,7 +12,11 @@ describe('shared', () => {
   it('one rendering serves the calls during it and within maxAgeMs of its start; then it renders again', async () => {
     let now = 0;
     let n = 0;
-    const s = shared(async () => ++n, 100, () => now);
+    const s = shared(
+      async () => ++n,
+      100,
+      () => now,
+    );
     const [a, b] = await Promise.all([s.get(), s.get()]);
     expect([a, b, n]).toStrictEqual([1, 1, 1]);
     now = 99;
@@ -26,11 +30,15 @@ describe('shared', () => {
   it('a rejection is shared by the calls during it but not kept; a synchronous throw of render is thrown', async () => {
     let fail = true;
     let n = 0;
-    const s = shared(async () => {
-      n++;
-      if (fail) throw new Error('engine not running');
-      return n;
-    }, 1000, () => 0);
+    const s = shared(
+      async () => {
+        n++;
+        if (fail) throw new Error('engine not running');
+        return n;
+      },
+      1000,
+      () => 0,
+    );
     const both = await Promise.allSettled([s.get(), s.get()]);
     expect(both.map((r) => r.status)).toStrictEqual(['rejected', 'rejected']);
     expect(n).toBe(1);
@@ -45,7 +53,12 @@ describe('shared', () => {
   it('a stamp that changed (a state, health or configuration change) is never answered with a rendering from before it', async () => {
     let stamp = 0;
     let n = 0;
-    const s = shared(async () => ++n, 1000, () => 0, () => stamp);
+    const s = shared(
+      async () => ++n,
+      1000,
+      () => 0,
+      () => stamp,
+    );
     expect(await s.get()).toBe(1);
     expect(await s.get()).toBe(1);
     stamp++;
@@ -55,7 +68,11 @@ describe('shared', () => {
 
   it('maxAgeMs 0: every call after a rendering renders again', async () => {
     let n = 0;
-    const s = shared(async () => ++n, 0, () => 0);
+    const s = shared(
+      async () => ++n,
+      0,
+      () => 0,
+    );
     await s.get();
     await s.get();
     expect(n).toBe(2);
@@ -66,8 +83,22 @@ describe('the admin server renders at most once per SCRAPE_CACHE_MS', () => {
   it('50 requests at once to /status, / and /metrics: one status rendering, one metrics rendering; after a reload, a fresh one', async () => {
     let statuses = 0;
     let metrics = 0;
-    const doc = { state: 'none', backends: [], dataplane: { mode: 'off', reason: 'test' }, local: { mode: 'off', reason: 'test' } } as unknown as StatusDocument;
-    const result = { ok: true, at: '2026-12-06T00:00:00.000Z', trigger: 'admin', problems: [], changed: [], actions: [], handover: false, durationMs: 1 } as ReloadResult;
+    const doc = {
+      state: 'none',
+      backends: [],
+      dataplane: { mode: 'off', reason: 'test' },
+      local: { mode: 'off', reason: 'test' },
+    } as unknown as StatusDocument;
+    const result = {
+      ok: true,
+      at: '2026-12-06T00:00:00.000Z',
+      trigger: 'admin',
+      problems: [],
+      changed: [],
+      actions: [],
+      handover: false,
+      durationMs: 1,
+    } as ReloadResult;
     const server = await startAdmin('127.0.0.1', 0, {
       status: async () => {
         statuses++;
@@ -79,7 +110,11 @@ describe('the admin server renders at most once per SCRAPE_CACHE_MS', () => {
     try {
       const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
       const t0 = performance.now();
-      const answers = await Promise.all(Array.from({ length: 50 }, (_, i) => fetch(`${base}${['/status', '/', '/metrics', '/healthz'][i % 4]}`).then(async (r) => [r.status, await r.text()] as const)));
+      const answers = await Promise.all(
+        Array.from({ length: 50 }, (_, i) =>
+          fetch(`${base}${['/status', '/', '/metrics', '/healthz'][i % 4]}`).then(async (r) => [r.status, await r.text()] as const),
+        ),
+      );
       // the test's own requests took less than the cache's age (else it says nothing)
       if (performance.now() - t0 < SCRAPE_CACHE_MS) {
         expect(statuses).toBe(1);

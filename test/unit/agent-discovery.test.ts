@@ -67,15 +67,39 @@ describe('sources in ballast status and /metrics', () => {
   it('each backend row names its source; ballast_backend_info and the discovery counters', async () => {
     const { formatStatus } = await import('../../src/observe/status.js');
     const { createMetrics } = await import('../../src/observe/metrics.js');
-    const b = (address: string, source: 'seed' | 'endpointslice' | 'lastKnown') => ({ address, state: 'up' as const, healthy: true, lastCheck: null, lastLatencyMs: 3, reason: null, consecutive: 2, source });
+    const b = (address: string, source: 'seed' | 'endpointslice' | 'lastKnown') => ({
+      address,
+      state: 'up' as const,
+      healthy: true,
+      lastCheck: null,
+      lastLatencyMs: 3,
+      reason: null,
+      consecutive: 2,
+      source,
+    });
     const doc = {
       state: 'none' as const,
       backends: [b('10.0.0.11:6443', 'seed'), b('10.0.0.12:6443', 'endpointslice'), b('10.0.0.13:6443', 'lastKnown')],
-      discovery: { state: 'watching' as const, server: 'https://10.0.0.12:6443', lists: 2, errors: 1, emptyKept: 3, lastChange: null, lastError: 'HTTP-Code: 403', denied: 'forbidden' as const, deniedSince: '2026-12-06T22:00:00.000Z', refusals: { unauthorized: 2, forbidden: 5 } },
+      discovery: {
+        state: 'watching' as const,
+        server: 'https://10.0.0.12:6443',
+        lists: 2,
+        errors: 1,
+        emptyKept: 3,
+        lastChange: null,
+        lastError: 'HTTP-Code: 403',
+        denied: 'forbidden' as const,
+        deniedSince: '2026-12-06T22:00:00.000Z',
+        refusals: { unauthorized: 2, forbidden: 5 },
+      },
       dataplane: { mode: 'off' as const, reason: 'test' },
       local: { mode: 'off' as const, reason: 'test' },
     };
-    expect(formatStatus(doc).split('\n').filter((l) => l.startsWith('backend'))).toStrictEqual([
+    expect(
+      formatStatus(doc)
+        .split('\n')
+        .filter((l) => l.startsWith('backend')),
+    ).toStrictEqual([
       'backend: 10.0.0.11:6443 up, 3 ms [seed]',
       'backend: 10.0.0.12:6443 up, 3 ms [endpointslice]',
       'backend: 10.0.0.13:6443 up, 3 ms [lastKnown]',
@@ -101,12 +125,18 @@ describe('the discovery phase with a checker (no network)', () => {
     const { startDiscovery } = await import('../../src/agent/discovery.js');
     const { HealthChecker } = await import('../../src/health/checker.js');
     const config = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\n');
-    const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends, probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }) });
+    const checker = new HealthChecker({
+      health: config.apiserver.health,
+      backends: config.apiserver.backends,
+      probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }),
+    });
     const ctx = { log: { ...log, error: () => undefined, child: () => log } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
     const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null });
     expect([...phase.sources()]).toStrictEqual([['10.0.0.11:6443', 'seed']]);
     expect(phase.stats()).toBeNull();
-    const next = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n');
+    const next = parseConfig(
+      'vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n',
+    );
     await phase.reconfigure(next);
     expect(checker.backends().map((b) => b.host)).toStrictEqual(['10.0.0.12', '10.0.0.13']);
     expect(phase.members()).toStrictEqual(['10.0.0.12', '10.0.0.13']);
@@ -122,10 +152,15 @@ describe('the discovery phase with a checker (no network)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'ballast-kc-'));
     try {
       writeFileSync(join(dir, 'admin.conf'), 'apiVersion: v1\nclusters: [unclosed\n');
-      const config = parseConfig(`vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${join(dir, 'b.json')}\n`);
+      const config = parseConfig(
+        `vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${join(dir, 'b.json')}\n`,
+      );
       const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
       const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null }).then(() => null, (e: unknown) => e);
+      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(ConfigError);
       expect((err as InstanceType<typeof ConfigError>).issues[0]?.path).toBe('discovery.kubeconfig');
       expect((err as InstanceType<typeof ConfigError>).issues[0]?.message).toContain(join(dir, 'admin.conf'));

@@ -6,7 +6,13 @@ import type { Logger } from '../../src/log/log.js';
 
 function recorder(): { log: Logger; errors: [Record<string, unknown>, string][] } {
   const errors: [Record<string, unknown>, string][] = [];
-  const log = { error: (o: Record<string, unknown>, m: string) => errors.push([o, m]), info: () => undefined, warn: () => undefined, debug: () => undefined, fatal: () => undefined } as unknown as Logger;
+  const log = {
+    error: (o: Record<string, unknown>, m: string) => errors.push([o, m]),
+    info: () => undefined,
+    warn: () => undefined,
+    debug: () => undefined,
+    fatal: () => undefined,
+  } as unknown as Logger;
   return { log, errors };
 }
 

@@ -19,7 +19,9 @@ import { needs } from '../support/index.js';
 
 const run = promisify(execFile);
 const TESTS_DIR = join(packageRoot(), 'deploy', 'prometheus', 'tests');
-const testFiles = readdirSync(TESTS_DIR).filter((f) => f.endsWith('.yaml')).map((f) => join(TESTS_DIR, f));
+const testFiles = readdirSync(TESTS_DIR)
+  .filter((f) => f.endsWith('.yaml'))
+  .map((f) => join(TESTS_DIR, f));
 const tmp = mkdtempSync(join(tmpdir(), 'ballast-alerts-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -54,7 +56,12 @@ describe.skipIf(needs('promtool'))('alerting rules (promtool; skipped otherwise)
     const doc = parse(readFileSync(join(TESTS_DIR, 'vrrp.test.yaml'), 'utf8')) as PromtoolTests;
     const group = doc.tests.find((t) => t.alert_rule_test?.some((a) => a.alertname === 'BallastNoVipHolder' && a.exp_alerts.length > 0));
     writeFileSync(join(tmp, 'vrrp.test.yaml'), stringify({ ...doc, rule_files: [rulesCopy], tests: [group] }));
-    runs.set('changed', broken === original ? Promise.resolve({ code: -2, out: 'the replacement did not change the rules' }) : promtool(['test', 'rules', join(tmp, 'vrrp.test.yaml')]));
+    runs.set(
+      'changed',
+      broken === original
+        ? Promise.resolve({ code: -2, out: 'the replacement did not change the rules' })
+        : promtool(['test', 'rules', join(tmp, 'vrrp.test.yaml')]),
+    );
   });
 
   it('promtool check rules accepts the file, and promtool test rules passes every unit test', async () => {
@@ -77,11 +84,23 @@ describe.skipIf(needs('promtool'))('alerting rules (promtool; skipped otherwise)
 
   it('the alerts the issue asks for are all there, each with severity, summary, description and a runbook anchor in docs/alerts.md', () => {
     const names = rules.map((r) => r.alert);
-    expect(names).toEqual(expect.arrayContaining([
-      'BallastNoVipHolder', 'BallastMultipleVipHolders', 'BallastVrrpFlapping', 'BallastBackendDown', 'BallastNoReadyBackend',
-      'BallastConfigReloadFailed', 'BallastForeignAdverts', 'BallastForeignVrrpSender', 'BallastVrrpSendErrors',
-      'BallastBackendCertificateSanMissing', 'BallastBackendCertificateExpiresSoon', 'BallastForeignFirewallRules', 'BallastOtherMasterHeard',
-    ]));
+    expect(names).toEqual(
+      expect.arrayContaining([
+        'BallastNoVipHolder',
+        'BallastMultipleVipHolders',
+        'BallastVrrpFlapping',
+        'BallastBackendDown',
+        'BallastNoReadyBackend',
+        'BallastConfigReloadFailed',
+        'BallastForeignAdverts',
+        'BallastForeignVrrpSender',
+        'BallastVrrpSendErrors',
+        'BallastBackendCertificateSanMissing',
+        'BallastBackendCertificateExpiresSoon',
+        'BallastForeignFirewallRules',
+        'BallastOtherMasterHeard',
+      ]),
+    );
     expect(new Set(names).size).toBe(names.length);
     const doc = readFileSync(join(packageRoot(), 'docs', 'alerts.md'), 'utf8');
     const anchors = new Set([...doc.matchAll(/^### (\w+)$/gm)].map((m) => m[1]!.toLowerCase()));
@@ -133,7 +152,18 @@ describe('Grafana dashboard', () => {
     }
     // what the issue lists
     const titles = d.panels.map((p) => p.title);
-    for (const t of ['VIP holder over time', 'VRRP state', 'Priorities', 'Backends up', 'Backend check duration', 'State transitions', 'Adverts sent / received', 'Packets dropped by reason', 'Configuration reloads', 'nftables applies']) {
+    for (const t of [
+      'VIP holder over time',
+      'VRRP state',
+      'Priorities',
+      'Backends up',
+      'Backend check duration',
+      'State transitions',
+      'Adverts sent / received',
+      'Packets dropped by reason',
+      'Configuration reloads',
+      'nftables applies',
+    ]) {
       expect(titles).toContain(t);
     }
   });
@@ -151,7 +181,9 @@ describe('Grafana dashboard', () => {
 
 describe('metric names', () => {
   it('metricNames() finds every selector and rejects what does not parse', () => {
-    expect(metricNames('sum by (cluster, vrid) (rate(ballast_vip_held{job="x"}[5m])) == 0 or histogram_quantile(0.9, nodejs_gc_duration_seconds_bucket)').sort()).toEqual(['ballast_vip_held', 'nodejs_gc_duration_seconds_bucket']);
+    expect(
+      metricNames('sum by (cluster, vrid) (rate(ballast_vip_held{job="x"}[5m])) == 0 or histogram_quantile(0.9, nodejs_gc_duration_seconds_bucket)').sort(),
+    ).toEqual(['ballast_vip_held', 'nodejs_gc_duration_seconds_bucket']);
     expect(() => metricNames('sum by (vrid (ballast_vip_held)')).toThrow(/does not parse/);
   });
 

@@ -37,7 +37,19 @@ afterEach(async () => {
 });
 
 const standin = async (host: string): Promise<Standin> => {
-  const s = await startStandin({ name: host, cert: pki.cert, key: pki.key, port: PORT, host, ready: true, store, address: host, token: TOKEN, bookmarkMs: 200, log: () => undefined });
+  const s = await startStandin({
+    name: host,
+    cert: pki.cert,
+    key: pki.key,
+    port: PORT,
+    host,
+    ready: true,
+    store,
+    address: host,
+    token: TOKEN,
+    bookmarkMs: 200,
+    log: () => undefined,
+  });
   running.push(s);
   return s;
 };
@@ -71,7 +83,15 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     await standin('127.0.0.2');
     const unauth = await get('127.0.0.1', `${SLICES}?labelSelector=${encodeURIComponent(SELECTOR)}`, null);
     expect(unauth.status).toBe(401);
-    expect(JSON.parse(unauth.body)).toStrictEqual({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'Unauthorized', reason: 'Unauthorized', code: 401 });
+    expect(JSON.parse(unauth.body)).toStrictEqual({
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: 'Unauthorized',
+      reason: 'Unauthorized',
+      code: 401,
+    });
     const r = await get('127.0.0.2', `${SLICES}?labelSelector=${encodeURIComponent(SELECTOR)}`);
     expect(r.status).toBe(200);
     const list = JSON.parse(r.body) as { kind: string; apiVersion: string; metadata: { resourceVersion: string }; items: Record<string, unknown>[] };
@@ -79,7 +99,12 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     expect(list.items).toHaveLength(1);
     expect(list.items[0]).toMatchObject({
       kind: 'EndpointSlice',
-      metadata: { name: 'kubernetes', namespace: 'default', resourceVersion: '2', labels: { 'kubernetes.io/service-name': 'kubernetes', 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' } },
+      metadata: {
+        name: 'kubernetes',
+        namespace: 'default',
+        resourceVersion: '2',
+        labels: { 'kubernetes.io/service-name': 'kubernetes', 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' },
+      },
       addressType: 'IPv4',
       endpoints: [
         { addresses: ['127.0.0.1'], conditions: { ready: true, serving: true, terminating: false } },
@@ -88,7 +113,9 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
       ports: [{ name: 'https', port: PORT, protocol: 'TCP' }],
     });
     // another service's selector matches nothing
-    expect(JSON.parse((await get('127.0.0.1', `${SLICES}?labelSelector=${encodeURIComponent('kubernetes.io/service-name=other')}`)).body).items).toStrictEqual([]);
+    expect(JSON.parse((await get('127.0.0.1', `${SLICES}?labelSelector=${encodeURIComponent('kubernetes.io/service-name=other')}`)).body).items).toStrictEqual(
+      [],
+    );
     // the generated client parses it
     const typed = await kubeconfig('127.0.0.1').makeApiClient(DiscoveryV1Api).listNamespacedEndpointSlice({ namespace: 'default', labelSelector: SELECTOR });
     expect(addresses(typed.items)).toStrictEqual(['127.0.0.1', '127.0.0.2']);
@@ -98,8 +125,16 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     expect(JSON.parse(stale.body)).toMatchObject({ kind: 'Status', code: 410, reason: 'Expired' });
     // a watch from below the floor: one ERROR event with the Status, then the stream ends
     const w = await get('127.0.0.1', `${SLICES}?watch=true&resourceVersion=1`);
-    expect(w.body.trim().split('\n').map((l) => JSON.parse(l) as unknown)).toStrictEqual([
-      { type: 'ERROR', object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'too old resource version: 1 (2)', reason: 'Expired', code: 410 } },
+    expect(
+      w.body
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as unknown),
+    ).toStrictEqual([
+      {
+        type: 'ERROR',
+        object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'too old resource version: 1 (2)', reason: 'Expired', code: 410 },
+      },
     ]);
   });
 
@@ -108,17 +143,27 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     await standin('127.0.0.1');
     await standin('127.0.0.2');
     const t0 = performance.now();
-    const w = await get('127.0.0.1', `${SLICES}?watch=true&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=1&labelSelector=${encodeURIComponent(SELECTOR)}`);
+    const w = await get(
+      '127.0.0.1',
+      `${SLICES}?watch=true&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=1&labelSelector=${encodeURIComponent(SELECTOR)}`,
+    );
     const took = performance.now() - t0;
     expect(took).toBeGreaterThanOrEqual(950);
     expect(took).toBeLessThan(2000);
-    const events = w.body.trim().split('\n').map((l) => JSON.parse(l) as { type: string; object: { metadata: { resourceVersion: string }; endpoints?: { addresses: string[] }[] } });
-    expect(events[0]).toMatchObject({ type: 'MODIFIED', object: { metadata: { resourceVersion: '2' }, endpoints: [{ addresses: ['127.0.0.1'] }, { addresses: ['127.0.0.2'] }] } });
+    const events = w.body
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string; object: { metadata: { resourceVersion: string }; endpoints?: { addresses: string[] }[] } });
+    expect(events[0]).toMatchObject({
+      type: 'MODIFIED',
+      object: { metadata: { resourceVersion: '2' }, endpoints: [{ addresses: ['127.0.0.1'] }, { addresses: ['127.0.0.2'] }] },
+    });
     // one bookmark per 200 ms for 1 s (at most 5; fewer when timers run late), at the store's version
     const marks = events.slice(1);
     expect(marks.length).toBeGreaterThanOrEqual(2);
     expect(marks.length).toBeLessThanOrEqual(5);
-    for (const m of marks) expect(m).toStrictEqual({ type: 'BOOKMARK', object: { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: '2' } } });
+    for (const m of marks)
+      expect(m).toStrictEqual({ type: 'BOOKMARK', object: { kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', metadata: { resourceVersion: '2' } } });
   });
 
   it('an unchanged informer: list, ADDED / MODIFIED / DELETED as stand-ins start and stop, 410 → relist', async () => {
@@ -127,7 +172,12 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     const kc = kubeconfig('127.0.0.1');
     const api = kc.makeApiClient(DiscoveryV1Api);
     let lists = 0;
-    const inf = makeInformer<V1EndpointSlice>(kc, SLICES, () => (lists++, api.listNamespacedEndpointSlice({ namespace: 'default', labelSelector: SELECTOR })), SELECTOR);
+    const inf = makeInformer<V1EndpointSlice>(
+      kc,
+      SLICES,
+      () => (lists++, api.listNamespacedEndpointSlice({ namespace: 'default', labelSelector: SELECTOR })),
+      SELECTOR,
+    );
     const events: string[] = [];
     inf.on('add', (o) => events.push(`add ${addresses([o]).join(',')}`));
     inf.on('update', (o) => events.push(`update ${addresses([o]).join(',')}`));
@@ -168,18 +218,33 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     }
   });
 
-  it('/metrics counts WATCH streams with kube-apiserver\'s names: open now and started; behind the token', async () => {
+  it("/metrics counts WATCH streams with kube-apiserver's names: open now and started; behind the token", async () => {
     store = mkdtempSync(join(tmpdir(), 'ballast-store-'));
     // a port of its own: the informer of the test before may still retry on PORT
     const port = PORT + 1;
-    const s = await startStandin({ name: 'm', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, store, address: '127.0.0.1', token: TOKEN, log: () => undefined });
+    const s = await startStandin({
+      name: 'm',
+      cert: pki.cert,
+      key: pki.key,
+      port,
+      host: '127.0.0.1',
+      ready: true,
+      store,
+      address: '127.0.0.1',
+      token: TOKEN,
+      log: () => undefined,
+    });
     running.push(s);
     const metrics = async (token: string | null = TOKEN): Promise<{ status: number; body: string }> => get('127.0.0.1', '/metrics', token, port);
     expect(parseWatchMetrics((await metrics()).body)).toStrictEqual({ open: 0, started: 0 });
     expect((await metrics(null)).status).toBe(401);
     // two watches: while they stream, 2 open and 2 started; after they end, 0 open and 2 started
     const ws = [1, 2].map(() => get('127.0.0.1', `${SLICES}?watch=true`, TOKEN, port));
-    const open = await waitFor(async () => parseWatchMetrics((await metrics()).body), (x) => x.open === 2, { timeoutMs: 900, intervalMs: 20, what: 'two open watches' });
+    const open = await waitFor(
+      async () => parseWatchMetrics((await metrics()).body),
+      (x) => x.open === 2,
+      { timeoutMs: 900, intervalMs: 20, what: 'two open watches' },
+    );
     expect(open).toStrictEqual({ open: 2, started: 2 });
     s.endWatches();
     await Promise.all(ws);
@@ -194,7 +259,17 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
   it('the ticking watch: an unchanged client Watch gets ADDED, then a MODIFIED every tick, the resourceVersion counting; behind the token', async () => {
     const port = PORT + 3;
     const TICK = 100;
-    const s = await startStandin({ name: 'tk', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, token: TOKEN, tickMs: TICK, log: () => undefined });
+    const s = await startStandin({
+      name: 'tk',
+      cert: pki.cert,
+      key: pki.key,
+      port,
+      host: '127.0.0.1',
+      ready: true,
+      token: TOKEN,
+      tickMs: TICK,
+      log: () => undefined,
+    });
     running.push(s);
     expect((await get('127.0.0.1', `${TICK_PATH}?watch=true`, null, port)).status).toBe(401);
     const kc = new KubeConfig();
@@ -210,7 +285,11 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
       (type: string, o: V1ConfigMap) => void events.push({ type, rv: Number(o.metadata?.resourceVersion), node: o.data?.node, at: performance.now() }),
       (err: unknown) => void (ended = err),
     );
-    await waitFor(async () => ended, (e) => e !== 'not yet', { timeoutMs: 3000, intervalMs: 50, what: 'the watch to end after timeoutSeconds' });
+    await waitFor(
+      async () => ended,
+      (e) => e !== 'not yet',
+      { timeoutMs: 3000, intervalMs: 50, what: 'the watch to end after timeoutSeconds' },
+    );
     req.abort();
     expect(events[0]?.type).toBe('ADDED');
     const mods = events.slice(1);
@@ -223,7 +302,7 @@ describe('stand-in apiserver: the kubernetes EndpointSlices', () => {
     for (let i = 2; i < events.length; i++) expect(events[i]!.at - events[i - 1]!.at).toBeGreaterThanOrEqual(TICK - 1);
   });
 
-  it('keeps an idle keep-alive connection as long as kube-apiserver does (90 s), not Node\'s 5 s', async () => {
+  it("keeps an idle keep-alive connection as long as kube-apiserver does (90 s), not Node's 5 s", async () => {
     const port = PORT + 2;
     const s = await startStandin({ name: 'k', cert: pki.cert, key: pki.key, port, host: '127.0.0.1', ready: true, log: () => undefined });
     running.push(s);

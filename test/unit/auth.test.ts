@@ -117,7 +117,10 @@ describe('AdvertAuth: key rotation (several keys: the first signs, all verify)',
     expect(b.verify(a.sign(advert4(), '10.0.0.11', '224.0.0.18'), '10.0.0.11', '224.0.0.18').ok).toBe(true);
     expect(a.verify(b.sign(advert4(), '10.0.0.12', '224.0.0.18'), '10.0.0.12', '224.0.0.18').ok).toBe(true);
     const c = new AdvertAuth([NEW], 4, START);
-    expect(c.verify(new AdvertAuth([OLD], 4, START).sign(advert4(), '10.0.0.13', '224.0.0.18'), '10.0.0.13', '224.0.0.18')).toStrictEqual({ ok: false, reason: 'authFailed' });
+    expect(c.verify(new AdvertAuth([OLD], 4, START).sign(advert4(), '10.0.0.13', '224.0.0.18'), '10.0.0.13', '224.0.0.18')).toStrictEqual({
+      ok: false,
+      reason: 'authFailed',
+    });
   });
   it('refuses an empty key list', () => {
     expect(() => new AdvertAuth([], 4)).toThrow(/at least one auth key/);
@@ -136,4 +139,3 @@ describe('hasAuthTrailer (a node without auth says why it drops signed adverts)'
     expect(hasAuthTrailer(Buffer.alloc(2), 4)).toBe(false);
   });
 });
-

@@ -95,7 +95,8 @@ describe('renderBirdConfig', () => {
   });
 
   it("the header's include line is a glob that BIRD parses while it matches no file, and that matches the snippet", () => {
-    const include = (path: string): string => /^# .*include "(.*)";$/.exec(renderBirdConfig({ bgp: config.bgp!, family: 4, vips: config.vips, announced: true }, path).split('\n')[1]!)![1]!;
+    const include = (path: string): string =>
+      /^# .*include "(.*)";$/.exec(renderBirdConfig({ bgp: config.bgp!, family: 4, vips: config.vips, announced: true }, path).split('\n')[1]!)![1]!;
     expect(include('/etc/bird/ballast.conf')).toBe('/etc/bird/ballast*.conf');
     expect(include('/etc/bird/ballast6.conf')).toBe('/etc/bird/ballast*.conf');
     expect(include('/srv/bird.d/vip.conf')).toBe('/srv/bird.d/vip*.conf');
@@ -121,7 +122,12 @@ describe('renderBirdConfig', () => {
   });
 
   it('IPv6: /128 routes, ipv6 channels, names per family', () => {
-    const c6 = validateConfig({ mode: 'bgp', vips: ['fd00::100'], apiserver: { backends: ['[fd00:1::2]:6443'], health: { insecureSkipVerify: true } }, bgp: { localAsn: 64512, gracefulRestart: false, peers: [{ address: 'fd00:1::1', asn: 64500 }] } });
+    const c6 = validateConfig({
+      mode: 'bgp',
+      vips: ['fd00::100'],
+      apiserver: { backends: ['[fd00:1::2]:6443'], health: { insecureSkipVerify: true } },
+      bgp: { localAsn: 64512, gracefulRestart: false, peers: [{ address: 'fd00:1::1', asn: 64500 }] },
+    });
     const text = renderBirdConfig({ bgp: c6.bgp!, family: 6, vips: c6.vips, announced: false }, '/x');
     expect(text).toContain('protocol static ballast_vip6 {\n  disabled yes;\n  ipv6 { import all; export none; };\n  route fd00::100/128 via "lo";\n}');
     expect(text).toContain('  neighbor fd00:1::1 as 64500;\n');
@@ -137,7 +143,8 @@ describe('renderBirdConfig', () => {
 
 describe('the control-socket protocol', () => {
   it('splits replies at the line whose code is followed by a space', () => {
-    const text = '1000-BIRD 2.0.12\n1011-Router ID is 10.78.131.2\n Hostname is vm\n Last reboot on 2026-12-01 18:20:19.974\n0013 Daemon is up and running\n0008-x';
+    const text =
+      '1000-BIRD 2.0.12\n1011-Router ID is 10.78.131.2\n Hostname is vm\n Last reboot on 2026-12-01 18:20:19.974\n0013 Daemon is up and running\n0008-x';
     const r = parseReply(text);
     expect(r.done).toBe(true);
     expect(r.rest).toBe('0008-x');
@@ -170,19 +177,23 @@ const hp = (host: string): HostPort => ({ host, port: 6443, family: 4 });
 describe('what BGP mode announces and balances to', () => {
   const mine = (b: HostPort): boolean => b.host === '10.0.1.2';
   it('announce: backends follows the served set; local the local apiserver', () => {
-    expect(announceDecision('backends', [hp('10.0.2.2')], [hp('10.0.2.2')], mine)).toStrictEqual({ want: true, reason: 'the data plane serves 1 ready backend' });
+    expect(announceDecision('backends', [hp('10.0.2.2')], [hp('10.0.2.2')], mine)).toStrictEqual({
+      want: true,
+      reason: 'the data plane serves 1 ready backend',
+    });
     expect(announceDecision('backends', [], [], mine)).toStrictEqual({ want: false, reason: 'no ready backend in the data plane' });
     expect(announceDecision('local', [hp('10.0.2.2')], [hp('10.0.2.2')], mine)).toStrictEqual({ want: false, reason: 'the local apiserver is not ready' });
     expect(announceDecision('local', [], [hp('10.0.1.2')], mine)).toStrictEqual({ want: true, reason: 'the local apiserver 10.0.1.2:6443 is ready' });
   });
 
   it('balance: local shows the plane only the local backend', () => {
-    const verdicts: BackendVerdict[] = [
-      { backend: hp('10.0.1.2'), state: 'up' } as BackendVerdict,
-      { backend: hp('10.0.2.2'), state: 'up' } as BackendVerdict,
-    ];
+    const verdicts: BackendVerdict[] = [{ backend: hp('10.0.1.2'), state: 'up' } as BackendVerdict, { backend: hp('10.0.2.2'), state: 'up' } as BackendVerdict];
     const ee = new EventEmitter();
-    const src = { verdicts: () => verdicts, on: (e: 'verdict', l: (v: Verdict) => void) => ee.on(e, l), off: (e: 'verdict', l: (v: Verdict) => void) => ee.off(e, l) };
+    const src = {
+      verdicts: () => verdicts,
+      on: (e: 'verdict', l: (v: Verdict) => void) => ee.on(e, l),
+      off: (e: 'verdict', l: (v: Verdict) => void) => ee.off(e, l),
+    };
     expect(balancedSource(src, mine, 'all')).toBe(src);
     const local = balancedSource(src, mine, 'local');
     expect(local.verdicts().map((v) => v.backend.host)).toStrictEqual(['10.0.1.2']);
@@ -204,6 +215,8 @@ describe('birdRefusalFix (BALLAST_E_BGP)', () => {
     const clash = birdRefusalFix(`bird refused "configure": /etc/bird/ballast.conf:4:30 Symbol 'ballast_vip4' already defined`, '/run/bird/bird.ctl');
     expect(clash).toMatch(/^fix: ballast_vip4 is declared twice: bird.conf includes ballast's snippet more than once/);
     expect(clash).toContain('another snippet or bird.conf itself declares ballast_* names');
-    expect(birdRefusalFix('bird refused "configure": syntax error', '/run/bird/bird.ctl')).toBe('fix: correct what BIRD names above (birdc -s /run/bird/bird.ctl configure check shows the same); docs/errors.md BALLAST_E_BGP');
+    expect(birdRefusalFix('bird refused "configure": syntax error', '/run/bird/bird.ctl')).toBe(
+      'fix: correct what BIRD names above (birdc -s /run/bird/bird.ctl configure check shows the same); docs/errors.md BALLAST_E_BGP',
+    );
   });
 });

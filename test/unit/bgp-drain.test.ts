@@ -43,8 +43,18 @@ describe('drainAfterWithdraw', () => {
 
   it('a failed counter read ends the count and waits quietMs once from then', async () => {
     const first = script([new Error('nft: no such table')]);
-    expect(await drainAfterWithdraw(first.read, { quietMs: 300, now: first.now, sleep: first.sleep })).toStrictEqual({ quiet: false, waitedMs: 300, arrived: 0, error: 'nft: no such table' });
+    expect(await drainAfterWithdraw(first.read, { quietMs: 300, now: first.now, sleep: first.sleep })).toStrictEqual({
+      quiet: false,
+      waitedMs: 300,
+      arrived: 0,
+      error: 'nft: no such table',
+    });
     const later = script([4, 6, new Error('nft timed out')]);
-    expect(await drainAfterWithdraw(later.read, { quietMs: 300, pollMs: 50, now: later.now, sleep: later.sleep })).toStrictEqual({ quiet: false, waitedMs: 400, arrived: 2, error: 'nft timed out' });
+    expect(await drainAfterWithdraw(later.read, { quietMs: 300, pollMs: 50, now: later.now, sleep: later.sleep })).toStrictEqual({
+      quiet: false,
+      waitedMs: 400,
+      arrived: 2,
+      error: 'nft timed out',
+    });
   });
 });

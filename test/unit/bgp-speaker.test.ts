@@ -10,7 +10,18 @@ import { waitFor } from '../../lab/wait.js';
 import { fakeBirdConfig, startFakeBird, type FakeBird } from '../support/fake-bird.js';
 
 const { dir, socket, configFile, config } = fakeBirdConfig('ballast-speaker-');
-const log = { lines: [] as string[], info(_o: object, m: string) { this.lines.push(`info ${m}`); }, warn(_o: object, m: string) { this.lines.push(`warn ${m}`); }, error(_o: object, m: string) { this.lines.push(`error ${m}`); } };
+const log = {
+  lines: [] as string[],
+  info(_o: object, m: string) {
+    this.lines.push(`info ${m}`);
+  },
+  warn(_o: object, m: string) {
+    this.lines.push(`warn ${m}`);
+  },
+  error(_o: object, m: string) {
+    this.lines.push(`error ${m}`);
+  },
+};
 
 let speaker: BirdSpeaker | undefined;
 let fake: FakeBird | undefined;
@@ -31,8 +42,20 @@ describe('BirdSpeaker', () => {
     await speaker.set(true, 'test');
     expect(fake.commands.at(-1)).toBe('enable ballast_vip4');
     expect(readFileSync(configFile, 'utf8')).toContain('  disabled no;');
-    expect(speaker.status()).toMatchObject({ daemonUp: true, announced: true, wanted: true, reason: 'test', version: '2.0.12', routerId: '10.0.1.2', pushes: 1 });
-    await waitFor(() => speaker!.status().peers[0]!.session, (s) => s === 'Established', { timeoutMs: 2000, what: 'the peer state' });
+    expect(speaker.status()).toMatchObject({
+      daemonUp: true,
+      announced: true,
+      wanted: true,
+      reason: 'test',
+      version: '2.0.12',
+      routerId: '10.0.1.2',
+      pushes: 1,
+    });
+    await waitFor(
+      () => speaker!.status().peers[0]!.session,
+      (s) => s === 'Established',
+      { timeoutMs: 2000, what: 'the peer state' },
+    );
     await speaker.set(false, 'gone');
     expect(fake.commands.at(-1)).toBe('disable ballast_vip4');
     expect(speaker.status().announced).toBe(false);
@@ -46,7 +69,11 @@ describe('BirdSpeaker', () => {
     expect(speaker.status().lastError).toMatch(/ENOENT|ECONNREFUSED/);
     expect(readFileSync(configFile, 'utf8')).toContain('  disabled no;');
     fake = await startFakeBird(socket);
-    await waitFor(() => speaker!.status(), (s) => s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push' });
+    await waitFor(
+      () => speaker!.status(),
+      (s) => s.daemonUp && s.announced,
+      { timeoutMs: 2000, what: 'the push' },
+    );
     expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
   });
 
@@ -74,7 +101,11 @@ describe('BirdSpeaker', () => {
     // the same boot time: only the closed connection can tell
     await fake.close();
     fake = await startFakeBird(socket);
-    await waitFor(() => speaker!.status(), (s) => s.pushes === 2 && s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push to the successor' });
+    await waitFor(
+      () => speaker!.status(),
+      (s) => s.pushes === 2 && s.daemonUp && s.announced,
+      { timeoutMs: 2000, what: 'the push to the successor' },
+    );
     expect(speaker.status().daemonLosses).toBe(1);
     expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
   });
@@ -85,16 +116,28 @@ describe('BirdSpeaker', () => {
     await speaker.start();
     await speaker.set(true, 'ready');
     await fake.close();
-    await waitFor(() => speaker!.status(), (s) => !s.daemonUp, { timeoutMs: 2000, what: 'the loss' });
+    await waitFor(
+      () => speaker!.status(),
+      (s) => !s.daemonUp,
+      { timeoutMs: 2000, what: 'the loss' },
+    );
     expect(speaker.status()).toMatchObject({ announced: false, wanted: true, daemonLosses: 1 });
     fake = await startFakeBird(socket, '2026-12-01 11:00:00.000');
-    await waitFor(() => speaker!.status(), (s) => s.daemonUp && s.announced, { timeoutMs: 2000, what: 'the push after the return' });
+    await waitFor(
+      () => speaker!.status(),
+      (s) => s.daemonUp && s.announced,
+      { timeoutMs: 2000, what: 'the push after the return' },
+    );
     expect(fake.commands.slice(0, 2)).toStrictEqual(['configure', 'enable ballast_vip4']);
     expect(speaker.status().pushes).toBe(2);
     // someone disables the protocol by hand: put back at the next look
     fake.vipUp = false;
     const n = fake.commands.length;
-    await waitFor(() => fake!.commands.slice(n), (c) => c.includes('enable ballast_vip4'), { timeoutMs: 2000, what: 'the state set again' });
+    await waitFor(
+      () => fake!.commands.slice(n),
+      (c) => c.includes('enable ballast_vip4'),
+      { timeoutMs: 2000, what: 'the state set again' },
+    );
   });
 });
 

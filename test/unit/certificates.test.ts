@@ -30,8 +30,12 @@ describe('certificateCoverage', () => {
   });
 
   it('IPv6: compared as addresses, missing ones given in RFC 5952 form', () => {
-    expect(certificateCoverage(full, { ips: ['fd00::11', 'FD00:0::0:11', 'fd00:0000:0000:0000:0000:0000:0000:0011', '0:0:0:0:0:0:0:1'], names: [] })).toStrictEqual({ missing: [] });
-    expect(certificateCoverage(full, { ips: ['FD00:0:0:0:0:0:0:12', '::ffff:10.0.0.100'], names: [] })).toStrictEqual({ missing: ['fd00::12', '::ffff:a00:64'] });
+    expect(
+      certificateCoverage(full, { ips: ['fd00::11', 'FD00:0::0:11', 'fd00:0000:0000:0000:0000:0000:0000:0011', '0:0:0:0:0:0:0:1'], names: [] }),
+    ).toStrictEqual({ missing: [] });
+    expect(certificateCoverage(full, { ips: ['FD00:0:0:0:0:0:0:12', '::ffff:10.0.0.100'], names: [] })).toStrictEqual({
+      missing: ['fd00::12', '::ffff:a00:64'],
+    });
   });
 
   it('DNS: exact names case-insensitively, a wildcard for exactly one leftmost label', () => {
@@ -86,11 +90,13 @@ describe('certificateNeeds', () => {
 });
 
 describe('backendsToCheck', () => {
-  it('the seed, then the last-known file\'s others; the seed alone without the file', () => {
+  it("the seed, then the last-known file's others; the seed alone without the file", () => {
     const dir = mkdtempSync(join(tmpdir(), 'ballast-lastknown-'));
     try {
       const file = join(dir, 'backends.json');
-      const c = parseConfig(`vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: ["10.0.0.11:6443"]\n  health:\n    insecureSkipVerify: true\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${file}\n`);
+      const c = parseConfig(
+        `vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: ["10.0.0.11:6443"]\n  health:\n    insecureSkipVerify: true\ndiscovery:\n  kubeconfig: ${join(dir, 'admin.conf')}\n  lastKnownFile: ${file}\n`,
+      );
       expect(backendsToCheck(c).map((b) => `${b.host}:${b.port}`)).toStrictEqual(['10.0.0.11:6443']);
       writeFileSync(file, JSON.stringify({ version: 1, backends: ['10.0.0.12:6443', '10.0.0.11:6443'] }));
       expect(backendsToCheck(c).map((b) => `${b.host}:${b.port}`)).toStrictEqual(['10.0.0.11:6443', '10.0.0.12:6443']);
@@ -109,7 +115,15 @@ describe('examineCertificate', () => {
     const x = new X509Certificate(full);
     const notAfter = x.validToDate.getTime();
     const f = examineCertificate(x, needs, notAfter - 40 * 86_400_000);
-    expect(f).toMatchObject({ missing: ['10.0.0.12'], lacks: ['certificate lacks IP SAN 10.0.0.12 (the backend)'], expiry: 'ok', daysLeft: 40, subject: 'CN=kube-apiserver', notAfter: x.validToDate.toISOString(), fingerprint256: x.fingerprint256 });
+    expect(f).toMatchObject({
+      missing: ['10.0.0.12'],
+      lacks: ['certificate lacks IP SAN 10.0.0.12 (the backend)'],
+      expiry: 'ok',
+      daysLeft: 40,
+      subject: 'CN=kube-apiserver',
+      notAfter: x.validToDate.toISOString(),
+      fingerprint256: x.fingerprint256,
+    });
     expect(examineCertificate(x, needs, notAfter - 10 * 86_400_000 - 1000)).toMatchObject({ expiry: 'soon', daysLeft: 10 });
     expect(examineCertificate(x, needs, notAfter - 30 * 86_400_000)).toMatchObject({ expiry: 'soon', daysLeft: 30 });
     expect(examineCertificate(x, needs, notAfter + 1)).toMatchObject({ expiry: 'expired' });
@@ -128,7 +142,10 @@ describe('CertificateTracker: one log line per certificate change, never per che
 
   it('warns once for a certificate lacking the VIP, infos once for a good one, again only on rotation', () => {
     const lines: [string, string, Record<string, unknown>][] = [];
-    const log = { info: (o: object, m: string) => lines.push(['info', m, o as Record<string, unknown>]), warn: (o: object, m: string) => lines.push(['warn', m, o as Record<string, unknown>]) };
+    const log = {
+      info: (o: object, m: string) => lines.push(['info', m, o as Record<string, unknown>]),
+      warn: (o: object, m: string) => lines.push(['warn', m, o as Record<string, unknown>]),
+    };
     const t = new CertificateTracker(vipOnly, log, () => Date.parse('2026-12-01T12:00:00Z'));
     for (let i = 0; i < 5; i++) {
       t.observe(b11, peer(full));
@@ -138,7 +155,12 @@ describe('CertificateTracker: one log line per certificate change, never per che
       ['info', CERT_OK_MSG, '10.0.0.11:6443', []],
       ['warn', CERT_MISSING_MSG, '10.0.0.12:6443', ['10.0.0.100']],
     ]);
-    expect(t.get('10.0.0.12:6443')).toMatchObject({ missing: ['10.0.0.100'], lacks: ['certificate lacks IP SAN 10.0.0.100 (the VIP)'], subject: 'CN=kube-apiserver', since: '2026-12-01T12:00:00.000Z' });
+    expect(t.get('10.0.0.12:6443')).toMatchObject({
+      missing: ['10.0.0.100'],
+      lacks: ['certificate lacks IP SAN 10.0.0.100 (the VIP)'],
+      subject: 'CN=kube-apiserver',
+      since: '2026-12-01T12:00:00.000Z',
+    });
     expect(t.get('10.0.0.13:6443')).toBeUndefined();
     // rotation to a good certificate: one info line, nothing missing
     t.observe(b12, peer(full));
@@ -158,22 +180,56 @@ describe('CertificateTracker: one log line per certificate change, never per che
 
 describe('the certificate in ballast status and the metrics', () => {
   const cert = (missing: string[], notAfter: string) => ({
-    subject: 'CN=kube-apiserver', issuer: 'CN=ca', notAfter, fingerprint256: 'AA:BB', missing,
-    lacks: missing.map((m) => `certificate lacks IP SAN ${m} (the VIP)`), since: '2026-12-01T00:00:00.000Z',
+    subject: 'CN=kube-apiserver',
+    issuer: 'CN=ca',
+    notAfter,
+    fingerprint256: 'AA:BB',
+    missing,
+    lacks: missing.map((m) => `certificate lacks IP SAN ${m} (the VIP)`),
+    since: '2026-12-01T00:00:00.000Z',
   });
   const doc: EndpointOnlyStatusDocument = {
     state: 'none',
     backends: [
-      { address: '10.0.0.11:6443', state: 'up', healthy: true, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1, certificate: cert([], '2027-12-01T00:00:00.000Z') },
-      { address: '10.0.0.12:6443', state: 'up', healthy: true, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1, certificate: cert(['10.0.0.100'], '2027-12-01T00:00:00.000Z') },
-      { address: '10.0.0.13:6443', state: 'up', healthy: true, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1, certificate: cert([], '2026-12-11T00:00:00.000Z') },
+      {
+        address: '10.0.0.11:6443',
+        state: 'up',
+        healthy: true,
+        lastCheck: null,
+        lastLatencyMs: null,
+        reason: null,
+        consecutive: 1,
+        certificate: cert([], '2027-12-01T00:00:00.000Z'),
+      },
+      {
+        address: '10.0.0.12:6443',
+        state: 'up',
+        healthy: true,
+        lastCheck: null,
+        lastLatencyMs: null,
+        reason: null,
+        consecutive: 1,
+        certificate: cert(['10.0.0.100'], '2027-12-01T00:00:00.000Z'),
+      },
+      {
+        address: '10.0.0.13:6443',
+        state: 'up',
+        healthy: true,
+        lastCheck: null,
+        lastLatencyMs: null,
+        reason: null,
+        consecutive: 1,
+        certificate: cert([], '2026-12-11T00:00:00.000Z'),
+      },
       { address: '10.0.0.14:6443', state: 'down', healthy: false, lastCheck: null, lastLatencyMs: null, reason: 'ECONNREFUSED', consecutive: 1 },
     ],
     dataplane: { mode: 'off', reason: 'x' },
     local: { mode: 'off', reason: 'x' },
   };
   it('one line per backend with a problem: the missing SAN, an expiry within 30 days', () => {
-    const rows = formatStatus(doc, Date.parse('2026-12-01T00:00:00Z')).split('\n').filter((l) => l.startsWith('certificate:'));
+    const rows = formatStatus(doc, Date.parse('2026-12-01T00:00:00Z'))
+      .split('\n')
+      .filter((l) => l.startsWith('certificate:'));
     expect(rows).toStrictEqual([
       'certificate: 10.0.0.12:6443: certificate lacks IP SAN 10.0.0.100 (the VIP); clients using those names fail with ERR_TLS_CERT_ALTNAME_INVALID',
       'certificate: 10.0.0.13:6443: certificate expires on 2026-12-11T00:00:00.000Z (in 10 days)',
@@ -221,17 +277,26 @@ describe('over loopback: the probe keeps the peer certificate, checkBackendCerti
   it('no election: the local endpoint address and the backend itself; a missing CA file is a warning for all', async () => {
     // a loopback backend is refused by the schema: parsed with a node address, then pointed here
     const config = (ca: string): Config => {
-      const c = parseConfig(`apiserver:\n  backends: ["10.0.0.11:6443"]\n  health:\n    caFile: ${ca}\nlocalEndpoint:\n  address: ["127.0.0.1:7443", "127.0.0.2:7443"]\ndataplane:\n  local: proxy\n`);
+      const c = parseConfig(
+        `apiserver:\n  backends: ["10.0.0.11:6443"]\n  health:\n    caFile: ${ca}\nlocalEndpoint:\n  address: ["127.0.0.1:7443", "127.0.0.2:7443"]\ndataplane:\n  local: proxy\n`,
+      );
       return { ...c, apiserver: { ...c.apiserver, backends: [{ host: '127.0.0.1', port, family: 4 }] } };
     };
     // judged 60 days ago: the one-day certificate is far from expiry then
     const rs = await checkBackendCertificates(config(pki.caFile), { now: () => Date.now() - 60 * 86_400_000 });
     expect(rs.map((r) => [r.id, r.title, r.status, r.detail])).toStrictEqual([
-      ['backend-certificate', `serving certificate of backend 127.0.0.1:${port}`, 'fail', `backend 127.0.0.1:${port}: certificate lacks IP SAN 127.0.0.2 (a local endpoint address, localEndpoint 127.0.0.2:7443).`],
+      [
+        'backend-certificate',
+        `serving certificate of backend 127.0.0.1:${port}`,
+        'fail',
+        `backend 127.0.0.1:${port}: certificate lacks IP SAN 127.0.0.2 (a local endpoint address, localEndpoint 127.0.0.2:7443).`,
+      ],
     ]);
     const missing = join(pki.dir, 'not-yet.crt');
     const waiting = await checkBackendCertificates(config(missing));
-    expect(waiting.map((r) => [r.status, r.detail])).toStrictEqual([['warn', `cannot check the backends' certificates: waiting for apiserver.health.caFile ${missing} (it does not exist yet)`]]);
+    expect(waiting.map((r) => [r.status, r.detail])).toStrictEqual([
+      ['warn', `cannot check the backends' certificates: waiting for apiserver.health.caFile ${missing} (it does not exist yet)`],
+    ]);
     const empty = join(pki.dir, 'empty.crt');
     writeFileSync(empty, '');
     expect((await checkBackendCertificates(config(empty)))[0]!.status).toBe('fail');

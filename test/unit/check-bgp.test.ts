@@ -57,7 +57,12 @@ function fakeBird(path: string): Promise<Server> {
 
 describe('bgpResults', () => {
   it('not BGP mode: no result', async () => {
-    const vrrp = validateConfig({ interface: 'eth0', vrrp: { vrid: 51, priority: 100 }, vips: ['10.0.0.100'], apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } } });
+    const vrrp = validateConfig({
+      interface: 'eth0',
+      vrrp: { vrid: 51, priority: 100 },
+      vips: ['10.0.0.100'],
+      apiserver: { backends: ['10.0.1.2:6443'], health: { insecureSkipVerify: true } },
+    });
     expect(await bgpResults(vrrp, [iface('lo', 1)])).toStrictEqual([]);
   });
 
@@ -70,7 +75,7 @@ describe('bgpResults', () => {
     expect(r[2]!.detail).toContain('does not exist yet');
   });
 
-  it('BIRD answering: ok with its version; ballast\'s own snippet is ok, another file or a missing directory fails', async () => {
+  it("BIRD answering: ok with its version; ballast's own snippet is ok, another file or a missing directory fails", async () => {
     const socket = join(dir, 'bird.ctl');
     const server = await fakeBird(socket);
     try {

@@ -33,7 +33,11 @@ const config = (over: Record<string, unknown> = {}) =>
 describe('check: discovery-server', () => {
   it('the VIP as the server: ok, says it is harmless and why', () => {
     const r = discoveryServerResult(config(), () => kubeconfig('https://10.0.0.100:6443'))!;
-    expect([r.id, r.status, r.title]).toStrictEqual(['discovery-server', 'ok', "discovery connects to each apiserver directly, not through /etc/kubernetes/admin.conf's server"]);
+    expect([r.id, r.status, r.title]).toStrictEqual([
+      'discovery-server',
+      'ok',
+      "discovery connects to each apiserver directly, not through /etc/kubernetes/admin.conf's server",
+    ]);
     expect(r.detail).toBe(
       "the server https://10.0.0.100:6443 is the VIP: harmless, discovery does not connect to it: it dials each apiserver at its own address (the seed 10.0.0.11:6443, 10.0.0.12:6443, then the EndpointSlices' endpoints) with that file's CA and credentials, so it never depends on the endpoint ballast programs",
     );
@@ -42,12 +46,22 @@ describe('check: discovery-server', () => {
   it('the node-local endpoint as the server: ok, names it', () => {
     const r = discoveryServerResult(config(), () => kubeconfig('https://127.0.0.1:7443'))!;
     expect(r.status).toBe('ok');
-    expect(r.detail).toMatch(/^the server https:\/\/127\.0\.0\.1:7443 is this node's local endpoint \(127\.0\.0\.1:7443\): harmless, discovery does not connect to it/);
+    expect(r.detail).toMatch(
+      /^the server https:\/\/127\.0\.0\.1:7443 is this node's local endpoint \(127\.0\.0\.1:7443\): harmless, discovery does not connect to it/,
+    );
   });
 
   it('another server, an IPv6 VIP in brackets, a missing file, no discovery', () => {
-    expect(discoveryServerResult(config(), () => kubeconfig('https://10.0.0.11:6443'))!.detail).toMatch(/^the server https:\/\/10\.0\.0\.11:6443: discovery does not connect to it/);
-    const v6 = validateConfig({ interface: 'eth0', vips: ['fd00::100'], vrrp: { vrid: 7, priority: 100 }, apiserver: { backends: ['[fd00::11]:6443'], health: { insecureSkipVerify: true } }, discovery: { kubeconfig: '/k.conf' } });
+    expect(discoveryServerResult(config(), () => kubeconfig('https://10.0.0.11:6443'))!.detail).toMatch(
+      /^the server https:\/\/10\.0\.0\.11:6443: discovery does not connect to it/,
+    );
+    const v6 = validateConfig({
+      interface: 'eth0',
+      vips: ['fd00::100'],
+      vrrp: { vrid: 7, priority: 100 },
+      apiserver: { backends: ['[fd00::11]:6443'], health: { insecureSkipVerify: true } },
+      discovery: { kubeconfig: '/k.conf' },
+    });
     expect(discoveryServerResult(v6, () => kubeconfig('https://[fd00:0::100]:6443'))!.detail).toContain('is the VIP: harmless');
     expect(discoveryServerResult(config(), () => null)!.detail).toContain('cannot be read yet: discovery waits for it');
     expect(discoveryServerResult(config({ discovery: undefined }), () => kubeconfig('https://10.0.0.100:6443'))).toBeNull();

@@ -8,7 +8,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { membershipResult } from '../../src/check/membership.js';
-import { DEFAULT_UNIT_DIRS, ebpfUnderUnit, findUnit, readOnlyIn, readSandbox, realtimeUnderUnit, runningUnitBpffs, runsUnderUnit, sandboxOf, serviceAssignments, unitDirs, unitProcess, unitSandbox } from '../../src/check/unit.js';
+import {
+  DEFAULT_UNIT_DIRS,
+  ebpfUnderUnit,
+  findUnit,
+  readOnlyIn,
+  readSandbox,
+  realtimeUnderUnit,
+  runningUnitBpffs,
+  runsUnderUnit,
+  sandboxOf,
+  serviceAssignments,
+  unitDirs,
+  unitProcess,
+  unitSandbox,
+} from '../../src/check/unit.js';
 import { stringify } from 'yaml';
 import { parseConfig as parseText } from '../../src/config/index.js';
 import { systemdUnit } from '../../src/manifest/systemd.js';
@@ -28,7 +42,8 @@ function dirs(name: string, files: Record<string, string>): string[] {
 
 const shipped = systemdUnit({ configPath: '' });
 /** A unit with ProtectKernelTunables=yes and RestrictRealtime=yes: the options that decide eBPF and real time. */
-const before26 = '[Service]\nProtectKernelTunables=yes\nReadWritePaths=/sys/fs/bpf\nRestrictRealtime=yes\nCapabilityBoundingSet=CAP_BPF CAP_NET_ADMIN CAP_NET_RAW\n';
+const before26 =
+  '[Service]\nProtectKernelTunables=yes\nReadWritePaths=/sys/fs/bpf\nRestrictRealtime=yes\nCapabilityBoundingSet=CAP_BPF CAP_NET_ADMIN CAP_NET_RAW\n';
 const sandbox = (...texts: string[]) => sandboxOf(texts.flatMap((t, i) => serviceAssignments(t, `f${i}`)));
 
 describe('the unit as systemd assembles it', () => {
@@ -39,7 +54,13 @@ describe('the unit as systemd assembles it', () => {
     expect(s.readOnlyPaths.slice(0, 2)).toStrictEqual(['/proc/sys', '/sys']);
     expect(s.inaccessiblePaths).toStrictEqual(['/proc/kallsyms', '/proc/kcore']);
     expect(s.restrictRealtime).toBe(false);
-    expect(['CAP_BPF', 'CAP_NET_ADMIN', 'CAP_NET_RAW', 'CAP_SYS_NICE', 'CAP_SYS_ADMIN'].map((c) => s.hasCapability(c))).toStrictEqual([true, true, true, true, false]);
+    expect(['CAP_BPF', 'CAP_NET_ADMIN', 'CAP_NET_RAW', 'CAP_SYS_NICE', 'CAP_SYS_ADMIN'].map((c) => s.hasCapability(c))).toStrictEqual([
+      true,
+      true,
+      true,
+      true,
+      false,
+    ]);
     expect(s.limitRtprio).toBeNull();
   });
 
@@ -112,7 +133,7 @@ describe('the running unit', () => {
     expect(readOnlyIn('', '/sys/fs/bpf')).toBeNull();
   });
 
-  it('unitProcess / runningUnitBpffs: the lowest PID in ballast.service\'s cgroup, and bpffs in its mount namespace', () => {
+  it("unitProcess / runningUnitBpffs: the lowest PID in ballast.service's cgroup, and bpffs in its mount namespace", () => {
     const proc = join(root, 'proc');
     const pid = (n: number, cgroup: string, mi = mountinfo) => {
       mkdirSync(join(proc, String(n)), { recursive: true });
@@ -135,8 +156,12 @@ describe('what the agent meets under the unit', () => {
   it('eBPF, a unit with ProtectKernelTunables=yes: cannot tell (ProtectKernelTunables=yes with ReadWritePaths=/sys/fs/bpf was seen read-only), warn with the drop-in', () => {
     const v = ebpfUnderUnit(sandbox(before26));
     expect(v.status).toBe('warn');
-    expect(v.detail).toMatch(/^cannot tell from here whether bpffs is writable under ballast\.service: it has ProtectKernelTunables=yes and ReadWritePaths=\/sys\/fs\/bpf/);
-    expect(v.fix).toBe('`systemctl edit ballast` and add under [Service]: ProtectKernelTunables=no (ReadWritePaths=/sys/fs/bpf stays), then `systemctl restart ballast`; `journalctl -u ballast -p warning` shows the fallback if it happens');
+    expect(v.detail).toMatch(
+      /^cannot tell from here whether bpffs is writable under ballast\.service: it has ProtectKernelTunables=yes and ReadWritePaths=\/sys\/fs\/bpf/,
+    );
+    expect(v.fix).toBe(
+      '`systemctl edit ballast` and add under [Service]: ProtectKernelTunables=no (ReadWritePaths=/sys/fs/bpf stays), then `systemctl restart ballast`; `journalctl -u ballast -p warning` shows the fallback if it happens',
+    );
   });
 
   it('eBPF: ProtectKernelTunables=yes without ReadWritePaths, or no CAP_BPF: it cannot, warn naming each option', () => {
@@ -145,7 +170,9 @@ describe('what the agent meets under the unit', () => {
     expect(v.detail).toBe(
       'under ballast.service it cannot: CapabilityBoundingSet= leaves out CAP_BPF: the kernel refuses the BPF programs (EPERM); ProtectKernelTunables=yes makes /sys, bpffs included, read-only and no ReadWritePaths= lists /sys/fs/bpf (mkdir of the pin directory: EROFS); the agent falls back to the user-space proxy',
     );
-    expect(v.fix).toBe('`systemctl edit ballast` and add under [Service]: CapabilityBoundingSet=CAP_BPF and ProtectKernelTunables=no and ReadWritePaths=/sys/fs/bpf, then `systemctl restart ballast`');
+    expect(v.fix).toBe(
+      '`systemctl edit ballast` and add under [Service]: CapabilityBoundingSet=CAP_BPF and ProtectKernelTunables=no and ReadWritePaths=/sys/fs/bpf, then `systemctl restart ballast`',
+    );
     expect(ebpfUnderUnit(sandbox('[Service]\nReadOnlyPaths=/sys\n')).detail).toContain('ReadOnlyPaths=/sys makes bpffs read-only');
     expect(ebpfUnderUnit(sandbox('[Service]\nReadOnlyPaths=/sys\nReadWritePaths=/sys/fs/bpf\n')).status).toBe('ok');
   });
@@ -163,7 +190,9 @@ describe('what the agent meets under the unit', () => {
     expect(v.detail).toBe(
       'vrrp.realtimePriority: 50 cannot work under ballast.service: RestrictRealtime=yes forbids SCHED_FIFO (sched_setscheduler fails with EPERM); CapabilityBoundingSet= leaves out CAP_SYS_NICE; the pacer thread runs with normal scheduling (one warning at start)',
     );
-    expect(v.fix).toBe('`systemctl edit ballast` and add under [Service]: RestrictRealtime=no and CapabilityBoundingSet=CAP_SYS_NICE, then `systemctl restart ballast`; or set vrrp.realtimePriority: 0');
+    expect(v.fix).toBe(
+      '`systemctl edit ballast` and add under [Service]: RestrictRealtime=no and CapabilityBoundingSet=CAP_SYS_NICE, then `systemctl restart ballast`; or set vrrp.realtimePriority: 0',
+    );
     expect(realtimeUnderUnit(sandbox(before26, '[Service]\nRestrictRealtime=no\nCapabilityBoundingSet=CAP_SYS_NICE\n'), 50).status).toBe('ok');
     expect(realtimeUnderUnit(sandbox(before26, '[Service]\nRestrictRealtime=no\nLimitRTPRIO=50\n'), 50).status).toBe('ok');
     expect(realtimeUnderUnit(sandbox(before26, '[Service]\nRestrictRealtime=no\nLimitRTPRIO=49\n'), 50).detail).toContain('LimitRTPRIO=49 is below 50');
@@ -184,11 +213,17 @@ describe('membership: would this node ever become master?', () => {
     expect(r.detail).toBe(
       "none of eth0's addresses (10.0.0.13) is a backend host or a listed peer (known nodes: 10.0.0.11, 10.0.0.12): the other nodes drop its adverts (vrrp.acceptFrom: members), so it stays Backup — this node would never become master",
     );
-    expect(r.fix).toBe('add this node\'s apiserver (10.0.0.13:6443) to apiserver.backends on every node, or list 10.0.0.13 in vrrp.peers on the others (unicast), or set vrrp.acceptFrom: any');
+    expect(r.fix).toBe(
+      "add this node's apiserver (10.0.0.13:6443) to apiserver.backends on every node, or list 10.0.0.13 in vrrp.peers on the others (unicast), or set vrrp.acceptFrom: any",
+    );
   });
 
   it('acceptFrom: any, or nothing known: ok, any source is heard', () => {
-    const any = parseConfig({ ...base, vrrp: { ...base.vrrp, acceptFrom: 'any' }, apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } } });
+    const any = parseConfig({
+      ...base,
+      vrrp: { ...base.vrrp, acceptFrom: 'any' },
+      apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } },
+    });
     expect(membershipResult(any, 'eth0', ['10.0.0.13']).status).toBe('ok');
     expect(membershipResult(parseConfig(base), 'eth0', ['10.0.0.13']).status).toBe('ok');
   });

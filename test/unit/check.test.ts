@@ -30,7 +30,10 @@ const hooks = flowsFor({
   family: 4,
   vips: ['10.78.105.100'],
   port: 6443,
-  backends: [{ host: '10.78.105.11', port: 6443 }, { host: '10.78.105.12', port: 6443 }],
+  backends: [
+    { host: '10.78.105.11', port: 6443 },
+    { host: '10.78.105.12', port: 6443 },
+  ],
   nodeAddresses: new Set(['10.78.105.11']),
   ifname: 'eth0',
 });
@@ -57,7 +60,7 @@ describe('analyseNftRuleset (nft -j list ruleset of nft 1.0.6)', () => {
     expect(findingKey(first!)).toBe('nft inet fw input 9 TCP to the VIP 10.78.105.100:6443');
   });
 
-  it('leaves ballast\'s own tables out, and an IPv6 flow is not judged by ip tables', () => {
+  it("leaves ballast's own tables out, and an IPv6 flow is not judged by ip tables", () => {
     const skipAll = new Set(['inet fw', 'ip open', 'ip filter']);
     expect(analyseNftRuleset(ruleset, hooks, skipAll)).toStrictEqual([]);
     expect(countForeignChains(ruleset)).toBe(5); // base chains only: `extra` is a regular chain
@@ -86,7 +89,14 @@ describe('analyseNftRuleset (nft -j list ruleset of nft 1.0.6)', () => {
 describe('analyseIptablesSave (iptables-legacy-save 1.8.9)', () => {
   it('policy DROP with a matching ACCEPT passes; a REJECT for a backend fails, naming the line', () => {
     expect(analyseIptablesSave(legacy, 4, hooks)).toStrictEqual([]);
-    const toFive = flowsFor({ family: 4, vips: ['10.78.105.100'], port: 6443, backends: [{ host: '10.0.0.5', port: 6443 }], nodeAddresses: new Set(), ifname: 'eth0' });
+    const toFive = flowsFor({
+      family: 4,
+      vips: ['10.78.105.100'],
+      port: 6443,
+      backends: [{ host: '10.0.0.5', port: 6443 }],
+      nodeAddresses: new Set(),
+      ifname: 'eth0',
+    });
     expect(analyseIptablesSave(legacy, 4, toFive).map((f) => f.detail)).toStrictEqual([
       'iptables-legacy (iptables) table filter, chain FORWARD: rule "-A FORWARD -d 10.0.0.5/32 -p tcp -m tcp --dport 6443 -j REJECT --reject-with icmp-port-unreachable" drops TCP to the remote backend 10.0.0.5:6443',
     ]);
@@ -119,7 +129,7 @@ describe('probe frames', () => {
     );
   });
 
-  it('arpClaim: a reply from the address, an announcement, another host\'s probe; never our own frames', () => {
+  it("arpClaim: a reply from the address, an announcement, another host's probe; never our own frames", () => {
     const reply = arpProbeFrame(other, '10.78.105.1');
     reply.writeUInt16BE(2, 20);
     Buffer.from([10, 78, 105, 100]).copy(reply, 28);
@@ -152,7 +162,7 @@ describe('probe frames', () => {
     expect(ndClaim(f, 'fd78:105::100', mac)).toBeNull();
   });
 
-  it('ndClaim: a Neighbor Advertisement names its Target Link-Layer Address (keepalived\'s NA)', () => {
+  it("ndClaim: a Neighbor Advertisement names its Target Link-Layer Address (keepalived's NA)", () => {
     const [na] = readPcap(fixturePath('keepalived-ipv6-na.pcap'));
     expect(ndClaim(na!.data, 'fd77::100', mac)).toStrictEqual({ mac: '02:77:00:00:00:11', how: 'neighbor-advertisement' });
     expect(ndClaim(na!.data, 'fd77::101', mac)).toBeNull();
@@ -168,13 +178,31 @@ describe('probe frames', () => {
 describe('parseVrrpFrame (keepalived 2.2.7 captures)', () => {
   it('VRRPv2: version 2, whole-second interval', () => {
     const [f] = readPcap(fixturePath('keepalived-vrrp2-ipv4.pcap'));
-    expect(parseVrrpFrame(f!.data)).toStrictEqual({ source: '10.77.0.11', mac: '02:77:00:00:00:11', version: 2, vrid: 51, priority: 150, intervalMs: 1000, addresses: ['10.77.0.100'], ttl: 255 });
+    expect(parseVrrpFrame(f!.data)).toStrictEqual({
+      source: '10.77.0.11',
+      mac: '02:77:00:00:00:11',
+      version: 2,
+      vrid: 51,
+      priority: 150,
+      intervalMs: 1000,
+      addresses: ['10.77.0.100'],
+      ttl: 255,
+    });
   });
   it('VRRPv3 over IPv4 (centiseconds) and IPv6', () => {
     const [f] = readPcap(fixturePath('keepalived-vrrp3-ipv4-adv10cs.pcap'));
     expect(parseVrrpFrame(f!.data)).toMatchObject({ source: '10.77.0.11', version: 3, vrid: 51, intervalMs: 100, addresses: ['10.77.0.100'] });
     const [g] = readPcap(fixturePath('keepalived-vrrp3-ipv6.pcap'));
-    expect(parseVrrpFrame(g!.data)).toStrictEqual({ source: 'fe80::77:ff:fe00:11', mac: '02:77:00:00:00:11', version: 3, vrid: 51, priority: 150, intervalMs: 1000, addresses: ['fd77::100'], ttl: 255 });
+    expect(parseVrrpFrame(g!.data)).toStrictEqual({
+      source: 'fe80::77:ff:fe00:11',
+      mac: '02:77:00:00:00:11',
+      version: 3,
+      vrid: 51,
+      priority: 150,
+      intervalMs: 1000,
+      addresses: ['fd77::100'],
+      ttl: 255,
+    });
     const [arp] = readPcap(fixturePath('keepalived-garp.pcap'));
     expect(parseVrrpFrame(arp!.data)).toBeNull();
   });
@@ -185,7 +213,16 @@ describe('judgeSpeakers', () => {
     'interface: eth0\nvrrp: { vrid: 51, priority: 100 }\nvips: [10.78.105.100]\napiserver: { backends: ["10.78.105.11:6443", "10.78.105.12:6443"], health: { insecureSkipVerify: true } }\n',
     'test.yaml',
   );
-  const advert = (source: string, version: number, addresses: string[], vrid = 51) => ({ source, mac: '02:00:00:00:00:01', version, vrid, priority: 100, intervalMs: 1000, addresses, ttl: 255 });
+  const advert = (source: string, version: number, addresses: string[], vrid = 51) => ({
+    source,
+    mac: '02:00:00:00:00:01',
+    version,
+    vrid,
+    priority: 100,
+    intervalMs: 1000,
+    addresses,
+    ttl: 255,
+  });
   it('our peers with our VIPs are ours; VRRPv2, other addresses, a stranger are foreign; other VRIDs and our own adverts are left out', () => {
     const s = judgeSpeakers(
       config,
@@ -207,7 +244,15 @@ describe('judgeSpeakers', () => {
     ]);
   });
   it('formatReport prints kubeadm-style lines with the fix under a failure', () => {
-    expect(formatReport({ config: 'x.yaml', checks: [{ id: 'a', title: 'A', status: 'ok', detail: 'fine' }, { id: 'b', title: 'B', status: 'fail', detail: 'broken', fix: 'mend it' }] })).toBe(
+    expect(
+      formatReport({
+        config: 'x.yaml',
+        checks: [
+          { id: 'a', title: 'A', status: 'ok', detail: 'fine' },
+          { id: 'b', title: 'B', status: 'fail', detail: 'broken', fix: 'mend it' },
+        ],
+      }),
+    ).toBe(
       '[ok] a: A\n       fine\n[fail] b: B\n       broken\n       fix: mend it\nx.yaml: 1 ok, 0 warnings, 1 failed: this node is not ready to run ballast\n',
     );
   });
@@ -221,9 +266,19 @@ describe('ForeignFirewallWatch', () => {
     const docs: unknown[] = [empty, ruleset, ruleset, empty];
     const nft: Executor = async () => ({ code: 0, stdout: JSON.stringify(docs.shift() ?? empty), stderr: '' });
     const only = flowsFor({ family: 4, vips: ['10.78.105.100'], port: 6443, backends: [], nodeAddresses: new Set(), ifname: 'eth0' });
-    const w = new ForeignFirewallWatch({ log, nft, legacy: async () => null, flows: async () => ({ family: 4, hooks: only.filter((h) => h.hook === 'input') }), pollMs: 10 });
+    const w = new ForeignFirewallWatch({
+      log,
+      nft,
+      legacy: async () => null,
+      flows: async () => ({ family: 4, hooks: only.filter((h) => h.hook === 'input') }),
+      pollMs: 10,
+    });
     w.start();
-    await waitFor(() => docs.length, (n) => n === 0, { timeoutMs: 2000, intervalMs: 5, what: 'four looks' });
+    await waitFor(
+      () => docs.length,
+      (n) => n === 0,
+      { timeoutMs: 2000, intervalMs: 5, what: 'four looks' },
+    );
     await new Promise((r) => setTimeout(r, 30));
     await w.stop();
     expect(lines).toStrictEqual([
@@ -243,7 +298,11 @@ describe('checkCommand --json with a configuration that does not load', () => {
     const spy = vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => (out.push(String(s)), true));
     const err = new ConfigError([{ path: 'vrrp.vrid', message: 'must be an integer from 1 to 255, got 300' }]);
     try {
-      await expect(checkCommand({ config: '/etc/ballast/bad.yaml', json: true }, () => { throw err; })).rejects.toBe(err);
+      await expect(
+        checkCommand({ config: '/etc/ballast/bad.yaml', json: true }, () => {
+          throw err;
+        }),
+      ).rejects.toBe(err);
     } finally {
       spy.mockRestore();
     }

@@ -31,7 +31,10 @@ describe('withdrawBgp (ballast cleanup, mode: bgp)', () => {
     expect(fake.commands).toStrictEqual(['configure', 'disable ballast_vip4']);
     expect(fake.vipUp).toBe(false);
     expect(r).toStrictEqual({
-      removed: [`the BGP announcement of 10.0.0.100 from ${configFile} (ballast_vip4 disabled)`, `the BGP announcement of 10.0.0.100 from BIRD on ${socket} (disable ballast_vip4)`],
+      removed: [
+        `the BGP announcement of 10.0.0.100 from ${configFile} (ballast_vip4 disabled)`,
+        `the BGP announcement of 10.0.0.100 from BIRD on ${socket} (disable ballast_vip4)`,
+      ],
       inUse: [],
       notes: [],
       failed: [],
@@ -47,7 +50,11 @@ describe('withdrawBgp (ballast cleanup, mode: bgp)', () => {
     await withdrawBgp(config, r, 500);
     expect(readFileSync(configFile, 'utf8')).toBe(snippet(false));
     expect(r.failed).toStrictEqual([]);
-    expect(r.notes).toStrictEqual([expect.stringMatching(new RegExp(`^BIRD does not answer on bgp.socket ${socket} \\((ENOENT|ECONNREFUSED)\\): nothing withdrawn there; .* says ballast_vip4 is disabled`))]);
+    expect(r.notes).toStrictEqual([
+      expect.stringMatching(
+        new RegExp(`^BIRD does not answer on bgp.socket ${socket} \\((ENOENT|ECONNREFUSED)\\): nothing withdrawn there; .* says ballast_vip4 is disabled`),
+      ),
+    ]);
   });
 
   it("a configFile that is not ballast's is left as it was (a note); BIRD still disables ballast's protocol", async () => {

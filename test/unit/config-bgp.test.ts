@@ -50,7 +50,15 @@ describe('config: mode bgp', () => {
 
   it('normalizes every setting', () => {
     // the settings whose normalized form is what was written
-    const same = { socket: '/run/b.ctl', configFile: '/etc/bird/x.conf', interface: 'vip0', localAsn: 4_200_000_000, routerId: '10.0.1.2', announce: 'local', balance: 'local' };
+    const same = {
+      socket: '/run/b.ctl',
+      configFile: '/etc/bird/x.conf',
+      interface: 'vip0',
+      localAsn: 4_200_000_000,
+      routerId: '10.0.1.2',
+      announce: 'local',
+      balance: 'local',
+    };
     const c = validateConfig(
       withBgp({
         ...same,
@@ -82,17 +90,31 @@ describe('config: mode bgp', () => {
   });
 
   it('takes IPv6 VIPs and peers', () => {
-    const c = validateConfig({ ...BASE, vips: ['fd00::0100'], apiserver: { backends: ['[fd00:1::2]:6443'], health: { insecureSkipVerify: true } }, bgp: { localAsn: 1, peers: [{ address: 'FD00:1::1', asn: 2 }] } });
+    const c = validateConfig({
+      ...BASE,
+      vips: ['fd00::0100'],
+      apiserver: { backends: ['[fd00:1::2]:6443'], health: { insecureSkipVerify: true } },
+      bgp: { localAsn: 1, peers: [{ address: 'FD00:1::1', asn: 2 }] },
+    });
     expect([c.family, c.vips, c.bgp!.peers[0]!.address, c.bgp!.peers[0]!.family]).toStrictEqual([6, ['fd00::100'], 'fd00:1::1', 6]);
   });
 
   it('names the field of each bad setting', () => {
     expect(issues(withBgp({ localAsn: 0 }))).toStrictEqual([['bgp.localAsn', 'must be an integer from 1 to 4294967295, got 0 (AS 0 is reserved, RFC 7607)']]);
     expect(issues(withBgp({ localAsn: undefined }))).toStrictEqual([['bgp.localAsn', "required: this node's ASN, an integer from 1 to 4294967295"]]);
-    expect(issues(withBgp({ peers: [{ address: '10.0.1.1', asn: 64500 }, { address: 'router', asn: 1 }] }))).toStrictEqual([
-      ['bgp.peers[1].address', expect.stringContaining('router')],
+    expect(
+      issues(
+        withBgp({
+          peers: [
+            { address: '10.0.1.1', asn: 64500 },
+            { address: 'router', asn: 1 },
+          ],
+        }),
+      ),
+    ).toStrictEqual([['bgp.peers[1].address', expect.stringContaining('router')]]);
+    expect(issues(withBgp({ peers: [{ address: '10.0.1.1' }] }))).toStrictEqual([
+      ['bgp.peers[0].asn', "required: the peer's ASN, an integer from 1 to 4294967295"],
     ]);
-    expect(issues(withBgp({ peers: [{ address: '10.0.1.1' }] }))).toStrictEqual([['bgp.peers[0].asn', "required: the peer's ASN, an integer from 1 to 4294967295"]]);
     expect(issues(withBgp({ peers: [] }))).toStrictEqual([['bgp.peers', 'must list at least one peer, e.g. [{ address: 10.0.0.1, asn: 64500 }]']]);
     expect(issues(withBgp({ peers: [{ address: '10.0.1.1', asn: 1, bfd: 'yes' }] }))).toStrictEqual([
       ['bgp.peers[0].bfd', 'must be true or false, got "yes" (YAML 1.2 reads yes/no/on/off as strings)'],
@@ -102,26 +124,51 @@ describe('config: mode bgp', () => {
     expect(issues(withBgp({ bfd: { multiplier: 0 } }))[0]?.[0]).toBe('bgp.bfd.multiplier');
     expect(issues(withBgp({ holdTime: '2s' }))).toStrictEqual([['bgp.holdTime', 'must be from 3s to 65535s (RFC 4271 §4.2), got 2s']]);
     expect(issues(withBgp({ holdTime: '3500ms' }))).toStrictEqual([['bgp.holdTime', 'must be whole seconds (BGP carries seconds), got 3.5s']]);
-    expect(issues(withBgp({ holdTime: '9s', keepaliveTime: '4s' }))).toStrictEqual([['bgp.keepaliveTime', 'must be at most a third of bgp.holdTime (9s; RFC 4271 §10), got 4s']]);
-    expect(issues(withBgp({ communities: ['64512:70000'] }))).toStrictEqual([['bgp.communities[0]', '64512:70000: each part must be from 0 to 65535 in a standard community']]);
+    expect(issues(withBgp({ holdTime: '9s', keepaliveTime: '4s' }))).toStrictEqual([
+      ['bgp.keepaliveTime', 'must be at most a third of bgp.holdTime (9s; RFC 4271 §10), got 4s'],
+    ]);
+    expect(issues(withBgp({ communities: ['64512:70000'] }))).toStrictEqual([
+      ['bgp.communities[0]', '64512:70000: each part must be from 0 to 65535 in a standard community'],
+    ]);
     expect(issues(withBgp({ communities: ['no-export'] }))[0]?.[0]).toBe('bgp.communities[0]');
-    expect(issues(withBgp({ routerId: 'fd00::1' }))).toStrictEqual([['bgp.routerId', 'must be an IPv4 address (a BGP identifier is 32 bits, RFC 6286), got "fd00::1"']]);
+    expect(issues(withBgp({ routerId: 'fd00::1' }))).toStrictEqual([
+      ['bgp.routerId', 'must be an IPv4 address (a BGP identifier is 32 bits, RFC 6286), got "fd00::1"'],
+    ]);
     expect(issues(withBgp({ daemon: 'frr' }))).toStrictEqual([['bgp.daemon', 'must be "bird" (BIRD 2), got "frr"']]);
     expect(issues(withBgp({ socket: 'bird.ctl' }))[0]?.[0]).toBe('bgp.socket');
     expect(issues(withBgp({ interface: 'a/b' }))[0]?.[0]).toBe('bgp.interface');
-    expect(issues(withBgp({ balance: 'some' }))).toStrictEqual([['bgp.balance', 'must be "all" (every ready apiserver) or "local" (this node\'s apiserver only), got "some"']]);
+    expect(issues(withBgp({ balance: 'some' }))).toStrictEqual([
+      ['bgp.balance', 'must be "all" (every ready apiserver) or "local" (this node\'s apiserver only), got "some"'],
+    ]);
     expect(issues(withBgp({ annouce: 'local' }))[0]?.[0]).toBe('bgp.annouce');
   });
 
   it('checks the mode against the sections, and peers against the VIPs', () => {
-    expect(issues({ ...BASE, mode: undefined })).toStrictEqual([['bgp', 'is set but mode is not set (vrrp, the default): set mode: bgp to announce the VIPs with BGP, or remove bgp']]);
-    expect(issues({ ...BASE, vrrp: { vrid: 1 } })).toStrictEqual([['vrrp', 'must be absent with mode: bgp: no election runs, every ready node announces the VIPs (remove vrrp, or use mode: vrrp)']]);
+    expect(issues({ ...BASE, mode: undefined })).toStrictEqual([
+      ['bgp', 'is set but mode is not set (vrrp, the default): set mode: bgp to announce the VIPs with BGP, or remove bgp'],
+    ]);
+    expect(issues({ ...BASE, vrrp: { vrid: 1 } })).toStrictEqual([
+      ['vrrp', 'must be absent with mode: bgp: no election runs, every ready node announces the VIPs (remove vrrp, or use mode: vrrp)'],
+    ]);
     expect(issues({ ...BASE, vips: undefined }).map((i) => i[0])).toStrictEqual(['vips']);
     expect(issues({ ...BASE, bgp: undefined }).map((i) => i[0])).toStrictEqual(['bgp']);
     expect(issues({ ...BASE, apiserver: {} }).map((i) => i[0])).toStrictEqual(['apiserver.backends']);
     expect(issues({ ...BASE, mode: 'ospf' })[0]?.[0]).toBe('mode');
-    expect(issues(withBgp({ peers: [{ address: 'fd00::1', asn: 1 }] }))).toStrictEqual([['bgp.peers[0].address', 'fd00::1 is IPv6 but the VIPs are IPv4: the peers carry the VIPs\' family']]);
-    expect(issues(withBgp({ peers: [{ address: '10.0.1.1', asn: 1 }, { address: '10.0.1.1', asn: 2 }] }))).toStrictEqual([['bgp.peers[1].address', '10.0.1.1 duplicates bgp.peers[0].address']]);
-    expect(issues(withBgp({ peers: [{ address: '10.0.0.100', asn: 1 }] }))).toStrictEqual([['bgp.peers[0].address', '10.0.0.100 is a VIP; a peer is a router\'s address']]);
+    expect(issues(withBgp({ peers: [{ address: 'fd00::1', asn: 1 }] }))).toStrictEqual([
+      ['bgp.peers[0].address', "fd00::1 is IPv6 but the VIPs are IPv4: the peers carry the VIPs' family"],
+    ]);
+    expect(
+      issues(
+        withBgp({
+          peers: [
+            { address: '10.0.1.1', asn: 1 },
+            { address: '10.0.1.1', asn: 2 },
+          ],
+        }),
+      ),
+    ).toStrictEqual([['bgp.peers[1].address', '10.0.1.1 duplicates bgp.peers[0].address']]);
+    expect(issues(withBgp({ peers: [{ address: '10.0.0.100', asn: 1 }] }))).toStrictEqual([
+      ['bgp.peers[0].address', "10.0.0.100 is a VIP; a peer is a router's address"],
+    ]);
   });
 });

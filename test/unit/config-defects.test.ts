@@ -67,13 +67,16 @@ describe("the local endpoint is never the apiserver's port", () => {
       {
         path: 'localEndpoint.address',
         message:
-          "127.0.0.1:6443 has port 6443, which is apiserver.port: on a control-plane node the local apiserver listens there, so the endpoint would take its clients (or fail to bind); use another port, e.g. 127.0.0.1:7443",
+          '127.0.0.1:6443 has port 6443, which is apiserver.port: on a control-plane node the local apiserver listens there, so the endpoint would take its clients (or fail to bind); use another port, e.g. 127.0.0.1:7443',
       },
     ]);
   });
 
   it('refuses a configured apiserver.port', () => {
-    const issues = validateIssues({ localEndpoint: { address: ['127.0.0.1:7443', '[::1]:8443'] }, apiserver: { ...BACKENDS, port: 8443, backends: ['10.0.0.11:6443', '[fd00::11]:6443'] } });
+    const issues = validateIssues({
+      localEndpoint: { address: ['127.0.0.1:7443', '[::1]:8443'] },
+      apiserver: { ...BACKENDS, port: 8443, backends: ['10.0.0.11:6443', '[fd00::11]:6443'] },
+    });
     expect(issues.map((i) => [i.path, i.message.slice(0, 45)])).toStrictEqual([['localEndpoint.address[1]', '[::1]:8443 has port 8443, which is apiserver.']]);
   });
 
@@ -101,7 +104,13 @@ describe("the local endpoint is never the apiserver's port", () => {
 
   it('accepts the usual 7443', () => {
     expect(validateIssues({ localEndpoint: {}, apiserver: BACKENDS })).toStrictEqual([]);
-    expect(validateIssues({ ...ELECTION, localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'] }, apiserver: { ...BACKENDS, backends: ['10.0.0.11:6443', '[fd00::11]:6443'] } })).toStrictEqual([]);
+    expect(
+      validateIssues({
+        ...ELECTION,
+        localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'] },
+        apiserver: { ...BACKENDS, backends: ['10.0.0.11:6443', '[fd00::11]:6443'] },
+      }),
+    ).toStrictEqual([]);
   });
 });
 
@@ -116,7 +125,10 @@ describe('validate finds what the file alone shows', () => {
     ] as const) {
       const issues = validateIssues({ localEndpoint: { address }, apiserver: { ...BACKENDS, backends: ['10.0.0.11:6443', '[fd00::11]:6443'] } });
       expect(issues.map((i) => [i.path, i.message])).toStrictEqual([
-        ['localEndpoint.address', `host: ${address.replace(/^\[?([^\]]*)\]?:\d+$/, '$1')} is ${what}; a local endpoint must be a loopback address (or one of this node's own)`],
+        [
+          'localEndpoint.address',
+          `host: ${address.replace(/^\[?([^\]]*)\]?:\d+$/, '$1')} is ${what}; a local endpoint must be a loopback address (or one of this node's own)`,
+        ],
       ]);
     }
   });
@@ -137,7 +149,8 @@ describe('validate finds what the file alone shows', () => {
     expect(validateIssues({ ...ELECTION, localEndpoint: { address: '10.0.0.100:7443' }, apiserver: BACKENDS })).toStrictEqual([
       {
         path: 'localEndpoint.address',
-        message: '10.0.0.100:7443 is on a VIP (vips[0]): a VIP is on this node only while it is Active, and the local endpoint must work on every node; use a loopback address such as 127.0.0.1:7443',
+        message:
+          '10.0.0.100:7443 is on a VIP (vips[0]): a VIP is on this node only while it is Active, and the local endpoint must work on every node; use a loopback address such as 127.0.0.1:7443',
       },
     ]);
   });
@@ -146,7 +159,8 @@ describe('validate finds what the file alone shows', () => {
     expect(validateIssues({ ...ELECTION, admin: { listen: '10.0.0.100:9641' } })).toStrictEqual([
       {
         path: 'admin.listen',
-        message: '10.0.0.100:9641 is on a VIP (vips[0]): a VIP is on this node only while it is Active, so a Backup could not serve /status; use 127.0.0.1:9641, this node\'s own address, or 0.0.0.0:9641',
+        message:
+          "10.0.0.100:9641 is on a VIP (vips[0]): a VIP is on this node only while it is Active, so a Backup could not serve /status; use 127.0.0.1:9641, this node's own address, or 0.0.0.0:9641",
       },
     ]);
   });
@@ -155,14 +169,17 @@ describe('validate finds what the file alone shows', () => {
     expect(validateIssues({ ...ELECTION, apiserver: BACKENDS, policy: { localBackend: '10.0.0.100:6443' } })).toStrictEqual([
       {
         path: 'policy.localBackend',
-        message: "10.0.0.100:6443 is on a VIP (vips[0]): the VIP moves between nodes, so it never names this node's own apiserver; use this node's address or 127.0.0.1:6443",
+        message:
+          "10.0.0.100:6443 is on a VIP (vips[0]): the VIP moves between nodes, so it never names this node's own apiserver; use this node's address or 127.0.0.1:6443",
       },
     ]);
   });
 
   it('still refuses a peer or a backend that is a VIP', () => {
     expect(validateIssues({ vrrp: { vrid: 51, peers: ['10.0.0.100'] }, vips: ['10.0.0.100'] }).map((i) => i.path)).toStrictEqual(['vrrp.peers[0]']);
-    expect(validateIssues({ ...ELECTION, apiserver: { ...BACKENDS, backends: ['10.0.0.100:6443'] } }).map((i) => i.path)).toStrictEqual(['apiserver.backends[0]']);
+    expect(validateIssues({ ...ELECTION, apiserver: { ...BACKENDS, backends: ['10.0.0.100:6443'] } }).map((i) => i.path)).toStrictEqual([
+      'apiserver.backends[0]',
+    ]);
   });
 
   it('round-trips through YAML text with line numbers', () => {
@@ -176,7 +193,10 @@ describe("keys that are Object.prototype's names ('constructor' must not crash v
   it('constructor, toString and hasOwnProperty are unknown keys with the section’s list, never an exception', () => {
     for (const key of ['constructor', 'toString', 'hasOwnProperty']) {
       expect(issuesOf(`vrrp: {vrid: 77, ${key}: 1}\nvips: [10.0.0.100]\n`).map((i) => [i.path, i.message])).toStrictEqual([
-        [`vrrp.${key}`, 'unknown key (expected one of: vrid, priority, advertisementInterval, preempt, preemptDelay, restartHold, realtimePriority, peers, acceptFrom, singleNode, checksum, auth)'],
+        [
+          `vrrp.${key}`,
+          'unknown key (expected one of: vrid, priority, advertisementInterval, preempt, preemptDelay, restartHold, realtimePriority, peers, acceptFrom, singleNode, checksum, auth)',
+        ],
       ]);
     }
     expect(issuesOf('constructor: {a: 1}\nvrrp: {vrid: 77}\nvips: [10.0.0.100]\n').map((i) => i.path)).toStrictEqual(['constructor']);

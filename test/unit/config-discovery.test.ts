@@ -7,7 +7,8 @@ import { CONFIG_FIELDS, ConfigError, formatNote, hostFiles, parseConfig, type Co
 import { loadCredentials } from '../../src/discovery/credentials.js';
 import { kubeconfigText } from '../support/tls.js';
 
-const withDiscovery = (discovery: unknown): string => stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } }, discovery });
+const withDiscovery = (discovery: unknown): string =>
+  stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } }, discovery });
 
 const issues = (text: string): [string, string][] => {
   try {
@@ -27,12 +28,18 @@ describe('config: the discovery section', () => {
       inCluster: false,
       lastKnownFile: '/var/lib/ballast/backends.json',
     });
-    expect(parseConfig(withDiscovery({ inCluster: true, lastKnownFile: '/run/b.json' })).discovery).toStrictEqual({ inCluster: true, lastKnownFile: '/run/b.json' });
+    expect(parseConfig(withDiscovery({ inCluster: true, lastKnownFile: '/run/b.json' })).discovery).toStrictEqual({
+      inCluster: true,
+      lastKnownFile: '/run/b.json',
+    });
     expect(CONFIG_FIELDS.filter((f) => f.startsWith('discovery.'))).toStrictEqual(['discovery.kubeconfig', 'discovery.inCluster', 'discovery.lastKnownFile']);
   });
   it('refuses, by field: neither source, both sources, a relative path, an unknown key', () => {
     expect(issues(withDiscovery({ lastKnownFile: '/run/b.json' }))).toStrictEqual([
-      ['discovery.kubeconfig', 'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)'],
+      [
+        'discovery.kubeconfig',
+        'is required: the kubeconfig to watch the EndpointSlices with, e.g. /etc/kubernetes/admin.conf (or inCluster: true in a pod; or remove the discovery section)',
+      ],
     ]);
     expect(issues(withDiscovery({ kubeconfig: '/etc/kubernetes/admin.conf', inCluster: true }))).toStrictEqual([
       ['discovery.inCluster', "is true while discovery.kubeconfig is set: use one of them (the kubeconfig, or the pod's service account)"],
@@ -43,7 +50,10 @@ describe('config: the discovery section', () => {
     expect(issues(withDiscovery({ kubeconfig: '/a', lastKnown: '/b' }))[0]?.[0]).toBe('discovery.lastKnown');
     // no seed: discovery would have no ready apiserver to read the slices from
     expect(issues(stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], discovery: { kubeconfig: '/etc/kubernetes/admin.conf' } }))).toStrictEqual([
-      ['apiserver.backends', 'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)'],
+      [
+        'apiserver.backends',
+        'needs at least one apiserver with discovery: the seed that discovery first reads the EndpointSlices from (any one; the discovered set replaces it once the API answers)',
+      ],
     ]);
   });
 });
@@ -55,7 +65,12 @@ describe('config: the files discovery names (ballast validate, loadConfig)', () 
   /** parses with the host's files: the discovery issues, and the discovery notes */
   const check = (discovery: Record<string, unknown>): { issues: [string, string][]; notes: [string, string][] } => {
     const notes: ConfigNote[] = [];
-    const text = stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } }, discovery: { lastKnownFile: join(dir, 'lk', 'backends.json'), ...discovery } });
+    const text = stringify({
+      vrrp: { vrid: 51 },
+      vips: ['10.0.0.100'],
+      apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } },
+      discovery: { lastKnownFile: join(dir, 'lk', 'backends.json'), ...discovery },
+    });
     let issues: [string, string][] = [];
     try {
       parseConfig(text, 'test.yaml', { files: hostFiles, notes });
@@ -70,7 +85,12 @@ describe('config: the files discovery names (ballast validate, loadConfig)', () 
     const missing = join(dir, 'none', 'admin.conf');
     expect(check({ kubeconfig: missing })).toStrictEqual({
       issues: [],
-      notes: [['discovery.kubeconfig', `line 12: discovery.kubeconfig: note: ${missing} does not exist yet: discovery waits for it (it appears after kubeadm init / join)`]],
+      notes: [
+        [
+          'discovery.kubeconfig',
+          `line 12: discovery.kubeconfig: note: ${missing} does not exist yet: discovery waits for it (it appears after kubeadm init / join)`,
+        ],
+      ],
     });
     writeFileSync(join(dir, 'admin.conf'), KC);
     expect(check({ kubeconfig: join(dir, 'admin.conf') })).toStrictEqual({ issues: [], notes: [] });
@@ -81,14 +101,25 @@ describe('config: the files discovery names (ballast validate, loadConfig)', () 
       writeFileSync(join(dir, name), text);
       return check({ kubeconfig: join(dir, name) }).issues;
     };
-    expect(bad('notyaml.conf', 'clusters: [\n')).toStrictEqual([['discovery.kubeconfig', expect.stringMatching(new RegExp(`^${join(dir, 'notyaml.conf')}: not YAML: `))]]);
-    expect(bad('scalar.conf', 'hello\n')).toStrictEqual([['discovery.kubeconfig', `${join(dir, 'scalar.conf')}: not a kubeconfig: expected a mapping with clusters, contexts, users and current-context`]]);
-    expect(bad('nocontext.conf', KC.replace('current-context: admin@lab', ''))).toStrictEqual([
-      ['discovery.kubeconfig', `${join(dir, 'nocontext.conf')}: not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)`],
+    expect(bad('notyaml.conf', 'clusters: [\n')).toStrictEqual([
+      ['discovery.kubeconfig', expect.stringMatching(new RegExp(`^${join(dir, 'notyaml.conf')}: not YAML: `))],
     ]);
-    expect(bad('nouser.conf', KC.replace('- name: admin\n', '- name: other\n'))).toStrictEqual([['discovery.kubeconfig', `${join(dir, 'nouser.conf')}: not a kubeconfig for discovery: the current context names no listed user`]]);
+    expect(bad('scalar.conf', 'hello\n')).toStrictEqual([
+      ['discovery.kubeconfig', `${join(dir, 'scalar.conf')}: not a kubeconfig: expected a mapping with clusters, contexts, users and current-context`],
+    ]);
+    expect(bad('nocontext.conf', KC.replace('current-context: admin@lab', ''))).toStrictEqual([
+      [
+        'discovery.kubeconfig',
+        `${join(dir, 'nocontext.conf')}: not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)`,
+      ],
+    ]);
+    expect(bad('nouser.conf', KC.replace('- name: admin\n', '- name: other\n'))).toStrictEqual([
+      ['discovery.kubeconfig', `${join(dir, 'nouser.conf')}: not a kubeconfig for discovery: the current context names no listed user`],
+    ]);
     mkdirSync(join(dir, 'kc.d'));
-    expect(check({ kubeconfig: join(dir, 'kc.d') }).issues).toStrictEqual([['discovery.kubeconfig', `cannot read ${join(dir, 'kc.d')}: it is a directory, not a file (EISDIR)`]]);
+    expect(check({ kubeconfig: join(dir, 'kc.d') }).issues).toStrictEqual([
+      ['discovery.kubeconfig', `cannot read ${join(dir, 'kc.d')}: it is a directory, not a file (EISDIR)`],
+    ]);
   });
 
   it('the same check is what discovery runs on the file (loadCredentials, without the network)', async () => {
@@ -98,7 +129,10 @@ describe('config: the files discovery names (ballast validate, loadConfig)', () 
       reason: `${join(dir, 'scalar2.conf')}: not a kubeconfig: expected a mapping with clusters, contexts, users and current-context`,
     });
     mkdirSync(join(dir, 'kc2.d'));
-    expect(await loadCredentials({ kind: 'kubeconfig', path: join(dir, 'kc2.d') })).toStrictEqual({ kind: 'invalid', reason: `${join(dir, 'kc2.d')}: cannot read it: it is a directory, not a file (EISDIR)` });
+    expect(await loadCredentials({ kind: 'kubeconfig', path: join(dir, 'kc2.d') })).toStrictEqual({
+      kind: 'invalid',
+      reason: `${join(dir, 'kc2.d')}: cannot read it: it is a directory, not a file (EISDIR)`,
+    });
     writeFileSync(join(dir, 'good.conf'), KC);
     expect((await loadCredentials({ kind: 'kubeconfig', path: join(dir, 'good.conf') })).kind).toBe('ok');
   });
@@ -112,7 +146,10 @@ describe('config: the files discovery names (ballast validate, loadConfig)', () 
     ]);
     writeFileSync(join(dir, 'plain'), 'x');
     expect(check({ kubeconfig, lastKnownFile: join(dir, 'plain', 'sub', 'backends.json') }).issues).toStrictEqual([
-      ['discovery.lastKnownFile', `${join(dir, 'plain', 'sub', 'backends.json')} cannot be used: its directory ${join(dir, 'plain')} is not a directory; discovery writes the last-known backend set to this file`],
+      [
+        'discovery.lastKnownFile',
+        `${join(dir, 'plain', 'sub', 'backends.json')} cannot be used: its directory ${join(dir, 'plain')} is not a directory; discovery writes the last-known backend set to this file`,
+      ],
     ]);
     // missing (its directory too: it is created) or corrupt (ignored at run time) is fine
     writeFileSync(join(dir, 'corrupt.json'), '{');
@@ -122,7 +159,12 @@ describe('config: the files discovery names (ballast validate, loadConfig)', () 
 
   it('inCluster without the service-account token is a note (validate may run outside the pod), with it nothing', () => {
     const notes: ConfigNote[] = [];
-    const text = stringify({ vrrp: { vrid: 51 }, vips: ['10.0.0.100'], apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } }, discovery: { inCluster: true } });
+    const text = stringify({
+      vrrp: { vrid: 51 },
+      vips: ['10.0.0.100'],
+      apiserver: { backends: ['10.0.0.11:6443'], health: { insecureSkipVerify: true } },
+      discovery: { inCluster: true },
+    });
     const files = (present: string[]): ConfigFiles => ({
       readFile: (p) => {
         if (present.includes(p)) return Buffer.from('token\n');

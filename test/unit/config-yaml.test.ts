@@ -72,7 +72,10 @@ describe('YAML problems are said in ballast words', () => {
 
   it('an alias bomb', () => {
     let text = 'a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n';
-    for (let i = 1; i < 8; i++) text += `a${i}: &a${i} [${Array<string>(10).fill(`*a${i - 1}`).join(', ')}]\n`;
+    for (let i = 1; i < 8; i++)
+      text += `a${i}: &a${i} [${Array<string>(10)
+        .fill(`*a${i - 1}`)
+        .join(', ')}]\n`;
     expect(issuesOf(text)).toStrictEqual([
       {
         path: '(document)',
@@ -120,10 +123,14 @@ describe(`nesting deeper than ${MAX_NESTING} levels is refused before anything r
 
   it('exactly the limit is read (and then judged as settings)', () => {
     const text = `vrrp: {vrid: 51}\nvips: [10.0.0.1]\nx: ${'['.repeat(MAX_NESTING - 1)}${']'.repeat(MAX_NESTING - 1)}\n`;
-    expect(issuesOf(text).map((i) => [i.path, i.message])).toStrictEqual([['x', "unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log, mode, bgp)"]]);
+    expect(issuesOf(text).map((i) => [i.path, i.message])).toStrictEqual([
+      [
+        'x',
+        'unknown key (expected one of: interface, vrrp, vips, vipLifetime, announce, apiserver, dataplane, localEndpoint, discovery, policy, admin, log, mode, bgp)',
+      ],
+    ]);
   });
 });
-
 
 describe('collections with more entries than any setting needs (60,000 keys would take minutes to validate)', () => {
   const head = 'vrrp: {vrid: 77}\nvips: [10.0.0.100]\n';
@@ -138,7 +145,9 @@ describe('collections with more entries than any setting needs (60,000 keys woul
   });
   it('refuses a flow list of more entries, and says list', () => {
     const text = `${head}apiserver:\n  backends: [${Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => `10.0.${i >> 8}.${i & 255}:6443`).join(', ')}]\n`;
-    expect(issuesOf(text).map((i) => i.message)).toStrictEqual([`a list at line 4, column 13 has ${MAX_ENTRIES + 1} entries, more than ${MAX_ENTRIES}; ballast's longest list (apiserver.backends) holds 64`]);
+    expect(issuesOf(text).map((i) => i.message)).toStrictEqual([
+      `a list at line 4, column 13 has ${MAX_ENTRIES + 1} entries, more than ${MAX_ENTRIES}; ballast's longest list (apiserver.backends) holds 64`,
+    ]);
   });
   it(`a list of exactly ${MAX_ENTRIES} entries gets the ordinary message`, () => {
     const text = `${head}apiserver:\n  backends: [${Array.from({ length: MAX_ENTRIES }, (_, i) => `10.0.${i >> 8}.${i & 255}:6443`).join(', ')}]\n`;

@@ -123,9 +123,26 @@ describe('parseConfig: valid files', () => {
       apiserver: {
         port: 6443,
         backends: [],
-        health: { path: '/readyz', insecureSkipVerify: false, intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2, settleMs: 4000, failOpen: true, damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 } },
+        health: {
+          path: '/readyz',
+          insecureSkipVerify: false,
+          intervalMs: 1000,
+          timeoutMs: 1000,
+          rise: 2,
+          fall: 2,
+          settleMs: 4000,
+          failOpen: true,
+          damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 },
+        },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } },
+      dataplane: {
+        vip: 'nftables',
+        local: 'ebpf',
+        keepOnStop: 'localEndpoint',
+        commandTimeoutMs: 5000,
+        rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 },
+        connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 },
+      },
       localEndpoint: null,
       discovery: null,
       policy: { unhealthyPriorityWeight: 50 },
@@ -161,7 +178,14 @@ describe('parseConfig: valid files', () => {
         ],
         health: { path: '/readyz', caFile: '/etc/kubernetes/pki/ca.crt', intervalMs: 1000, timeoutMs: 1000, rise: 2, fall: 2 },
       },
-      dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: 'localEndpoint', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } },
+      dataplane: {
+        vip: 'nftables',
+        local: 'ebpf',
+        keepOnStop: 'localEndpoint',
+        commandTimeoutMs: 5000,
+        rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 },
+        connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 },
+      },
       localEndpoint: { addresses: [{ host: '127.0.0.1', port: 7443, family: 4 }], force: false },
       policy: { unhealthyPriorityWeight: 50 },
     });
@@ -200,9 +224,7 @@ describe('parseConfig: valid files', () => {
       const vrrp = parseConfig(yamlWith({ vrrp: { advertisementInterval: text } })).vrrp!;
       expect([vrrp.advertisementIntervalMs, vrrp.advertisementIntervalCs], text).toStrictEqual([ms, cs]);
     }
-    const c = parseConfig(
-      yamlWith({ vrrp: { preemptDelay: '1m30s' }, announce: { spacing: '20ms', repeatAfter: 0, count: 3 } }),
-    );
+    const c = parseConfig(yamlWith({ vrrp: { preemptDelay: '1m30s' }, announce: { spacing: '20ms', repeatAfter: 0, count: 3 } }));
     expect(c.vrrp!.preemptDelayMs).toBe(90_000);
     expect(c.announce).toStrictEqual({ count: 3, spacingMs: 20, repeatAfterMs: 0, refreshMs: 60000 });
   });
@@ -238,7 +260,10 @@ describe('parseConfig: valid files', () => {
 
   it('refuses a YAML alias bomb', () => {
     let text = 'a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n';
-    for (let i = 1; i < 8; i++) text += `a${i}: &a${i} [${Array<string>(10).fill(`*a${i - 1}`).join(', ')}]\n`;
+    for (let i = 1; i < 8; i++)
+      text += `a${i}: &a${i} [${Array<string>(10)
+        .fill(`*a${i - 1}`)
+        .join(', ')}]\n`;
     expect(issuesOf(text)[0]?.message).toMatch(/^cannot be read as data: /);
   });
 
@@ -299,7 +324,11 @@ describe('parseConfig: valid files', () => {
   it('peers: discovered alone, or mixed with addresses: discoveredPeers, peers keeps the listed addresses only', () => {
     const seed = withBackend();
     expect(parseConfig(yamlWith({ vrrp: { peers: 'discovered' }, ...seed })).vrrp).toMatchObject({ unicast: true, peers: [], discoveredPeers: true });
-    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2', 'discovered'] } })).vrrp).toMatchObject({ unicast: true, peers: ['10.0.0.2'], discoveredPeers: true });
+    expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2', 'discovered'] } })).vrrp).toMatchObject({
+      unicast: true,
+      peers: ['10.0.0.2'],
+      discoveredPeers: true,
+    });
     expect(parseConfig(yamlWith({ vrrp: { peers: ['10.0.0.2'] } })).vrrp).toMatchObject({ peers: ['10.0.0.2'], discoveredPeers: false });
     expect(issuesOf(yamlWith({ vrrp: { peers: ['discovered', 'nonsense'] } })).map((i) => i.path)).toStrictEqual(['vrrp.peers[1]']);
     expect(issuesOf(yamlWith({ vrrp: { peers: 'everyone' } })).map((i) => i.path)).toStrictEqual(['vrrp.peers']);
@@ -307,7 +336,10 @@ describe('parseConfig: valid files', () => {
 
   it('peers: discovered needs a seed or discovery, is IPv4 only, and not with singleNode', () => {
     expect(issuesOf(yamlWith({ vrrp: { peers: 'discovered' } })).map((i) => [i.path, i.message])).toStrictEqual([
-      ['vrrp.peers', 'discovered needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends'],
+      [
+        'vrrp.peers',
+        'discovered needs apiserver.backends (the seed) or discovery: with neither there is nobody to send adverts to; list the other nodes or add the backends',
+      ],
     ]);
     expect(issuesOf(yamlWith({ vrrp: { peers: ['fe80::2', 'discovered'] }, vips: ['fd00::100'] })).map((i) => [i.path, i.message])).toStrictEqual([
       [
@@ -354,7 +386,12 @@ describe('parseConfig: one message per invalid field', () => {
     ['vrid "x"', { vrrp: { vrid: 'x' } }, 'vrrp.vrid', 'must be an integer from 1 to 255, got "x"'],
     ['vrid quoted', { vrrp: { vrid: '51' } }, 'vrrp.vrid', /got "51" \(a string: write the number without quotes\)/],
     ['vrid missing', { vrrp: { vrid: undefined } }, 'vrrp.vrid', /^required: the Virtual Router ID/],
-    ['vrrp section missing (and no localEndpoint)', { vrrp: undefined, vips: undefined }, 'vrrp', /^required: vrrp.vrid and vips .*, or localEndpoint with apiserver.backends/],
+    [
+      'vrrp section missing (and no localEndpoint)',
+      { vrrp: undefined, vips: undefined },
+      'vrrp',
+      /^required: vrrp.vrid and vips .*, or localEndpoint with apiserver.backends/,
+    ],
     ['vrrp empty', { vrrp: null }, 'vrrp.vrid', /^required: /],
     ['vips without vrrp', { vrrp: undefined }, 'vips', /^is set but vrrp is absent: VIPs need an election/],
     ['vrrp not a mapping', { vrrp: 51 }, 'vrrp', 'must be a mapping of settings (key: value), got 51'],
@@ -373,12 +410,7 @@ describe('parseConfig: one message per invalid field', () => {
       'vrrp.advertisementInterval',
       'must be a multiple of 10ms (RFC 9568 Max Adver Int is in centiseconds), got 105ms',
     ],
-    [
-      'interval 40960ms',
-      { vrrp: { advertisementInterval: '40960ms' } },
-      'vrrp.advertisementInterval',
-      /^must be from 10ms to 40950ms .*, got 40960ms$/,
-    ],
+    ['interval 40960ms', { vrrp: { advertisementInterval: '40960ms' } }, 'vrrp.advertisementInterval', /^must be from 10ms to 40950ms .*, got 40960ms$/],
     ['interval 0', { vrrp: { advertisementInterval: 0 } }, 'vrrp.advertisementInterval', /^must be from 10ms to 40950ms .*, got 0ms$/],
     [
       'interval "fast"',
@@ -412,12 +444,7 @@ describe('parseConfig: one message per invalid field', () => {
     ['vips empty', { vips: [] }, 'vips', 'must list at least 1 address, e.g. [10.0.0.100]'],
     ['vips missing', { vips: undefined }, 'vips', /^required: a list of 1 to 16 IP addresses/],
     ['vips a string', { vips: '10.0.0.100' }, 'vips', /^must be a list of 1 to 16 IP addresses.*, got "10.0.0.100"$/],
-    [
-      'vips mixed families',
-      { vips: ['fd00::100', '10.0.0.1'] },
-      'vips[1]',
-      '10.0.0.1 is IPv4 but vips[0] is IPv6: one VRRP group is one address family',
-    ],
+    ['vips mixed families', { vips: ['fd00::100', '10.0.0.1'] }, 'vips[1]', '10.0.0.1 is IPv4 but vips[0] is IPv6: one VRRP group is one address family'],
     ['vips duplicate', { vips: ['10.0.0.100', '10.0.0.101', '10.0.0.100'] }, 'vips[2]', '10.0.0.100 duplicates vips[0]'],
     ['vips duplicate, other spelling', { vips: ['fd00::100', 'FD00:0::0100'] }, 'vips[1]', 'FD00:0::0100 duplicates vips[0] (both are fd00::100)'],
     ['vips multicast', { vips: ['224.0.0.18'] }, 'vips[0]', '224.0.0.18 is a multicast address; a VIP must be a unicast address that clients can reach'],
@@ -446,7 +473,12 @@ describe('parseConfig: one message per invalid field', () => {
     ['admin.listen port 0', { admin: { listen: '127.0.0.1:0' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "0"'],
     ['admin.listen port 65536', { admin: { listen: '127.0.0.1:65536' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "65536"'],
     ['admin.listen port name', { admin: { listen: '127.0.0.1:http' } }, 'admin.listen', 'port must be an integer from 1 to 65535, got "http"'],
-    ['admin.listen host name', { admin: { listen: 'localhost:9641' } }, 'admin.listen', /^host must be an IP address, got "localhost" \(names are not resolved/],
+    [
+      'admin.listen host name',
+      { admin: { listen: 'localhost:9641' } },
+      'admin.listen',
+      /^host must be an IP address, got "localhost" \(names are not resolved/,
+    ],
     ['admin.listen bad host', { admin: { listen: '300.1.1.1:9641' } }, 'admin.listen', /^host must be an IP address, got "300.1.1.1"/],
     ['admin.listen IPv6 without brackets', { admin: { listen: '::1:9641' } }, 'admin.listen', /^an IPv6 host must be in brackets/],
     ['admin.listen IPv4 in brackets', { admin: { listen: '[127.0.0.1]:9641' } }, 'admin.listen', 'brackets are for IPv6 hosts only: write "127.0.0.1:9641"'],
@@ -482,7 +514,12 @@ describe('parseConfig: one message per invalid field', () => {
       'apiserver.backends',
       /^must be a list of up to 64 host:port entries, .*, got "10.0.0.11:6443"$/,
     ],
-    ['backends empty value', { apiserver: { backends: null } }, 'apiserver.backends', /^has no value: .*\(or delete the key to get the default, \[\] \(no backends\)\)$/],
+    [
+      'backends empty value',
+      { apiserver: { backends: null } },
+      'apiserver.backends',
+      /^has no value: .*\(or delete the key to get the default, \[\] \(no backends\)\)$/,
+    ],
     ['backends without port', withBackend({ backends: ['10.0.0.11'] }), 'apiserver.backends[0]', 'missing port: write "10.0.0.11:6443" (host:port)'],
     [
       'backends a name',
@@ -490,11 +527,31 @@ describe('parseConfig: one message per invalid field', () => {
       'apiserver.backends[0]',
       `host must be an IP address, got "cp1.example" (names are not resolved: write the node's address, e.g. "10.0.0.11:6443")`,
     ],
-    ['backends IPv6 without brackets', withBackend({ backends: ['fd00::11:6443'] }), 'apiserver.backends[0]', /^an IPv6 host must be in brackets, e.g. "10.0.0.11:6443" or "\[fd00::11\]:6443"; got "fd00::11:6443"$/],
-    ['backends IPv6 without port', { vips: ['fd00::100'], ...withBackend({ backends: ['[fd00::11]'] }) }, 'apiserver.backends[0]', 'missing port: write "[fd00::11]:6443"'],
+    [
+      'backends IPv6 without brackets',
+      withBackend({ backends: ['fd00::11:6443'] }),
+      'apiserver.backends[0]',
+      /^an IPv6 host must be in brackets, e.g. "10.0.0.11:6443" or "\[fd00::11\]:6443"; got "fd00::11:6443"$/,
+    ],
+    [
+      'backends IPv6 without port',
+      { vips: ['fd00::100'], ...withBackend({ backends: ['[fd00::11]'] }) },
+      'apiserver.backends[0]',
+      'missing port: write "[fd00::11]:6443"',
+    ],
     ['backends "]" missing', withBackend({ backends: ['[fd00::11:6443'] }), 'apiserver.backends[0]', /^missing "\]" after the IPv6 host/],
-    ['backends IPv4 in brackets', withBackend({ backends: ['[10.0.0.11]:6443'] }), 'apiserver.backends[0]', 'brackets are for IPv6 hosts only: write "10.0.0.11:6443"'],
-    ['backends no host', withBackend({ backends: [':6443'] }), 'apiserver.backends[0]', `missing host: write the apiserver's node address, e.g. "10.0.0.11:6443"`],
+    [
+      'backends IPv4 in brackets',
+      withBackend({ backends: ['[10.0.0.11]:6443'] }),
+      'apiserver.backends[0]',
+      'brackets are for IPv6 hosts only: write "10.0.0.11:6443"',
+    ],
+    [
+      'backends no host',
+      withBackend({ backends: [':6443'] }),
+      'apiserver.backends[0]',
+      `missing host: write the apiserver's node address, e.g. "10.0.0.11:6443"`,
+    ],
     ['backends port 0', withBackend({ backends: ['10.0.0.11:0'] }), 'apiserver.backends[0]', 'port must be an integer from 1 to 65535, got "0"'],
     [
       'backends loopback',
@@ -502,11 +559,21 @@ describe('parseConfig: one message per invalid field', () => {
       'apiserver.backends[0]',
       "host: 127.0.0.1 is a loopback address; a backend must be an apiserver's node address that every node can reach",
     ],
-    ['backends link-local', { vips: ['fd00::100'], ...withBackend({ backends: ['[fe80::11]:6443'] }) }, 'apiserver.backends[0]', /^host: fe80::11 is a link-local address; a backend must be/],
+    [
+      'backends link-local',
+      { vips: ['fd00::100'], ...withBackend({ backends: ['[fe80::11]:6443'] }) },
+      'apiserver.backends[0]',
+      /^host: fe80::11 is a link-local address; a backend must be/,
+    ],
     ['backends multicast', withBackend({ backends: ['224.0.0.1:6443'] }), 'apiserver.backends[0]', /^host: 224.0.0.1 is a multicast address/],
     ['backends a number', withBackend({ backends: [6443] }), 'apiserver.backends[0]', /^must be host:port, .*; got 6443$/],
     ['backends empty entry', withBackend({ backends: [null] }), 'apiserver.backends[0]', /^has no value: expected host:port/],
-    ['backends duplicate', withBackend({ backends: ['10.0.0.11:6443', '10.0.0.11:6443'] }), 'apiserver.backends[1]', '10.0.0.11:6443 duplicates apiserver.backends[0]'],
+    [
+      'backends duplicate',
+      withBackend({ backends: ['10.0.0.11:6443', '10.0.0.11:6443'] }),
+      'apiserver.backends[1]',
+      '10.0.0.11:6443 duplicates apiserver.backends[0]',
+    ],
     [
       'backends duplicate, other spelling',
       { vips: ['fd00::100'], ...withBackend({ backends: ['[fd00::11]:6443', '[FD00:0::11]:6443'] }) },
@@ -525,13 +592,33 @@ describe('parseConfig: one message per invalid field', () => {
       'apiserver.backends[0]',
       "[fd00::11]:6443 is IPv6 but the VIPs are IPv4: backends must be the same family as the VIPs (the VIP's traffic is forwarded without translating families), unless a localEndpoint address of that family uses them",
     ],
-    ['backends a VIP', withBackend({ backends: ['10.0.0.100:6443'] }), 'apiserver.backends[0]', "10.0.0.100 is a VIP (vips[0]); backends are the apiservers' own node addresses"],
+    [
+      'backends a VIP',
+      withBackend({ backends: ['10.0.0.100:6443'] }),
+      'apiserver.backends[0]',
+      "10.0.0.100 is a VIP (vips[0]); backends are the apiservers' own node addresses",
+    ],
     ['health not a mapping', { apiserver: { health: [] } }, 'apiserver.health', 'must be a mapping of settings (key: value), got a list'],
     ['health.failOpen yes', { apiserver: { health: { failOpen: 'yes' } } }, 'apiserver.health.failOpen', /^must be true or false, got "yes"/],
     ['health.damping a number', { apiserver: { health: { damping: 1 } } }, 'apiserver.health.damping', /^must be true or false, got 1/],
-    ['health.dampingTransitions 0', { apiserver: { health: { dampingTransitions: 0 } } }, 'apiserver.health.dampingTransitions', /^must be an integer from 1 to 100, got 0/],
-    ['health.dampingTransitions 2.5', { apiserver: { health: { dampingTransitions: 2.5 } } }, 'apiserver.health.dampingTransitions', /^must be an integer from 1 to 100, got 2.5/],
-    ['health.dampingWindow bare number', { apiserver: { health: { dampingWindow: 120 } } }, 'apiserver.health.dampingWindow', 'needs a unit: write "120ms" or "120s", not the bare number 120'],
+    [
+      'health.dampingTransitions 0',
+      { apiserver: { health: { dampingTransitions: 0 } } },
+      'apiserver.health.dampingTransitions',
+      /^must be an integer from 1 to 100, got 0/,
+    ],
+    [
+      'health.dampingTransitions 2.5',
+      { apiserver: { health: { dampingTransitions: 2.5 } } },
+      'apiserver.health.dampingTransitions',
+      /^must be an integer from 1 to 100, got 2.5/,
+    ],
+    [
+      'health.dampingWindow bare number',
+      { apiserver: { health: { dampingWindow: 120 } } },
+      'apiserver.health.dampingWindow',
+      'needs a unit: write "120ms" or "120s", not the bare number 120',
+    ],
     ['health.dampingWindow too long', { apiserver: { health: { dampingWindow: '2h' } } }, 'apiserver.health.dampingWindow', 'must be from 1s to 1h, got 2h'],
     ['health.dampingHold too short', { apiserver: { health: { dampingHold: '500ms' } } }, 'apiserver.health.dampingHold', 'must be from 1s to 1h, got 500ms'],
     [
@@ -547,7 +634,12 @@ describe('parseConfig: one message per invalid field', () => {
       'must be at most apiserver.health.dampingMaxHold (5m, its default), got 10m: holds grow from dampingHold up to dampingMaxHold',
     ],
     ['health.path without "/"', { apiserver: { health: { path: 'readyz' } } }, 'apiserver.health.path', 'must start with "/", e.g. "/readyz", got "readyz"'],
-    ['health.path with a space', { apiserver: { health: { path: '/ready z' } } }, 'apiserver.health.path', 'must not contain spaces or control characters (percent-encode them), got "/ready z"'],
+    [
+      'health.path with a space',
+      { apiserver: { health: { path: '/ready z' } } },
+      'apiserver.health.path',
+      'must not contain spaces or control characters (percent-encode them), got "/ready z"',
+    ],
     ['health.path with a fragment', { apiserver: { health: { path: '/readyz#x' } } }, 'apiserver.health.path', /^must not contain a fragment/],
     ['health.path a number', { apiserver: { health: { path: 1 } } }, 'apiserver.health.path', 'must be a request path such as "/readyz", got 1'],
     ['health.path empty', { apiserver: { health: { path: null } } }, 'apiserver.health.path', /^has no value: .*default, \/readyz\)$/],
@@ -557,24 +649,79 @@ describe('parseConfig: one message per invalid field', () => {
       'apiserver.health.caFile',
       /^required when apiserver.backends is not empty: the CA that signed .* \(or set insecureSkipVerify: true, for tests only\)$/,
     ],
-    ['health.caFile relative', { apiserver: { health: { caFile: 'pki/ca.crt' } } }, 'apiserver.health.caFile', /^must be an absolute path, got "pki\/ca.crt" \(a relative path would depend/],
-    ['health.caFile a number', { apiserver: { health: { caFile: 1 } } }, 'apiserver.health.caFile', 'must be a file path such as "/etc/kubernetes/pki/ca.crt", got 1'],
+    [
+      'health.caFile relative',
+      { apiserver: { health: { caFile: 'pki/ca.crt' } } },
+      'apiserver.health.caFile',
+      /^must be an absolute path, got "pki\/ca.crt" \(a relative path would depend/,
+    ],
+    [
+      'health.caFile a number',
+      { apiserver: { health: { caFile: 1 } } },
+      'apiserver.health.caFile',
+      'must be a file path such as "/etc/kubernetes/pki/ca.crt", got 1',
+    ],
     ['health.caFile empty value', { apiserver: { health: { caFile: null } } }, 'apiserver.health.caFile', /^has no value: expected a file path/],
-    ['health.serverName wildcard', { apiserver: { health: { serverName: '*.example.com' } } }, 'apiserver.health.serverName', 'must be one name, not a wildcard, got "*.example.com"'],
-    ['health.serverName not a name', { apiserver: { health: { serverName: 'kube rnetes' } } }, 'apiserver.health.serverName', /^must be a DNS name or IP address that the apiservers' certificates carry, .*, got "kube rnetes"$/],
+    [
+      'health.serverName wildcard',
+      { apiserver: { health: { serverName: '*.example.com' } } },
+      'apiserver.health.serverName',
+      'must be one name, not a wildcard, got "*.example.com"',
+    ],
+    [
+      'health.serverName not a name',
+      { apiserver: { health: { serverName: 'kube rnetes' } } },
+      'apiserver.health.serverName',
+      /^must be a DNS name or IP address that the apiservers' certificates carry, .*, got "kube rnetes"$/,
+    ],
     ['health.serverName a number', { apiserver: { health: { serverName: 5 } } }, 'apiserver.health.serverName', /^must be a DNS name or IP address .*, got 5$/],
-    ['health.insecureSkipVerify "yes"', { apiserver: { health: { insecureSkipVerify: 'yes' } } }, 'apiserver.health.insecureSkipVerify', 'must be true or false, got "yes" (YAML 1.2 reads yes/no/on/off as strings)'],
-    ['health.clientCertFile without key', { apiserver: { health: { clientCertFile: '/c.crt' } } }, 'apiserver.health.clientKeyFile', 'required when apiserver.health.clientCertFile is set: the private key of that certificate'],
-    ['health.clientKeyFile without cert', { apiserver: { health: { clientKeyFile: '/c.key' } } }, 'apiserver.health.clientCertFile', 'required when apiserver.health.clientKeyFile is set: the certificate of that key'],
-    ['health.clientKeyFile relative', { apiserver: { health: { clientCertFile: '/c.crt', clientKeyFile: 'c.key' } } }, 'apiserver.health.clientKeyFile', /^must be an absolute path, got "c.key"/],
+    [
+      'health.insecureSkipVerify "yes"',
+      { apiserver: { health: { insecureSkipVerify: 'yes' } } },
+      'apiserver.health.insecureSkipVerify',
+      'must be true or false, got "yes" (YAML 1.2 reads yes/no/on/off as strings)',
+    ],
+    [
+      'health.clientCertFile without key',
+      { apiserver: { health: { clientCertFile: '/c.crt' } } },
+      'apiserver.health.clientKeyFile',
+      'required when apiserver.health.clientCertFile is set: the private key of that certificate',
+    ],
+    [
+      'health.clientKeyFile without cert',
+      { apiserver: { health: { clientKeyFile: '/c.key' } } },
+      'apiserver.health.clientCertFile',
+      'required when apiserver.health.clientKeyFile is set: the certificate of that key',
+    ],
+    [
+      'health.clientKeyFile relative',
+      { apiserver: { health: { clientCertFile: '/c.crt', clientKeyFile: 'c.key' } } },
+      'apiserver.health.clientKeyFile',
+      /^must be an absolute path, got "c.key"/,
+    ],
     ['health.tokenFile relative', { apiserver: { health: { tokenFile: 'token' } } }, 'apiserver.health.tokenFile', /^must be an absolute path, got "token"/],
     ['health.interval 50ms', { apiserver: { health: { interval: '50ms' } } }, 'apiserver.health.interval', 'must be from 100ms to 1m, got 50ms'],
     ['health.interval 2m', { apiserver: { health: { interval: '2m' } } }, 'apiserver.health.interval', 'must be from 100ms to 1m, got 2m'],
-    ['health.interval bare number', { apiserver: { health: { interval: 1 } } }, 'apiserver.health.interval', 'needs a unit: write "1ms" or "1s", not the bare number 1'],
+    [
+      'health.interval bare number',
+      { apiserver: { health: { interval: 1 } } },
+      'apiserver.health.interval',
+      'needs a unit: write "1ms" or "1s", not the bare number 1',
+    ],
     ['health.interval empty', { apiserver: { health: { interval: null } } }, 'apiserver.health.interval', /^has no value: .*default, 1s\)$/],
     ['health.timeout 10ms', { apiserver: { health: { timeout: '10ms' } } }, 'apiserver.health.timeout', 'must be from 50ms to 1m, got 10ms'],
-    ['health.timeout bare number', { apiserver: { health: { timeout: 500 } } }, 'apiserver.health.timeout', 'needs a unit: write "500ms" or "500s", not the bare number 500'],
-    ['health.timeout empty', { apiserver: { health: { timeout: null } } }, 'apiserver.health.timeout', /^has no value: .*default, 1s, or the interval if that is shorter\)$/],
+    [
+      'health.timeout bare number',
+      { apiserver: { health: { timeout: 500 } } },
+      'apiserver.health.timeout',
+      'needs a unit: write "500ms" or "500s", not the bare number 500',
+    ],
+    [
+      'health.timeout empty',
+      { apiserver: { health: { timeout: null } } },
+      'apiserver.health.timeout',
+      /^has no value: .*default, 1s, or the interval if that is shorter\)$/,
+    ],
     [
       'health.timeout longer than interval',
       { apiserver: { health: { interval: '200ms', timeout: '300ms' } } },
@@ -594,26 +741,76 @@ describe('parseConfig: one message per invalid field', () => {
 
     // dataplane, policy
     ['dataplane.vip "ipvs"', { dataplane: { vip: 'ipvs' } }, 'dataplane.vip', 'must be "nftables" or "none" (VIP only, no load balancing), got "ipvs"'],
-    ['dataplane.keepOnStop "no"', { dataplane: { keepOnStop: 'no' } }, 'dataplane.keepOnStop', 'must be "localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none, got "no"'],
+    [
+      'dataplane.keepOnStop "no"',
+      { dataplane: { keepOnStop: 'no' } },
+      'dataplane.keepOnStop',
+      'must be "localEndpoint" (keep the eBPF local endpoint serving), "all" (also the nftables table) or "none" (remove everything); true means all, false none, got "no"',
+    ],
     ['dataplane not a mapping', { dataplane: 'nftables' }, 'dataplane', 'must be a mapping of settings (key: value), got "nftables"'],
     ['dataplane.rebalance.factor 1', { dataplane: { rebalance: { factor: 1 } } }, 'dataplane.rebalance.factor', 'must be a number from 1.05 to 100, got 1'],
-    ['dataplane.rebalance.factor "2"', { dataplane: { rebalance: { factor: '2' } } }, 'dataplane.rebalance.factor', /^must be a number from 1.05 to 100, got "2"/],
+    [
+      'dataplane.rebalance.factor "2"',
+      { dataplane: { rebalance: { factor: '2' } } },
+      'dataplane.rebalance.factor',
+      /^must be a number from 1.05 to 100, got "2"/,
+    ],
     ['dataplane.commandTimeout 500ms', { dataplane: { commandTimeout: '500ms' } }, 'dataplane.commandTimeout', 'must be from 1s to 1m, got 500ms'],
     ['dataplane.commandTimeout 2m', { dataplane: { commandTimeout: '2m' } }, 'dataplane.commandTimeout', 'must be from 1s to 1m, got 2m'],
     ['dataplane.rebalance.after 500ms', { dataplane: { rebalance: { after: '500ms' } } }, 'dataplane.rebalance.after', 'must be from 1s to 1h, got 500ms'],
     ['dataplane.rebalance.after 30', { dataplane: { rebalance: { after: 30 } } }, 'dataplane.rebalance.after', /^needs a unit/],
-    ['dataplane.rebalance.resetsPerSecond 0', { dataplane: { rebalance: { resetsPerSecond: 0 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 0'],
-    ['dataplane.rebalance.resetsPerSecond 2.5', { dataplane: { rebalance: { resetsPerSecond: 2.5 } } }, 'dataplane.rebalance.resetsPerSecond', 'must be an integer from 1 to 1000, got 2.5'],
-    ['dataplane.rebalance.maxFractionPerMinute 0', { dataplane: { rebalance: { maxFractionPerMinute: 0 } } }, 'dataplane.rebalance.maxFractionPerMinute', 'must be a number from 0.001 to 1, got 0'],
-    ['dataplane.rebalance.maxFractionPerMinute 1.5', { dataplane: { rebalance: { maxFractionPerMinute: 1.5 } } }, 'dataplane.rebalance.maxFractionPerMinute', 'must be a number from 0.001 to 1, got 1.5'],
+    [
+      'dataplane.rebalance.resetsPerSecond 0',
+      { dataplane: { rebalance: { resetsPerSecond: 0 } } },
+      'dataplane.rebalance.resetsPerSecond',
+      'must be an integer from 1 to 1000, got 0',
+    ],
+    [
+      'dataplane.rebalance.resetsPerSecond 2.5',
+      { dataplane: { rebalance: { resetsPerSecond: 2.5 } } },
+      'dataplane.rebalance.resetsPerSecond',
+      'must be an integer from 1 to 1000, got 2.5',
+    ],
+    [
+      'dataplane.rebalance.maxFractionPerMinute 0',
+      { dataplane: { rebalance: { maxFractionPerMinute: 0 } } },
+      'dataplane.rebalance.maxFractionPerMinute',
+      'must be a number from 0.001 to 1, got 0',
+    ],
+    [
+      'dataplane.rebalance.maxFractionPerMinute 1.5',
+      { dataplane: { rebalance: { maxFractionPerMinute: 1.5 } } },
+      'dataplane.rebalance.maxFractionPerMinute',
+      'must be a number from 0.001 to 1, got 1.5',
+    ],
     ['dataplane.rebalance.enabled "yes"', { dataplane: { rebalance: { enabled: 'yes' } } }, 'dataplane.rebalance.enabled', /^must be true or false, got "yes"/],
     ['dataplane.rebalance unknown key', { dataplane: { rebalance: { facter: 2 } } }, 'dataplane.rebalance.facter', /factor/],
     ['dataplane.rebalance not a mapping', { dataplane: { rebalance: true } }, 'dataplane.rebalance', 'must be a mapping of settings (key: value), got true'],
-    ['policy.unhealthyPriorityWeight -1', { policy: { unhealthyPriorityWeight: -1 } }, 'policy.unhealthyPriorityWeight', 'must be an integer from 0 to 254, got -1'],
-    ['policy.unhealthyPriorityWeight 255', { policy: { unhealthyPriorityWeight: 255 } }, 'policy.unhealthyPriorityWeight', /^must be an integer from 0 to 254, got 255 \(the effective priority never goes below 1/],
+    [
+      'policy.unhealthyPriorityWeight -1',
+      { policy: { unhealthyPriorityWeight: -1 } },
+      'policy.unhealthyPriorityWeight',
+      'must be an integer from 0 to 254, got -1',
+    ],
+    [
+      'policy.unhealthyPriorityWeight 255',
+      { policy: { unhealthyPriorityWeight: 255 } },
+      'policy.unhealthyPriorityWeight',
+      /^must be an integer from 0 to 254, got 255 \(the effective priority never goes below 1/,
+    ],
     ['policy.localBackend without port', { policy: { localBackend: '127.0.0.1' } }, 'policy.localBackend', 'missing port: write "127.0.0.1:6443" (host:port)'],
-    ['policy.localBackend a name', { policy: { localBackend: 'localhost:6443' } }, 'policy.localBackend', /^host must be an IP address, got "localhost" \(names are not resolved: write this node's address or a loopback address/],
-    ['policy.localBackend multicast', { policy: { localBackend: '224.0.0.1:6443' } }, 'policy.localBackend', "host: 224.0.0.1 is a multicast address; the local backend must be this node's own address or a loopback address"],
+    [
+      'policy.localBackend a name',
+      { policy: { localBackend: 'localhost:6443' } },
+      'policy.localBackend',
+      /^host must be an IP address, got "localhost" \(names are not resolved: write this node's address or a loopback address/,
+    ],
+    [
+      'policy.localBackend multicast',
+      { policy: { localBackend: '224.0.0.1:6443' } },
+      'policy.localBackend',
+      "host: 224.0.0.1 is a multicast address; the local backend must be this node's own address or a loopback address",
+    ],
     ['policy.localBackend empty value', { policy: { localBackend: null } }, 'policy.localBackend', /^has no value: expected host:port/],
     ['policy.localBackend a number', { policy: { localBackend: 6443 } }, 'policy.localBackend', /^must be host:port, .*; got 6443$/],
 
@@ -626,7 +823,12 @@ describe('parseConfig: one message per invalid field', () => {
       'apiserver.health.insecure-skip-tls-verify',
       "unknown key (did you mean 'insecureSkipVerify'?)",
     ],
-    ['unknown key, health setting one level up', { apiserver: { caFile: '/ca.crt' } }, 'apiserver.caFile', "unknown key (did you mean 'apiserver.health.caFile'?)"],
+    [
+      'unknown key, health setting one level up',
+      { apiserver: { caFile: '/ca.crt' } },
+      'apiserver.caFile',
+      "unknown key (did you mean 'apiserver.health.caFile'?)",
+    ],
     ['unknown top-level key, a nested section', { backends: [] }, 'backends', "unknown key (did you mean 'apiserver.backends'?)"],
     ['unknown policy key, keepalived name', { policy: { weight: 20 } }, 'policy.weight', "unknown key (did you mean 'unhealthyPriorityWeight'?)"],
     [
@@ -647,9 +849,7 @@ describe('parseConfig: one message per invalid field', () => {
 
   it('puts "<path>: <reason>" in the error message', () => {
     const err = configError(yamlWith({ vrrp: { advertisementInterval: '105ms' } }));
-    expect(err.message).toBe(
-      'vrrp.advertisementInterval: must be a multiple of 10ms (RFC 9568 Max Adver Int is in centiseconds), got 105ms',
-    );
+    expect(err.message).toBe('vrrp.advertisementInterval: must be a multiple of 10ms (RFC 9568 Max Adver Int is in centiseconds), got 105ms');
     expect(err).toBeInstanceOf(BallastError);
     expect(err.code).toBe('BALLAST_E_CONFIG');
     expect(err.exitCode).toBe(2);
@@ -732,7 +932,12 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     const health = (h: Plain) => parseConfig(yamlWith({ apiserver: { health: h } })).apiserver.health;
     expect(health({})).toMatchObject({ failOpen: true, damping: { transitions: 4, windowMs: 120_000, holdMs: 30_000, maxHoldMs: 300_000 } });
     expect(health({ failOpen: false, damping: false, dampingHold: '1m' })).toMatchObject({ failOpen: false, damping: null });
-    expect(health({ dampingHold: '5m', dampingMaxHold: '5m' }).damping).toStrictEqual({ transitions: 4, windowMs: 120_000, holdMs: 300_000, maxHoldMs: 300_000 });
+    expect(health({ dampingHold: '5m', dampingMaxHold: '5m' }).damping).toStrictEqual({
+      transitions: 4,
+      windowMs: 120_000,
+      holdMs: 300_000,
+      maxHoldMs: 300_000,
+    });
   });
 
   it('defaults the timeout to 1s, or to the interval when that is shorter', () => {
@@ -756,8 +961,7 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
   });
 
   it('normalizes an IP serverName and accepts DNS names', () => {
-    const name = (serverName: string): string | undefined =>
-      parseConfig(yamlWith({ apiserver: { health: { serverName } } })).apiserver.health.serverName;
+    const name = (serverName: string): string | undefined => parseConfig(yamlWith({ apiserver: { health: { serverName } } })).apiserver.health.serverName;
     expect(name('FD00:0::1')).toBe('fd00::1');
     expect(name('kubernetes.default.svc')).toBe('kubernetes.default.svc');
     expect(name('api-1.cluster.local')).toBe('api-1.cluster.local');
@@ -776,16 +980,24 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
   });
 
   it('parses dataplane and policy, including a loopback or IPv6 localBackend', () => {
-    const c = parseConfig(
-      yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }),
-    );
-    expect(c.dataplane).toStrictEqual({ vip: 'none', local: 'ebpf', keepOnStop: 'all', commandTimeoutMs: 5000, rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 }, connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 } });
+    const c = parseConfig(yamlWith({ dataplane: { vip: 'none', keepOnStop: true }, policy: { unhealthyPriorityWeight: 0, localBackend: '127.0.0.1:6443' } }));
+    expect(c.dataplane).toStrictEqual({
+      vip: 'none',
+      local: 'ebpf',
+      keepOnStop: 'all',
+      commandTimeoutMs: 5000,
+      rebalance: { enabled: false, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1 },
+      connectionSync: { enabled: true, commitTimeoutMs: 1000, resyncTimeoutMs: 5000 },
+    });
     // true / false are what the setting took before it named what it keeps
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: false } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'none' } })).dataplane.keepOnStop).toBe('none');
     expect(parseConfig(yamlWith({ dataplane: { keepOnStop: 'localEndpoint' } })).dataplane.keepOnStop).toBe('localEndpoint');
     expect(parseConfig(yamlWith({ dataplane: { commandTimeout: '2s' } })).dataplane.commandTimeoutMs).toBe(2000);
-    expect(parseConfig(yamlWith({ dataplane: { rebalance: { enabled: true, factor: 1.5, after: '10s', resetsPerSecond: 20, maxFractionPerMinute: 1 } } })).dataplane.rebalance).toStrictEqual({
+    expect(
+      parseConfig(yamlWith({ dataplane: { rebalance: { enabled: true, factor: 1.5, after: '10s', resetsPerSecond: 20, maxFractionPerMinute: 1 } } })).dataplane
+        .rebalance,
+    ).toStrictEqual({
       enabled: true,
       factor: 1.5,
       afterMs: 10_000,
@@ -794,9 +1006,19 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
     });
     expect(parseConfig(yamlWith({ dataplane: { rebalance: null } })).dataplane.rebalance.enabled).toBe(false);
     // connection sync: on by default; durations in ms; off; errors name the field and the range
-    expect(parseConfig(yamlWith({ dataplane: { connectionSync: { enabled: false, commitTimeout: '250ms', resyncTimeout: '0s' } } })).dataplane.connectionSync).toStrictEqual({ enabled: false, commitTimeoutMs: 250, resyncTimeoutMs: 0 });
-    const bad = issuesOf(yamlWith({ dataplane: { connectionSync: { enabled: 'yes', commitTimeout: '20s', resyncTimeout: '2m', sync: true } } })).map((i) => [i.path, i.message]);
-    expect(bad.map(([p]) => p).sort()).toStrictEqual(['dataplane.connectionSync.commitTimeout', 'dataplane.connectionSync.enabled', 'dataplane.connectionSync.resyncTimeout', 'dataplane.connectionSync.sync']);
+    expect(
+      parseConfig(yamlWith({ dataplane: { connectionSync: { enabled: false, commitTimeout: '250ms', resyncTimeout: '0s' } } })).dataplane.connectionSync,
+    ).toStrictEqual({ enabled: false, commitTimeoutMs: 250, resyncTimeoutMs: 0 });
+    const bad = issuesOf(yamlWith({ dataplane: { connectionSync: { enabled: 'yes', commitTimeout: '20s', resyncTimeout: '2m', sync: true } } })).map((i) => [
+      i.path,
+      i.message,
+    ]);
+    expect(bad.map(([p]) => p).sort()).toStrictEqual([
+      'dataplane.connectionSync.commitTimeout',
+      'dataplane.connectionSync.enabled',
+      'dataplane.connectionSync.resyncTimeout',
+      'dataplane.connectionSync.sync',
+    ]);
     expect(bad.find(([p]) => p === 'dataplane.connectionSync.commitTimeout')?.[1]).toMatch(/100ms.*10s/);
     expect(c.policy).toStrictEqual({ unhealthyPriorityWeight: 0, localBackend: { host: '127.0.0.1', port: 6443, family: 4 } });
     const v6 = parseConfig(yamlWith({ policy: { unhealthyPriorityWeight: 254, localBackend: '[::1]:6443' } })).policy;
@@ -843,7 +1065,13 @@ describe('parseConfig: localEndpoint and dataplane.local', () => {
     expect(parseConfig(stringify({ localEndpoint: null, ...backends })).localEndpoint?.addresses).toHaveLength(1);
   });
   it('one address or a list (both families), force, cgroup, proxy mode', () => {
-    const c = parseConfig(stringify({ localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'], force: true, cgroup: '/sys/fs/cgroup/unified' }, dataplane: { local: 'proxy' }, ...backends }));
+    const c = parseConfig(
+      stringify({
+        localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'], force: true, cgroup: '/sys/fs/cgroup/unified' },
+        dataplane: { local: 'proxy' },
+        ...backends,
+      }),
+    );
     expect(c.localEndpoint).toStrictEqual({
       addresses: [
         { host: '127.0.0.1', port: 7443, family: 4 },
@@ -854,7 +1082,9 @@ describe('parseConfig: localEndpoint and dataplane.local', () => {
     });
     expect(c.dataplane.local).toBe('proxy');
     const v4 = { apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } } };
-    expect(parseConfig(yamlWith({ localEndpoint: { address: '127.0.0.2:7443' }, ...v4 })).localEndpoint?.addresses).toStrictEqual([{ host: '127.0.0.2', port: 7443, family: 4 }]);
+    expect(parseConfig(yamlWith({ localEndpoint: { address: '127.0.0.2:7443' }, ...v4 })).localEndpoint?.addresses).toStrictEqual([
+      { host: '127.0.0.2', port: 7443, family: 4 },
+    ]);
   });
   it('a control-plane node with an IPv4 VIP may balance [::1]:7443 to IPv6 backends', () => {
     const c = parseConfig(yamlWith({ localEndpoint: { address: ['127.0.0.1:7443', '[::1]:7443'] }, ...backends }));
@@ -863,12 +1093,32 @@ describe('parseConfig: localEndpoint and dataplane.local', () => {
   });
   it.each([
     ['no backends', { localEndpoint: {} }, 'localEndpoint', 'needs apiserver.backends: the apiservers the endpoint balances to'],
-    ['IPv6 endpoint, IPv4 backends only', { localEndpoint: { address: '[::1]:7443' }, apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } } }, 'localEndpoint.address', '[::1]:7443 is IPv6 but no apiserver.backends entry is: an endpoint balances to backends of its own family'],
+    [
+      'IPv6 endpoint, IPv4 backends only',
+      { localEndpoint: { address: '[::1]:7443' }, apiserver: { backends: ['10.0.0.11:6443'], health: { caFile: '/etc/ca.crt' } } },
+      'localEndpoint.address',
+      '[::1]:7443 is IPv6 but no apiserver.backends entry is: an endpoint balances to backends of its own family',
+    ],
     ['no port', { localEndpoint: { address: '127.0.0.1' }, ...backends }, 'localEndpoint.address', 'missing port: write "127.0.0.1:7443" (host:port)'],
     ['a name', { localEndpoint: { address: 'localhost:7443' }, ...backends }, 'localEndpoint.address', /^host must be an IP address, got "localhost"/],
-    ['listed twice', { localEndpoint: { address: ['127.0.0.1:7443', '127.0.0.1:7443'] }, ...backends }, 'localEndpoint.address[1]', '127.0.0.1:7443 is listed twice'],
-    ['an apiserver itself', { localEndpoint: { address: '10.0.0.11:6443' }, ...backends }, 'localEndpoint.address', /^10\.0\.0\.11:6443 is one of apiserver\.backends: /],
-    ['unspecified', { localEndpoint: { address: '0.0.0.0:7443' }, ...backends }, 'localEndpoint.address', 'host: 0.0.0.0 is the unspecified address; a local endpoint must be a loopback address (or one of this node\'s own)'],
+    [
+      'listed twice',
+      { localEndpoint: { address: ['127.0.0.1:7443', '127.0.0.1:7443'] }, ...backends },
+      'localEndpoint.address[1]',
+      '127.0.0.1:7443 is listed twice',
+    ],
+    [
+      'an apiserver itself',
+      { localEndpoint: { address: '10.0.0.11:6443' }, ...backends },
+      'localEndpoint.address',
+      /^10\.0\.0\.11:6443 is one of apiserver\.backends: /,
+    ],
+    [
+      'unspecified',
+      { localEndpoint: { address: '0.0.0.0:7443' }, ...backends },
+      'localEndpoint.address',
+      "host: 0.0.0.0 is the unspecified address; a local endpoint must be a loopback address (or one of this node's own)",
+    ],
     ['empty list', { localEndpoint: { address: [] }, ...backends }, 'localEndpoint.address', /^expected host:port or a list of 1 to 4 of them/],
     ['relative cgroup', { localEndpoint: { cgroup: 'unified' }, ...backends }, 'localEndpoint.cgroup', /^must be an absolute path/],
     ['bad mode', { localEndpoint: {}, dataplane: { local: 'bpf' }, ...backends }, 'dataplane.local', /^must be "ebpf", "proxy" or "off"/],
@@ -888,15 +1138,24 @@ describe('vrrp.auth.keyFile contents', () => {
     expect(parseAuthKeys(Buffer.from('0123456789abcdef \r\n\t'))).toStrictEqual([Buffer.from('0123456789abcdef')]);
   });
   it('one key per line (a rotation): the first signs, all verify; empty lines ignored; each checked', () => {
-    expect(parseAuthKeys(Buffer.from('new-key-0123456789\r\n\nold-key-0123456789\n'))).toStrictEqual([Buffer.from('new-key-0123456789'), Buffer.from('old-key-0123456789')]);
-    expect(parseAuthKeys(Buffer.from('new-key-0123456789\nshort\n'))).toBe('holds on line 2 a 5-byte key; at least 16 bytes are needed (e.g. `openssl rand -base64 32`)');
-    expect(parseAuthKeys(Buffer.from(Array.from({ length: 5 }, (_, i) => `key-number-${i}-0123456789`).join('\n')))).toBe('holds 5 keys (lines); at most 4: the first signs, the others only verify during a rotation');
+    expect(parseAuthKeys(Buffer.from('new-key-0123456789\r\n\nold-key-0123456789\n'))).toStrictEqual([
+      Buffer.from('new-key-0123456789'),
+      Buffer.from('old-key-0123456789'),
+    ]);
+    expect(parseAuthKeys(Buffer.from('new-key-0123456789\nshort\n'))).toBe(
+      'holds on line 2 a 5-byte key; at least 16 bytes are needed (e.g. `openssl rand -base64 32`)',
+    );
+    expect(parseAuthKeys(Buffer.from(Array.from({ length: 5 }, (_, i) => `key-number-${i}-0123456789`).join('\n')))).toBe(
+      'holds 5 keys (lines); at most 4: the first signs, the others only verify during a rotation',
+    );
   });
   it('refuses a short, empty or unreadable file, naming the setting and the path', () => {
     expect(validateIssues(auth('/k'), { '/k': '0123456789abcde\n' }).map((i) => [i.path, i.message])).toStrictEqual([
       ['vrrp.auth.keyFile', '/k holds a 15-byte key; at least 16 bytes are needed (e.g. `openssl rand -base64 32`)'],
     ]);
-    expect(validateIssues(auth('/k'), { '/k': '\n\n' })[0]?.message).toBe('/k is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)');
+    expect(validateIssues(auth('/k'), { '/k': '\n\n' })[0]?.message).toBe(
+      '/k is empty: it must hold the shared key of the group (e.g. `openssl rand -base64 32`)',
+    );
     expect(validateIssues(auth('/missing'), {})[0]?.message).toBe('cannot read /missing: no such file (ENOENT)');
   });
   it('a device is refused before a byte is read (reading /dev/zero would never end)', () => {
@@ -980,7 +1239,9 @@ describe('files named by the configuration', () => {
 
   it('a missing vrrp.auth.keyFile stays an error (the election needs it); ENOTDIR and EACCES stay errors', () => {
     const notes: ConfigNote[] = [];
-    expect(validateIssues({ vrrp: { auth: { keyFile: '/k' } } }, {}, notes)).toStrictEqual([{ path: 'vrrp.auth.keyFile', message: 'cannot read /k: no such file (ENOENT)' }]);
+    expect(validateIssues({ vrrp: { auth: { keyFile: '/k' } } }, {}, notes)).toStrictEqual([
+      { path: 'vrrp.auth.keyFile', message: 'cannot read /k: no such file (ENOENT)' },
+    ]);
     expect(notes).toStrictEqual([]);
     const fail = (code: string): ConfigFiles => ({
       readFile: () => {
@@ -1004,7 +1265,11 @@ describe('files named by the configuration', () => {
     ['not PEM', 'hello\n', /holds no PEM certificate \(expected a "-----BEGIN CERTIFICATE-----" block\)$/],
     ['a key, not a certificate', TEST_KEY, /holds no PEM certificate/],
     ['a broken certificate', '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n', /its certificate cannot be parsed: /],
-    ['a bundle with one broken certificate', `${TEST_CERT}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n`, /certificate 2 of 2 cannot be parsed: /],
+    [
+      'a bundle with one broken certificate',
+      `${TEST_CERT}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n`,
+      /certificate 2 of 2 cannot be parsed: /,
+    ],
   ])('refuses a CA file that is %s', (_what, content, message) => {
     const issues = validateIssues({ apiserver: { health: { caFile: '/ca.crt' } } }, { '/ca.crt': content });
     expect(issues.map((i) => i.path)).toStrictEqual(['apiserver.health.caFile']);
@@ -1045,9 +1310,7 @@ describe('files named by the configuration', () => {
     ['two lines', 'abc\ndef\n', '/t must hold one token on one line, got 2 lines'],
     ['a space inside', 'abc def\n', '/t holds characters a bearer token cannot have (spaces, control or non-ASCII characters)'],
   ])('refuses a token file that is %s', (_what, content, message) => {
-    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, { '/t': content })).toStrictEqual([
-      { path: 'apiserver.health.tokenFile', message },
-    ]);
+    expect(validateIssues({ apiserver: { health: { tokenFile: '/t' } } }, { '/t': content })).toStrictEqual([{ path: 'apiserver.health.tokenFile', message }]);
   });
 
   it('a missing token file is a note, not an issue', () => {
@@ -1119,9 +1382,7 @@ describe('parseConfig: the file as a whole', () => {
   });
 
   it('refuses a file that is a scalar', () => {
-    expect(issuesOf('hello\n')[0]?.message).toBe(
-      'the top level must be a mapping of settings (key: value), got "hello"',
-    );
+    expect(issuesOf('hello\n')[0]?.message).toBe('the top level must be a mapping of settings (key: value), got "hello"');
   });
 });
 

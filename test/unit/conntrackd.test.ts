@@ -117,7 +117,15 @@ describe('parseConntrackdStats', () => {
 describe('passive detection and committed entries', () => {
   // what a commit makes on the new holder: NEW events of entries already ESTABLISHED (the filter
   // replicates no SYN_SENT), then, for a flow that ended meanwhile, their end
-  const entry = (type: FlowEvent['type'], state: string | null): FlowEvent => ({ type, id: '77', state, origDst: '10.0.0.100', origDport: 6443, replySrc: '10.0.0.12', replySport: 6443 });
+  const entry = (type: FlowEvent['type'], state: string | null): FlowEvent => ({
+    type,
+    id: '77',
+    state,
+    origDst: '10.0.0.100',
+    origDport: 6443,
+    replySrc: '10.0.0.12',
+    replySport: 6443,
+  });
 
   it('takes no committed entry for a connection attempt: no verdict on its creation or its end', () => {
     const tr = new FlowTracker(['10.0.0.100'], 6443, 250);

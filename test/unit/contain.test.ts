@@ -11,7 +11,10 @@ import type { StatusDocument } from '../../src/observe/status.js';
 function setup() {
   let now = 0;
   const lines: { fields: Record<string, unknown>; msg: string }[] = [];
-  const internal = new InternalErrors({ error: (fields, msg) => void lines.push({ fields: fields as Record<string, unknown>, msg }) }, { now: () => now, timer: false });
+  const internal = new InternalErrors(
+    { error: (fields, msg) => void lines.push({ fields: fields as Record<string, unknown>, msg }) },
+    { now: () => now, timer: false },
+  );
   return { internal, lines, advance: (ms: number) => (now += ms) };
 }
 
@@ -57,9 +60,11 @@ describe('InternalErrors', () => {
         throw new Error('log down');
       },
     });
-    expect(internal.run('status', () => {
-      throw new Error('x');
-    })).toBeUndefined();
+    expect(
+      internal.run('status', () => {
+        throw new Error('x');
+      }),
+    ).toBeUndefined();
     expect(internal.counts()).toStrictEqual({ status: 1 });
   });
 

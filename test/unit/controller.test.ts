@@ -80,7 +80,10 @@ describe('desiredDataplane', () => {
   });
   it('the vips list is a copy; IPv6 backends are bare canonical addresses', () => {
     const vips = ['fd00::100'];
-    const d = desiredDataplane({ ready: hp(['[fd00:0:0::11]:6443']), draining: hp(['[fd00::12]:6443']) }, { family: 6, vips, port: 6443, local: new Set(['fd00::11']) });
+    const d = desiredDataplane(
+      { ready: hp(['[fd00:0:0::11]:6443']), draining: hp(['[fd00::12]:6443']) },
+      { family: 6, vips, port: 6443, local: new Set(['fd00::11']) },
+    );
     vips.push('fd00::101');
     expect(d.vips).toStrictEqual(['fd00::100']);
     expect(d.backends).toStrictEqual([{ address: 'fd00::11', port: 6443, local: true }]);
@@ -98,7 +101,17 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     expect(state.applies).toHaveLength(1);
     expect(state.applies[0]!.backends.map((b) => b.address)).toStrictEqual(['10.0.0.11']);
     expect(state.applies[0]!.draining!.map((b) => b.address)).toStrictEqual(['10.0.0.12']);
-    expect(status()).toStrictEqual({ mode: 'nftables', backends: [B1], applies: 1, failures: 0, lastApplyMs: 1.25, lastError: null, flushedEntries: 2, restores: 0, lastRestore: null });
+    expect(status()).toStrictEqual({
+      mode: 'nftables',
+      backends: [B1],
+      applies: 1,
+      failures: 0,
+      lastApplyMs: 1.25,
+      lastError: null,
+      flushedEntries: 2,
+      restores: 0,
+      lastRestore: null,
+    });
   });
 
   it('a dead backend’s flows are flushed after the apply, once per VIP, and not again', async () => {
@@ -155,7 +168,12 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
   });
 
   it('IPv6: flushed by the bare address; a dead backend of the other family is not flushed here', async () => {
-    const { source, r, state, status } = balancer(['[fd00::11]:6443', '[fd00::12]:6443', B3], { family: 6, vips: ['fd00::100'], port: 6443, local: new Set(['fd00::11']) });
+    const { source, r, state, status } = balancer(['[fd00::11]:6443', '[fd00::12]:6443', B3], {
+      family: 6,
+      vips: ['fd00::100'],
+      port: 6443,
+      local: new Set(['fd00::11']),
+    });
     source.judge(verdict('[fd00::11]:6443', 'up'));
     source.judge(verdict('[fd00::12]:6443', CAUSES.refused));
     source.judge(verdict(B3, CAUSES.refused));
@@ -187,7 +205,12 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     source.judge(verdict(B2, CAUSES.refused));
     source.judge(verdict(B3, CAUSES.refused));
     await r.sync();
-    expect(state.flushes.map((f) => `${f.vip} ${f.backend.address}`)).toStrictEqual(['10.0.0.100 10.0.0.12', '10.0.0.101 10.0.0.12', '10.0.0.100 10.0.0.13', '10.0.0.101 10.0.0.13']);
+    expect(state.flushes.map((f) => `${f.vip} ${f.backend.address}`)).toStrictEqual([
+      '10.0.0.100 10.0.0.12',
+      '10.0.0.101 10.0.0.12',
+      '10.0.0.100 10.0.0.13',
+      '10.0.0.101 10.0.0.13',
+    ]);
     expect(logs.warn).toStrictEqual(['cannot reset connections to a dead backend', 'cannot reset connections to a dead backend']);
     expect(status().flushedEntries).toBe(10);
   });
@@ -208,7 +231,9 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     const exec: Executor = (args) => {
       runs.push(args);
       // no table yet: reading its counters fails as nft does; everything else succeeds
-      return Promise.resolve(args.includes('counters') ? { code: 1, stdout: '', stderr: 'Error: No such file or directory\n' } : { code: 0, stdout: '', stderr: '' });
+      return Promise.resolve(
+        args.includes('counters') ? { code: 1, stdout: '', stderr: 'Error: No such file or directory\n' } : { code: 0, stdout: '', stderr: '' },
+      );
     };
     const applier = new NftablesApplier({ exec });
     const { log, logs } = recordingLog();

@@ -54,7 +54,11 @@ describe('the last-known file', () => {
   it('writes atomically (no temporary file left, the directory created) and reads back', () => {
     const path = join(dir, 'sub', 'backends.json');
     writeLastKnown(path, [hp('10.0.0.11:6443'), hp('[fd00::12]:6443')], new Date('2026-12-01T12:00:00Z'));
-    expect(JSON.parse(readFileSync(path, 'utf8'))).toStrictEqual({ version: 1, updated: '2026-12-01T12:00:00.000Z', backends: ['10.0.0.11:6443', '[fd00::12]:6443'] });
+    expect(JSON.parse(readFileSync(path, 'utf8'))).toStrictEqual({
+      version: 1,
+      updated: '2026-12-01T12:00:00.000Z',
+      backends: ['10.0.0.11:6443', '[fd00::12]:6443'],
+    });
     expect(readdirSync(join(dir, 'sub'))).toStrictEqual(['backends.json']);
     const r = readLastKnown(path);
     expect(r.kind === 'ok' && r.backends.map(formatHostPort)).toStrictEqual(['10.0.0.11:6443', '[fd00::12]:6443']);
@@ -96,13 +100,28 @@ describe('the last-known file', () => {
     mkdirSync(join(dir, 'isdir.json'));
     expect(readLastKnown(join(dir, 'isdir.json'))).toStrictEqual({ kind: 'unusable', reason: 'it is a directory' });
     writeFileSync(join(dir, 'plain'), 'x');
-    expect(readLastKnown(join(dir, 'plain', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
-    expect(readLastKnown(join(dir, 'plain', 'a', 'backends.json'))).toStrictEqual({ kind: 'unusable', reason: `its directory ${join(dir, 'plain')} is not a directory` });
+    expect(readLastKnown(join(dir, 'plain', 'backends.json'))).toStrictEqual({
+      kind: 'unusable',
+      reason: `its directory ${join(dir, 'plain')} is not a directory`,
+    });
+    expect(readLastKnown(join(dir, 'plain', 'a', 'backends.json'))).toStrictEqual({
+      kind: 'unusable',
+      reason: `its directory ${join(dir, 'plain')} is not a directory`,
+    });
     const logged: [string, object][] = [];
     const log: Pick<Log, 'info' | 'warn' | 'error'> = { info: () => undefined, warn: (o, m) => logged.push([m, o]), error: (o, m) => logged.push([m, o]) };
     const file = join(dir, 'plain', 'backends.json');
-    const d = new Discovery({ credentials: { kind: 'inCluster' }, lastKnownFile: file, seed: [hp('10.0.0.11:6443')], readyBackends: () => [], defaultPort: 6443, log });
-    expect(logged).toStrictEqual([['discovery: the last-known backend file cannot be used; ignored', { file, reason: `its directory ${join(dir, 'plain')} is not a directory` }]]);
+    const d = new Discovery({
+      credentials: { kind: 'inCluster' },
+      lastKnownFile: file,
+      seed: [hp('10.0.0.11:6443')],
+      readyBackends: () => [],
+      defaultPort: 6443,
+      log,
+    });
+    expect(logged).toStrictEqual([
+      ['discovery: the last-known backend file cannot be used; ignored', { file, reason: `its directory ${join(dir, 'plain')} is not a directory` }],
+    ]);
     expect(names(d.current())).toStrictEqual(['10.0.0.11:6443 seed']);
   });
 });
@@ -121,19 +140,40 @@ describe('Discovery waiting for its kubeconfig', () => {
     const logged: [string, string, Record<string, unknown>][] = [];
     const at = (level: string) => (o: object, m: string) => void logged.push([level, m, o as Record<string, unknown>]);
     const log: Pick<Log, 'info' | 'warn' | 'error'> = { info: at('info'), warn: at('warn'), error: at('error') };
-    disc = new Discovery({ credentials: { kind: 'kubeconfig', path }, lastKnownFile: join(dir, 'backends.json'), seed: [hp('127.0.0.1:6443')], readyBackends: () => [], defaultPort: 6443, log, pollMs: 20 });
+    disc = new Discovery({
+      credentials: { kind: 'kubeconfig', path },
+      lastKnownFile: join(dir, 'backends.json'),
+      seed: [hp('127.0.0.1:6443')],
+      readyBackends: () => [],
+      defaultPort: 6443,
+      log,
+      pollMs: 20,
+    });
     disc.start();
     const errors = () => logged.filter(([l]) => l === 'error');
-    await waitFor(() => logged.some(([, m]) => m.startsWith('discovery: waiting for the credentials')), { timeoutMs: 10_000, intervalMs: 10, what: 'the wait' });
+    await waitFor(() => logged.some(([, m]) => m.startsWith('discovery: waiting for the credentials')), {
+      timeoutMs: 10_000,
+      intervalMs: 10,
+      what: 'the wait',
+    });
     writeFileSync(path, 'clusters: [\n');
     await waitFor(() => errors().length === 1, { timeoutMs: 5000, intervalMs: 10, what: 'the first error' });
     // many polls (20 ms) later, still one line for the one change
     await new Promise((r) => setTimeout(r, 300));
-    expect(errors()).toStrictEqual([['error', 'discovery: the credentials cannot be used; waiting for them to change', { credentials: path, reason: expect.stringMatching(new RegExp(`^${path}: not YAML: `)) }]]);
+    expect(errors()).toStrictEqual([
+      [
+        'error',
+        'discovery: the credentials cannot be used; waiting for them to change',
+        { credentials: path, reason: expect.stringMatching(new RegExp(`^${path}: not YAML: `)) },
+      ],
+    ]);
     writeFileSync(path, 'hello: world\n');
     await waitFor(() => errors().length === 2, { timeoutMs: 5000, intervalMs: 10, what: 'the second error' });
     await new Promise((r) => setTimeout(r, 300));
-    expect(errors().map(([, , o]) => o.reason)).toStrictEqual([expect.stringMatching(/: not YAML: /), `${path}: not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)`]);
+    expect(errors().map(([, , o]) => o.reason)).toStrictEqual([
+      expect.stringMatching(/: not YAML: /),
+      `${path}: not a kubeconfig for discovery: no current-context (the context naming the cluster and user to use)`,
+    ]);
     expect(disc.stats().state).toBe('waiting-credentials');
     const pki = makeTestPki(['127.0.0.1']);
     try {
@@ -141,7 +181,11 @@ describe('Discovery waiting for its kubeconfig', () => {
     } finally {
       pki.remove();
     }
-    await waitFor(() => logged.some(([l, m]) => l === 'info' && m === 'discovery: credentials loaded'), { timeoutMs: 5000, intervalMs: 10, what: 'the credentials to load' });
+    await waitFor(() => logged.some(([l, m]) => l === 'info' && m === 'discovery: credentials loaded'), {
+      timeoutMs: 5000,
+      intervalMs: 10,
+      what: 'the credentials to load',
+    });
     expect(errors().length).toBe(2);
     await waitFor(() => disc!.stats().state === 'waiting-ready-backend', { timeoutMs: 5000, intervalMs: 10, what: 'discovery to start' });
   });
@@ -157,7 +201,11 @@ describe('Discovery against stand-in apiservers on loopback', () => {
   const standins = new Map<string, Standin>();
   let disc: Discovery | null = null;
   const logs: string[] = [];
-  const log: Pick<Log, 'info' | 'warn' | 'error'> = { info: (_o, m) => logs.push(m), warn: (_o, m) => logs.push(`WARN ${m}`), error: (_o, m) => logs.push(`ERROR ${m}`) };
+  const log: Pick<Log, 'info' | 'warn' | 'error'> = {
+    info: (_o, m) => logs.push(m),
+    warn: (_o, m) => logs.push(`WARN ${m}`),
+    error: (_o, m) => logs.push(`ERROR ${m}`),
+  };
 
   beforeAll(() => {
     pki = makeTestPki(['127.0.0.1', '127.0.0.2', '127.0.0.3']);
@@ -176,7 +224,10 @@ describe('Discovery against stand-in apiservers on loopback', () => {
     store = join(dir, 'store');
   };
   const start = async (host: string): Promise<void> => {
-    standins.set(host, await startStandin({ name: host, cert: pki.cert, key: pki.key, port: PORT, host, ready: true, store, address: host, token: TOKEN, log: () => undefined }));
+    standins.set(
+      host,
+      await startStandin({ name: host, cert: pki.cert, key: pki.key, port: PORT, host, ready: true, store, address: host, token: TOKEN, log: () => undefined }),
+    );
   };
   const stop = async (host: string): Promise<void> => {
     await standins.get(host)?.close();
@@ -246,7 +297,11 @@ describe('Discovery against stand-in apiservers on loopback', () => {
       seed: [hp(`127.0.0.1:${PORT}`)],
       readyBackends: ready,
       defaultPort: 6443,
-      log: { info: (o, m) => lines.push({ level: 'info', o: o as Record<string, unknown>, m }), warn: (o, m) => lines.push({ level: 'warn', o: o as Record<string, unknown>, m }), error: (o, m) => lines.push({ level: 'error', o: o as Record<string, unknown>, m }) },
+      log: {
+        info: (o, m) => lines.push({ level: 'info', o: o as Record<string, unknown>, m }),
+        warn: (o, m) => lines.push({ level: 'warn', o: o as Record<string, unknown>, m }),
+        error: (o, m) => lines.push({ level: 'error', o: o as Record<string, unknown>, m }),
+      },
       backoffMs: 100,
       maxBackoffMs: 2000,
       pollMs: 100,
@@ -268,15 +323,31 @@ describe('Discovery against stand-in apiservers on loopback', () => {
     // one retry period, plus a TLS handshake and a list on loopback (a few ms; 300 ms for a loaded machine)
     expect(lag, `the set came ${Math.round(lag)} ms after the permission`).toBeLessThanOrEqual(DENIED_RETRY + 300);
     const st = disc.stats();
-    expect([st.denied, st.deniedSince, st.refusals.unauthorized > 1, st.refusals.forbidden > 1, st.errors]).toStrictEqual([null, null, true, true, st.refusals.unauthorized + st.refusals.forbidden]);
+    expect([st.denied, st.deniedSince, st.refusals.unauthorized > 1, st.refusals.forbidden > 1, st.errors]).toStrictEqual([
+      null,
+      null,
+      true,
+      true,
+      st.refusals.unauthorized + st.refusals.forbidden,
+    ]);
     // one line per condition (not per retry), each with its fix; then one when it answers again
     const denied = lines.filter((l) => l.level !== 'info' || l.m.includes('answers again'));
     expect(denied.map((l) => [l.level, l.m, l.o.denied ?? l.o.was])).toStrictEqual([
-      ['warn', `discovery: 401 Unauthorized: the API did not accept the credentials; the seed and last-known backends serve meanwhile, retrying every ${DENIED_RETRY} ms`, 'unauthorized'],
-      ['warn', `discovery: 403 Forbidden: the credentials may not list or watch the kubernetes EndpointSlices; the seed and last-known backends serve meanwhile, retrying every ${DENIED_RETRY} ms`, 'forbidden'],
+      [
+        'warn',
+        `discovery: 401 Unauthorized: the API did not accept the credentials; the seed and last-known backends serve meanwhile, retrying every ${DENIED_RETRY} ms`,
+        'unauthorized',
+      ],
+      [
+        'warn',
+        `discovery: 403 Forbidden: the credentials may not list or watch the kubernetes EndpointSlices; the seed and last-known backends serve meanwhile, retrying every ${DENIED_RETRY} ms`,
+        'forbidden',
+      ],
       ['info', 'discovery: the API answers again after refusing the credentials or the permission', 'forbidden'],
     ]);
-    expect(denied[0]!.o.fix).toBe('the apiserver did not accept the credentials: the token is invalid, expired or revoked; give discovery a valid kubeconfig (docs/kubeadm.md, "Discovery\'s credentials")');
+    expect(denied[0]!.o.fix).toBe(
+      'the apiserver did not accept the credentials: the token is invalid, expired or revoked; give discovery a valid kubeconfig (docs/kubeadm.md, "Discovery\'s credentials")',
+    );
     expect(denied[1]!.o.fix).toContain('`ballast manifest rbac | kubectl apply -f -`');
     console.log(`[discovery] set after the permission: ${Math.round(lag)} ms (deniedRetryMs ${DENIED_RETRY}); refusals ${JSON.stringify(st.refusals)}`);
   });
@@ -294,7 +365,11 @@ describe('Discovery against stand-in apiservers on loopback', () => {
     await stop(firstHost);
     // it is no longer "ready": tell discovery as the checker's verdict would
     disc.readinessChanged();
-    await waitFor(() => disc!.stats().server !== null && disc!.stats().server !== first && disc!.stats().state === 'watching', { timeoutMs: 5000, intervalMs: 20, what: 'the move' });
+    await waitFor(() => disc!.stats().server !== null && disc!.stats().server !== first && disc!.stats().state === 'watching', {
+      timeoutMs: 5000,
+      intervalMs: 20,
+      what: 'the move',
+    });
     await waitFor(() => set().length === 1, { timeoutMs: 5000, intervalMs: 20, what: 'the leave of the stopped one' });
     expect(set()).toStrictEqual([`${firstHost === '127.0.0.1' ? '127.0.0.2' : '127.0.0.1'}:${PORT} endpointslice`]);
   });
@@ -318,7 +393,7 @@ describe('Discovery against stand-in apiservers on loopback', () => {
 });
 
 describe('discovery denials (pure)', () => {
-  it('denialOf: a list\'s ApiException code, a watch\'s statusCode, the HTTP-Code text; other statuses are none', () => {
+  it("denialOf: a list's ApiException code, a watch's statusCode, the HTTP-Code text; other statuses are none", () => {
     expect(denialOf(Object.assign(new Error('HTTP-Code: 403\nMessage: Unknown API Status Code!'), { code: 403 }))).toBe('forbidden');
     expect(denialOf(Object.assign(new Error('Unauthorized'), { statusCode: 401 }))).toBe('unauthorized');
     expect(denialOf(new Error('HTTP-Code: 401\nMessage: x'))).toBe('unauthorized');
@@ -335,7 +410,9 @@ describe('discovery denials (pure)', () => {
       expect(e.expired).toBe(false);
       const later = clientCertificateExpiry({ certData }, Date.parse(e.notAfter) + 1)!;
       expect(later).toStrictEqual({ notAfter: e.notAfter, expired: true });
-      expect(denialFix('unauthorized', later)).toBe(`the client certificate expired on ${e.notAfter}: renew it (kubeadm certs renew, or a new kubeconfig) and the agent picks it up`);
+      expect(denialFix('unauthorized', later)).toBe(
+        `the client certificate expired on ${e.notAfter}: renew it (kubeadm certs renew, or a new kubeconfig) and the agent picks it up`,
+      );
       expect(clientCertificateExpiry({})).toBeNull();
       expect(clientCertificateExpiry({ certData: 'bm90IGEgY2VydA==' })).toBeNull();
     } finally {

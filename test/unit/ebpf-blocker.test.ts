@@ -13,7 +13,9 @@ function nativeError(code: string, errno: number, syscall: string, subject: stri
 
 describe('ebpfBlocker', () => {
   it('EROFS on the pin directory: bpffs read-only, ProtectKernelTunables, ReadWritePaths, systemctl edit', () => {
-    const err = createError('BALLAST_E_DATAPLANE', 'cannot attach the eBPF load balancer to /sys/fs/cgroup (pins in /sys/fs/bpf/ballast/local)', { cause: nativeError('EROFS', 30, 'mkdir', '/sys/fs/bpf/ballast') });
+    const err = createError('BALLAST_E_DATAPLANE', 'cannot attach the eBPF load balancer to /sys/fs/cgroup (pins in /sys/fs/bpf/ballast/local)', {
+      cause: nativeError('EROFS', 30, 'mkdir', '/sys/fs/bpf/ballast'),
+    });
     const b = ebpfBlocker(err);
     expect(b.code).toBe('EROFS');
     expect(b.text).toBe(
@@ -31,7 +33,9 @@ describe('ebpfBlocker', () => {
   });
 
   it('anything else: its own message, and where to look next', () => {
-    expect(ebpfBlocker(new Error('verifier says no'))).toStrictEqual({ text: 'verifier says no (`ballast check` run the same way, under the unit or in the container, tells more)' });
+    expect(ebpfBlocker(new Error('verifier says no'))).toStrictEqual({
+      text: 'verifier says no (`ballast check` run the same way, under the unit or in the container, tells more)',
+    });
     expect(ebpfBlocker(nativeError('ENOENT', 2, 'open', '/x.o')).code).toBe('ENOENT');
   });
 });

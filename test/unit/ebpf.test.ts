@@ -247,7 +247,11 @@ describe('EbpfLocalDataplane (fake kernel)', () => {
 
   it('maps kernel failures to BallastErrors: EPERM → BALLAST_E_PERMISSION, others → BALLAST_E_DATAPLANE', async () => {
     const k = new FakeKernel();
-    k.failAttach = Object.assign(new Error('bpf_object__load failed on x: EPERM (Operation not permitted)'), { code: 'EPERM', errno: 1, syscall: 'bpf_object__load' });
+    k.failAttach = Object.assign(new Error('bpf_object__load failed on x: EPERM (Operation not permitted)'), {
+      code: 'EPERM',
+      errno: 1,
+      syscall: 'bpf_object__load',
+    });
     const denied = await EbpfLocalDataplane.open({ endpoints: LOCAL, cgroup: '/cg', log: quiet, sys: k }).catch((e: unknown) => e);
     expect(isBallastError(denied, 'BALLAST_E_PERMISSION')).toBe(true);
     k.failAttach = Object.assign(new Error('fstatfs failed on /cg: EINVAL'), { code: 'EINVAL', errno: 22, syscall: 'fstatfs' });
@@ -260,7 +264,9 @@ describe('EbpfLocalDataplane (fake kernel)', () => {
     const k = new FakeKernel();
     await expect(EbpfLocalDataplane.open({ endpoints: [{ address: 'localhost', port: 7443 }], cgroup: '/cg', log: quiet, sys: k })).rejects.toThrow(TypeError);
     // the mapped form is served from the IPv4 endpoint; as a key of its own it would never match
-    await expect(EbpfLocalDataplane.open({ endpoints: [{ address: '::ffff:127.0.0.1', port: 7443 }], cgroup: '/cg', log: quiet, sys: k })).rejects.toThrow(/endpoints\[0\]: ::ffff:127\.0\.0\.1 is IPv4-mapped/);
+    await expect(EbpfLocalDataplane.open({ endpoints: [{ address: '::ffff:127.0.0.1', port: 7443 }], cgroup: '/cg', log: quiet, sys: k })).rejects.toThrow(
+      /endpoints\[0\]: ::ffff:127\.0\.0\.1 is IPv4-mapped/,
+    );
     expect(k.attached).toEqual([]);
   });
 });

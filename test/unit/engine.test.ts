@@ -3,7 +3,20 @@
  * in order, and turns what the edge reports into events. No root, no sockets.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LOGGED_SOURCES_MAX, PACER_HOLD_MARGIN_MS, PACER_HOLD_MS, PRECISE_WAIT_MS, pacerHoldMs, OTHER_MASTER_WINDOW_MS, STANDBY_OFF, STANDBY_ON, STRAY_ON_RELOAD, VrrpEngine, type EngineEvent, type EngineOptions } from '../../src/vrrp/engine.js';
+import {
+  LOGGED_SOURCES_MAX,
+  PACER_HOLD_MARGIN_MS,
+  PACER_HOLD_MS,
+  PRECISE_WAIT_MS,
+  pacerHoldMs,
+  OTHER_MASTER_WINDOW_MS,
+  STANDBY_OFF,
+  STANDBY_ON,
+  STRAY_ON_RELOAD,
+  VrrpEngine,
+  type EngineEvent,
+  type EngineOptions,
+} from '../../src/vrrp/engine.js';
 import type { EdgeInputs, OpenEdge, VrrpEdge } from '../../src/vrrp/edge.js';
 import { decodeAdvertisement, encodeAdvertisement } from '../../src/vrrp/packet.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
@@ -98,7 +111,10 @@ const open: OpenEdge = async (_o, inputs) => {
 const start = (over: Partial<EngineOptions> = {}) => VrrpEngine.start({ ...opts, ...over }, (e) => events.push(e), { openEdge: open, now: () => Date.now() });
 const logs = (msg: string) => events.filter((e) => e.type === 'log' && e.msg === msg).map((e) => (e.type === 'log' ? e.fields : undefined));
 const advertFrom = (source: string, priority: number, maxAdvertIntervalCs = 10) => ({
-  payload: encodeAdvertisement({ vrid: 51, priority, maxAdvertIntervalCs, addresses: [VIP] }, { family: 4, checksum: 'rfc5798', source, destination: '224.0.0.18' }),
+  payload: encodeAdvertisement(
+    { vrid: 51, priority, maxAdvertIntervalCs, addresses: [VIP] },
+    { family: 4, checksum: 'rfc5798', source, destination: '224.0.0.18' },
+  ),
   source,
   destination: '224.0.0.18',
   ttl: 255,
@@ -115,7 +131,10 @@ afterEach(() => {
 
 describe('VrrpEngine carries out the machine through the edge', () => {
   it('start-up: a left-over VIP of any prefix is removed, and the log names what was removed with its prefix', async () => {
-    edge.addresses = [{ address: '10.0.0.12', prefixLen: 24 }, { address: VIP, prefixLen: 24 }];
+    edge.addresses = [
+      { address: '10.0.0.12', prefixLen: 24 },
+      { address: VIP, prefixLen: 24 },
+    ];
     const e = await start();
     expect(edge.calls).toStrictEqual(['remove 10.0.0.100']);
     expect(edge.addresses).toStrictEqual([{ address: '10.0.0.12', prefixLen: 24 }]);
@@ -198,19 +217,30 @@ describe('VrrpEngine carries out the machine through the edge', () => {
 
   it('another master heard while Active: counted by outcome with its sender and age in /status; heard for OTHER_MASTER_WINDOW_MS, then not', async () => {
     const e = await start();
-    expect(e.status()).toMatchObject({ otherMasters: { heard: 0, windowMs: OTHER_MASTER_WINDOW_MS, adverts: { kept: 0, yielded: 0, handover: 0 }, last: null }, lastAdvertAgeMs: null });
+    expect(e.status()).toMatchObject({
+      otherMasters: { heard: 0, windowMs: OTHER_MASTER_WINDOW_MS, adverts: { kept: 0, yielded: 0, handover: 0 }, last: null },
+      lastAdvertAgeMs: null,
+    });
     await vi.advanceTimersByTimeAsync(400);
     expect(e.status().state).toBe('active');
     // a lower priority claims the VIP too (a healed partition): we keep it
     edge.inputs.packet(advertFrom('10.0.0.13', 50));
     await vi.advanceTimersByTimeAsync(1000);
-    expect(e.status()).toMatchObject({ state: 'active', otherMasters: { heard: 1, adverts: { kept: 1, yielded: 0, handover: 0 }, last: { source: '10.0.0.13', priority: 50, outcome: 'kept', ageMs: 1000 } }, lastAdvertAgeMs: 1000 });
+    expect(e.status()).toMatchObject({
+      state: 'active',
+      otherMasters: { heard: 1, adverts: { kept: 1, yielded: 0, handover: 0 }, last: { source: '10.0.0.13', priority: 50, outcome: 'kept', ageMs: 1000 } },
+      lastAdvertAgeMs: 1000,
+    });
     await vi.advanceTimersByTimeAsync(OTHER_MASTER_WINDOW_MS - 1000 + 1);
     expect(e.status().otherMasters).toMatchObject({ heard: 0, adverts: { kept: 1 }, last: { ageMs: OTHER_MASTER_WINDOW_MS + 1 } });
     // a higher priority: we yield, and as a Backup its adverts are no second master
     edge.inputs.packet(advertFrom('10.0.0.11', 200));
     edge.inputs.packet(advertFrom('10.0.0.11', 200));
-    expect(e.status()).toMatchObject({ state: 'backup', otherMasters: { heard: 1, adverts: { kept: 1, yielded: 1, handover: 0 }, last: { source: '10.0.0.11', priority: 200, outcome: 'yielded', ageMs: 0 } }, lastAdvertAgeMs: 0 });
+    expect(e.status()).toMatchObject({
+      state: 'backup',
+      otherMasters: { heard: 1, adverts: { kept: 1, yielded: 1, handover: 0 }, last: { source: '10.0.0.11', priority: 200, outcome: 'yielded', ageMs: 0 } },
+      lastAdvertAgeMs: 0,
+    });
     await e.stop();
   });
 
@@ -380,7 +410,9 @@ describe('VrrpEngine.reconfigure (a reload without a failover)', () => {
     await expect(e.reconfigure({ vips: [V2], priority: 255 })).rejects.toThrow('priority must be 1..254, got 255');
     await expect(e.reconfigure({ peers: ['10.0.0.14'], preemptDelayMs: -1 })).rejects.toThrow('preemptDelayMs must be >= 0, got -1');
     await expect(e.reconfigure({ peers: ['fd00::13'] })).rejects.toThrow('peers: fd00::13 is IPv6, but this election is IPv4');
-    await expect(e.reconfigure({ members: ['10.0.0.13'], announce: { count: 1.5, spacingMs: 0, repeatAfterMs: 0, refreshMs: 0 } })).rejects.toThrow('announce.count must be an integer >= 0, got 1.5');
+    await expect(e.reconfigure({ members: ['10.0.0.13'], announce: { count: 1.5, spacingMs: 0, repeatAfterMs: 0, refreshMs: 0 } })).rejects.toThrow(
+      'announce.count must be an integer >= 0, got 1.5',
+    );
     await vi.advanceTimersByTimeAsync(300);
     expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual([]);
     expect(edge.sent.every((s) => s.destination === '10.0.0.13' && s.intervalCs === 10 && s.priority === 100 && s.addresses.join() === VIP)).toBe(true);
@@ -433,7 +465,11 @@ describe('VrrpEngine acceptFrom members', () => {
       edge.inputs.packet(advertFrom('10.0.0.66', 254, 4095));
       await vi.advanceTimersByTimeAsync(100);
     }
-    expect(e.status()).toMatchObject({ state: 'active', masterAdverIntervalMs: 100, counters: { transitions: 2, advertsReceived: 0, dropped: { notMember: 5 } } });
+    expect(e.status()).toMatchObject({
+      state: 'active',
+      masterAdverIntervalMs: 100,
+      counters: { transitions: 2, advertsReceived: 0, dropped: { notMember: 5 } },
+    });
     expect(edge.calls.filter((c) => !c.startsWith('send'))).toStrictEqual([]);
     const warn = events.filter((x) => x.type === 'log' && x.level === 'warn');
     expect(warn).toHaveLength(1);
@@ -516,7 +552,9 @@ describe('VrrpEngine acceptFrom members', () => {
     }
     const warn = events.filter((x) => x.type === 'log' && x.level === 'warn');
     expect(warn).toHaveLength(LOGGED_SOURCES_MAX + 1);
-    expect(warn.at(-1)).toMatchObject({ msg: `more than ${LOGGED_SOURCES_MAX} sources to warn about: further ones are only counted (see the dropped counters)` });
+    expect(warn.at(-1)).toMatchObject({
+      msg: `more than ${LOGGED_SOURCES_MAX} sources to warn about: further ones are only counted (see the dropped counters)`,
+    });
     expect(e.status().counters.dropped).toStrictEqual({ notMember: 2 * n });
     await e.stop();
   });
@@ -536,7 +574,11 @@ describe('what the engine tells the operator, once per change or rate-limited', 
     await vi.advanceTimersByTimeAsync(Math.ceil(down) + 3500);
     expect(e.status().counters.sendErrors).toBe(252 * 8);
     expect(lines()).toHaveLength(1);
-    expect(lines()[0]).toMatchObject({ level: 'warn', msg: 'cannot send advertisement', fields: { destination: peers[0], code: 'ENETUNREACH', sendErrors: 1 } });
+    expect(lines()[0]).toMatchObject({
+      level: 'warn',
+      msg: 'cannot send advertisement',
+      fields: { destination: peers[0], code: 'ENETUNREACH', sendErrors: 1 },
+    });
     // the window ends 10 s after the first line: one summary with the count of the ones left out
     await vi.advanceTimersByTimeAsync(6400);
     expect(lines()).toHaveLength(1);
@@ -568,11 +610,26 @@ describe('what the engine tells the operator, once per change or rate-limited', 
         fields: { master: '10.0.0.11', masterAdverIntervalCs: 100, advertisementIntervalCs: 10, masterDownIntervalMs: masterDownIntervalMs(100, 100) },
       },
     ]);
-    expect(events.filter((x) => x.type === 'master')).toStrictEqual([{ type: 'master', address: '10.0.0.11', priority: 200, previous: null, preempting: false }]);
+    expect(events.filter((x) => x.type === 'master')).toStrictEqual([
+      { type: 'master', address: '10.0.0.11', priority: 200, previous: null, preempting: false },
+    ]);
     // another master with our interval: a new master, and the interval is ours again
     edge.inputs.packet(advertFrom('10.0.0.13', 220, 10));
-    expect(events.filter((x) => x.type === 'master').at(-1)).toStrictEqual({ type: 'master', address: '10.0.0.13', priority: 220, previous: '10.0.0.11', preempting: false });
-    expect(logs('the master advertises our advertisement interval again')).toStrictEqual([{ master: '10.0.0.13', masterAdverIntervalCs: 10, advertisementIntervalCs: 10, masterDownIntervalMs: Math.round(masterDownIntervalMs(100, 10) * 1000) / 1000 }]);
+    expect(events.filter((x) => x.type === 'master').at(-1)).toStrictEqual({
+      type: 'master',
+      address: '10.0.0.13',
+      priority: 220,
+      previous: '10.0.0.11',
+      preempting: false,
+    });
+    expect(logs('the master advertises our advertisement interval again')).toStrictEqual([
+      {
+        master: '10.0.0.13',
+        masterAdverIntervalCs: 10,
+        advertisementIntervalCs: 10,
+        masterDownIntervalMs: Math.round(masterDownIntervalMs(100, 10) * 1000) / 1000,
+      },
+    ]);
     // a resign (priority 0) is not a new master
     edge.inputs.packet(advertFrom('10.0.0.13', 0, 10));
     expect(events.filter((x) => x.type === 'master')).toHaveLength(2);
@@ -649,7 +706,7 @@ describe('a late election thread (the machine was CPU-starved)', () => {
   });
 });
 
-describe('VrrpEngine.overdueMs (the watchdog\'s gate)', () => {
+describe("VrrpEngine.overdueMs (the watchdog's gate)", () => {
   it('0 while the timers run, in Backup and Active; how far past its deadline when the timer did not fire; 0 once stopped', async () => {
     const e = await start();
     expect(e.overdueMs()).toBe(0);
@@ -745,11 +802,14 @@ class PacingEdge extends FakeEdge {
     return realtimePriority > 0 ? 'EPERM' : null;
   }
   pace(adverts: readonly { message: Buffer; destination: string }[] | null, intervalMs: number, holdMs: number): void {
-    const round = adverts === null ? null : adverts.map((a) => {
-      const r = decodeAdvertisement(a.message, { family: 4, source: '10.0.0.12', destination: a.destination, ttl: 255, checkTtl: true });
-      if (!r.ok) throw new Error(`bad paced advert: ${r.reason}`);
-      return { priority: r.advert.priority, destination: a.destination };
-    });
+    const round =
+      adverts === null
+        ? null
+        : adverts.map((a) => {
+            const r = decodeAdvertisement(a.message, { family: 4, source: '10.0.0.12', destination: a.destination, ttl: 255, checkTtl: true });
+            if (!r.ok) throw new Error(`bad paced advert: ${r.reason}`);
+            return { priority: r.advert.priority, destination: a.destination };
+          });
     this.rounds.push(round);
     this.paceArgs.push({ intervalMs, holdMs });
     this.calls.push(round === null ? 'pace null' : `pace ${round.map((a) => a.priority).join(',')}`);
@@ -782,7 +842,7 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     await e.stop();
   });
 
-  it('the hold is 2 s unless the VIPs\' lifetime would run out first: two thirds of it, less a margin, must cover it', async () => {
+  it("the hold is 2 s unless the VIPs' lifetime would run out first: two thirds of it, less a margin, must cover it", async () => {
     expect(pacerHoldMs({ vipLifetimeMs: 5000, owner: false })).toBe(PACER_HOLD_MS);
     expect(pacerHoldMs({ vipLifetimeMs: 0, owner: false })).toBe(PACER_HOLD_MS);
     expect(pacerHoldMs({ vipLifetimeMs: 2000, owner: true })).toBe(PACER_HOLD_MS);
@@ -809,7 +869,7 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     await e.stop();
   });
 
-  it('an exception in the engine\'s own processing is one failed event, not an uncaught exception', async () => {
+  it("an exception in the engine's own processing is one failed event, not an uncaught exception", async () => {
     const e = await start();
     pacing.receivePending = () => {
       throw new Error('boom');
@@ -857,7 +917,9 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     const first = pacing.started[0]!.auth!.firstSequence;
     // the high half is the start second (docs/auth.md)
     expect(Number(first >> 32n)).toBe(Math.floor(Date.now() / 1000));
-    expect(logs('cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling')).toStrictEqual([{ realtimePriority: 10, code: 'EPERM' }]);
+    expect(logs('cannot give the advert pacer thread SCHED_FIFO (vrrp.realtimePriority); it runs with normal scheduling')).toStrictEqual([
+      { realtimePriority: 10, code: 'EPERM' },
+    ]);
     await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 100);
     // the trailer's sequence (message 8 + 4 bytes, then magic, version, 2 reserved) comes from takeSequence
     expect(signed.map((p) => p.readBigUInt64BE(12 + 4))).toStrictEqual([first, first + 1n]);
@@ -872,12 +934,16 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     pacing.stats = { ...pacing.stats, covers: 1, sent: 4 };
     vi.setSystemTime(Date.now() + 500);
     await vi.advanceTimersByTimeAsync(100);
-    expect(logs('the election thread was silent; the advert pacer sent its adverts meanwhile')).toStrictEqual([{ silentMs: expect.any(Number), advertisementIntervalMs: 100, pacerSent: 4 }]);
+    expect(logs('the election thread was silent; the advert pacer sent its adverts meanwhile')).toStrictEqual([
+      { silentMs: expect.any(Number), advertisementIntervalMs: 100, pacerSent: 4 },
+    ]);
     expect(logs('the election thread was silent; the advert pacer sent its adverts meanwhile')[0]!.silentMs).toBeGreaterThanOrEqual(500);
     pacing.stats = { ...pacing.stats, covers: 2, holds: 1, sent: 24 };
     vi.setSystemTime(Date.now() + 2500);
     await vi.advanceTimersByTimeAsync(100);
-    expect(logs("the election thread was silent longer than the advert pacer's hold: the pacer stopped sending, and a Backup may have taken over")).toHaveLength(1);
+    expect(
+      logs("the election thread was silent longer than the advert pacer's hold: the pacer stopped sending, and a Backup may have taken over"),
+    ).toHaveLength(1);
     expect(e.status().timing!.pacer).toMatchObject({ covers: 2, holds: 1, sent: 24 });
     // the pacer's adverts are adverts sent
     expect(e.status().counters.advertsSent).toBe(pacing.adverts.length + 24);

@@ -2,15 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import {
-  BallastError,
-  ConfigError,
-  createError,
-  ERRORS,
-  exitCodeOf,
-  isBallastError,
-  type ErrorCode,
-} from '../../src/errors.js';
+import { BallastError, ConfigError, createError, ERRORS, exitCodeOf, isBallastError, type ErrorCode } from '../../src/errors.js';
 
 const docPath = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'errors.md');
 const doc = readFileSync(docPath, 'utf8');

@@ -42,7 +42,10 @@ describe('receive filters (one module, in order)', () => {
     // an empty set (this node is the only member known) hears nobody, not anybody
     expect(filterAdvert(packet(), { ...ctx, members: new Set<string>() })).toStrictEqual({ ok: false, reason: 'notMember' });
     // unicast: a member that is not a peer is still notPeer (the peer list comes first)
-    expect(filterAdvert(packet({ source: '10.0.0.13', destination: '10.0.0.12' }), { ...m, unicast: true, peers: ['10.0.0.14'] })).toStrictEqual({ ok: false, reason: 'notPeer' });
+    expect(filterAdvert(packet({ source: '10.0.0.13', destination: '10.0.0.12' }), { ...m, unicast: true, peers: ['10.0.0.14'] })).toStrictEqual({
+      ok: false,
+      reason: 'notPeer',
+    });
   });
   it('auth off: an advert with a trailer is authUnexpected', () => {
     const p = packet();
@@ -77,7 +80,15 @@ describe('receive filters (one module, in order)', () => {
       const ip = ipOfFrame(readPcap(fixturePath(file))[0]!.data);
       return { payload: ip.payload, source: ip.source, destination: ip.destination, ttl: ip.ttl };
     };
-    const on = (vrid: number, family: 4 | 6 = 4): FilterContext => ({ family, vrid, primaryAddress: family === 4 ? '10.77.0.99' : 'fe80::99', unicast: false, peers: [], vips: [family === 4 ? '10.77.0.100' : 'fd77::100'], auth: new AdvertAuth(KEY, family, 1) });
+    const on = (vrid: number, family: 4 | 6 = 4): FilterContext => ({
+      family,
+      vrid,
+      primaryAddress: family === 4 ? '10.77.0.99' : 'fe80::99',
+      unicast: false,
+      peers: [],
+      vips: [family === 4 ? '10.77.0.100' : 'fd77::100'],
+      auth: new AdvertAuth(KEY, family, 1),
+    });
     it('a VRRPv3 advert of another VRID is vrid (not authMissing)', () => {
       const p = captured('keepalived-vrrp3-ipv4.pcap');
       expect(filterAdvert(p, on(52))).toStrictEqual({ ok: false, reason: 'vrid', detail: 'VRID 51, expected 52' });
@@ -100,6 +111,15 @@ describe('receive filters (one module, in order)', () => {
     });
   });
   it('has an operator text for each misconfiguration reason', () => {
-    expect(Object.keys(FILTER_WARNINGS).sort()).toStrictEqual(['authFailed', 'authMissing', 'authUnexpected', 'foreign', 'notMember', 'notPeer', 'replayed', 'vrrpv2']);
+    expect(Object.keys(FILTER_WARNINGS).sort()).toStrictEqual([
+      'authFailed',
+      'authMissing',
+      'authUnexpected',
+      'foreign',
+      'notMember',
+      'notPeer',
+      'replayed',
+      'vrrpv2',
+    ]);
   });
 });

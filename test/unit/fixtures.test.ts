@@ -10,7 +10,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { fixturePath, readPcap } from '../support/pcap.js';
 
 const repoFixtures = resolve(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures');
-const CAPTURES = ['keepalived-garp', 'keepalived-ipv6-na', 'keepalived-vrrp2-ipv4', 'keepalived-vrrp3-ipv4', 'keepalived-vrrp3-ipv4-adv10cs', 'keepalived-vrrp3-ipv6'];
+const CAPTURES = [
+  'keepalived-garp',
+  'keepalived-ipv6-na',
+  'keepalived-vrrp2-ipv4',
+  'keepalived-vrrp3-ipv4',
+  'keepalived-vrrp3-ipv4-adv10cs',
+  'keepalived-vrrp3-ipv6',
+];
 
 describe('fixturePath', () => {
   const saved = process.env.BALLAST_FIXTURES;

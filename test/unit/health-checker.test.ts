@@ -351,14 +351,23 @@ describe('HealthChecker: setBackends and stop', () => {
     checker.start();
     await clock.advance(3_000); // checks at 500, 1500: fall 2, down
     expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'down', left: 0, returned: 0 });
-    const b2Rows = (l: readonly { address?: string; backend?: { host: string } }[]) => l.filter((b) => b.address === '10.0.0.12:6443' || b.backend?.host === '10.0.0.12');
+    const b2Rows = (l: readonly { address?: string; backend?: { host: string } }[]) =>
+      l.filter((b) => b.address === '10.0.0.12:6443' || b.backend?.host === '10.0.0.12');
     for (let i = 1; i <= 3; i++) {
       checker.setBackends([B1]);
       // out: nothing is sent to it and nothing checks it, but it is remembered as it was
       expect(b2Rows(checker.snapshot())).toStrictEqual([]);
       expect(b2Rows(checker.verdicts())).toStrictEqual([]);
       expect(checker.departed()).toStrictEqual([
-        expect.objectContaining({ address: '10.0.0.12:6443', state: 'down', reason: 'ECONNREFUSED', left: i, returned: i - 1, leftAt: new Date(clock.now()).toISOString(), keptUntil: new Date(clock.now() + RETAIN_REMOVED_MS).toISOString() }),
+        expect.objectContaining({
+          address: '10.0.0.12:6443',
+          state: 'down',
+          reason: 'ECONNREFUSED',
+          left: i,
+          returned: i - 1,
+          leftAt: new Date(clock.now()).toISOString(),
+          keptUntil: new Date(clock.now() + RETAIN_REMOVED_MS).toISOString(),
+        }),
       ]);
       const calls = fake.calls.length;
       await clock.advance(5_000);
@@ -432,7 +441,8 @@ describe('HealthChecker: options', () => {
   });
 
   it('refuses invalid settings', () => {
-    const make = (health: Partial<CheckerSettings>) => () => new HealthChecker({ health: { ...HEALTH, ...health }, probe: async () => ({ ok: true, cause: { kind: 'http', status: 200 }, latencyMs: 0 }) });
+    const make = (health: Partial<CheckerSettings>) => () =>
+      new HealthChecker({ health: { ...HEALTH, ...health }, probe: async () => ({ ok: true, cause: { kind: 'http', status: 200 }, latencyMs: 0 }) });
     expect(make({ intervalMs: 0 })).toThrow(new RangeError('intervalMs must be a positive number of milliseconds, got 0'));
     expect(make({ rise: 0 })).toThrow(new RangeError('rise must be an integer >= 1, got 0'));
     expect(make({ fall: 2.5 })).toThrow(new RangeError('fall must be an integer >= 1, got 2.5'));
@@ -504,7 +514,9 @@ describe('HealthChecker: verdicts', () => {
     await clock.advance(1_000);
     checker.noteAnswered({ host: '10.0.0.11', port: 6443 });
     await clock.advance(300);
-    expect(states(verdicts).slice(1)).toStrictEqual(['10.0.0.11:6443 unready slow timeout (no SYN-ACK, but it answered other connections meanwhile: a full accept queue)']);
+    expect(states(verdicts).slice(1)).toStrictEqual([
+      '10.0.0.11:6443 unready slow timeout (no SYN-ACK, but it answered other connections meanwhile: a full accept queue)',
+    ]);
     // the check at 4500: the last answer (3700) came before it started: silent, dead
     await clock.advance(1_000);
     expect(states(verdicts).slice(2)).toStrictEqual(['10.0.0.11:6443 dead timeout timeout']);
@@ -564,7 +576,10 @@ describe('HealthChecker: reconfigure (a reload)', () => {
     await clock.advance(1_000);
     const ups = changes.slice(nChanges).filter((c) => c.backend === '10.0.0.12:6443' && c.to === 'up');
     expect(ups).toHaveLength(1);
-    const passesBeforeUp = fake.calls.filter((c) => c.address === '10.0.0.12:6443').slice(from).filter((c) => c.end !== undefined && c.end <= ups[0]!.at).length;
+    const passesBeforeUp = fake.calls
+      .filter((c) => c.address === '10.0.0.12:6443')
+      .slice(from)
+      .filter((c) => c.end !== undefined && c.end <= ups[0]!.at).length;
     expect(passesBeforeUp).toBe(3);
   });
 

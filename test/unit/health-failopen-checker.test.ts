@@ -15,7 +15,16 @@ const B1 = '10.0.0.11:6443';
 const B2 = '10.0.0.12:6443';
 const B3 = '10.0.0.13:6443';
 const DAMPING = { transitions: 3, windowMs: 60_000, holdMs: 10_000, maxHoldMs: 40_000 };
-const HEALTH: CheckerSettings = { path: '/readyz', timeoutMs: 1000, insecureSkipVerify: false, intervalMs: 1000, rise: 2, fall: 2, failOpen: true, damping: DAMPING };
+const HEALTH: CheckerSettings = {
+  path: '/readyz',
+  timeoutMs: 1000,
+  insecureSkipVerify: false,
+  intervalMs: 1000,
+  rise: 2,
+  fall: 2,
+  failOpen: true,
+  damping: DAMPING,
+};
 
 function setup(health: Partial<CheckerSettings> = {}, addresses = [B1, B2, B3]) {
   const clock = new FakeClock();
@@ -161,7 +170,9 @@ describe('HealthChecker: flap damping', () => {
     fake.set(B2, 'pass');
     // the fourth transition (to up) damps it: still unready for the planes, so no new verdict event
     expect(verdicts).toStrictEqual([`${B2} unready`, `${B2} up`, `${B2} unready`]);
-    expect(damping.map((d) => [formatHostPort(d.backend), d.event])).toStrictEqual([[B2, { kind: 'start', until: T0 + 4_505 + 10_000, holdMs: 10_000, level: 1, transitions: 4 }]]);
+    expect(damping.map((d) => [formatHostPort(d.backend), d.event])).toStrictEqual([
+      [B2, { kind: 'start', until: T0 + 4_505 + 10_000, holdMs: 10_000, level: 1, transitions: 4 }],
+    ]);
     const snap = checker.snapshot()[1]!;
     expect(snap).toMatchObject({ state: 'up', healthy: false, dampedUntil: new Date(T0 + 14_505).toISOString() });
     expect(checker.verdicts()[1]).toMatchObject({ state: 'unready', cause: { kind: 'damped', until: T0 + 14_505 } });

@@ -5,7 +5,16 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decidePool, failOpenWindowMs, initialPool, type PoolMember, type PoolOptions, type PoolState } from '../../src/health/failopen.js';
-import { checkDampingOptions, expireHold, holdFor, initialDamp, isDamped, noteTransition, type DampingOptions, type DampState } from '../../src/health/damping.js';
+import {
+  checkDampingOptions,
+  expireHold,
+  holdFor,
+  initialDamp,
+  isDamped,
+  noteTransition,
+  type DampingOptions,
+  type DampState,
+} from '../../src/health/damping.js';
 import { FUZZ_TIMEOUT_MS, fuzzParameters } from '../support/fuzz.js';
 
 const W = 500;
@@ -16,7 +25,8 @@ const B = '10.0.0.2:6443';
 const C = '10.0.0.3:6443';
 
 /** Members A, B, C (in that order) with these states; `damped` lists the damped ones. */
-const members = (states: [S, S, S], damped: string[] = []): PoolMember[] => [A, B, C].map((key, i) => ({ key, state: states[i]!, damped: damped.includes(key) }));
+const members = (states: [S, S, S], damped: string[] = []): PoolMember[] =>
+  [A, B, C].map((key, i) => ({ key, state: states[i]!, damped: damped.includes(key) }));
 
 /** Runs decisions in order from the initial state: [time, states, damped?, options?]. @returns every decision. */
 function run(steps: [number, [S, S, S], string[]?, Partial<PoolOptions>?][]) {
@@ -215,8 +225,20 @@ describe('decidePool: properties over random histories', () => {
             const clean = ms.filter((m) => m.state === 'up' && !m.damped).map((m) => m.key);
             // (plain checks, not expect: a thousand histories must stay well under a second)
             // only backends present, each served at most once, in member order, never dead or unknown
-            check(st.served.join() === ms.filter((m) => st.served.includes(m.key)).map((m) => m.key).join(), 'served in member order', st);
-            check(st.served.every((k) => stateOf(k) === 'up' || stateOf(k) === 'unready'), 'served only up or unready', st);
+            check(
+              st.served.join() ===
+                ms
+                  .filter((m) => st.served.includes(m.key))
+                  .map((m) => m.key)
+                  .join(),
+              'served in member order',
+              st,
+            );
+            check(
+              st.served.every((k) => stateOf(k) === 'up' || stateOf(k) === 'unready'),
+              'served only up or unready',
+              st,
+            );
             if (clean.length > 0) check(st.served.join() === clean.join() && !st.active, 'exactly the clean ones, no fail open', st);
             if (ms.some((m) => m.state === 'up')) check(st.served.length > 0, 'a backend up: never an empty pool', st);
             if (!o.failOpen) check(!st.active && st.served.every((k) => stateOf(k) === 'up'), 'off: nothing unready served', st);

@@ -11,8 +11,7 @@ import {
 } from '../../src/health/hysteresis.js';
 
 type R = 'P' | 'F';
-const input = (r: R, at: number): HealthInput =>
-  r === 'P' ? { kind: 'pass', at, reason: 'http 200' } : { kind: 'fail', at, reason: 'http 500' };
+const input = (r: R, at: number): HealthInput => (r === 'P' ? { kind: 'pass', at, reason: 'http 200' } : { kind: 'fail', at, reason: 'http 500' });
 
 /** Runs a sequence through stepHealth; returns the final health and every transition. */
 function run(seq: readonly R[], rise: number, fall: number, start: HealthState = initialHealth()) {
@@ -151,7 +150,10 @@ describe('hysteresis: markDead', () => {
       let h = run(before, rise, 2).health;
       h = stepHealth('b', h, dead(50), { rise, fall: 2 }).state;
       const back = run(Array<R>(rise).fill('P'), rise, 2, h);
-      expect(back.transitions.map((t) => [t.at, t.from, t.to]), `rise=${rise}`).toStrictEqual([[rise - 1, 'down', 'up']]);
+      expect(
+        back.transitions.map((t) => [t.at, t.from, t.to]),
+        `rise=${rise}`,
+      ).toStrictEqual([[rise - 1, 'down', 'up']]);
       if (rise > 1) expect(run(Array<R>(rise - 1).fill('P'), rise, 2, h).health.state).toBe('down');
     }
   });

@@ -29,10 +29,29 @@ let certPem = '';
 beforeAll(async () => {
   const key = join(dir, 'server.key');
   const cert = join(dir, 'server.crt');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', key, '-out', cert,
-    '-days', '1', '-subj', '/CN=ballast-health-wait', '-addext', 'subjectAltName=IP:127.0.0.1',
-  ], { stdio: 'ignore', timeout: 10_000 });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-keyout',
+      key,
+      '-out',
+      cert,
+      '-days',
+      '1',
+      '-subj',
+      '/CN=ballast-health-wait',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+    ],
+    { stdio: 'ignore', timeout: 10_000 },
+  );
   certPem = readFileSync(cert, 'utf8');
   server = https.createServer({ key: readFileSync(key), cert: certPem }, (_req, res) => res.end('ok'));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -64,15 +83,22 @@ describe('probe: a file that does not exist yet', () => {
   it('a file that exists but is unusable (an empty token) is localFile, not a wait, even beside a missing CA', async () => {
     const empty = join(dir, 'empty-token');
     writeFileSync(empty, '\n');
-    const r = await createProbe({ path: '/readyz', timeoutMs: 2000, insecureSkipVerify: false, tokenFile: empty, caFile: join(dir, 'none', 'ca.crt') })({ host: '127.0.0.1', port });
+    const r = await createProbe({ path: '/readyz', timeoutMs: 2000, insecureSkipVerify: false, tokenFile: empty, caFile: join(dir, 'none', 'ca.crt') })({
+      host: '127.0.0.1',
+      port,
+    });
     expect(r).toMatchObject({ ok: false, cause: { kind: 'localFile', setting: 'tokenFile' }, error: `tokenFile ${empty} is empty` });
   });
-  it('a CA file that holds no certificate (junk, or empty) is localFile in validate\'s words, not a TLS failure of the server', async () => {
+  it("a CA file that holds no certificate (junk, or empty) is localFile in validate's words, not a TLS failure of the server", async () => {
     const junk = join(dir, 'junk-ca.crt');
     for (const text of ['junk\n', '']) {
       writeFileSync(junk, text);
       const r = await createProbe({ path: '/readyz', timeoutMs: 2000, insecureSkipVerify: false, caFile: junk })({ host: '127.0.0.1', port });
-      expect(r).toMatchObject({ ok: false, cause: { kind: 'localFile', setting: 'caFile' }, error: `caFile ${junk} holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)` });
+      expect(r).toMatchObject({
+        ok: false,
+        cause: { kind: 'localFile', setting: 'caFile' },
+        error: `caFile ${junk} holds no PEM certificate (expected a "-----BEGIN CERTIFICATE-----" block)`,
+      });
     }
   });
 });
@@ -131,8 +157,15 @@ describe('checker: waiting for the CA, then up within rise × interval', () => {
     expect(snap[0]).toMatchObject({ state: 'down', healthy: false, reason: waiting.error, waitingFor: { setting: 'apiserver.health.caFile' } });
     expect(verdicts.map((v) => [v.state, v.cause.kind])).toStrictEqual([['unready', 'waitingForFile']]);
 
-    const doc = { state: 'none' as const, backends: snap, dataplane: { mode: 'off' as const, reason: 'no election (vrrp absent)' }, local: { mode: 'off' as const, reason: 'x' } };
-    expect(formatStatus(doc)).toContain('backend: 10.0.0.11:6443 waiting for apiserver.health.caFile /etc/kubernetes/pki/ca.crt (down, not ready until the file exists)');
+    const doc = {
+      state: 'none' as const,
+      backends: snap,
+      dataplane: { mode: 'off' as const, reason: 'no election (vrrp absent)' },
+      local: { mode: 'off' as const, reason: 'x' },
+    };
+    expect(formatStatus(doc)).toContain(
+      'backend: 10.0.0.11:6443 waiting for apiserver.health.caFile /etc/kubernetes/pki/ca.crt (down, not ready until the file exists)',
+    );
     const metrics = createMetrics();
     metrics.update(doc);
     const text = await metrics.registry.metrics();

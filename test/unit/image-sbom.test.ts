@@ -99,8 +99,21 @@ describe('image SBOM', () => {
   });
   afterAll(() => rmSync(rootfs, { recursive: true, force: true }));
 
-  const doc = (deps: [string, string][] = [['yaml', '2.8.1'], ['@scope/a', '1.0.0'], ['yaml', '1.10.2']]): SpdxDocument =>
-    imageSbom({ name: 'ballast', version: '0.1.0', created: '2026-01-01T00:00:00Z', npm: npmDoc(deps), debian: debianPackagesIn(rootfs), nodeVersion: '24.22.3' });
+  const doc = (
+    deps: [string, string][] = [
+      ['yaml', '2.8.1'],
+      ['@scope/a', '1.0.0'],
+      ['yaml', '1.10.2'],
+    ],
+  ): SpdxDocument =>
+    imageSbom({
+      name: 'ballast',
+      version: '0.1.0',
+      created: '2026-01-01T00:00:00Z',
+      npm: npmDoc(deps),
+      debian: debianPackagesIn(rootfs),
+      nodeVersion: '24.22.3',
+    });
   const gaps = (d: SpdxDocument): string[] => sbomGaps(d, rootfs, { app: app(), ownFiles: ['etc/passwd'], nodeVersion: '24.22.3' });
 
   it('parses dpkg records (continuation lines joined) and names the package with its purl', () => {
@@ -109,7 +122,14 @@ describe('image SBOM', () => {
     expect(c.get('Description')).toBe('compression library - runtime\nzlib is a library implementing the deflate compression method found\nin gzip and PKZIP.');
     expect(debianPurl({ name: 'zlib1g', version: '1:1.2.13.dfsg-1', architecture: 'amd64' })).toBe('pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64');
     expect(debianPackagesIn(rootfs)).toEqual([
-      { name: 'zlib1g', version: '1:1.2.13.dfsg-1', architecture: 'amd64', maintainer: 'Mark Brown <broonie@debian.org>', homepage: 'http://zlib.net/', license: 'Zlib' },
+      {
+        name: 'zlib1g',
+        version: '1:1.2.13.dfsg-1',
+        architecture: 'amd64',
+        maintainer: 'Mark Brown <broonie@debian.org>',
+        homepage: 'http://zlib.net/',
+        license: 'Zlib',
+      },
     ]);
     expect(npmPackagesIn(app())).toEqual(['@scope/a@1.0.0', 'yaml@1.10.2', 'yaml@2.8.1']);
   });
@@ -127,29 +147,50 @@ describe('image SBOM', () => {
   it('one document: the image DESCRIBED, CONTAINING the Debian packages, the Node runtime and the npm root', () => {
     const d = doc();
     expect(d.documentDescribes).toEqual(['SPDXRef-Image']);
-    const contains = d.relationships.filter((r) => r.spdxElementId === 'SPDXRef-Image' && r.relationshipType === 'CONTAINS').map((r) => r.relatedSpdxElement).sort();
+    const contains = d.relationships
+      .filter((r) => r.spdxElementId === 'SPDXRef-Image' && r.relationshipType === 'CONTAINS')
+      .map((r) => r.relatedSpdxElement)
+      .sort();
     expect(contains).toEqual(['SPDXRef-Package-ballast-0.1.0', 'SPDXRef-Package-deb-zlib1g-1-1.2.13.dfsg-1', 'SPDXRef-Package-node-runtime-24.22.3']);
-    expect(d.relationships.filter((r) => r.relationshipType === 'DESCRIBES')).toEqual([{ spdxElementId: 'SPDXRef-DOCUMENT', relatedSpdxElement: 'SPDXRef-Image', relationshipType: 'DESCRIBES' }]);
+    expect(d.relationships.filter((r) => r.relationshipType === 'DESCRIBES')).toEqual([
+      { spdxElementId: 'SPDXRef-DOCUMENT', relatedSpdxElement: 'SPDXRef-Image', relationshipType: 'DESCRIBES' },
+    ]);
     expect(d.relationships.filter((r) => r.relationshipType === 'DEPENDENCY_OF')).toHaveLength(3);
     const zlib = d.packages.find((p) => p.name === 'zlib1g')!;
-    expect(zlib).toMatchObject({ versionInfo: '1:1.2.13.dfsg-1', licenseDeclared: 'Zlib', externalRefs: [{ referenceType: 'purl', referenceLocator: 'pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64' }] });
+    expect(zlib).toMatchObject({
+      versionInfo: '1:1.2.13.dfsg-1',
+      licenseDeclared: 'Zlib',
+      externalRefs: [{ referenceType: 'purl', referenceLocator: 'pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64' }],
+    });
     expect(doc()).toEqual(d);
   });
 
   it('finds nothing missing in a complete SBOM, and names every kind of gap', () => {
     expect(gaps(doc())).toEqual([]);
-    expect(gaps(doc([['yaml', '2.8.1'], ['@scope/a', '1.0.0']]))).toEqual(['npm package yaml@1.10.2: not in the SBOM']);
+    expect(
+      gaps(
+        doc([
+          ['yaml', '2.8.1'],
+          ['@scope/a', '1.0.0'],
+        ]),
+      ),
+    ).toEqual(['npm package yaml@1.10.2: not in the SBOM']);
     const noDeb = doc();
     noDeb.packages = noDeb.packages.filter((p) => p.name !== 'zlib1g');
     expect(gaps(noDeb)).toEqual(['Debian package zlib1g 1:1.2.13.dfsg-1: not in the SBOM (pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64)']);
     put('usr/lib/x86_64-linux-gnu/libstray.so.1', 'stray\n');
     put('etc/zlib.conf', 'edited\n');
     try {
-      expect(gaps(doc())).toEqual(['/etc/zlib.conf: content differs from its package\'s md5sums', '/usr/lib/x86_64-linux-gnu/libstray.so.1: in no Debian package\'s md5sums']);
+      expect(gaps(doc())).toEqual([
+        "/etc/zlib.conf: content differs from its package's md5sums",
+        "/usr/lib/x86_64-linux-gnu/libstray.so.1: in no Debian package's md5sums",
+      ]);
     } finally {
       rmSync(join(rootfs, 'usr/lib/x86_64-linux-gnu'), { recursive: true });
       put('etc/zlib.conf', 'conf\n');
     }
-    expect(sbomGaps(doc(), rootfs, { app: app(), ownFiles: ['etc/passwd'], nodeVersion: '24.22.4' })).toEqual(['the Node runtime: the SBOM says 24.22.3, the image has 24.22.4']);
+    expect(sbomGaps(doc(), rootfs, { app: app(), ownFiles: ['etc/passwd'], nodeVersion: '24.22.4' })).toEqual([
+      'the Node runtime: the SBOM says 24.22.3, the image has 24.22.4',
+    ]);
   });
 });

@@ -34,7 +34,14 @@ describe('journal priorities', () => {
     log.trace('t');
     expect(lines.map((l) => l.slice(0, l.indexOf('{')))).toStrictEqual(['<2>', '<3>', '<4>', '<6>', '<7>', '<7>']);
     const parsed = lines.map((l) => JSON.parse(l.slice(3)) as { level: string; msg: string });
-    expect(parsed.map((p) => [p.level, p.msg])).toStrictEqual([['fatal', 'f'], ['error', 'e'], ['warn', 'w'], ['info', 'i'], ['debug', 'd'], ['trace', 't']]);
+    expect(parsed.map((p) => [p.level, p.msg])).toStrictEqual([
+      ['fatal', 'f'],
+      ['error', 'e'],
+      ['warn', 'w'],
+      ['info', 'i'],
+      ['debug', 'd'],
+      ['trace', 't'],
+    ]);
   });
 
   it('without journal: lines are plain JSON', () => {
@@ -60,9 +67,11 @@ describe('journal priorities', () => {
     expect(stdoutIsJournal({ JOURNAL_STREAM: '64771:' }, st)).toBe(false);
     expect(stdoutIsJournal({ JOURNAL_STREAM: ' 64771:18446744073709551557' }, st)).toBe(false);
     expect(stdoutIsJournal({}, st)).toBe(false);
-    expect(stdoutIsJournal({ JOURNAL_STREAM: '1:2' }, () => {
-      throw Object.assign(new Error('EBADF'), { code: 'EBADF' });
-    })).toBe(false);
+    expect(
+      stdoutIsJournal({ JOURNAL_STREAM: '1:2' }, () => {
+        throw Object.assign(new Error('EBADF'), { code: 'EBADF' });
+      }),
+    ).toBe(false);
   });
 });
 
@@ -76,7 +85,10 @@ describe('logWritten: every line is written before the exit', () => {
       const log = createLogger('info', { journal: false, destination });
       for (let i = 0; i < 2000; i++) log.info({ i }, 'line');
       expect(await logWritten(log, 5000)).toBe(true);
-      const seen = readFileSync(file, 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { i: number }).i);
+      const seen = readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { i: number }).i);
       expect(seen).toEqual(Array.from({ length: 2000 }, (_, i) => i));
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -18,7 +18,25 @@
  *   the ballast configuration at its apiserver.port, certSANs hold the VIP, 127.0.0.1 and
  *   localhost, and the seed backends include node 1's advertise address.
  */
-import { chmodSync, closeSync, existsSync, fsyncSync, lstatSync, statSync, symlinkSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  fsyncSync,
+  lstatSync,
+  statSync,
+  symlinkSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -32,7 +50,6 @@ import { systemdUnit } from '../../src/manifest/systemd.js';
 import { addManifestCommand, writeAtomic, type AtomicWriteOps } from '../../src/commands/manifest.js';
 import { daemonSet, kubeconfigReferences, rbac, staticPod, toYaml } from '../../src/manifest/kubernetes.js';
 import { validateBuiltin, validateKubeadmConfigPart, validateKubeadmControlPlane } from '../support/kubernetes-schema.js';
-
 
 const dir = mkdtempSync(join(tmpdir(), 'bman-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,7 +66,10 @@ const cfg = (doc: object): Config => parseConfig(stringify(doc), 'test.yaml');
 const OPTS = { configPath: '/etc/ballast/ballast.yaml', image: 'localhost/ballast:9.9.9' };
 
 /** The hostPath mounts of a pod spec as `path (ro|rw)`, in order. */
-function mounts(spec: { containers: { volumeMounts?: { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }[] }[]; volumes?: { name: string; hostPath?: { path: string; type?: string } }[] }): string[] {
+function mounts(spec: {
+  containers: { volumeMounts?: { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }[] }[];
+  volumes?: { name: string; hostPath?: { path: string; type?: string } }[];
+}): string[] {
   const c = spec.containers[0]!;
   return (c.volumeMounts ?? []).map((m) => {
     const v = spec.volumes!.find((x) => x.name === m.name)!;
@@ -100,7 +120,12 @@ describe('ballast manifest static-pod', () => {
   it('mounts /sys/fs/bpf and /sys/fs/cgroup only for the eBPF local endpoint; the files the configuration names; the probe on admin.listen', () => {
     const proxy = staticPod(cfg({ ...CP, discovery: undefined, dataplane: { local: 'proxy' }, admin: { listen: '0.0.0.0:9700' } }), OPTS);
     validateBuiltin(proxy);
-    expect(mounts(proxy.spec as never)).toStrictEqual(['/etc/ballast ro Directory', '/etc/kubernetes/pki ro DirectoryOrCreate', '/run/ballast rw DirectoryOrCreate', '/var/lib/ballast rw DirectoryOrCreate']);
+    expect(mounts(proxy.spec as never)).toStrictEqual([
+      '/etc/ballast ro Directory',
+      '/etc/kubernetes/pki ro DirectoryOrCreate',
+      '/run/ballast rw DirectoryOrCreate',
+      '/var/lib/ballast rw DirectoryOrCreate',
+    ]);
     expect(proxy.spec!.containers[0]!.livenessProbe!.httpGet).toMatchObject({ host: '127.0.0.1', port: 9700 });
     // no CAP_BPF without the eBPF programs
     expect(proxy.spec!.containers[0]!.securityContext!.capabilities!.add).toStrictEqual(AGENT_CAPABILITIES_EBPF_FREE.map((x) => x.replace(/^CAP_/, '')));
@@ -152,7 +177,9 @@ describe('ballast manifest static-pod', () => {
       hostNetwrok: true,
     };
     expect(() => validateBuiltin({ ...pod, spec: typo })).not.toThrow();
-    expect(() => validateBuiltin({ ...pod, spec: { ...pod.spec, containers: [{ ...pod.spec!.containers[0], resources: { requests: { cpu: 'fifty' } } }] } })).toThrow(/cpu/);
+    expect(() =>
+      validateBuiltin({ ...pod, spec: { ...pod.spec, containers: [{ ...pod.spec!.containers[0], resources: { requests: { cpu: 'fifty' } } }] } }),
+    ).toThrow(/cpu/);
   });
 });
 
@@ -178,7 +205,10 @@ describe('ballast manifest daemonset', () => {
     const c = pod.containers[0]!;
     expect(c.securityContext!.capabilities!.drop).toStrictEqual(['ALL']);
     expect(c.volumeMounts![0]).toStrictEqual({ name: 'config', mountPath: '/etc/ballast', readOnly: true });
-    expect(pod.volumes![0]).toStrictEqual({ name: 'config', configMap: { name: 'ballast-local-endpoint', items: [{ key: 'ballast.yaml', path: 'ballast.yaml' }] } });
+    expect(pod.volumes![0]).toStrictEqual({
+      name: 'config',
+      configMap: { name: 'ballast-local-endpoint', items: [{ key: 'ballast.yaml', path: 'ballast.yaml' }] },
+    });
     expect(mounts({ ...pod, containers: [{ ...c, volumeMounts: c.volumeMounts!.slice(1) }] } as never)).toStrictEqual([
       '/etc/kubernetes/pki ro DirectoryOrCreate',
       '/run/ballast rw DirectoryOrCreate',
@@ -308,7 +338,9 @@ describe('--output: written atomically', () => {
     expect(() => writeAtomic(join(sub, 'inner'), 'x')).toThrow(/cannot write .*inner/);
     expect(readdirSync(sub)).toStrictEqual(['inner']);
     // the target named, the code once, not the temporary file
-    expect(() => writeAtomic(join(d, 'missing', 'f.yaml'), 'x')).toThrow(new RegExp(`^cannot write ${join(d, 'missing', 'f.yaml')}: ENOENT no such file or directory \\(open\\)$`));
+    expect(() => writeAtomic(join(d, 'missing', 'f.yaml'), 'x')).toThrow(
+      new RegExp(`^cannot write ${join(d, 'missing', 'f.yaml')}: ENOENT no such file or directory \\(open\\)$`),
+    );
     expect(existsSync(join(d, 'missing'))).toBe(false);
     expect(readdirSync(d).sort()).toStrictEqual(['ballast.yaml', 'sub']);
   });
@@ -345,7 +377,9 @@ describe('the command line', () => {
     expect(r.stderr).toMatch(/apiserver\.health\.caFile: note: .* does not exist yet/);
     const [pod] = parseAllDocuments(r.stdout) as unknown as { toJS(): { spec: { containers: { image: string; args: string[] }[] } } }[];
     expect(pod!.toJS().spec.containers[0]!.image).toBe('localhost/ballast:9.9.9');
-    expect(pod!.toJS()).toStrictEqual(JSON.parse(JSON.stringify(staticPod(cfg(CP), { configPath: '/etc/ballast/ballast.yaml', image: 'localhost/ballast:9.9.9' }))));
+    expect(pod!.toJS()).toStrictEqual(
+      JSON.parse(JSON.stringify(staticPod(cfg(CP), { configPath: '/etc/ballast/ballast.yaml', image: 'localhost/ballast:9.9.9' }))),
+    );
     // the name image.sh tags the built image with (its `ref=NAME:$version` line)
     const sh = /^ref=([^:\s]+):\$version$/m.exec(readFileSync(join(import.meta.dirname, '..', '..', 'scripts', 'image.sh'), 'utf8'));
     expect(sh?.[1]).toBe(IMAGE_NAME);
@@ -387,14 +421,25 @@ describe('the command line', () => {
     expect(objs[0]!.data).toStrictEqual({ 'worker.yaml': readFileSync(w, 'utf8') });
     const rb = await manifest('rbac', '--user', 'ballast', '--user', 'other');
     expect(rb.code).toBe(0);
-    const binding = (parseAllDocuments(rb.stdout) as unknown as { toJS(): { kind: string; subjects?: { name: string }[] } }[]).map((d) => d.toJS()).find((o) => o.kind === 'RoleBinding')!;
+    const binding = (parseAllDocuments(rb.stdout) as unknown as { toJS(): { kind: string; subjects?: { name: string }[] } }[])
+      .map((d) => d.toJS())
+      .find((o) => o.kind === 'RoleBinding')!;
     expect(binding.subjects!.map((s) => s.name)).toStrictEqual(['ballast', 'ballast', 'other']);
     // an empty name (name: "") is refused, naming the flag; nothing written
     const out = join(dir, 'rbac.out');
-    for (const [args, flags] of [[['--group', ''], '--group'], [['--user', 'a', '--user', ''], '--user'], [['--user', '', '--group', ''], '--user --group']] as const) {
+    for (const [args, flags] of [
+      [['--group', ''], '--group'],
+      [['--user', 'a', '--user', ''], '--user'],
+      [['--user', '', '--group', ''], '--user --group'],
+    ] as const) {
       const e = await manifest('rbac', ...args, '--output', out);
       expect([e.code, e.stdout]).toStrictEqual([2, '']);
-      expect(e.stderr.match(/--(user|group): is empty/g)?.join(' ')).toBe(flags.split(' ').map((f) => `${f}: is empty`).join(' '));
+      expect(e.stderr.match(/--(user|group): is empty/g)?.join(' ')).toBe(
+        flags
+          .split(' ')
+          .map((f) => `${f}: is empty`)
+          .join(' '),
+      );
       expect(existsSync(out)).toBe(false);
     }
     const sd = await manifest('systemd', '--config', write('sd.yaml', CP), '--node-config', '/etc/ballast/ballast.yaml');
@@ -406,18 +451,31 @@ describe('the command line', () => {
   it('static-pod: the directories of the files a readable kubeconfig refers to are mounted read-only; an unreadable one gets a note', async () => {
     const k = join(dir, 'kube', 'kubelet.conf');
     mkdirSync(join(dir, 'kube', 'rel'), { recursive: true });
-    writeFileSync(k, stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      'current-context': 'x',
-      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
-      clusters: [{ name: 'c', cluster: { server: 'https://10.0.0.100:6443', 'certificate-authority': '/etc/kubernetes/pki/ca.crt' } }, { name: 'd', cluster: { server: 'https://x', 'certificate-authority-data': 'AAAA' } }],
-      users: [
-        { name: 'u', user: { 'client-certificate': '/var/lib/kubelet/pki/kubelet-client-current.pem', 'client-key': '/var/lib/kubelet/pki/kubelet-client-current.pem' } },
-        { name: 't', user: { tokenFile: 'rel/token' } },
-      ],
-    }));
-    expect(kubeconfigReferences(readFileSync(k, 'utf8'), k)).toStrictEqual(['/etc/kubernetes/pki/ca.crt', join(dir, 'kube', 'rel', 'token'), '/var/lib/kubelet/pki/kubelet-client-current.pem']);
+    writeFileSync(
+      k,
+      stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'x',
+        contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+        clusters: [
+          { name: 'c', cluster: { server: 'https://10.0.0.100:6443', 'certificate-authority': '/etc/kubernetes/pki/ca.crt' } },
+          { name: 'd', cluster: { server: 'https://x', 'certificate-authority-data': 'AAAA' } },
+        ],
+        users: [
+          {
+            name: 'u',
+            user: { 'client-certificate': '/var/lib/kubelet/pki/kubelet-client-current.pem', 'client-key': '/var/lib/kubelet/pki/kubelet-client-current.pem' },
+          },
+          { name: 't', user: { tokenFile: 'rel/token' } },
+        ],
+      }),
+    );
+    expect(kubeconfigReferences(readFileSync(k, 'utf8'), k)).toStrictEqual([
+      '/etc/kubernetes/pki/ca.crt',
+      join(dir, 'kube', 'rel', 'token'),
+      '/var/lib/kubelet/pki/kubelet-client-current.pem',
+    ]);
     const p = write('kc.yaml', { ...CP, discovery: { kubeconfig: k } });
     const r = await manifest('static-pod', '--config', p, '--node-config', '/etc/ballast/ballast.yaml');
     expect(r.code).toBe(0);
@@ -449,11 +507,33 @@ describe('the command line', () => {
   it('--image is checked against the image reference grammar: exit 2 naming --image, nothing written', async () => {
     const p = write('img.yaml', CP);
     const w = write('img-worker.yaml', WORKER);
-    const good = ['localhost/ballast:0.1.0', 'ballast', 'reg.example:5000/team/ballast_x__y.z-w:v1.2_3', '[::1]:5000/ballast:1', `ballast@sha256:${'a'.repeat(64)}`, `reg.example/ballast:1@sha256:${'0'.repeat(64)}`];
+    const good = [
+      'localhost/ballast:0.1.0',
+      'ballast',
+      'reg.example:5000/team/ballast_x__y.z-w:v1.2_3',
+      '[::1]:5000/ballast:1',
+      `ballast@sha256:${'a'.repeat(64)}`,
+      `reg.example/ballast:1@sha256:${'0'.repeat(64)}`,
+    ];
     for (const ref of good) expect([ref, imageRefProblem(ref)]).toStrictEqual([ref, null]);
-    const bad = ['', 'Bad Image!!', 'Ballast:1', 'ballast:', 'ballast:-x', `ballast:${'t'.repeat(129)}`, 'ballast@sha256:abc', 'a//b', 'ballast_:1', '/ballast', `${'a'.repeat(256)}:1`];
+    const bad = [
+      '',
+      'Bad Image!!',
+      'Ballast:1',
+      'ballast:',
+      'ballast:-x',
+      `ballast:${'t'.repeat(129)}`,
+      'ballast@sha256:abc',
+      'a//b',
+      'ballast_:1',
+      '/ballast',
+      `${'a'.repeat(256)}:1`,
+    ];
     for (const ref of bad) expect([ref, imageRefProblem(ref)]).toStrictEqual([ref, expect.any(String)]);
-    for (const [sub, cfgFile] of [['static-pod', p], ['daemonset', w]] as const) {
+    for (const [sub, cfgFile] of [
+      ['static-pod', p],
+      ['daemonset', w],
+    ] as const) {
       for (const ref of ['', 'Bad Image!!']) {
         const out = join(dir, `img-${sub}.out`);
         const r = await manifest(sub, '--config', cfgFile, '--image', ref, '--output', out);
@@ -516,7 +596,10 @@ const KUBEADM_ONLY: Record<string, (doc: Record<string, unknown>) => Record<stri
 const PART = { ClusterConfiguration: 'clusterConfiguration', InitConfiguration: 'initConfiguration', JoinConfiguration: 'joinConfiguration' } as const;
 
 function kubeadmDocs(file: string): Record<string, unknown>[] {
-  const docs = parseAllDocuments(readFileSync(join(KUBEADM, file), 'utf8'), { strict: true, uniqueKeys: true }) as unknown as { errors: unknown[]; toJS(): Record<string, unknown> }[];
+  const docs = parseAllDocuments(readFileSync(join(KUBEADM, file), 'utf8'), { strict: true, uniqueKeys: true }) as unknown as {
+    errors: unknown[];
+    toJS(): Record<string, unknown>;
+  }[];
   for (const d of docs) expect(d.errors).toStrictEqual([]);
   return docs.map((d) => d.toJS());
 }
@@ -573,8 +656,12 @@ describe('examples/kubeadm', () => {
 
   it('a kubeadm file with a field the schema does not have is refused (the validation is not vacuous)', () => {
     const cluster = kubeadmDocs('kubeadm-init.yaml')[1]!;
-    expect(() => validateKubeadmConfigPart('clusterConfiguration', KUBEADM_ONLY.ClusterConfiguration!({ ...cluster, apiServer: { certSANS: ['x'] } }))).toThrow(/additional properties \(certSANS\)/);
-    expect(() => validateKubeadmConfigPart('clusterConfiguration', cluster)).toThrow(/additional properties \((apiVersion|kind|kubernetesVersion|networking)\)/);
+    expect(() => validateKubeadmConfigPart('clusterConfiguration', KUBEADM_ONLY.ClusterConfiguration!({ ...cluster, apiServer: { certSANS: ['x'] } }))).toThrow(
+      /additional properties \(certSANS\)/,
+    );
+    expect(() => validateKubeadmConfigPart('clusterConfiguration', cluster)).toThrow(
+      /additional properties \((apiVersion|kind|kubernetesVersion|networking)\)/,
+    );
   });
 });
 
@@ -589,9 +676,14 @@ describe('examples/cluster-api', () => {
     return f!.content;
   };
 
-  it('the KubeadmControlPlane is valid by Cluster API v1.14\'s v1beta2 schema', () => {
+  it("the KubeadmControlPlane is valid by Cluster API v1.14's v1beta2 schema", () => {
     validateKubeadmControlPlane(kcp);
-    expect(() => validateKubeadmControlPlane({ ...kcp, spec: { ...kcp.spec, kubeadmConfigSpec: { ...kcp.spec.kubeadmConfigSpec, files: [{ path: '/x', content: '' }] } } })).toThrow(/content must NOT have fewer than 1 characters/);
+    expect(() =>
+      validateKubeadmControlPlane({
+        ...kcp,
+        spec: { ...kcp.spec, kubeadmConfigSpec: { ...kcp.spec.kubeadmConfigSpec, files: [{ path: '/x', content: '' }] } },
+      }),
+    ).toThrow(/content must NOT have fewer than 1 characters/);
   });
 
   it('its files carry examples/cluster-api/ballast.yaml and the static pod `ballast manifest static-pod` renders for it', () => {

@@ -13,31 +13,57 @@ const own = ['10.0.0.12', 'fe80::12'];
 
 describe('membershipOf', () => {
   it('multicast, acceptFrom members (default): the seed backends’ hosts, own address excluded; no peers', () => {
-    expect(membershipOf(config({}), { own, discovered: null })).toStrictEqual({ peers: [], members: ['10.0.0.11', '10.0.0.13'], anyBecause: null, standby: false });
+    expect(membershipOf(config({}), { own, discovered: null })).toStrictEqual({
+      peers: [],
+      members: ['10.0.0.11', '10.0.0.13'],
+      anyBecause: null,
+      standby: false,
+    });
   });
 
   it('discovery replaces the seed; listed peers stay members', () => {
-    expect(membershipOf(config({}), { own, discovered: ['10.0.0.21', '10.0.0.12', '10.0.0.21'] })).toStrictEqual({ peers: [], members: ['10.0.0.21'], anyBecause: null, standby: false });
+    expect(membershipOf(config({}), { own, discovered: ['10.0.0.21', '10.0.0.12', '10.0.0.21'] })).toStrictEqual({
+      peers: [],
+      members: ['10.0.0.21'],
+      anyBecause: null,
+      standby: false,
+    });
   });
 
   it('a seed host the EndpointSlices have not listed yet stays a node (it is joining: heard and, unicast, sent to); once listed and then gone it has left', () => {
     // discovery answered with n1 (.11) and n3 (.13) only; n2 is this node, so take n1's view: own = .11
     const n1 = ['10.0.0.11'];
     const uni = config({ peers: ['discovered'] });
-    expect(membershipOf(uni, { own: n1, discovered: ['10.0.0.11'], confirmed: ['10.0.0.11'] })).toMatchObject({ peers: ['10.0.0.12', '10.0.0.13'], members: ['10.0.0.12', '10.0.0.13'] });
+    expect(membershipOf(uni, { own: n1, discovered: ['10.0.0.11'], confirmed: ['10.0.0.11'] })).toMatchObject({
+      peers: ['10.0.0.12', '10.0.0.13'],
+      members: ['10.0.0.12', '10.0.0.13'],
+    });
     // .12 was listed once and is gone now: it left; .13 never listed: still joining
-    expect(membershipOf(uni, { own: n1, discovered: ['10.0.0.11'], confirmed: ['10.0.0.11', '10.0.0.12'] })).toMatchObject({ peers: ['10.0.0.13'], members: ['10.0.0.13'] });
+    expect(membershipOf(uni, { own: n1, discovered: ['10.0.0.11'], confirmed: ['10.0.0.11', '10.0.0.12'] })).toMatchObject({
+      peers: ['10.0.0.13'],
+      members: ['10.0.0.13'],
+    });
     // before discovery answered: the seed, whatever was confirmed
     expect(membershipOf(uni, { own: n1, discovered: null, confirmed: ['10.0.0.12'] })).toMatchObject({ peers: ['10.0.0.12', '10.0.0.13'] });
   });
 
   it('listed peers and no seed (a hand-written unicast group, keepalived interop): a member by its own configuration, never standby', () => {
     const c = validateConfig({ vrrp: { vrid: 51, peers: ['10.0.0.11', '10.0.0.13'] }, vips: ['10.0.0.100'] });
-    expect(membershipOf(c, { own, discovered: null })).toStrictEqual({ peers: ['10.0.0.11', '10.0.0.13'], members: ['10.0.0.11', '10.0.0.13'], anyBecause: null, standby: false });
+    expect(membershipOf(c, { own, discovered: null })).toStrictEqual({
+      peers: ['10.0.0.11', '10.0.0.13'],
+      members: ['10.0.0.11', '10.0.0.13'],
+      anyBecause: null,
+      standby: false,
+    });
   });
 
   it('acceptFrom any: members null, no reason to log', () => {
-    expect(membershipOf(config({ acceptFrom: 'any' }), { own, discovered: null })).toStrictEqual({ peers: [], members: null, anyBecause: null, standby: false });
+    expect(membershipOf(config({ acceptFrom: 'any' }), { own, discovered: null })).toStrictEqual({
+      peers: [],
+      members: null,
+      anyBecause: null,
+      standby: false,
+    });
   });
 
   it('this node is the only one known (node 1 alone: its own apiserver is the seed, or discovery lists only it): nobody else may speak — not any source', () => {
@@ -56,7 +82,12 @@ describe('membershipOf', () => {
 
   it('unicast with listed peers: peers as listed (own removed), members the backends and the peers', () => {
     const c = config({ peers: ['10.0.0.12', '10.0.0.31'] });
-    expect(membershipOf(c, { own, discovered: null })).toStrictEqual({ peers: ['10.0.0.31'], members: ['10.0.0.11', '10.0.0.13', '10.0.0.31'], anyBecause: null, standby: false });
+    expect(membershipOf(c, { own, discovered: null })).toStrictEqual({
+      peers: ['10.0.0.31'],
+      members: ['10.0.0.11', '10.0.0.13', '10.0.0.31'],
+      anyBecause: null,
+      standby: false,
+    });
   });
 
   it('peers: discovered: the seed hosts until discovery answers, then the discovered nodes, plus the listed ones; own excluded', () => {
@@ -83,7 +114,8 @@ describe('membershipOf', () => {
   });
 
   describe('standby: membership in force and this node is in no member source', () => {
-    const standby = (c: ReturnType<typeof config>, o: readonly string[], discovered: readonly string[] | null) => membershipOf(c, { own: o, discovered }).standby;
+    const standby = (c: ReturnType<typeof config>, o: readonly string[], discovered: readonly string[] | null) =>
+      membershipOf(c, { own: o, discovered }).standby;
 
     it('seed: a member when one of its addresses is a seed host (any spelling), standby when none is', () => {
       expect(standby(config({}), own, null)).toBe(false);

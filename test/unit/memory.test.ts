@@ -34,7 +34,10 @@ describe('MemoryRelease', () => {
 
   const logger = (): { log: Logger; lines: { o: Record<string, unknown>; m: string }[] } => {
     const lines: { o: Record<string, unknown>; m: string }[] = [];
-    const log = { info: (o: Record<string, unknown>, m: string) => lines.push({ o, m }), warn: (o: Record<string, unknown>, m: string) => lines.push({ o, m }) } as unknown as Logger;
+    const log = {
+      info: (o: Record<string, unknown>, m: string) => lines.push({ o, m }),
+      warn: (o: Record<string, unknown>, m: string) => lines.push({ o, m }),
+    } as unknown as Logger;
     return { log, lines };
   };
 
@@ -49,7 +52,13 @@ describe('MemoryRelease', () => {
     expect(lines).toEqual([]);
     vi.advanceTimersByTime(1);
     expect(lines.map((l) => l.m)).toEqual(['memory released']);
-    expect(lines[0]!.o).toMatchObject({ mallocTrimmed: expect.any(Boolean), fileMappings: expect.any(Number), releasedFileKiB: expect.any(Number), rssFileKiB: expect.any(Number), ms: expect.any(Number) });
+    expect(lines[0]!.o).toMatchObject({
+      mallocTrimmed: expect.any(Boolean),
+      fileMappings: expect.any(Number),
+      releasedFileKiB: expect.any(Number),
+      rssFileKiB: expect.any(Number),
+      ms: expect.any(Number),
+    });
     vi.advanceTimersByTime(10 * RELEASE_DELAY_MS);
     expect(lines).toHaveLength(1);
   });

@@ -3,7 +3,6 @@ import { readFileSync } from 'node:fs';
 import { ballastVersion, createMetrics } from '../../src/observe/metrics.js';
 import { STATUS_DOC as doc } from '../support/status-doc.js';
 
-
 describe('metrics', () => {
   it('exposes the election state and counters from the status document', async () => {
     const m = createMetrics();
@@ -49,7 +48,19 @@ describe('metrics', () => {
   });
   it('a backend that left the set keeps its series while remembered, with its state when it left; a listed one reads listed 1', async () => {
     const m = createMetrics();
-    const gone = (address: string, state: 'up' | 'down') => ({ address, state, dampedUntil: null, lastCheck: null, lastLatencyMs: 2, reason: state === 'down' ? 'ECONNREFUSED' : null, consecutive: 2, left: 3, returned: 2, leftAt: '2026-11-29T20:00:00.000Z', keptUntil: '2026-11-29T20:05:00.000Z' });
+    const gone = (address: string, state: 'up' | 'down') => ({
+      address,
+      state,
+      dampedUntil: null,
+      lastCheck: null,
+      lastLatencyMs: 2,
+      reason: state === 'down' ? 'ECONNREFUSED' : null,
+      consecutive: 2,
+      left: 3,
+      returned: 2,
+      leftAt: '2026-11-29T20:00:00.000Z',
+      keptUntil: '2026-11-29T20:05:00.000Z',
+    });
     m.update({ ...doc, departedBackends: [gone('10.0.0.13:6443', 'down'), gone('10.0.0.14:6443', 'up')] });
     const lines = (await m.registry.metrics()).split('\n');
     for (const line of [
@@ -78,7 +89,9 @@ describe('metrics', () => {
     expect(lines).toContain(`ballast_build_info{version="1.2.3",node_version="${process.version}"} 1`);
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
     expect(ballastVersion()).toBe(pkg.version);
-    expect((await createMetrics().registry.metrics()).split('\n')).toContain(`ballast_build_info{version="${pkg.version}",node_version="${process.version}"} 1`);
+    expect((await createMetrics().registry.metrics()).split('\n')).toContain(
+      `ballast_build_info{version="${pkg.version}",node_version="${process.version}"} 1`,
+    );
   });
   it('counters follow the worker across scrapes instead of adding up', async () => {
     const m = createMetrics();

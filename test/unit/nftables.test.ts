@@ -78,14 +78,20 @@ describe('renderRuleset: golden files', () => {
   }
 
   it('has exactly the golden files the cases name (no stale ones)', () => {
-    const files = readdirSync(GOLDEN_DIR).filter((f) => f.endsWith('.nft')).sort();
+    const files = readdirSync(GOLDEN_DIR)
+      .filter((f) => f.endsWith('.nft'))
+      .sort();
     expect(files).toEqual(CASES.map((c) => c.file).sort());
   });
 });
 
 describe('renderRuleset: source NAT to the VIP (connection sync)', () => {
   const vip4 = renderRuleset({ ...fixture(4, 3), sourceNat: 'vip' });
-  const lines = (t: string, re: RegExp): string[] => t.split('\n').filter((l) => re.test(l)).map((l) => l.trim());
+  const lines = (t: string, re: RegExp): string[] =>
+    t
+      .split('\n')
+      .filter((l) => re.test(l))
+      .map((l) => l.trim());
 
   it('SNATs every flow DNATed by us to the VIP it was sent to, in postrouting and input, and masquerades nothing', () => {
     expect(lines(vip4, /^\s*[^#c\s][^"]*\b(snat|masquerade)\b/)).toEqual([
@@ -172,7 +178,9 @@ describe('renderRuleset: shape', () => {
         { source: '10.241.0.201', sourcePort: 1, vip: '10.241.0.100' },
       ]),
     ).toBe('add element ip ballast evict {\n\t10.241.0.200 . 40000 . 10.241.0.100,\n\t10.241.0.201 . 1 . 10.241.0.100\n}\n');
-    expect(evictElements(6, [{ source: 'FD41:0::200', sourcePort: 65535, vip: 'fd41::100' }])).toBe('add element ip6 ballast evict {\n\tfd41::200 . 65535 . fd41::100\n}\n');
+    expect(evictElements(6, [{ source: 'FD41:0::200', sourcePort: 65535, vip: 'fd41::100' }])).toBe(
+      'add element ip6 ballast evict {\n\tfd41::200 . 65535 . fd41::100\n}\n',
+    );
     expect(() => evictElements(4, [{ source: 'fd41::200', sourcePort: 1, vip: '10.241.0.100' }])).toThrow(/flows\[0\]\.source.*IPv6/);
     expect(() => evictElements(4, [{ source: '10.0.0.1', sourcePort: 0, vip: '10.241.0.100' }])).toThrow(/sourcePort/);
     expect(() => evictElements(4, [{ source: '10.0.0.1', sourcePort: 1, vip: '10.0.0.1; flush ruleset' }])).toThrow(TypeError);
@@ -314,7 +322,10 @@ describe.skipIf(why)(`golden files pass the real nft -c in netns ${CHK_NS}${why 
   });
 
   it('nft -c accepts evict elements added to a rendered table, both families', () => {
-    const four = evictElements(4, [{ source: '10.241.0.200', sourcePort: 40000, vip: '10.241.0.100' }, { source: '10.241.0.201', sourcePort: 40001, vip: '10.241.0.100' }]);
+    const four = evictElements(4, [
+      { source: '10.241.0.200', sourcePort: 40000, vip: '10.241.0.100' },
+      { source: '10.241.0.201', sourcePort: 40001, vip: '10.241.0.100' },
+    ]);
     expect(check(renderRuleset(fixture(4, 3)) + four)).toEqual({ status: 0, stderr: '' });
     const six = evictElements(6, [{ source: 'fd41::200', sourcePort: 40000, vip: 'fd41::100' }]);
     expect(check(renderRuleset(fixture(6, 3)) + six)).toEqual({ status: 0, stderr: '' });
@@ -346,7 +357,8 @@ function fakeNft(opts: { result?: (c: Call) => ExecResult; counters?: () => Exec
   const exec: Executor = async (args, stdin) => {
     const c = { args, stdin };
     calls.push(c);
-    if (args.includes('counters')) return opts.counters?.() ?? { code: 1, stdout: '', stderr: 'Error: No such file or directory\nlist counters table ip ballast\n' };
+    if (args.includes('counters'))
+      return opts.counters?.() ?? { code: 1, stdout: '', stderr: 'Error: No such file or directory\nlist counters table ip ballast\n' };
     return opts.result?.(c) ?? { code: 0, stdout: '', stderr: '' };
   };
   return { exec, calls };
@@ -356,7 +368,9 @@ const countersJson = (entries: { family?: string; table?: string; name: string; 
   JSON.stringify({
     nftables: [
       { metainfo: { version: '1.0.6', release_name: 'Lester Gooch #5', json_schema_version: 1 } },
-      ...entries.map((e) => ({ counter: { family: e.family ?? 'ip', table: e.table ?? 'ballast', handle: 1, name: e.name, packets: e.packets, bytes: e.bytes } })),
+      ...entries.map((e) => ({
+        counter: { family: e.family ?? 'ip', table: e.table ?? 'ballast', handle: 1, name: e.name, packets: e.packets, bytes: e.bytes },
+      })),
     ],
   });
 
@@ -450,7 +464,10 @@ describe('NftablesApplier (fake nft)', () => {
   });
 
   it('remove() tolerates a kernel without IPv6 but not other failures', async () => {
-    const noV6 = fakeNft({ result: (c) => (c.stdin.includes('ip6') ? { code: 1, stdout: '', stderr: 'Error: Address family not supported by protocol\n' } : { code: 0, stdout: '', stderr: '' }) });
+    const noV6 = fakeNft({
+      result: (c) =>
+        c.stdin.includes('ip6') ? { code: 1, stdout: '', stderr: 'Error: Address family not supported by protocol\n' } : { code: 0, stdout: '', stderr: '' },
+    });
     await new NftablesApplier({ exec: noV6.exec }).remove();
     const denied = fakeNft({ result: () => ({ code: 1, stdout: '', stderr: 'Error: Operation not permitted\n' }) });
     await expect(new NftablesApplier({ exec: denied.exec }).remove()).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
@@ -509,9 +526,37 @@ describe('flushBackend (fake conntrack)', () => {
       return { code: 0, stdout: 'tcp 6 431999 ESTABLISHED src=…\n', stderr: 'conntrack v1.4.7 (conntrack-tools): 2 flow entries have been deleted.\n' };
     };
     expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toBe(2);
-    expect(calls[0]).toEqual(['-D', '-f', 'ipv4', '-p', 'tcp', '--orig-dst', '10.241.0.100', '--orig-port-dst', '6443', '--reply-src', '10.241.0.12', '--reply-port-src', '6443']);
+    expect(calls[0]).toEqual([
+      '-D',
+      '-f',
+      'ipv4',
+      '-p',
+      'tcp',
+      '--orig-dst',
+      '10.241.0.100',
+      '--orig-port-dst',
+      '6443',
+      '--reply-src',
+      '10.241.0.12',
+      '--reply-port-src',
+      '6443',
+    ]);
     await flushBackend('FD41::100', 6443, { address: 'fd41:0::12', port: 6444 }, { exec });
-    expect(calls[1]).toEqual(['-D', '-f', 'ipv6', '-p', 'tcp', '--orig-dst', 'fd41::100', '--orig-port-dst', '6443', '--reply-src', 'fd41::12', '--reply-port-src', '6444']);
+    expect(calls[1]).toEqual([
+      '-D',
+      '-f',
+      'ipv6',
+      '-p',
+      'tcp',
+      '--orig-dst',
+      'fd41::100',
+      '--orig-port-dst',
+      '6443',
+      '--reply-src',
+      'fd41::12',
+      '--reply-port-src',
+      '6444',
+    ]);
   });
 
   it('returns 0 when nothing matched (conntrack exits 1 then)', async () => {
@@ -522,12 +567,16 @@ describe('flushBackend (fake conntrack)', () => {
   it('runs conntrack again when an entry vanished under it (1.4.7 stops there), at most FLUSH_ATTEMPTS times', async () => {
     const gone = { code: 1, stdout: '', stderr: "conntrack v1.4.7 (conntrack-tools): Operation failed: such conntrack doesn't exist\n" };
     let n = 0;
-    const flaky: Executor = async () => (++n < 3 ? gone : { code: 0, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 4 flow entries have been deleted.\n' });
+    const flaky: Executor = async () =>
+      ++n < 3 ? gone : { code: 0, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 4 flow entries have been deleted.\n' };
     expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: flaky })).toBe(4);
     expect(n).toBe(3);
     let m = 0;
     const always: Executor = async () => (m++, gone);
-    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: always })).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE', message: expect.stringContaining("such conntrack doesn't exist") });
+    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: always })).rejects.toMatchObject({
+      code: 'BALLAST_E_DATAPLANE',
+      message: expect.stringContaining("such conntrack doesn't exist"),
+    });
     expect(m).toBe(FLUSH_ATTEMPTS);
   });
 
@@ -538,7 +587,9 @@ describe('flushBackend (fake conntrack)', () => {
       message: expect.stringContaining('not permitted'),
     });
     const missing: Executor = () => Promise.reject(new Error('spawn conntrack ENOENT'));
-    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: missing })).rejects.toMatchObject({ code: 'BALLAST_E_DATAPLANE' });
+    await expect(flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: missing })).rejects.toMatchObject({
+      code: 'BALLAST_E_DATAPLANE',
+    });
     await expect(flushBackend('10.241.0.100', 6443, { address: 'fd41::12', port: 6443 }, { exec })).rejects.toThrow(TypeError);
     await expect(flushBackend('nope', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).rejects.toThrow(TypeError);
     await expect(flushBackend('10.241.0.100', 0, { address: '10.241.0.12', port: 6443 }, { exec })).rejects.toThrow(/port/);

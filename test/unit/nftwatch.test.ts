@@ -7,7 +7,16 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { NftablesApplier, normalizedTable, type ExecResult, type Executor, type TableCheck } from '../../src/dataplane/apply.js';
-import { FALLBACK_VERIFY_EVERY_MS, QUIET_MS, RESTORED_MESSAGE, TableWatch, touchesTable, VERIFY_EVERY_MS, type RestoreRecord, type TableWatchDeps } from '../../src/dataplane/nftwatch.js';
+import {
+  FALLBACK_VERIFY_EVERY_MS,
+  QUIET_MS,
+  RESTORED_MESSAGE,
+  TableWatch,
+  touchesTable,
+  VERIFY_EVERY_MS,
+  type RestoreRecord,
+  type TableWatchDeps,
+} from '../../src/dataplane/nftwatch.js';
 import type { NftChangeBatch } from '../../src/native.js';
 import type { DesiredDataplane } from '../../src/dataplane/nftables.js';
 
@@ -144,7 +153,9 @@ describe('TableWatch', () => {
   it('without events (subscribe throws) it says so and verifies every FALLBACK_VERIFY_EVERY_MS', async () => {
     const h = harness({}, { subscribeThrows: true });
     expect(h.watch.status().mode).toBe('verify');
-    expect(h.logs.filter((l) => l.level === 'warn').map((l) => l.o)).toEqual([{ family: 4, err: 'setsockopt(NETLINK_ADD_MEMBERSHIP) failed: EPERM', verifyEveryMs: FALLBACK_VERIFY_EVERY_MS }]);
+    expect(h.logs.filter((l) => l.level === 'warn').map((l) => l.o)).toEqual([
+      { family: 4, err: 'setsockopt(NETLINK_ADD_MEMBERSHIP) failed: EPERM', verifyEveryMs: FALLBACK_VERIFY_EVERY_MS },
+    ]);
     await vi.advanceTimersByTimeAsync(FALLBACK_VERIFY_EVERY_MS * 4);
     expect(h.verifies()).toBe(4);
     await h.watch.stop();
@@ -185,7 +196,9 @@ describe('TableWatch', () => {
     h.emit(batch(['ip ballast']));
     await vi.advanceTimersByTimeAsync(QUIET_MS);
     expect(h.restores).toHaveLength(0);
-    expect(h.logs.filter((l) => l.level === 'error').map((l) => l.o)).toEqual([{ family: 4, found: 'missing', detectedBy: 'event', err: 'nft -f - exited with 1: Error: Could not process rule' }]);
+    expect(h.logs.filter((l) => l.level === 'error').map((l) => l.o)).toEqual([
+      { family: 4, found: 'missing', detectedBy: 'event', err: 'nft -f - exited with 1: Error: Could not process rule' },
+    ]);
     fail = false;
     await vi.advanceTimersByTimeAsync(VERIFY_EVERY_MS);
     expect(h.restores.map((r) => r.detectedBy)).toEqual(['verify']);
@@ -212,13 +225,30 @@ const listing = (over: { handle?: number; packets?: number; extraRule?: boolean 
     nftables: [
       { metainfo: { version: '1.0.6', release_name: 'Lester Gooch #5', json_schema_version: 1 } },
       { table: { family: 'ip', name: 'ballast', handle: over.handle ?? 3 } },
-      { chain: { family: 'ip', table: 'ballast', name: 'prerouting', handle: (over.handle ?? 3) + 1, type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' } },
+      {
+        chain: {
+          family: 'ip',
+          table: 'ballast',
+          name: 'prerouting',
+          handle: (over.handle ?? 3) + 1,
+          type: 'nat',
+          hook: 'prerouting',
+          prio: -100,
+          policy: 'accept',
+        },
+      },
       { counter: { family: 'ip', name: 'be_10_0_0_11_6443', table: 'ballast', handle: 9, packets: over.packets ?? 0, bytes: (over.packets ?? 0) * 60 } },
       ...(over.extraRule ? [{ rule: { family: 'ip', table: 'ballast', chain: 'prerouting', handle: 12, expr: [{ accept: null }] } }] : []),
     ],
   });
 
-const DESIRED: DesiredDataplane = { family: 4, vips: ['10.0.0.100'], port: 6443, backends: [{ address: '10.0.0.11', port: 6443, local: false }], masqueradeRemote: true };
+const DESIRED: DesiredDataplane = {
+  family: 4,
+  vips: ['10.0.0.100'],
+  port: 6443,
+  backends: [{ address: '10.0.0.11', port: 6443, local: false }],
+  masqueradeRemote: true,
+};
 
 describe('NftablesApplier.verify (fake nft)', () => {
   function nft(): { exec: Executor; live: { text: string | null }; calls: string[] } {
@@ -272,12 +302,16 @@ describe('NftablesApplier.verify (fake nft)', () => {
   it('normalizedTable drops metainfo, handles and counter values, keeps the rest', () => {
     expect(normalizedTable(JSON.parse(listing()))).toBe(normalizedTable(JSON.parse(listing({ handle: 99, packets: 5 }))));
     expect(normalizedTable(JSON.parse(listing()))).not.toBe(normalizedTable(JSON.parse(listing({ extraRule: true }))));
-    expect(normalizedTable({ nftables: [{ metainfo: {} }, { table: { family: 'ip', name: 'ballast', handle: 1 } }] })).toBe('[{"table":{"family":"ip","name":"ballast"}}]');
+    expect(normalizedTable({ nftables: [{ metainfo: {} }, { table: { family: 'ip', name: 'ballast', handle: 1 } }] })).toBe(
+      '[{"table":{"family":"ip","name":"ballast"}}]',
+    );
     expect(() => normalizedTable({})).toThrow(TypeError);
   });
 
   it('normalizedTable ignores the evict set’s elements (the rebalancer adds them at run time), not other sets’', () => {
-    const set = (name: string, elem?: unknown[]) => ({ set: { family: 'ip', name, table: 'ballast', type: ['ipv4_addr'], handle: 3, ...(elem ? { elem } : {}) } });
+    const set = (name: string, elem?: unknown[]) => ({
+      set: { family: 'ip', name, table: 'ballast', type: ['ipv4_addr'], handle: 3, ...(elem ? { elem } : {}) },
+    });
     const doc = (...sets: object[]) => ({ nftables: [{ metainfo: {} }, { table: { family: 'ip', name: 'ballast', handle: 1 } }, ...sets] });
     const added = [{ elem: { val: { concat: ['10.0.0.5', 40000, '10.0.0.100'] }, timeout: 120, expires: 119 } }];
     expect(normalizedTable(doc(set('evict', added)))).toBe(normalizedTable(doc(set('evict'))));

@@ -25,14 +25,24 @@ function fakeSysctl(values: Record<string, number>, readOnly: string[] = []): Sy
 
 describe('ARP sysctls of BGP mode', () => {
   it('are arp_ignore 1 and arp_announce 2 in conf/all (ip-sysctl.rst: the maximum of all and the interface counts)', () => {
-    expect(ARP_SYSCTLS).toStrictEqual([{ key: IGNORE, want: 1 }, { key: ANNOUNCE, want: 2 }]);
+    expect(ARP_SYSCTLS).toStrictEqual([
+      { key: IGNORE, want: 1 },
+      { key: ANNOUNCE, want: 2 },
+    ]);
     expect(sysctlPath(IGNORE)).toBe('/proc/sys/net/ipv4/conf/all/arp_ignore');
   });
 
-  it('raises Linux\'s defaults and restores them on stop', () => {
+  it("raises Linux's defaults and restores them on stop", () => {
     const io = fakeSysctl({ [IGNORE]: 0, [ANNOUNCE]: 0 });
     const r = raiseArpSysctls(io);
-    expect(r).toStrictEqual({ changed: [{ key: IGNORE, from: 0, to: 1 }, { key: ANNOUNCE, from: 0, to: 2 }], already: [], failed: [] });
+    expect(r).toStrictEqual({
+      changed: [
+        { key: IGNORE, from: 0, to: 1 },
+        { key: ANNOUNCE, from: 0, to: 2 },
+      ],
+      already: [],
+      failed: [],
+    });
     expect(io.values).toStrictEqual({ [IGNORE]: 1, [ANNOUNCE]: 2 });
     expect(restoreArpSysctls(r.changed, io)).toStrictEqual({ restored: [IGNORE, ANNOUNCE], left: [], failed: [] });
     expect(io.values).toStrictEqual({ [IGNORE]: 0, [ANNOUNCE]: 0 });
@@ -52,7 +62,10 @@ describe('ARP sysctls of BGP mode', () => {
     const io = fakeSysctl({ [IGNORE]: 0, [ANNOUNCE]: 0 }, [IGNORE, ANNOUNCE]);
     const r = raiseArpSysctls(io);
     expect(r.changed).toStrictEqual([]);
-    expect(r.failed.map((f) => [f.key, f.value, f.error.split(':')[0]])).toStrictEqual([[IGNORE, 0, 'EROFS'], [ANNOUNCE, 0, 'EROFS']]);
+    expect(r.failed.map((f) => [f.key, f.value, f.error.split(':')[0]])).toStrictEqual([
+      [IGNORE, 0, 'EROFS'],
+      [ANNOUNCE, 0, 'EROFS'],
+    ]);
   });
 });
 
@@ -64,10 +77,23 @@ describe('check: bgp-arp', () => {
       apiserver: { backends: [vip.includes(':') ? '[fd00:1::2]:6443' : '10.0.1.2:6443'], health: { insecureSkipVerify: true } },
       bgp: { localAsn: 64512, peers: [{ address: vip.includes(':') ? 'fd00:1::1' : '10.0.1.1', asn: 64500 }] },
     });
-  const sandbox = (s: Partial<Sandbox>): Sandbox => ({ files: [], protectKernelTunables: false, readWritePaths: [], readOnlyPaths: [], inaccessiblePaths: [], hasCapability: () => true, restrictRealtime: false, limitRtprio: null, ...s });
+  const sandbox = (s: Partial<Sandbox>): Sandbox => ({
+    files: [],
+    protectKernelTunables: false,
+    readWritePaths: [],
+    readOnlyPaths: [],
+    inaccessiblePaths: [],
+    hasCapability: () => true,
+    restrictRealtime: false,
+    limitRtprio: null,
+    ...s,
+  });
   // what the packaged unit says (src/manifest/systemd.ts)
   const packaged = sandbox({ readWritePaths: ['/sys/fs/bpf'], readOnlyPaths: ['/proc/sys', '/sys', '-/proc/acpi'] });
-  const read = (v: Record<string, string>) => (key: string): string | null => v[key] ?? null;
+  const read =
+    (v: Record<string, string>) =>
+    (key: string): string | null =>
+      v[key] ?? null;
 
   it('ok when the values already are 1 / 2', () => {
     const r = bgpArpResult(config('10.0.0.100'), read({ [IGNORE]: '1', [ANNOUNCE]: '2' }), packaged)!;
@@ -75,7 +101,7 @@ describe('check: bgp-arp', () => {
     expect(r.detail).toContain(`${IGNORE} = 1, ${ANNOUNCE} = 2`);
   });
 
-  it('ok when lower and the agent can raise them (no unit); warn with the sysctl.d fix under the packaged unit\'s read-only /proc/sys', () => {
+  it("ok when lower and the agent can raise them (no unit); warn with the sysctl.d fix under the packaged unit's read-only /proc/sys", () => {
     const low = read({ [IGNORE]: '0', [ANNOUNCE]: '0' });
     const free = bgpArpResult(config('10.0.0.100'), low, null)!;
     expect(free.status).toBe('ok');
@@ -97,7 +123,9 @@ describe('check: bgp-arp', () => {
 
   it('writableUnder: the longest path decides; ProtectKernelTunables=yes keeps /proc/sys read-only', () => {
     expect(writableUnder(packaged, '/proc/sys/net/ipv4/conf/all/arp_ignore')).toBe(false);
-    expect(writableUnder(sandbox({ readOnlyPaths: ['/proc/sys'], readWritePaths: ['-/proc/sys/net/ipv4/conf/all'] }), '/proc/sys/net/ipv4/conf/all/arp_ignore')).toBe(true);
+    expect(
+      writableUnder(sandbox({ readOnlyPaths: ['/proc/sys'], readWritePaths: ['-/proc/sys/net/ipv4/conf/all'] }), '/proc/sys/net/ipv4/conf/all/arp_ignore'),
+    ).toBe(true);
     expect(writableUnder(sandbox({ protectKernelTunables: true, readWritePaths: ['/proc/sys/net'] }), '/proc/sys/net/ipv4/conf/all/arp_ignore')).toBe(false);
     expect(writableUnder(sandbox({ readOnlyPaths: ['/proc/sysrq-trigger'] }), '/proc/sys/net/x')).toBe(true);
   });

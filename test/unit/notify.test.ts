@@ -5,20 +5,53 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Logger } from '../../src/log/log.js';
-import { createNotifier, monotonicUsec, notifyMessage, serviceManagerFromEnv, statusLine, STATUS_REFRESH_MS, type NotifierDeps } from '../../src/observe/notify.js';
+import {
+  createNotifier,
+  monotonicUsec,
+  notifyMessage,
+  serviceManagerFromEnv,
+  statusLine,
+  STATUS_REFRESH_MS,
+  type NotifierDeps,
+} from '../../src/observe/notify.js';
 import type { ElectionStatusDocument, EndpointOnlyStatusDocument, StatusDocument } from '../../src/observe/status.js';
 import type { BackendHealth } from '../../src/health/checker.js';
 
-const backend = (address: string, healthy: boolean): BackendHealth => ({ address, state: healthy ? 'up' : 'down', healthy, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 1 });
+const backend = (address: string, healthy: boolean): BackendHealth => ({
+  address,
+  state: healthy ? 'up' : 'down',
+  healthy,
+  lastCheck: null,
+  lastLatencyMs: null,
+  reason: null,
+  consecutive: 1,
+});
 
 function election(over: Partial<ElectionStatusDocument> = {}): ElectionStatusDocument {
   return {
-    state: 'master', vrid: 51, priority: 150, effectivePriority: 150, masterAddress: '10.0.0.1', masterPriority: 150,
-    vips: ['10.0.0.100'], vipsHeld: true, since: '2026-01-01T00:00:00.000Z', interface: 'eth0', family: 4, primaryAddress: '10.0.0.1',
-    mode: 'multicast', peers: [], auth: false, advertisementIntervalMs: 1000, masterAdverIntervalMs: 1000, masterDownIntervalMs: 3414, skewTimeMs: 414,
+    state: 'master',
+    vrid: 51,
+    priority: 150,
+    effectivePriority: 150,
+    masterAddress: '10.0.0.1',
+    masterPriority: 150,
+    vips: ['10.0.0.100'],
+    vipsHeld: true,
+    since: '2026-01-01T00:00:00.000Z',
+    interface: 'eth0',
+    family: 4,
+    primaryAddress: '10.0.0.1',
+    mode: 'multicast',
+    peers: [],
+    auth: false,
+    advertisementIntervalMs: 1000,
+    masterAdverIntervalMs: 1000,
+    masterDownIntervalMs: 3414,
+    skewTimeMs: 414,
     counters: { advertsSent: 0, advertsReceived: 0, sendErrors: 0, dropped: {}, transitions: 1, announcementsSent: 0, foreign: 0 },
     backends: [backend('10.0.0.1:6443', true), backend('10.0.0.2:6443', true), backend('10.0.0.3:6443', true)],
-    dataplane: { mode: 'none' }, local: { mode: 'off', reason: 'no localEndpoint configured' },
+    dataplane: { mode: 'none' },
+    local: { mode: 'off', reason: 'no localEndpoint configured' },
     ...over,
   };
 }
@@ -50,16 +83,32 @@ describe('serviceManagerFromEnv (systemd.exec(5), sd_watchdog_enabled(3))', () =
 
 describe('notifyMessage and statusLine', () => {
   it('KEY=value lines in order; a newline inside a value cannot start a new assignment', () => {
-    expect(notifyMessage([['READY', 1], ['STATUS', 'a\nSTOPPING=1'], ['MAINPID', 42], ['MONOTONIC_USEC', 12n]])).toBe('READY=1\nSTATUS=a STOPPING=1\nMAINPID=42\nMONOTONIC_USEC=12');
+    expect(
+      notifyMessage([
+        ['READY', 1],
+        ['STATUS', 'a\nSTOPPING=1'],
+        ['MAINPID', 42],
+        ['MONOTONIC_USEC', 12n],
+      ]),
+    ).toBe('READY=1\nSTATUS=a STOPPING=1\nMAINPID=42\nMONOTONIC_USEC=12');
   });
   it('the election state, the VIPs, the master when it is another node, and the ready backends', () => {
     expect(statusLine(election())).toBe('MASTER for 10.0.0.100, 3 of 3 backends ready');
-    expect(statusLine(election({ state: 'backup', masterAddress: '10.0.0.2', backends: [backend('a:1', true), backend('b:1', false)] }))).toBe('BACKUP for 10.0.0.100 (master 10.0.0.2), 1 of 2 backends ready');
-    expect(statusLine(election({ state: 'backup', masterAddress: null, standby: true, vips: ['10.0.0.100', 'fd00::100'], backends: [backend('a:1', false)] }))).toBe('BACKUP for 10.0.0.100, fd00::100 (standby: not a member yet), 0 of 1 backend ready');
+    expect(statusLine(election({ state: 'backup', masterAddress: '10.0.0.2', backends: [backend('a:1', true), backend('b:1', false)] }))).toBe(
+      'BACKUP for 10.0.0.100 (master 10.0.0.2), 1 of 2 backends ready',
+    );
+    expect(
+      statusLine(election({ state: 'backup', masterAddress: null, standby: true, vips: ['10.0.0.100', 'fd00::100'], backends: [backend('a:1', false)] })),
+    ).toBe('BACKUP for 10.0.0.100, fd00::100 (standby: not a member yet), 0 of 1 backend ready');
     expect(statusLine(election({ state: 'fault', masterAddress: null, backends: [] }))).toBe('FAULT for 10.0.0.100');
   });
   it('without an election: the local endpoint and the backends', () => {
-    const doc: EndpointOnlyStatusDocument = { state: 'none', backends: [backend('a:1', true), backend('b:1', false), backend('c:1', false)], dataplane: { mode: 'off', reason: 'no election' }, local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443'], backends: ['a:1'], updates: 1, socketsReset: 0, failures: 0, lastError: null } };
+    const doc: EndpointOnlyStatusDocument = {
+      state: 'none',
+      backends: [backend('a:1', true), backend('b:1', false), backend('c:1', false)],
+      dataplane: { mode: 'off', reason: 'no election' },
+      local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443'], backends: ['a:1'], updates: 1, socketsReset: 0, failures: 0, lastError: null },
+    };
     expect(statusLine(doc)).toBe('no election; local endpoint 127.0.0.1:7443 (ebpf), 1 of 3 backends ready');
     expect(statusLine({ ...doc, local: { mode: 'off', reason: 'x' }, backends: [] })).toBe('no election; local endpoint off');
   });
@@ -131,7 +180,9 @@ describe('createNotifier: what goes when', () => {
     sent = [];
     await vi.advanceTimersByTimeAsync(10_000);
     expect(messages().filter((m) => m === 'WATCHDOG=1')).toEqual([]);
-    expect(logs.filter((l) => l.startsWith('WARN'))).toEqual(['WARN the election is not running on time: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)']);
+    expect(logs.filter((l) => l.startsWith('WARN'))).toEqual([
+      'WARN the election is not running on time: the watchdog is not pinged (systemd restarts the agent after WatchdogSec)',
+    ]);
     alive = 'yes';
     await vi.advanceTimersByTimeAsync(1000);
     expect(messages()).toEqual(['WATCHDOG=1']);
@@ -176,12 +227,15 @@ describe('createNotifier: what goes when', () => {
 
   it('a failed send is logged once per error until one succeeds again', async () => {
     let fail: string | null = 'ECONNREFUSED';
-    const n = createNotifier({ socket: '/s', watchdogUsec: 1_000_000 }, deps({
-      send: (_s, m) => {
-        if (fail) throw Object.assign(new Error(`sendto failed on /s: ${fail}`), { code: fail });
-        sent.push(`/s ${m}`);
-      },
-    }));
+    const n = createNotifier(
+      { socket: '/s', watchdogUsec: 1_000_000 },
+      deps({
+        send: (_s, m) => {
+          if (fail) throw Object.assign(new Error(`sendto failed on /s: ${fail}`), { code: fail });
+          sent.push(`/s ${m}`);
+        },
+      }),
+    );
     await n.ready();
     await vi.advanceTimersByTimeAsync(5000);
     fail = 'EAGAIN';

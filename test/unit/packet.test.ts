@@ -299,11 +299,17 @@ describe('literal vectors', () => {
   });
 
   it('the largest interval, the extremes of priority and VRID', () => {
-    for (const [vrid, priority, interval] of [[1, 0, 1], [255, 255, MAX_ADVER_INT_CS], [128, 1, 2048]] as const) {
+    for (const [vrid, priority, interval] of [
+      [1, 0, 1],
+      [255, 255, MAX_ADVER_INT_CS],
+      [128, 1, 2048],
+    ] as const) {
       const adv = { vrid, priority, maxAdvertIntervalCs: interval, addresses: ['10.0.0.1'] };
       const msg = encodeAdvertisement(adv, { family: 4, checksum: 'rfc9568', source: '10.0.0.2', destination: VRRP_MULTICAST_V4 });
       expect(msg[4]! >> 4).toBe(0); // rsvd
-      expect(expectOk(decodeAdvertisement(msg, { family: 4, source: '10.0.0.2', destination: VRRP_MULTICAST_V4, ttl: 255, checkTtl: true })).advert).toEqual(adv);
+      expect(expectOk(decodeAdvertisement(msg, { family: 4, source: '10.0.0.2', destination: VRRP_MULTICAST_V4, ttl: 255, checkTtl: true })).advert).toEqual(
+        adv,
+      );
     }
   });
 
@@ -343,7 +349,7 @@ describe('receive checks (RFC 9568 §7.1)', () => {
     expectOk(decodeAdvertisement(VALID, CTX, 51));
   });
 
-  it("ttl: 254 with checkTtl is dropped; without checkTtl (unicast) it is accepted", () => {
+  it('ttl: 254 with checkTtl is dropped; without checkTtl (unicast) it is accepted', () => {
     expectDrop(decodeAdvertisement(VALID, { ...CTX, ttl: 254 }), 'ttl');
     expectDrop(decodeAdvertisement(VALID, { ...CTX, ttl: 0 }), 'ttl');
     expectOk(decodeAdvertisement(VALID, { ...CTX, ttl: 254, checkTtl: false }));
@@ -367,18 +373,44 @@ describe('receive checks (RFC 9568 §7.1)', () => {
     expectDrop(decodeAdvertisement(Buffer.alloc(0), CTX), 'length');
     for (let n = 1; n < 8; n++) expectDrop(decodeAdvertisement(VALID.subarray(0, n), CTX), 'length');
     // a count that claims more addresses than are there
-    expectDrop(decodeAdvertisement(edit((b) => (b[3] = 2)), CTX), 'length');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => (b[3] = 2)),
+        CTX,
+      ),
+      'length',
+    );
     // an IPv4-sized packet read as IPv6 is too short for its one address
     expectDrop(decodeAdvertisement(VALID, { ...CTX, family: 6, source: 'fe80::1', destination: 'ff02::12' }), 'length');
   });
 
   it('version: 2 is vrrpv2, anything else but 3 is version', () => {
-    expectDrop(decodeAdvertisement(edit((b) => (b[0] = 0x21)), CTX), 'vrrpv2');
-    for (const v of [0, 1, 4, 15]) expectDrop(decodeAdvertisement(edit((b) => (b[0] = (v << 4) | 1)), CTX), 'version');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => (b[0] = 0x21)),
+        CTX,
+      ),
+      'vrrpv2',
+    );
+    for (const v of [0, 1, 4, 15])
+      expectDrop(
+        decodeAdvertisement(
+          edit((b) => (b[0] = (v << 4) | 1)),
+          CTX,
+        ),
+        'version',
+      );
   });
 
   it('type: anything but 1', () => {
-    for (const t of [0, 2, 15]) expectDrop(decodeAdvertisement(edit((b) => (b[0] = 0x30 | t)), CTX), 'type');
+    for (const t of [0, 2, 15])
+      expectDrop(
+        decodeAdvertisement(
+          edit((b) => (b[0] = 0x30 | t)),
+          CTX,
+        ),
+        'type',
+      );
   });
 
   it('checksum: one flipped byte anywhere fails under both conventions', () => {
@@ -425,9 +457,21 @@ describe('receive checks (RFC 9568 §7.1)', () => {
   });
 
   it('interval: Max Adver Int 0', () => {
-    expectDrop(decodeAdvertisement(edit((b) => b.writeUInt16BE(0, 4)), CTX), 'interval');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => b.writeUInt16BE(0, 4)),
+        CTX,
+      ),
+      'interval',
+    );
     // rsvd bits do not make a non-zero interval
-    expectDrop(decodeAdvertisement(edit((b) => b.writeUInt16BE(0xf000, 4)), CTX), 'interval');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => b.writeUInt16BE(0xf000, 4)),
+        CTX,
+      ),
+      'interval',
+    );
   });
 
   it('vrid: another VRID than expected, and VRID 0 always', () => {
@@ -435,7 +479,13 @@ describe('receive checks (RFC 9568 §7.1)', () => {
     expectDrop(r, 'vrid');
     if (!r.ok) expect(r.detail).toBe('VRID 51, expected 52');
     expectOk(decodeAdvertisement(VALID, CTX)); // no expectation: any VRID goes
-    expectDrop(decodeAdvertisement(edit((b) => (b[1] = 0)), CTX), 'vrid');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => (b[1] = 0)),
+        CTX,
+      ),
+      'vrid',
+    );
   });
 
   it('rsvd bits are ignored on receive and cleared on send (§5.2.6)', () => {
@@ -447,13 +497,26 @@ describe('receive checks (RFC 9568 §7.1)', () => {
 
   it('checks run in order: the first failing check is the one reported', () => {
     // bad version and bad checksum: version
-    expectDrop(decodeAdvertisement(edit((b) => (b[0] = 0x41), false), CTX), 'version');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => (b[0] = 0x41), false),
+        CTX,
+      ),
+      'version',
+    );
     // bad length and bad checksum: length
     expectDrop(decodeAdvertisement(Buffer.concat([VALID, Buffer.from([1, 2])]), CTX), 'length');
     // zero count with a bad checksum: checksum
     expectDrop(decodeAdvertisement(Buffer.from(VALID.subarray(0, 8)).fill(0, 3, 4), CTX), 'checksum');
     // wrong VRID and zero interval: vrid
-    expectDrop(decodeAdvertisement(edit((b) => b.writeUInt16BE(0, 4)), CTX, 52), 'vrid');
+    expectDrop(
+      decodeAdvertisement(
+        edit((b) => b.writeUInt16BE(0, 4)),
+        CTX,
+        52,
+      ),
+      'vrid',
+    );
   });
 });
 
@@ -515,7 +578,6 @@ describe('encodeAdvertisement input checks', () => {
 
 // ---------------------------------------------------------------------------------------------
 // fuzz
-
 
 const REASONS: readonly DropReason[] = ['ttl', 'length', 'version', 'vrrpv2', 'type', 'checksum', 'addressCount', 'interval', 'vrid'];
 

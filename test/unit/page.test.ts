@@ -25,7 +25,16 @@ const engine: EngineStatus = {
   vipsHeld: false,
   counters: { advertsSent: 12, advertsReceived: 3, sendErrors: 0, dropped: { vrid: 7 }, transitions: 2, announcementsSent: 5, foreign: 0 },
 };
-const fixed = { vips: ['10.0.0.100'], interface: 'eth0', family: 4 as const, primaryAddress: '10.0.0.11', unicast: false, peers: [] as string[], auth: false, advertisementIntervalMs: 100 };
+const fixed = {
+  vips: ['10.0.0.100'],
+  interface: 'eth0',
+  family: 4 as const,
+  primaryAddress: '10.0.0.11',
+  unicast: false,
+  peers: [] as string[],
+  auth: false,
+  advertisementIntervalMs: 100,
+};
 const EVIL = '<script>alert("x")</script>&\'';
 
 function doc(over: { reason?: string; lastError?: string | null } = {}): StatusDocument {
@@ -33,13 +42,63 @@ function doc(over: { reason?: string; lastError?: string | null } = {}): StatusD
     engine,
     fixed,
     {
-      reload: { last: { ok: false, at: '2026-11-29T20:00:30.000Z', trigger: 'admin', problems: [`line 3: vrrp.vrid: ${EVIL}`], changed: [], actions: [], handover: false, durationMs: 3 }, lastSuccessAt: '2026-11-29T19:59:00.000Z' },
+      reload: {
+        last: {
+          ok: false,
+          at: '2026-11-29T20:00:30.000Z',
+          trigger: 'admin',
+          problems: [`line 3: vrrp.vrid: ${EVIL}`],
+          changed: [],
+          actions: [],
+          handover: false,
+          durationMs: 3,
+        },
+        lastSuccessAt: '2026-11-29T19:59:00.000Z',
+      },
       backends: [
-        { address: '10.0.0.11:6443', state: 'down', healthy: false, lastCheck: '2026-11-29T20:00:59.000Z', lastLatencyMs: 2.25, reason: over.reason ?? 'ECONNREFUSED', consecutive: 3, source: 'seed' },
-        { address: '10.0.0.12:6443', state: 'up', healthy: true, lastCheck: '2026-11-29T20:00:59.500Z', lastLatencyMs: 4.5, reason: null, consecutive: 9, source: 'endpointslice' },
-        { address: '10.0.0.13:6443', state: 'unknown', healthy: false, lastCheck: null, lastLatencyMs: null, reason: null, consecutive: 0, source: 'lastKnown' },
+        {
+          address: '10.0.0.11:6443',
+          state: 'down',
+          healthy: false,
+          lastCheck: '2026-11-29T20:00:59.000Z',
+          lastLatencyMs: 2.25,
+          reason: over.reason ?? 'ECONNREFUSED',
+          consecutive: 3,
+          source: 'seed',
+        },
+        {
+          address: '10.0.0.12:6443',
+          state: 'up',
+          healthy: true,
+          lastCheck: '2026-11-29T20:00:59.500Z',
+          lastLatencyMs: 4.5,
+          reason: null,
+          consecutive: 9,
+          source: 'endpointslice',
+        },
+        {
+          address: '10.0.0.13:6443',
+          state: 'unknown',
+          healthy: false,
+          lastCheck: null,
+          lastLatencyMs: null,
+          reason: null,
+          consecutive: 0,
+          source: 'lastKnown',
+        },
       ],
-      dataplane: { mode: 'nftables', backends: ['10.0.0.12:6443'], applies: 4, lastApplyMs: 12.34, flushedEntries: 1, restores: 0, lastRestore: null, failures: 0, lastError: over.lastError ?? null, connections: { '10.0.0.12:6443': 42 } },
+      dataplane: {
+        mode: 'nftables',
+        backends: ['10.0.0.12:6443'],
+        applies: 4,
+        lastApplyMs: 12.34,
+        flushedEntries: 1,
+        restores: 0,
+        lastRestore: null,
+        failures: 0,
+        lastError: over.lastError ?? null,
+        connections: { '10.0.0.12:6443': 42 },
+      },
       local: { mode: 'ebpf', endpoints: ['127.0.0.1:7443'], backends: ['10.0.0.12:6443'], updates: 3, socketsReset: 0, failures: 0, lastError: null },
     },
     {
@@ -55,7 +114,11 @@ function doc(over: { reason?: string; lastError?: string | null } = {}): StatusD
 }
 
 /** The text of the page with tags removed (what a reader sees, roughly). */
-const text = (html: string) => html.replace(/<style>[\s\S]*?<\/style>/, '').replace(/<[^>]+>/g, ' ').replace(/\s+/g, ' ');
+const text = (html: string) =>
+  html
+    .replace(/<style>[\s\S]*?<\/style>/, '')
+    .replace(/<[^>]+>/g, ' ')
+    .replace(/\s+/g, ' ');
 
 describe('renderStatusPage', () => {
   it('shows who holds the VIP and since when, this node, each backend, the planes, the transitions and the reload', () => {
@@ -79,24 +142,54 @@ describe('renderStatusPage', () => {
     expect(html).toContain('<meta http-equiv="refresh" content="5">');
   });
 
-  it("a backend whose certificate lacks a name clients use says which, beside its health", () => {
+  it('a backend whose certificate lacks a name clients use says which, beside its health', () => {
     const d = doc();
     const lacks = 'IP SAN 10.0.0.100 (the VIP)';
-    d.backends[1] = { ...d.backends[1]!, certificate: { subject: 'CN=kube-apiserver', issuer: 'CN=kubernetes', notAfter: '2027-11-29T00:00:00.000Z', fingerprint256: 'AB:CD', missing: ['10.0.0.100'], lacks: [lacks], since: '2026-11-29T19:59:00.000Z' } };
+    d.backends[1] = {
+      ...d.backends[1]!,
+      certificate: {
+        subject: 'CN=kube-apiserver',
+        issuer: 'CN=kubernetes',
+        notAfter: '2027-11-29T00:00:00.000Z',
+        fingerprint256: 'AB:CD',
+        missing: ['10.0.0.100'],
+        lacks: [lacks],
+        since: '2026-11-29T19:59:00.000Z',
+      },
+    };
     const t = text(renderStatusPage(d, { now: NOW }));
     expect(t).toContain(`10.0.0.12:6443 up endpointslice 42 4.5 ms 2026-11-29T20:00:59.500Z (1 s ago) certificate ${lacks}`);
     expect(t).not.toContain('10.0.0.11:6443 down seed — 2.3 ms 2026-11-29T20:00:59.000Z (1 s ago) ECONNREFUSED certificate');
   });
 
   it('discovery refused by the API: the refusal, since when, and the counts', () => {
-    const d = { ...doc(), discovery: { state: 'backoff' as const, server: 'https://10.0.0.12:6443', lists: 0, errors: 7, emptyKept: 0, lastChange: null, lastError: 'HTTP-Code: 403', denied: 'forbidden' as const, deniedSince: '2026-11-29T20:00:30.000Z', refusals: { unauthorized: 0, forbidden: 7 } } };
+    const d = {
+      ...doc(),
+      discovery: {
+        state: 'backoff' as const,
+        server: 'https://10.0.0.12:6443',
+        lists: 0,
+        errors: 7,
+        emptyKept: 0,
+        lastChange: null,
+        lastError: 'HTTP-Code: 403',
+        denied: 'forbidden' as const,
+        deniedSince: '2026-11-29T20:00:30.000Z',
+        refusals: { unauthorized: 0, forbidden: 7 },
+      },
+    };
     const t = text(renderStatusPage(d, { now: NOW }));
     expect(t).toContain('refused 403 forbidden since 2026-11-29T20:00:30.000Z (30 s ago)');
     expect(t).toContain('0 lists, 7 errors (7 forbidden, 0 unauthorized), 0 empty sets ignored');
   });
 
   it('a master shows itself as the holder', () => {
-    const d = statusDocument({ ...engine, state: 'active', effectivePriority: 150, masterAddress: '10.0.0.11', masterPriority: 150, vipsHeld: true }, fixed, undefined, { transitions: [], masterSince: null, priorityReason: null });
+    const d = statusDocument(
+      { ...engine, state: 'active', effectivePriority: 150, masterAddress: '10.0.0.11', masterPriority: 150, vipsHeld: true },
+      fixed,
+      undefined,
+      { transitions: [], masterSince: null, priorityReason: null },
+    );
     const t = text(renderStatusPage(d, { now: NOW, refreshS: 0 }));
     expect(t).toContain('VIP holder this node (10.0.0.11) held here');
     expect(t).toContain('150 (advertised as configured)');
@@ -104,7 +197,12 @@ describe('renderStatusPage', () => {
   });
 
   it('without an election: the local endpoint only', () => {
-    const t = text(renderStatusPage({ state: 'none', backends: [], dataplane: { mode: 'off', reason: 'no election' }, local: { mode: 'off', reason: 'no localEndpoint configured' } }, { now: NOW }));
+    const t = text(
+      renderStatusPage(
+        { state: 'none', backends: [], dataplane: { mode: 'off', reason: 'no election' }, local: { mode: 'off', reason: 'no localEndpoint configured' } },
+        { now: NOW },
+      ),
+    );
     expect(t).toContain('no election vrrp is not configured');
     expect(t).toContain('no apiserver backends configured');
   });
@@ -137,14 +235,19 @@ describe('GET / on the admin server', () => {
 
   it('serves the page as HTML with a CSP that loads nothing; 503 with the error when the engine does not answer', async () => {
     let fail = false;
-    server = await startAdmin('127.0.0.1', 0, {
-      status: async () => {
-        if (fail) throw new Error(`worker <gone>`);
-        return doc();
+    server = await startAdmin(
+      '127.0.0.1',
+      0,
+      {
+        status: async () => {
+          if (fail) throw new Error(`worker <gone>`);
+          return doc();
+        },
+        metrics: async () => ({ contentType: 'text/plain', body: '' }),
+        // no shared rendering (admin.ts SCRAPE_CACHE_MS): the second request must see the failure
       },
-      metrics: async () => ({ contentType: 'text/plain', body: '' }),
-      // no shared rendering (admin.ts SCRAPE_CACHE_MS): the second request must see the failure
-    }, { cacheMs: 0 });
+      { cacheMs: 0 },
+    );
     const port = (server.address() as { port: number }).port;
     const r = await fetch(`http://127.0.0.1:${port}/`);
     expect(r.status).toBe(200);

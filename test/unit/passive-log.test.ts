@@ -59,7 +59,10 @@ describe('passive detection: the dead line', () => {
     const t = setup();
     t.handle({ backend: n2, alive: true, signal: 'answered', reason: 'answered' });
     expect(t.answered).toStrictEqual(['10.78.170.12']);
-    const quiet = passiveVerdictHandler({ markDead: () => false, noteAnswered: () => undefined }, new RateLimitedLog(() => t.lines.push({ level: 'x', fields: {}, msg: 'x' })));
+    const quiet = passiveVerdictHandler(
+      { markDead: () => false, noteAnswered: () => undefined },
+      new RateLimitedLog(() => t.lines.push({ level: 'x', fields: {}, msg: 'x' })),
+    );
     quiet(refused(n3));
     expect(t.lines).toHaveLength(0);
   });

@@ -10,7 +10,9 @@ import { describe, expect, it } from 'vitest';
 import { CONNTRACK_GROUPS, FlowTracker, parseCtEvents, watchConntrack, type CtSocket, type FlowEvent, type PassiveVerdict } from '../../src/health/passive.js';
 import { formatHostPort } from '../../src/net/hostport.js';
 
-const golden = JSON.parse(readFileSync(new URL('./golden/ctnetlink-events.json', import.meta.url), 'utf8')) as { captures: Record<'v4refused' | 'v4ok' | 'v6refused', string[]> };
+const golden = JSON.parse(readFileSync(new URL('./golden/ctnetlink-events.json', import.meta.url), 'utf8')) as {
+  captures: Record<'v4refused' | 'v4ok' | 'v6refused', string[]>;
+};
 const events = (name: keyof typeof golden.captures): FlowEvent[] => golden.captures[name].flatMap((hex) => parseCtEvents(Buffer.from(hex, 'hex')));
 const text = (vs: readonly PassiveVerdict[]): string[] => vs.map((v) => `${formatHostPort(v.backend)} ${v.alive ? 'alive' : 'dead'} ${v.signal} ${v.reason}`);
 
@@ -24,8 +26,17 @@ describe('parseCtEvents (real ctnetlink datagrams)', () => {
   });
   it('an answered connection: NEW, then UPDATEs through the TCP states', () => {
     const e = events('v4ok');
-    expect(e.map((x) => `${x.type} ${x.state}`)).toStrictEqual(['NEW SYN_SENT', 'UPDATE SYN_RECV', 'UPDATE ESTABLISHED', 'UPDATE FIN_WAIT', 'UPDATE LAST_ACK', 'UPDATE TIME_WAIT']);
-    expect(new Set(e.map((x) => `${x.id} ${x.origDst}:${x.origDport} ${x.replySrc}:${x.replySport}`))).toStrictEqual(new Set(['1096384297 10.9.9.9:6443 10.9.9.11:6443']));
+    expect(e.map((x) => `${x.type} ${x.state}`)).toStrictEqual([
+      'NEW SYN_SENT',
+      'UPDATE SYN_RECV',
+      'UPDATE ESTABLISHED',
+      'UPDATE FIN_WAIT',
+      'UPDATE LAST_ACK',
+      'UPDATE TIME_WAIT',
+    ]);
+    expect(new Set(e.map((x) => `${x.id} ${x.origDst}:${x.origDport} ${x.replySrc}:${x.replySport}`))).toStrictEqual(
+      new Set(['1096384297 10.9.9.9:6443 10.9.9.11:6443']),
+    );
   });
   it('IPv6 tuples in canonical text', () => {
     expect(events('v6refused').map((x) => [x.type, x.origDst, x.replySrc, x.replySport])).toStrictEqual([
@@ -190,8 +201,8 @@ describe('a backend that answers is not silent (a full accept queue drops SYNs)'
   });
 });
 
-describe('deletions are not refusals (conntrack -F, a reset of a dead backend\'s flows)', () => {
-  it('a flow deleted while still in SYN_SENT (conntrack -F, an agent\'s reset) gives no verdict; one refused (CLOSE) still does', () => {
+describe("deletions are not refusals (conntrack -F, a reset of a dead backend's flows)", () => {
+  it("a flow deleted while still in SYN_SENT (conntrack -F, an agent's reset) gives no verdict; one refused (CLOSE) still does", () => {
     const t = new FlowTracker(['10.9.9.9'], 6443, 250);
     const flow = { origDst: '10.9.9.9', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 };
     expect(t.onEvent({ type: 'NEW', id: '1', state: 'SYN_SENT', ...flow }, 0)).toStrictEqual([]);

@@ -51,7 +51,7 @@ describe.skipIf(addon === undefined || !existsSync(addon))('lockPinDir / lockFil
     expect(existsSync(dir)).toBe(false);
   });
 
-  it('a directory it did not create stays, as do other agents\' locks in it', () => {
+  it("a directory it did not create stays, as do other agents' locks in it", () => {
     const other = lockPinDir('/sys/fs/bpf/ballast/local-a', '/a', dir);
     const mine = lockPinDir('/sys/fs/bpf/ballast/local-b', '/b', dir);
     other.release(); // made the directory, but it is not empty
@@ -94,11 +94,17 @@ describe.skipIf(addon === undefined || !existsSync(addon))('lockPinDir / lockFil
             let out = '';
             p.stdout.on('data', (c: Buffer) => (out += c.toString()));
             p.on('error', reject);
-            p.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as { held: number; busy: number; overlaps: number }) : reject(new Error(`child exit ${code}: ${out}`))));
+            p.on('exit', (code) =>
+              code === 0 ? resolve(JSON.parse(out) as { held: number; busy: number; overlaps: number }) : reject(new Error(`child exit ${code}: ${out}`)),
+            );
           }),
       ),
     );
-    const total = runs.reduce((s, r) => ({ held: s.held + r.held, busy: s.busy + r.busy, overlaps: s.overlaps + r.overlaps }), { held: 0, busy: 0, overlaps: 0 });
+    const total = runs.reduce((s, r) => ({ held: s.held + r.held, busy: s.busy + r.busy, overlaps: s.overlaps + r.overlaps }), {
+      held: 0,
+      busy: 0,
+      overlaps: 0,
+    });
     console.log(`lock race: ${JSON.stringify(total)}`);
     expect(total.held + total.busy).toBe(6000);
     expect(total.held).toBeGreaterThan(0);

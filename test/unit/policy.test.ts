@@ -131,7 +131,10 @@ describe('Policy: nftables mode lowers the priority only when no backend is heal
     // 50 flaps, bounded
     for (let i = 0; i < 50; i++) {
       const s: BackendState = i % 2 === 0 ? 'down' : 'up';
-      expect(p.update([bh(B1, 'up'), bh(B2, 'up'), bh(B3, s, s === 'down' ? 'timeout' : null)], true, START + 600 + i * 200)).toEqual({ priority: 150, hold: false });
+      expect(p.update([bh(B1, 'up'), bh(B2, 'up'), bh(B3, s, s === 'down' ? 'timeout' : null)], true, START + 600 + i * 200)).toEqual({
+        priority: 150,
+        hold: false,
+      });
     }
     expect(calls).toEqual(before);
     expect(calls).toEqual(['hold false', 'priority 150']);
@@ -241,7 +244,9 @@ describe('Policy.reason: why the priority is cut, for the log and /status', () =
     const { p } = policy();
     const many = Array.from({ length: 7 }, (_, i) => bh(`10.0.0.${i + 1}:6443`, 'down'));
     p.update(many, true, START + 900);
-    expect(p.reason()).toBe('no ready backend (10.0.0.1:6443 down, 10.0.0.2:6443 down, 10.0.0.3:6443 down, 10.0.0.4:6443 down, 10.0.0.5:6443 down, and 2 more)');
+    expect(p.reason()).toBe(
+      'no ready backend (10.0.0.1:6443 down, 10.0.0.2:6443 down, 10.0.0.3:6443 down, 10.0.0.4:6443 down, 10.0.0.5:6443 down, and 2 more)',
+    );
   });
   it('mode none: the local apiserver down', () => {
     const { p } = policy({ mode: 'none' });

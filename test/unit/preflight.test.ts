@@ -29,11 +29,16 @@ const config = (vip: string) => parseConfig(`vrrp: { vrid: 51, priority: 100 }\n
 describe('resolveInterface: a VIP that is the node address', () => {
   it("refuses a VIP that is the interface's only global IPv4 address (BALLAST_E_VIP_IS_NODE_ADDRESS, vips[0])", () => {
     expect(() => resolveInterface(config('10.0.0.11'), [eth0(addr('10.0.0.11', 24))])).toThrow(
-      expect.objectContaining({ code: 'BALLAST_E_VIP_IS_NODE_ADDRESS', message: expect.stringMatching(/^vips\[0\]: 10\.0\.0\.11 is this node's own address \(eth0 has 10\.0\.0\.11\/24\)/) }),
+      expect.objectContaining({
+        code: 'BALLAST_E_VIP_IS_NODE_ADDRESS',
+        message: expect.stringMatching(/^vips\[0\]: 10\.0\.0\.11 is this node's own address \(eth0 has 10\.0\.0\.11\/24\)/),
+      }),
     );
   });
   it("refuses a VIP that is the interface's only global IPv6 address", () => {
-    expect(() => resolveInterface(config('fd00::11'), [eth0(addr('fe80::11', 64), addr('fd00::11', 64))])).toThrow(expect.objectContaining({ code: 'BALLAST_E_VIP_IS_NODE_ADDRESS' }));
+    expect(() => resolveInterface(config('fd00::11'), [eth0(addr('fe80::11', 64), addr('fd00::11', 64))])).toThrow(
+      expect.objectContaining({ code: 'BALLAST_E_VIP_IS_NODE_ADDRESS' }),
+    );
   });
   it('takes a VIP/24 left as a secondary beside the node address for a leftover, and sends from the node address', () => {
     const r = resolveInterface(config('10.0.0.100'), [eth0(addr('10.0.0.11', 24), addr('10.0.0.100', 24, { secondary: true }))]);
@@ -101,14 +106,20 @@ describe('ElectionLocks: a hand-over swaps a lock (commit releases the old one, 
 describe('mode: bgp host checks (before anything changes)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ballast-preflight-bgp-'));
   const bgpConfig = (iface: string, configFile: string) =>
-    parseConfig(`mode: bgp\nvips: [10.0.0.100]\napiserver: { backends: ["10.0.1.2:6443"], health: { insecureSkipVerify: true } }\nbgp: { interface: ${iface}, configFile: ${configFile}, localAsn: 64512, peers: [{ address: 10.0.1.1, asn: 64500 }] }\n`);
+    parseConfig(
+      `mode: bgp\nvips: [10.0.0.100]\napiserver: { backends: ["10.0.1.2:6443"], health: { insecureSkipVerify: true } }\nbgp: { interface: ${iface}, configFile: ${configFile}, localAsn: 64512, peers: [{ address: 10.0.1.1, asn: 64500 }] }\n`,
+    );
   const lo: InterfaceInfo = { ifname: 'lo', ifindex: 1, mac: '00:00:00:00:00:00', running: true, addresses: [addr('127.0.0.1', 8)] };
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('a missing bgp.interface is BALLAST_E_INTERFACE_NOT_FOUND, exit 2, the message naming the field', () => {
     const c = bgpConfig('dummy9', join(dir, 'b4.conf'));
     expect(() => bgpInterface(c, [lo, eth0()])).toThrow(
-      expect.objectContaining({ code: 'BALLAST_E_INTERFACE_NOT_FOUND', exitCode: 2, message: 'bgp.interface: there is no interface dummy9 (ballast binds the VIPs on it; lo, or a dummy interface you created)' }),
+      expect.objectContaining({
+        code: 'BALLAST_E_INTERFACE_NOT_FOUND',
+        exitCode: 2,
+        message: 'bgp.interface: there is no interface dummy9 (ballast binds the VIPs on it; lo, or a dummy interface you created)',
+      }),
     );
     expect(bgpInterface(bgpConfig('lo', join(dir, 'b4.conf')), [lo, eth0()]).ifindex).toBe(1);
   });
@@ -125,12 +136,18 @@ describe('mode: bgp host checks (before anything changes)', () => {
     const operators = 'router id 10.0.1.2;\nprotocol device { }\ninclude "/etc/bird/ballast4.conf";\n';
     writeFileSync(birdConf, operators);
     expect(() => checkBgpConfigFile(birdConf)).toThrow(
-      expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE', exitCode: 2, message: expect.stringMatching(/^bgp\.configFile: .*bird\.conf exists and is not a snippet ballast wrote .*it may be BIRD's own configuration/) }),
+      expect.objectContaining({
+        code: 'BALLAST_E_BGP_CONFIG_FILE',
+        exitCode: 2,
+        message: expect.stringMatching(/^bgp\.configFile: .*bird\.conf exists and is not a snippet ballast wrote .*it may be BIRD's own configuration/),
+      }),
     );
     // the header further down (a copy pasted into bird.conf) does not make it ballast's
     writeFileSync(birdConf, `${operators}${SNIPPET_HEADER}\n`);
     expect(() => checkBgpConfigFile(birdConf)).toThrow(expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE' }));
-    expect(() => checkBgpConfigFile(dir)).toThrow(expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE', message: expect.stringContaining('is not a regular file') }));
+    expect(() => checkBgpConfigFile(dir)).toThrow(
+      expect.objectContaining({ code: 'BALLAST_E_BGP_CONFIG_FILE', message: expect.stringContaining('is not a regular file') }),
+    );
     expect(readFileSync(birdConf, 'utf8')).toBe(`${operators}${SNIPPET_HEADER}\n`);
   });
 });

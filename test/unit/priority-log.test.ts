@@ -49,7 +49,13 @@ describe('startPriority logs each change of the advertised priority with its rea
     snap = [bh(B[0]!, 'up'), bh(B[1]!, 'down', 'timeout')];
     followers.balancing!.evaluate();
     expect(phase.reason()).toBeNull();
-    expect(lines.slice(1)).toStrictEqual([['info', { from: 50, to: 150, configured: 150, weight: 100, reason: 'this node can serve again' }, 'election priority restored to 150: this node can serve again']]);
+    expect(lines.slice(1)).toStrictEqual([
+      [
+        'info',
+        { from: 50, to: 150, configured: 150, weight: 100, reason: 'this node can serve again' },
+        'election priority restored to 150: this node can serve again',
+      ],
+    ]);
     await phase.undo();
   });
 });

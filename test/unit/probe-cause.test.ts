@@ -23,14 +23,26 @@ describe('describeFailure: the cause from the code, the message as before', () =
     [errno('EHOSTUNREACH'), { kind: 'unreachable', code: 'EHOSTUNREACH' }, 'EHOSTUNREACH', 'dead'],
     [errno('ENETUNREACH'), { kind: 'unreachable', code: 'ENETUNREACH' }, 'ENETUNREACH', 'dead'],
     [errno('EADDRNOTAVAIL'), { kind: 'network', code: 'EADDRNOTAVAIL' }, 'EADDRNOTAVAIL', 'dead'],
-    [Object.assign(new Error('certificate has expired'), { code: 'CERT_HAS_EXPIRED' }), { kind: 'tls', code: 'CERT_HAS_EXPIRED' }, 'tls: CERT_HAS_EXPIRED: certificate has expired', 'unready'],
     [
-      Object.assign(new Error('unable to verify the first certificate; if the root CA is installed locally, try running Node.js with --use-system-ca'), { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' }),
+      Object.assign(new Error('certificate has expired'), { code: 'CERT_HAS_EXPIRED' }),
+      { kind: 'tls', code: 'CERT_HAS_EXPIRED' },
+      'tls: CERT_HAS_EXPIRED: certificate has expired',
+      'unready',
+    ],
+    [
+      Object.assign(new Error('unable to verify the first certificate; if the root CA is installed locally, try running Node.js with --use-system-ca'), {
+        code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+      }),
       { kind: 'tls', code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' },
       'tls: UNABLE_TO_VERIFY_LEAF_SIGNATURE: unable to verify the first certificate',
       'unready',
     ],
-    [Object.assign(new Error('wrong version number'), { code: 'ERR_SSL_WRONG_VERSION_NUMBER' }), { kind: 'tls', code: 'ERR_SSL_WRONG_VERSION_NUMBER' }, 'tls: ERR_SSL_WRONG_VERSION_NUMBER: wrong version number', 'unready'],
+    [
+      Object.assign(new Error('wrong version number'), { code: 'ERR_SSL_WRONG_VERSION_NUMBER' }),
+      { kind: 'tls', code: 'ERR_SSL_WRONG_VERSION_NUMBER' },
+      'tls: ERR_SSL_WRONG_VERSION_NUMBER: wrong version number',
+      'unready',
+    ],
     [Object.assign(new Error('The operation was aborted'), { name: 'AbortError' }), { kind: 'aborted' }, 'aborted', 'unready'],
     [new Error('something odd'), { kind: 'failed' }, 'something odd', 'dead'],
   ] as const)('%s → %j', (err, cause, message, state) => {
@@ -40,7 +52,10 @@ describe('describeFailure: the cause from the code, the message as before', () =
   });
 
   it('a non-errno code during the handshake is TLS; an errno during the handshake is the network', () => {
-    expect(describeFailure(Object.assign(new Error('Client network socket disconnected before secure TLS connection was established'), { code: 'ECONNRESET' }), true).cause).toStrictEqual({ kind: 'reset' });
+    expect(
+      describeFailure(Object.assign(new Error('Client network socket disconnected before secure TLS connection was established'), { code: 'ECONNRESET' }), true)
+        .cause,
+    ).toStrictEqual({ kind: 'reset' });
     expect(describeFailure(Object.assign(new Error('odd'), { code: 'ERR_UNEXPECTED' }), true).cause).toStrictEqual({ kind: 'tls', code: 'ERR_UNEXPECTED' });
   });
 });
@@ -66,7 +81,11 @@ describe('createProbe over loopback: the cause of real failures', () => {
   const settings = (o: Partial<ProbeSettings> = {}): ProbeSettings => ({ path: '/readyz', timeoutMs: 300, insecureSkipVerify: true, ...o });
 
   it('a closed port: refused', async () => {
-    expect(await createProbe(settings())({ host: '127.0.0.1', port: closedPort })).toMatchObject({ ok: false, cause: { kind: 'refused' }, error: 'ECONNREFUSED' });
+    expect(await createProbe(settings())({ host: '127.0.0.1', port: closedPort })).toMatchObject({
+      ok: false,
+      cause: { kind: 'refused' },
+      error: 'ECONNREFUSED',
+    });
   });
   it('a server that resets the connection: reset', async () => {
     const port = await listen((s) => s.resetAndDestroy());
@@ -112,11 +131,19 @@ describe('createProbe over loopback: the cause of real failures', () => {
   // code as before (the old text rule also made it dead), not by reading the message
   it('a server that does not speak TLS: EPROTO, a network failure by its code', async () => {
     const port = await listen((s) => s.end('HTTP/1.1 400 Bad Request\r\n\r\n'));
-    expect(await createProbe(settings())({ host: '127.0.0.1', port })).toMatchObject({ ok: false, cause: { kind: 'network', code: 'EPROTO' }, error: 'EPROTO' });
+    expect(await createProbe(settings())({ host: '127.0.0.1', port })).toMatchObject({
+      ok: false,
+      cause: { kind: 'network', code: 'EPROTO' },
+      error: 'EPROTO',
+    });
   });
   it('a CA file that does not exist yet: waitingForFile (this node’s wait, never a reset)', async () => {
     const r = await createProbe(settings({ caFile: '/nonexistent/ca.crt', insecureSkipVerify: false }))({ host: '127.0.0.1', port: closedPort });
-    expect(r).toMatchObject({ ok: false, cause: { kind: 'waitingForFile', setting: 'apiserver.health.caFile', path: '/nonexistent/ca.crt' }, error: 'waiting for apiserver.health.caFile /nonexistent/ca.crt (it does not exist yet)' });
+    expect(r).toMatchObject({
+      ok: false,
+      cause: { kind: 'waitingForFile', setting: 'apiserver.health.caFile', path: '/nonexistent/ca.crt' },
+      error: 'waiting for apiserver.health.caFile /nonexistent/ca.crt (it does not exist yet)',
+    });
     expect(failureState(r.cause)).toBe('unready');
   });
   it('an aborted check: aborted', async () => {

@@ -21,8 +21,16 @@ describe('bench/procfs', () => {
   });
 
   it('gives CPU as % of one core from tick deltas (100 ticks/s), new processes from 0, exited ones left out', () => {
-    const before = new Map([[1, 100], [2, 50], [3, 7]]);
-    const after = new Map([[1, 150], [2, 50], [4, 25]]);
+    const before = new Map([
+      [1, 100],
+      [2, 50],
+      [3, 7],
+    ]);
+    const after = new Map([
+      [1, 150],
+      [2, 50],
+      [4, 25],
+    ]);
     // 50 + 0 + 25 ticks = 0.75 s of CPU over 5 s
     expect(cpuPercent(before, after, 5000)).toBeCloseTo(15, 10);
     expect(() => cpuPercent(before, after, 0)).toThrow(RangeError);

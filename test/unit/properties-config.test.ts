@@ -87,28 +87,49 @@ function expectConfigOrIssues(input: unknown, run: () => unknown): void {
 }
 
 describe('config validation properties', () => {
-  it('validateConfig: any tree gives a Config or path-named issues, never another exception', () => {
-    fc.assert(
-      fc.property(fc.oneof(tree, shaped, deep), (input) => expectConfigOrIssues(input, () => validateConfig(input))),
-      fuzzParameters(),
-    );
-  }, FUZZ_TIMEOUT_MS);
+  it(
+    'validateConfig: any tree gives a Config or path-named issues, never another exception',
+    () => {
+      fc.assert(
+        fc.property(fc.oneof(tree, shaped, deep), (input) => expectConfigOrIssues(input, () => validateConfig(input))),
+        fuzzParameters(),
+      );
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
-  it('parseConfig: the same trees as YAML text give a Config or path-named issues', () => {
-    fc.assert(
-      fc.property(fc.oneof(tree, shaped, deep), (input) => {
-        const text = stringify(input);
-        expectConfigOrIssues(input, () => parseConfig(text, 'fuzz.yaml'));
-      }),
-      fuzzParameters(),
-    );
-  }, FUZZ_TIMEOUT_MS);
+  it(
+    'parseConfig: the same trees as YAML text give a Config or path-named issues',
+    () => {
+      fc.assert(
+        fc.property(fc.oneof(tree, shaped, deep), (input) => {
+          const text = stringify(input);
+          expectConfigOrIssues(input, () => parseConfig(text, 'fuzz.yaml'));
+        }),
+        fuzzParameters(),
+      );
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
-  it('parseConfig: any text gives a Config or issues, never another exception', () => {
-    const yamlish = fc.array(fc.oneof(fc.string({ maxLength: 10 }), fc.constantFrom(':', ' ', '\n', '- ', '{', '}', '[', ']', '&a ', '*a', '!!', '#', '"', "'", '|', '>', '? ', '---\n', '\t'), fc.constantFrom(...SEGMENTS)), { maxLength: 30 }).map((p) => p.join(''));
-    fc.assert(
-      fc.property(yamlish, (text) => expectConfigOrIssues(undefined, () => parseConfig(text))),
-      fuzzParameters(),
-    );
-  }, FUZZ_TIMEOUT_MS);
+  it(
+    'parseConfig: any text gives a Config or issues, never another exception',
+    () => {
+      const yamlish = fc
+        .array(
+          fc.oneof(
+            fc.string({ maxLength: 10 }),
+            fc.constantFrom(':', ' ', '\n', '- ', '{', '}', '[', ']', '&a ', '*a', '!!', '#', '"', "'", '|', '>', '? ', '---\n', '\t'),
+            fc.constantFrom(...SEGMENTS),
+          ),
+          { maxLength: 30 },
+        )
+        .map((p) => p.join(''));
+      fc.assert(
+        fc.property(yamlish, (text) => expectConfigOrIssues(undefined, () => parseConfig(text))),
+        fuzzParameters(),
+      );
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 });

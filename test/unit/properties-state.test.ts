@@ -114,10 +114,14 @@ function simulate(s: Scenario): void {
     if (!converged()) return;
     const active = machines.flatMap((m, i) => (m.state === 'active' ? [i] : []));
     const up = running.flatMap((r, i) => (r ? [i] : []));
-    if (active.length !== (up.length > 0 ? 1 : 0)) expect.fail(`at ${now} (last fault ended ${faultEnd()}): Active routers ${JSON.stringify(active)}, running ${JSON.stringify(up)}`);
+    if (active.length !== (up.length > 0 ? 1 : 0))
+      expect.fail(`at ${now} (last fault ended ${faultEnd()}): Active routers ${JSON.stringify(active)}, running ${JSON.stringify(up)}`);
     if (s.preempt && up.length > 0) {
       const best = up.reduce((a, b) => (s.priorities[b]! > s.priorities[a]! ? b : a));
-      if (active[0] !== best) expect.fail(`at ${now}: router ${active[0]} (priority ${s.priorities[active[0]!]}) Active, ${best} (priority ${s.priorities[best]}) is the highest running`);
+      if (active[0] !== best)
+        expect.fail(
+          `at ${now}: router ${active[0]} (priority ${s.priorities[active[0]!]}) Active, ${best} (priority ${s.priorities[best]}) is the highest running`,
+        );
     }
   };
   /** Advances the virtual clock to `until`, delivering adverts and firing timers in time order. */
@@ -199,7 +203,9 @@ function simulate(s: Scenario): void {
 
 const scenario: fc.Arbitrary<Scenario> = fc.integer({ min: 2, max: 5 }).chain((n) =>
   fc.record({
-    priorities: fc.tuple(fc.uniqueArray(fc.integer({ min: 1, max: 254 }), { minLength: n, maxLength: n }), fc.boolean()).map(([p, owner]) => (owner ? [255, ...p.slice(1)] : p)),
+    priorities: fc
+      .tuple(fc.uniqueArray(fc.integer({ min: 1, max: 254 }), { minLength: n, maxLength: n }), fc.boolean())
+      .map(([p, owner]) => (owner ? [255, ...p.slice(1)] : p)),
     intervalCs: fc.integer({ min: 1, max: 100 }),
     preempt: fc.boolean(),
     startAt: fc.array(fc.double({ min: 0, max: 8, noNaN: true }), { minLength: n, maxLength: n }),
@@ -229,7 +235,10 @@ describe('VRRP state machine properties (RFC 9568 §6.1, §6.4) among simulated 
   it(
     'one Active after convergence (the highest with preempt), deadlines never in the past, priority 0 taken over within Skew_Time',
     () => {
-      fc.assert(fc.property(scenario, (s) => simulate(s)), fuzzParameters());
+      fc.assert(
+        fc.property(scenario, (s) => simulate(s)),
+        fuzzParameters(),
+      );
     },
     FUZZ_TIMEOUT_MS,
   );
@@ -239,7 +248,14 @@ describe('VRRP state machine properties (RFC 9568 §6.1, §6.4) among simulated 
   // checked 59.9 ms after the drop began, 7.8 ms after it ended, while both were still Active.
   // Convergence is now counted from the END of a drop (and of a lag's last late advert).
   it('a dropped owner: converges one window after the drop ends (fixed counterexample)', () => {
-    const s: Scenario = { priorities: [255, 6, 2, 7], intervalCs: 1, preempt: false, startAt: [0, 0, 0, 0], ops: [{ kind: 'drop', router: 0, intervals: 5.461867784896401 }], delaySeed: 0 };
+    const s: Scenario = {
+      priorities: [255, 6, 2, 7],
+      intervalCs: 1,
+      preempt: false,
+      startAt: [0, 0, 0, 0],
+      ops: [{ kind: 'drop', router: 0, intervals: 5.461867784896401 }],
+      delaySeed: 0,
+    };
     expect(() => simulate(s)).not.toThrow();
   });
 
@@ -250,7 +266,14 @@ describe('VRRP state machine properties (RFC 9568 §6.1, §6.4) among simulated 
   // 58.2 ms after the fault, past MDI(103) + 2I = 56 ms. A segment keeps one sender's frames in
   // order (now FIFO per sender) and the window now counts the delivery bound twice (MDI + 3I).
   it('an owner stopping right after start-up, three near-equal Backups (fixed counterexample)', () => {
-    const s: Scenario = { priorities: [255, 103, 104, 105], intervalCs: 1, preempt: false, startAt: [0, 0, 0, 0], ops: [{ kind: 'stop', router: 0 }], delaySeed: 1912751048 };
+    const s: Scenario = {
+      priorities: [255, 103, 104, 105],
+      intervalCs: 1,
+      preempt: false,
+      startAt: [0, 0, 0, 0],
+      ops: [{ kind: 'stop', router: 0 }],
+      delaySeed: 1912751048,
+    };
     expect(() => simulate(s)).not.toThrow();
   });
 });

@@ -180,7 +180,12 @@ describe('ProxyLocalDataplane on loopback', () => {
   });
 
   it('serves [::1] from the IPv6 backends and 127.0.0.1 from the IPv4 ones only', async () => {
-    const { proxy, client } = await setup({ endpoints: [{ address: '127.0.0.1', port: 0 }, { address: '::1', port: 0 }] });
+    const { proxy, client } = await setup({
+      endpoints: [
+        { address: '127.0.0.1', port: 0 },
+        { address: '::1', port: 0 },
+      ],
+    });
     const v4 = await echo('four', '127.0.0.1');
     const v6 = await echo('six', '::1');
     await proxy.setBackends([v6.backend, v4.backend]);
@@ -217,13 +222,16 @@ describe('ProxyLocalDataplane on loopback', () => {
     // one line per backend per second: the second failure (moments later) is counted, not logged
     const warns = log.lines.filter((l) => l.level === 'warn');
     expect(warns.length).toBeLessThanOrEqual(2); // 2 only if the machine stalled for a second
-    expect(warns[0]).toEqual(
-      {
-        level: 'warn',
-        o: { endpoint: `127.0.0.1:${proxy.listening()[0]!.port}`, backend: `127.0.0.1:${dead.port}`, err: 'ECONNREFUSED', next: `127.0.0.1:${live.backend.port}` },
-        m: 'local proxy: backend failed before answering; trying the next one',
+    expect(warns[0]).toEqual({
+      level: 'warn',
+      o: {
+        endpoint: `127.0.0.1:${proxy.listening()[0]!.port}`,
+        backend: `127.0.0.1:${dead.port}`,
+        err: 'ECONNREFUSED',
+        next: `127.0.0.1:${live.backend.port}`,
       },
-    );
+      m: 'local proxy: backend failed before answering; trying the next one',
+    });
   });
 
   it('replays what the client sent to the next backend when one closes before answering', async () => {
@@ -273,7 +281,11 @@ describe('ProxyLocalDataplane on loopback', () => {
     // one line per endpoint per second: the second reset (moments later) is counted, not logged
     const warns = log.lines.filter((l) => l.level === 'warn');
     expect(warns.length).toBeLessThanOrEqual(2); // 2 only if the machine stalled for a second
-    expect(warns[0]).toEqual({ level: 'warn', o: { endpoint: `127.0.0.1:${proxy.listening()[0]!.port}`, tried: 0 }, m: 'local proxy: no ready backend for this endpoint; client reset' });
+    expect(warns[0]).toEqual({
+      level: 'warn',
+      o: { endpoint: `127.0.0.1:${proxy.listening()[0]!.port}`, tried: 0 },
+      m: 'local proxy: no ready backend for this endpoint; client reset',
+    });
   });
 
   it('resetBackend resets exactly the connections piped to that backend', async () => {
@@ -357,7 +369,12 @@ describe('ProxyLocalDataplane on loopback', () => {
   }, 30_000);
 
   it('close() stops listening, closes every connection and leaves nothing behind', async () => {
-    const { proxy, log, client } = await setup({ endpoints: [{ address: '127.0.0.1', port: 0 }, { address: '::1', port: 0 }] });
+    const { proxy, log, client } = await setup({
+      endpoints: [
+        { address: '127.0.0.1', port: 0 },
+        { address: '::1', port: 0 },
+      ],
+    });
     const a = await echo('a');
     await proxy.setBackends([a.backend]);
     const c = client();
@@ -388,7 +405,10 @@ describe('ProxyLocalDataplane on loopback', () => {
     const busyPort = (busy.address() as net.AddressInfo).port;
     const firstPort = await closedPort('::1');
     const err = await ProxyLocalDataplane.open({
-      endpoints: [{ address: '::1', port: firstPort }, { address: '127.0.0.1', port: busyPort }],
+      endpoints: [
+        { address: '::1', port: firstPort },
+        { address: '127.0.0.1', port: busyPort },
+      ],
       log: recordingLog(),
     }).then(
       () => null,
@@ -423,7 +443,11 @@ describe('ProxyLocalDataplane on loopback', () => {
     await expect(proxy.setBackends([{ address: 'fd00::1%eth0', port: 6443 }])).rejects.toThrow(TypeError);
     expect(proxy.status()).toMatchObject({ backends: [], updates: 0 });
     // canonical text, duplicates dropped
-    await proxy.setBackends([{ address: 'FD00:0::11', port: 6443 }, { address: 'fd00::11', port: 6443 }, { address: '10.0.0.1', port: 6443 }]);
+    await proxy.setBackends([
+      { address: 'FD00:0::11', port: 6443 },
+      { address: 'fd00::11', port: 6443 },
+      { address: '10.0.0.1', port: 6443 },
+    ]);
     expect(proxy.status().backends).toEqual(['[fd00::11]:6443', '10.0.0.1:6443']);
   });
 });

@@ -10,7 +10,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { enableConntrackTimestamps } from '../../src/dataplane/conntrack.js';
-import { ConnectionTracker, decide, MINUTE_MS, recordResets, REBALANCE_MESSAGE, type RebalanceMemory, type RebalanceSettings } from '../../src/dataplane/rebalance.js';
+import {
+  ConnectionTracker,
+  decide,
+  MINUTE_MS,
+  recordResets,
+  REBALANCE_MESSAGE,
+  type RebalanceMemory,
+  type RebalanceSettings,
+} from '../../src/dataplane/rebalance.js';
 import type { ConntrackVipFlows, ConntrackVipQuery } from '../../src/native.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { renderStatusPage } from '../../src/observe/page.js';
@@ -32,7 +40,10 @@ describe('decide', () => {
     expect(first).toMatchObject({ total: 301, over: [B, A], targets: [], why: 'waiting' });
     expect(first.fair).toBeCloseTo(301 / 3);
     expect(first.bound).toBeCloseTo(1.2 * (301 / 3));
-    expect([...first.memory.overSince]).toStrictEqual([[B, 1000], [A, 1000]]);
+    expect([...first.memory.overSince]).toStrictEqual([
+      [B, 1000],
+      [A, 1000],
+    ]);
     // not yet: 9.999 s over
     expect(decide({ now: 10_999, ready: [A, B, C], counts: c, memory: first.memory, settings: S }).why).toBe('waiting');
     // 10 s over: B (151) first, down to ⌈100.33⌉ = 101 would be 50, capped at 20 per second
@@ -72,7 +83,9 @@ describe('decide', () => {
 
   it('triggers above the bound, aims at the fair share and never below it', () => {
     // fair 10, bound 12: 13 is over; reset 3 to reach 10
-    expect(decide({ now: 0, ready: [A, B], counts: counts({ [A]: 13, [B]: 7 }), memory: EMPTY, settings: { ...S, afterMs: 0 } }).targets).toStrictEqual([{ backend: A, count: 3 }]);
+    expect(decide({ now: 0, ready: [A, B], counts: counts({ [A]: 13, [B]: 7 }), memory: EMPTY, settings: { ...S, afterMs: 0 } }).targets).toStrictEqual([
+      { backend: A, count: 3 },
+    ]);
     // 12 is not over
     expect(decide({ now: 0, ready: [A, B], counts: counts({ [A]: 12, [B]: 8 }), memory: EMPTY, settings: { ...S, afterMs: 0 } }).why).toBe('balanced');
   });
@@ -100,7 +113,14 @@ describe('decide', () => {
     const memory = recordResets(EMPTY, 500, 15);
     const d = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory, settings: { ...S, afterMs: 0 }, settleMs: 0 });
     expect(d.targets).toStrictEqual([{ backend: A, count: 5 }]);
-    const spent = decide({ now: 1200, ready: [A, B], counts: counts({ [A]: 100, [B]: 0 }), memory: recordResets(memory, 1100, 5), settings: { ...S, afterMs: 0 }, settleMs: 0 });
+    const spent = decide({
+      now: 1200,
+      ready: [A, B],
+      counts: counts({ [A]: 100, [B]: 0 }),
+      memory: recordResets(memory, 1100, 5),
+      settings: { ...S, afterMs: 0 },
+      settleMs: 0,
+    });
     expect(spent.why).toBe('second budget spent');
   });
 
@@ -108,14 +128,20 @@ describe('decide', () => {
     const settings = { ...S, afterMs: 0, resetsPerSecond: 1000, maxFractionPerMinute: 1 };
     // 150/150/0: both reset to the fair share, 100 resets
     const first = decide({ now: 0, ready: [A, B, C], counts: counts({ [A]: 150, [B]: 150, [C]: 0 }), memory: EMPTY, settings });
-    expect(first.targets).toStrictEqual([{ backend: A, count: 50 }, { backend: B, count: 50 }]);
+    expect(first.targets).toStrictEqual([
+      { backend: A, count: 50 },
+      { backend: B, count: 50 },
+    ]);
     const memory = recordResets(first.memory, 0, 100, 300);
     // a second later no client has reconnected yet (100/100/0): expected 133/133/33, fair 100, bound 120
     const next = decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 100, [B]: 100, [C]: 0 }), memory, settings });
     expect(next.fair).toBeCloseTo(100);
     expect(next.bound).toBeCloseTo(120);
     expect(next.total).toBe(200);
-    expect(next.targets).toStrictEqual([{ backend: A, count: 33 }, { backend: B, count: 33 }]);
+    expect(next.targets).toStrictEqual([
+      { backend: A, count: 33 },
+      { backend: B, count: 33 },
+    ]);
     // without the pending reconnects: the survivors' fair share (66.7), a bound of 80
     expect(decide({ now: 1000, ready: [A, B, C], counts: counts({ [A]: 100, [B]: 100, [C]: 0 }), memory, settings, settleMs: 0 }).fair).toBeCloseTo(200 / 3);
     // expected 110/110/80 (fair 100, bound 120): within bounds, nothing more
@@ -123,7 +149,10 @@ describe('decide', () => {
     // once they are back (total 300 again) nothing is pending: 133/134/33 is over
     const back = decide({ now: 2000, ready: [A, B, C], counts: counts({ [A]: 133, [B]: 134, [C]: 33 }), memory, settings });
     expect(back.fair).toBeCloseTo(100);
-    expect(back.targets).toStrictEqual([{ backend: B, count: 34 }, { backend: A, count: 33 }]);
+    expect(back.targets).toStrictEqual([
+      { backend: B, count: 34 },
+      { backend: A, count: 33 },
+    ]);
     // after the settle window they are no longer counted: 77/77/46 is fair 66.7, bound 80: balanced too
     expect(decide({ now: 10_000, ready: [A, B, C], counts: counts({ [A]: 77, [B]: 77, [C]: 46 }), memory, settings }).fair).toBeCloseTo(200 / 3);
   });
@@ -147,87 +176,95 @@ describe('decide: properties', () => {
     resets: fc.array(fc.record({ ago: fc.integer({ min: 0, max: 120_000 }), count: fc.integer({ min: 1, max: 200 }) }), { maxLength: 10 }),
   });
 
-  it('every limit holds: never alone, only a ready backend over the bound for ≥ after, count ≥ 1 within excess, per-second and per-minute budgets', () => {
-    fc.assert(
-      fc.property(arbInput, (x) => {
-        const ready = backends.slice(0, x.n);
-        const c = new Map(backends.map((b, i) => [b, x.counts[i]!]));
-        const overSince = new Map<string, number>();
-        backends.forEach((b, i) => {
-          const ago = x.overAgo[i];
-          if (ago !== null && ago !== undefined) overSince.set(b, x.now - ago);
-        });
-        const memory: RebalanceMemory = { overSince, resets: x.resets.map((r) => ({ at: x.now - r.ago, count: r.count })) };
-        const settings = { factor: x.factor, afterMs: x.afterMs, resetsPerSecond: x.resetsPerSecond, maxFractionPerMinute: x.maxFractionPerMinute };
-        const d = decide({ now: x.now, ready, counts: c, memory, settings, settleMs: 0 });
-        const total = ready.reduce((s, b) => s + c.get(b)!, 0);
-        expect(d.total).toBe(total);
-        // the memory keeps exactly the backends over now, and only resets of the last minute
-        expect([...d.memory.overSince.keys()].sort()).toStrictEqual([...d.over].sort());
-        expect(d.memory.resets.every((r) => x.now - r.at < MINUTE_MS)).toBe(true);
-        if (d.targets.length === 0) return;
-        expect(ready.length).toBeGreaterThanOrEqual(2);
-        const fair = total / ready.length;
-        const bound = x.factor * fair;
-        let sum = 0;
-        let prev = Infinity;
-        for (const t of d.targets) {
-          expect(ready).toContain(t.backend);
-          const n = c.get(t.backend)!;
-          expect(n).toBeGreaterThan(bound);
-          expect(n).toBeLessThanOrEqual(prev);
-          prev = n;
-          expect(x.now - d.memory.overSince.get(t.backend)!).toBeGreaterThanOrEqual(x.afterMs);
-          expect(t.count).toBeGreaterThanOrEqual(1);
-          // never drained below its fair share
-          expect(n - t.count).toBeGreaterThanOrEqual(Math.ceil(fair));
-          sum += t.count;
-        }
-        expect(new Set(d.targets.map((t) => t.backend)).size).toBe(d.targets.length);
-        const used = (ms: number): number => memory.resets.filter((r) => x.now - r.at < ms).reduce((s, r) => s + r.count, 0);
-        expect(used(1000) + sum).toBeLessThanOrEqual(x.resetsPerSecond);
-        expect(used(MINUTE_MS) + sum).toBeLessThanOrEqual(Math.max(1, Math.floor(x.maxFractionPerMinute * total)));
-      }),
-      fuzzParameters(),
-    );
-  }, FUZZ_TIMEOUT_MS);
+  it(
+    'every limit holds: never alone, only a ready backend over the bound for ≥ after, count ≥ 1 within excess, per-second and per-minute budgets',
+    () => {
+      fc.assert(
+        fc.property(arbInput, (x) => {
+          const ready = backends.slice(0, x.n);
+          const c = new Map(backends.map((b, i) => [b, x.counts[i]!]));
+          const overSince = new Map<string, number>();
+          backends.forEach((b, i) => {
+            const ago = x.overAgo[i];
+            if (ago !== null && ago !== undefined) overSince.set(b, x.now - ago);
+          });
+          const memory: RebalanceMemory = { overSince, resets: x.resets.map((r) => ({ at: x.now - r.ago, count: r.count })) };
+          const settings = { factor: x.factor, afterMs: x.afterMs, resetsPerSecond: x.resetsPerSecond, maxFractionPerMinute: x.maxFractionPerMinute };
+          const d = decide({ now: x.now, ready, counts: c, memory, settings, settleMs: 0 });
+          const total = ready.reduce((s, b) => s + c.get(b)!, 0);
+          expect(d.total).toBe(total);
+          // the memory keeps exactly the backends over now, and only resets of the last minute
+          expect([...d.memory.overSince.keys()].sort()).toStrictEqual([...d.over].sort());
+          expect(d.memory.resets.every((r) => x.now - r.at < MINUTE_MS)).toBe(true);
+          if (d.targets.length === 0) return;
+          expect(ready.length).toBeGreaterThanOrEqual(2);
+          const fair = total / ready.length;
+          const bound = x.factor * fair;
+          let sum = 0;
+          let prev = Infinity;
+          for (const t of d.targets) {
+            expect(ready).toContain(t.backend);
+            const n = c.get(t.backend)!;
+            expect(n).toBeGreaterThan(bound);
+            expect(n).toBeLessThanOrEqual(prev);
+            prev = n;
+            expect(x.now - d.memory.overSince.get(t.backend)!).toBeGreaterThanOrEqual(x.afterMs);
+            expect(t.count).toBeGreaterThanOrEqual(1);
+            // never drained below its fair share
+            expect(n - t.count).toBeGreaterThanOrEqual(Math.ceil(fair));
+            sum += t.count;
+          }
+          expect(new Set(d.targets.map((t) => t.backend)).size).toBe(d.targets.length);
+          const used = (ms: number): number => memory.resets.filter((r) => x.now - r.at < ms).reduce((s, r) => s + r.count, 0);
+          expect(used(1000) + sum).toBeLessThanOrEqual(x.resetsPerSecond);
+          expect(used(MINUTE_MS) + sum).toBeLessThanOrEqual(Math.max(1, Math.floor(x.maxFractionPerMinute * total)));
+        }),
+        fuzzParameters(),
+      );
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
-  it('over simulated minutes with the decisions applied, no 60 s window holds more than the budget of its largest total', () => {
-    fc.assert(
-      fc.property(
-        fc.array(fc.integer({ min: 0, max: 400 }), { minLength: 3, maxLength: 3 }),
-        fc.double({ min: 0.001, max: 1, noNaN: true }),
-        fc.integer({ min: 1, max: 50 }),
-        (start, fraction, perSecond) => {
-          const ready = [A, B, C];
-          const c = new Map(ready.map((b, i) => [b, start[i]!]));
-          let memory = EMPTY;
-          const done: { at: number; count: number; total: number }[] = [];
-          let next = 0;
-          const settings = { factor: 1.2, afterMs: 1000, resetsPerSecond: perSecond, maxFractionPerMinute: fraction };
-          for (let now = 0; now <= 180_000; now += 1000) {
-            const d = decide({ now, ready, counts: c, memory, settings, settleMs: 0 });
-            memory = d.memory;
-            for (const t of d.targets) {
-              // each reset flow reconnects to the next backend in turn (deterministic spread)
-              c.set(t.backend, c.get(t.backend)! - t.count);
-              for (let k = 0; k < t.count; k++, next++) c.set(ready[next % 3]!, c.get(ready[next % 3]!)! + 1);
-              memory = recordResets(memory, now, t.count);
-              done.push({ at: now, count: t.count, total: d.total });
+  it(
+    'over simulated minutes with the decisions applied, no 60 s window holds more than the budget of its largest total',
+    () => {
+      fc.assert(
+        fc.property(
+          fc.array(fc.integer({ min: 0, max: 400 }), { minLength: 3, maxLength: 3 }),
+          fc.double({ min: 0.001, max: 1, noNaN: true }),
+          fc.integer({ min: 1, max: 50 }),
+          (start, fraction, perSecond) => {
+            const ready = [A, B, C];
+            const c = new Map(ready.map((b, i) => [b, start[i]!]));
+            let memory = EMPTY;
+            const done: { at: number; count: number; total: number }[] = [];
+            let next = 0;
+            const settings = { factor: 1.2, afterMs: 1000, resetsPerSecond: perSecond, maxFractionPerMinute: fraction };
+            for (let now = 0; now <= 180_000; now += 1000) {
+              const d = decide({ now, ready, counts: c, memory, settings, settleMs: 0 });
+              memory = d.memory;
+              for (const t of d.targets) {
+                // each reset flow reconnects to the next backend in turn (deterministic spread)
+                c.set(t.backend, c.get(t.backend)! - t.count);
+                for (let k = 0; k < t.count; k++, next++) c.set(ready[next % 3]!, c.get(ready[next % 3]!)! + 1);
+                memory = recordResets(memory, now, t.count);
+                done.push({ at: now, count: t.count, total: d.total });
+              }
             }
-          }
-          const total = start.reduce((a, b) => a + b, 0);
-          for (const r of done) {
-            const inWindow = done.filter((o) => o.at <= r.at && r.at - o.at < MINUTE_MS).reduce((s, o) => s + o.count, 0);
-            expect(inWindow).toBeLessThanOrEqual(Math.max(1, Math.floor(fraction * total)));
-            const inSecond = done.filter((o) => o.at <= r.at && r.at - o.at < 1000).reduce((s, o) => s + o.count, 0);
-            expect(inSecond).toBeLessThanOrEqual(perSecond);
-          }
-        },
-      ),
-      fuzzParameters({ numRuns: Math.max(1, Math.floor(fuzzParameters().numRuns! / 25)) }),
-    );
-  }, FUZZ_TIMEOUT_MS);
+            const total = start.reduce((a, b) => a + b, 0);
+            for (const r of done) {
+              const inWindow = done.filter((o) => o.at <= r.at && r.at - o.at < MINUTE_MS).reduce((s, o) => s + o.count, 0);
+              expect(inWindow).toBeLessThanOrEqual(Math.max(1, Math.floor(fraction * total)));
+              const inSecond = done.filter((o) => o.at <= r.at && r.at - o.at < 1000).reduce((s, o) => s + o.count, 0);
+              expect(inSecond).toBeLessThanOrEqual(perSecond);
+            }
+          },
+        ),
+        fuzzParameters({ numRuns: Math.max(1, Math.floor(fuzzParameters().numRuns! / 25)) }),
+      );
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 });
 
 /** A fake conntrack: flows per backend; a reset removes the oldest `count` and reconnects them round-robin. */
@@ -396,9 +433,30 @@ describe('connections in /metrics and on the status page', () => {
   const doc: StatusDocument = {
     ...STATUS_DOC,
     dataplane: {
-      mode: 'nftables', backends: ['10.0.0.11:6443'], applies: 3, failures: 1, lastApplyMs: 4.5, lastError: null, flushedEntries: 7, restores: 0, lastRestore: null,
+      mode: 'nftables',
+      backends: ['10.0.0.11:6443'],
+      applies: 3,
+      failures: 1,
+      lastApplyMs: 4.5,
+      lastError: null,
+      flushedEntries: 7,
+      restores: 0,
+      lastRestore: null,
       connections: { '10.0.0.11:6443': 142, '10.0.0.12:6443': 3 },
-      rebalance: { enabled: true, factor: 1.2, afterMs: 60_000, resetsPerSecond: 5, maxFractionPerMinute: 0.1, state: 'reset', fair: 72.5, bound: 87, over: [], resets: { '10.0.0.11:6443': 9 }, lastRound: null, timestamped: 145 },
+      rebalance: {
+        enabled: true,
+        factor: 1.2,
+        afterMs: 60_000,
+        resetsPerSecond: 5,
+        maxFractionPerMinute: 0.1,
+        state: 'reset',
+        fair: 72.5,
+        bound: 87,
+        over: [],
+        resets: { '10.0.0.11:6443': 9 },
+        lastRound: null,
+        timestamped: 145,
+      },
     },
   };
 

@@ -73,10 +73,7 @@ describe('Reconciler', () => {
     expect(plane.log).toHaveLength(2);
     plane.held.shift()!();
     await Promise.all(later);
-    expect(plane.log).toStrictEqual([
-      `apply ready=- draining=- unknown=${B1},${B2},${B3}`,
-      `apply ready=${B1} draining=- unknown=${B2},${B3}`,
-    ]);
+    expect(plane.log).toStrictEqual([`apply ready=- draining=- unknown=${B1},${B2},${B3}`, `apply ready=${B1} draining=- unknown=${B2},${B3}`]);
   });
 
   it('a dead backend is reset after the apply without it succeeded, once', async () => {
@@ -203,7 +200,7 @@ describe('Reconciler', () => {
     expect(plane.log).toHaveLength(2);
   });
 
-  it('follow()\'s undo resolves only after the apply in flight is done: the caller may remove the table next', async () => {
+  it("follow()'s undo resolves only after the apply in flight is done: the caller may remove the table next", async () => {
     const { source, plane, unfollow } = setup([B1]);
     plane.hold = true;
     source.judge(verdict(B1, 'up'));

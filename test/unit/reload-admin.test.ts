@@ -14,12 +14,26 @@ import { createMetrics } from '../../src/observe/metrics.js';
 import { formatStatus, type ReloadResult, type StatusDocument } from '../../src/observe/status.js';
 
 const OK: ReloadResult = {
-  ok: true, at: '2026-12-01T12:00:00.000Z', trigger: 'admin', source: '/etc/ballast/ballast.yaml', problems: [],
-  changed: ['vips'], actions: ['VIPs removed: 10.0.0.101', 'election reconfigured (vips), from the next advert'], handover: false, durationMs: 12.3,
+  ok: true,
+  at: '2026-12-01T12:00:00.000Z',
+  trigger: 'admin',
+  source: '/etc/ballast/ballast.yaml',
+  problems: [],
+  changed: ['vips'],
+  actions: ['VIPs removed: 10.0.0.101', 'election reconfigured (vips), from the next advert'],
+  handover: false,
+  durationMs: 12.3,
 };
 const BAD: ReloadResult = {
-  ok: false, at: '2026-12-01T12:00:01.000Z', trigger: 'admin', source: '/etc/ballast/ballast.yaml',
-  problems: ['line 3: vrrp.vrid: must be an integer from 1 to 255, got 0'], changed: [], actions: [], handover: false, durationMs: 1,
+  ok: false,
+  at: '2026-12-01T12:00:01.000Z',
+  trigger: 'admin',
+  source: '/etc/ballast/ballast.yaml',
+  problems: ['line 3: vrrp.vrid: must be an integer from 1 to 255, got 0'],
+  changed: [],
+  actions: [],
+  handover: false,
+  durationMs: 1,
 };
 
 const servers: Server[] = [];
@@ -51,7 +65,8 @@ describe('POST /reload and `ballast reload`', () => {
     expect(formatReload(a, '127.0.0.1:9641')).toStrictEqual({
       code: 2,
       stdout: '',
-      stderr: 'ballast: configuration not reloaded from /etc/ballast/ballast.yaml (1 problem); the agent keeps running as before:\n  line 3: vrrp.vrid: must be an integer from 1 to 255, got 0\n',
+      stderr:
+        'ballast: configuration not reloaded from /etc/ballast/ballast.yaml (1 problem); the agent keeps running as before:\n  line 3: vrrp.vrid: must be an integer from 1 to 255, got 0\n',
     });
   });
   it('the agent cannot reload now (stopping): 503; exit 1', async () => {
@@ -96,7 +111,9 @@ describe('reloadAddress', () => {
     expect(reloadAddress({}, read)).toMatchObject({ host: '127.0.0.1', port: 9641 });
   });
   it('a --config file that cannot be read is an error (exit 2), not a reload sent to the default address; a bad admin.listen is said', () => {
-    expect(() => reloadAddress({ config: '/missing.yaml' }, read)).toThrow(expect.objectContaining({ code: 'BALLAST_E_CONFIG_READ', message: expect.stringMatching(/^cannot read \/missing\.yaml: /) }));
+    expect(() => reloadAddress({ config: '/missing.yaml' }, read)).toThrow(
+      expect.objectContaining({ code: 'BALLAST_E_CONFIG_READ', message: expect.stringMatching(/^cannot read \/missing\.yaml: /) }),
+    );
     const notes: string[] = [];
     files['/badlisten.yaml'] = 'admin:\n  listen: nowhere\n';
     expect(reloadAddress({ config: '/badlisten.yaml' }, read, (l) => notes.push(l))).toMatchObject({ host: '127.0.0.1', port: 9641 });
@@ -106,7 +123,12 @@ describe('reloadAddress', () => {
 });
 
 describe('the reload in /metrics and `ballast status`', () => {
-  const base: StatusDocument = { state: 'none', backends: [], dataplane: { mode: 'off', reason: 'no election (vrrp absent)' }, local: { mode: 'off', reason: 'no localEndpoint configured' } };
+  const base: StatusDocument = {
+    state: 'none',
+    backends: [],
+    dataplane: { mode: 'off', reason: 'no election (vrrp absent)' },
+    local: { mode: 'off', reason: 'no localEndpoint configured' },
+  };
   it('ballast_config_last_reload_successful and _success_timestamp_seconds, as Prometheus names them', async () => {
     const m = createMetrics();
     m.update({ ...base, reload: { last: null, lastSuccessAt: '2026-12-01T11:00:00.000Z' } });
@@ -123,10 +145,16 @@ describe('the reload in /metrics and `ballast status`', () => {
     expect(text).toContain(`ballast_config_last_reload_success_timestamp_seconds ${Date.parse(OK.at) / 1000}`);
   });
   it('the status line of the last reload', () => {
-    expect(formatStatus({ ...base, reload: { last: BAD, lastSuccessAt: OK.at } }).split('\n').at(-1)).toBe(
-      'reload: 2026-12-01T12:00:01.000Z FAILED: line 3: vrrp.vrid: must be an integer from 1 to 255, got 0',
-    );
-    expect(formatStatus({ ...base, reload: { last: OK, lastSuccessAt: OK.at } }).split('\n').at(-1)).toBe('reload: 2026-12-01T12:00:00.000Z applied (vips)');
+    expect(
+      formatStatus({ ...base, reload: { last: BAD, lastSuccessAt: OK.at } })
+        .split('\n')
+        .at(-1),
+    ).toBe('reload: 2026-12-01T12:00:01.000Z FAILED: line 3: vrrp.vrid: must be an integer from 1 to 255, got 0');
+    expect(
+      formatStatus({ ...base, reload: { last: OK, lastSuccessAt: OK.at } })
+        .split('\n')
+        .at(-1),
+    ).toBe('reload: 2026-12-01T12:00:00.000Z applied (vips)');
     expect(formatStatus({ ...base, reload: { last: null, lastSuccessAt: OK.at } })).not.toMatch(/reload/);
   });
 });
@@ -143,6 +171,11 @@ describe('ConfigError.problemLines', () => {
     const lines = err!.problemLines();
     expect(lines.length).toBe(2);
     expect(lines[0]).toMatch(/^line 2: vrrp\.vrid: /);
-    expect(err!.format().split('\n').slice(1, 1 + lines.length)).toStrictEqual(lines.map((l) => `  ${l}`));
+    expect(
+      err!
+        .format()
+        .split('\n')
+        .slice(1, 1 + lines.length),
+    ).toStrictEqual(lines.map((l) => `  ${l}`));
   });
 });

@@ -9,14 +9,19 @@ function config(over: Record<string, string> = {}) {
     interface: 'interface: eth0',
     vrrp: 'vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 100ms\n  preempt: true',
     vips: 'vips: [10.0.0.100, 10.0.0.101]',
-    apiserver: 'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms',
+    apiserver:
+      'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms',
     localEndpoint: 'localEndpoint:\n  address: 127.0.0.1:7443',
     dataplane: 'dataplane:\n  local: proxy',
     admin: 'admin:\n  listen: 127.0.0.1:9641',
     log: 'log:\n  level: info',
     ...over,
   };
-  return parseConfig(Object.values(sections).filter((s) => s !== '').join('\n'));
+  return parseConfig(
+    Object.values(sections)
+      .filter((s) => s !== '')
+      .join('\n'),
+  );
 }
 
 /** The plan's actions, with the default (nothing) left out, for exact comparison. */
@@ -60,7 +65,13 @@ describe('planReload', () => {
   });
 
   it('a VIP added and the interval changed: one patch with both, from the next advert', () => {
-    const p = planReload(config(), config({ vips: 'vips: [10.0.0.100, 10.0.0.101, 10.0.0.102]', vrrp: 'vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 200ms\n  preempt: true' }));
+    const p = planReload(
+      config(),
+      config({
+        vips: 'vips: [10.0.0.100, 10.0.0.101, 10.0.0.102]',
+        vrrp: 'vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 200ms\n  preempt: true',
+      }),
+    );
     expect(p.changed).toStrictEqual(['vips', 'vrrp.advertisementIntervalCs', 'vrrp.advertisementIntervalMs']);
     expect(actions(p)).toStrictEqual({
       election: { vips: ['10.0.0.100', '10.0.0.101', '10.0.0.102'], advertisementIntervalCs: 20 },
@@ -71,27 +82,54 @@ describe('planReload', () => {
   });
 
   it('priority and preempt: the election patch and the policy (new base priority)', () => {
-    const p = planReload(config(), config({ vrrp: 'vrrp:\n  vrid: 51\n  priority: 150\n  advertisementInterval: 100ms\n  preempt: false\n  preemptDelay: 2s' }));
+    const p = planReload(
+      config(),
+      config({ vrrp: 'vrrp:\n  vrid: 51\n  priority: 150\n  advertisementInterval: 100ms\n  preempt: false\n  preemptDelay: 2s' }),
+    );
     expect(p.changed).toStrictEqual(['vrrp.preempt', 'vrrp.preemptDelayMs', 'vrrp.priority']);
     expect(actions(p)).toStrictEqual({ election: { priority: 150, preempt: false, preemptDelayMs: 2000 }, policy: true });
   });
 
   it('backends: the checker set, the policy, passive detection and the election membership (the seed hosts are members); no election patch', () => {
-    const p = planReload(config(), config({ apiserver: 'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms' }));
+    const p = planReload(
+      config(),
+      config({
+        apiserver:
+          'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms',
+      }),
+    );
     expect(p.changed).toStrictEqual(['apiserver.backends']);
     expect(actions(p)).toStrictEqual({ backends: true, policy: true, passive: true, membership: true });
   });
 
   it('health settings: the checker settings and the policy (settle time); timeout also passive detection', () => {
-    const p = planReload(config(), config({ apiserver: 'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 500ms\n    timeout: 300ms\n    rise: 3' }));
+    const p = planReload(
+      config(),
+      config({
+        apiserver:
+          'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 500ms\n    timeout: 300ms\n    rise: 3',
+      }),
+    );
     expect(p.changed).toStrictEqual(['apiserver.health.intervalMs', 'apiserver.health.rise', 'apiserver.health.settleMs', 'apiserver.health.timeoutMs']);
     expect(actions(p)).toStrictEqual({ health: true, policy: true, passive: true });
-    const q = planReload(config(), config({ apiserver: 'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms\n    path: /livez' }));
+    const q = planReload(
+      config(),
+      config({
+        apiserver:
+          'apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms\n    path: /livez',
+      }),
+    );
     expect(actions(q)).toStrictEqual({ health: true, policy: true });
   });
 
   it('apiserver.port: the VIP data plane and passive detection', () => {
-    const p = planReload(config(), config({ apiserver: 'apiserver:\n  port: 8443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms' }));
+    const p = planReload(
+      config(),
+      config({
+        apiserver:
+          'apiserver:\n  port: 8443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443, 10.0.0.13:6443]\n  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms',
+      }),
+    );
     expect(actions(p)).toStrictEqual({ vipDataplane: true, passive: true });
   });
 
@@ -119,7 +157,9 @@ describe('planReload', () => {
     expect(actions(p)).toStrictEqual({ handover: ['vrrp.vrid'] });
     expect(describePlan(p)).toStrictEqual(['hand-over: election stopped (priority 0 if master, VIPs removed) and started again (vrrp.vrid)']);
     expect(planReload(config(), config({ interface: 'interface: eth1' })).handover).toStrictEqual(['interface']);
-    expect(planReload(config(), config({ vrrp: 'vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 100ms\n  checksum: rfc9568' })).handover).toStrictEqual(['vrrp.checksum']);
+    expect(
+      planReload(config(), config({ vrrp: 'vrrp:\n  vrid: 51\n  priority: 100\n  advertisementInterval: 100ms\n  checksum: rfc9568' })).handover,
+    ).toStrictEqual(['vrrp.checksum']);
     const owner = planReload(config(), config({ vrrp: 'vrrp:\n  vrid: 51\n  priority: 255\n  advertisementInterval: 100ms' }));
     expect(owner.handover).toStrictEqual(['vrrp.owner']);
     expect(owner.election).toBeNull();
@@ -142,8 +182,18 @@ describe('planReload', () => {
 
   it('a change of the VIPs family with the nftables data plane is a hand-over that moves the plane (not a restart, no same-family reprogram)', () => {
     const health = '  health:\n    insecureSkipVerify: true\n    interval: 200ms\n    timeout: 200ms';
-    const six = { interface: 'interface: eth0', vips: 'vips: ["fd00::100"]', apiserver: `apiserver:\n  port: 6443\n  backends: ["[fd00::11]:6443", "[fd00::12]:6443"]\n${health}`, localEndpoint: '', dataplane: 'dataplane:\n  local: off' };
-    const four = { ...six, vips: 'vips: [10.0.0.100, 10.0.0.101]', apiserver: `apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443]\n${health}` };
+    const six = {
+      interface: 'interface: eth0',
+      vips: 'vips: ["fd00::100"]',
+      apiserver: `apiserver:\n  port: 6443\n  backends: ["[fd00::11]:6443", "[fd00::12]:6443"]\n${health}`,
+      localEndpoint: '',
+      dataplane: 'dataplane:\n  local: off',
+    };
+    const four = {
+      ...six,
+      vips: 'vips: [10.0.0.100, 10.0.0.101]',
+      apiserver: `apiserver:\n  port: 6443\n  backends: [10.0.0.11:6443, 10.0.0.12:6443]\n${health}`,
+    };
     const p = planReload(config(four), config(six));
     expect(p.changed).toStrictEqual(['apiserver.backends', 'family', 'vips']);
     expect(p.restart).toStrictEqual([]);
@@ -174,7 +224,9 @@ describe('planReload', () => {
     expect(planReload(config(), config({ dataplane: 'dataplane:\n  local: proxy\n  keepOnStop: true' })).restart).toStrictEqual(['dataplane.keepOnStop']);
     expect(planReload(config(), config({ dataplane: 'dataplane:\n  local: ebpf' })).restart).toStrictEqual(['dataplane.local']);
     // connection sync: its conntrackd and the table's source NAT come with the start
-    expect(planReload(config(), config({ dataplane: 'dataplane:\n  local: proxy\n  connectionSync:\n    enabled: false\n    commitTimeout: 2s' })).restart).toStrictEqual(['dataplane.connectionSync.commitTimeoutMs', 'dataplane.connectionSync.enabled']);
+    expect(
+      planReload(config(), config({ dataplane: 'dataplane:\n  local: proxy\n  connectionSync:\n    enabled: false\n    commitTimeout: 2s' })).restart,
+    ).toStrictEqual(['dataplane.connectionSync.commitTimeoutMs', 'dataplane.connectionSync.enabled']);
     expect(planReload(config(), config({ localEndpoint: '' })).restart).toStrictEqual(['localEndpoint']);
     expect(planReload(config(), config({ vrrp: '', vips: '', interface: '' })).restart).toContain('vrrp');
     expect(planReload(config(), config({ apiserver: '', localEndpoint: '' })).restart).toStrictEqual(['localEndpoint', 'apiserver.backends (none ↔ some)']);
@@ -183,7 +235,9 @@ describe('planReload', () => {
 
 describe('mode: bgp reloads', () => {
   const bgp = (configFile: string) =>
-    parseConfig(`mode: bgp\nvips: [10.0.0.100]\napiserver: { backends: ["10.0.0.11:6443"], health: { insecureSkipVerify: true } }\nbgp: { configFile: ${configFile}, localAsn: 64512, peers: [{ address: 10.0.1.1, asn: 64500 }] }\n`);
+    parseConfig(
+      `mode: bgp\nvips: [10.0.0.100]\napiserver: { backends: ["10.0.0.11:6443"], health: { insecureSkipVerify: true } }\nbgp: { configFile: ${configFile}, localAsn: 64512, peers: [{ address: 10.0.1.1, asn: 64500 }] }\n`,
+    );
   it('a bgp.configFile moved (onto bird.conf, say) is refused as a restart: the running snippet and announcement stay', () => {
     const p = planReload(bgp('/etc/bird/ballast4.conf'), bgp('/etc/bird/bird.conf'));
     expect(p.restart).toStrictEqual(['bgp.configFile']);

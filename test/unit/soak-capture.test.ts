@@ -20,7 +20,18 @@ const A = 0x10;
 const R = 0x04;
 const SA = S | A;
 
-interface Seg { t: number; srcMac: string; dstMac: string; src: string; sport: number; dst: string; dport: number; flags: number; seq?: number; ack?: number }
+interface Seg {
+  t: number;
+  srcMac: string;
+  dstMac: string;
+  src: string;
+  sport: number;
+  dst: string;
+  dport: number;
+  flags: number;
+  seq?: number;
+  ack?: number;
+}
 
 const macBytes = (m: string): number[] => m.split(':').map((x) => parseInt(x, 16));
 const ipBytes = (a: string): number[] => a.split('.').map(Number);
@@ -70,11 +81,50 @@ function pcap(segs: Seg[], o: { bigEndian?: boolean; nano?: boolean; link?: numb
 
 const T0 = 1_796_237_300_000;
 /** client → VIP (at n1's MAC) */
-const c2v = (t: number, sport: number, flags: number, seq = 7): Seg => ({ t: T0 + t, srcMac: MAC.client, dstMac: MAC.n1, src: IP.client, sport, dst: IP.vip, dport: 6443, flags, seq });
+const c2v = (t: number, sport: number, flags: number, seq = 7): Seg => ({
+  t: T0 + t,
+  srcMac: MAC.client,
+  dstMac: MAC.n1,
+  src: IP.client,
+  sport,
+  dst: IP.vip,
+  dport: 6443,
+  flags,
+  seq,
+});
 /** VIP → client; a SYN-ACK acknowledges c2v's default sequence number */
-const v2c = (t: number, dport: number, flags: number, seq = 7): Seg => ({ t: T0 + t, srcMac: MAC.n1, dstMac: MAC.client, src: IP.vip, sport: 6443, dst: IP.client, dport, flags, ack: seq + 1 });
-const leg = (t: number, to: 'n2' | 'n3', sport: number, flags: number): Seg => ({ t: T0 + t, srcMac: MAC.n1, dstMac: MAC[to], src: IP.n1, sport, dst: IP[to], dport: 6443, flags });
-const back = (t: number, from: 'n2' | 'n3', dport: number, flags: number): Seg => ({ t: T0 + t, srcMac: MAC[from], dstMac: MAC.n1, src: IP[from], sport: 6443, dst: IP.n1, dport, flags, ack: 8 });
+const v2c = (t: number, dport: number, flags: number, seq = 7): Seg => ({
+  t: T0 + t,
+  srcMac: MAC.n1,
+  dstMac: MAC.client,
+  src: IP.vip,
+  sport: 6443,
+  dst: IP.client,
+  dport,
+  flags,
+  ack: seq + 1,
+});
+const leg = (t: number, to: 'n2' | 'n3', sport: number, flags: number): Seg => ({
+  t: T0 + t,
+  srcMac: MAC.n1,
+  dstMac: MAC[to],
+  src: IP.n1,
+  sport,
+  dst: IP[to],
+  dport: 6443,
+  flags,
+});
+const back = (t: number, from: 'n2' | 'n3', dport: number, flags: number): Seg => ({
+  t: T0 + t,
+  srcMac: MAC[from],
+  dstMac: MAC.n1,
+  src: IP[from],
+  sport: 6443,
+  dst: IP.n1,
+  dport,
+  flags,
+  ack: 8,
+});
 
 describe('pcapSegments', () => {
   const segs = [c2v(0.25, 40000, S), v2c(0.5, 40000, SA)];
@@ -82,7 +132,18 @@ describe('pcapSegments', () => {
   it('reads both byte orders and both timestamp resolutions to the same segments', () => {
     const le = readPcap(pcap(segs));
     expect(le).toHaveLength(2);
-    expect(le[0]).toStrictEqual<TcpSegment>({ t: T0 + 0.25, srcMac: MAC.client, dstMac: MAC.n1, src: IP.client, sport: 40000, dst: IP.vip, dport: 6443, flags: S, seq: 7, ack: 0 });
+    expect(le[0]).toStrictEqual<TcpSegment>({
+      t: T0 + 0.25,
+      srcMac: MAC.client,
+      dstMac: MAC.n1,
+      src: IP.client,
+      sport: 40000,
+      dst: IP.vip,
+      dport: 6443,
+      flags: S,
+      seq: 7,
+      ack: 0,
+    });
     expect(le[1]).toMatchObject({ src: IP.vip, sport: 6443, dst: IP.client, dport: 40000, flags: SA, ack: 8 });
     for (const o of [{ bigEndian: true }, { nano: true }, { bigEndian: true, nano: true }]) {
       const other = readPcap(pcap(segs, o));
@@ -111,17 +172,35 @@ describe('stalledHandshakes', () => {
   it('a handshake answered the first time is not reported; one sent again after 1 s is, with where it was lost', () => {
     const r = fates([
       // answered at once
-      c2v(0, 40000, S), leg(0.1, 'n2', 40000, S), back(0.2, 'n2', 40000, SA), v2c(0.3, 40000, SA), c2v(0.4, 40000, A),
+      c2v(0, 40000, S),
+      leg(0.1, 'n2', 40000, S),
+      back(0.2, 'n2', 40000, SA),
+      v2c(0.3, 40000, SA),
+      c2v(0.4, 40000, A),
       // 1: nothing behind the VIP answered (dropped at the holder, or its own apiserver silent)
-      c2v(10, 40010, S), c2v(1010, 40010, S), v2c(1010.2, 40010, SA),
+      c2v(10, 40010, S),
+      c2v(1010, 40010, S),
+      v2c(1010.2, 40010, SA),
       // 2: the backend leg went out, the backend never answered
-      c2v(20, 40020, S), leg(20.1, 'n3', 40020, S), c2v(1020, 40020, S),
+      c2v(20, 40020, S),
+      leg(20.1, 'n3', 40020, S),
+      c2v(1020, 40020, S),
       // 3: the backend holds an old socket on that 4-tuple: a bare ACK, the client resets
-      c2v(30, 40030, S), leg(30.1, 'n2', 40030, S), back(30.2, 'n2', 40030, A), v2c(30.3, 40030, A), c2v(30.4, 40030, R), c2v(1030, 40030, S),
+      c2v(30, 40030, S),
+      leg(30.1, 'n2', 40030, S),
+      back(30.2, 'n2', 40030, A),
+      v2c(30.3, 40030, A),
+      c2v(30.4, 40030, R),
+      c2v(1030, 40030, S),
       // 4: the backend's SYN-ACK reached the holder and stopped there
-      c2v(40, 40040, S), leg(40.1, 'n3', 40040, S), back(40.2, 'n3', 40040, SA), c2v(1040, 40040, S),
+      c2v(40, 40040, S),
+      leg(40.1, 'n3', 40040, S),
+      back(40.2, 'n3', 40040, SA),
+      c2v(1040, 40040, S),
       // 5: the VIP refused it
-      c2v(50, 40050, S), v2c(50.1, 40050, R | A), c2v(1050, 40050, S),
+      c2v(50, 40050, S),
+      v2c(50.1, 40050, R | A),
+      c2v(1050, 40050, S),
     ]);
     expect(r.map((x) => [x.t - T0, x.client, x.holder, x.backend, x.fate, x.retransmitAfterMs])).toStrictEqual([
       [10, `${IP.client}:40010`, 'n1', null, 'unanswered at the holder', 1000],
@@ -145,7 +224,9 @@ describe('stalledHandshakes', () => {
       // n3's own health check of n1 happens to use port 40100 too
       { t: T0 + 0.1, srcMac: MAC.n3, dstMac: MAC.n1, src: IP.n3, sport: 40100, dst: IP.n1, dport: 6443, flags: S },
       c2v(1000, 40100, S),
-      c2v(2000, 40200, S), c2v(2200, 40200, S), v2c(2201, 40200, SA),
+      c2v(2000, 40200, S),
+      c2v(2200, 40200, S),
+      v2c(2201, 40200, SA),
     ]);
     expect(r.map((x) => [x.client, x.backend, x.fate])).toStrictEqual([[`${IP.client}:40100`, null, 'unanswered at the holder']]);
   });
@@ -153,15 +234,25 @@ describe('stalledHandshakes', () => {
   it('a handshake the client gave up on before a retransmission is reported too; a SYN-ACK for another sequence number is not its answer', () => {
     const r = fates([
       // the backend leg went out, no answer, the client gave up at 1 s: no second SYN
-      c2v(0, 40300, S), leg(0.1, 'n2', 40300, S), leg(999, 'n2', 40300, S),
+      c2v(0, 40300, S),
+      leg(0.1, 'n2', 40300, S),
+      leg(999, 'n2', 40300, S),
       // answered, but 700 ms late
-      c2v(100, 40310, S), leg(100.1, 'n3', 40310, S), back(800, 'n3', 40310, SA), v2c(800.1, 40310, SA), c2v(800.2, 40310, A),
+      c2v(100, 40310, S),
+      leg(100.1, 'n3', 40310, S),
+      back(800, 'n3', 40310, SA),
+      v2c(800.1, 40310, SA),
+      c2v(800.2, 40310, A),
       // answered at once, but the SYN-ACK acknowledges an older SYN (sequence number 3): no answer to this one
-      c2v(200, 40320, S), v2c(200.2, 40320, SA, 3),
+      c2v(200, 40320, S),
+      v2c(200.2, 40320, SA, 3),
       // answered in 450 ms: in time
-      c2v(300, 40330, S), v2c(750, 40330, SA), c2v(750.2, 40330, A),
+      c2v(300, 40330, S),
+      v2c(750, 40330, SA),
+      c2v(750.2, 40330, A),
       // the last SYN, 400 ms before the capture ends: not judged
-      c2v(1200, 40340, S), c2v(1600, 40399, A),
+      c2v(1200, 40340, S),
+      c2v(1600, 40399, A),
     ]);
     expect(r.map((x) => [x.t - T0, x.backend, x.fate, x.retransmitAfterMs])).toStrictEqual([
       [0, 'n2', 'backend silent', null],
@@ -175,10 +266,22 @@ describe('stalledHandshakes', () => {
 
 describe('captureSummary', () => {
   it('counts by fate and lists the SYNs first sent from T + 100 ms before a VIP violation to 100 ms after it', () => {
-    const syn = (t: number, fate: 'backend silent' | 'challenge ACK') => ({ t, client: 'c', holder: 'n1', backend: 'n2', fate, retransmitAfterMs: t > 50_000 ? null : 1000, trace: [] });
+    const syn = (t: number, fate: 'backend silent' | 'challenge ACK') => ({
+      t,
+      client: 'c',
+      holder: 'n1',
+      backend: 'n2',
+      fate,
+      retransmitAfterMs: t > 50_000 ? null : 1000,
+      trace: [],
+    });
     const syns = [syn(1000, 'backend silent'), syn(49_000, 'challenge ACK'), syn(50_500, 'backend silent'), syn(51_200, 'challenge ACK')];
     const v = (invariant: Violation['invariant'], t: number, what: string): Violation => ({ invariant, t, untilMs: t + 1000, what, active: [], count: 1 });
-    const violations = [v('b', 50_000, 'VIP request failed (timeout) outside every fault\'s bound'), v('b', 1000, 'watch 3 dropped outside every fault\'s bound'), v('a', 1000, 'two holders')];
+    const violations = [
+      v('b', 50_000, "VIP request failed (timeout) outside every fault's bound"),
+      v('b', 1000, "watch 3 dropped outside every fault's bound"),
+      v('a', 1000, 'two holders'),
+    ];
     const s = captureSummary('soak-capture.pcap', syns, violations, 1000);
     expect(s).toStrictEqual({
       file: 'soak-capture.pcap',

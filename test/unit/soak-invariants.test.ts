@@ -19,7 +19,17 @@ const healthyAgents = (): ClusterSample['agents'] => ({
 function timeline(): Timeline {
   const samples: ClusterSample[] = [];
   for (let t = 0; t <= 60_000; t += 100) samples.push({ t, holders: ['n1'], agents: healthyAgents() });
-  const kill: InjectedFault = { id: 1, group: 1, kind: 'agent-sigkill', target: 'n1', atMs: 10_000, durationMs: 3000, startMs: 10_000, healMs: 13_000, note: 'holder' };
+  const kill: InjectedFault = {
+    id: 1,
+    group: 1,
+    kind: 'agent-sigkill',
+    target: 'n1',
+    atMs: 10_000,
+    durationMs: 3000,
+    startMs: 10_000,
+    healMs: 13_000,
+    note: 'holder',
+  };
   // during the fault: n2 takes over, n1 keeps the stale VIP, n1's agent does not answer
   for (const s of samples) {
     if (s.t >= 10_000 && s.t < 13_500) {
@@ -28,8 +38,14 @@ function timeline(): Timeline {
     }
   }
   return {
-    timing: DEFAULT_TIMING, controlPlane: ['n1', 'n2', 'n3'], worker: 'n4', expectedHolder: 'n1', backends: 3, endMs: 60_000,
-    faults: [kill], samples,
+    timing: DEFAULT_TIMING,
+    controlPlane: ['n1', 'n2', 'n3'],
+    worker: 'n4',
+    expectedHolder: 'n1',
+    backends: 3,
+    endMs: 60_000,
+    faults: [kill],
+    samples,
     // the takeover: failures for 350 ms after the kill
     vipFailures: Array.from({ length: 35 }, (_, i) => ({ t: 10_000 + i * 10, ms: 500, error: 'timeout' })),
     localFailures: [],
@@ -40,7 +56,7 @@ function timeline(): Timeline {
 }
 
 describe('soak invariants', () => {
-  it('a run whose failures all fall inside the fault\'s bound has no violation', () => {
+  it("a run whose failures all fall inside the fault's bound has no violation", () => {
     expect(checkInvariants(timeline())).toStrictEqual([]);
   });
 
@@ -48,7 +64,7 @@ describe('soak invariants', () => {
     const tl = timeline();
     tl.vipFailures.push({ t: 40_000, ms: 12, error: 'ECONNREFUSED' }, { t: 40_010, ms: 11, error: 'ECONNREFUSED' });
     expect(checkInvariants(tl)).toStrictEqual([
-      { invariant: 'b', t: 40_000, untilMs: 40_021, what: 'VIP request failed (ECONNREFUSED) outside every fault\'s bound', active: [], count: 2 },
+      { invariant: 'b', t: 40_000, untilMs: 40_021, what: "VIP request failed (ECONNREFUSED) outside every fault's bound", active: [], count: 2 },
     ]);
   });
 
@@ -61,11 +77,31 @@ describe('soak invariants', () => {
     expect(v[0]).toMatchObject({ invariant: 'b', t: late, active: [1] });
   });
 
-  it('(b) a control-plane fault while the worker\'s agent is down excuses local failures until that agent is back (heal + S) and has judged the backend dead (D + M)', () => {
+  it("(b) a control-plane fault while the worker's agent is down excuses local failures until that agent is back (heal + S) and has judged the backend dead (D + M)", () => {
     const tl = timeline();
     const { detect } = derived(DEFAULT_TIMING);
-    const linkDown: InjectedFault = { id: 2, group: 2, kind: 'link-down', target: 'n2', atMs: 40_000, durationMs: 4000, startMs: 40_000, healMs: 44_000, note: '' };
-    const workerStop: InjectedFault = { id: 3, group: 2, kind: 'agent-sigterm', target: 'n4', atMs: 41_000, durationMs: 3000, startMs: 41_000, healMs: 44_000, note: '' };
+    const linkDown: InjectedFault = {
+      id: 2,
+      group: 2,
+      kind: 'link-down',
+      target: 'n2',
+      atMs: 40_000,
+      durationMs: 4000,
+      startMs: 40_000,
+      healMs: 44_000,
+      note: '',
+    };
+    const workerStop: InjectedFault = {
+      id: 3,
+      group: 2,
+      kind: 'agent-sigterm',
+      target: 'n4',
+      atMs: 41_000,
+      durationMs: 3000,
+      startMs: 41_000,
+      healMs: 44_000,
+      note: '',
+    };
     const late = 44_000 + DEFAULT_TIMING.startupMs + detect; // past link-down's own local bound (start + D + M)
     expect(late).toBeGreaterThan(40_000 + detect + DEFAULT_TIMING.marginMs);
     tl.localFailures.push({ t: late, ms: 1000, error: 'timeout' });
@@ -96,27 +132,46 @@ describe('soak invariants', () => {
     const tl = timeline();
     for (const s of tl.samples) if (s.t >= 30_000 && s.t < 31_000) s.agents.n2 = { ...s.agents.n2!, backendsUp: 2 };
     for (const s of tl.samples) if (s.t === 45_000) s.agents.n3 = { ...s.agents.n3!, table: false };
-    tl.faults.push({ id: 2, group: 2, kind: 'reload-bad', target: 'n3', atMs: 50_000, durationMs: 500, startMs: 50_000, healMs: 50_500, failed: 'an invalid config: ballast reload exited 0, not 2' });
+    tl.faults.push({
+      id: 2,
+      group: 2,
+      kind: 'reload-bad',
+      target: 'n3',
+      atMs: 50_000,
+      durationMs: 500,
+      startMs: 50_000,
+      healMs: 50_500,
+      failed: 'an invalid config: ballast reload exited 0, not 2',
+    });
     const v = checkInvariants(tl);
-    expect(v.map((x) => [x.invariant, x.t, x.count])).toStrictEqual([['c', 30_000, 10], ['c', 45_000, 1], ['c', 50_000, 1]]);
+    expect(v.map((x) => [x.invariant, x.t, x.count])).toStrictEqual([
+      ['c', 30_000, 10],
+      ['c', 45_000, 1],
+      ['c', 50_000, 1],
+    ]);
     expect(v[0]!.what).toBe('not back after the faults healed: n2: 2/3 backends up');
     expect(v[1]!.what).toBe('not back after the faults healed: n3: table ip ballast missing');
     expect(v[2]!.active).toStrictEqual([2]);
   });
 
-  it('(c) the worker\'s local endpoint: a backend held out by flap damping is not missing; one simply absent is', () => {
+  it("(c) the worker's local endpoint: a backend held out by flap damping is not missing; one simply absent is", () => {
     const tl = timeline();
     for (const s of tl.samples) if (s.t >= 30_000 && s.t < 31_000) s.agents.n4 = { up: true, state: 'none', local: 2, damped: 1 };
     for (const s of tl.samples) if (s.t >= 40_000 && s.t < 40_500) s.agents.n4 = { up: true, state: 'none', local: 2, damped: 0 };
     const v = checkInvariants(tl);
-    expect(v.map((x) => [x.invariant, x.t, x.count, x.what])).toStrictEqual([['c', 40_000, 5, 'not back after the faults healed: n4: local endpoint has 2/3 backends']]);
+    expect(v.map((x) => [x.invariant, x.t, x.count, x.what])).toStrictEqual([
+      ['c', 40_000, 5, 'not back after the faults healed: n4: local endpoint has 2/3 backends'],
+    ]);
   });
 
   it('(d) fds above the band and a leak finding; the baseline is the first sample old enough', () => {
     const tl = timeline();
     tl.resources.push({ t: 50_000, node: 'n2', pid: 100, fds: 30 + RESOURCE_BAND.fds + 1, rssKiB: 60_000, ageMs: 55_000 });
     // a young process's samples are no baseline: a restarted agent starts its own
-    tl.resources.push({ t: 14_000, node: 'n1', pid: 200, fds: 10, rssKiB: 10_000, ageMs: 1000 }, { t: 30_000, node: 'n1', pid: 200, fds: 40, rssKiB: 70_000, ageMs: 17_000 });
+    tl.resources.push(
+      { t: 14_000, node: 'n1', pid: 200, fds: 10, rssKiB: 10_000, ageMs: 1000 },
+      { t: 30_000, node: 'n1', pid: 200, fds: 40, rssKiB: 70_000, ageMs: 17_000 },
+    );
     tl.leaks.push({ t: 55_000, node: 'n3', what: 'table inet bsoak_loss' });
     const v = checkInvariants(tl);
     expect(v.map((x) => [x.invariant, x.t, x.what])).toStrictEqual([
@@ -140,13 +195,20 @@ describe('soak invariants', () => {
     const tl = timeline();
     expect(outages(tl.vipFailures)).toStrictEqual([{ from: 10_000, to: 10_840, ms: 840, failed: 35 }]);
     expect(summarizeKinds(tl)).toStrictEqual([
-      { kind: 'agent-sigkill', injected: 1, longestVipOutageMs: 840, longestLocalOutageMs: 0, boundMs: boundOf('agent-sigkill', false, DEFAULT_TIMING).ms, bound: boundOf('agent-sigkill', false, DEFAULT_TIMING).name },
+      {
+        kind: 'agent-sigkill',
+        injected: 1,
+        longestVipOutageMs: 840,
+        longestLocalOutageMs: 0,
+        boundMs: boundOf('agent-sigkill', false, DEFAULT_TIMING).ms,
+        bound: boundOf('agent-sigkill', false, DEFAULT_TIMING).name,
+      },
     ]);
   });
 });
 
 describe('soak sampler digest', () => {
-  it('a damped backend still in the local endpoint\'s map is not counted as held out; one missing from it is', () => {
+  it("a damped backend still in the local endpoint's map is not counted as held out; one missing from it is", () => {
     const backends = [
       { address: '10.0.0.1:6443', state: 'up', dampedUntil: '2026-12-01T00:00:30.000Z' },
       { address: '10.0.0.2:6443', state: 'up', dampedUntil: null },

@@ -5,7 +5,19 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
-  boundOf, clockOffset, CLOCK_BASE_MIN, DEFAULT_TIMING, derived, FAULT_KINDS, faultWindows, GROUP_SPREAD_MS, KIND_SPECS, makeSchedule, recoverMs, WARMUP_MS, type PlannedFault,
+  boundOf,
+  clockOffset,
+  CLOCK_BASE_MIN,
+  DEFAULT_TIMING,
+  derived,
+  FAULT_KINDS,
+  faultWindows,
+  GROUP_SPREAD_MS,
+  KIND_SPECS,
+  makeSchedule,
+  recoverMs,
+  WARMUP_MS,
+  type PlannedFault,
 } from '../../lab/soak/schedule.js';
 import { HEAL_ANNOUNCE_MIN_INTERVAL_MS, masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 
@@ -30,7 +42,10 @@ describe('soak schedule', () => {
     for (let seed = 0; seed < 40; seed++) {
       const s = makeSchedule({ ...opts(seed), maxConcurrent: 3 });
       check(s.length > 20, `seed ${seed}: only ${s.length} faults`);
-      check(s.every((f, i) => f.id === i + 1), `seed ${seed}: ids`);
+      check(
+        s.every((f, i) => f.id === i + 1),
+        `seed ${seed}: ids`,
+      );
       check(s[0]!.atMs === WARMUP_MS, `seed ${seed}: first at ${s[0]!.atMs}`);
       const gs = groups(s);
       for (const [i, g] of gs.entries()) {
@@ -80,15 +95,23 @@ describe('soak schedule', () => {
     expect(boundOf('apiserver-stop', false, DEFAULT_TIMING).name).toBe(`D + M = ${d.detect + M} ms`);
     expect(boundOf('clock-step', false, DEFAULT_TIMING)).toMatchObject({ ms: 0, vip: {}, local: {} });
     // after a healed partition the winner's last claim comes at most A + H after the heal
-    expect(boundOf('vrrp-blocked', false, DEFAULT_TIMING).vip).toStrictEqual({ start: d.mdi + M, heal: Math.max(d.mdi, DEFAULT_TIMING.advertIntervalMs + HEAL_ANNOUNCE_MIN_INTERVAL_MS) + M });
+    expect(boundOf('vrrp-blocked', false, DEFAULT_TIMING).vip).toStrictEqual({
+      start: d.mdi + M,
+      heal: Math.max(d.mdi, DEFAULT_TIMING.advertIntervalMs + HEAL_ANNOUNCE_MIN_INTERVAL_MS) + M,
+    });
     expect(boundOf('vrrp-blocked', false, DEFAULT_TIMING).vip.heal).toBe(1600);
     // a worker's faults never excuse VIP failures; a control-plane agent's never excuse local ones
     expect(boundOf('agent-sigkill', true, DEFAULT_TIMING).vip).toStrictEqual({});
     expect(boundOf('agent-sigkill', false, DEFAULT_TIMING).local).toStrictEqual({});
   });
 
-  it('clock steps are offsets from a base ahead of the machine, so a step back stays inside the certificates\' validity', () => {
-    expect([clockOffset('+0m'), clockOffset('-1h'), clockOffset('+10m'), clockOffset('-10m')]).toStrictEqual([`+${CLOCK_BASE_MIN}m`, `+${CLOCK_BASE_MIN - 60}m`, `+${CLOCK_BASE_MIN + 10}m`, `+${CLOCK_BASE_MIN - 10}m`]);
+  it("clock steps are offsets from a base ahead of the machine, so a step back stays inside the certificates' validity", () => {
+    expect([clockOffset('+0m'), clockOffset('-1h'), clockOffset('+10m'), clockOffset('-10m')]).toStrictEqual([
+      `+${CLOCK_BASE_MIN}m`,
+      `+${CLOCK_BASE_MIN - 60}m`,
+      `+${CLOCK_BASE_MIN + 10}m`,
+      `+${CLOCK_BASE_MIN - 10}m`,
+    ]);
     expect(() => clockOffset('+1d')).toThrow(RangeError);
     for (const f of makeSchedule({ ...opts(3), kinds: ['clock-step'] })) expect(() => clockOffset(f.param)).not.toThrow();
   });
@@ -99,7 +122,10 @@ describe('soak schedule', () => {
     const M = DEFAULT_TIMING.marginMs;
     const S = DEFAULT_TIMING.startupMs;
     expect(faultWindows({ kind: 'agent-sigkill', target: 'n1', startMs: 10_000, healMs: 13_000 }, false, DEFAULT_TIMING)).toStrictEqual({
-      vip: [[10_000 - T, 10_000 + mdi + M], [13_000 - T, 13_000 + S + mdi + M]],
+      vip: [
+        [10_000 - T, 10_000 + mdi + M],
+        [13_000 - T, 13_000 + S + mdi + M],
+      ],
       local: [],
     });
     const loss = faultWindows({ kind: 'packet-loss', target: 'n4', startMs: 1000, healMs: 4000 }, true, DEFAULT_TIMING);

@@ -18,7 +18,7 @@ describe('WatchDrops: one drop per lost watch-like connection', () => {
     expect(out).toStrictEqual([{ t: 1_004_868, kind: 'drop', error: 'ECONNRESET', conn: 33 }]);
   });
 
-  it('an idle connection closed by the server is one drop at the close, with the close\'s cause', () => {
+  it("an idle connection closed by the server is one drop at the close, with the close's cause", () => {
     const { d, out } = merger();
     d.closed(7, 10_000, null);
     d.failed(7, 12_500, 'closed');
@@ -45,7 +45,12 @@ describe('WatchDrops: one drop per lost watch-like connection', () => {
     d.closed(1, 9_000, null);
     d.closed(2, 9_100, 'ECONNRESET');
     d.end();
-    expect(out.map((e) => [e.conn, e.t, e.error])).toStrictEqual([[1, 900, 'ECONNRESET'], [1, 5_000, 'ECONNRESET'], [1, 9_000, 'FIN'], [2, 9_100, 'ECONNRESET']]);
+    expect(out.map((e) => [e.conn, e.t, e.error])).toStrictEqual([
+      [1, 900, 'ECONNRESET'],
+      [1, 5_000, 'ECONNRESET'],
+      [1, 9_000, 'FIN'],
+      [2, 9_100, 'ECONNRESET'],
+    ]);
   });
 });
 

@@ -108,9 +108,7 @@ describe('Initialize (§6.4.1)', () => {
   });
   it('link down goes to Fault', () => {
     const m = machine();
-    expect(m.handle({ type: 'linkDown', now: 1 })).toEqual([
-      { type: 'transition', from: 'initialize', to: 'fault', reason: 'linkDown' },
-    ]);
+    expect(m.handle({ type: 'linkDown', now: 1 })).toEqual([{ type: 'transition', from: 'initialize', to: 'fault', reason: 'linkDown' }]);
   });
 });
 
@@ -219,9 +217,7 @@ describe('Backup (§6.4.2)', () => {
 
   it('shutdown cancels Master_Down_Timer and goes Initialize, sending nothing', () => {
     const m = inState('backup');
-    expect(m.handle({ type: 'shutdown', now: 1100 })).toEqual([
-      { type: 'transition', from: 'backup', to: 'initialize', reason: 'shutdown' },
-    ]);
+    expect(m.handle({ type: 'shutdown', now: 1100 })).toEqual([{ type: 'transition', from: 'backup', to: 'initialize', reason: 'shutdown' }]);
     expect(m.nextDeadline()).toBeNull();
   });
 
@@ -272,9 +268,7 @@ describe('Active (§6.4.3)', () => {
       { type: 'transition', from: 'active', to: 'backup', reason: 'addressTieBreak', detail: '10.0.0.13 priority 100' },
     ]);
     const wins = inState('active', { primaryAddress: '10.0.0.12' });
-    expect(wins.handle({ type: 'advert', now: 1050, priority: 100, maxAdvertIntervalCs: 10, source: '10.0.0.9' })).toEqual([
-      { type: 'send', priority: 100 },
-    ]);
+    expect(wins.handle({ type: 'advert', now: 1050, priority: 100, maxAdvertIntervalCs: 10, source: '10.0.0.9' })).toEqual([{ type: 'send', priority: 100 }]);
     expect(wins.state).toBe('active');
   });
 
@@ -304,7 +298,10 @@ describe('Active (§6.4.3)', () => {
     // advert at its own priority, 30 ms after our claim. Our claim must come after its claim.
     const m = inState('active', { priority: 150, vips: ['10.0.0.100'] });
     const heal = m.handle({ type: 'advert', now: 1050, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' });
-    expect(heal).toEqual([{ type: 'send', priority: 150 }, { type: 'announce', reason: 'healedPartition', source: '10.0.0.13' }]);
+    expect(heal).toEqual([
+      { type: 'send', priority: 150 },
+      { type: 'announce', reason: 'healedPartition', source: '10.0.0.13' },
+    ]);
     const yielded = m.handle({ type: 'advert', now: 1080, priority: 100, maxAdvertIntervalCs: 10, source: '10.0.0.14' });
     expect(yielded).toEqual([{ type: 'send', priority: 150 }]);
     // the Adver_Timer (1180) comes first; the deferred burst is due at 1050 + HEAL_ANNOUNCE_MIN_INTERVAL_MS
@@ -323,7 +320,8 @@ describe('Active (§6.4.3)', () => {
     const at: number[] = [];
     for (let now = 1010; now <= 4010; now += 10) {
       // a peer that cannot hear us: its advert every 100 ms, our ticks in between
-      const out = now % 100 === 10 ? m.handle({ type: 'advert', now, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' }) : m.handle({ type: 'tick', now });
+      const out =
+        now % 100 === 10 ? m.handle({ type: 'advert', now, priority: 50, maxAdvertIntervalCs: 10, source: '10.0.0.13' }) : m.handle({ type: 'tick', now });
       for (const a of out) if (a.type === 'announce') at.push(now);
     }
     expect(at).toEqual([1010, 2010, 3010, 4010]);
@@ -336,7 +334,8 @@ describe('Active (§6.4.3)', () => {
     const announces: string[] = [];
     // a higher priority takes over and keeps advertising: we stay Backup past the deferred burst's time
     for (let now = 1100; now <= 2200; now += 100) {
-      for (const a of m.handle({ type: 'advert', now, priority: 200, maxAdvertIntervalCs: 10, source: '10.0.0.11' })) if (a.type === 'announce') announces.push(a.reason);
+      for (const a of m.handle({ type: 'advert', now, priority: 200, maxAdvertIntervalCs: 10, source: '10.0.0.11' }))
+        if (a.type === 'announce') announces.push(a.reason);
       for (const a of m.handle({ type: 'tick', now: now + 50 })) if (a.type === 'announce') announces.push(a.reason);
     }
     expect(m.state).toBe('backup');
@@ -345,9 +344,7 @@ describe('Active (§6.4.3)', () => {
 
   it('a priority-0 advert is answered at once and resets Adver_Timer', () => {
     const m = inState('active');
-    expect(m.handle({ type: 'advert', now: 1040, priority: 0, maxAdvertIntervalCs: 10, source: '10.0.0.13' })).toEqual([
-      { type: 'send', priority: 100 },
-    ]);
+    expect(m.handle({ type: 'advert', now: 1040, priority: 0, maxAdvertIntervalCs: 10, source: '10.0.0.13' })).toEqual([{ type: 'send', priority: 100 }]);
     expect(m.nextDeadline()).toBe(1140);
   });
 
@@ -362,9 +359,7 @@ describe('Active (§6.4.3)', () => {
 
   it('link down goes Fault without sending', () => {
     const m = inState('active');
-    expect(m.handle({ type: 'linkDown', now: 1050 })).toEqual([
-      { type: 'transition', from: 'active', to: 'fault', reason: 'linkDown' },
-    ]);
+    expect(m.handle({ type: 'linkDown', now: 1050 })).toEqual([{ type: 'transition', from: 'active', to: 'fault', reason: 'linkDown' }]);
   });
 
   it('a lowered effective priority is what the next advert carries', () => {
@@ -395,9 +390,7 @@ describe('Fault', () => {
   });
   it('shutdown goes Initialize', () => {
     const m = inState('fault');
-    expect(m.handle({ type: 'shutdown', now: 2000 })).toEqual([
-      { type: 'transition', from: 'fault', to: 'initialize', reason: 'shutdown' },
-    ]);
+    expect(m.handle({ type: 'shutdown', now: 2000 })).toEqual([{ type: 'transition', from: 'fault', to: 'initialize', reason: 'shutdown' }]);
   });
 });
 
@@ -447,15 +440,41 @@ describe('three routers converge (simulated LAN, fake clock)', () => {
     expect(simulate(three, 5000)).toEqual([0]);
   });
   it('equal priorities: the first to time out holds it; Backups do not tie-break (§6.4.2)', () => {
-    expect(simulate(three.map((c) => ({ ...c, priority: 100 })), 5000)).toEqual([0]);
+    expect(
+      simulate(
+        three.map((c) => ({ ...c, priority: 100 })),
+        5000,
+      ),
+    ).toEqual([0]);
   });
   it('equal priorities, all Active after a partition heals: the greatest address wins (§6.4.3)', () => {
     const equal = three.map((c) => ({ ...c, priority: 100 }));
-    expect(simulate(equal, 1999, () => true, (t) => t >= 2000)).toEqual([0, 1, 2]);
-    expect(simulate(equal, 5000, () => true, (t) => t >= 2000)).toEqual([2]);
+    expect(
+      simulate(
+        equal,
+        1999,
+        () => true,
+        (t) => t >= 2000,
+      ),
+    ).toEqual([0, 1, 2]);
+    expect(
+      simulate(
+        equal,
+        5000,
+        () => true,
+        (t) => t >= 2000,
+      ),
+    ).toEqual([2]);
   });
   it('a healed partition: the higher priority keeps it, the other yields', () => {
-    expect(simulate(three, 5000, () => true, (t) => t >= 2000)).toEqual([0]);
+    expect(
+      simulate(
+        three,
+        5000,
+        () => true,
+        (t) => t >= 2000,
+      ),
+    ).toEqual([0]);
   });
   it('the holder dies: the next priority takes over within its Master_Down_Interval', () => {
     expect(simulate(three, 5000, (i, t) => i !== 0 || t < 2000)).toEqual([1]);

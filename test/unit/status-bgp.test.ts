@@ -26,7 +26,13 @@ const bgp: NonNullable<StatusDocument['bgp']> = {
   ],
   localBackend: '10.0.1.2:6443',
 };
-const doc = (b: typeof bgp): StatusDocument => ({ state: 'none', backends: [], dataplane: { mode: 'none' }, local: { mode: 'off', reason: 'no localEndpoint configured' }, bgp: b });
+const doc = (b: typeof bgp): StatusDocument => ({
+  state: 'none',
+  backends: [],
+  dataplane: { mode: 'none' },
+  local: { mode: 'off', reason: 'no localEndpoint configured' },
+  bgp: b,
+});
 const rows = (text: string): string[] => text.split('\n').filter((l) => l.startsWith('bgp'));
 
 describe('formatStatus: mode bgp', () => {
@@ -45,7 +51,20 @@ describe('formatStatus: mode bgp', () => {
   });
 
   it('daemon down: not answering, peers unknown, no local backend, the last error', () => {
-    const down = { ...bgp, daemonUp: false, version: null, routerId: null, wanted: false, reason: 'no ready backend', announced: false, lastChangeMs: null, daemonLosses: 1, localBackend: null, lastError: 'bird control socket /run/bird/bird.ctl: ENOENT', peers: [{ ...bgp.peers[0]!, state: null, session: null }] };
+    const down = {
+      ...bgp,
+      daemonUp: false,
+      version: null,
+      routerId: null,
+      wanted: false,
+      reason: 'no ready backend',
+      announced: false,
+      lastChangeMs: null,
+      daemonLosses: 1,
+      localBackend: null,
+      lastError: 'bird control socket /run/bird/bird.ctl: ENOENT',
+      peers: [{ ...bgp.peers[0]!, state: null, session: null }],
+    };
     expect(rows(formatStatus(doc(down)))).toStrictEqual([
       'bgp:        not announced since 2026-12-02T06:00:01.000Z',
       'bgp wanted: no: no ready backend (announce: backends, balance: all)',

@@ -5,7 +5,17 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
-  backoffMs, counterDelta, parseConntrackStats, parseNetstat, parseProcStat, parseSoftirq, spread, stormFigures, timeToFraction, upAt, type StormEvent,
+  backoffMs,
+  counterDelta,
+  parseConntrackStats,
+  parseNetstat,
+  parseProcStat,
+  parseSoftirq,
+  spread,
+  stormFigures,
+  timeToFraction,
+  upAt,
+  type StormEvent,
 } from '../../bench/storm-stats.js';
 import { summarize, type RoundResult } from '../../bench/storm.js';
 import { keepalivedConfig } from '../../lab/peers/keepalived.js';
@@ -24,7 +34,12 @@ describe('timeToFraction', () => {
     expect(timeToFraction([...xs.slice(2), null, null], 0.99)).toBeNull();
     expect(timeToFraction([], 0.5)).toBeNull();
     // ⌈0.99 · 1000⌉ = 990th smallest
-    expect(timeToFraction(Array.from({ length: 1000 }, (_, i) => i + 1), 0.99)).toBe(990);
+    expect(
+      timeToFraction(
+        Array.from({ length: 1000 }, (_, i) => i + 1),
+        0.99,
+      ),
+    ).toBe(990);
   });
 });
 
@@ -33,15 +48,26 @@ describe('stormFigures', () => {
   const ev = (e: StormEvent['e'], c: number, t: number, extra: Partial<StormEvent> = {}): StormEvent => ({ e, c, t, ...extra });
   const events: StormEvent[] = [
     // before the death: 4 connections up; c3 dropped and came back before it
-    ev('up', 1, 100, { node: 'n1' }), ev('up', 2, 110, { node: 'n2' }), ev('up', 3, 120, { node: 'n3' }), ev('up', 4, 130, { node: 'n1' }),
-    ev('down', 3, 5000), ev('up', 3, 5100, { node: 'n2' }),
+    ev('up', 1, 100, { node: 'n1' }),
+    ev('up', 2, 110, { node: 'n2' }),
+    ev('up', 3, 120, { node: 'n3' }),
+    ev('up', 4, 130, { node: 'n1' }),
+    ev('down', 3, 5000),
+    ev('up', 3, 5100, { node: 'n2' }),
     // after the death
-    ev('down', 1, D + 1000), ev('up', 1, D + 1500, { node: 'n2', ms: [100, 200, 10] }),
-    ev('down', 2, D + 1200), ev('fail', 2, D + 1300, { why: 'ECONNREFUSED' }), ev('fail', 2, D + 2500, { why: 'ECONNREFUSED' }), ev('up', 2, D + 4000, { node: 'n3', ms: [300, 400, 20] }),
-    ev('down', 3, D + 900), ev('fail', 3, D + 9000, { why: 'tls timeout' }),
-    ev('down', 4, D + 1100), ev('up', 4, D + 1600, { node: 'n2', ms: [50, 60, 5] }),
+    ev('down', 1, D + 1000),
+    ev('up', 1, D + 1500, { node: 'n2', ms: [100, 200, 10] }),
+    ev('down', 2, D + 1200),
+    ev('fail', 2, D + 1300, { why: 'ECONNREFUSED' }),
+    ev('fail', 2, D + 2500, { why: 'ECONNREFUSED' }),
+    ev('up', 2, D + 4000, { node: 'n3', ms: [300, 400, 20] }),
+    ev('down', 3, D + 900),
+    ev('fail', 3, D + 9000, { why: 'tls timeout' }),
+    ev('down', 4, D + 1100),
+    ev('up', 4, D + 1600, { node: 'n2', ms: [50, 60, 5] }),
     // c4 again, after it was back: the first up counts
-    ev('down', 4, D + 2000), ev('up', 4, D + 2100, { node: 'n3' }),
+    ev('down', 4, D + 2000),
+    ev('up', 4, D + 2100, { node: 'n3' }),
     // a connection that was not up at the death is ignored
     ev('up', 9, D + 3000, { node: 'n3' }),
     { e: 'end', t: D + 20_000 },
@@ -113,7 +139,14 @@ describe('/proc parsers', () => {
 
   it('parseNetstat: header/value line pairs as Proto:Name', () => {
     const text = 'TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 12 13\nIpExt: InNoRoutes\nIpExt: 4\nTcp: RtoAlgorithm RetransSegs\nTcp: 1 99\n';
-    expect(parseNetstat(text)).toStrictEqual({ 'TcpExt:SyncookiesSent': 0, 'TcpExt:ListenOverflows': 12, 'TcpExt:ListenDrops': 13, 'IpExt:InNoRoutes': 4, 'Tcp:RtoAlgorithm': 1, 'Tcp:RetransSegs': 99 });
+    expect(parseNetstat(text)).toStrictEqual({
+      'TcpExt:SyncookiesSent': 0,
+      'TcpExt:ListenOverflows': 12,
+      'TcpExt:ListenDrops': 13,
+      'IpExt:InNoRoutes': 4,
+      'Tcp:RtoAlgorithm': 1,
+      'Tcp:RetransSegs': 99,
+    });
   });
 
   it('parseConntrackStats sums over CPUs; counterDelta subtracts (absent = 0)', () => {
@@ -128,8 +161,20 @@ describe('summarize', () => {
     round: n,
     setup,
     figures: {
-      connections: 2000, reestablished: 2000, t50Ms: t99 / 2, t99Ms: t99, t100Ms: t99 + 100, detectP50Ms: 1, detectP99Ms: 2, reconnectP50Ms: 3, reconnectP99Ms: t99 - 1000,
-      failed, failReasons: {}, retried: failed, perNode: {}, steps: { tcp: [1, 2], tls: [3, 4], headers: [5, 6] },
+      connections: 2000,
+      reestablished: 2000,
+      t50Ms: t99 / 2,
+      t99Ms: t99,
+      t100Ms: t99 + 100,
+      detectP50Ms: 1,
+      detectP99Ms: 2,
+      reconnectP50Ms: 3,
+      reconnectP99Ms: t99 - 1000,
+      failed,
+      failReasons: {},
+      retried: failed,
+      perNode: {},
+      steps: { tcp: [1, 2], tls: [3, 4], headers: [5, 6] },
     },
     standinSpread: spread({ n2: split[0], n3: split[1] }, ['n2', 'n3']),
     cpu: { daemonMs: { x: cpuMs }, totalMs: cpuMs, windowMs: 10_000, pctOfCore: cpuMs / 100, machineSoftirqMs: 5 },
@@ -148,26 +193,49 @@ describe('summarize', () => {
       { round: 4, setup: 'ballast', figures: null, standinSpread: null, cpu: null, steadyDrops: 0, newHolder: null, error: 'start failed' },
     ];
     const { summary, ratios } = summarize(rounds);
-    expect(summary.map((s) => [s.setup, s.rounds, s.t99.median, s.t100.median, s.failed.median, s.cpuMs.median, s.maxOverFair.median, s.incomplete])).toStrictEqual([
+    expect(
+      summary.map((s) => [s.setup, s.rounds, s.t99.median, s.t100.median, s.failed.median, s.cpuMs.median, s.maxOverFair.median, s.incomplete]),
+    ).toStrictEqual([
       ['ballast', 3, 5000, 5100, 2, 200, 1, 0],
       ['haproxy', 3, 9000, 9100, 20, 500, 1.2, 0],
     ]);
-    expect(summary.map((s) => [s.failedTotal, s.roundsWithFailures])).toStrictEqual([[6, 2], [60, 3]]);
+    expect(summary.map((s) => [s.failedTotal, s.roundsWithFailures])).toStrictEqual([
+      [6, 2],
+      [60, 3],
+    ]);
     expect(ratios).toStrictEqual({ t99: 0.56, t100: 0.56, reconnectP99: 0.5, failed: 0.1, maxOverFair: 0.83, cpuMs: 0.4 });
   });
 });
 
-describe('keepalived trackScripts (the kubeadm guide\'s check_apiserver)', () => {
-  it('renders the vrrp_script block and the instance\'s track_script; rejects a relative or quoted script', () => {
+describe("keepalived trackScripts (the kubeadm guide's check_apiserver)", () => {
+  it("renders the vrrp_script block and the instance's track_script; rejects a relative or quoted script", () => {
     const cfg = keepalivedConfig({
-      priority: 100, vips: ['10.0.0.100/32'],
-      trackScripts: [{ name: 'check_apiserver', script: '/usr/bin/curl -sfk --max-time 2 https://localhost:6443/readyz -o /dev/null', intervalS: 3, weight: -2, fall: 10, rise: 2 }],
+      priority: 100,
+      vips: ['10.0.0.100/32'],
+      trackScripts: [
+        {
+          name: 'check_apiserver',
+          script: '/usr/bin/curl -sfk --max-time 2 https://localhost:6443/readyz -o /dev/null',
+          intervalS: 3,
+          weight: -2,
+          fall: 10,
+          rise: 2,
+        },
+      ],
     });
-    expect(cfg).toContain('vrrp_script check_apiserver {\n  script "/usr/bin/curl -sfk --max-time 2 https://localhost:6443/readyz -o /dev/null"\n  interval 3\n  weight -2\n  fall 10\n  rise 2\n}\n');
+    expect(cfg).toContain(
+      'vrrp_script check_apiserver {\n  script "/usr/bin/curl -sfk --max-time 2 https://localhost:6443/readyz -o /dev/null"\n  interval 3\n  weight -2\n  fall 10\n  rise 2\n}\n',
+    );
     expect(cfg).toMatch(/ {2}track_script \{\n {4}check_apiserver\n {2}\}\n\}/);
     expect(cfg.indexOf('vrrp_script')).toBeLessThan(cfg.indexOf('vrrp_instance'));
-    expect(() => keepalivedConfig({ priority: 100, vips: ['10.0.0.100'], trackScripts: [{ name: 'x', script: 'curl x', intervalS: 3 }] })).toThrow(/trackScripts\[x\]\.script/);
-    expect(() => keepalivedConfig({ priority: 100, vips: ['10.0.0.100'], trackScripts: [{ name: 'x', script: '/bin/sh -c "x"', intervalS: 3 }] })).toThrow(/without double quotes/);
-    expect(() => keepalivedConfig({ priority: 100, vips: ['10.0.0.100'], trackScripts: [{ name: 'x', script: '/bin/true', intervalS: 3, weight: 300 }] })).toThrow(/weight/);
+    expect(() => keepalivedConfig({ priority: 100, vips: ['10.0.0.100'], trackScripts: [{ name: 'x', script: 'curl x', intervalS: 3 }] })).toThrow(
+      /trackScripts\[x\]\.script/,
+    );
+    expect(() => keepalivedConfig({ priority: 100, vips: ['10.0.0.100'], trackScripts: [{ name: 'x', script: '/bin/sh -c "x"', intervalS: 3 }] })).toThrow(
+      /without double quotes/,
+    );
+    expect(() =>
+      keepalivedConfig({ priority: 100, vips: ['10.0.0.100'], trackScripts: [{ name: 'x', script: '/bin/true', intervalS: 3, weight: 300 }] }),
+    ).toThrow(/weight/);
   });
 });

@@ -1,7 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { parseCapture, wireTimes } from '../../bench/failover-run.js';
 import {
-  ballastMasterEntries, falseFailovers, holderGaps, keepalivedMasterEntries, perHour, rateRatio, summarizeRates, takeoverEpisodes, vipAddressEvents,
+  ballastMasterEntries,
+  falseFailovers,
+  holderGaps,
+  keepalivedMasterEntries,
+  perHour,
+  rateRatio,
+  summarizeRates,
+  takeoverEpisodes,
+  vipAddressEvents,
 } from '../../bench/stress-count.js';
 
 const advert = (t: number, src: string, prio: number): string =>
@@ -21,7 +29,12 @@ describe('false-failover witnesses', () => {
   });
 
   it('counts keepalived MASTER entries of the named instance only', () => {
-    const log = ['(VI_51) Entering BACKUP STATE', '(VI_51) Entering MASTER STATE', '(VI_52) Entering MASTER STATE', 'Tue ... (VI_51) Entering MASTER STATE'].join('\n');
+    const log = [
+      '(VI_51) Entering BACKUP STATE',
+      '(VI_51) Entering MASTER STATE',
+      '(VI_52) Entering MASTER STATE',
+      'Tue ... (VI_51) Entering MASTER STATE',
+    ].join('\n');
     expect(keepalivedMasterEntries(log, 'VI_51')).toBe(2);
   });
 
@@ -52,7 +65,7 @@ describe('false-failover witnesses', () => {
     expect(takeoverEpisodes(parseCapture([advert(1, '10.0.0.11', 150), advert(2, '10.0.0.11', 150)].join('\n')), '10.0.0.11')).toBe(0);
   });
 
-  it('measures the holder\'s gaps against the interval and Master_Down_Interval', () => {
+  it("measures the holder's gaps against the interval and Master_Down_Interval", () => {
     // gaps 10, 10, 16, 25, 40 ms (10 ms interval, MDI 36.1 ms)
     const ts = [0, 10, 20, 36, 61, 101];
     const text = [...ts.map((t) => advert(5000 + t / 1000, '10.0.0.11', 150)), advert(5000.2, '10.0.0.12', 100)].join('\n');
@@ -78,7 +91,7 @@ describe('rates', () => {
     expect(perHour(3, 0)).toBeNull();
   });
 
-  it('gives the median of the rounds\' rates and the pooled rate', () => {
+  it("gives the median of the rounds' rates and the pooled rate", () => {
     const s = summarizeRates([
       { falseFailovers: 0, minutes: 1 },
       { falseFailovers: 2, minutes: 1 },
@@ -87,7 +100,12 @@ describe('rates', () => {
       { falseFailovers: 0, minutes: 1 },
     ]);
     expect(s).toEqual({ rounds: 5, minutes: 6, falseFailovers: 3, medianPerHour: 0, pooledPerHour: 30 });
-    expect(summarizeRates([{ falseFailovers: 1, minutes: 1 }, { falseFailovers: 3, minutes: 1 }]).medianPerHour).toBe(120);
+    expect(
+      summarizeRates([
+        { falseFailovers: 1, minutes: 1 },
+        { falseFailovers: 3, minutes: 1 },
+      ]).medianPerHour,
+    ).toBe(120);
     expect(summarizeRates([])).toEqual({ rounds: 0, minutes: 0, falseFailovers: 0, medianPerHour: null, pooledPerHour: null });
   });
 
@@ -118,7 +136,7 @@ describe('the node-death capture (bench/failover-run.ts wireTimes)', () => {
       garp(1000.039, 3),
       adv(1000.0385, 2, 100),
       garp(1000.0395, 2),
-      synAck(1000.080, 2),
+      synAck(1000.08, 2),
     ].join('\n');
     const w = wireTimes(parseCapture(text), node(1), node(2), '10.0.0.100', '10.0.0.254', 1000_004);
     expect(w.silenceMs).toBe(38.5);

@@ -15,21 +15,36 @@ describe('waitFor', () => {
 
   it('probe + done form: resolves with the probe value that satisfied done, async probes too', async () => {
     let n = 0;
-    const v = await waitFor(async () => ++n, (x) => x === 4, { timeoutMs: 1000, intervalMs: 1 });
+    const v = await waitFor(
+      async () => ++n,
+      (x) => x === 4,
+      { timeoutMs: 1000, intervalMs: 1 },
+    );
     expect(v).toBe(4);
   });
 
   it('times out after timeoutMs with what it waited for and the last value', async () => {
     const t0 = Date.now();
-    await expect(waitFor(() => ({ holders: ['n1', 'n2'] }), (h) => h.holders.length === 1, { timeoutMs: 60, intervalMs: 10, what: 'one holder' }))
-      .rejects.toThrow('timed out after 60 ms waiting for one holder; last: {"holders":["n1","n2"]}');
+    await expect(
+      waitFor(
+        () => ({ holders: ['n1', 'n2'] }),
+        (h) => h.holders.length === 1,
+        { timeoutMs: 60, intervalMs: 10, what: 'one holder' },
+      ),
+    ).rejects.toThrow('timed out after 60 ms waiting for one holder; last: {"holders":["n1","n2"]}');
     const took = Date.now() - t0;
     expect(took).toBeGreaterThanOrEqual(60);
     expect(took).toBeLessThan(1000);
   });
 
   it('a value JSON cannot show is named with String()', async () => {
-    await expect(waitFor(() => 1n, (x) => x === 2n, { timeoutMs: 0, what: 'two' })).rejects.toThrow('waiting for two; last: 1');
+    await expect(
+      waitFor(
+        () => 1n,
+        (x) => x === 2n,
+        { timeoutMs: 0, what: 'two' },
+      ),
+    ).rejects.toThrow('waiting for two; last: 1');
   });
 
   it('a probe that throws rejects at once, without retrying', async () => {

@@ -34,7 +34,11 @@ describe('systemdUnit', () => {
       TimeoutStopSec: '15s',
     });
     expect(service.ExecStartPre).toBeUndefined();
-    expect(Object.fromEntries(section(unit, 'Unit'))).toMatchObject({ Wants: 'network-online.target', After: 'network-online.target', Before: 'kubelet.service' });
+    expect(Object.fromEntries(section(unit, 'Unit'))).toMatchObject({
+      Wants: 'network-online.target',
+      After: 'network-online.target',
+      Before: 'kubelet.service',
+    });
     expect(section(unit, 'Install')).toEqual([['WantedBy', 'multi-user.target']]);
   });
 
@@ -56,7 +60,8 @@ describe('systemdUnit', () => {
       // not yes: it keeps bpffs read-only despite ReadWritePaths=; what it
       // protects is listed instead, and only bpffs is writable
       ProtectKernelTunables: 'no',
-      ReadOnlyPaths: '/proc/sys /sys -/proc/acpi -/proc/apm -/proc/asound -/proc/bus -/proc/fs -/proc/irq -/proc/latency_stats -/proc/mtrr -/proc/scsi -/proc/sysrq-trigger -/proc/timer_stats',
+      ReadOnlyPaths:
+        '/proc/sys /sys -/proc/acpi -/proc/apm -/proc/asound -/proc/bus -/proc/fs -/proc/irq -/proc/latency_stats -/proc/mtrr -/proc/scsi -/proc/sysrq-trigger -/proc/timer_stats',
       InaccessiblePaths: '-/proc/kallsyms -/proc/kcore',
       // not yes: vrrp.realtimePriority gives the pacer thread SCHED_FIFO
       RestrictRealtime: 'no',
@@ -77,10 +82,20 @@ describe('systemdUnit', () => {
 
   it('says why on the line above every [Unit] ordering and [Service] option', () => {
     const lines = unit.split('\n');
-    const uncommented = lines.flatMap((l, i) => (/^(Wants|After|Before|[A-Z][A-Za-z]+)=/.test(l) && !l.startsWith('Description=') && !l.startsWith('WantedBy=') && !lines[i - 1]!.startsWith('#') && !/^[A-Z][A-Za-z]+=/.test(lines[i - 1]!) ? [l] : []));
+    const uncommented = lines.flatMap((l, i) =>
+      /^(Wants|After|Before|[A-Z][A-Za-z]+)=/.test(l) &&
+      !l.startsWith('Description=') &&
+      !l.startsWith('WantedBy=') &&
+      !lines[i - 1]!.startsWith('#') &&
+      !/^[A-Z][A-Za-z]+=/.test(lines[i - 1]!)
+        ? [l]
+        : [],
+    );
     expect(uncommented).toEqual([]);
     // and no two options share one comment except the pairs that belong together
-    const shared = lines.flatMap((l, i) => (/^[A-Z][A-Za-z]+=/.test(l) && /^[A-Z][A-Za-z]+=/.test(lines[i - 1] ?? '') ? [`${lines[i - 1]!.split('=')[0]} ${l.split('=')[0]}`] : []));
+    const shared = lines.flatMap((l, i) =>
+      /^[A-Z][A-Za-z]+=/.test(l) && /^[A-Z][A-Za-z]+=/.test(lines[i - 1] ?? '') ? [`${lines[i - 1]!.split('=')[0]} ${l.split('=')[0]}`] : [],
+    );
     expect(shared.sort()).toEqual(['ProtectSystem ReadWritePaths', 'Restart RestartSec', 'RuntimeDirectory RuntimeDirectoryPreserve', 'Wants After']);
   });
 
@@ -90,8 +105,13 @@ describe('systemdUnit', () => {
     expect(systemdUnit({ configPath: '' })).toBe(unit);
     expect(() => systemdUnit({ configPath: 'ballast.yaml' })).toThrow(TypeError);
     const pct = Object.fromEntries(section(systemdUnit({ configPath: '/tmp/x/pct%n.yaml' }), 'Service'));
-    expect([pct.ExecStart, pct.ExecReload]).toStrictEqual(['/usr/bin/ballast run --config /tmp/x/pct%%n.yaml', '/usr/bin/ballast reload --config /tmp/x/pct%%n.yaml']);
-    expect(Object.fromEntries(section(systemdUnit({ configPath: '/srv/a b/%i.yaml' }), 'Service')).ExecStart).toBe('/usr/bin/ballast run --config "/srv/a b/%%i.yaml"');
+    expect([pct.ExecStart, pct.ExecReload]).toStrictEqual([
+      '/usr/bin/ballast run --config /tmp/x/pct%%n.yaml',
+      '/usr/bin/ballast reload --config /tmp/x/pct%%n.yaml',
+    ]);
+    expect(Object.fromEntries(section(systemdUnit({ configPath: '/srv/a b/%i.yaml' }), 'Service')).ExecStart).toBe(
+      '/usr/bin/ballast run --config "/srv/a b/%%i.yaml"',
+    );
     expect(() => systemdUnit({ configPath: '/etc/ballast/a\nb.yaml' })).toThrow(/without newlines/);
     expect(() => systemdUnit({ configPath: '/etc/ballast.yaml', binPath: 'ballast' })).toThrow(/binPath/);
   });

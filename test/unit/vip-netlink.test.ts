@@ -7,7 +7,11 @@ import { describe, expect, it } from 'vitest';
 import { delVip, removeVips, vipAddresses, type Rtnl } from '../../src/vip/netlink.js';
 import { addressToBytes } from '../../src/net/address.js';
 
-interface Entry { index: number; address: string; prefixlen: number }
+interface Entry {
+  index: number;
+  address: string;
+  prefixlen: number;
+}
 
 function fakeKernel(entries: Entry[]): Rtnl & { entries: Entry[]; deletes: string[] } {
   const k = {
@@ -17,7 +21,11 @@ function fakeKernel(entries: Entry[]): Rtnl & { entries: Entry[]; deletes: strin
     getAddresses: async () =>
       k.entries.map((e) => {
         const bytes = Buffer.from(addressToBytes(e.address));
-        return { kind: 'address', data: { family: bytes.length === 4 ? 2 : 10, prefixlen: e.prefixlen, index: e.index }, attrs: bytes.length === 4 ? { local: bytes, address: bytes } : { address: bytes } };
+        return {
+          kind: 'address',
+          data: { family: bytes.length === 4 ? 2 : 10, prefixlen: e.prefixlen, index: e.index },
+          attrs: bytes.length === 4 ? { local: bytes, address: bytes } : { address: bytes },
+        };
       }),
     newAddress: async () => [],
     delAddress: async (data: { prefixlen: number; index: number }, attrs: { local: Uint8Array }) => {

@@ -82,23 +82,50 @@ describe('VRRP conformance (RFC 9568 §6.4 and ballast outputs)', () => {
     }
     const required = [
       // §6.4.1
-      'initialize>backup:startup', 'initialize>active:owner',
+      'initialize>backup:startup',
+      'initialize>active:owner',
       // §6.4.2
-      'backup>active:masterDown', 'backup>active:resigned', 'backup>active:preempt', 'backup>initialize:shutdown',
+      'backup>active:masterDown',
+      'backup>active:resigned',
+      'backup>active:preempt',
+      'backup>initialize:shutdown',
       // §6.4.3
-      'active>backup:higherPriority', 'active>backup:addressTieBreak', 'active>initialize:shutdown', 'send:0',
+      'active>backup:higherPriority',
+      'active>backup:addressTieBreak',
+      'active>initialize:shutdown',
+      'send:0',
       // link (keepalived's FAULT)
-      'backup>fault:linkDown', 'active>fault:linkDown', 'fault>initialize:linkUp', 'initialize>backup:linkUp', 'fault>initialize:shutdown',
+      'backup>fault:linkDown',
+      'active>fault:linkDown',
+      'fault>initialize:linkUp',
+      'initialize>backup:linkUp',
+      'fault>initialize:shutdown',
       // ballast's outputs
-      'send', 'transition', 'addVips', 'renewVips', 'removeVips', 'destroyVipSockets', 'announce',
-      'addVips:becameActive', 'addVips:restored', 'removeVips:released', 'removeVips:stray',
-      'announce:becameActive', 'announce:repeat', 'announce:refresh', 'announce:healedPartition', 'announce:restored',
+      'send',
+      'transition',
+      'addVips',
+      'renewVips',
+      'removeVips',
+      'destroyVipSockets',
+      'announce',
+      'addVips:becameActive',
+      'addVips:restored',
+      'removeVips:released',
+      'removeVips:stray',
+      'announce:becameActive',
+      'announce:repeat',
+      'announce:refresh',
+      'announce:healedPartition',
+      'announce:restored',
       // reconfigure (a reload)
-      'addVips:added', 'removeVips:removed', 'announce:added',
+      'addVips:added',
+      'removeVips:removed',
+      'announce:added',
       // not a member (acceptFrom members)
       'active>backup:notMember',
       // restart in place
-      'active>initialize:handOff', 'initialize>active:resumed',
+      'active>initialize:handOff',
+      'initialize>active:resumed',
     ];
     expect(required.filter((r) => !seen.has(r))).toStrictEqual([]);
   });
