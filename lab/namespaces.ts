@@ -5,7 +5,7 @@
  * SIGINT/SIGTERM.
  */
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmdirSync, rmSync, statSync } from 'node:fs';
 import { rmdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,10 +36,38 @@ export async function removeNetns(netns: string): Promise<void> {
     if (killNetnsPidsSync(netns).length === 0) break;
     await sleep(25);
   }
+  const ino = netnsInode(netns);
   const r = await ip(['netns', 'del', netns], { allowFail: true });
   if (r.code !== 0 && !/No such file|not found/i.test(r.stderr)) {
     throw new Error(`ballast lab: ip netns del ${netns} failed: ${r.stderr.trim()}`);
   }
+  if (ino !== null) removeAgentState(ino);
+}
+
+/** The inode of a named network namespace (/run/netns/NAME), which agents in it key their state by; null when it is gone. */
+function netnsInode(netns: string): number | null {
+  try {
+    return statSync(join('/run/netns', netns)).ino;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What agents of a removed namespace left in /run/ballast (a killed agent does not clean up): its
+ * conntrackd directories and hand-off notes, named after the namespace's inode (src/agent/
+ * connection-sync.ts, handoff.ts). The inode is free again once the namespace is gone, and a
+ * later namespace with it must not find them.
+ */
+function removeAgentState(ino: number): void {
+  let names: string[];
+  try {
+    names = readdirSync('/run/ballast');
+  } catch {
+    return;
+  }
+  for (const n of names)
+    if (n.startsWith(`conntrackd-${ino}-`) || n.startsWith(`handoff-${ino}-`)) rmSync(join('/run/ballast', n), { recursive: true, force: true });
 }
 
 export async function listNetns(): Promise<string[]> {
