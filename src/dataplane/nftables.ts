@@ -324,27 +324,18 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
   s += `\n\tset evict {\n\t\ttype ${addrType} . inet_service . ${addrType}\n\t\tflags timeout\n\t\ttimeout ${EVICT_TIMEOUT_S}s\n`;
   s += `\t\tcomment "client address . port . VIP of flows the rebalancer reset: their next segment gets a RST"\n\t}\n`;
 
-  if (!toVip) {
-    s += `\n\tset remote_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "backends on other nodes: flows DNATed to them are masqueraded"\n`;
-    s += elementsLine(
-      remote.map((b) => `${b.address} . ${b.port}`),
+  /** A set of backends' address . port, with its comment. */
+  const backendSet = (name: string, comment: string, members: readonly Backend[]): string =>
+    `\n\tset ${name} {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "${comment}"\n` +
+    elementsLine(
+      members.map((b) => `${b.address} . ${b.port}`),
       '\t\t',
     )
       .map((l) => `${l}\n`)
-      .join('');
-    s += `\t}\n`;
-  }
-
-  if (toVip) {
-    s += `\n\tset local_backends {\n\t\ttype ${addrType} . inet_service\n\t\tcomment "this node's apiserver: the backend side of flows through a VIP held elsewhere is untracked"\n`;
-    s += elementsLine(
-      locals.map((b) => `${b.address} . ${b.port}`),
-      '\t\t',
-    )
-      .map((l) => `${l}\n`)
-      .join('');
-    s += `\t}\n`;
-  }
+      .join('') +
+    `\t}\n`;
+  if (toVip) s += backendSet('local_backends', "this node's apiserver: the backend side of flows through a VIP held elsewhere is untracked", locals);
+  else s += backendSet('remote_backends', 'backends on other nodes: flows DNATed to them are masqueraded', remote);
 
   // one counter object per backend: packets = connections DNATed to it (see the file comment)
   for (const b of backends) {
