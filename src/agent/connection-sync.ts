@@ -45,7 +45,7 @@ import {
 } from '../dataplane/conntrackd.js';
 import { LOCK_DIR } from '../dataplane/ebpf.js';
 import { handOffPath, netnsId } from './handoff.js';
-import { flushVip } from '../dataplane/conntrack.js';
+import { flushFromVip, flushVip } from '../dataplane/conntrack.js';
 import type { ResolvedInterface } from './preflight.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
@@ -152,7 +152,21 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
           return 0;
         });
       }
+      deleted += await backendSides();
       if (deleted > 0) log.info({ entries: deleted }, 'connection sync: deleted the stale conntrack entries of flows to the VIP (this node does not hold it)');
+    };
+    // the backend side of flows through the VIP to this node's apiserver, tracked here while
+    // nothing left it untracked: it would make the commit of the same flow fail (flushFromVip)
+    const backendSides = async (): Promise<number> => {
+      const counts = await Promise.all(
+        config.vips.map((vip) =>
+          flushFromVip(vip, { exec: conntrack }).catch((err: unknown) => {
+            log.warn({ err: (err as Error).message, vip }, 'connection sync: cannot delete the conntrack entries of flows from the VIP');
+            return 0;
+          }),
+        ),
+      );
+      return counts.reduce((a, b) => a + b, 0);
     };
 
     const forgetClosing = async (): Promise<void> => {
@@ -303,6 +317,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
         log.warn({ state: st.state }, 'connection sync: no commit (conntrackd is not running): connections through the VIP are picked up mid-stream or reset');
         return;
       }
+      // until now (the VIP is not added yet) an entry from the VIP is a stale backend side
+      await backendSides();
       const r = await client(['-c'], '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message, killed: undefined }));
       // the closing flows it brought (TIME_WAIT, CLOSE) go again: each keeps its NAT binding, and a
       // client that reuses its port would be sent to that backend, which may have left since

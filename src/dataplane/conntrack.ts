@@ -97,6 +97,22 @@ export async function flushVip(vip: string, port: number, opts: FlushOptions & {
   );
 }
 
+/**
+ * Deletes the conntrack entries of every TCP flow whose original source is `vip`
+ * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-src VIP`): with the flows through the VIP
+ * source-NATed to the VIP, those are the backend side of flows that another holder sent to this
+ * node's apiserver, tracked here while nothing left them untracked (no agent, or before its
+ * first ruleset). Their reply tuple (apiserver → VIP:client port) is the reply tuple of the same
+ * flow's replicated entry, so a commit of that entry would fail while they exist (the flow then
+ * hangs once this node takes the VIP). Same retries, result and errors as {@link flushBackend}.
+ * @throws TypeError for a malformed address (nothing ran); DataplaneError as flushBackend.
+ */
+export async function flushFromVip(vip: string, opts: FlushOptions = {}): Promise<number> {
+  const family = addressFamily(vip);
+  if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
+  return deleteEntries(family, ['--orig-src', canonicalAddress(vip)], opts.exec ?? conntrackExecutor);
+}
+
 function checkPorts(ports: readonly (readonly [string, number])[]): void {
   for (const [what, p] of ports) {
     if (!Number.isInteger(p) || p < 1 || p > 65535) throw new TypeError(`${what} must be an integer from 1 to 65535, got ${String(p)}`);
