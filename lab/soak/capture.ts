@@ -8,7 +8,7 @@
  * RTO of 1 s (RFC 6298 §2.1, `TCP_TIMEOUT_INIT`), so one lost handshake costs the whole timeout,
  * and the client usually gives up before that retransmission leaves.
  * The bridge sees both legs of a connection the holder DNATs to another node — the client's
- * (client → VIP) and the masqueraded one (holder → backend, the client's source port kept) —
+ * (client → VIP) and the source-NATed one (holder or VIP → backend, the client's source port kept) —
  * so the capture tells where the handshake was lost:
  *
  *   unanswered at the holder  no backend leg and no answer from the VIP: the holder dropped the
@@ -209,8 +209,11 @@ export function stalledHandshakes(
       const during = (byPort.get(port) ?? []).filter((s) => s.t >= syn.t && s.t < end);
       const fromVip = during.filter((s) => s.src === o.vip && s.dst === syn.src && s.dport === port);
       const holder = o.names.byMac[syn.dstMac] ?? syn.dstMac;
-      // the holder's own leg: from its address, with the client's port (another node's health check may use the same port)
-      const legSyn = during.find((s) => s.sport === port && s.dport === o.port && s.dst !== o.vip && name(s.src) === holder && (s.flags & (SYN | ACK)) === SYN);
+      // the holder's own leg, with the client's port: from its address (masquerade), or from the
+      // VIP in a frame the holder sent (source NAT to the VIP, connection sync); another node's
+      // health check may use the same port
+      const fromHolder = (s: TcpSegment): boolean => name(s.src) === holder || (s.src === o.vip && (o.names.byMac[s.srcMac] ?? s.srcMac) === holder);
+      const legSyn = during.find((s) => s.sport === port && s.dport === o.port && s.dst !== o.vip && fromHolder(s) && (s.flags & (SYN | ACK)) === SYN);
       const backend = legSyn ? legSyn.dst : null;
       const fromBackend = legSyn ? during.filter((s) => s.src === backend && s.sport === o.port && s.dst === legSyn.src && s.dport === port) : [];
       // a SYN-ACK answers this SYN only if it acknowledges its sequence number (NAT keeps it)

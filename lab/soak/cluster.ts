@@ -464,7 +464,8 @@ export class SoakCluster {
       // the harness's own helpers (lab.exec: a fault's `ballast reload`, nft, conntrack) and the
       // children of a fault's processes (stress-ng's workers) are ours too: under load a reload
       // ran 6–8 s and was reported as a leak (the 30-minute seed-7 soak, run9)
-      const parents = new Set<number>([process.pid, ...this.extraPids]);
+      // a running agent's children too: its conntrackd (connection sync) lives as long as it does
+      const parents = new Set<number>([process.pid, ...this.extraPids, ...[...this.agents.values()].map((a) => a.proc.pid)]);
       for (const pid of pids) {
         if (ours.has(pid)) continue;
         const ppid = parentPid(pid);

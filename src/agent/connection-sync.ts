@@ -32,7 +32,8 @@
  * exits is started again after a back-off (1 s doubling to 30 s).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
 import type { Config } from '../config/index.js';
 import { commandExecutor, type Executor } from '../dataplane/apply.js';
 import {
@@ -202,7 +203,15 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       if (stopping || st.state === 'unavailable') return;
       // the lock file of a daemon that is gone (conntrackd refuses to start while it exists)
       rmSync(paths.lock, { force: true });
-      const c = spawn(binary, ['-C', paths.config], { stdio: ['ignore', 'pipe', 'pipe'] });
+      // through setpriv(1) --pdeathsig where there is one: the kernel sends the daemon SIGTERM
+      // when the agent dies, however it dies (prctl(2) PR_SET_PDEATHSIG, kept across the exec);
+      // a SIGKILLed agent otherwise left it running, orphaned, until the next start ended it
+      const setpriv = findProgram('setpriv');
+      const program = findProgram(binary);
+      const c =
+        setpriv !== null && program !== null
+          ? spawn(setpriv, ['--pdeathsig', 'TERM', '--', program, '-C', paths.config], { stdio: ['ignore', 'pipe', 'pipe'] })
+          : spawn(binary, ['-C', paths.config], { stdio: ['ignore', 'pipe', 'pipe'] });
       child = c;
       let tail = '';
       const keep = (s: Buffer): void => void (tail = (tail + s.toString('utf8')).slice(-400));
@@ -390,4 +399,21 @@ export function acceptLocal(
 /** /status of a node where connection sync is off (disabled, or no election). */
 export function connectionSyncOff(): ConnectionSyncStatus {
   return { state: 'off', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: false, restarts: 0 };
+}
+
+/**
+ * The absolute path of the executable `name` on PATH (`name` itself when it holds a slash and is
+ * executable), or null when there is none: spawn through a wrapper cannot report ENOENT itself.
+ */
+function findProgram(name: string): string | null {
+  const candidates = name.includes('/') ? [name] : (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(delimiter).map((d) => join(d, name));
+  for (const c of candidates) {
+    try {
+      accessSync(c, fsConstants.X_OK);
+      return c;
+    } catch {
+      // not here
+    }
+  }
+  return null;
 }
