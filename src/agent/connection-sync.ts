@@ -46,7 +46,7 @@ import {
 } from '../dataplane/conntrackd.js';
 import { LOCK_DIR } from '../dataplane/ebpf.js';
 import { handOffPath, netnsId } from './handoff.js';
-import { flushFromVip, flushVip } from '../dataplane/conntrack.js';
+import { flushBackendSides, flushVip } from '../dataplane/conntrack.js';
 import type { ResolvedInterface } from './preflight.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
 
@@ -157,11 +157,13 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       if (deleted > 0) log.info({ entries: deleted }, 'connection sync: deleted the stale conntrack entries of flows to the VIP (this node does not hold it)');
     };
     // the backend side of flows through the VIP to this node's apiserver, tracked here while
-    // nothing left it untracked: it would make the commit of the same flow fail (flushFromVip)
+    // nothing left it untracked: it would make the commit of the same flow fail (flushBackendSides)
+    // the ports the apiservers listen on (this node's among them)
+    const backendPorts = [...new Set(config.apiserver.backends.map((b) => b.port))];
     const backendSides = async (): Promise<number> => {
       const counts = await Promise.all(
         config.vips.map((vip) =>
-          flushFromVip(vip, { exec: conntrack }).catch((err: unknown) => {
+          flushBackendSides(vip, backendPorts, { exec: conntrack }).catch((err: unknown) => {
             log.warn({ err: (err as Error).message, vip }, 'connection sync: cannot delete the conntrack entries of flows from the VIP');
             return 0;
           }),

@@ -98,19 +98,27 @@ export async function flushVip(vip: string, port: number, opts: FlushOptions & {
 }
 
 /**
- * Deletes the conntrack entries of every TCP flow whose original source is `vip`
- * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-src VIP`): with the flows through the VIP
- * source-NATed to the VIP, those are the backend side of flows that another holder sent to this
- * node's apiserver, tracked here while nothing left them untracked (no agent, or before its
- * first ruleset). Their reply tuple (apiserver → VIP:client port) is the reply tuple of the same
- * flow's replicated entry, so a commit of that entry would fail while they exist (the flow then
- * hangs once this node takes the VIP). Same retries, result and errors as {@link flushBackend}.
- * @throws TypeError for a malformed address (nothing ran); DataplaneError as flushBackend.
+ * Deletes the conntrack entries of the backend side of flows through `vip` that reached this
+ * node's apiserver (listening on one of `ports`): with the flows through the VIP source-NATed
+ * to the VIP, those are VIP:client port ↔ apiserver, tracked here while nothing left them
+ * untracked (no agent, or before its first ruleset), in either direction:
+ * `conntrack -D -p tcp --orig-src VIP` (the first packet came from the holder) and, per port,
+ * `conntrack -D -p tcp --orig-dst VIP --orig-port-src PORT` (it was the apiserver's). Either one
+ * holds the tuple apiserver → VIP:client port, the reply tuple of the same flow's replicated
+ * entry, so a commit of that entry fails while it exists (the flow then hangs once this node
+ * takes the VIP). Same retries and errors as {@link flushBackend}.
+ * @returns the entries deleted.
+ * @throws TypeError for a malformed address or port (nothing ran); DataplaneError as flushBackend.
  */
-export async function flushFromVip(vip: string, opts: FlushOptions = {}): Promise<number> {
+export async function flushBackendSides(vip: string, ports: readonly number[], opts: FlushOptions = {}): Promise<number> {
   const family = addressFamily(vip);
   if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
-  return deleteEntries(family, ['--orig-src', canonicalAddress(vip)], opts.exec ?? conntrackExecutor);
+  checkPorts(ports.map((p) => ['port', p] as const));
+  const exec = opts.exec ?? conntrackExecutor;
+  const addr = canonicalAddress(vip);
+  let deleted = await deleteEntries(family, ['--orig-src', addr], exec);
+  for (const p of new Set(ports)) deleted += await deleteEntries(family, ['--orig-dst', addr, '--orig-port-src', String(p)], exec);
+  return deleted;
 }
 
 function checkPorts(ports: readonly (readonly [string, number])[]): void {

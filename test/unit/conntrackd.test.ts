@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { conntrackdPaths, parseConntrackdStats, renderConntrackdConfig, SYNC_GROUP_V4, SYNC_GROUP_V6, syncPort } from '../../src/dataplane/conntrackd.js';
 import { FlowTracker, type FlowEvent } from '../../src/health/passive.js';
-import { flushFromVip, flushVip } from '../../src/dataplane/conntrack.js';
+import { flushBackendSides, flushVip } from '../../src/dataplane/conntrack.js';
 
 // `conntrackd -s` of conntrack-tools 1.4.7 (Debian bookworm), whitespace as printed
 const STATS = `cache internal:
@@ -104,20 +104,23 @@ describe('flushVip', () => {
   });
 });
 
-describe('flushFromVip', () => {
-  it('deletes the flows whose original source is the VIP (backend sides of flows through it); IPv6 canonical', async () => {
+describe('flushBackendSides', () => {
+  it('deletes the backend sides of flows through the VIP, begun by either end; IPv6 canonical', async () => {
     const calls: string[][] = [];
     const exec = async (args: string[]) => {
       calls.push(args);
       return { code: 0, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 2 flow entries have been deleted.\n' };
     };
-    expect(await flushFromVip('10.0.0.100', { exec })).toBe(2);
-    await flushFromVip('fd00:0::100', { exec });
+    expect(await flushBackendSides('10.0.0.100', [6443, 6443], { exec })).toBe(4);
+    await flushBackendSides('fd00:0::100', [6443], { exec });
     expect(calls).toStrictEqual([
       ['-D', '-f', 'ipv4', '-p', 'tcp', '--orig-src', '10.0.0.100'],
+      ['-D', '-f', 'ipv4', '-p', 'tcp', '--orig-dst', '10.0.0.100', '--orig-port-src', '6443'],
       ['-D', '-f', 'ipv6', '-p', 'tcp', '--orig-src', 'fd00::100'],
+      ['-D', '-f', 'ipv6', '-p', 'tcp', '--orig-dst', 'fd00::100', '--orig-port-src', '6443'],
     ]);
-    await expect(flushFromVip('not-an-ip', { exec })).rejects.toThrow(/^vip: not an IP address/);
+    await expect(flushBackendSides('not-an-ip', [6443], { exec })).rejects.toThrow(/^vip: not an IP address/);
+    await expect(flushBackendSides('10.0.0.100', [0], { exec })).rejects.toThrow(/^port must be an integer from 1 to 65535/);
   });
 });
 
