@@ -156,14 +156,14 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
       deleted += await backendSides();
       if (deleted > 0) log.info({ entries: deleted }, 'connection sync: deleted the stale conntrack entries of flows to the VIP (this node does not hold it)');
     };
+    // the ports the apiservers listen on (this node's among them)
+    const backendPorts = [...new Set([config.apiserver.port, ...config.apiserver.backends.map((b) => b.port)])];
     // the backend side of flows through the VIP to this node's apiserver, tracked here while
     // nothing left it untracked: it would make the commit of the same flow fail (flushBackendSides)
-    // the ports the apiservers listen on (this node's among them)
-    const backendPorts = [...new Set(config.apiserver.backends.map((b) => b.port))];
-    const backendSides = async (): Promise<number> => {
+    const backendSides = async (exec: Executor = conntrack): Promise<number> => {
       const counts = await Promise.all(
         config.vips.map((vip) =>
-          flushBackendSides(vip, backendPorts, { exec: conntrack }).catch((err: unknown) => {
+          flushBackendSides(vip, backendPorts, { exec }).catch((err: unknown) => {
             log.warn({ err: (err as Error).message, vip }, 'connection sync: cannot delete the conntrack entries of flows from the VIP');
             return 0;
           }),
@@ -329,7 +329,7 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
         return;
       }
       // until now (the VIP is not added yet) an entry from the VIP is a stale backend side
-      await backendSides();
+      await backendSides(closer);
       const r = await client(['-c'], '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message, killed: undefined }));
       // the closing flows it brought (TIME_WAIT, CLOSE) go again: each keeps its NAT binding, and a
       // client that reuses its port would be sent to that backend, which may have left since

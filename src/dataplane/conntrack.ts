@@ -116,9 +116,12 @@ export async function flushBackendSides(vip: string, ports: readonly number[], o
   checkPorts(ports.map((p) => ['port', p] as const));
   const exec = opts.exec ?? conntrackExecutor;
   const addr = canonicalAddress(vip);
-  let deleted = await deleteEntries(family, ['--orig-src', addr], exec);
-  for (const p of new Set(ports)) deleted += await deleteEntries(family, ['--orig-dst', addr, '--orig-port-src', String(p)], exec);
-  return deleted;
+  // side by side (on a takeover's path); an entry one run deletes under another is retried there
+  const counts = await Promise.all([
+    deleteEntries(family, ['--orig-src', addr], exec),
+    ...[...new Set(ports)].map((p) => deleteEntries(family, ['--orig-dst', addr, '--orig-port-src', String(p)], exec)),
+  ]);
+  return counts.reduce((a, b) => a + b, 0);
 }
 
 function checkPorts(ports: readonly (readonly [string, number])[]): void {
