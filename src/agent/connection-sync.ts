@@ -313,9 +313,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     own.defer('conntrackd statistics', () => clearInterval(statsTimer));
     // while this node holds the VIP, its whole table goes to the peers again every
     // ANNOUNCE_INTERVAL_MS (-R, -B): a Backup whose daemon restarted while the last bulk went out,
-    // or that lost messages, has a whole copy again within that time (the lab saw a Backup at
-    // 216 of 240 streams seconds after a preemption back). The cost: one kernel table dump and
-    // one message per entry per interval.
+    // or that lost messages, has a whole copy again within that time. The cost: one kernel table
+    // dump and one message per entry per interval.
     let announcing = false;
     const announceTimer = setInterval(() => {
       if (!holding || announcing || st.state !== 'running') return;
