@@ -98,6 +98,8 @@ export const DAMPING_WINDOW: DurationRule = { min: 1000, max: HOUR_MS, default: 
 export const DAMPING_HOLD: DurationRule = { min: 1000, max: HOUR_MS, default: DEFAULTS.dampingHold, range: rangeMessage('1s', '1h') };
 /** apiserver.health.dampingMaxHold: the longest hold (at least dampingHold: checks.ts). */
 export const DAMPING_MAX_HOLD: DurationRule = { min: 1000, max: HOUR_MS, default: DEFAULTS.dampingMaxHold, range: rangeMessage('1s', '1h') };
+/** apiserver.health.rememberDeparted: how long a backend that left the set keeps its state, counts and series. */
+export const REMEMBER_DEPARTED: DurationRule = { min: 0, max: HOUR_MS, default: DEFAULTS.rememberDeparted, range: rangeMessage('0s (forget at once)', '1h') };
 
 /**
  * `fail(message)` for a transform: records a custom issue on `input` and returns z.NEVER, so a

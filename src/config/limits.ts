@@ -50,6 +50,8 @@ export const DEFAULTS = Object.freeze({
   dampingWindow: '2m',
   dampingHold: '30s',
   dampingMaxHold: '5m',
+  /** apiserver.health.rememberDeparted: src/health/checker.ts REMEMBER_DEPARTED_MS */
+  rememberDeparted: '5m',
   dataplaneVip: 'nftables',
   dataplaneLocal: 'ebpf',
   dataplaneKeepOnStop: 'localEndpoint' as const,

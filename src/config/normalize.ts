@@ -41,6 +41,7 @@ function normalizeHealth(h: ParsedConfig['apiserver']['health']): HealthConfig {
     settleMs: (Math.max(h.rise, h.fall) + 1) * h.interval + timeoutMs,
     failOpen: h.failOpen,
     damping: h.damping ? { transitions: h.dampingTransitions, windowMs: h.dampingWindow, holdMs: h.dampingHold, maxHoldMs: h.dampingMaxHold } : null,
+    rememberDepartedMs: h.rememberDeparted,
   };
 }
 

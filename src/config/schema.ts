@@ -26,6 +26,7 @@ import {
   numberField,
   optionalDurationField,
   rangeMessage,
+  REMEMBER_DEPARTED,
   serverNameField,
 } from './fields.js';
 import type { SectionKeys } from './issues.js';
@@ -137,6 +138,7 @@ function shapes() {
     dampingWindow: durationField(DAMPING_WINDOW),
     dampingHold: durationField(DAMPING_HOLD),
     dampingMaxHold: durationField(DAMPING_MAX_HOLD),
+    rememberDeparted: durationField(REMEMBER_DEPARTED),
   };
 
   const apiserverShape = {

@@ -127,6 +127,11 @@ export interface HealthConfig {
   readonly failOpen: boolean;
   /** Flap damping (docs/health.md), from `damping` and the `damping…` settings; null when `damping: false`. */
   readonly damping: DampingConfig | null;
+  /**
+   * How long a backend that left the set (seed, EndpointSlices, last-known) keeps its state,
+   * counts and metric series, in milliseconds: 0..3600000 (0: forgotten at once); default 300000.
+   */
+  readonly rememberDepartedMs: number;
 }
 
 /** Flap damping, normalized (apiserver.health.damping…; src/health/damping.ts). */

@@ -63,6 +63,12 @@ export interface CheckerSettings extends ProbeSettings {
   readonly failOpen?: boolean | undefined;
   /** Flap damping (damping.ts); absent or null: off (the config's default is on). */
   readonly damping?: DampingOptions | null | undefined;
+  /**
+   * How long a backend that left the set is remembered, ms (>= 0; absent: {@link REMEMBER_DEPARTED_MS};
+   * 0: forgotten at once): coming back within it, it resumes its counts and damping, and its
+   * state when that was down (see {@link HealthChecker.setBackends}).
+   */
+  readonly rememberDepartedMs?: number | undefined;
 }
 
 /** Options of {@link HealthChecker}. */
@@ -78,20 +84,15 @@ export interface HealthCheckerOptions {
   readonly random?: () => number;
   /** Receives the insecureSkipVerify warning. */
   readonly logger?: Pick<Log, 'warn'>;
-  /**
-   * How long a backend that left the set is remembered, ms (default {@link RETAIN_REMOVED_MS}):
-   * coming back within it, it resumes its counts and damping, and its state when that was down
-   * (see {@link HealthChecker.setBackends}).
-   */
-  readonly retainRemovedMs?: number;
 }
 
 /**
- * Default of {@link HealthCheckerOptions.retainRemovedMs}: 5 min. An address the EndpointSlices
+ * Default of {@link CheckerSettings.rememberDepartedMs} (the config's
+ * `apiserver.health.rememberDeparted`): 5 min. An address the EndpointSlices
  * list for 15 s of every 20 s keeps its history across the gaps, and its metric series stay, so
  * an alert with `for: 1m` on it can fire; one that left for good is forgotten after it.
  */
-export const RETAIN_REMOVED_MS = 5 * 60_000;
+export const REMEMBER_DEPARTED_MS = 5 * 60_000;
 
 /** One backend in {@link HealthChecker.snapshot}. */
 export interface BackendHealth {
@@ -122,7 +123,7 @@ export interface BackendHealth {
   waitingFor?: { setting: string; path: string };
   /** Times it left the set since the checker first saw it (absent from documents built without a checker). */
   left?: number;
-  /** Times it came back within the retention after leaving ({@link HealthCheckerOptions.retainRemovedMs}). */
+  /** Times it came back within the retention after leaving ({@link CheckerSettings.rememberDepartedMs}). */
   returned?: number;
 }
 
@@ -234,6 +235,23 @@ interface Entry {
   returned: number;
 }
 
+/** A backend that left the set, remembered from `at` until `until` (ms since the epoch), when `timer` forgets it. */
+interface Departed {
+  readonly e: Entry;
+  readonly at: number;
+  until: number;
+  timer: unknown;
+}
+
+/**
+ * Checks {@link CheckerSettings.rememberDepartedMs}.
+ * @throws RangeError when it is set and not a finite number >= 0.
+ */
+function checkRememberDeparted(s: CheckerSettings): void {
+  const ms = s.rememberDepartedMs;
+  if (ms !== undefined && !(ms >= 0 && Number.isFinite(ms))) throw new RangeError(`rememberDepartedMs must be a number of milliseconds >= 0, got ${ms}`);
+}
+
 /** Part of the interval by which each gap is jittered, either way. */
 const JITTER = 0.1;
 
@@ -261,8 +279,7 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   readonly #logger: Pick<Log, 'warn'> | undefined;
   #entries = new Map<string, Entry>();
   /** backends that left the set, remembered until `until` (ms): host:port -> entry */
-  readonly #departed = new Map<string, { e: Entry; at: number; until: number; timer: unknown }>();
-  readonly #retainMs: number;
+  readonly #departed = new Map<string, Departed>();
   /** the served-set decision of each family (failopen.ts) */
   #pools = new Map<4 | 6, PoolState>();
   /** host:port of every backend served after the last decision */
@@ -272,7 +289,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
 
   /**
    * @param options see {@link HealthCheckerOptions}. Nothing runs until {@link start}.
-   * @throws RangeError when intervalMs is not a positive number, or rise / fall not integers >= 1.
+   * @throws RangeError when intervalMs is not a positive number, rise / fall not integers >= 1, or
+   *   rememberDepartedMs not a number >= 0.
    * @throws TypeError when a backend's host is not an IP address.
    */
   constructor(options: HealthCheckerOptions) {
@@ -283,14 +301,13 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     }
     checkHysteresisOptions(h);
     if (h.damping) checkDampingOptions(h.damping);
+    checkRememberDeparted(h);
     this.#settings = h;
     this.#probe = options.probe ?? createProbe(h);
     this.#ownProbe = options.probe === undefined;
     this.#clock = options.clock ?? systemClock;
     this.#random = options.random ?? Math.random;
     this.#logger = options.logger;
-    this.#retainMs = options.retainRemovedMs ?? RETAIN_REMOVED_MS;
-    if (!(this.#retainMs >= 0)) throw new RangeError(`retainRemovedMs must be a number of milliseconds >= 0, got ${this.#retainMs}`);
     this.setBackends(options.backends ?? []);
   }
 
@@ -424,8 +441,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
   /**
    * Replaces the set of backends. Backends already checked keep their state and schedule; new
    * ones start `unknown` with their first check at a random offset; removed ones stop at once
-   * (a running check is aborted, its result dropped; no event) and are remembered for the
-   * retention ({@link departed}): one that comes back within it resumes its counts, flap damping
+   * (a running check is aborted, its result dropped; no event) and are remembered for
+   * {@link CheckerSettings.rememberDepartedMs} ({@link departed}): one that comes back within it resumes its counts, flap damping
    * and, when it left down, its state and verdict (its next check at a random offset), instead of
    * starting anew; one that left up starts `unknown` (it is served again after `rise` passes).
    * Duplicates are ignored.
@@ -513,7 +530,8 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
    * check of each uses the new probe (path, TLS files, timeout) and the new rise / fall. A check
    * running now finishes with the old probe and counts. With a new interval, each waiting backend's
    * next check is rescheduled at a random offset within the new interval (no wait of the old,
-   * longer one). No event is emitted.
+   * longer one). The backends remembered after leaving are kept for the new rememberDepartedMs,
+   * counted from when each left (forgotten now when that has passed). No event is emitted.
    * @throws RangeError as the constructor (the settings are then left unchanged).
    */
   reconfigure(settings: CheckerSettings): void {
@@ -522,9 +540,12 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     }
     checkHysteresisOptions(settings);
     if (settings.damping) checkDampingOptions(settings.damping);
+    checkRememberDeparted(settings);
     const interval = settings.intervalMs !== this.#settings.intervalMs;
     this.#settings = settings;
     if (this.#ownProbe) this.#probe = createProbe(settings);
+    // the backends remembered now are kept for the new time, counted from when each left
+    for (const d of this.#departed.values()) this.#keep(d);
     if (!this.#stopped) {
       // damping off: every hold ends now; fail open off: the next decision ends it
       const released: DampingChange[] = [];
@@ -560,16 +581,28 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     await Promise.all(running);
   }
 
-  /** Keeps a backend that left the set for the retention (none while stopped or without one). */
+  /** Keeps a backend that left the set for {@link CheckerSettings.rememberDepartedMs} (none while stopped). */
   #remember(e: Entry): void {
-    if (this.#stopped || this.#retainMs === 0) return;
-    const at = this.#clock.now();
-    const timer = this.#clock.setTimeout(() => {
-      if (this.#departed.get(e.address)?.e === e) this.#departed.delete(e.address);
-    }, this.#retainMs);
+    if (this.#stopped) return;
+    const d: Departed = { e, at: this.#clock.now(), until: 0, timer: undefined };
+    this.#departed.set(e.address, d);
+    this.#keep(d);
+  }
+
+  /** (Re)arms the timer that forgets `d` at `d.at` + the setting's time; forgets it now when that has passed. */
+  #keep(d: Departed): void {
+    if (d.timer !== undefined) this.#clock.clearTimeout(d.timer);
+    d.until = d.at + (this.#settings.rememberDepartedMs ?? REMEMBER_DEPARTED_MS);
+    const wait = d.until - this.#clock.now();
+    if (wait <= 0) {
+      this.#departed.delete(d.e.address);
+      return;
+    }
+    d.timer = this.#clock.setTimeout(() => {
+      if (this.#departed.get(d.e.address) === d) this.#departed.delete(d.e.address);
+    }, wait);
     // memory, not work: it alone keeps no process running (a real timer has unref)
-    (timer as { unref?: () => void } | null)?.unref?.();
-    this.#departed.set(e.address, { e, at, until: at + this.#retainMs, timer });
+    (d.timer as { unref?: () => void } | null)?.unref?.();
   }
 
   /** Cancels an entry's timer and running check. @returns when the check has ended. */

@@ -76,8 +76,8 @@ export interface CommonStatus {
    */
   backends: (BackendHealth & { source?: BackendSource; certificate?: BackendCertificate })[];
   /**
-   * Backends that left the set and are remembered for a while (health/checker.ts
-   * RETAIN_REMOVED_MS): their state when they left, how often they left and came back; one that
+   * Backends that left the set and are remembered for a while (`apiserver.health.rememberDeparted`,
+   * health/checker.ts): their state when they left, how often they left and came back; one that
    * comes back resumes from there. Absent when there is none.
    */
   departedBackends?: DepartedBackend[];

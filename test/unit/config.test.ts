@@ -133,6 +133,7 @@ describe('parseConfig: valid files', () => {
           settleMs: 4000,
           failOpen: true,
           damping: { transitions: 4, windowMs: 120000, holdMs: 30000, maxHoldMs: 300000 },
+          rememberDepartedMs: 300000,
         },
       },
       dataplane: {
@@ -701,6 +702,12 @@ describe('parseConfig: one message per invalid field', () => {
     ],
     ['health.tokenFile relative', { apiserver: { health: { tokenFile: 'token' } } }, 'apiserver.health.tokenFile', /^must be an absolute path, got "token"/],
     ['health.interval 50ms', { apiserver: { health: { interval: '50ms' } } }, 'apiserver.health.interval', 'must be from 100ms to 1m, got 50ms'],
+    [
+      'health.rememberDeparted 2h',
+      { apiserver: { health: { rememberDeparted: '2h' } } },
+      'apiserver.health.rememberDeparted',
+      'must be from 0s (forget at once) to 1h, got 2h',
+    ],
     ['health.interval 2m', { apiserver: { health: { interval: '2m' } } }, 'apiserver.health.interval', 'must be from 100ms to 1m, got 2m'],
     [
       'health.interval bare number',
@@ -835,7 +842,7 @@ describe('parseConfig: one message per invalid field', () => {
       'unknown health key, far',
       { apiserver: { health: { zzz: 1 } } },
       'apiserver.health.zzz',
-      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall, failOpen, damping, dampingTransitions, dampingWindow, dampingHold, dampingMaxHold)',
+      'unknown key (expected one of: path, caFile, serverName, insecureSkipVerify, clientCertFile, clientKeyFile, tokenFile, interval, timeout, rise, fall, failOpen, damping, dampingTransitions, dampingWindow, dampingHold, dampingMaxHold, rememberDeparted)',
     ],
   ];
 
@@ -905,6 +912,7 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
             dampingWindow: '1m',
             dampingHold: '10s',
             dampingMaxHold: '10m',
+            rememberDeparted: '30s',
           },
         },
       }),
@@ -925,6 +933,7 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       settleMs: 6500,
       failOpen: false,
       damping: { transitions: 6, windowMs: 60000, holdMs: 10000, maxHoldMs: 600000 },
+      rememberDepartedMs: 30_000,
     });
   });
 
@@ -938,6 +947,14 @@ describe('parseConfig: apiserver, dataplane and policy', () => {
       holdMs: 300_000,
       maxHoldMs: 300_000,
     });
+  });
+
+  it('rememberDeparted: 5m by default, in ms; 0s (forget at once) and 1h are its ends', () => {
+    const remember = (health: Plain): number => parseConfig(yamlWith({ apiserver: { health } })).apiserver.health.rememberDepartedMs;
+    expect(remember({})).toBe(300_000);
+    expect(remember({ rememberDeparted: '0s' })).toBe(0);
+    expect(remember({ rememberDeparted: '4s' })).toBe(4000);
+    expect(remember({ rememberDeparted: '1h' })).toBe(3_600_000);
   });
 
   it('defaults the timeout to 1s, or to the interval when that is shorter', () => {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   answeredMeanwhile,
   HealthChecker,
-  RETAIN_REMOVED_MS,
+  REMEMBER_DEPARTED_MS,
   type CheckerBackend,
   type CheckerSettings,
   type HealthChange,
@@ -338,9 +338,9 @@ describe('HealthChecker: setBackends and stop', () => {
     await clock.advance(5_000);
     expect(changes).toStrictEqual([]);
     expect(fake.calls).toHaveLength(1);
-    // only the retention's timer is left (no check): it forgets the backend after RETAIN_REMOVED_MS
+    // only the retention's timer is left (no check): it forgets the backend after REMEMBER_DEPARTED_MS
     expect(clock.pending).toBe(1);
-    await clock.advance(RETAIN_REMOVED_MS);
+    await clock.advance(REMEMBER_DEPARTED_MS);
     expect(clock.pending).toBe(0);
     expect(checker.departed()).toStrictEqual([]);
   });
@@ -366,7 +366,7 @@ describe('HealthChecker: setBackends and stop', () => {
           left: i,
           returned: i - 1,
           leftAt: new Date(clock.now()).toISOString(),
-          keptUntil: new Date(clock.now() + RETAIN_REMOVED_MS).toISOString(),
+          keptUntil: new Date(clock.now() + REMEMBER_DEPARTED_MS).toISOString(),
         }),
       ]);
       const calls = fake.calls.length;
@@ -381,7 +381,7 @@ describe('HealthChecker: setBackends and stop', () => {
       expect(checker.snapshot()[1]).toMatchObject({ state: 'down', consecutive: expect.any(Number) });
     }
     checker.setBackends([B1]);
-    await clock.advance(RETAIN_REMOVED_MS);
+    await clock.advance(REMEMBER_DEPARTED_MS);
     expect(checker.departed()).toStrictEqual([]);
     checker.setBackends([B1, B2]);
     expect(checker.snapshot()[1]).toMatchObject({ address: '10.0.0.12:6443', state: 'unknown', left: 0, returned: 0 });
@@ -393,6 +393,47 @@ describe('HealthChecker: setBackends and stop', () => {
     expect(checker.verdicts()[1]).toStrictEqual({ backend: expect.objectContaining({ host: '10.0.0.11' }), state: 'unknown' });
     await clock.advance(2_100);
     expect(checker.snapshot()[1]).toMatchObject({ state: 'up', healthy: true, left: 1, returned: 1 });
+  });
+
+  it('rememberDepartedMs: how long a backend that left is kept; a reconfigure re-times the kept ones from when each left; 0 forgets at once', async () => {
+    const { clock, checker } = setup({ random: () => 0.5, backends: [B1, B2, B3], health: { rememberDepartedMs: 4000 } });
+    checker.start();
+    await clock.advance(3_000);
+    const t0 = clock.now();
+    checker.setBackends([B1, B3]);
+    expect(checker.departed()).toStrictEqual([
+      expect.objectContaining({ address: '10.0.0.12:6443', leftAt: new Date(t0).toISOString(), keptUntil: new Date(t0 + 4000).toISOString() }),
+    ]);
+    await clock.advance(3_999);
+    expect(checker.departed().map((d) => d.address)).toStrictEqual(['10.0.0.12:6443']);
+    await clock.advance(1);
+    expect(checker.departed()).toStrictEqual([]);
+    // two leave 1 s apart; a reload to 2.5 s forgets the first at once (left 3 s ago) and the second 1.5 s later
+    checker.setBackends([B3]);
+    await clock.advance(1_000);
+    checker.setBackends([]);
+    await clock.advance(2_000);
+    checker.reconfigure({ ...HEALTH, rememberDepartedMs: 2500 });
+    expect(checker.departed()).toStrictEqual([expect.objectContaining({ address: '[fd00::13]:6443', keptUntil: new Date(clock.now() + 500).toISOString() })]);
+    await clock.advance(499);
+    expect(checker.departed().map((d) => d.address)).toStrictEqual(['[fd00::13]:6443']);
+    await clock.advance(1);
+    expect(checker.departed()).toStrictEqual([]);
+    // absent: the default; 0: nothing is kept
+    checker.setBackends([B1]);
+    checker.reconfigure(HEALTH);
+    checker.setBackends([]);
+    expect(checker.departed()).toStrictEqual([
+      expect.objectContaining({ address: '10.0.0.11:6443', keptUntil: new Date(clock.now() + REMEMBER_DEPARTED_MS).toISOString() }),
+    ]);
+    checker.reconfigure({ ...HEALTH, rememberDepartedMs: 0 });
+    expect(checker.departed()).toStrictEqual([]);
+    checker.setBackends([B1]);
+    checker.setBackends([]);
+    expect(checker.departed()).toStrictEqual([]);
+    expect(clock.pending).toBe(0);
+    expect(() => checker.reconfigure({ ...HEALTH, rememberDepartedMs: -1 })).toThrow(/rememberDepartedMs must be a number of milliseconds >= 0, got -1/);
+    expect(() => setup({ health: { rememberDepartedMs: Number.NaN } })).toThrow(RangeError);
   });
 
   it('refuses a host that is not an IP address and leaves the set unchanged', () => {
