@@ -47,8 +47,7 @@ import {
 import { LOCK_DIR } from '../dataplane/ebpf.js';
 import { handOffPath, netnsId } from './handoff.js';
 import { flushBackendSides, flushVip } from '../dataplane/conntrack.js';
-import type { ResolvedInterface } from './preflight.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from './phase.js';
 
 /** The running phase; what the election and the policy use. */
 export interface ConnectionSyncPhase extends PhaseHandle {
@@ -82,12 +81,29 @@ export function conntrackdDir(ifname: string, vrid: number, dir = LOCK_DIR): str
   return `${dir}/conntrackd-${netnsId()}-${ifname}-vrid${vrid}`;
 }
 
+/** What connection sync needs: the election's interface (its multicast goes out there) and, in tests, the daemon's path. */
+export interface ConnectionSyncInputs {
+  resolved: ResolvedInterface;
+  binary?: string;
+}
+
+/**
+ * Phase 5, connection sync (dataplane.connectionSync): after the VIP data plane (the flows it
+ * source-NATs to the VIP), before the election (a takeover commits the replicated flows first).
+ * Every setting of it takes a restart (dataplane.* is read by no phase that reconfigures).
+ */
+export const connectionSyncPhase: PhaseSpec<ConnectionSyncInputs, ConnectionSyncPhase> = {
+  name: 'connection sync',
+  settings: [],
+  start: startConnectionSync,
+};
+
 /**
  * Starts conntrackd (after killing one a killed earlier run left on the same socket) and its
  * statistics poll. The undo stops the poll and the daemon (SIGTERM, SIGKILL after 2 s).
  * Never throws for conntrackd's sake: a daemon that cannot start leaves the phase `unavailable`.
  */
-export function startConnectionSync(ctx: AgentContext, config: Config, inputs: { resolved: ResolvedInterface; binary?: string }): Promise<ConnectionSyncPhase> {
+export function startConnectionSync(ctx: AgentContext, config: Config, inputs: ConnectionSyncInputs): Promise<ConnectionSyncPhase> {
   return runPhase(ctx, 'connection sync', async (own) => {
     const { log } = ctx;
     const cs = config.dataplane.connectionSync;

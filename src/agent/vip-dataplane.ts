@@ -19,23 +19,62 @@ import { NftWatch } from '../native.js';
 import { flushBackend, flushVip } from '../dataplane/conntrack.js';
 import type { StatusDocument } from '../observe/status.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-import type { HealthFollowers } from './health.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared } from './phase.js';
 import type { TableRemoval } from './leftovers.js';
 
 /** The running VIP data plane. */
 export interface VipDataplanePhase extends PhaseHandle {
-  /**
-   * A reload: the table for `vips` (and `config`'s port, `iface`'s addresses), applied now in one
-   * transaction (established flows keep their conntrack NAT).
-   * @throws BallastError BALLAST_E_DATAPLANE when nft refused it (the previous table stays).
-   */
-  reconfigure(config: Config, vips: readonly string[], iface: InterfaceInfo): Promise<void>;
+  /** The plane following the checker's verdicts (for /status, and a re-sync after the backend set changed). */
+  lb: Reconciler<LoadBalancer>;
 }
+
+/** What the VIP data plane needs: the election's interface (a hand-over may change it), the checks it follows, preflight's table removal. */
+export interface VipDataplaneInputs {
+  iface: () => InterfaceInfo;
+  checker: HealthChecker;
+  tables: TableRemoval;
+}
+
+const REPROGRAMMED = 'VIP data plane reprogrammed (one atomic nftables replace)';
+
+/**
+ * Phase 4, the VIP data plane. Its ruleset's inputs are reprogrammed in place: an added VIP is
+ * balanced before the election adds it (prepare: the union of old and new), a removed one until
+ * the election removed it (commit: exactly the new set). A new family re-runs it within the
+ * hand-over: the old family's table goes (unless keepOnStop is all), the new one's is programmed
+ * (preflight took its lock).
+ */
+export const vipDataplanePhase: PhaseSpec<VipDataplaneInputs, VipDataplanePhase> = {
+  name: 'VIP data plane',
+  settings: [
+    { path: 'dataplane.vip', on: 'restart', why: 'the VIP data plane mode' },
+    { path: 'dataplane.commandTimeoutMs', on: 'restart', why: "the time limit of the data plane's nft and conntrack runs" },
+    {
+      path: 'family',
+      on: 'rerun',
+      does: ({ cur, next }) =>
+        `VIP data plane moved from IPv${cur.family} to IPv${next.family} (within the hand-over: the new family's table and lock; the old family's table removed unless keepOnStop is all)`,
+    },
+    ...['vips', 'apiserver.port', 'interface', 'dataplane.rebalance'].map((path) => ({ path, on: 'reconfigure' as const, does: REPROGRAMMED })),
+  ],
+  start: startVipDataplane,
+  rerun: {
+    after: (_h, { cur, next }, log) =>
+      void log.info(
+        {
+          from: cur.family,
+          to: next.family,
+          removed: next.dataplane.keepOnStop === 'all' ? null : `table ${cur.family === 4 ? 'ip' : 'ip6'} ballast`,
+          table: `${next.family === 4 ? 'ip' : 'ip6'} ballast`,
+        },
+        'reload: hand-over: VIP data plane moved to the new family',
+      ),
+  },
+};
 
 /**
  * Programs the table (no DNAT rule while nothing is healthy) and has the LoadBalancer follow the
- * checker's verdicts (one subscription; `followers.lb` for /status). The undo unsubscribes it and
+ * checker's verdicts (one subscription). The undo unsubscribes it and
  * removes the table (through `tables`, preflight's removal: one attempt per stop), unless
  * dataplane.keepOnStop is `all`. A {@link TableWatch} puts the table back within the data plane's
  * bound when someone else removes or changes it (kernel nftables events of this network
@@ -43,13 +82,10 @@ export interface VipDataplanePhase extends PhaseHandle {
  * one is killed after its time limit anyway, see apply.ts) instead of waiting for it.
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails or hangs (nothing else changed).
  */
-export function startVipDataplane(
-  ctx: AgentContext,
-  config: Config,
-  inputs: { iface: InterfaceInfo; checker: HealthChecker; followers: HealthFollowers; tables: TableRemoval },
-): Promise<VipDataplanePhase> {
+export function startVipDataplane(ctx: AgentContext, config: Config, inputs: VipDataplaneInputs): Promise<VipDataplanePhase> {
   return runPhase(ctx, 'VIP data plane', async (own) => {
-    const { iface, checker, followers, tables } = inputs;
+    const { checker, tables } = inputs;
+    const iface = inputs.iface();
     const { log } = ctx;
     const api = config.apiserver;
     const local = new Set(iface.addresses.map((a) => a.address));
@@ -57,6 +93,8 @@ export function startVipDataplane(
     const timeoutMs = config.dataplane.commandTimeoutMs;
     const applier = new NftablesApplier({ track: true, exec: commandExecutor(['nft'], { timeoutMs }) });
     const conntrack = commandExecutor(['conntrack'], { timeoutMs });
+    // a re-run for the other family (the old one's table is gone by now)
+    if (tables.family !== config.family) tables.retarget(config.family);
     tables.rearm();
     own.defer('nftables table', async () => {
       // a restart in place keeps the table: the flows through it keep their NAT, the next process adopts it
@@ -148,12 +186,8 @@ export function startVipDataplane(
     });
     watch.start();
     own.defer('nftables table watch', () => watch.stop());
-    followers.lb = lb;
     own.defer('VIP connection counts', tracker.start());
-    own.defer('VIP data plane health subscription', () => {
-      followers.lb = null;
-    });
-    const reconfigure = async (next: Config, vips: readonly string[], at: InterfaceInfo): Promise<void> => {
+    const program = async (next: Config, vips: readonly string[], at: InterfaceInfo): Promise<void> => {
       plane.reconfigure({
         family: next.family,
         vips,
@@ -170,7 +204,22 @@ export function startVipDataplane(
       // a rebalancer turned on or retuned acts now, not at the next 5 s count
       if (JSON.stringify(was) !== JSON.stringify(rebalance)) tracker.kick();
     };
-    return { reconfigure };
+    const prepare = async ({ cur, next }: Change): Promise<Prepared> => {
+      // an added VIP is balanced before the election puts it on the interface
+      const added = next.vips.some((v) => !cur.vips.includes(v));
+      if (added) await program(next, [...new Set([...cur.vips, ...next.vips])], inputs.iface());
+      return {
+        // a removed VIP was balanced until the election took it off
+        commit: () => program(next, next.vips, inputs.iface()),
+        abort: () =>
+          added
+            ? program(cur, cur.vips, inputs.iface()).catch((err: unknown) =>
+                log.error({ err: (err as Error).message }, 'reload: cannot program the running VIPs again'),
+              )
+            : undefined,
+      };
+    };
+    return { lb, prepare };
   });
 }
 

@@ -131,13 +131,13 @@ describe('the discovery phase with a checker (no network)', () => {
       probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }),
     });
     const ctx = { log: { ...log, error: () => undefined, child: () => log } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null });
+    const phase = await startDiscovery(ctx, config, { checker, followers: () => ({}), election: () => null });
     expect([...phase.sources()]).toStrictEqual([['10.0.0.11:6443', 'seed']]);
     expect(phase.stats()).toBeNull();
     const next = parseConfig(
       'vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n',
     );
-    await phase.reconfigure(next);
+    await phase.setConfig(next);
     expect(checker.backends().map((b) => b.host)).toStrictEqual(['10.0.0.12', '10.0.0.13']);
     expect(phase.members()).toStrictEqual(['10.0.0.12', '10.0.0.13']);
     await phase.undo();
@@ -157,7 +157,7 @@ describe('the discovery phase with a checker (no network)', () => {
       );
       const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
       const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null }).then(
+      const err = await startDiscovery(ctx, config, { checker, followers: () => ({}), election: () => null }).then(
         () => null,
         (e: unknown) => e,
       );
