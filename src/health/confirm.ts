@@ -94,7 +94,7 @@ export function confirmDown(target: ConfirmTarget, deadlineMs: number, deps: { c
 
 /**
  * The backends on the node at `nodeAddress`: the election asks whether they are gone when that
- * node's Active router went silent (agent/election.ts).
+ * node's Active router went silent (agent/phases/election.ts).
  * @returns the backends whose host is `nodeAddress` (any spelling of it); [] when it is no address.
  */
 export function backendsOfNode(backends: readonly HostPort[], nodeAddress: string): HostPort[] {

@@ -1,9 +1,9 @@
 /**
- * The election policy phase (src/agent/priority.ts) tells the operator each change of the
+ * The election policy phase (src/agent/phases/priority.ts) tells the operator each change of the
  * advertised priority, with the policy's reason; a fake checker and host, no timers of note.
  */
 import { describe, expect, it } from 'vitest';
-import { startPriority } from '../../src/agent/priority.js';
+import { startPriority } from '../../src/agent/phases/priority.js';
 import type { AgentContext } from '../../src/agent/phase.js';
 import { parseConfig } from '../../src/config/index.js';
 import type { BackendHealth, HealthChecker } from '../../src/health/checker.js';

@@ -4,17 +4,17 @@
  * health checks through a LocalBalancer. Started before the election: it needs nothing from it,
  * and a failure here leaves the VIPs untouched.
  */
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import type { Logger } from '../log/log.js';
-import type { HealthChecker } from '../health/checker.js';
-import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../dataplane/local.js';
-import { Reconciler } from '../dataplane/reconcile.js';
-import { EbpfLocalDataplane, checkEbpf } from '../dataplane/ebpf.js';
-import { ProxyLocalDataplane } from '../dataplane/proxy.js';
-import { listeningOn } from '../net/listening.js';
-import { hostPort } from '../net/address.js';
-import { runPhase, throwIfAborted, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Reaction } from './phase.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import type { Logger } from '../../log/log.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../../dataplane/local.js';
+import { Reconciler } from '../../dataplane/reconcile.js';
+import { EbpfLocalDataplane, checkEbpf } from '../../dataplane/ebpf.js';
+import { ProxyLocalDataplane } from '../../dataplane/proxy.js';
+import { listeningOn } from '../../net/listening.js';
+import { hostPort } from '../../net/address.js';
+import { runPhase, throwIfAborted, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Reaction } from '../phase.js';
 
 /** The eBPF local endpoint's cgroup and pin directory (preflight found and locked them); null: none (the proxy serves it). */
 type EbpfPlace = { cgroup: string; pinDir: string } | null;

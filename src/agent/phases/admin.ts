@@ -3,13 +3,13 @@
  * before the data planes so a half-started agent can already be asked what it is doing; the
  * status it serves is read from the phases that run, through `status`.
  */
-import { formatHostPort } from '../net/hostport.js';
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import { startAdmin } from '../observe/admin.js';
-import { createMetrics } from '../observe/metrics.js';
-import type { ReloadResult, StatusDocument } from '../observe/status.js';
-import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from './phase.js';
+import { formatHostPort } from '../../net/hostport.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import { startAdmin } from '../../observe/admin.js';
+import { createMetrics } from '../../observe/metrics.js';
+import type { ReloadResult, StatusDocument } from '../../observe/status.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from '../phase.js';
 
 /** What the admin endpoint serves: the /status document, POST /reload's handler, the change stamp. */
 export interface AdminInputs {

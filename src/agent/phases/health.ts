@@ -4,15 +4,15 @@
  * events) marks dead backends between checks. Last of the phases: everything that follows health
  * exists before the first check.
  */
-import type { Config } from '../config/index.js';
-import type { DampingChange, FailOpenChange, HealthChange, HealthChecker } from '../health/checker.js';
-import type { Verdict } from '../health/verdict.js';
-import { FlowTracker, watchConntrack, type ConntrackWatch, type PassiveVerdict } from '../health/passive.js';
-import type { LocalDataplane } from '../dataplane/local.js';
-import { formatHostPort } from '../net/hostport.js';
-import type { Logger } from '../log/log.js';
-import { pinoSink, RateLimitedLog } from '../log/ratelimit.js';
-import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec } from './phase.js';
+import type { Config } from '../../config/index.js';
+import type { DampingChange, FailOpenChange, HealthChange, HealthChecker } from '../../health/checker.js';
+import type { Verdict } from '../../health/verdict.js';
+import { FlowTracker, watchConntrack, type ConntrackWatch, type PassiveVerdict } from '../../health/passive.js';
+import type { LocalDataplane } from '../../dataplane/local.js';
+import { formatHostPort } from '../../net/hostport.js';
+import type { Logger } from '../../log/log.js';
+import { pinoSink, RateLimitedLog } from '../../log/ratelimit.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec } from '../phase.js';
 
 /** The running health phase. */
 export type HealthPhase = PhaseHandle;

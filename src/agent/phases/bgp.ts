@@ -17,25 +17,25 @@
  * announcing, the table and the VIPs stay, and the next start takes over), remove the VIPs,
  * remove the table.
  */
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import type { BackendVerdict, Verdict } from '../health/verdict.js';
-import { LoadBalancer, VIP_PLANE_MESSAGES } from '../dataplane/controller.js';
-import { NftablesApplier } from '../dataplane/apply.js';
-import { flushBackend } from '../dataplane/conntrack.js';
-import { Reconciler, type ReadySet, type VerdictSource } from '../dataplane/reconcile.js';
-import { canonicalAddress } from '../net/address.js';
-import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
-import { BirdSpeaker, type BgpStatus } from '../bgp/speaker.js';
-import { BirdError } from '../bgp/bird.js';
-import { birdRefusalFix } from '../bgp/refusal.js';
-import { addVip, delVip, openRtnl, listInterfaces } from '../vip/netlink.js';
-import { ARP_SYSCTL_FIX, raiseArpSysctls, restoreArpSysctls, type SysctlIo } from '../vip/noarp.js';
-import { TableRemoval } from './leftovers.js';
-import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from './phase.js';
-import { acquireTableLock } from '../host/locks.js';
-import { bgpInterface } from './preflight.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import type { BackendVerdict, Verdict } from '../../health/verdict.js';
+import { LoadBalancer, VIP_PLANE_MESSAGES } from '../../dataplane/controller.js';
+import { NftablesApplier } from '../../dataplane/apply.js';
+import { flushBackend } from '../../dataplane/conntrack.js';
+import { Reconciler, type ReadySet, type VerdictSource } from '../../dataplane/reconcile.js';
+import { canonicalAddress } from '../../net/address.js';
+import { formatHostPort, sameHostPort, type HostPort } from '../../net/hostport.js';
+import { BirdSpeaker, type BgpStatus } from '../../bgp/speaker.js';
+import { BirdError } from '../../bgp/bird.js';
+import { birdRefusalFix } from '../../bgp/refusal.js';
+import { addVip, delVip, openRtnl, listInterfaces } from '../../vip/netlink.js';
+import { ARP_SYSCTL_FIX, raiseArpSysctls, restoreArpSysctls, type SysctlIo } from '../../vip/noarp.js';
+import { TableRemoval } from '../leftovers.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from '../phase.js';
+import { acquireTableLock } from '../../host/locks.js';
+import { bgpInterface } from '../../host/interfaces.js';
 
 /**
  * After a stop's withdrawal the data plane stays until no new connection has been DNATed for

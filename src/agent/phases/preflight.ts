@@ -12,23 +12,23 @@
  * running agent uses them). A stop during it takes effect right after it.
  */
 import { existsSync } from 'node:fs';
-import type { Config } from '../config/index.js';
-import { describeReadError, parseAuthKeys, readRegularFile } from '../config/files.js';
-import { createError } from '../errors.js';
-import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.js';
-import { formatHostPort } from '../net/hostport.js';
-import { chooseInterface, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
-import { missingCapabilities } from '../host/capabilities.js';
-import { listAllInterfaces } from '../host/interfaces.js';
-import { acquireEndpointLock, ElectionLocks } from '../host/locks.js';
-import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
-import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
-import { foreignSnippet } from '../bgp/bird.js';
-import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
-import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared, type ResolvedInterface } from './phase.js';
-import type { LockSwap } from '../host/locks.js';
+import type { Config } from '../../config/index.js';
+import { describeReadError, parseAuthKeys, readRegularFile } from '../../config/files.js';
+import { createError } from '../../errors.js';
+import { addressFamily, addressToBytes, canonicalAddress } from '../../net/address.js';
+import { formatHostPort } from '../../net/hostport.js';
+import { chooseInterface, primaryAddress, type InterfaceInfo } from '../../vip/netlink.js';
+import { missingCapabilities } from '../../host/capabilities.js';
+import { bgpInterface, listAllInterfaces } from '../../host/interfaces.js';
+import { acquireEndpointLock, ElectionLocks } from '../../host/locks.js';
+import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../../dataplane/ebpf.js';
+import { commandExecutor, NftablesApplier } from '../../dataplane/apply.js';
+import { foreignSnippet } from '../../bgp/bird.js';
+import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from '../leftovers.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared, type ResolvedInterface } from '../phase.js';
+import type { LockSwap } from '../../host/locks.js';
 
-export type { ResolvedInterface } from './phase.js';
+export type { ResolvedInterface } from '../phase.js';
 
 /** The settings that name the election's instance (its lock, interface, keys): a change of one is resolved and locked anew before the hand-over. */
 const INSTANCE = ['interface', 'family', 'vrrp.vrid', 'vrrp.auth', 'vrrp.owner'];
@@ -118,7 +118,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         });
       }
     } else if (config.bgp === null) {
-      // (mode: bgp takes its family's nftables table lock instead, agent/bgp.ts: one agent per family)
+      // (mode: bgp takes its family's nftables table lock instead, agent/phases/bgp.ts: one agent per family)
       const lock = await acquireEndpointLock();
       own.defer('local endpoint lock', () => lock.close());
     }
@@ -254,22 +254,6 @@ export function readAuthKeys(path: string): Buffer[] {
   const key = parseAuthKeys(bytes);
   if (typeof key === 'string') throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: ${path} ${key}`);
   return key;
-}
-
-/**
- * mode: bgp's bgp.interface, where the VIPs are bound.
- * @param all every interface of the namespace (rtnetlink).
- * @throws BallastError BALLAST_E_INTERFACE_NOT_FOUND (exit 2) when there is none of that name.
- */
-export function bgpInterface(config: Config, all: readonly InterfaceInfo[]): InterfaceInfo {
-  const name = config.bgp!.interface;
-  const iface = all.find((i) => i.ifname === name);
-  if (!iface)
-    throw createError(
-      'BALLAST_E_INTERFACE_NOT_FOUND',
-      `bgp.interface: there is no interface ${name} (ballast binds the VIPs on it; lo, or a dummy interface you created)`,
-    );
-  return iface;
 }
 
 /**

@@ -34,8 +34,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import type { Config } from '../config/index.js';
-import { commandExecutor, type Executor } from '../dataplane/apply.js';
+import type { Config } from '../../config/index.js';
+import { commandExecutor, type Executor } from '../../dataplane/apply.js';
 import {
   conntrackdPaths,
   parseConntrackdStats,
@@ -43,11 +43,11 @@ import {
   syncPort,
   type ConnectionSyncStatus,
   type ConntrackdStats,
-} from '../dataplane/conntrackd.js';
-import { LOCK_DIR } from '../dataplane/ebpf.js';
-import { handOffPath, netnsId } from './handoff.js';
-import { flushBackendSides, flushVip } from '../dataplane/conntrack.js';
-import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from './phase.js';
+} from '../../dataplane/conntrackd.js';
+import { LOCK_DIR } from '../../dataplane/ebpf.js';
+import { handOffPath, netnsId } from '../handoff.js';
+import { flushBackendSides, flushVip } from '../../dataplane/conntrack.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
 
 /** The running phase; what the election and the policy use. */
 export interface ConnectionSyncPhase extends PhaseHandle {

@@ -3,13 +3,13 @@
  * (src/policy.ts). Started after the election (it drives the running engine) and before the
  * health checks (the settle time starts with the first checks).
  */
-import type { Config } from '../config/index.js';
-import type { HealthChecker } from '../health/checker.js';
-import { formatHostPort } from '../net/hostport.js';
-import { Policy, type PolicyOptions } from '../policy.js';
-import type { InterfaceInfo } from '../vip/netlink.js';
-import type { VrrpHost } from '../vrrp/host.js';
-import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from './phase.js';
+import type { Config } from '../../config/index.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { formatHostPort } from '../../net/hostport.js';
+import { Policy, type PolicyOptions } from '../../policy.js';
+import type { InterfaceInfo } from '../../vip/netlink.js';
+import type { VrrpHost } from '../../vrrp/host.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from '../phase.js';
 
 /** The running election policy. */
 export interface PriorityPhase extends PhaseHandle {

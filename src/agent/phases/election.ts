@@ -4,23 +4,23 @@
  * the operator's log; the fatal ones (the interface was deleted, a call into the engine threw)
  * make the agent unwind everything and exit.
  */
-import type { Config } from '../config/index.js';
-import { createError, ERRORS, isBallastError, type BallastError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import { statusState } from '../observe/status.js';
-import { removeLeftoverVips } from './leftovers.js';
-import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../vrrp/engine.js';
-import { EngineStartError, VrrpHost } from '../vrrp/host.js';
-import { formatHostPort } from '../net/hostport.js';
-import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
-import { backendsOfNode } from '../health/confirm.js';
-import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from './phase.js';
-import { updateMembership, type MembershipHolder } from './membership-update.js';
-import { seedAndLastKnown } from '../discovery/lastknown.js';
-import { ANY_BECAUSE, membershipOf, type Membership } from '../vrrp/membership.js';
-import { canonicalAddress } from '../net/address.js';
-import { masterDownIntervalMs } from '../vrrp/state.js';
-import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
+import type { Config } from '../../config/index.js';
+import { createError, ERRORS, isBallastError, type BallastError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { statusState } from '../../observe/status.js';
+import { removeLeftoverVips } from '../leftovers.js';
+import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../../vrrp/engine.js';
+import { EngineStartError, VrrpHost } from '../../vrrp/host.js';
+import { formatHostPort } from '../../net/hostport.js';
+import { confirmDeadlineMs, confirmDown } from '../../health/confirm.js';
+import { backendsOfNode } from '../../health/confirm.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
+import { updateMembership, type MembershipHolder } from '../membership-update.js';
+import { seedAndLastKnown } from '../../discovery/lastknown.js';
+import { ANY_BECAUSE, membershipOf, type Membership } from '../../vrrp/membership.js';
+import { canonicalAddress } from '../../net/address.js';
+import { masterDownIntervalMs } from '../../vrrp/state.js';
+import { readHandOff, removeHandOff, writeHandOff } from '../handoff.js';
 
 /** Logged when the silent master's backend did not answer a connect either: taken out (dead). */
 export const SILENT_MASTER_TAKEN_OUT = 'backend of the silent master taken out';

@@ -17,16 +17,16 @@
  * this phase starts after it and only ever patches it.
  */
 import { existsSync } from 'node:fs';
-import type { Config } from '../config/index.js';
-import { ConfigError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import type { Verdict } from '../health/verdict.js';
-import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../discovery/index.js';
-import { canonicalAddress } from '../net/address.js';
-import { formatHostPort } from '../net/hostport.js';
-import type { Logger } from '../log/log.js';
-import { updateMembership, type MembershipHolder } from './membership-update.js';
-import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec } from './phase.js';
+import type { Config } from '../../config/index.js';
+import { ConfigError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import type { Verdict } from '../../health/verdict.js';
+import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../../discovery/index.js';
+import { canonicalAddress } from '../../net/address.js';
+import { formatHostPort } from '../../net/hostport.js';
+import type { Logger } from '../../log/log.js';
+import { updateMembership, type MembershipHolder } from '../membership-update.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec } from '../phase.js';
 
 /** What discovery feeds (getters: a reload's re-run replaces them). */
 export interface DiscoveryInputs {

@@ -4,23 +4,23 @@
  * the election and undone after it: a resigning master still balances until its VIPs are gone.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { handOffPath } from './handoff.js';
-import { conntrackVipFlows } from '../native.js';
-import { ConnectionTracker } from '../dataplane/rebalance.js';
-import { enableConntrackTimestamps } from '../dataplane/conntrack.js';
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from '../dataplane/controller.js';
-import { Reconciler } from '../dataplane/reconcile.js';
-import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
-import { TableWatch } from '../dataplane/nftwatch.js';
-import { NftWatch } from '../native.js';
-import { flushBackend, flushVip } from '../dataplane/conntrack.js';
-import type { StatusDocument } from '../observe/status.js';
-import type { InterfaceInfo } from '../vip/netlink.js';
-import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared } from './phase.js';
-import type { TableRemoval } from './leftovers.js';
+import { handOffPath } from '../handoff.js';
+import { conntrackVipFlows } from '../../native.js';
+import { ConnectionTracker } from '../../dataplane/rebalance.js';
+import { enableConntrackTimestamps } from '../../dataplane/conntrack.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { LoadBalancer, VIP_PLANE_MESSAGES, type DataplaneStatus } from '../../dataplane/controller.js';
+import { Reconciler } from '../../dataplane/reconcile.js';
+import { commandExecutor, NftablesApplier } from '../../dataplane/apply.js';
+import { TableWatch } from '../../dataplane/nftwatch.js';
+import { NftWatch } from '../../native.js';
+import { flushBackend, flushVip } from '../../dataplane/conntrack.js';
+import type { StatusDocument } from '../../observe/status.js';
+import type { InterfaceInfo } from '../../vip/netlink.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared } from '../phase.js';
+import type { TableRemoval } from '../leftovers.js';
 
 /** The running VIP data plane. */
 export interface VipDataplanePhase extends PhaseHandle {
