@@ -225,7 +225,7 @@ export async function startAgent(
     },
   });
   const ready = (): Promise<void> => notifier.ready();
-  const list: PhaseList<Phases> = phaseList({
+  const list: PhaseList<Phases> = agentPhases({
     checker,
     status: () => status(),
     stamp,
@@ -312,7 +312,7 @@ export async function startAgent(
  * `ready` is called (and awaited) once the election has its first state (its start resolves
  * after it), or, without an election, once every phase is up.
  */
-function phaseList(deps: {
+export function agentPhases(deps: {
   checker: HealthChecker | null;
   status: () => Promise<StatusDocument>;
   stamp: () => unknown;

@@ -231,23 +231,24 @@ async function applyPlan<HS>(ctx: AgentContext, change: Change, plan: ReloadPlan
   const reaction = (e: AnyPhaseEntry<HS>): Reaction => plan.reactions[e.spec.name] ?? 'same';
   const running = phases.filter((p): p is { entry: AnyPhaseEntry<HS>; handle: PhaseHandle } => p.handle !== null);
 
-  // 2. prepare: a failure gives back what was taken, nothing else changed
+  // the phases a re-run takes along: those that use a re-run phase's handle, transitively
+  const rerun = new Set(running.filter((p) => reaction(p.entry) === 'rerun').map((p) => p.entry.key));
+  for (const { entry } of running) if (entry.uses?.some((k) => rerun.has(k))) rerun.add(entry.key);
+  const group = running.filter((p) => rerun.has(p.entry.key));
+
+  // 2. prepare (the phases that reconfigure in place): a failure gives back what was taken, nothing else changed
   const prepared: Prepared[] = [];
   const abort = async (): Promise<void> => {
     for (const p of prepared.reverse()) await p.abort();
     prepared.length = 0;
   };
   try {
-    for (const { entry, handle } of running) if (reaction(entry) === 'reconfigure' && handle.prepare) prepared.push(await handle.prepare(change));
+    for (const { entry, handle } of running)
+      if (!rerun.has(entry.key) && reaction(entry) === 'reconfigure' && handle.prepare) prepared.push(await handle.prepare(change));
   } catch (err) {
     await abort();
     throw err;
   }
-
-  // the phases a re-run takes along: those that use a re-run phase's handle, transitively
-  const rerun = new Set(running.filter((p) => reaction(p.entry) === 'rerun').map((p) => p.entry.key));
-  for (const { entry } of running) if (entry.uses?.some((k) => rerun.has(k))) rerun.add(entry.key);
-  const group = running.filter((p) => rerun.has(p.entry.key));
 
   // 3. apply, in order; the re-run group goes where its first phase is
   try {

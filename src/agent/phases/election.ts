@@ -108,10 +108,15 @@ export const electionPhase: PhaseSpec<ElectionInputs, ElectionPhase> = {
     {
       path: 'vips',
       on: 'reconfigure',
-      does: ({ cur, next }) => {
+      does: (change) => {
+        const { cur, next } = change;
         const added = next.vips.filter((v) => !cur.vips.includes(v));
         const removed = cur.vips.filter((v) => !next.vips.includes(v));
-        return [...(added.length > 0 ? [`VIPs added: ${added.join(', ')}`] : []), ...(removed.length > 0 ? [`VIPs removed: ${removed.join(', ')}`] : [])];
+        return [
+          ...(added.length > 0 ? [`VIPs added: ${added.join(', ')}`] : []),
+          ...(removed.length > 0 ? [`VIPs removed: ${removed.join(', ')}`] : []),
+          ...[patched(change)].filter((a) => a !== null),
+        ];
       },
     },
     ...[
