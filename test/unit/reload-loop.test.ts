@@ -88,7 +88,15 @@ describe('runReload over a phase list', () => {
     trace.length = 0;
     const r = await reload(a, cfg(1, 1), cfg(2, 1));
     expect(r.ok).toBe(true);
-    expect(trace).toStrictEqual(['prepare tail', 'undo policy a=1', 'undo engine a=1', 'start engine a=2', 'start policy a=2', 'reconfigure tail', 'commit tail']);
+    expect(trace).toStrictEqual([
+      'prepare tail',
+      'undo policy a=1',
+      'undo engine a=1',
+      'start engine a=2',
+      'start policy a=2',
+      'reconfigure tail',
+      'commit tail',
+    ]);
     trace.length = 0;
     await a.list.unwind();
     expect(trace).toStrictEqual(['undo tail a=1', 'undo policy a=2', 'undo engine a=2', 'undo base a=1']);
@@ -116,7 +124,9 @@ describe('runReload over a phase list', () => {
     await a.list.start(a.ctx, cfg(1, 1));
     const r = await reload(a, cfg(1, 1), cfg(2, 1));
     expect(r.ok).toBe(false);
-    expect(r.result.problems[1]).toMatch(/^re-run of engine failed; starting the running configuration again failed too \(engine cannot start on a=1\): the agent exits$/);
+    expect(r.result.problems[1]).toMatch(
+      /^re-run of engine failed; starting the running configuration again failed too \(engine cannot start on a=1\): the agent exits$/,
+    );
     expect(a.failed()).toBe(1);
   });
 
