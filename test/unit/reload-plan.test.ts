@@ -128,6 +128,20 @@ describe('planReload over the agent phases', () => {
     expect(off.refusals).toContain('vrrp: a reload cannot change turning the election on or off; restart the agent to apply it');
   });
 
+  it('connection sync: resyncTimeout applies in place (its phase alone reads it); its other settings take a restart', () => {
+    const sync = (extra: string) => config({ localEndpoint: '', dataplane: `dataplane:\n  connectionSync:\n    enabled: true${extra}` });
+    const p = plan(sync(''), sync('\n    resyncTimeout: 20s'));
+    expect([p.changed, p.refusals, p.reactions, p.actions]).toStrictEqual([
+      ['dataplane.connectionSync.resyncTimeoutMs'],
+      [],
+      { 'connection sync': 'reconfigure' },
+      ['connection sync: preempt hold bound replaced'],
+    ]);
+    expect(plan(sync(''), sync('\n    commitTimeout: 2s')).refusals).toStrictEqual([
+      'dataplane.connectionSync.commitTimeoutMs: a reload cannot change this setting; restart the agent to apply it',
+    ]);
+  });
+
   it('the eBPF local endpoint re-runs for a new VIP (VIP:port is one of its endpoints); the proxy does not', () => {
     const ebpf = config({ dataplane: 'dataplane:\n  local: ebpf' });
     expect(plan(ebpf, config({ dataplane: 'dataplane:\n  local: ebpf', vips: 'vips: [10.0.0.100]' })).reactions['local endpoint']).toBe('rerun');

@@ -47,7 +47,7 @@ import {
 import { LOCK_DIR } from '../../dataplane/ebpf.js';
 import { handOffPath, netnsId } from '../handoff.js';
 import { flushBackendSides, flushVip } from '../../dataplane/conntrack.js';
-import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
 
 /** The running phase; what the election and the policy use. */
 export interface ConnectionSyncPhase extends PhaseHandle {
@@ -90,11 +90,13 @@ export interface ConnectionSyncInputs {
 /**
  * Phase 5, connection sync (dataplane.connectionSync): after the VIP data plane (the flows it
  * source-NATs to the VIP), before the election (a takeover commits the replicated flows first).
- * Every setting of it takes a restart (dataplane.* is read by no phase that reconfigures).
+ * resyncTimeout applies in place: it bounds the start-up's preempt hold, so a hold under way
+ * ends by the new bound (one that ended stays ended; a start without a hold does not get one).
+ * The rest of the section takes a restart (no phase reads it live).
  */
 export const connectionSyncPhase: PhaseSpec<ConnectionSyncInputs, ConnectionSyncPhase> = {
   name: 'connection sync',
-  settings: [],
+  settings: [{ path: 'dataplane.connectionSync.resyncTimeoutMs', on: 'reconfigure', does: 'connection sync: preempt hold bound replaced' }],
   start: startConnectionSync,
 };
 
@@ -117,6 +119,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     const conntrack: Executor = commandExecutor(['conntrack'], { timeoutMs: config.dataplane.commandTimeoutMs });
     // on a takeover's path: bounded like the commit
     const closer: Executor = commandExecutor(['conntrack'], { timeoutMs: cs.commitTimeoutMs });
+    // the preempt hold's bound, ms (reloadable)
+    let resyncTimeoutMs = cs.resyncTimeoutMs;
     const st: ConnectionSyncStatus = {
       state: 'starting',
       internalEntries: null,
@@ -342,9 +346,9 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     if (st.preemptHold) {
       const holdTimer = setInterval(() => {
         if (!st.preemptHold) return clearInterval(holdTimer);
-        if (performance.now() - startedAt >= cs.resyncTimeoutMs || st.state === 'unavailable') {
+        if (performance.now() - startedAt >= resyncTimeoutMs || st.state === 'unavailable') {
           clearInterval(holdTimer);
-          return release(st.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${cs.resyncTimeoutMs} ms)`);
+          return release(st.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${resyncTimeoutMs} ms)`);
         }
         tick();
       }, HOLD_POLL_MS);
@@ -397,6 +401,9 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
       });
     };
     return {
+      reconfigure: async ({ next }: Change) => {
+        resyncTimeoutMs = next.dataplane.connectionSync.resyncTimeoutMs;
+      },
       commit,
       resync,
       held: () => st.preemptHold,
