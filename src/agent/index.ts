@@ -1,10 +1,10 @@
 /**
- * The agent: start-up is a list of phases, each undone on one cleanup stack.
+ * The agent: start-up is an ordered list of phases ({@link agentPhases}, the only place that
+ * knows the order), undone last first on one cleanup stack.
  *
- *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► discovery
- *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,   (owns the
- *    locks)                                                      engine)     health)           passive          backend set)
- *                                                                                              detection)
+ *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► connection sync ─► election ─► election policy ─► health ─► discovery
+ *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (conntrackd)       (VRRP, or   (priority from    (checks,   (owns the
+ *    locks)                                                                        BGP mode)   health)           passive)   backend set)
  *
  * Stop, a failed start, a signal during start-up and the fatal events (the interface was
  * deleted, the election failed) are the same thing: one unwind of the stack, last phase
@@ -12,8 +12,9 @@
  * the host. The local endpoint and the VIP data plane start before the election (a failure there
  * leaves the VIPs untouched) and are undone after it (a resigning master still serves).
  *
- * Reload (SIGHUP, POST /reload, {@link Agent.reload}) is reload.ts: only the difference is
- * applied; a re-run phase takes its old one's slot on the stack. Reloads run one at a time; one
+ * Reload (SIGHUP, POST /reload, {@link Agent.reload}) is reload.ts, one loop over the phases:
+ * each says from its table of settings what a change does to it, only the difference is applied,
+ * and a re-run phase keeps its place in the list (docs/phases.md). Reloads run one at a time; one
  * asked for during start-up waits for it, one asked for during a stop is refused.
  */
 import { formatHostPort } from '../net/hostport.js';
@@ -90,7 +91,7 @@ export interface Agent {
   stop(opts?: { restart?: boolean }): Promise<void>;
   /**
    * Applies `next` (a validated Config): only its difference from the running one (see
-   * reload-plan.ts). Waits for the start-up and for a reload under way. Never rejects for a
+   * reload.ts). Waits for the start-up and for a reload under way. Never rejects for a
    * refused or failed reload: the result says so (`ok: false`, `problems`), the running state
    * stays, and it is the last reload of /status.
    * @throws ReloadUnavailable when the agent is stopping.
@@ -302,10 +303,8 @@ export async function startAgent(
 }
 
 /**
- * The agent's phases in order (the only place that knows it), whichever the config asks for:
- *
- *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► connection sync ─► election ─► election policy ─► health ─► discovery
- *                                                                               (or BGP)
+ * The agent's phases in order (the only place that knows it; see the top of this file), not
+ * started: {@link PhaseList.start} runs those the config asks for.
  *
  * Each entry says when its phase runs, which earlier handles it uses (a re-run of one re-runs it
  * too) and how its inputs are built from them; a getter where a reload may replace the handle.
