@@ -36,7 +36,7 @@ import { electionPhase, type ElectionPhase } from './phases/election.js';
 import { discoveryPhase, type DiscoveryPhase } from './phases/discovery.js';
 import { healthPhase, type HealthPhase } from './phases/health.js';
 import { localEndpointPhase, type LocalEndpointPhase } from './phases/local-endpoint.js';
-import type { AgentContext, ResolvedInterface } from './phase.js';
+import type { AgentContext, ResolvedInterface, StatusReport } from './phase.js';
 import { phase, PhaseList, step } from './phase-list.js';
 import { preflightPhase, type Preflight } from './phases/preflight.js';
 import { priorityPhase, type PriorityPhase } from './phases/priority.js';
@@ -235,12 +235,10 @@ export async function startAgent(
     log,
   });
   const status = (): Promise<StatusDocument> =>
-    statusOf(reloads.current, checker, certificates, list.handles, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then(
-      (d) => {
-        const f = firewall.status();
-        return f ? { ...d, foreignFirewall: f } : d;
-      },
-    );
+    statusOf(reloads.current, checker, certificates, list, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then((d) => {
+      const f = firewall.status();
+      return f ? { ...d, foreignFirewall: f } : d;
+    });
   // the watchdog's gate: the election's timers run (it is on this thread, as the pings are)
   const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => list.handles.election?.host.alive() ?? Promise.resolve() });
 
@@ -445,23 +443,27 @@ function logStarting(log: Logger, config: Config, h: Readonly<Partial<Phases>>):
   }
 }
 
-/** The /status document, from the phases that run. @throws Error while the election is not running. */
+/**
+ * The /status document: each running phase reports its part (PhaseHandle.report, merged in the
+ * list's order), the agent adds the checker's backends and says `off` for a part no phase
+ * reported; with an election, the engine's state around them.
+ * @throws Error while the election is not running.
+ */
 async function statusOf(
   config: Config,
   checker: HealthChecker | null,
   certificates: CertificateTracker | null,
-  running: Readonly<Partial<Phases>>,
+  list: PhaseList<Phases>,
   reload: StatusDocument['reload'],
   history: ElectionHistory,
   internal: InternalErrors,
 ): Promise<StatusDocument> {
-  const sources = running.discovery?.sources();
-  const lb = (running.vipDataplane ?? running.bgp)?.lb ?? null;
-  const localLb = running.local?.lb ?? null;
+  const running = list.handles;
+  // each running phase's part, in the list's order
+  const r: StatusReport = Object.assign({}, ...list.phases().map((p) => p.handle?.report?.() ?? {}));
   // before the discovery phase runs, the checker holds the seed and the last-known file's set
   const seed = new Set(config.apiserver.backends.map(formatHostPort));
-  const sourceOf = (address: string): BackendSource => sources?.get(address) ?? (seed.has(address) || config.discovery === null ? 'seed' : 'lastKnown');
-  const stats = running.discovery?.stats() ?? null;
+  const sourceOf = (address: string): BackendSource => r.sources?.get(address) ?? (seed.has(address) || config.discovery === null ? 'seed' : 'lastKnown');
   const departed = checker?.departed() ?? [];
   const common = {
     ...(reload ? { reload } : {}),
@@ -470,15 +472,13 @@ async function statusOf(
       const certificate = internal.run('certificates', () => certificates?.get(b.address));
       return { ...b, source: sourceOf(b.address), ...(certificate === undefined ? {} : { certificate }) };
     }),
-    ...(stats === null ? {} : { discovery: stats }),
+    ...(r.discovery === undefined ? {} : { discovery: r.discovery }),
     ...(departed.length === 0 ? {} : { departedBackends: departed }),
     ...(checker ? { health: { failOpen: checker.failOpen() } } : {}),
-    dataplane: dataplaneStatus(config, lb ? { ...lb.plane.status(), ...lb.status() } : null),
-    local: localLb
-      ? { ...localLb.plane.status(), ...localLb.status() }
-      : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
-    ...(running.bgp ? { bgp: running.bgp.status() } : {}),
-    ...(config.vrrp !== null && lb ? { connectionSync: running.connectionSync?.status() ?? connectionSyncOff() } : {}),
+    dataplane: dataplaneStatus(config, r.dataplane ?? null),
+    local: r.local ?? { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
+    ...(r.bgp ? { bgp: r.bgp } : {}),
+    ...(config.vrrp !== null && r.dataplane ? { connectionSync: r.connectionSync ?? connectionSyncOff() } : {}),
   };
   const fixed = electionFacts(config, running.preflight?.resolved ?? null);
   if (!fixed) return { state: 'none', ...common };
@@ -490,7 +490,7 @@ async function statusOf(
   return statusDocument(engine, fixed, common, {
     transitions: internal.run('history', () => history.transitions()) ?? [],
     masterSince,
-    priorityReason: running.priority?.reason() ?? null,
+    priorityReason: r.priorityReason ?? null,
   });
 }
 

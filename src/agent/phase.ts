@@ -20,6 +20,9 @@ import type { InternalErrors } from '../observe/contain.js';
 import type { ElectionHistory } from '../observe/history.js';
 import type { Logger } from '../log/log.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
+import type { DataplaneStatus } from '../dataplane/controller.js';
+import type { BackendSource } from '../discovery/index.js';
+import type { CommonStatus } from '../observe/status.js';
 import { CleanupStack } from './stack.js';
 
 /** What a phase runs in. */
@@ -103,6 +106,20 @@ export interface Prepared {
   abort(): Promise<void> | void;
 }
 
+/**
+ * What a running phase reports for /status: its part of the document (observe/status.ts), and
+ * what the agent's other parts read of it. The agent merges the reports of the running phases
+ * in the list's order and says `off` (with the reason) for a part no phase reported.
+ */
+export interface StatusReport extends Partial<Pick<CommonStatus, 'local' | 'bgp' | 'connectionSync' | 'discovery'>> {
+  /** The VIP's data plane as programmed. */
+  dataplane?: DataplaneStatus;
+  /** Where each backend came from, by `host:port`. */
+  sources?: ReadonlyMap<string, BackendSource>;
+  /** Why the advertised priority is below the configured one, or null when it is not. */
+  priorityReason?: string | null;
+}
+
 /** What a started phase exposes, how to undo it, and how it applies a reload in place. */
 export interface PhaseHandle {
   /** The phase's name, for logs ("admin", "election", …). */
@@ -118,6 +135,8 @@ export interface PhaseHandle {
   reconfigure?(change: Change): Promise<void>;
   /** For a re-run: steps aside for the new instance (default: undo). The admin endpoint keeps answering the request under way. */
   release?(): Promise<void>;
+  /** Its part of /status (see {@link StatusReport}); absent: it reports nothing. */
+  report?(): StatusReport;
 }
 
 /**

@@ -351,6 +351,10 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     return {
       status: () => ({ ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null }),
       lb: rec as unknown as Reconciler<LoadBalancer>,
+      report: () => ({
+        dataplane: { ...rec.plane.status(), ...rec.status() },
+        bgp: { ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null },
+      }),
     };
   });
 }

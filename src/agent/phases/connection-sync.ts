@@ -400,6 +400,7 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
         spawnDaemon();
       });
     };
+    const status = (): ConnectionSyncStatus => ({ ...st, lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt) });
     return {
       reconfigure: async ({ next }: Change) => {
         resyncTimeoutMs = next.dataplane.connectionSync.resyncTimeoutMs;
@@ -408,7 +409,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
       resync,
       held: () => st.preemptHold,
       onRelease: (cb) => void releases.push(cb),
-      status: () => ({ ...st, lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt) }),
+      status,
+      report: () => ({ connectionSync: status() }),
     };
   });
 }

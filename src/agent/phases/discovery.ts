@@ -150,6 +150,10 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
       sources: () => new Map(current.map((s) => [formatHostPort(s.backend), s.source])),
       members: () => membersOf(current),
       stats: () => disc?.stats() ?? null,
+      report: () => {
+        const stats = disc?.stats() ?? null;
+        return { sources: new Map(current.map((s) => [formatHostPort(s.backend), s.source])), ...(stats === null ? {} : { discovery: stats }) };
+      },
       reconfigure: async ({ has, next }: Change) => {
         if (has('apiserver.backends') || has('discovery')) await setConfig(next);
       },

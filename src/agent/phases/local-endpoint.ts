@@ -125,7 +125,7 @@ export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: Lo
     );
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
     own.defer('local endpoint verdict subscription', localLb.follow());
-    return { local, lb: localLb };
+    return { local, lb: localLb, report: () => ({ local: { ...localLb.plane.status(), ...localLb.status() } }) };
   });
 }
 

@@ -100,7 +100,7 @@ export function startPriority(ctx: AgentContext, config: Config, inputs: Priorit
       policy.reconfigure(policyOptions(next, local));
       evaluate();
     };
-    return { evaluate, reconfigure, reason: () => policy.reason() };
+    return { evaluate, reconfigure, reason: () => policy.reason(), report: () => ({ priorityReason: policy.reason() }) };
   });
 }
 

@@ -123,7 +123,8 @@ export function startVipDataplane(ctx: AgentContext, config: Config, inputs: Vip
             : undefined,
       };
     };
-    return { lb: plane.lb, prepare };
+    const { lb } = plane;
+    return { lb, prepare, report: () => ({ dataplane: { ...lb.plane.status(), ...lb.status() } }) };
   });
 }
 
