@@ -1,4 +1,4 @@
-/** The agent's cleanup stack (src/agent/stack.ts) and phase runner (src/agent/phase.ts). */
+/** The agent's cleanup stack (src/agent/stack.ts) and a phase's own steps (src/agent/phase.ts runPhase). */
 import { describe, expect, it } from 'vitest';
 import { CleanupStack } from '../../src/agent/stack.js';
 import { runPhase, StartAborted, throwIfAborted, type AgentContext } from '../../src/agent/phase.js';

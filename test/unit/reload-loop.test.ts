@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config/index.js';
 import type { Logger } from '../../src/log/log.js';
 import type { AgentContext, PhaseHandle, PhaseSpec, Setting } from '../../src/agent/phase.js';
-import { phase, PhaseList } from '../../src/agent/phase-list.js';
+import { phase, PhaseList, step } from '../../src/agent/phase-list.js';
+import { StartAborted } from '../../src/agent/phase.js';
 import { runReload } from '../../src/agent/reload.js';
 
 /** What the phases did, in order. */
@@ -161,5 +162,41 @@ describe('runReload over a phase list', () => {
       ],
     });
     expect(trace).toStrictEqual([]);
+  });
+});
+
+describe('PhaseList.start', () => {
+  it('in order, with the start steps between; a phase whose `when` fails is skipped', async () => {
+    const trace: Trace = [];
+    const ctx: AgentContext = { log, signal: new AbortController().signal, fail: () => undefined };
+    const list = new PhaseList<Record<string, PhaseHandle>>(
+      [
+        phase({ key: 'p1', spec: fake('p1', trace, []), when: () => true, inputs: () => ({}) }),
+        step({ step: 'note', when: (_c, h) => h.p1 !== undefined, run: () => void trace.push('step after p1') }),
+        phase({ key: 'p2', spec: fake('p2', trace, []), when: () => false, inputs: () => ({}) }),
+        phase({ key: 'p3', spec: fake('p3', trace, []), when: () => true, inputs: () => ({}) }),
+      ],
+      log,
+    );
+    await list.start(ctx, cfg(1, 1));
+    expect(trace).toStrictEqual(['start p1 a=1', 'step after p1', 'start p3 a=1']);
+    expect(Object.keys(list.handles)).toStrictEqual(['p1', 'p3']);
+  });
+
+  it('a stop asked before the start: only a phase that runs when stopping starts (its undo cleans up), then StartAborted', async () => {
+    const trace: Trace = [];
+    const stop = new AbortController();
+    stop.abort();
+    const ctx: AgentContext = { log, signal: stop.signal, fail: () => undefined };
+    const list = new PhaseList<Record<string, PhaseHandle>>(
+      [
+        phase({ key: 'pre', spec: fake('pre', trace, []), when: () => true, runsWhenStopping: true, inputs: () => ({}) }),
+        phase({ key: 'p2', spec: fake('p2', trace, []), when: () => true, inputs: () => ({}) }),
+      ],
+      log,
+    );
+    await expect(list.start(ctx, cfg(1, 1))).rejects.toBeInstanceOf(StartAborted);
+    await list.unwind();
+    expect(trace).toStrictEqual(['start pre a=1', 'undo pre a=1']);
   });
 });
