@@ -6,7 +6,9 @@
  *   2. the parts of src/ (its top-level folders and files) form a ladder: a part imports only
  *      parts below it in LADDER. Any cycle between parts needs an upward import, so this also
  *      rules out cycles between folders;
- *   3. commands/ is imported by cli.ts alone.
+ *   3. commands/ is imported by cli.ts alone;
+ *   4. a phase (agent/phases/) imports no other phase, nor the agent that orders them (index.ts,
+ *      phase-list.ts, reload.ts): it gets earlier phases' handles as typed inputs.
  *
  * A new part goes into LADDER where its imports put it; a rule broken names the two files.
  */
@@ -68,6 +70,20 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/', pathNot: LADDER.map(part) },
       to: {},
+    },
+    {
+      name: 'phases-apart',
+      comment: "a phase imports no other phase: agent/index.ts, the only place that knows their order, hands it the earlier phases' handles",
+      severity: 'error',
+      from: { path: '^src/agent/phases/([^/]+)\\.ts$' },
+      to: { path: '^src/agent/phases/', pathNot: '^src/agent/phases/$1\\.ts$' },
+    },
+    {
+      name: 'phases-below-the-agent',
+      comment: 'a phase does not import the agent that orders the phases (index.ts, phase-list.ts, reload.ts)',
+      severity: 'error',
+      from: { path: '^src/agent/phases/' },
+      to: { path: '^src/agent/(index|phase-list|reload)\\.ts$' },
     },
     ...ladderRules,
   ],

@@ -1,10 +1,10 @@
 /**
- * The agent: start-up is a list of phases, each undone on one cleanup stack.
+ * The agent: start-up is an ordered list of phases ({@link agentPhases}, the only place that
+ * knows the order), undone last first on one cleanup stack.
  *
- *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► election ─► election policy ─► health ─► discovery
- *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (VRRP       (priority from    (checks start,   (owns the
- *    locks)                                                      engine)     health)           passive          backend set)
- *                                                                                              detection)
+ *   preflight ─► admin ─► local endpoint ─► VIP data plane ─► connection sync ─► election ─► election policy ─► health ─► discovery
+ *   (checks,     (/status)  (ebpf | proxy)   (nftables)        (conntrackd)       (VRRP, or   (priority from    (checks,   (owns the
+ *    locks)                                                                        BGP mode)   health)           passive)   backend set)
  *
  * Stop, a failed start, a signal during start-up and the fatal events (the interface was
  * deleted, the election failed) are the same thing: one unwind of the stack, last phase
@@ -12,8 +12,9 @@
  * the host. The local endpoint and the VIP data plane start before the election (a failure there
  * leaves the VIPs untouched) and are undone after it (a resigning master still serves).
  *
- * Reload (SIGHUP, POST /reload, {@link Agent.reload}) is reload.ts: only the difference is
- * applied; a re-run phase takes its old one's slot on the stack. Reloads run one at a time; one
+ * Reload (SIGHUP, POST /reload, {@link Agent.reload}) is reload.ts, one loop over the phases:
+ * each says from its table of settings what a change does to it, only the difference is applied,
+ * and a re-run phase keeps its place in the list (docs/phases.md). Reloads run one at a time; one
  * asked for during start-up waits for it, one asked for during a stop is refused.
  */
 import { formatHostPort } from '../net/hostport.js';
@@ -29,19 +30,21 @@ import { InternalErrors } from '../observe/contain.js';
 import type { Logger } from '../log/log.js';
 import { createNotifier, type ServiceManager } from '../observe/notify.js';
 import { statusDocument, type ReloadResult, type StatusDocument } from '../observe/status.js';
-import { startAdminPhase } from './admin.js';
-import { startBgp } from './bgp.js';
-import { startElection } from './election.js';
-import { startDiscovery } from './discovery.js';
-import { startHealth, type HealthFollowers } from './health.js';
-import { startLocalEndpoint } from './local-endpoint.js';
-import { throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
-import { preflight, type ResolvedInterface } from './preflight.js';
-import { startPriority } from './priority.js';
-import { dataplaneReady, runReload, type PhaseDeps, type Running } from './reload.js';
+import { adminPhase, type AdminPhase } from './phases/admin.js';
+import { bgpPhase, type BgpPhase } from './phases/bgp.js';
+import { electionPhase, type ElectionPhase } from './phases/election.js';
+import { discoveryPhase, type DiscoveryPhase } from './phases/discovery.js';
+import { healthPhase, type HealthPhase } from './phases/health.js';
+import { localEndpointPhase, type LocalEndpointPhase } from './phases/local-endpoint.js';
+import type { AgentContext, ResolvedInterface, StatusReport } from './phase.js';
+import { phase, PhaseList, step } from './phase-list.js';
+import { preflightPhase, type Preflight } from './phases/preflight.js';
+import { priorityPhase, type PriorityPhase } from './phases/priority.js';
+import { runReload } from './reload.js';
 import { CleanupStack } from './stack.js';
-import { dataplaneStatus, startVipDataplane } from './vip-dataplane.js';
-import { connectionSyncOff, startConnectionSync } from './connection-sync.js';
+import { dataplaneStatus, vipDataplanePhase, type VipDataplanePhase } from './phases/vip-dataplane.js';
+import { connectionSyncOff, connectionSyncPhase, type ConnectionSyncPhase } from './phases/connection-sync.js';
+import { runsNftables } from './leftovers.js';
 import { ForeignFirewallWatch } from '../check/watch.js';
 import { flowsFor } from '../check/firewall.js';
 import { commandExecutor } from '../dataplane/apply.js';
@@ -53,10 +56,27 @@ import { DEFAULTS } from '../config/limits.js';
 /** vrrp.restartHold's default, ms: the hold of a restart in place without an election (mode: bgp keeps everything alike). */
 const DEFAULT_RESTART_HOLD_MS = parseDuration(DEFAULTS.restartHold);
 
-export { resolveInterface } from './preflight.js';
-export { backendsOfNode } from './health.js';
+export { resolveInterface } from './phases/preflight.js';
+export { backendsOfNode } from '../health/confirm.js';
 export { CleanupStack } from './stack.js';
-export { planReload, type ReloadPlan } from './reload-plan.js';
+export { planReload, type ReloadPlan } from './reload.js';
+
+/** The agent's phases by key: the handles the list holds while they run. */
+interface Phases {
+  preflight: Preflight;
+  admin: AdminPhase;
+  local: LocalEndpointPhase;
+  vipDataplane: VipDataplanePhase;
+  connectionSync: ConnectionSyncPhase;
+  election: ElectionPhase;
+  priority: PriorityPhase;
+  bgp: BgpPhase;
+  health: HealthPhase;
+  discovery: DiscoveryPhase;
+}
+
+/** Whether the config has backends to check (else no health, discovery or data plane phase runs). */
+const balances = (c: Config): boolean => c.apiserver.backends.length > 0;
 
 /** A running agent. */
 export interface Agent {
@@ -71,7 +91,7 @@ export interface Agent {
   stop(opts?: { restart?: boolean }): Promise<void>;
   /**
    * Applies `next` (a validated Config): only its difference from the running one (see
-   * reload-plan.ts). Waits for the start-up and for a reload under way. Never rejects for a
+   * reload.ts). Waits for the start-up and for a reload under way. Never rejects for a
    * refused or failed reload: the result says so (`ok: false`, `problems`), the running state
    * stays, and it is the last reload of /status.
    * @throws ReloadUnavailable when the agent is stopping.
@@ -116,19 +136,7 @@ export async function startAgent(
 ): Promise<Agent> {
   const stack = new CleanupStack(log);
   const cancel = new AbortController();
-  const running: Running = {
-    preflight: null,
-    resolved: null,
-    admin: null,
-    local: null,
-    vipDataplane: null,
-    election: null,
-    priority: null,
-    health: null,
-    discovery: null,
-  };
   const reloads = { current: config, last: null as ReloadResult | null, lastSuccessAt: new Date().toISOString(), queue: Promise.resolve() as Promise<unknown> };
-  const followers: HealthFollowers = { lb: null, localLb: null, balancing: null };
   // the seed plus the last-known set from the start: the discovery phase, which feeds the set
   // later, runs last; until then the planes must not drop what a restart inherited (the eBPF
   // local endpoint's map) for a seed whose nodes may all have been replaced
@@ -175,7 +183,7 @@ export async function startAgent(
           { restartHoldMs: reloads.current.vrrp?.restartHoldMs ?? null },
           'stopping for a restart in place: the VIPs, the nftables table and the eBPF programs stay for the next process; the Backups wait for it',
         );
-      else log.info(running.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
+      else log.info(list.handles.election ? 'stopping: resigning (priority 0) if master, removing the VIPs' : 'stopping');
       await stack.unwind();
       log.info('stopped');
       finish(code);
@@ -191,6 +199,7 @@ export async function startAgent(
     history,
     internal,
     restarting: () => (restart ? { holdMs: reloads.current.vrrp?.restartHoldMs ?? DEFAULT_RESTART_HOLD_MS } : null),
+    ...(opts.logLevel ? { logLevel: opts.logLevel } : {}),
   };
 
   // other firewalls on the node that would drop what ballast serves (src/check/watch.ts)
@@ -202,7 +211,7 @@ export async function startAgent(
       if (!c.vrrp && c.apiserver.backends.length === 0) return null;
       const all = await listAllInterfaces();
       const nodeAddresses = new Set(all.flatMap((i) => i.addresses.map((a) => a.address)));
-      const ifname = running.resolved?.iface.ifname;
+      const ifname = list.handles.preflight?.resolved?.iface.ifname;
       return {
         family: c.family,
         hooks: flowsFor({
@@ -216,15 +225,22 @@ export async function startAgent(
       };
     },
   });
+  const ready = (): Promise<void> => notifier.ready();
+  const list: PhaseList<Phases> = agentPhases({
+    checker,
+    status: () => status(),
+    stamp,
+    ...(opts.load ? { reload: () => reloadAdmin() } : {}),
+    ready: () => ready(),
+    log,
+  });
   const status = (): Promise<StatusDocument> =>
-    statusOf(reloads.current, checker, certificates, followers, running, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then(
-      (d) => {
-        const f = firewall.status();
-        return f ? { ...d, foreignFirewall: f } : d;
-      },
-    );
+    statusOf(reloads.current, checker, certificates, list, { last: reloads.last, lastSuccessAt: reloads.lastSuccessAt }, history, internal).then((d) => {
+      const f = firewall.status();
+      return f ? { ...d, foreignFirewall: f } : d;
+    });
   // the watchdog's gate: the election's timers run (it is on this thread, as the pings are)
-  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => running.election?.host.alive() ?? Promise.resolve() });
+  const notifier = createNotifier(opts.serviceManager ?? null, { log, status, alive: () => list.handles.election?.host.alive() ?? Promise.resolve() });
 
   const memory = new MemoryRelease(log, undefined, internal);
   /** One reload at a time, after the start-up; `get` gives the config (or throws why not). */
@@ -234,18 +250,7 @@ export async function startAgent(
       await started;
       if (stopping) throw new ReloadUnavailable('the agent is stopping; the configuration was not reloaded');
       notifier.reloading();
-      const r = await runReload(ctx, reloads.current, get, {
-        stack,
-        running,
-        followers,
-        checker,
-        status,
-        stamp,
-        reload: reloadAdmin,
-        logLevel: opts.logLevel,
-        trigger,
-        source,
-      }).finally(() => notifier.ready());
+      const r = await runReload(ctx, reloads.current, get, list, { trigger, source }).finally(() => notifier.ready());
       reloads.last = r.result;
       changed();
       if (r.ok) {
@@ -268,10 +273,9 @@ export async function startAgent(
   const reloadAdmin = (): Promise<ReloadResult> => reloadFile('admin');
 
   const onAbort = (): void => void stopWith(0, opts.restartOnAbort?.() ?? false);
+  stack.defer('phases', () => list.unwind());
   // started first: a stop (also one requested before startAgent) waits for the phase under way
-  started = startPhases(ctx, config, { stack, running, followers, checker, status, stamp, reload: opts.load ? reloadAdmin : undefined }, () =>
-    notifier.ready(),
-  );
+  started = list.start(ctx, config);
   if (opts.signal?.aborted) onAbort();
   else opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
@@ -297,44 +301,126 @@ export async function startAgent(
 }
 
 /**
- * The phases in order, whichever the config asks for; each one's undo goes on `stack` as soon as
- * it has started, and a stop is checked for before and after each. `ready` is called (and
- * awaited) once the election has its first state (the engine's start emits it), or, without an
- * election, once every phase is up.
- * @throws StartAborted when ctx.signal is aborted; a phase's error otherwise.
+ * The agent's phases in order (the only place that knows it; see the top of this file), not
+ * started: {@link PhaseList.start} runs those the config asks for.
+ *
+ * Each entry says when its phase runs, which earlier handles it uses (a re-run of one re-runs it
+ * too) and how its inputs are built from them; a getter where a reload may replace the handle.
+ * `ready` is called (and awaited) once the election has its first state (its start resolves
+ * after it), or, without an election, once every phase is up.
  */
-async function startPhases(ctx: AgentContext, config: Config, deps: PhaseDeps, ready: () => Promise<void>): Promise<void> {
-  const { stack, running, followers, checker, status, reload, stamp } = deps;
-  const { log } = ctx;
-  /** Runs one phase and puts its undo on the stack; checks for a stop before and after. */
-  const phase = async <H extends PhaseHandle>(start: () => Promise<H>): Promise<H> => {
-    throwIfAborted(ctx.signal);
-    const h = await start();
-    stack.defer(h.phase, () => h.undo());
-    throwIfAborted(ctx.signal);
-    return h;
-  };
+export function agentPhases(deps: {
+  checker: HealthChecker | null;
+  status: () => Promise<StatusDocument>;
+  stamp: () => unknown;
+  reload?: () => Promise<ReloadResult>;
+  ready: () => Promise<void>;
+  log: Logger;
+}): PhaseList<Phases> {
+  const { checker, log } = deps;
+  const checks = (): HealthChecker => checker!;
+  return new PhaseList<Phases>(
+    [
+      // preflight runs even when a stop came first: its undo is what removes a killed earlier
+      // run's leftovers, and it needs the locks it takes to do that safely (see preflight.ts)
+      phase({ key: 'preflight', spec: preflightPhase, when: () => true, runsWhenStopping: true, inputs: () => ({}) }),
+      phase({
+        key: 'admin',
+        spec: adminPhase,
+        when: () => true,
+        inputs: () => ({ status: deps.status, stamp: deps.stamp, ...(deps.reload ? { reload: deps.reload } : {}) }),
+      }),
+      phase({
+        key: 'local',
+        spec: localEndpointPhase,
+        when: (c) => c.localEndpoint !== null && c.dataplane.local !== 'off' && balances(c),
+        inputs: (_c, h) => ({ checker: checks(), ebpf: h.preflight!.ebpf }),
+      }),
+      step<Phases>({ step: 'starting', when: () => true, run: (c, h) => logStarting(log, c, h) }),
+      phase({
+        key: 'vipDataplane',
+        spec: vipDataplanePhase,
+        when: runsNftables,
+        inputs: (_c, h) => ({ iface: () => h.preflight!.resolved!.iface, checker: checks(), tables: h.preflight!.tables! }),
+      }),
+      // after the table (it source-NATs to the VIP), before the election (a takeover commits first)
+      phase({
+        key: 'connectionSync',
+        spec: connectionSyncPhase,
+        when: (c) => runsNftables(c) && c.dataplane.connectionSync.enabled,
+        inputs: (_c, h) => ({ resolved: h.preflight!.resolved! }),
+      }),
+      phase({
+        key: 'election',
+        spec: electionPhase,
+        when: (c) => c.vrrp !== null,
+        inputs: (_c, h) => ({
+          resolved: h.preflight!.resolved!,
+          authKeys: h.preflight!.authKeys,
+          checker,
+          sync: h.connectionSync ?? null,
+          discovered: () => h.discovery?.members() ?? null,
+        }),
+      }),
+      // the engine's first state came with its start (VrrpHost.start resolves after it)
+      step<Phases>({ step: 'ready (election)', when: (c) => c.vrrp !== null, run: () => deps.ready() }),
+      phase({
+        key: 'priority',
+        spec: priorityPhase,
+        when: (c) => c.vrrp !== null && balances(c),
+        uses: ['election'],
+        inputs: (c, h) => ({
+          iface: h.preflight!.resolved!.iface,
+          host: h.election!.host,
+          checker: checks(),
+          // whether the VIP data plane can serve (it started, or there is none)
+          dataplaneReady: c.dataplane.vip === 'none' || h.vipDataplane !== undefined,
+          sync: h.connectionSync ?? null,
+          evaluateNow: h.health !== undefined,
+        }),
+      }),
+      // mode: bgp: no election; this node announces the VIPs through BIRD while it can serve them
+      phase({ key: 'bgp', spec: bgpPhase, when: (c) => c.vrrp === null && c.bgp !== null && balances(c), inputs: () => ({ checker: checks() }) }),
+      phase({
+        key: 'health',
+        spec: healthPhase,
+        when: balances,
+        inputs: (_c, h) => ({ checker: checks(), local: h.local?.local ?? null, localLb: () => h.local?.lb, policy: () => h.priority }),
+      }),
+      // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
+      phase({
+        key: 'discovery',
+        spec: discoveryPhase,
+        when: balances,
+        inputs: (_c, h) => ({
+          checker: checks(),
+          followers: () => ({
+            ...(h.vipDataplane || h.bgp ? { lb: (h.vipDataplane ?? h.bgp)!.lb } : {}),
+            ...(h.local ? { localLb: h.local.lb } : {}),
+            ...(h.priority ? { policy: h.priority } : {}),
+          }),
+          election: () => h.election ?? null,
+          firstOutcome: h.election?.firstOutcome ?? null,
+        }),
+      }),
+      step<Phases>({ step: 'ready', when: (c) => c.vrrp === null, run: () => deps.ready() }),
+    ],
+    log,
+  );
+}
 
-  // preflight runs even when a stop came first: its undo is what removes a killed earlier run's
-  // leftovers, and it needs the locks it takes to do that safely (see preflight.ts)
-  const pre = (running.preflight = await preflight(ctx, config));
-  running.resolved = pre.resolved;
-  stack.defer(pre.phase, () => pre.undo());
-  throwIfAborted(ctx.signal);
-  running.admin = await phase(() => startAdminPhase(ctx, config, { status, ...(stamp ? { stamp } : {}), ...(reload ? { reload } : {}) }));
-  if (config.localEndpoint && config.dataplane.local !== 'off' && checker) {
-    running.local = await phase(() => startLocalEndpoint(ctx, config, { checker, followers, ebpf: pre.ebpf }));
-  }
-  const local = running.local?.local ?? null;
+/** The one line that says what starts, after the local endpoint (its endpoints are known then). */
+function logStarting(log: Logger, config: Config, h: Readonly<Partial<Phases>>): void {
+  const local = h.local?.local ?? null;
   const admin = formatHostPort(config.admin.listen);
   const v = config.vrrp;
-  if (v && pre.resolved) {
-    const { iface, primary } = pre.resolved;
+  const resolved = h.preflight?.resolved ?? null;
+  if (v && resolved) {
     log.info(
       {
-        interface: iface.ifname,
+        interface: resolved.iface.ifname,
         family: config.family,
-        source: primary,
+        source: resolved.primary,
         vips: config.vips,
         vrid: v.vrid,
         priority: v.priority,
@@ -347,65 +433,37 @@ async function startPhases(ctx: AgentContext, config: Config, deps: PhaseDeps, r
       },
       'starting',
     );
-    if (checker && pre.tables) running.vipDataplane = await phase(() => startVipDataplane(ctx, config, { iface, checker, followers, tables: pre.tables! }));
-    // after the table (it source-NATs to the VIP), before the election (a takeover commits first)
-    if (running.vipDataplane && config.dataplane.connectionSync.enabled)
-      running.connectionSync = await phase(() => startConnectionSync(ctx, config, { resolved: pre.resolved! }));
-    const sync = running.connectionSync ?? null;
-    const election = (running.election = await phase(() =>
-      startElection(ctx, config, { resolved: pre.resolved!, authKeys: pre.authKeys, checker, followers, sync }),
-    ));
-    // the engine's first state came with its start (VrrpHost.start resolves after it)
-    await ready();
-    if (checker)
-      running.priority = await phase(() =>
-        startPriority(ctx, config, { iface, host: election.host, checker, followers, dataplaneReady: dataplaneReady(config, followers), sync }),
-      );
-  } else if (config.bgp && checker) {
-    // mode: bgp: no election; this node announces the VIPs through BIRD while it can serve them
+  } else if (config.bgp && balances(config)) {
     log.info({ mode: 'bgp', vips: config.vips, localEndpoint: local?.status().endpoints ?? [], admin, node: process.version }, 'starting');
-    running.bgp = await phase(() => startBgp(ctx, config, { checker, followers }));
   } else {
     log.info(
       { localEndpoint: local?.status().endpoints ?? [], mode: local?.mode ?? 'off', backends: config.apiserver.backends.length, admin, node: process.version },
       'starting (no election: local endpoint only)',
     );
   }
-  if (checker) running.health = await phase(() => startHealth(ctx, config, { checker, followers, local }));
-  // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
-  if (checker) {
-    // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to
-    // import: not before the election has a first outcome. Imported earlier (before the election
-    // or while a starting Backup waits for its Master_Down_Timer) it delayed that node's first
-    // takeover, and a cold start of a control plane went to a lower priority first, then moved.
-    // Afterwards a held thread costs nothing: the pacer covers an Active's adverts, and a Backup
-    // reads the adverts waiting in its socket before its late timer acts
-    if (config.discovery !== null && running.election && !ctx.signal.aborted) {
-      const t0 = performance.now();
-      await Promise.race([running.election.firstOutcome, new Promise<void>((r) => ctx.signal.addEventListener('abort', () => r(), { once: true }))]);
-      log.debug({ waitedMs: Math.round(performance.now() - t0) }, "discovery starts after the election's first outcome");
-    }
-    running.discovery = await phase(() => startDiscovery(ctx, config, { checker, followers, election: () => running.election }));
-  }
-  if (!running.election) await ready();
 }
 
-/** The /status document, from the phases that run. @throws Error while the election is not running. */
+/**
+ * The /status document: each running phase reports its part (PhaseHandle.report, merged in the
+ * list's order), the agent adds the checker's backends and says `off` for a part no phase
+ * reported; with an election, the engine's state around them.
+ * @throws Error while the election is not running.
+ */
 async function statusOf(
   config: Config,
   checker: HealthChecker | null,
   certificates: CertificateTracker | null,
-  followers: HealthFollowers,
-  running: Running,
+  list: PhaseList<Phases>,
   reload: StatusDocument['reload'],
   history: ElectionHistory,
   internal: InternalErrors,
 ): Promise<StatusDocument> {
-  const sources = running.discovery?.sources();
+  const running = list.handles;
+  // each running phase's part, in the list's order
+  const r: StatusReport = Object.assign({}, ...list.phases().map((p) => p.handle?.report?.() ?? {}));
   // before the discovery phase runs, the checker holds the seed and the last-known file's set
   const seed = new Set(config.apiserver.backends.map(formatHostPort));
-  const sourceOf = (address: string): BackendSource => sources?.get(address) ?? (seed.has(address) || config.discovery === null ? 'seed' : 'lastKnown');
-  const stats = running.discovery?.stats() ?? null;
+  const sourceOf = (address: string): BackendSource => r.sources?.get(address) ?? (seed.has(address) || config.discovery === null ? 'seed' : 'lastKnown');
   const departed = checker?.departed() ?? [];
   const common = {
     ...(reload ? { reload } : {}),
@@ -414,17 +472,15 @@ async function statusOf(
       const certificate = internal.run('certificates', () => certificates?.get(b.address));
       return { ...b, source: sourceOf(b.address), ...(certificate === undefined ? {} : { certificate }) };
     }),
-    ...(stats === null ? {} : { discovery: stats }),
+    ...(r.discovery === undefined ? {} : { discovery: r.discovery }),
     ...(departed.length === 0 ? {} : { departedBackends: departed }),
     ...(checker ? { health: { failOpen: checker.failOpen() } } : {}),
-    dataplane: dataplaneStatus(config, followers.lb ? { ...followers.lb.plane.status(), ...followers.lb.status() } : null),
-    local: followers.localLb
-      ? { ...followers.localLb.plane.status(), ...followers.localLb.status() }
-      : { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
-    ...(running.bgp ? { bgp: running.bgp.status() } : {}),
-    ...(config.vrrp !== null && followers.lb ? { connectionSync: running.connectionSync?.status() ?? connectionSyncOff() } : {}),
+    dataplane: dataplaneStatus(config, r.dataplane ?? null),
+    local: r.local ?? { mode: 'off' as const, reason: config.localEndpoint === null ? 'no localEndpoint configured' : 'dataplane.local: off' },
+    ...(r.bgp ? { bgp: r.bgp } : {}),
+    ...(config.vrrp !== null && r.dataplane ? { connectionSync: r.connectionSync ?? connectionSyncOff() } : {}),
   };
-  const fixed = electionFacts(config, running.resolved);
+  const fixed = electionFacts(config, running.preflight?.resolved ?? null);
   if (!fixed) return { state: 'none', ...common };
   if (!running.election) throw new Error('the election engine is not running');
   const engine = await running.election.host.status();
@@ -434,7 +490,7 @@ async function statusOf(
   return statusDocument(engine, fixed, common, {
     transitions: internal.run('history', () => history.transitions()) ?? [],
     masterSince,
-    priorityReason: running.priority?.reason() ?? null,
+    priorityReason: r.priorityReason ?? null,
   });
 }
 

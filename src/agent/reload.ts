@@ -1,66 +1,27 @@
 /**
  * Reload (SIGHUP, POST /reload, Agent.reload): the next config is compared with the running one
- * (reload-plan.ts) and only the difference is applied, section by section; a phase that must be
- * re-run takes its old one's slot on the stack (CleanupStack.replace), so a stop still unwinds in
- * start-up order reversed. A change of group membership is a hand-over: the election leaves the
- * old group (priority 0 if Active) and joins the new one. docs/reload.md.
+ * and every phase says, from its own table of settings (phase.ts {@link Setting}), what the
+ * difference does to it. Only the difference is applied; the loop names no phase and no setting.
+ *
+ *   1. plan     each phase's reaction: the strongest of its changed settings'. A `restart`, or a
+ *               changed setting no phase reads, refuses the whole reload: nothing changes.
+ *   2. prepare  in order, the running phases that reconfigure: host checks, locks, serving the
+ *               union of old and new. A failure gives back what was taken: nothing changed.
+ *   3. apply    in order: `reconfigure` in place; a `rerun` undoes the phase and every later
+ *               phase that uses its handle (last first) and starts them with the new config
+ *               (first first). A re-run that fails is rolled back: what started of the new config
+ *               is undone, the prepared steps are given back, and the old config's phases start
+ *               again (when that fails too and a phase is essential, the agent exits).
+ *   4. commit   in order: what the old config held is released (the removed VIPs' locks, the old
+ *               group's), the planes narrowed to exactly the new config.
+ *
+ * docs/reload.md says what each setting does; docs/phases.md how a phase declares it.
  */
-import { startConnectionSync, type ConnectionSyncPhase } from './connection-sync.js';
-import type { BgpPhase } from './bgp.js';
-import type { Config, LogLevel } from '../config/index.js';
+import type { Config } from '../config/index.js';
 import { ConfigError, isBallastError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import { formatHostPort } from '../net/hostport.js';
-import type { ReloadResult, StatusDocument } from '../observe/status.js';
-import { startAdminPhase, type AdminPhase } from './admin.js';
-import { startElection, updateMembership, type ElectionPhase } from './election.js';
-import type { DiscoveryPhase } from './discovery.js';
-import type { HealthFollowers, HealthPhase } from './health.js';
-import { startLocalEndpoint, type LocalEndpointPhase } from './local-endpoint.js';
-import type { AgentContext } from './phase.js';
-import { listAllInterfaces } from '../host/interfaces.js';
-import type { LockSwap } from '../host/locks.js';
-import { checkBindAddresses, readAuthKeys, resolveInterface, type Preflight, type ResolvedInterface } from './preflight.js';
-import { startPriority, type PriorityPhase } from './priority.js';
-import { describePlan, planReload, RESTART, type ReloadPlan } from './reload-plan.js';
-import type { CleanupStack } from './stack.js';
-import { startVipDataplane, type VipDataplanePhase } from './vip-dataplane.js';
-
-/** What the phases that run expose to /status. */
-export interface Running {
-  preflight: Preflight | null;
-  /** The election's interface and source address (preflight's, or a hand-over's); null without an election. */
-  resolved: ResolvedInterface | null;
-  admin: AdminPhase | null;
-  local: LocalEndpointPhase | null;
-  vipDataplane: VipDataplanePhase | null;
-  election: ElectionPhase | null;
-  priority: PriorityPhase | null;
-  health: HealthPhase | null;
-  discovery: DiscoveryPhase | null;
-  /** mode: bgp's phase (agent/bgp.ts); null otherwise. */
-  bgp?: BgpPhase | null;
-  /** dataplane.connectionSync's conntrackd (agent/connection-sync.ts); null or absent when off. */
-  connectionSync?: ConnectionSyncPhase | null;
-}
-
-/** What the phases (and a reload) are given. */
-export interface PhaseDeps {
-  stack: CleanupStack;
-  running: Running;
-  followers: HealthFollowers;
-  checker: HealthChecker | null;
-  status: () => Promise<StatusDocument>;
-  /** Grows with every state, health or configuration change (observe/admin.ts: no answer rendered before it is served); absent in tests. */
-  stamp?: () => unknown;
-  /** POST /reload's handler (absent: the agent has no file to reload). */
-  reload: (() => Promise<ReloadResult>) | undefined;
-}
-
-/** Whether the VIP data plane can serve (it started, or there is none): the policy's input. */
-export function dataplaneReady(config: Config, followers: HealthFollowers): boolean {
-  return config.dataplane.vip === 'none' || followers.lb !== null;
-}
+import type { ReloadResult } from '../observe/status.js';
+import { REACTION_RANK, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared, type Reaction, type Setting } from './phase.js';
+import type { AnyPhaseEntry, PhaseList } from './phase-list.js';
 
 /** A reload's outcome, with the config it applied (when ok). */
 export interface ReloadOutcome {
@@ -69,9 +30,123 @@ export interface ReloadOutcome {
   config?: Config;
 }
 
+/** What one reload does, derived from the two configs and the phases' tables (pure). */
+export interface ReloadPlan {
+  /** Every setting that differs, as a path (`vrrp.priority`, `vips`, `apiserver.health.intervalMs`), sorted. */
+  readonly changed: readonly string[];
+  /** Why it cannot be applied, one line per setting (non-empty: the reload is refused as a whole). */
+  readonly refusals: readonly string[];
+  /** Each phase's reaction, by name (phases with `same` left out). */
+  readonly reactions: Readonly<Record<string, Reaction>>;
+  /** What is done, in a few words per action, in the phases' order. */
+  readonly actions: readonly string[];
+  /** Whether a phase whose re-run is a hand-over re-runs. */
+  readonly handover: boolean;
+}
+
+/** True when `path` is `prefix` or inside it ('' covers every path). */
+function under(path: string, prefix: string): boolean {
+  return prefix === '' || path === prefix || path.startsWith(`${prefix}.`);
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * The paths of the settings that differ between `a` and `b`: objects are walked, everything else
+ * (arrays included: a list is one setting) compared as JSON. A section present on one side only
+ * (`vrrp`, `localEndpoint`) is one path.
+ */
+export function changedPaths(a: unknown, b: unknown, prefix = ''): string[] {
+  if (isRecord(a) && isRecord(b)) {
+    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+    return keys.flatMap((k) => changedPaths(a[k], b[k], prefix === '' ? k : `${prefix}.${k}`));
+  }
+  return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix === '' ? '(document)' : prefix];
+}
+
+/** The change from `cur` to `next`. */
+export function changeOf(cur: Config, next: Config): Change {
+  const changed = changedPaths(cur, next);
+  return { cur, next, changed, has: (path) => changed.some((p) => under(p, path)) };
+}
+
+/** The reaction of one setting to a change of `path` (null: the setting does not cover it). */
+function reactionOf(s: Setting, change: Change, path: string): Reaction | null {
+  if (s.exact ? path !== s.path : !under(path, s.path)) return null;
+  return typeof s.on === 'function' ? s.on(change, path) : s.on;
+}
+
+/** What the plan reads of a phase: its table, and when it runs. */
+export interface PlannedPhase {
+  readonly spec: Pick<PhaseSpec<never, PhaseHandle>, 'name' | 'settings' | 'handover'>;
+  when(config: Config): boolean;
+}
+
+/**
+ * The plan for `change` over `phases` (every phase of the list, running or not: a setting is
+ * judged by the phase that reads it; only running phases then act).
+ */
+export function planReload(phases: readonly PlannedPhase[], change: Change): ReloadPlan {
+  const { cur, next, changed } = change;
+  const refusals: string[] = [];
+  const reactions: Record<string, Reaction> = {};
+  const actions: string[] = [];
+  for (const path of changed) {
+    let claimed = false;
+    for (const { spec } of phases) {
+      for (const s of spec.settings) {
+        const r = reactionOf(s, change, path);
+        if (r === null || r === 'same') continue;
+        if (r === 'restart') refusals.push(`${path}: a reload cannot change ${s.why ?? 'this setting'}; restart the agent to apply it`);
+        else claimed = true;
+        if (REACTION_RANK[r] > REACTION_RANK[reactions[spec.name] ?? 'same']) reactions[spec.name] = r;
+      }
+    }
+    if (!claimed && !refusals.some((l) => l.startsWith(`${path}: `)))
+      refusals.push(`${path}: a reload cannot change this setting; restart the agent to apply it`);
+  }
+  // a phase that would start or stop: only a restart does that
+  for (const { spec, when } of phases) {
+    if (when(cur) !== when(next) && !Object.values(reactions).includes('restart'))
+      refusals.push(`${spec.name}: a reload cannot start or stop this phase; restart the agent to apply it`);
+  }
+  for (const { spec, when } of phases) {
+    const r = reactions[spec.name];
+    if ((r !== 'reconfigure' && r !== 'rerun') || !when(next)) continue;
+    for (const s of spec.settings) {
+      if (s.does === undefined || !changed.some((p) => reactionOf(s, change, p) === r)) continue;
+      const said = typeof s.does === 'function' ? s.does(change) : s.does;
+      for (const a of said === null ? [] : typeof said === 'string' ? [said] : said) if (!actions.includes(a)) actions.push(a);
+    }
+  }
+  return {
+    changed,
+    refusals: [...new Set(refusals)],
+    reactions,
+    actions: changed.length === 0 ? ['nothing changed'] : actions,
+    handover: phases.some(({ spec, when }) => spec.handover === true && reactions[spec.name] === 'rerun' && when(cur)),
+  };
+}
+
+/**
+ * Re-runs that did not go through: the failure (`cause`) and what was done about it
+ * (`outcome`: the old config's phases run again, or the agent exits), both in the reload's problems.
+ */
+class RerunFailed extends Error {
+  override name = 'RerunFailed';
+  constructor(
+    override readonly cause: unknown,
+    readonly outcome: string,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause));
+  }
+}
+
 /** Each problem of a refused reload, as `ballast validate` prints it (ConfigError), or the error's own words. */
 function problemsOf(err: unknown): string[] {
-  if (err instanceof HandoverFailed) return [...problemsOf(err.cause), err.outcome];
+  if (err instanceof RerunFailed) return [...problemsOf(err.cause), err.outcome];
   if (err instanceof ConfigError) return err.problemLines();
   if (isBallastError(err)) return [`${err.message} (${err.code})`];
   return [err instanceof Error ? err.message : String(err)];
@@ -83,23 +158,24 @@ function problemsOf(err: unknown): string[] {
  * changed and what was done (plus, for an invalid file, one line per problem).
  * Never rejects: a failure is an outcome with ok false.
  */
-export async function runReload(
+export async function runReload<HS>(
   ctx: AgentContext,
   cur: Config,
   get: () => Config,
-  deps: PhaseDeps & { logLevel: LogLevel | undefined; trigger: ReloadResult['trigger']; source: string | undefined },
+  list: PhaseList<HS>,
+  opts: { trigger: ReloadResult['trigger']; source: string | undefined },
 ): Promise<ReloadOutcome> {
   const { log } = ctx;
   const t0 = performance.now();
-  const result = (ok: boolean, o: { problems?: string[]; plan?: ReloadPlan; actions?: string[] }): ReloadResult => ({
+  const result = (ok: boolean, o: { problems?: string[]; plan?: ReloadPlan }): ReloadResult => ({
     ok,
     at: new Date().toISOString(),
-    trigger: deps.trigger,
-    ...(deps.source === undefined ? {} : { source: deps.source }),
+    trigger: opts.trigger,
+    ...(opts.source === undefined ? {} : { source: opts.source }),
     problems: o.problems ?? [],
     changed: [...(o.plan?.changed ?? [])],
-    actions: o.actions ?? [],
-    handover: (o.plan?.handover.length ?? 0) > 0 && ok,
+    actions: ok ? [...(o.plan?.actions ?? [])] : [],
+    handover: (o.plan?.handover ?? false) && ok,
     durationMs: Math.round((performance.now() - t0) * 10) / 10,
   });
   let next: Config;
@@ -108,331 +184,141 @@ export async function runReload(
   } catch (err) {
     const problems = problemsOf(err);
     // each problem on a line of its own, in validate's words
-    for (const p of problems) log.error({ trigger: deps.trigger, ...(deps.source ? { source: deps.source } : {}) }, `reload: ${p}`);
+    for (const p of problems) log.error({ trigger: opts.trigger, ...(opts.source ? { source: opts.source } : {}) }, `reload: ${p}`);
     const r = result(false, { problems });
-    log.error({ trigger: deps.trigger, problems, durationMs: r.durationMs }, 'configuration reload failed: the file is invalid; nothing changed');
+    log.error({ trigger: opts.trigger, problems, durationMs: r.durationMs }, 'configuration reload failed: the file is invalid; nothing changed');
     return { ok: false, result: r };
   }
-  const plan = planReload(cur, next);
-  if (plan.restart.length > 0) {
-    const problems = plan.restart.map((p) => `${p}: a reload cannot change ${RESTART[p] ?? 'this setting'}; restart the agent to apply it`);
+  const change = changeOf(cur, next);
+  const plan = planReload(
+    list.phases().map((p) => p.entry),
+    change,
+  );
+  if (plan.refusals.length > 0) {
+    const problems = [...plan.refusals];
     const r = result(false, { problems, plan });
     log.error(
-      { trigger: deps.trigger, changed: plan.changed, problems, durationMs: r.durationMs },
+      { trigger: opts.trigger, changed: plan.changed, problems, durationMs: r.durationMs },
       'configuration reload refused: it changes settings only a restart applies; nothing changed',
     );
     return { ok: false, result: r };
   }
   try {
-    await applyPlan(ctx, cur, next, plan, deps);
+    await applyPlan(ctx, change, plan, list);
   } catch (err) {
     const problems = problemsOf(err);
     const r = result(false, { problems, plan });
     log.error(
-      { trigger: deps.trigger, changed: plan.changed, problems, durationMs: r.durationMs },
+      { trigger: opts.trigger, changed: plan.changed, problems, durationMs: r.durationMs },
       'configuration reload failed; the running state stays (what was applied before the failure is listed in the log above)',
     );
     return { ok: false, result: r };
   }
-  const actions = describePlan(plan);
-  const r = result(true, { plan, actions });
+  const r = result(true, { plan });
   log.info(
-    { trigger: deps.trigger, changed: plan.changed, actions, handover: r.handover, durationMs: r.durationMs },
+    { trigger: opts.trigger, changed: plan.changed, actions: r.actions, handover: r.handover, durationMs: r.durationMs },
     plan.changed.length === 0 ? 'configuration reloaded: nothing changed' : 'configuration reloaded',
   );
   return { ok: true, result: r, config: next };
 }
 
 /**
- * Carries `plan` out. First what can fail because of the host (the locks of added VIPs, a
- * hand-over's interface, keys and instance lock): a failure there changes nothing. Then, in
- * order: log level, the checker (backends, settings), the VIP data plane for the union of old and
- * new VIPs (an added VIP is balanced before it is added), the election (patch, or hand-over), the
- * VIP data plane for the new VIPs only, the policy, passive detection, the local endpoint, admin.
- * @throws the first failure (BallastError, or the engine's Error).
+ * Carries `plan` out over the running phases: prepare, apply (reconfigure or re-run), commit.
+ * @throws the first failure (BallastError, the engine's Error, or RerunFailed).
  */
-async function applyPlan(ctx: AgentContext, cur: Config, next: Config, plan: ReloadPlan, deps: PhaseDeps & { logLevel: LogLevel | undefined }): Promise<void> {
-  const { log } = ctx;
-  const { running, checker, followers } = deps;
-  const locks = running.preflight?.locks ?? null;
-  const handover = plan.handover.length > 0;
+async function applyPlan<HS>(ctx: AgentContext, change: Change, plan: ReloadPlan, list: PhaseList<HS>): Promise<void> {
+  const phases = list.phases();
+  const reaction = (e: AnyPhaseEntry<HS>): Reaction => plan.reactions[e.spec.name] ?? 'same';
+  const running = phases.filter((p): p is { entry: AnyPhaseEntry<HS>; handle: PhaseHandle } => p.handle !== null);
 
-  // 1. what may fail because of the host: nothing has changed yet
-  const { resolved, authKeys, swaps, abortLocks } = await takeReloadLocks(next, plan, running);
+  // the phases a re-run takes along: those that use a re-run phase's handle, transitively
+  const rerun = new Set(running.filter((p) => reaction(p.entry) === 'rerun').map((p) => p.entry.key));
+  for (const { entry } of running) if (entry.uses?.some((k) => rerun.has(k))) rerun.add(entry.key);
+  const group = running.filter((p) => rerun.has(p.entry.key));
 
-  // 2. at once
-  if (plan.logLevel) log.level = deps.logLevel ?? next.log.level;
+  // 2. prepare (the phases that reconfigure in place): a failure gives back what was taken, nothing else changed
+  const prepared: Prepared[] = [];
+  const abort = async (): Promise<void> => {
+    for (const p of prepared.reverse()) await p.abort();
+    prepared.length = 0;
+  };
+  try {
+    for (const { entry, handle } of running)
+      if (!rerun.has(entry.key) && reaction(entry) === 'reconfigure' && handle.prepare) prepared.push(await handle.prepare(change));
+  } catch (err) {
+    await abort();
+    throw err;
+  }
 
-  // 3. the checker: kept backends keep their state
-  if (checker && plan.health) checker.reconfigure(next.apiserver.health);
-  if (running.discovery && (plan.backends || plan.discovery)) await running.discovery.reconfigure(next);
-  else if (checker && plan.backends) await applySeedBackends(checker, next, followers);
-
-  // 4. an added VIP is balanced before it is on the interface; a removed one until it is gone
-  const iface = resolved?.iface;
-  const union = [...new Set([...cur.vips, ...next.vips])];
-  if (plan.vipDataplane && running.vipDataplane && iface && plan.vips.added.length > 0) await running.vipDataplane.reconfigure(next, union, iface);
-
-  // 5. the election
-  if (handover && resolved) {
-    try {
-      await handOver(ctx, cur, next, resolved, authKeys, deps, plan);
-    } catch (err) {
-      // the old group was rejoined (or the agent exits): its locks and backends are the ones in force
-      abortLocks();
-      if (checker && (plan.backends || plan.discovery)) {
-        if (running.discovery) await running.discovery.reconfigure(cur).catch(() => undefined);
-        else await applySeedBackends(checker, cur, followers);
+  // 3. apply, in order; the re-run group goes where its first phase is
+  try {
+    for (const { entry, handle } of running) {
+      if (rerun.has(entry.key)) {
+        if (entry.key === group[0]!.entry.key) await rerunGroup(ctx, change, group, list, abort);
+        continue;
       }
-      throw err;
+      if (reaction(entry) === 'reconfigure') await handle.reconfigure?.(change);
     }
-    for (const s of swaps) s.commit();
-    running.resolved = resolved;
-  } else if (plan.election && running.election) {
-    // from the next advert; rejects (nothing changed) when the engine refuses it
-    await running.election.reconfigure(plan.election);
+  } catch (err) {
+    await abort();
+    throw err;
   }
-  if (plan.membership && !handover && running.election) await updateMembership(running.election, { config: next }, log);
-  if (locks && plan.vips.removed.length > 0) locks.releaseVips(plan.vips.removed);
 
-  // 6. the VIP data plane for exactly the new VIPs
-  if (plan.vipDataplane && running.vipDataplane && iface) await running.vipDataplane.reconfigure(next, next.vips, iface);
-
-  // 7. the policy (a hand-over started a new one with `next` already)
-  if (plan.policy && !handover) running.priority?.reconfigure(next);
-
-  // 8. passive detection follows the new flows
-  if (plan.passive) await running.health?.restartPassive(next);
-
-  // 9. the local endpoint: the phase re-run in its slot
-  if (plan.localEndpoint) await rerunLocalEndpoint(ctx, next, deps);
-  // 10. admin: the new listener replaces the old one (which answers the POST /reload under way)
-  if (plan.admin) await rerunAdmin(ctx, cur, next, deps);
+  // 4. commit, in order
+  for (const p of prepared) await p.commit();
 }
 
 /**
- * The backend set of the checker follows the config's seed list (`apiserver.backends`). The
- * discovery phase (src/agent/discovery.ts) takes this over when it exists: then it gets the new
- * seed instead. The data planes re-sync (setBackends emits nothing for a removed backend).
+ * Re-runs `group` (in list order) with `change.next`: undoes it last first, starts it first first.
+ * When a start fails: what started is undone, `abort` gives back the prepared steps, and the
+ * group starts again with `change.cur`.
+ * @throws RerunFailed (its cause: the start's error); when the old config does not start again
+ *   either and a phase of the group is essential, ctx.fail(1) was called.
  */
-async function applySeedBackends(checker: HealthChecker, next: Config, followers: HealthFollowers): Promise<void> {
-  checker.setBackends(next.apiserver.backends);
-  await Promise.all([followers.lb?.sync(), followers.localLb?.sync()]);
-  followers.balancing?.evaluate();
-}
-
-/**
- * A hand-over that did not go through: the failure (`cause`) and what was done about it
- * (`outcome`: the old group rejoined, or the agent exits), both in the reload's problems.
- */
-class HandoverFailed extends Error {
-  override name = 'HandoverFailed';
-  constructor(
-    override readonly cause: unknown,
-    readonly outcome: string,
-  ) {
-    super(cause instanceof Error ? cause.message : String(cause));
-  }
-}
-
-/**
- * A change of group membership (VRID, interface, family, checksum, auth, mode): the election
- * phase stops (priority 0 if Active, VIPs removed) and starts again with `next`, in its slot;
- * the policy follows the new engine. A family change under the nftables VIP data plane
- * (plan.vipFamily) re-runs that plane in its slot between the two: the old family's table goes
- * (unless keepOnStop is all), the new family's is programmed (the caller holds its lock).
- * When a step fails, the old config's data plane and election are started again and a
- * HandoverFailed thrown; when that fails too, the agent exits (ctx.fail(1)).
- * @throws HandoverFailed (its cause: BallastError, or the engine's Error).
- */
-async function handOver(
+async function rerunGroup<HS>(
   ctx: AgentContext,
-  cur: Config,
-  next: Config,
-  resolved: ResolvedInterface,
-  authKeys: Buffer[] | null,
-  deps: PhaseDeps,
-  plan: ReloadPlan,
+  change: Change,
+  group: readonly { entry: AnyPhaseEntry<HS>; handle: PhaseHandle }[],
+  list: PhaseList<HS>,
+  abort: () => Promise<void>,
 ): Promise<void> {
   const { log } = ctx;
-  const { running, stack, checker, followers } = deps;
-  const old = running.resolved!;
-  const tables = running.preflight?.tables ?? null;
-  log.warn(
-    {
-      changed: plan.handover,
-      from: { vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family },
-      to: { vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family },
-      ...(plan.vipFamily ? { vipDataplane: plan.vipFamily } : {}),
-    },
-    'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one',
-  );
-  const oldPolicy = stack.replace('election policy', null);
-  running.priority = null;
-  await oldPolicy?.();
-  const oldElection = stack.replace('election', null);
-  running.election = null;
-  await oldElection?.();
-  /** The VIP data plane for `c`'s family, in its slot (the other family's table removed first). */
-  const movePlane = async (c: Config, r: ResolvedInterface): Promise<void> => {
-    const undo = stack.replace('VIP data plane', null);
-    running.vipDataplane = null;
-    await undo?.();
-    const from = tables!.family;
-    tables!.retarget(c.family);
-    const h = await startVipDataplane(ctx, c, { iface: r.iface, checker: checker!, followers, tables: tables! });
-    stack.replace('VIP data plane', () => h.undo());
-    running.vipDataplane = h;
-    log.info(
-      {
-        from,
-        to: c.family,
-        removed: c.dataplane.keepOnStop === 'all' ? null : `table ${from === 4 ? 'ip' : 'ip6'} ballast`,
-        table: `${c.family === 4 ? 'ip' : 'ip6'} ballast`,
-      },
-      'reload: hand-over: VIP data plane moved to the new family',
-    );
-  };
-  const start = async (c: Config, r: ResolvedInterface, keys: Buffer[] | null): Promise<void> => {
-    if (plan.vipFamily && checker && tables && tables.family !== c.family) await movePlane(c, r);
-    // conntrackd follows the group: its interface, VRID (its multicast port) and VIPs
-    if (running.connectionSync) {
-      const undo = stack.replace('connection sync', null);
-      running.connectionSync = null;
-      await undo?.();
-      const cs = await startConnectionSync(ctx, c, { resolved: r });
-      stack.replace('connection sync', () => cs.undo());
-      running.connectionSync = cs;
-    }
-    const e = await startElection(ctx, c, { resolved: r, authKeys: keys, checker, followers, sync: running.connectionSync ?? null });
-    stack.replace('election', () => e.undo());
-    running.election = e;
-    // the new group hears of the members discovery found, as the old one had
-    if (running.discovery && c.discovery !== null) await updateMembership(e, { discovered: running.discovery.members() }, log).catch(() => undefined);
-    if (checker) {
-      const p = await startPriority(ctx, c, {
-        iface: r.iface,
-        host: e.host,
-        checker,
-        followers,
-        dataplaneReady: dataplaneReady(c, followers),
-        sync: running.connectionSync ?? null,
-      });
-      stack.replace('election policy', () => p.undo());
-      running.priority = p;
-      followers.balancing?.evaluate();
+  for (const { entry, handle } of group) entry.spec.rerun?.before?.(handle as never, change, log);
+  for (const { entry } of [...group].reverse()) await list.stopOne(entry);
+  const startAll = async (config: Config, after: boolean): Promise<void> => {
+    for (const { entry } of group) {
+      if (!entry.when(config)) continue;
+      const h = await list.startOne(ctx, entry, config);
+      if (after) await entry.spec.rerun?.after?.(h as never, change, log);
     }
   };
   try {
-    await start(next, resolved, authKeys);
+    await startAll(change.next, true);
   } catch (err) {
-    log.error({ err: (err as Error).message }, 'reload: hand-over: the new group could not be joined; rejoining with the running configuration');
-    // whatever of the new group started goes first (its slots are refilled by the rejoin)
-    for (const slot of ['election policy', 'election'] as const) {
-      const undo = stack.replace(slot, null);
-      await undo?.();
-    }
-    running.priority = null;
-    running.election = null;
-    const back = `rejoined the old group (VRID ${cur.vrrp!.vrid}, ${old.iface.ifname}, IPv${cur.family}) with the running configuration`;
+    const names = group.map((g) => g.entry.spec.name).join(', ');
+    log.error({ err: (err as Error).message, phases: names }, 'reload: a re-run failed; starting the running configuration again');
+    for (const { entry } of [...group].reverse()) await list.stopOne(entry);
+    await abort();
     try {
-      await start(cur, old, running.preflight?.authKeys ?? null);
+      await startAll(change.cur, false);
     } catch (e2) {
-      log.fatal({ err: (e2 as Error).message }, "reload: hand-over: the running configuration's election did not start again either; exiting");
-      ctx.fail(1);
-      throw new HandoverFailed(err, `hand-over failed; rejoining the old group failed too (${(e2 as Error).message}): the agent exits`);
+      const essential = group.some((g) => g.entry.spec.essential);
+      if (essential) {
+        log.fatal({ err: (e2 as Error).message, phases: names }, 'reload: the running configuration did not start again either; exiting');
+        ctx.fail(1);
+        throw new RerunFailed(
+          err,
+          `re-run of ${names} failed; starting the running configuration again failed too (${(e2 as Error).message}): the agent exits`,
+        );
+      }
+      log.error({ err: (e2 as Error).message, phases: names }, 'reload: the running configuration did not start again either; going on without it');
+      throw new RerunFailed(err, `re-run of ${names} failed; starting the running configuration again failed too (${(e2 as Error).message})`);
     }
-    log.warn({ vrid: cur.vrrp!.vrid, interface: old.iface.ifname, family: cur.family }, `reload: hand-over: ${back}`);
-    throw new HandoverFailed(err, `hand-over failed: ${back}`);
+    const words = group.flatMap(({ entry }) => {
+      const h = list.handles[entry.key];
+      const said = h && entry.spec.rerun?.rolledBack ? entry.spec.rerun.rolledBack(h as never, change, log) : null;
+      return said === null ? [] : [said];
+    });
+    throw new RerunFailed(err, words[0] ?? `re-run of ${names} failed: the running configuration runs again`);
   }
-  log.info({ vrid: next.vrrp!.vrid, interface: resolved.iface.ifname, family: next.family }, 'reload: hand-over: joined the group');
-}
-
-/**
- * A reload's first step, before anything changes: the interfaces and bind addresses the next
- * config needs, and the locks it takes — a hand-over's instance lock (and its interface and
- * keys), the other family's table lock (plan.vipFamily), the added VIPs'.
- * @returns the election's interface and keys after the reload, the lock swaps to commit once
- *   the hand-over is done, and `abortLocks`, which gives the new locks back.
- * @throws BallastError (BALLAST_E_ALREADY_RUNNING, an interface or address problem): then
- *   nothing is held that was not held before.
- */
-async function takeReloadLocks(
-  next: Config,
-  plan: ReloadPlan,
-  running: Running,
-): Promise<{ resolved: ResolvedInterface | null; authKeys: Buffer[] | null; swaps: LockSwap[]; abortLocks: () => void }> {
-  const locks = running.preflight?.locks ?? null;
-  const handover = plan.handover.length > 0;
-  const swaps: LockSwap[] = [];
-  /** Gives up the new locks (hand-over): the old ones are still held. */
-  const abortLocks = (): void => {
-    for (const s of swaps) s.abort();
-    if (locks && plan.vips.added.length > 0) locks.releaseVips(plan.vips.added);
-  };
-  let resolved = running.resolved;
-  let authKeys = running.preflight?.authKeys ?? null;
-  if (handover || plan.admin || plan.localEndpoint) {
-    const all = await listAllInterfaces();
-    checkBindAddresses(next, all);
-    if (handover) {
-      resolved = resolveInterface(next, all);
-      authKeys = next.vrrp!.auth ? readAuthKeys(next.vrrp!.auth.keyFile) : null;
-      if (locks) swaps.push(await locks.instance(resolved.iface.ifname, next.family, next.vrrp!.vrid));
-    }
-  }
-  try {
-    // the VIP data plane moves to the other family: its table lock (another ballast may program that table)
-    if (locks && plan.vipFamily) swaps.push(await locks.table(plan.vipFamily.to));
-    if (locks && plan.vips.added.length > 0) await locks.addVips(plan.vips.added);
-  } catch (err) {
-    // addVips took none of the VIPs when it throws; the new instance / table locks go
-    for (const s of swaps) s.abort();
-    throw err;
-  }
-  return { resolved, authKeys, swaps, abortLocks };
-}
-
-/** Re-runs the local endpoint phase with `next` in its stack slot. @throws the phase's BallastError. */
-async function rerunLocalEndpoint(ctx: AgentContext, next: Config, deps: PhaseDeps): Promise<void> {
-  const { running, checker, followers, stack } = deps;
-  const { log } = ctx;
-  if (!running.local || !checker || !running.preflight) return;
-  const old = stack.replace('local endpoint', null);
-  await old?.();
-  running.local = null;
-  const h = await startLocalEndpoint(ctx, next, { checker, followers, ebpf: running.preflight.ebpf });
-  stack.replace('local endpoint', () => h.undo());
-  running.local = h;
-  await followers.localLb?.sync();
-  log.info({ endpoints: h.local.status().endpoints, mode: h.local.mode }, 'reload: local endpoint re-run');
-}
-
-/**
- * Re-runs the admin phase on `next`'s address in its slot; the old listener (which answers the
- * POST /reload under way) is released first. When the new one cannot listen the old address is
- * taken again, so the agent can still be asked.
- * @throws BallastError BALLAST_E_ADMIN_LISTEN.
- */
-async function rerunAdmin(ctx: AgentContext, cur: Config, next: Config, deps: PhaseDeps): Promise<void> {
-  const { running, stack } = deps;
-  const { log } = ctx;
-  if (!running.admin) return;
-  const old = running.admin;
-  await old.release();
-  const start = (c: Config): Promise<AdminPhase> =>
-    startAdminPhase(ctx, c, { status: deps.status, ...(deps.stamp ? { stamp: deps.stamp } : {}), ...(deps.reload ? { reload: deps.reload } : {}) });
-  let h: AdminPhase;
-  try {
-    h = await start(next);
-  } catch (err) {
-    // back on the old address, so the agent can still be asked
-    const back = await start(cur).catch(() => null);
-    stack.replace('admin', back ? () => back.undo() : null);
-    running.admin = back;
-    throw err;
-  }
-  stack.replace('admin', () => h.undo());
-  running.admin = h;
-  log.info({ admin: formatHostPort(next.admin.listen) }, 'reload: admin endpoint re-run');
 }

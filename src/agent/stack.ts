@@ -6,13 +6,9 @@
  * small class for what an agent's stop needs and `disposeAsync` does not give: each failed undo
  * is logged with its step's name as it happens (disposeAsync collects them into one
  * SuppressedError chain thrown at the end), a second unwind joins the one under way, and the
- * stack can be used again afterwards (a phase re-run on reload). A cleanup that fails must not
- * keep the next one (say, removing the VIPs) from running.
- *
- * Named slots for reload: a phase that a reload re-runs keeps its place in the stack —
- * {@link CleanupStack.replace} swaps its undo in place (the name is the one it was registered
- * with) — so a stop still unwinds in start-up order reversed (the election before the VIP data
- * plane, however often it was re-run).
+ * stack can be used again afterwards. A cleanup that fails must not keep the next one (say,
+ * removing the VIPs) from running. (A phase a reload re-runs keeps its place in the agent's
+ * phase list, phase-list.ts, not here.)
  */
 import type { Log } from '../log/log.js';
 
@@ -21,7 +17,7 @@ export type Undo = () => unknown;
 
 /** Undos registered in order, run in reverse by {@link CleanupStack.unwind}. */
 export class CleanupStack {
-  readonly #undos: { what: string; undo: Undo | null }[] = [];
+  readonly #undos: { what: string; undo: Undo }[] = [];
   readonly #log: Pick<Log, 'error'>;
   #unwinding: Promise<void> | null = null;
 
@@ -35,26 +31,9 @@ export class CleanupStack {
     this.#undos.push({ what, undo });
   }
 
-  /**
-   * Puts `undo` (null: none) in the slot named `what` (the last registered with that name),
-   * keeping its place in the unwind order, and returns the undo it held (null when it held none),
-   * which the caller runs (or puts back).
-   * @throws Error when no slot has that name (a phase not registered: a bug).
-   */
-  replace(what: string, undo: Undo | null): Undo | null {
-    for (let i = this.#undos.length - 1; i >= 0; i--) {
-      const step = this.#undos[i]!;
-      if (step.what !== what) continue;
-      const old = step.undo;
-      step.undo = undo;
-      return old;
-    }
-    throw new Error(`no cleanup slot named ${JSON.stringify(what)}`);
-  }
-
-  /** Undos registered and not yet run (empty slots not counted). */
+  /** Undos registered and not yet run. */
   get size(): number {
-    return this.#undos.filter((s) => s.undo !== null).length;
+    return this.#undos.length;
   }
 
   /**
@@ -67,7 +46,6 @@ export class CleanupStack {
     this.#unwinding ??= (async () => {
       try {
         for (let step = this.#undos.pop(); step !== undefined; step = this.#undos.pop()) {
-          if (step.undo === null) continue;
           try {
             await step.undo();
           } catch (err) {

@@ -21,7 +21,7 @@ export function readSysctl(path: string): string | null {
 
 /**
  * Whether this configuration runs the nftables VIP data plane on this node: VRRP mode with
- * `dataplane.vip: nftables`, or BGP mode (which always balances VIP:port with it, src/agent/bgp.ts).
+ * `dataplane.vip: nftables`, or BGP mode (which always balances VIP:port with it, src/agent/phases/bgp.ts).
  */
 export function runsVipDataPlane(config: Config): boolean {
   if (config.apiserver.backends.length === 0) return false;
@@ -31,7 +31,7 @@ export function runsVipDataPlane(config: Config): boolean {
 
 /**
  * The backends the VIP data plane balances to here: every backend, except in BGP mode with
- * `bgp.balance: local` (this node's own apiservers only, as balancedSource in src/agent/bgp.ts).
+ * `bgp.balance: local` (this node's own apiservers only, as balancedSource in src/agent/phases/bgp.ts).
  * @returns [] when no VIP data plane runs ({@link runsVipDataPlane}).
  */
 export function vipPlaneBackends(config: Config, nodeAddresses: ReadonlySet<string>): Config['apiserver']['backends'] {

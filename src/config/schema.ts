@@ -156,7 +156,7 @@ function shapes() {
     maxFractionPerMinute: numberField(0.001, 1, { default: String(DEFAULTS.rebalanceMaxFractionPerMinute) }).default(DEFAULTS.rebalanceMaxFractionPerMinute),
   };
 
-  /** `dataplane.connectionSync`: connections through the VIP outlive a move (src/agent/connection-sync.ts). */
+  /** `dataplane.connectionSync`: connections through the VIP outlive a move (src/agent/phases/connection-sync.ts). */
   const connectionSyncShape = {
     enabled: boolField(DEFAULTS.connectionSyncEnabled),
     commitTimeout: durationField({ min: 100, max: 10_000, default: DEFAULTS.connectionSyncCommitTimeout, range: rangeMessage('100ms', '10s') }),

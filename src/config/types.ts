@@ -186,7 +186,7 @@ export interface DataplaneConfig {
 
 /**
  * The `dataplane.connectionSync` section, normalized (docs/connection-sync.md,
- * src/agent/connection-sync.ts): flows through the VIP are source-NATed to the VIP, and a
+ * src/agent/phases/connection-sync.ts): flows through the VIP are source-NATed to the VIP, and a
  * conntrackd (conntrack-tools, FTFW mode) per node replicates their conntrack entries to the
  * other nodes; a node commits them into its kernel before it adds the VIP.
  */

@@ -81,7 +81,7 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
  * Deletes the conntrack entries of every TCP flow sent to `vip`:`port`, whatever its backend
  * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT [--state STATE]`):
  * connection sync's purge of a node that no longer holds the VIP, and of the closing flows a
- * commit brought (src/agent/connection-sync.ts). Same retries, result and errors as
+ * commit brought (src/agent/phases/connection-sync.ts). Same retries, result and errors as
  * {@link flushBackend}.
  * @param state only the entries in this TCP state (conntrack(8) `--state`, e.g. TIME_WAIT); absent: all.
  * @throws TypeError for a malformed argument (nothing ran); DataplaneError as flushBackend.

@@ -156,7 +156,7 @@ export function parseConntrackdStats(text: string): ConntrackdStats | null {
   return { internal: internal ?? 0, external: external ?? 0, packetsSent: pk ? Number(pk[1]) : 0, packetsReceived: pk ? Number(pk[2]) : 0 };
 }
 
-/** /status `connectionSync` (src/agent/connection-sync.ts keeps it). */
+/** /status `connectionSync` (src/agent/phases/connection-sync.ts keeps it). */
 export interface ConnectionSyncStatus {
   /** `running`: the daemon runs; `starting`/`restarting`: it is being (re)started; `unavailable`: it cannot run (see `error`); `off`: disabled. */
   state: 'running' | 'starting' | 'restarting' | 'unavailable' | 'off';

@@ -7,7 +7,7 @@
  *
  * A backend that leaves the set is simply no longer in it: the caller hands the new set to the
  * health checker, which stops checking it; the data planes then leave it out of new connections
- * and keep its established ones (nothing resets a backend that left, see agent/discovery.ts).
+ * and keep its established ones (nothing resets a backend that left, see agent/phases/discovery.ts).
  */
 import { formatHostPort, type HostPort } from '../net/hostport.js';
 

@@ -16,6 +16,8 @@
  * this thread the timer would otherwise fire although the SYN-ACK already waits in the socket.
  */
 import net from 'node:net';
+import { addressFamily, canonicalAddress } from '../net/address.js';
+import type { HostPort } from '../net/hostport.js';
 import { deadlineFailure, describeFailure } from './probe.js';
 import type { Failure } from './verdict.js';
 
@@ -88,4 +90,16 @@ export function confirmDown(target: ConfirmTarget, deadlineMs: number, deps: { c
     // one more poll of the sockets before the deadline counts (see the file comment)
     timer = setTimeout(() => setImmediate(() => finish({ alive: false, failure: deadlineFailure(false), latencyMs: ms() })), deadlineMs);
   });
+}
+
+/**
+ * The backends on the node at `nodeAddress`: the election asks whether they are gone when that
+ * node's Active router went silent (agent/phases/election.ts).
+ * @returns the backends whose host is `nodeAddress` (any spelling of it); [] when it is no address.
+ */
+export function backendsOfNode(backends: readonly HostPort[], nodeAddress: string): HostPort[] {
+  const family = addressFamily(nodeAddress);
+  if (family === null) return [];
+  const node = canonicalAddress(nodeAddress);
+  return backends.filter((b) => b.family === family && b.host === node);
 }

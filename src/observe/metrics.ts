@@ -211,7 +211,7 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
     labelNames: ['backend'],
     registers: [registry],
   });
-  // dataplane.connectionSync (src/agent/connection-sync.ts): conntrackd's caches and the age of the peers' last message
+  // dataplane.connectionSync (src/agent/phases/connection-sync.ts): conntrackd's caches and the age of the peers' last message
   const syncUp = new Gauge({
     name: 'ballast_connection_sync_up',
     help: '1 while conntrackd runs (dataplane.connectionSync), 0 while it is (re)starting or cannot run',

@@ -92,7 +92,7 @@ export interface CommonStatus {
   /** mode: bgp: the routing daemon, the announcement and the peers (src/bgp/speaker.ts); absent otherwise. */
   bgp?: BgpStatus & { localBackend: string | null };
   /**
-   * dataplane.connectionSync (src/agent/connection-sync.ts): conntrackd's state, its caches, the
+   * dataplane.connectionSync (src/agent/phases/connection-sync.ts): conntrackd's state, its caches, the
    * age of the last message from a peer and the last commit; absent without the VIP data plane.
    */
   connectionSync?: ConnectionSyncStatus;

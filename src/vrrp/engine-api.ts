@@ -221,7 +221,7 @@ export type EngineEvent =
   /**
    * A Backup heard a new Active router (another source than the last one; not a resign), or the
    * same one with `preempting` changed (then `previous` is `address`): the agent tells whether it
-   * is one of the known members (agent/election.ts). `preempting`: its priority is lower and this
+   * is one of the known members (agent/phases/election.ts). `preempting`: its priority is lower and this
    * Backup will take over (MachineSnapshot.preempting; a lowered priority of ours ends it).
    */
   | { type: 'master'; address: string; priority: number; previous: string | null; preempting: boolean }

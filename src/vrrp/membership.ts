@@ -1,7 +1,7 @@
 /**
  * Who is in the VRRP group, from the configuration and what discovery found: the unicast send
  * list (`vrrp.peers`, with `discovered`) and the acceptFrom members (whose adverts are heard).
- * Pure: the agent's election phase (agent/election.ts) starts the engine with it and calls
+ * Pure: the agent's election phase (agent/phases/election.ts) starts the engine with it and calls
  * {@link updateMembership} when discovery or a reload changes the inputs.
  *
  *   nodes   = the discovered apiservers' node addresses once discovery answered, plus the seed

@@ -3,9 +3,9 @@
  * election hears of them (feedElection → VrrpHost.reconfigure).
  */
 import { describe, expect, it } from 'vitest';
-import { feedElection, membersOf } from '../../src/agent/discovery.js';
+import { feedElection, membersOf } from '../../src/agent/phases/discovery.js';
 import { membershipOf } from '../../src/vrrp/membership.js';
-import type { ElectionPhase } from '../../src/agent/election.js';
+import type { ElectionPhase } from '../../src/agent/phases/election.js';
 import { parseConfig, type Config } from '../../src/config/index.js';
 import type { SourcedBackend } from '../../src/discovery/index.js';
 import { parseHostPort } from '../../src/net/hostport.js';
@@ -122,7 +122,7 @@ describe('sources in ballast status and /metrics', () => {
 
 describe('the discovery phase with a checker (no network)', () => {
   it('without a discovery section: the seed, source seed; a reconfigure replaces it', async () => {
-    const { startDiscovery } = await import('../../src/agent/discovery.js');
+    const { startDiscovery } = await import('../../src/agent/phases/discovery.js');
     const { HealthChecker } = await import('../../src/health/checker.js');
     const config = parseConfig('vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.11:6443]\n  health: {insecureSkipVerify: true}\n');
     const checker = new HealthChecker({
@@ -131,13 +131,13 @@ describe('the discovery phase with a checker (no network)', () => {
       probe: async () => ({ ok: true, latencyMs: 1, cause: { kind: 'http', status: 200 }, status: 200 }),
     });
     const ctx = { log: { ...log, error: () => undefined, child: () => log } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-    const phase = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null });
+    const phase = await startDiscovery(ctx, config, { checker, followers: () => ({}), election: () => null });
     expect([...phase.sources()]).toStrictEqual([['10.0.0.11:6443', 'seed']]);
     expect(phase.stats()).toBeNull();
     const next = parseConfig(
       'vrrp:\n  vrid: 51\nvips: [10.0.0.100]\napiserver:\n  backends: [10.0.0.12:6443, 10.0.0.13:6443]\n  health: {insecureSkipVerify: true}\n',
     );
-    await phase.reconfigure(next);
+    await phase.setConfig(next);
     expect(checker.backends().map((b) => b.host)).toStrictEqual(['10.0.0.12', '10.0.0.13']);
     expect(phase.members()).toStrictEqual(['10.0.0.12', '10.0.0.13']);
     await phase.undo();
@@ -146,7 +146,7 @@ describe('the discovery phase with a checker (no network)', () => {
     const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
     const { join } = await import('node:path');
     const { tmpdir } = await import('node:os');
-    const { startDiscovery } = await import('../../src/agent/discovery.js');
+    const { startDiscovery } = await import('../../src/agent/phases/discovery.js');
     const { HealthChecker } = await import('../../src/health/checker.js');
     const { ConfigError } = await import('../../src/errors.js');
     const dir = mkdtempSync(join(tmpdir(), 'ballast-kc-'));
@@ -157,7 +157,7 @@ describe('the discovery phase with a checker (no network)', () => {
       );
       const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
       const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
-      const err = await startDiscovery(ctx, config, { checker, followers: { lb: null, localLb: null, balancing: null }, election: () => null }).then(
+      const err = await startDiscovery(ctx, config, { checker, followers: () => ({}), election: () => null }).then(
         () => null,
         (e: unknown) => e,
       );

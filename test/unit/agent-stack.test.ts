@@ -1,4 +1,4 @@
-/** The agent's cleanup stack (src/agent/stack.ts) and phase runner (src/agent/phase.ts). */
+/** The agent's cleanup stack (src/agent/stack.ts) and a phase's own steps (src/agent/phase.ts runPhase). */
 import { describe, expect, it } from 'vitest';
 import { CleanupStack } from '../../src/agent/stack.js';
 import { runPhase, StartAborted, throwIfAborted, type AgentContext } from '../../src/agent/phase.js';
@@ -65,32 +65,6 @@ describe('CleanupStack', () => {
     s.defer('again', () => runs++);
     await s.unwind();
     expect(runs).toBe(2);
-  });
-});
-
-describe('CleanupStack: named slots (a phase re-run on reload)', () => {
-  it('replace swaps an undo in place: the unwind order stays the start-up order reversed', async () => {
-    const { log } = recorder();
-    const s = new CleanupStack(log);
-    const order: string[] = [];
-    s.defer('preflight', () => order.push('preflight'));
-    s.defer('election', () => order.push('election v1'));
-    s.defer('election policy', () => order.push('policy v1'));
-    // the re-run: the old undo is handed back (the caller runs it), the new one takes its place
-    const old = s.replace('election', null);
-    expect(s.size).toBe(2);
-    await old?.();
-    expect(order).toStrictEqual(['election v1']);
-    expect(s.replace('election', () => order.push('election v2'))).toBeNull();
-    expect(s.size).toBe(3);
-    order.length = 0;
-    await s.unwind();
-    expect(order).toStrictEqual(['policy v1', 'election v2', 'preflight']);
-  });
-  it('replace of a name never registered throws (a bug, not a silent no-op)', () => {
-    const s = new CleanupStack(recorder().log);
-    s.defer('admin', () => undefined);
-    expect(() => s.replace('election', null)).toThrow('no cleanup slot named "election"');
   });
 });
 

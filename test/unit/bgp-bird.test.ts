@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { validateConfig } from '../../src/config/index.js';
 import { parseProtocols, parseReply, parseStatus, renderBirdConfig } from '../../src/bgp/bird.js';
 import { birdRefusalFix } from '../../src/bgp/refusal.js';
-import { announceDecision, balancedSource } from '../../src/agent/bgp.js';
+import { announceDecision, balancedSource } from '../../src/agent/phases/bgp.js';
 import type { BackendVerdict, Verdict } from '../../src/health/verdict.js';
 import type { HostPort } from '../../src/net/hostport.js';
 

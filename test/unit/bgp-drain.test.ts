@@ -1,6 +1,6 @@
-// The stop's drain after a BGP withdrawal (src/agent/bgp.ts drainAfterWithdraw): a fake clock, no lab.
+// The stop's drain after a BGP withdrawal (src/agent/phases/bgp.ts drainAfterWithdraw): a fake clock, no lab.
 import { describe, expect, it } from 'vitest';
-import { drainAfterWithdraw } from '../../src/agent/bgp.js';
+import { drainAfterWithdraw } from '../../src/agent/phases/bgp.js';
 
 /** A clock that sleep advances, and a counter that follows a script of values per read. */
 function script(values: (number | Error)[]): { read: () => Promise<number>; now: () => number; sleep: (ms: number) => Promise<void>; reads: () => number } {

@@ -1,9 +1,9 @@
 /**
- * The eBPF fallback's reason (agent/local-endpoint.ts ebpfBlocker): the errno the addon gave,
+ * The eBPF fallback's reason (agent/phases/local-endpoint.ts ebpfBlocker): the errno the addon gave,
  * carried as a BallastError's cause, turned into the unit option that causes it.
  */
 import { describe, expect, it } from 'vitest';
-import { ebpfBlocker } from '../../src/agent/local-endpoint.js';
+import { ebpfBlocker } from '../../src/agent/phases/local-endpoint.js';
 import { createError } from '../../src/errors.js';
 
 /** An addon error as native/sys_error.h makes it. */

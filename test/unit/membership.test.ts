@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { validateConfig } from '../../src/config/index.js';
 import { membershipOf, sameMembership } from '../../src/vrrp/membership.js';
-import { isStranger, knownNodes } from '../../src/agent/election.js';
+import { isStranger, knownNodes } from '../../src/agent/phases/election.js';
 
 const config = (vrrp: Record<string, unknown>, backends: string[] = ['10.0.0.11:6443', '10.0.0.12:6443', '10.0.0.13:6443'], vips = ['10.0.0.100']) =>
   validateConfig({ vrrp: { vrid: 51, ...vrrp }, vips, apiserver: { backends, health: { insecureSkipVerify: true } } });

@@ -1,11 +1,11 @@
 /**
- * Passive detection's "backend judged dead from its connections" (agent/health.ts): a backend that
+ * Passive detection's "backend judged dead from its connections" (agent/phases/health.ts): a backend that
  * is down keeps refusing the connections still sent to it, one verdict a second with an active
  * client; the line is written once, then once per 10 s window with the count (ratelimit.ts), per
  * backend, not once per verdict (which would be 18 lines in 18 s).
  */
 import { describe, expect, it } from 'vitest';
-import { passiveVerdictHandler, PASSIVE_DEAD_MESSAGE } from '../../src/agent/health.js';
+import { passiveVerdictHandler, PASSIVE_DEAD_MESSAGE } from '../../src/agent/phases/health.js';
 import type { PassiveVerdict } from '../../src/health/passive.js';
 import { LOG_REPEAT_WINDOW_MS, RateLimitedLog } from '../../src/log/ratelimit.js';
 import type { HostPort } from '../../src/net/hostport.js';

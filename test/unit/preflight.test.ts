@@ -1,5 +1,5 @@
 /**
- * resolveInterface (src/agent/preflight.ts), pure over the interfaces rtnetlink listed: when a
+ * resolveInterface (src/agent/phases/preflight.ts), pure over the interfaces rtnetlink listed: when a
  * VIP is the node's own address (a config error, exit 2) and when it is a leftover beside the
  * node's own address (removed by the election's start-up cleanup).
  */
@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/index.js';
 import { acquireInstanceLock, ElectionLocks } from '../../src/host/locks.js';
-import { bgpInterface, checkBgpConfigFile, resolveInterface } from '../../src/agent/preflight.js';
+import { checkBgpConfigFile, resolveInterface } from '../../src/agent/phases/preflight.js';
+import { bgpInterface } from '../../src/host/interfaces.js';
 import { renderBirdConfig, SNIPPET_HEADER } from '../../src/bgp/bird.js';
 import type { InterfaceAddress, InterfaceInfo } from '../../src/vip/netlink.js';
 

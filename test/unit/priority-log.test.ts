@@ -1,9 +1,9 @@
 /**
- * The election policy phase (src/agent/priority.ts) tells the operator each change of the
+ * The election policy phase (src/agent/phases/priority.ts) tells the operator each change of the
  * advertised priority, with the policy's reason; a fake checker and host, no timers of note.
  */
 import { describe, expect, it } from 'vitest';
-import { startPriority } from '../../src/agent/priority.js';
+import { startPriority } from '../../src/agent/phases/priority.js';
 import type { AgentContext } from '../../src/agent/phase.js';
 import { parseConfig } from '../../src/config/index.js';
 import type { BackendHealth, HealthChecker } from '../../src/health/checker.js';
@@ -36,18 +36,17 @@ describe('startPriority logs each change of the advertised priority with its rea
     const checker = { snapshot: () => snap } as unknown as HealthChecker;
     const sent: number[] = [];
     const host = { setPriority: (p: number) => void sent.push(p), setPreemptHold: () => undefined } as unknown as VrrpHost;
-    const followers = { lb: null, localLb: null, balancing: null as { evaluate(): void } | null };
     const iface = { addresses: [{ address: '10.0.0.11', prefixLen: 24 }] } as unknown as InterfaceInfo;
-    const phase = await startPriority(ctx, config, { iface, host, checker, followers, dataplaneReady: true });
-    followers.balancing!.evaluate();
-    followers.balancing!.evaluate();
+    const phase = await startPriority(ctx, config, { iface, host, checker, dataplaneReady: true });
+    phase.evaluate();
+    phase.evaluate();
     expect(sent.at(-1)).toBe(50);
     expect(phase.reason()).toBe(`no ready backend (${B[0]} down: ECONNREFUSED, ${B[1]} down: timeout)`);
     expect(lines).toStrictEqual([
       ['warn', { from: 150, to: 50, configured: 150, weight: 100, reason: phase.reason() }, `election priority lowered to 50: ${phase.reason()}`],
     ]);
     snap = [bh(B[0]!, 'up'), bh(B[1]!, 'down', 'timeout')];
-    followers.balancing!.evaluate();
+    phase.evaluate();
     expect(phase.reason()).toBeNull();
     expect(lines.slice(1)).toStrictEqual([
       [

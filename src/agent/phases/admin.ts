@@ -3,13 +3,34 @@
  * before the data planes so a half-started agent can already be asked what it is doing; the
  * status it serves is read from the phases that run, through `status`.
  */
-import { formatHostPort } from '../net/hostport.js';
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import { startAdmin } from '../observe/admin.js';
-import { createMetrics } from '../observe/metrics.js';
-import type { ReloadResult, StatusDocument } from '../observe/status.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import { formatHostPort } from '../../net/hostport.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import { startAdmin } from '../../observe/admin.js';
+import { createMetrics } from '../../observe/metrics.js';
+import type { ReloadResult, StatusDocument } from '../../observe/status.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from '../phase.js';
+
+/** What the admin endpoint serves: the /status document, POST /reload's handler, the change stamp. */
+export interface AdminInputs {
+  status: () => Promise<StatusDocument>;
+  reload?: () => Promise<ReloadResult>;
+  stamp?: () => unknown;
+}
+
+/**
+ * Phase 2, admin. A new admin.listen re-runs it: the old listener is released first (it answers
+ * the POST /reload under way), and when the new address cannot be listened on the old one is
+ * taken again, so the agent can still be asked.
+ */
+export const adminPhase: PhaseSpec<AdminInputs, AdminPhase> = {
+  name: 'admin',
+  settings: [{ path: 'admin.listen', on: 'rerun', does: 'admin endpoint re-run' }],
+  start: startAdminPhase,
+  rerun: {
+    after: (_h, { next }, log) => void log.info({ admin: formatHostPort(next.admin.listen) }, 'reload: admin endpoint re-run'),
+  },
+};
 
 /** The running admin endpoint. */
 export interface AdminPhase extends PhaseHandle {
@@ -27,11 +48,7 @@ export interface AdminPhase extends PhaseHandle {
  * @throws BallastError BALLAST_E_ADMIN_ADDRESS (exit 2) when the address is not this node's,
  *   BALLAST_E_ADMIN_LISTEN (exit 1) for any other listen failure (the port is in use, …).
  */
-export function startAdminPhase(
-  ctx: AgentContext,
-  config: Config,
-  inputs: { status: () => Promise<StatusDocument>; reload?: () => Promise<ReloadResult>; stamp?: () => unknown },
-): Promise<AdminPhase> {
+export function startAdminPhase(ctx: AgentContext, config: Config, inputs: AdminInputs): Promise<AdminPhase> {
   return runPhase(ctx, 'admin', async (own) => {
     const { status, reload } = inputs;
     const metrics = createMetrics();

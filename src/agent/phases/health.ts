@@ -4,39 +4,51 @@
  * events) marks dead backends between checks. Last of the phases: everything that follows health
  * exists before the first check.
  */
-import type { Config } from '../config/index.js';
-import type { DampingChange, FailOpenChange, HealthChange, HealthChecker } from '../health/checker.js';
-import type { Verdict } from '../health/verdict.js';
-import { FlowTracker, watchConntrack, type ConntrackWatch, type PassiveVerdict } from '../health/passive.js';
-import type { LoadBalancer } from '../dataplane/controller.js';
-import type { LocalBalancer, LocalDataplane } from '../dataplane/local.js';
-import type { Reconciler } from '../dataplane/reconcile.js';
-import { addressFamily, canonicalAddress } from '../net/address.js';
-import { formatHostPort, type HostPort } from '../net/hostport.js';
-import type { Logger } from '../log/log.js';
-import { pinoSink, RateLimitedLog } from '../log/ratelimit.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-
-/**
- * What follows backend health, each set by the phase that owns it while that phase runs (null
- * otherwise). The data planes follow the checker's verdicts through their own subscription
- * (Reconciler.follow, taken by their phase); these references are for /status. The policy is
- * re-evaluated at each health change.
- */
-export interface HealthFollowers {
-  /** The VIP's nftables data plane (phase VIP data plane). */
-  lb: Reconciler<LoadBalancer> | null;
-  /** The node-local endpoint (phase local endpoint). */
-  localLb: Reconciler<LocalBalancer> | null;
-  /** The election policy (phase election policy): re-evaluates priority and preempt hold. */
-  balancing: { evaluate(): void } | null;
-}
+import type { Config } from '../../config/index.js';
+import type { DampingChange, FailOpenChange, HealthChange, HealthChecker } from '../../health/checker.js';
+import type { Verdict } from '../../health/verdict.js';
+import { FlowTracker, watchConntrack, type ConntrackWatch, type PassiveVerdict } from '../../health/passive.js';
+import type { LocalDataplane } from '../../dataplane/local.js';
+import { formatHostPort } from '../../net/hostport.js';
+import type { Logger } from '../../log/log.js';
+import { pinoSink, RateLimitedLog } from '../../log/ratelimit.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec } from '../phase.js';
 
 /** The running health phase. */
-export interface HealthPhase extends PhaseHandle {
-  /** A reload changed what passive detection follows (VIPs, port, backends, timeout): it restarts with `config`. */
-  restartPassive(config: Config): Promise<void>;
+export type HealthPhase = PhaseHandle;
+
+/** What the health phase drives: the checker, and what follows it (getters: a re-run replaces them). */
+export interface HealthInputs {
+  checker: HealthChecker;
+  /** The local endpoint's data plane when one runs (ebpf: passive detection also watches the flows straight to the backends). */
+  local: LocalDataplane | null;
+  /** The local endpoint's plane, synced before the first check. */
+  localLb: () => { sync(): Promise<unknown> } | undefined;
+  /** The election policy, re-evaluated at each health change. */
+  policy: () => { evaluate(): void } | undefined;
 }
+
+/** What passive detection follows: the VIP flows (VIPs, port), the backends' direct flows, the check timeout. */
+const PASSIVE = ['vips', 'apiserver.port', 'apiserver.backends', 'apiserver.health.timeoutMs'];
+
+/**
+ * Phase 8, health: the checks and passive detection. New check settings apply in place (kept
+ * backends keep their state); passive detection restarts with new flows. Turning load
+ * balancing on or off (no backends ↔ some) takes a restart.
+ */
+export const healthPhase: PhaseSpec<HealthInputs, HealthPhase> = {
+  name: 'health',
+  settings: [
+    {
+      path: 'apiserver.backends',
+      on: ({ cur, next }) => ((cur.apiserver.backends.length === 0) !== (next.apiserver.backends.length === 0) ? 'restart' : 'same'),
+      why: 'turning load balancing on or off (none ↔ some backends)',
+    },
+    { path: 'apiserver.health', on: 'reconfigure', does: 'health check settings replaced (kept backends keep their state)' },
+    ...PASSIVE.map((path) => ({ path, on: 'reconfigure' as const, does: 'passive detection restarted' })),
+  ],
+  start: startHealth,
+};
 
 /**
  * Logs health changes and verdicts, re-evaluates the policy at each change, starts passive
@@ -45,13 +57,9 @@ export interface HealthPhase extends PhaseHandle {
  * @param inputs.local the local endpoint's data plane when one runs (ebpf: passive detection
  *   also watches the flows straight to the backends).
  */
-export function startHealth(
-  ctx: AgentContext,
-  config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; local: LocalDataplane | null },
-): Promise<HealthPhase> {
+export function startHealth(ctx: AgentContext, config: Config, inputs: HealthInputs): Promise<HealthPhase> {
   return runPhase(ctx, 'health', async (own) => {
-    const { checker, followers: f, local } = inputs;
+    const { checker, local } = inputs;
     const { log } = ctx;
     // log lines and the policy's re-evaluation: a throw here would reach the checker's emit and
     // end the process; contained (observe/contain.ts), the checks and the planes go on
@@ -59,7 +67,7 @@ export function startHealth(
     // the planes follow verdicts (their own subscriptions); here: the log and the policy
     const onChange = contain((c: HealthChange): void => {
       log.info({ backend: formatHostPort(c.backend), from: c.from, to: c.to, reason: c.reason, ...(c.cause ? { cause: c.cause.kind } : {}) }, 'backend health');
-      f.balancing?.evaluate();
+      inputs.policy()?.evaluate();
     });
     checker.on('change', onChange);
     const onVerdict = contain((v: Verdict): void => {
@@ -69,12 +77,12 @@ export function startHealth(
     // what the planes serve changed without a health change (a hold ended, a reload): the policy looks again
     const onFailOpen = contain((c: FailOpenChange): void => {
       logFailOpen(log, c);
-      f.balancing?.evaluate();
+      inputs.policy()?.evaluate();
     });
     checker.on('failOpen', onFailOpen);
     const onDamping = contain((d: DampingChange): void => {
       logDamping(log, d);
-      f.balancing?.evaluate();
+      inputs.policy()?.evaluate();
     });
     checker.on('damping', onDamping);
     own.defer('health subscriptions', () => {
@@ -93,15 +101,19 @@ export function startHealth(
       );
     }
     // the endpoint exists (with no backend yet: connect()s untouched) before the first check
-    await f.localLb?.sync();
+    await inputs.localLb()?.sync();
     checker.start();
     own.defer('health checks', () => checker.stop());
-    f.balancing?.evaluate();
-    const restartPassive = async (next: Config): Promise<void> => {
-      watch?.stop();
-      watch = startPassiveDetection(next, checker, log, direct);
+    inputs.policy()?.evaluate();
+    const reconfigure = async ({ has, next }: Change): Promise<void> => {
+      // kept backends keep their state
+      if (has('apiserver.health')) checker.reconfigure(next.apiserver.health);
+      if (PASSIVE.some(has)) {
+        watch?.stop();
+        watch = startPassiveDetection(next, checker, log, direct);
+      }
     };
-    return { restartPassive };
+    return { reconfigure };
   });
 }
 
@@ -178,16 +190,4 @@ function logDamping(log: Logger, d: DampingChange): void {
   else if (e.kind === 'start')
     log.warn({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level, transitions: e.transitions }, DAMPING_MESSAGES.start);
   else log.info({ backend, until: new Date(e.until).toISOString(), holdMs: e.holdMs, holdLevel: e.level }, DAMPING_MESSAGES.extend);
-}
-
-/**
- * The backends on the node at `nodeAddress`: the election asks whether they are gone when that
- * node's Active router went silent (election.ts, health/confirm.ts).
- * @returns the backends whose host is `nodeAddress` (any spelling of it); [] when it is no address.
- */
-export function backendsOfNode(backends: readonly HostPort[], nodeAddress: string): HostPort[] {
-  const family = addressFamily(nodeAddress);
-  if (family === null) return [];
-  const node = canonicalAddress(nodeAddress);
-  return backends.filter((b) => b.family === family && b.host === node);
 }

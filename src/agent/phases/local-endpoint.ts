@@ -4,19 +4,50 @@
  * health checks through a LocalBalancer. Started before the election: it needs nothing from it,
  * and a failure here leaves the VIPs untouched.
  */
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import type { Logger } from '../log/log.js';
-import type { HealthChecker } from '../health/checker.js';
-import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../dataplane/local.js';
-import { Reconciler } from '../dataplane/reconcile.js';
-import { EbpfLocalDataplane, checkEbpf } from '../dataplane/ebpf.js';
-import { ProxyLocalDataplane } from '../dataplane/proxy.js';
-import { listeningOn } from '../net/listening.js';
-import { hostPort } from '../net/address.js';
-import { runPhase, throwIfAborted, type AgentContext, type PhaseHandle } from './phase.js';
-import type { HealthFollowers } from './health.js';
-import type { Preflight } from './preflight.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import type { Logger } from '../../log/log.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { LOCAL_PLANE_MESSAGES, LocalBalancer, type LocalDataplane, type LocalEndpoint } from '../../dataplane/local.js';
+import { Reconciler } from '../../dataplane/reconcile.js';
+import { EbpfLocalDataplane, checkEbpf } from '../../dataplane/ebpf.js';
+import { ProxyLocalDataplane } from '../../dataplane/proxy.js';
+import { listeningOn } from '../../net/listening.js';
+import { hostPort } from '../../net/address.js';
+import { runPhase, throwIfAborted, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Reaction } from '../phase.js';
+
+/** The eBPF local endpoint's cgroup and pin directory (preflight found and locked them); null: none (the proxy serves it). */
+type EbpfPlace = { cgroup: string; pinDir: string } | null;
+
+/** What the local endpoint needs: the checks it follows, and where its eBPF programs go. */
+export interface LocalEndpointInputs {
+  checker: HealthChecker;
+  ebpf: EbpfPlace;
+}
+
+/** With the eBPF local endpoint on a node with VIPs, VIP:apiserver.port is one of its endpoints too. */
+const vipEndpoints = ({ next }: Change): Reaction => (next.vrrp !== null && next.dataplane.local === 'ebpf' ? 'rerun' : 'same');
+
+/** Phase 3, the local endpoint: its addresses re-run it; its mode, its cgroup and turning it on or off take a restart. */
+export const localEndpointPhase: PhaseSpec<LocalEndpointInputs, LocalEndpointPhase> = {
+  name: 'local endpoint',
+  settings: [
+    { path: 'localEndpoint', exact: true, on: 'restart', why: 'adding or removing the local endpoint' },
+    { path: 'localEndpoint.cgroup', on: 'restart', why: "the local endpoint's cgroup" },
+    { path: 'dataplane.local', on: 'restart', why: 'the local endpoint mode' },
+    { path: 'localEndpoint.addresses', on: 'rerun', does: 'local endpoint re-run' },
+    { path: 'localEndpoint.force', on: 'rerun', does: 'local endpoint re-run' },
+    { path: 'vips', on: vipEndpoints, does: 'local endpoint re-run' },
+    { path: 'apiserver.port', on: vipEndpoints, does: 'local endpoint re-run' },
+  ],
+  start: startLocalEndpoint,
+  rerun: {
+    after: async (h, _change, log) => {
+      await h.lb.sync();
+      log.info({ endpoints: h.local.status().endpoints, mode: h.local.mode }, 'reload: local endpoint re-run');
+    },
+  },
+};
 
 /** The errno names, in an error or its causes, of what stopped the eBPF local endpoint. */
 function errnoCodes(err: unknown): { code: string; syscall?: string; message: string }[] {
@@ -71,21 +102,19 @@ export function ebpfBlocker(err: unknown): { text: string; code?: string } {
 /** The running local endpoint. */
 export interface LocalEndpointPhase extends PhaseHandle {
   local: LocalDataplane;
+  /** The data plane following the checker's verdicts (for /status and a re-sync after the backend set changed). */
+  lb: Reconciler<LocalBalancer>;
 }
 
 /**
  * Opens the local endpoint's data plane and has it follow the checker's verdicts (one
- * subscription; `followers.localLb` for /status, cleared by the undo, which closes the data plane
+ * subscription), which the undo closes
  * unless dataplane.keepOnStop is `none`).
  * @throws BallastError as {@link startLocalDataplane}.
  */
-export function startLocalEndpoint(
-  ctx: AgentContext,
-  config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; ebpf: Preflight['ebpf'] },
-): Promise<LocalEndpointPhase> {
+export function startLocalEndpoint(ctx: AgentContext, config: Config, inputs: LocalEndpointInputs): Promise<LocalEndpointPhase> {
   return runPhase(ctx, 'local endpoint', async (own) => {
-    const { checker, followers } = inputs;
+    const { checker } = inputs;
     const { log } = ctx;
     // a stop is a restart unless keepOnStop: none (the eBPF programs keep serving, the next start adopts them)
     // (and a restart in place always keeps it)
@@ -96,11 +125,7 @@ export function startLocalEndpoint(
     );
     const localLb = new Reconciler(new LocalBalancer(local, log), checker, { log, ...LOCAL_PLANE_MESSAGES });
     own.defer('local endpoint verdict subscription', localLb.follow());
-    followers.localLb = localLb;
-    own.defer('local endpoint status', () => {
-      followers.localLb = null;
-    });
-    return { local };
+    return { local, lb: localLb, report: () => ({ local: { ...localLb.plane.status(), ...localLb.status() } }) };
   });
 }
 
@@ -113,7 +138,7 @@ export function startLocalEndpoint(
  *   endpoint's port (unless localEndpoint.force), BALLAST_E_DATAPLANE when neither mode starts;
  *   StartAborted when `signal` is aborted while the eBPF check runs (nothing is open then).
  */
-async function startLocalDataplane(config: Config, log: Logger, signal: AbortSignal, ebpf: Preflight['ebpf']): Promise<LocalDataplane> {
+async function startLocalDataplane(config: Config, log: Logger, signal: AbortSignal, ebpf: EbpfPlace): Promise<LocalDataplane> {
   const le = config.localEndpoint!;
   const endpoints: LocalEndpoint[] = le.addresses.map((a) => ({ address: a.host, port: a.port }));
   const busy = endpoints.filter((e) => listeningOn(e.address, e.port));

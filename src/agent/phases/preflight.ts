@@ -12,26 +12,46 @@
  * running agent uses them). A stop during it takes effect right after it.
  */
 import { existsSync } from 'node:fs';
-import type { Config } from '../config/index.js';
-import { describeReadError, parseAuthKeys, readRegularFile } from '../config/files.js';
-import { createError } from '../errors.js';
-import { addressFamily, addressToBytes, canonicalAddress } from '../net/address.js';
-import { formatHostPort } from '../net/hostport.js';
-import { chooseInterface, primaryAddress, type InterfaceInfo } from '../vip/netlink.js';
-import { missingCapabilities } from '../host/capabilities.js';
-import { listAllInterfaces } from '../host/interfaces.js';
-import { acquireEndpointLock, ElectionLocks } from '../host/locks.js';
-import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../dataplane/ebpf.js';
-import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
-import { foreignSnippet } from '../bgp/bird.js';
-import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from './leftovers.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import type { Config } from '../../config/index.js';
+import { describeReadError, parseAuthKeys, readRegularFile } from '../../config/files.js';
+import { createError } from '../../errors.js';
+import { addressFamily, addressToBytes, canonicalAddress } from '../../net/address.js';
+import { formatHostPort } from '../../net/hostport.js';
+import { chooseInterface, primaryAddress, type InterfaceInfo } from '../../vip/netlink.js';
+import { missingCapabilities } from '../../host/capabilities.js';
+import { bgpInterface, listAllInterfaces } from '../../host/interfaces.js';
+import { acquireEndpointLock, ElectionLocks } from '../../host/locks.js';
+import { checkCgroupDir, cgroup2Root, lockPinDir, pinDirFor } from '../../dataplane/ebpf.js';
+import { commandExecutor, NftablesApplier } from '../../dataplane/apply.js';
+import { foreignSnippet } from '../../bgp/bird.js';
+import { removeLeftoverVips, removePins, runsEbpfLocalEndpoint, runsNftables, TableRemoval } from '../leftovers.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type Prepared, type ResolvedInterface } from '../phase.js';
+import type { LockSwap } from '../../host/locks.js';
 
-/** The interface VRRP runs on and the address adverts go out from. */
-export interface ResolvedInterface {
-  iface: InterfaceInfo;
-  primary: string;
-}
+export type { ResolvedInterface } from '../phase.js';
+
+/** The settings that name the election's instance (its lock, interface, keys): a change of one is resolved and locked anew before the hand-over. */
+const INSTANCE = ['interface', 'family', 'vrrp.vrid', 'vrrp.auth', 'vrrp.owner'];
+
+/**
+ * Preflight's settings. It applies log.level itself; for the others a reload's prepare step
+ * checks the host and takes the locks the next config needs before anything changes (and its
+ * commit gives up the old ones): the interface, source address, keys and instance lock of a
+ * hand-over, the nftables table lock of the other family, the added VIPs' locks, the bind
+ * addresses of a re-run admin or local endpoint.
+ */
+const SETTINGS: PhaseSpec<unknown, Preflight>['settings'] = [
+  { path: 'log.level', on: 'reconfigure', does: 'log level set' },
+  { path: 'dataplane.keepOnStop', on: 'restart', why: 'what a stop leaves behind' },
+  ...[...INSTANCE, 'vips', 'admin.listen', 'localEndpoint.addresses'].map((path) => ({ path, on: 'reconfigure' as const })),
+];
+
+/** Phase 1, preflight (see the top of this file). */
+export const preflightPhase: PhaseSpec<Record<string, never>, Preflight> = {
+  name: 'preflight',
+  settings: SETTINGS,
+  start: (ctx, config) => preflight(ctx, config),
+};
 
 /** What preflight found, for the phases after it. */
 export interface Preflight extends PhaseHandle {
@@ -98,7 +118,7 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         });
       }
     } else if (config.bgp === null) {
-      // (mode: bgp takes its family's nftables table lock instead, agent/bgp.ts: one agent per family)
+      // (mode: bgp takes its family's nftables table lock instead, agent/phases/bgp.ts: one agent per family)
       const lock = await acquireEndpointLock();
       own.defer('local endpoint lock', () => lock.close());
     }
@@ -133,8 +153,69 @@ export function preflight(ctx: AgentContext, config: Config): Promise<Preflight>
         if (!ctx.restarting?.()) removePins(pinDir, ctx.log);
       });
     }
-    return { authKeys, resolved, locks, tables, ebpf };
+    const out: Omit<Preflight, 'phase' | 'undo'> = {
+      authKeys,
+      resolved,
+      locks,
+      tables,
+      ebpf,
+      prepare: (change) => prepareReload(out, change),
+      reconfigure: async ({ has, next }) => {
+        if (has('log.level')) ctx.log.level = ctx.logLevel ?? next.log.level;
+      },
+    };
+    return out;
   });
+}
+
+/**
+ * A reload's first step, before anything changes: the interfaces and bind addresses the next
+ * config needs, and the locks it takes — a hand-over's instance lock (and its interface and
+ * keys, which `pre` shows from now on), the other family's table lock, the added VIPs'.
+ * @returns commit (the old locks and the removed VIPs' go) and abort (the new ones go, `pre`
+ *   shows the old interface and keys again).
+ * @throws BallastError (BALLAST_E_ALREADY_RUNNING, an interface or address problem): then
+ *   nothing is held that was not held before.
+ */
+async function prepareReload(pre: Omit<Preflight, 'phase' | 'undo'>, change: Change): Promise<Prepared> {
+  const { cur, next, has } = change;
+  const { locks } = pre;
+  const instance = cur.vrrp !== null && next.vrrp !== null && INSTANCE.some(has);
+  const swaps: LockSwap[] = [];
+  const before = { resolved: pre.resolved, authKeys: pre.authKeys };
+  let after = before;
+  if (instance || has('admin.listen') || has('localEndpoint')) {
+    const all = await listAllInterfaces();
+    checkBindAddresses(next, all);
+    if (instance) {
+      const resolved = resolveInterface(next, all);
+      after = { resolved, authKeys: next.vrrp!.auth ? readAuthKeys(next.vrrp!.auth.keyFile) : null };
+      if (locks) swaps.push(await locks.instance(resolved.iface.ifname, next.family, next.vrrp!.vrid));
+    }
+  }
+  const added = next.vips.filter((v) => !cur.vips.includes(v));
+  const removed = cur.vips.filter((v) => !next.vips.includes(v));
+  try {
+    // the VIP data plane moves to the other family: its table lock (another ballast may program that table)
+    if (locks && cur.family !== next.family && runsNftables(cur) && runsNftables(next)) swaps.push(await locks.table(next.family));
+    if (locks && added.length > 0) await locks.addVips(added);
+  } catch (err) {
+    // addVips took none of the VIPs when it throws; the new instance / table locks go
+    for (const s of swaps) s.abort();
+    throw err;
+  }
+  Object.assign(pre, after);
+  return {
+    commit: () => {
+      for (const s of swaps) s.commit();
+      if (locks && removed.length > 0) locks.releaseVips(removed);
+    },
+    abort: () => {
+      for (const s of swaps) s.abort();
+      if (locks && added.length > 0) locks.releaseVips(added);
+      Object.assign(pre, before);
+    },
+  };
 }
 
 /**
@@ -173,22 +254,6 @@ export function readAuthKeys(path: string): Buffer[] {
   const key = parseAuthKeys(bytes);
   if (typeof key === 'string') throw createError('BALLAST_E_CONFIG_READ', `vrrp.auth.keyFile: ${path} ${key}`);
   return key;
-}
-
-/**
- * mode: bgp's bgp.interface, where the VIPs are bound.
- * @param all every interface of the namespace (rtnetlink).
- * @throws BallastError BALLAST_E_INTERFACE_NOT_FOUND (exit 2) when there is none of that name.
- */
-export function bgpInterface(config: Config, all: readonly InterfaceInfo[]): InterfaceInfo {
-  const name = config.bgp!.interface;
-  const iface = all.find((i) => i.ifname === name);
-  if (!iface)
-    throw createError(
-      'BALLAST_E_INTERFACE_NOT_FOUND',
-      `bgp.interface: there is no interface ${name} (ballast binds the VIPs on it; lo, or a dummy interface you created)`,
-    );
-  return iface;
 }
 
 /**

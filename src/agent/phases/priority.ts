@@ -3,42 +3,54 @@
  * (src/policy.ts). Started after the election (it drives the running engine) and before the
  * health checks (the settle time starts with the first checks).
  */
-import type { Config } from '../config/index.js';
-import type { HealthChecker } from '../health/checker.js';
-import { formatHostPort } from '../net/hostport.js';
-import { Policy, type PolicyOptions } from '../policy.js';
-import type { InterfaceInfo } from '../vip/netlink.js';
-import type { VrrpHost } from '../vrrp/host.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-import type { HealthFollowers } from './health.js';
-import type { ConnectionSyncPhase } from './connection-sync.js';
+import type { Config } from '../../config/index.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { formatHostPort } from '../../net/hostport.js';
+import { Policy, type PolicyOptions } from '../../policy.js';
+import type { InterfaceInfo } from '../../vip/netlink.js';
+import type { VrrpHost } from '../../vrrp/host.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from '../phase.js';
 
 /** The running election policy. */
 export interface PriorityPhase extends PhaseHandle {
-  /** A reload: the policy takes `config`'s base priority, weight, local backend and settle time, and re-evaluates. */
-  reconfigure(config: Config): void;
+  /** Looks at the backends' health again: priority and preempt hold (at each health change). */
+  evaluate(): void;
   /** Why the advertised priority is below the configured one now, or null when it is not (Policy.reason). */
   reason(): string | null;
 }
 
+/** What the policy drives and reads. */
+export interface PriorityInputs {
+  iface: InterfaceInfo;
+  host: Pick<VrrpHost, 'setPriority' | 'setPreemptHold'>;
+  checker: HealthChecker;
+  /** Whether the VIP data plane can serve (it started, or there is none). */
+  dataplaneReady: boolean;
+  /** Connection sync, when it runs: preemption waits for its replicated state too. */
+  sync?: { held(): boolean; onRelease(cb: () => void): void } | null;
+  /** The checks run already (a re-run with a new election): evaluate at once instead of at the first health change. */
+  evaluateNow?: boolean;
+}
+
 /**
- * Creates the policy and subscribes it to health (`followers.balancing`).
- * @param inputs.dataplaneReady whether the VIP data plane can serve (it started, or there is none).
+ * Phase 7, the election policy. Started after the election (it drives the engine it is given:
+ * a hand-over re-runs it with the new one) and before the health checks. Its options follow a
+ * reload in place.
  */
-export function startPriority(
-  ctx: AgentContext,
-  config: Config,
-  inputs: {
-    iface: InterfaceInfo;
-    host: VrrpHost;
-    checker: HealthChecker;
-    followers: HealthFollowers;
-    dataplaneReady: boolean;
-    sync?: ConnectionSyncPhase | null;
-  },
-): Promise<PriorityPhase> {
+export const priorityPhase: PhaseSpec<PriorityInputs, PriorityPhase> = {
+  name: 'election policy',
+  settings: ['vrrp.priority', 'policy', 'apiserver.backends', 'apiserver.health'].map((path) => ({
+    path,
+    on: 'reconfigure' as const,
+    does: 'election policy updated',
+  })),
+  start: startPriority,
+};
+
+/** Creates the policy; the health phase has it evaluate at each health change. */
+export function startPriority(ctx: AgentContext, config: Config, inputs: PriorityInputs): Promise<PriorityPhase> {
   return runPhase(ctx, 'election policy', async (own) => {
-    const { iface, checker, followers, dataplaneReady } = inputs;
+    const { iface, checker, dataplaneReady } = inputs;
     const sync = inputs.sync ?? null;
     // preemption is held while the policy holds it OR connection sync waits for the replicated state
     let policyHold = false;
@@ -80,17 +92,15 @@ export function startPriority(
     const settleTimer = setTimeout(evaluate, api.health.settleMs + 10);
     settleTimer.unref();
     own.defer('policy settle timer', () => clearTimeout(settleTimer));
-    followers.balancing = { evaluate };
-    own.defer('policy health subscription', () => {
-      followers.balancing = null;
-    });
-    const reconfigure = (next: Config): void => {
+    if (inputs.evaluateNow) evaluate();
+    // the policy takes the new base priority, weight, local backend and settle time, and re-evaluates
+    const reconfigure = async ({ next }: { next: Config }): Promise<void> => {
       family = next.family;
       current = next;
       policy.reconfigure(policyOptions(next, local));
       evaluate();
     };
-    return { reconfigure, reason: () => policy.reason() };
+    return { evaluate, reconfigure, reason: () => policy.reason(), report: () => ({ priorityReason: policy.reason() }) };
   });
 }
 

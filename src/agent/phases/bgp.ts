@@ -17,26 +17,25 @@
  * announcing, the table and the VIPs stay, and the next start takes over), remove the VIPs,
  * remove the table.
  */
-import type { Config } from '../config/index.js';
-import { createError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import type { BackendVerdict, Verdict } from '../health/verdict.js';
-import { LoadBalancer, VIP_PLANE_MESSAGES } from '../dataplane/controller.js';
-import { NftablesApplier } from '../dataplane/apply.js';
-import { flushBackend } from '../dataplane/conntrack.js';
-import { Reconciler, type ReadySet, type VerdictSource } from '../dataplane/reconcile.js';
-import { canonicalAddress } from '../net/address.js';
-import { formatHostPort, sameHostPort, type HostPort } from '../net/hostport.js';
-import { BirdSpeaker, type BgpStatus } from '../bgp/speaker.js';
-import { BirdError } from '../bgp/bird.js';
-import { birdRefusalFix } from '../bgp/refusal.js';
-import { addVip, delVip, openRtnl, listInterfaces } from '../vip/netlink.js';
-import { ARP_SYSCTL_FIX, raiseArpSysctls, restoreArpSysctls, type SysctlIo } from '../vip/noarp.js';
-import type { HealthFollowers } from './health.js';
-import { TableRemoval } from './leftovers.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-import { acquireTableLock } from '../host/locks.js';
-import { bgpInterface } from './preflight.js';
+import type { Config } from '../../config/index.js';
+import { createError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import type { BackendVerdict, Verdict } from '../../health/verdict.js';
+import { LoadBalancer, VIP_PLANE_MESSAGES } from '../../dataplane/controller.js';
+import { NftablesApplier } from '../../dataplane/apply.js';
+import { flushBackend } from '../../dataplane/conntrack.js';
+import { Reconciler, type ReadySet, type VerdictSource } from '../../dataplane/reconcile.js';
+import { canonicalAddress } from '../../net/address.js';
+import { formatHostPort, sameHostPort, type HostPort } from '../../net/hostport.js';
+import { BirdSpeaker, type BgpStatus } from '../../bgp/speaker.js';
+import { BirdError } from '../../bgp/bird.js';
+import { birdRefusalFix } from '../../bgp/refusal.js';
+import { addVip, delVip, openRtnl, listInterfaces } from '../../vip/netlink.js';
+import { ARP_SYSCTL_FIX, raiseArpSysctls, restoreArpSysctls, type SysctlIo } from '../../vip/noarp.js';
+import { TableRemoval } from '../leftovers.js';
+import { runPhase, type AgentContext, type PhaseHandle, type PhaseSpec } from '../phase.js';
+import { acquireTableLock } from '../../host/locks.js';
+import { bgpInterface } from '../../host/interfaces.js';
 
 /**
  * After a stop's withdrawal the data plane stays until no new connection has been DNATed for
@@ -110,7 +109,30 @@ export async function drainAfterWithdraw(
 export interface BgpPhase extends PhaseHandle {
   /** /status's `bgp`. */
   status(): BgpStatus & { localBackend: string | null };
+  /** The VIP's data plane, following the checker's verdicts (for /status and a re-sync after the backend set changed). */
+  lb: Reconciler<LoadBalancer>;
 }
+
+/** What mode: bgp follows without a restart: the log level, the health settings and the backend set. */
+const BGP_FOLLOWS = ['log.level', 'apiserver.health', 'apiserver.backends', 'discovery'];
+
+/**
+ * Phase 6 in mode: bgp (instead of the election): this node announces the VIPs through BIRD
+ * while it can serve them. In that mode a reload applies only {@link BGP_FOLLOWS}; any other
+ * change takes a restart.
+ */
+export const bgpPhase: PhaseSpec<{ checker: HealthChecker; sysctl?: SysctlIo }, BgpPhase> = {
+  name: 'BGP',
+  settings: [
+    {
+      path: '',
+      on: ({ cur, next }, path) =>
+        (cur.mode === 'bgp' || next.mode === 'bgp') && !BGP_FOLLOWS.some((a) => path === a || path.startsWith(`${a}.`)) ? 'restart' : 'same',
+      why: 'this setting in mode: bgp',
+    },
+  ],
+  start: startBgp,
+};
 
 /**
  * Which backends the plane balances to under `bgp.balance` (pure): all, or those of `local`.
@@ -166,13 +188,9 @@ export function announceDecision(
  * @throws BallastError BALLAST_E_DATAPLANE when the first apply fails; BALLAST_E_INTERFACE_NOT_FOUND
  *   when bgp.interface is missing; BALLAST_E_NETLINK when the VIPs cannot be added; BALLAST_E_BGP when BIRD refuses the snippet.
  */
-export function startBgp(
-  ctx: AgentContext,
-  config: Config,
-  inputs: { checker: HealthChecker; followers: HealthFollowers; sysctl?: SysctlIo },
-): Promise<BgpPhase> {
+export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: HealthChecker; sysctl?: SysctlIo }): Promise<BgpPhase> {
   return runPhase(ctx, 'BGP', async (own) => {
-    const { checker, followers } = inputs;
+    const { checker } = inputs;
     const { log } = ctx;
     const bgp = config.bgp!;
     const family = config.family;
@@ -289,10 +307,6 @@ export function startBgp(
     own.defer('VIP data plane verdict subscription', rec.follow());
     await rec.sync();
     if (rec.status().failures > 0) throw createError('BALLAST_E_DATAPLANE', `cannot program nftables: ${rec.status().lastError ?? 'unknown error'}`);
-    followers.lb = rec as unknown as Reconciler<LoadBalancer>;
-    own.defer('VIP data plane health subscription', () => {
-      followers.lb = null;
-    });
 
     try {
       await speaker.start();
@@ -334,6 +348,13 @@ export function startBgp(
       },
       'BGP mode: the VIPs are announced through BIRD while this node can serve them',
     );
-    return { status: () => ({ ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null }) };
+    return {
+      status: () => ({ ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null }),
+      lb: rec as unknown as Reconciler<LoadBalancer>,
+      report: () => ({
+        dataplane: { ...rec.plane.status(), ...rec.status() },
+        bgp: { ...speaker.status(), localBackend: localBackend ? formatHostPort(localBackend) : null },
+      }),
+    };
   });
 }

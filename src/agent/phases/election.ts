@@ -4,25 +4,23 @@
  * the operator's log; the fatal ones (the interface was deleted, a call into the engine threw)
  * make the agent unwind everything and exit.
  */
-import type { Config } from '../config/index.js';
-import { createError, ERRORS, isBallastError, type BallastError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import type { Logger } from '../log/log.js';
-import { statusState } from '../observe/status.js';
-import { removeLeftoverVips } from './leftovers.js';
-import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../vrrp/engine.js';
-import { EngineStartError, VrrpHost } from '../vrrp/host.js';
-import { formatHostPort } from '../net/hostport.js';
-import { confirmDeadlineMs, confirmDown } from '../health/confirm.js';
-import { backendsOfNode, type HealthFollowers } from './health.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
-import { seedAndLastKnown } from '../discovery/lastknown.js';
-import { ANY_BECAUSE, membershipOf, sameMembership, type Membership } from '../vrrp/membership.js';
-import type { ResolvedInterface } from './preflight.js';
-import { canonicalAddress } from '../net/address.js';
-import { masterDownIntervalMs } from '../vrrp/state.js';
-import { readHandOff, removeHandOff, writeHandOff } from './handoff.js';
-import type { ConnectionSyncPhase } from './connection-sync.js';
+import type { Config } from '../../config/index.js';
+import { createError, ERRORS, isBallastError, type BallastError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import { statusState } from '../../observe/status.js';
+import { removeLeftoverVips } from '../leftovers.js';
+import { VIPS_ADDED, type EngineEvent, type EngineOptions, type EngineReconfigure } from '../../vrrp/engine.js';
+import { EngineStartError, VrrpHost } from '../../vrrp/host.js';
+import { formatHostPort } from '../../net/hostport.js';
+import { confirmDeadlineMs, confirmDown } from '../../health/confirm.js';
+import { backendsOfNode } from '../../health/confirm.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
+import { updateMembership, type MembershipHolder } from '../membership-update.js';
+import { seedAndLastKnown } from '../../discovery/lastknown.js';
+import { ANY_BECAUSE, membershipOf, type Membership } from '../../vrrp/membership.js';
+import { canonicalAddress } from '../../net/address.js';
+import { masterDownIntervalMs } from '../../vrrp/state.js';
+import { readHandOff, removeHandOff, writeHandOff } from '../handoff.js';
 
 /** Logged when the silent master's backend did not answer a connect either: taken out (dead). */
 export const SILENT_MASTER_TAKEN_OUT = 'backend of the silent master taken out';
@@ -30,14 +28,10 @@ export const SILENT_MASTER_TAKEN_OUT = 'backend of the silent master taken out';
 export const SILENT_MASTER_ALIVE = "the silent master's backend accepts connections: its agent stopped, not its node; left to the health checks";
 
 /** The running election. */
-export interface ElectionPhase extends PhaseHandle {
+export interface ElectionPhase extends PhaseHandle, MembershipHolder {
   host: VrrpHost;
-  /** Who is in the group now: the unicast peers and the acceptFrom members (see membership.ts). */
-  membership: Membership;
-  /** The inputs of {@link membership}; {@link updateMembership} changes them. */
-  membershipInputs: { config: Config; own: readonly string[]; discovered: readonly string[] | null; confirmed?: readonly string[] };
-  /** The last membership change in flight (changes apply one after another). */
-  membershipQueue: Promise<void>;
+  /** The interface it runs on (for the hand-over's log lines). */
+  ifname: string;
   /**
    * Resolves once the election has its first outcome: this router became Active, or heard an
    * Active router it will not preempt (a higher priority, or Preempt_Mode off), or neither
@@ -50,52 +44,115 @@ export interface ElectionPhase extends PhaseHandle {
    */
   firstOutcome: Promise<void>;
   /**
-   * A reload: host.reconfigure(patch) (from the next advert), and a new VIP set is also what the
-   * crash path removes from then on.
+   * host.reconfigure(patch) (from the next advert), and a new VIP set is also what the crash
+   * path removes from then on.
    * @throws Error when the engine refuses the patch (nothing changed).
    */
-  reconfigure(patch: EngineReconfigure): Promise<void>;
+  patch(patch: EngineReconfigure): Promise<void>;
 }
 
-/**
- * Recomputes the membership when discovery found a new member set (`discovered`: node
- * addresses; `confirmed`: those of them the EndpointSlices listed, accumulated over the run) or
- * a reload brought a new `config`, and gives the running engine the new peers and
- * members (host.reconfigure) when they changed. This node's own addresses are never peers.
- * Calls apply in order. Resolves with the membership in force afterwards.
- * @throws Error from the engine when it refuses the change (then the old membership stays).
- */
-export function updateMembership(
-  election: ElectionPhase,
-  change: { discovered?: readonly string[] | null; confirmed?: readonly string[]; config?: Config },
-  log?: Logger,
-): Promise<Membership> {
-  const run = election.membershipQueue.then(async () => {
-    // hosts the EndpointSlices listed once stay confirmed for the run (membership.ts: retired when gone)
-    const confirmed = [...new Set([...(election.membershipInputs.confirmed ?? []), ...(change.confirmed ?? [])])];
-    const inputs = {
-      ...election.membershipInputs,
-      confirmed,
-      ...(change.config ? { config: change.config } : {}),
-      ...(change.discovered !== undefined ? { discovered: change.discovered } : {}),
-    };
-    const next = membershipOf(inputs.config, inputs);
-    if (!sameMembership(next, election.membership)) {
-      await election.host.reconfigure({ ...(inputs.config.vrrp!.unicast ? { peers: next.peers } : {}), members: next.members, standby: next.standby });
-      if (next.anyBecause)
-        log?.warn({ peers: next.peers, members: 'any', standby: next.standby }, `election membership changed: ${ANY_BECAUSE[next.anyBecause]}`);
-      else log?.info({ peers: next.peers, members: next.members, standby: next.standby }, 'election membership changed');
-    }
-    election.membershipInputs = inputs;
-    election.membership = next;
-    return next;
-  });
-  election.membershipQueue = run.then(
-    () => undefined,
-    () => undefined,
-  );
-  return run;
+/** What the election needs from the phases before it. */
+export interface ElectionInputs {
+  resolved: ResolvedInterface;
+  authKeys: Buffer[] | null;
+  checker: HealthChecker | null;
+  /** Connection sync, when it runs: the replicated flows are committed before a takeover. */
+  sync?: { commit(): Promise<void>; resync(): void } | null;
+  /** The node addresses discovery found so far (null: none yet, or no discovery): a hand-over's new group hears of them at once. */
+  discovered?: () => readonly string[] | null;
 }
+
+/** Settings whose change needs a new group membership: the election leaves its group (priority 0 if Active, VIPs removed) and joins the new one. */
+const HANDOVER = ['interface', 'family', 'vrrp.vrid', 'vrrp.checksum', 'vrrp.auth', 'vrrp.unicast', 'vrrp.owner'];
+
+/** The engine's runtime change for `change` (only the fields that differ; `vips` is the whole new set); null when none. */
+export function electionPatch({ cur, next, has }: Change): EngineReconfigure | null {
+  if (cur.vrrp === null || next.vrrp === null) return null;
+  const a = cur.vrrp;
+  const b = next.vrrp;
+  const patch: EngineReconfigure = {};
+  if (has('vips')) patch.vips = [...next.vips];
+  if (a.priority !== b.priority) patch.priority = b.priority;
+  if (a.advertisementIntervalCs !== b.advertisementIntervalCs) patch.advertisementIntervalCs = b.advertisementIntervalCs;
+  if (a.preempt !== b.preempt) patch.preempt = b.preempt;
+  if (a.preemptDelayMs !== b.preemptDelayMs) patch.preemptDelayMs = b.preemptDelayMs;
+  if (has('announce')) patch.announce = { ...next.announce };
+  if (cur.vipLifetimeMs !== next.vipLifetimeMs) patch.vipLifetimeMs = next.vipLifetimeMs;
+  return Object.keys(patch).length > 0 ? patch : null;
+}
+
+/** Settings that change who is in the group (membership.ts): peers and acceptFrom members, from the next advert. */
+const MEMBERSHIP = ['vrrp.peers', 'vrrp.discoveredPeers', 'vrrp.acceptFrom', 'apiserver.backends'];
+
+const patched = (change: Change): string | null => {
+  const p = electionPatch(change);
+  return p === null ? null : `election reconfigured (${Object.keys(p).join(', ')}), from the next advert`;
+};
+
+/**
+ * Phase 6, the election. Its protocol settings are patched into the running engine (from the
+ * next advert); a new group membership (VRID, interface, family, checksum, auth, mode) is a
+ * hand-over: a re-run, and when the new group cannot be joined the old one is joined again.
+ */
+export const electionPhase: PhaseSpec<ElectionInputs, ElectionPhase> = {
+  name: 'election',
+  handover: true,
+  essential: true,
+  settings: [
+    { path: 'vrrp', exact: true, on: 'restart', why: 'turning the election on or off' },
+    ...HANDOVER.map((path) => ({
+      path,
+      on: 'rerun' as const,
+      does: ({ has }: Change) => `hand-over: election stopped (priority 0 if master, VIPs removed) and started again (${HANDOVER.filter(has).join(', ')})`,
+    })),
+    {
+      path: 'vips',
+      on: 'reconfigure',
+      does: (change) => {
+        const { cur, next } = change;
+        const added = next.vips.filter((v) => !cur.vips.includes(v));
+        const removed = cur.vips.filter((v) => !next.vips.includes(v));
+        return [
+          ...(added.length > 0 ? [`VIPs added: ${added.join(', ')}`] : []),
+          ...(removed.length > 0 ? [`VIPs removed: ${removed.join(', ')}`] : []),
+          ...[patched(change)].filter((a) => a !== null),
+        ];
+      },
+    },
+    ...[
+      'vipLifetimeMs',
+      'announce',
+      'vrrp.priority',
+      'vrrp.advertisementIntervalMs',
+      'vrrp.advertisementIntervalCs',
+      'vrrp.preempt',
+      'vrrp.preemptDelayMs',
+    ].map((path) => ({ path, on: 'reconfigure' as const, does: patched })),
+    ...MEMBERSHIP.map((path) => ({ path, on: 'reconfigure' as const, does: 'election peers / acceptFrom members recomputed' })),
+    // read when the agent stops (a restart in place)
+    { path: 'vrrp.restartHoldMs', on: 'reconfigure' },
+  ],
+  start: startElection,
+  rerun: {
+    before: (old, { cur, next, has }, log) =>
+      log.warn(
+        {
+          changed: HANDOVER.filter(has),
+          from: { vrid: cur.vrrp!.vrid, interface: old.ifname, family: cur.family },
+          to: { vrid: next.vrrp!.vrid, interface: next.interface ?? null, family: next.family },
+          ...(cur.family !== next.family && cur.dataplane.vip === 'nftables' && cur.apiserver.backends.length > 0
+            ? { vipDataplane: { from: cur.family, to: next.family } }
+            : {}),
+        },
+        'reload: hand-over: leaving the group (priority 0 if master, VIPs removed) and joining the new one',
+      ),
+    after: (h, { next }, log) => void log.info({ vrid: next.vrrp!.vrid, interface: h.ifname, family: next.family }, 'reload: hand-over: joined the group'),
+    rolledBack: (h, { cur }, log) => {
+      log.warn({ vrid: cur.vrrp!.vrid, interface: h.ifname, family: cur.family }, 'reload: hand-over: rejoined the old group with the running configuration');
+      return `hand-over failed: rejoined the old group (VRID ${cur.vrrp!.vrid}, ${h.ifname}, IPv${cur.family}) with the running configuration`;
+    },
+  },
+};
 
 /**
  * Starts the engine. The undo resigns (priority 0 if Active) and removes the VIPs; after the
@@ -103,17 +160,7 @@ export function updateMembership(
  * @throws BallastError BALLAST_E_PERMISSION, BALLAST_E_ADDON_MISSING, BALLAST_E_SOCKET,
  *   BALLAST_E_NETLINK when the engine does not start.
  */
-export function startElection(
-  ctx: AgentContext,
-  config: Config,
-  inputs: {
-    resolved: ResolvedInterface;
-    authKeys: Buffer[] | null;
-    checker: HealthChecker | null;
-    followers: HealthFollowers;
-    sync?: ConnectionSyncPhase | null;
-  },
-): Promise<ElectionPhase> {
+export function startElection(ctx: AgentContext, config: Config, inputs: ElectionInputs): Promise<ElectionPhase> {
   return runPhase(ctx, 'election', async (own) => {
     const { resolved, authKeys, checker } = inputs;
     const sync = inputs.sync ?? null;
@@ -275,20 +322,31 @@ export function startElection(
       // only after the data planes are unwound)
       if (crashed && !opts.owner) await removeLeftoverVips(iface.ifindex, vips, log);
     });
-    const reconfigure = async (patch: EngineReconfigure): Promise<void> => {
-      await host.reconfigure(patch);
-      if (patch.vips) vips = [...patch.vips];
-      if (patch.advertisementIntervalCs !== undefined) advertisementIntervalMs = patch.advertisementIntervalCs * 10;
+    const patch = async (p: EngineReconfigure): Promise<void> => {
+      await host.reconfigure(p);
+      if (p.vips) vips = [...p.vips];
+      if (p.advertisementIntervalCs !== undefined) advertisementIntervalMs = p.advertisementIntervalCs * 10;
     };
-    phase = {
+    const handle: Omit<ElectionPhase, 'phase' | 'undo'> = {
       host,
-      reconfigure,
+      ifname: iface.ifname,
+      patch,
       membership,
       membershipInputs: { config, own: ownAddresses, discovered, confirmed },
       membershipQueue: Promise.resolve(),
       firstOutcome,
+      // from the next advert; rejects (nothing changed) when the engine refuses it
+      reconfigure: async (change) => {
+        const p = electionPatch(change);
+        if (p) await patch(p);
+        if (MEMBERSHIP.some(change.has)) await updateMembership(handle, { config: change.next }, log);
+      },
     };
-    return phase;
+    phase = handle;
+    // a hand-over's new group hears of the members discovery found, as the old one had
+    const found = inputs.discovered?.() ?? null;
+    if (found !== null && config.discovery !== null) await updateMembership(handle, { discovered: found }, log).catch(() => undefined);
+    return handle;
   });
 }
 

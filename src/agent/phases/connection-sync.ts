@@ -34,8 +34,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import type { Config } from '../config/index.js';
-import { commandExecutor, type Executor } from '../dataplane/apply.js';
+import type { Config } from '../../config/index.js';
+import { commandExecutor, type Executor } from '../../dataplane/apply.js';
 import {
   conntrackdPaths,
   parseConntrackdStats,
@@ -43,12 +43,11 @@ import {
   syncPort,
   type ConnectionSyncStatus,
   type ConntrackdStats,
-} from '../dataplane/conntrackd.js';
-import { LOCK_DIR } from '../dataplane/ebpf.js';
-import { handOffPath, netnsId } from './handoff.js';
-import { flushBackendSides, flushVip } from '../dataplane/conntrack.js';
-import type { ResolvedInterface } from './preflight.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+} from '../../dataplane/conntrackd.js';
+import { LOCK_DIR } from '../../dataplane/ebpf.js';
+import { handOffPath, netnsId } from '../handoff.js';
+import { flushBackendSides, flushVip } from '../../dataplane/conntrack.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
 
 /** The running phase; what the election and the policy use. */
 export interface ConnectionSyncPhase extends PhaseHandle {
@@ -82,12 +81,31 @@ export function conntrackdDir(ifname: string, vrid: number, dir = LOCK_DIR): str
   return `${dir}/conntrackd-${netnsId()}-${ifname}-vrid${vrid}`;
 }
 
+/** What connection sync needs: the election's interface (its multicast goes out there) and, in tests, the daemon's path. */
+export interface ConnectionSyncInputs {
+  resolved: ResolvedInterface;
+  binary?: string;
+}
+
+/**
+ * Phase 5, connection sync (dataplane.connectionSync): after the VIP data plane (the flows it
+ * source-NATs to the VIP), before the election (a takeover commits the replicated flows first).
+ * resyncTimeout applies in place: it bounds the start-up's preempt hold, so a hold under way
+ * ends by the new bound (one that ended stays ended; a start without a hold does not get one).
+ * The rest of the section takes a restart (no phase reads it live).
+ */
+export const connectionSyncPhase: PhaseSpec<ConnectionSyncInputs, ConnectionSyncPhase> = {
+  name: 'connection sync',
+  settings: [{ path: 'dataplane.connectionSync.resyncTimeoutMs', on: 'reconfigure', does: 'connection sync: preempt hold bound replaced' }],
+  start: startConnectionSync,
+};
+
 /**
  * Starts conntrackd (after killing one a killed earlier run left on the same socket) and its
  * statistics poll. The undo stops the poll and the daemon (SIGTERM, SIGKILL after 2 s).
  * Never throws for conntrackd's sake: a daemon that cannot start leaves the phase `unavailable`.
  */
-export function startConnectionSync(ctx: AgentContext, config: Config, inputs: { resolved: ResolvedInterface; binary?: string }): Promise<ConnectionSyncPhase> {
+export function startConnectionSync(ctx: AgentContext, config: Config, inputs: ConnectionSyncInputs): Promise<ConnectionSyncPhase> {
   return runPhase(ctx, 'connection sync', async (own) => {
     const { log } = ctx;
     const cs = config.dataplane.connectionSync;
@@ -101,6 +119,8 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     const conntrack: Executor = commandExecutor(['conntrack'], { timeoutMs: config.dataplane.commandTimeoutMs });
     // on a takeover's path: bounded like the commit
     const closer: Executor = commandExecutor(['conntrack'], { timeoutMs: cs.commitTimeoutMs });
+    // the preempt hold's bound, ms (reloadable)
+    let resyncTimeoutMs = cs.resyncTimeoutMs;
     const st: ConnectionSyncStatus = {
       state: 'starting',
       internalEntries: null,
@@ -326,9 +346,9 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
     if (st.preemptHold) {
       const holdTimer = setInterval(() => {
         if (!st.preemptHold) return clearInterval(holdTimer);
-        if (performance.now() - startedAt >= cs.resyncTimeoutMs || st.state === 'unavailable') {
+        if (performance.now() - startedAt >= resyncTimeoutMs || st.state === 'unavailable') {
           clearInterval(holdTimer);
-          return release(st.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${cs.resyncTimeoutMs} ms)`);
+          return release(st.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${resyncTimeoutMs} ms)`);
         }
         tick();
       }, HOLD_POLL_MS);
@@ -380,12 +400,17 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: {
         spawnDaemon();
       });
     };
+    const status = (): ConnectionSyncStatus => ({ ...st, lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt) });
     return {
+      reconfigure: async ({ next }: Change) => {
+        resyncTimeoutMs = next.dataplane.connectionSync.resyncTimeoutMs;
+      },
       commit,
       resync,
       held: () => st.preemptHold,
       onRelease: (cb) => void releases.push(cb),
-      status: () => ({ ...st, lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt) }),
+      status,
+      report: () => ({ connectionSync: status() }),
     };
   });
 }

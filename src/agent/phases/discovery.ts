@@ -17,17 +17,40 @@
  * this phase starts after it and only ever patches it.
  */
 import { existsSync } from 'node:fs';
-import type { Config } from '../config/index.js';
-import { ConfigError } from '../errors.js';
-import type { HealthChecker } from '../health/checker.js';
-import type { Verdict } from '../health/verdict.js';
-import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../discovery/index.js';
-import { canonicalAddress } from '../net/address.js';
-import { formatHostPort } from '../net/hostport.js';
-import type { Logger } from '../log/log.js';
-import { updateMembership, type ElectionPhase } from './election.js';
-import type { HealthFollowers } from './health.js';
-import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
+import type { Config } from '../../config/index.js';
+import { ConfigError } from '../../errors.js';
+import type { HealthChecker } from '../../health/checker.js';
+import type { Verdict } from '../../health/verdict.js';
+import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../../discovery/index.js';
+import { canonicalAddress } from '../../net/address.js';
+import { formatHostPort } from '../../net/hostport.js';
+import type { Logger } from '../../log/log.js';
+import { updateMembership, type MembershipHolder } from '../membership-update.js';
+import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec } from '../phase.js';
+
+/** What discovery feeds (getters: a reload's re-run replaces them). */
+export interface DiscoveryInputs {
+  checker: HealthChecker;
+  /** The planes that follow the backend set (re-synced when it changes) and the policy (re-evaluated). */
+  followers: () => { lb?: { sync(): Promise<unknown> }; localLb?: { sync(): Promise<unknown> }; policy?: { evaluate(): void } };
+  /** The running election, if any (a reload's hand-over replaces it). */
+  election: () => MembershipHolder | null;
+  /** Resolves once the election has its first outcome (null: no election): the Kubernetes client's import waits for it. */
+  firstOutcome?: Promise<void> | null;
+}
+
+/**
+ * Phase 9, discovery: owns the checker's backend set (seed, EndpointSlices, last-known file).
+ * A new seed or discovery section applies in place.
+ */
+export const discoveryPhase: PhaseSpec<DiscoveryInputs, DiscoveryPhase> = {
+  name: 'discovery',
+  settings: [
+    { path: 'apiserver.backends', on: 'reconfigure', does: 'backend set replaced (kept backends keep their state)' },
+    { path: 'discovery', on: 'reconfigure', does: 'discovery restarted with the new settings (the backend set stays until it answers)' },
+  ],
+  start: startDiscovery,
+};
 
 /** What the discovery phase exposes. */
 export interface DiscoveryPhase extends PhaseHandle {
@@ -38,10 +61,10 @@ export interface DiscoveryPhase extends PhaseHandle {
   /** Discovery's counters and state; null without a `discovery` section. */
   stats(): DiscoveryStats | null;
   /**
-   * A reload: the new seed and discovery settings. A changed `discovery` section restarts the
-   * watch (the set stays until the new one answers); otherwise only the seed changes.
+   * The new seed and discovery settings. A changed `discovery` section restarts the watch (the
+   * set stays until the new one answers); otherwise only the seed changes.
    */
-  reconfigure(config: Config): Promise<void>;
+  setConfig(config: Config): Promise<void>;
 }
 
 /**
@@ -49,18 +72,20 @@ export interface DiscoveryPhase extends PhaseHandle {
  * discovery runs in the background. A kubeconfig that is missing is waited for.
  * @throws ConfigError (discovery.kubeconfig) when the kubeconfig exists but is malformed.
  */
-export function startDiscovery(
-  ctx: AgentContext,
-  config: Config,
-  inputs: {
-    checker: HealthChecker;
-    followers: HealthFollowers; /** The running election, if any (a reload's hand-over replaces it). */
-    election: () => ElectionPhase | null;
-  },
-): Promise<DiscoveryPhase> {
+export function startDiscovery(ctx: AgentContext, config: Config, inputs: DiscoveryInputs): Promise<DiscoveryPhase> {
   return runPhase(ctx, 'discovery', async (own) => {
-    const { checker, followers: f, election } = inputs;
+    const { checker, election } = inputs;
     const { log } = ctx;
+    // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to
+    // import: not before the election has a first outcome, or a starting Backup's takeover (its
+    // Master_Down_Timer) is delayed by it and a cold start of a control plane goes to a lower
+    // priority first, then moves. Afterwards a held thread costs nothing: the pacer covers an
+    // Active's adverts, and a Backup reads the adverts waiting in its socket before its late timer acts
+    if (config.discovery !== null && inputs.firstOutcome && !ctx.signal.aborted) {
+      const t0 = performance.now();
+      await Promise.race([inputs.firstOutcome, new Promise<void>((r) => ctx.signal.addEventListener('abort', () => r(), { once: true }))]);
+      log.debug({ waitedMs: Math.round(performance.now() - t0) }, "discovery starts after the election's first outcome");
+    }
     let cfg = config;
     let current: SourcedBackend[] = cfg.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const }));
     let disc: Discovery | null = null;
@@ -71,9 +96,10 @@ export function startDiscovery(
       checker.setBackends(set.map((s) => s.backend));
       // the planes read the checker's verdicts: a new backend is unknown (no traffic), one that
       // left is not in the set (no new connections; established ones untouched)
+      const f = inputs.followers();
       void f.lb?.sync();
       void f.localLb?.sync();
-      f.balancing?.evaluate();
+      f.policy?.evaluate();
       const members = membersOf(set);
       const key = members.join(',');
       // the election hears of members only from discovery (without it, the seed is in its config)
@@ -124,23 +150,31 @@ export function startDiscovery(
       sources: () => new Map(current.map((s) => [formatHostPort(s.backend), s.source])),
       members: () => membersOf(current),
       stats: () => disc?.stats() ?? null,
-      async reconfigure(next: Config) {
-        const before = JSON.stringify(cfg.discovery);
-        cfg = next;
-        if (JSON.stringify(next.discovery) !== before) {
-          const old = disc;
-          disc = null;
-          await old?.stop();
-          disc = await startWatch(next);
-          if (disc === null) apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
-          log.info({ discovery: next.discovery === null ? 'off' : 'restarted' }, 'discovery: settings changed');
-        } else if (disc !== null) {
-          disc.setSeed(next.apiserver.backends);
-        } else {
-          apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
-        }
+      report: () => {
+        const stats = disc?.stats() ?? null;
+        return { sources: new Map(current.map((s) => [formatHostPort(s.backend), s.source])), ...(stats === null ? {} : { discovery: stats }) };
       },
+      reconfigure: async ({ has, next }: Change) => {
+        if (has('apiserver.backends') || has('discovery')) await setConfig(next);
+      },
+      setConfig,
     };
+    async function setConfig(next: Config): Promise<void> {
+      const before = JSON.stringify(cfg.discovery);
+      cfg = next;
+      if (JSON.stringify(next.discovery) !== before) {
+        const old = disc;
+        disc = null;
+        await old?.stop();
+        disc = await startWatch(next);
+        if (disc === null) apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
+        log.info({ discovery: next.discovery === null ? 'off' : 'restarted' }, 'discovery: settings changed');
+      } else if (disc !== null) {
+        disc.setSeed(next.apiserver.backends);
+      } else {
+        apply(next.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const })));
+      }
+    }
   });
 }
 
@@ -163,7 +197,7 @@ export function membersOf(set: readonly SourcedBackend[]): string[] {
  * @param confirmed the hosts of `members` that came from the EndpointSlices (membership.ts: a seed
  *   host not yet listed is still waited for; one listed and then gone has left).
  */
-export async function feedElection(election: ElectionPhase | null, members: readonly string[], confirmed: readonly string[], log: Logger): Promise<void> {
+export async function feedElection(election: MembershipHolder | null, members: readonly string[], confirmed: readonly string[], log: Logger): Promise<void> {
   if (election === null) return;
   try {
     await updateMembership(election, { discovered: members, confirmed }, log);
