@@ -17,6 +17,7 @@ import { commandExecutor, NftablesApplier } from '../dataplane/apply.js';
 import { TableWatch } from '../dataplane/nftwatch.js';
 import { NftWatch } from '../native.js';
 import { flushBackend, flushVip } from '../dataplane/conntrack.js';
+import { probeClients } from '../dataplane/probe.js';
 import type { StatusDocument } from '../observe/status.js';
 import type { InterfaceInfo } from '../vip/netlink.js';
 import { runPhase, type AgentContext, type PhaseHandle } from './phase.js';
@@ -88,11 +89,14 @@ export function startVipDataplane(
           return r;
         },
         flush: (vip, port, backend) => flushBackend(vip, port, backend, { exec: conntrack }),
+        probe: (vip, port, clients) => probeClients(vip, port, clients),
         log,
         traffic: () => tracker.status(),
       },
       { family: config.family, vips: config.vips, port: api.port, local, sourceNat: sourceNatOf(config) },
     );
+    // a dead backend's probes finish before the table (whose rule leaves them untracked) goes
+    own.defer("dead backends' probes", () => plane.probing());
     let timestamps = false;
     const wantTimestamps = (): void => {
       if (!rebalance.enabled || timestamps) return;

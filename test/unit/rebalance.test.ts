@@ -440,6 +440,8 @@ describe('connections in /metrics and on the status page', () => {
       lastApplyMs: 4.5,
       lastError: null,
       flushedEntries: 7,
+      probesSent: 8,
+      probesFailed: 0,
       restores: 0,
       lastRestore: null,
       connections: { '10.0.0.11:6443': 142, '10.0.0.12:6443': 3 },
