@@ -182,6 +182,11 @@ export function startElection(
         else outcome();
       }
       if ((ev.type === 'master' && !ev.preempting) || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
+      // the commit before the VIPs brought back the entries of any backend already judged dead
+      // (the silent master's may be judged while it runs): they are deleted again and their
+      // clients probed now that the VIPs are here (a probe's answer must reach this node; the
+      // announcement is next in the engine's queue, before the reset's nft and conntrack runs end)
+      if (sync && ev.type === 'log' && ev.msg === VIPS_ADDED && ev.fields?.reason === undefined) void inputs.followers.lb?.resetDeadAgain();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
