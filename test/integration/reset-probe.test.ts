@@ -18,15 +18,17 @@
  *
  * Without the probes (before them) the n3 streams hung until the clients' own timeouts.
  */
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { compiledScript, onJsonLines } from '../../lab/lab.js';
+import { compiledScript, onJsonLines, packageRoot } from '../../lab/lab.js';
 import { restoreNodes, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
 import type { StreamRecord } from '../../lab/clients/watch-streams.js';
 import { PROBE_PACKETS_PER_SECOND } from '../../src/dataplane/probe.js';
 import { VIP_PLANE_MESSAGES } from '../../src/dataplane/controller.js';
+import { TCP_PROBE_MAX_CLIENTS } from '../../src/native.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'btk';
@@ -77,6 +79,119 @@ function parseTcpdump(text: string): Segment[] {
   }
   return out;
 }
+
+/**
+ * The sender alone (native/tcp_probe.cc), in two namespaces of its own (btl-p ⇄ btl-q, a veth
+ * pair, 10.78.202.0/24 and fd78:202::/64; btl-q drops what it gets: nothing listens, no
+ * forwarding): the most clients one call takes, the pace, the mark, a refusal, the event loop.
+ */
+describe.skipIf(needs('root', 'nft'))('the TCP probe sender on the real kernel (root; skipped otherwise)', () => {
+  const P = 'btl-p';
+  const Q = 'btl-q';
+  const run = (args: string[]): string => {
+    const r = spawnSync(args[0]!, args.slice(1), { encoding: 'utf8', timeout: 10_000 });
+    if (r.status !== 0) throw new Error(`${args.join(' ')}: ${r.stderr}`);
+    return r.stdout;
+  };
+  const teardown = (): void => {
+    for (const ns of [P, Q]) spawnSync('ip', ['netns', 'del', ns], { timeout: 10_000 });
+  };
+  beforeAll(() => {
+    teardown();
+    run(['ip', 'netns', 'add', P]);
+    run(['ip', 'netns', 'add', Q]);
+    run([
+      'ip',
+      '-n',
+      P,
+      'link',
+      'add',
+      'btlp',
+      'address',
+      '02:78:ca:00:00:01',
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'btlq',
+      'address',
+      '02:78:ca:00:00:02',
+      'netns',
+      Q,
+    ]);
+    for (const [ns, dev, host] of [
+      [P, 'btlp', 1],
+      [Q, 'btlq', 2],
+    ] as const) {
+      run(['ip', '-n', ns, 'link', 'set', dev, 'up']);
+      run(['ip', '-n', ns, 'addr', 'add', `10.78.202.${host}/24`, 'dev', dev]);
+      run(['ip', '-n', ns, 'addr', 'add', `fd78:202::${host}/64`, 'dev', dev, 'nodad']);
+    }
+    // the probes' destinations are nobody's: their frames go to btl-q, which drops them
+    run(['ip', '-n', P, 'neigh', 'replace', '10.78.202.9', 'lladdr', '02:78:ca:00:00:02', 'dev', 'btlp', 'nud', 'permanent']);
+    run(['ip', '-n', P, 'neigh', 'replace', 'fd78:202::9', 'lladdr', '02:78:ca:00:00:02', 'dev', 'btlp', 'nud', 'permanent']);
+    run(['ip', '-n', P, 'neigh', 'replace', '10.78.202.66', 'lladdr', '02:78:ca:00:00:02', 'dev', 'btlp', 'nud', 'permanent']);
+    run(['ip', '-n', P, 'neigh', 'replace', 'fd78:202::66', 'lladdr', '02:78:ca:00:00:02', 'dev', 'btlp', 'nud', 'permanent']);
+  });
+  afterAll(teardown);
+
+  for (const family of [4, 6] as const) {
+    it(`IPv${family}: ${TCP_PROBE_MAX_CLIENTS} clients go out paced (≥ their count / the pace), every packet marked, a refused one counted with its errno, the event loop free`, () => {
+      const dst = family === 4 ? '10.78.202.9' : 'fd78:202::9';
+      const dropped = family === 4 ? '10.78.202.66' : 'fd78:202::66';
+      const l3 = family === 4 ? 'ip' : 'ip6';
+      // counts every packet that carries the mark at the output hook (before any other chain), and drops the probes to one client
+      spawnSync('ip', ['netns', 'exec', P, 'nft', 'delete', 'table', 'inet', 'btl'], { timeout: 10_000 });
+      const nft = spawnSync('ip', ['netns', 'exec', P, 'nft', '-f', '-'], {
+        input: `table inet btl {\n\tcounter marked {}\n\tchain out {\n\t\ttype filter hook output priority -400; policy accept;\n\t\tmeta mark 0xba counter name marked\n\t\t${l3} daddr ${dropped} drop\n\t}\n}\n`,
+        encoding: 'utf8',
+        timeout: 10_000,
+      });
+      expect(nft.stderr).toBe('');
+      const rx = (): number =>
+        (JSON.parse(run(['ip', '-n', Q, '-s', '-j', 'link', 'show', 'btlq'])) as { stats64: { rx: { packets: number } } }[])[0]!.stats64.rx.packets;
+      const before = rx();
+      const script = `
+        const { sendTcpProbes } = await import(${JSON.stringify(join(packageRoot(), 'dist', 'src', 'native.js'))});
+        let ticks = 0;
+        const timer = setInterval(() => ticks++, 10);
+        const clients = Array.from({ length: ${TCP_PROBE_MAX_CLIENTS} }, (_, i) => ({ address: ${JSON.stringify(dst)}, port: 1 + i }));
+        clients[0] = { address: ${JSON.stringify(dropped)}, port: 40000 };
+        const t0 = performance.now();
+        const r = await sendTcpProbes({ family: ${family}, source: ${JSON.stringify(family === 4 ? '10.78.202.100' : 'fd78:202::100')}, sourcePort: 6443, mark: 0xba, packetsPerSecond: ${PROBE_PACKETS_PER_SECOND}, clients });
+        const ms = performance.now() - t0;
+        clearInterval(timer);
+        console.log(JSON.stringify({ sent: r.sent, failed: r.failed, error: r.error ? { code: r.error.code, errno: r.error.errno, syscall: r.error.syscall, message: r.error.message } : null, ms, ticks }));`;
+      const child = spawnSync('ip', ['netns', 'exec', P, process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 });
+      expect(child.stderr).toBe('');
+      const r = JSON.parse(child.stdout) as {
+        sent: number;
+        failed: number;
+        error: { code: string; errno: number; syscall: string; message: string } | null;
+        ms: number;
+        ticks: number;
+      };
+      const counted = (
+        JSON.parse(run(['ip', 'netns', 'exec', P, 'nft', '-j', 'list', 'counter', 'inet', 'btl', 'marked'])) as {
+          nftables: { counter?: { packets: number } }[];
+        }
+      ).nftables.find((o) => o.counter)!.counter!.packets;
+      const packets = 2 * TCP_PROBE_MAX_CLIENTS;
+      // the pace: packet i leaves no earlier than i / rate after the first (batches of up to 64 at once)
+      const floorMs = (1000 * (packets - 64)) / PROBE_PACKETS_PER_SECOND;
+      console.log(
+        `[reset-probe sender] IPv${family}: ${JSON.stringify({ ...r, error: r.error?.code })}, marked at the output hook ${counted}, received in btl-q ${rx() - before}, pace floor ${floorMs} ms`,
+      );
+      expect(r).toMatchObject({ sent: packets - 2, failed: 2, error: { code: 'EPERM', errno: 1, syscall: 'sendmmsg' } });
+      expect(r.error!.message).toMatch(/^sendmmsg failed on a raw IPv[46] socket: EPERM \(Operation not permitted\); an output rule/);
+      expect(counted).toBe(packets);
+      expect(rx() - before).toBeGreaterThanOrEqual(packets - 2);
+      expect(r.ms).toBeGreaterThanOrEqual(floorMs);
+      // the sends ran on a worker thread: the event loop kept its 10 ms timer going (a quarter of the ticks, on 2 shared cores)
+      expect(r.ticks).toBeGreaterThanOrEqual(floorMs / 10 / 4);
+    }, 40_000);
+  }
+});
 
 describe.skipIf(needs('root', 'conntrack', 'conntrackd', 'tcpdump'))("a dead backend's watch clients are reset at once (root; skipped otherwise)", () => {
   let lab: Lab;
