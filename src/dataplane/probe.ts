@@ -18,8 +18,10 @@
  * which ballast's table matches to leave them untracked (nftables.ts, "Probes"). Linux answers
  * an unacceptable segment with at most one ACK per net.ipv4.tcp_invalid_ratelimit (500 ms) per
  * socket: the client answers the first probe, and the second only where the first fell inside
- * its window. Probes are datagrams: a lost probe or answer leaves that client to its own timeout,
- * as before. A client that is not Linux answers the same way (RFC 9293 §3.10.7.4).
+ * its window; when the RST has already ended the connection, the client's kernel answers the
+ * second probe with a RST of its own, which ends at this node. Probes are datagrams: a lost probe
+ * or answer leaves that client to its own timeout, as before. A client that is not Linux answers
+ * the same way (RFC 9293 §3.10.7.4).
  *
  * The bound: a client of a dead backend gets its RST within the flush and the probes' pace
  * (two packets per client at {@link PROBE_PACKETS_PER_SECOND}) plus one round trip after the
