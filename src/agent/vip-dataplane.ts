@@ -78,6 +78,7 @@ export function startVipDataplane(
       target: () => plane.target(),
       settings: () => rebalance,
       evict: (family, flows) => a.evict(family, flows, { signal: ctx.signal }),
+      probe: (vip, clients, backend) => plane.probe(vip, clients, { backend, why: 'rebalance' }),
       log,
     });
     const plane = new LoadBalancer(

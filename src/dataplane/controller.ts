@@ -77,7 +77,7 @@ export interface VipPlaneStatus {
   lastApplyMs: number | null;
   /** Conntrack entries deleted for dead backends since start. */
   flushedEntries: number;
-  /** TCP probes sent to the clients of those flows since start (two per client; probe.ts). */
+  /** TCP probes sent since start to the clients of flows reset here (a dead backend's, the rebalancer's; two per client; probe.ts). */
   probesSent: number;
   /** Probes the kernel refused since start (e.g. an output rule dropped them). */
   probesFailed: number;
@@ -101,8 +101,8 @@ export interface DataplaneStatus extends VipPlaneStatus {
 export const VIP_PLANE_MESSAGES = {
   applyFailed: 'data plane apply failed; the previous rules stay',
   resetFailed: 'cannot reset connections to a dead backend',
-  probed: 'dead backend: its clients were probed, each answers and gets a RST',
-  probeFailed: "cannot probe a dead backend's clients: those that only receive wait for their own timeout",
+  probed: 'the clients of reset flows were probed: each answers and gets a RST',
+  probeFailed: 'cannot probe the clients of reset flows: those that only receive wait for their own timeout',
 } as const;
 
 /** The nftables data plane of the VIPs of one family. */
@@ -213,7 +213,7 @@ export class LoadBalancer implements Plane {
         const r = await this.#deps.flush(vip, this.#o.port, { address: v.backend.host, port: v.backend.port });
         n += r.deleted;
         clients += r.clients.length;
-        if (r.clients.length > 0) this.#probe(name, vip, r.clients);
+        if (r.clients.length > 0) this.probe(vip, r.clients, { backend: name, why: 'dead' });
       } catch (err) {
         this.#deps.log.warn({ backend: name, err: (err as Error).message }, VIP_PLANE_MESSAGES.resetFailed);
       }
@@ -228,19 +228,25 @@ export class LoadBalancer implements Plane {
     while (this.#probing.size > 0) await Promise.all(this.#probing);
   }
 
-  /** Probes `clients` of `vip` (deps.probe), counted and logged when done; never rejects. */
-  #probe(backend: string, vip: string, clients: readonly FlowClient[]): void {
+  /**
+   * Probes `clients`, whose flows to `vip` were just reset (their conntrack entries deleted), from
+   * `vip`:port (deps.probe; probe.ts), so that each answers and gets its RST at once: a dead
+   * backend's flows (reset), the rebalancer's (rebalance.ts; their answers meet the evict mark).
+   * Runs on after this returns, counted in the status and logged (`backend`, `why`) when done;
+   * {@link probing} waits for it. Never throws.
+   */
+  probe(vip: string, clients: readonly FlowClient[], context: { backend: string; why: 'dead' | 'rebalance' }): void {
     const probe = this.#deps.probe;
-    if (!probe) return;
+    if (!probe || clients.length === 0) return;
     const p = probe(vip, this.#o.port, clients).then(
       (r) => {
         this.#st.probesSent += r.sent;
         this.#st.probesFailed += r.failed;
-        const fields = { backend, vip, clients: r.clients, probes: r.sent, failed: r.failed, durationMs: Math.round(r.durationMs * 10) / 10 };
+        const fields = { ...context, vip, clients: r.clients, probes: r.sent, failed: r.failed, durationMs: Math.round(r.durationMs * 10) / 10 };
         if (r.failed > 0) this.#deps.log.warn({ ...fields, err: r.error }, VIP_PLANE_MESSAGES.probeFailed);
         else this.#deps.log.info(fields, VIP_PLANE_MESSAGES.probed);
       },
-      (err: unknown) => this.#deps.log.warn({ backend, vip, clients: clients.length, err: (err as Error).message }, VIP_PLANE_MESSAGES.probeFailed),
+      (err: unknown) => this.#deps.log.warn({ ...context, vip, clients: clients.length, err: (err as Error).message }, VIP_PLANE_MESSAGES.probeFailed),
     );
     const tracked = p.finally(() => this.#probing.delete(tracked));
     this.#probing.add(tracked);
