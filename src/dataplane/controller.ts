@@ -238,7 +238,14 @@ export class LoadBalancer implements Plane {
   probe(vip: string, clients: readonly FlowClient[], context: { backend: string; why: 'dead' | 'rebalance' }): void {
     const probe = this.#deps.probe;
     if (!probe || clients.length === 0) return;
-    const p = probe(vip, this.#o.port, clients).then(
+    let started: Promise<ProbeReport>;
+    try {
+      started = probe(vip, this.#o.port, clients);
+    } catch (err) {
+      // a sender that throws at once is a failure like one that rejects
+      started = Promise.reject(err);
+    }
+    const p = started.then(
       (r) => {
         this.#st.probesSent += r.sent;
         this.#st.probesFailed += r.failed;

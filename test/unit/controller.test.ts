@@ -182,6 +182,20 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     expect(status().probesSent).toBe(2);
   });
 
+  it('a sender that throws at once is logged like one that rejects; the reset goes on', async () => {
+    const { source, r, plane, state, logs, status } = balancer([B1, B2]);
+    state.clients.set('10.0.0.12', [{ address: '10.0.0.50', port: 40000 }]);
+    state.probeWith = () => {
+      throw new TypeError('batch.clients[0].address must be an IPv4 address');
+    };
+    source.judge(verdict(B1, 'up'));
+    source.judge(verdict(B2, CAUSES.refused));
+    await r.sync();
+    await plane.probing();
+    expect(logs.warn).toStrictEqual([VIP_PLANE_MESSAGES.probeFailed]);
+    expect(status()).toMatchObject({ backends: [B1], flushedEntries: 2, probesSent: 0 });
+  });
+
   it('a probe that fails, or whose packets the kernel refused, is logged and counted; nothing else changes', async () => {
     const { source, r, plane, state, logs, status } = balancer([B1, B2, B3]);
     state.clients.set('10.0.0.12', [{ address: '10.0.0.50', port: 40000 }]);
