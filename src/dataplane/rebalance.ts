@@ -399,7 +399,11 @@ export class ConnectionTracker {
     }
     // their clients, per VIP: a watch speaks only when asked
     const byVip = new Map<string, { address: string; port: number }[]>();
-    for (const f of flows) byVip.set(f.vip, [...(byVip.get(f.vip) ?? []), { address: f.source, port: f.sourcePort }]);
+    for (const f of flows) {
+      const list = byVip.get(f.vip) ?? [];
+      list.push({ address: f.source, port: f.sourcePort });
+      byVip.set(f.vip, list);
+    }
     for (const [vip, clients] of byVip) this.#deps.probe?.(vip, clients, backend);
     this.#memory = recordResets(this.#memory, now, deleted, d.total);
     if (deleted === 0) return;
