@@ -46,6 +46,12 @@ const SOURCES = 6;
 const BACKOFF_MS = 600;
 /** Scheduling slack on 2 shared cores (agents, conntrackd, 240 TLS streams in one client). */
 const MARGIN_MS = 250;
+/**
+ * After the dead holder's backend is judged dead, its reset runs one `nft -f` and one
+ * `conntrack -D` (two child processes, 50–150 ms each on 2 loaded shared cores) before the
+ * probes go out; with scheduling, ms.
+ */
+const RESET_MARGIN_MS = 400;
 /** How long the streams run after the takeover, ms: several event intervals, and past a killed holder's VIP lifetime. */
 const AFTER_MS = 3000;
 /** Gaps between events longer than this are recorded (1.5 event intervals), ms. */
@@ -208,7 +214,7 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
             confirmDeadlineMs(ADVERT_MS, INTERVAL_MS) +
             commitMs +
             (1000 * 2 * lost.length) / PROBE_PACKETS_PER_SECOND +
-            MARGIN_MS;
+            RESET_MARGIN_MS;
           const lostEnd = lost.map((r) => (r.end === 'reset' && r.endedAt !== null ? r.endedAt - killedAt : Infinity)).sort((x, y) => x - y);
           const kept = survivors.filter((r) => r.end === null && (r.lastEventAt ?? 0) > takeoverAt + EVENT_MS);
           const ended = records.filter((r) => r.end !== null);
