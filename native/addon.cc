@@ -1,6 +1,6 @@
 // ballast.node: the raw VRRP socket, the packet socket, the BPF socket load balancer,
-// sock_diag, the nftables change events and the sd_notify(3) datagram (see src/native.ts, the only
-// module that loads this). Context-aware: every environment (main thread, each worker) gets
+// sock_diag, the nftables change events, the sd_notify(3) datagram and the TCP probes (see
+// src/native.ts, the only module that loads this). Context-aware: every environment (main thread, each worker) gets
 // its own class constructors as instance data, and nothing global holds a napi value.
 #include <napi.h>
 
@@ -12,6 +12,7 @@
 #include "notify.h"
 #include "packet_socket.h"
 #include "sock_diag.h"
+#include "tcp_probe.h"
 #include "vrrp_socket.h"
 
 namespace ballast {
@@ -41,6 +42,8 @@ class Addon : public Napi::Addon<Addon> {
     exports.Set("trimMalloc", Napi::Function::New<TrimMalloc>(env, "trimMalloc"));
     exports.Set("releaseFilePages", Napi::Function::New<ReleaseFilePages>(env, "releaseFilePages"));
     exports.Set("conntrackVipFlows", Napi::Function::New<ConntrackVipFlows>(env, "conntrackVipFlows"));
+    exports.Set("tcpProbePacket", Napi::Function::New<TcpProbePacket>(env, "tcpProbePacket"));
+    exports.Set("sendTcpProbes", Napi::Function::New<SendTcpProbes>(env, "sendTcpProbes"));
   }
 
  private:

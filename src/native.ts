@@ -17,6 +17,7 @@
  *   native/notify.ts         notify (sd_notify)
  *   native/memory.ts         releaseMemory (malloc_trim, read-only file pages)
  *   native/conntrack.ts      conntrackVipFlows (ctnetlink)
+ *   native/tcp-probe.ts      sendTcpProbes, tcpProbePacket (raw IPPROTO_RAW socket)
  *
  * Every failure of a system call arrives as a NativeError; branch on `code`, never on `message`.
  */
@@ -35,6 +36,9 @@ export type {
   SockLbEntry,
   SockLbReverse,
   TcpSocketFilter,
+  TcpProbeBatch,
+  TcpProbeResult,
+  TcpProbeSegment,
   TcpSocketInfo,
   VrrpSocketStats,
 } from './native/addon.js';
@@ -47,3 +51,4 @@ export * from './native/lock.js';
 export * from './native/notify.js';
 export * from './native/memory.js';
 export * from './native/conntrack.js';
+export * from './native/tcp-probe.js';

@@ -359,6 +359,7 @@ export function agentPhases(deps: {
           authKeys: h.preflight!.authKeys,
           checker,
           sync: h.connectionSync ?? null,
+          vipPlane: () => h.vipDataplane?.lb ?? null,
           discovered: () => h.discovery?.members() ?? null,
         }),
       }),

@@ -9,7 +9,8 @@
  * with no backend left, deliver it to the node itself, which answers with a RST as well. Either
  * way the RST goes back through the node's NAT to the client, which reconnects. So call this
  * AFTER the ruleset without the dead backend was applied: otherwise the pickup may pick the dead
- * backend again.
+ * backend again. A client that only receives (a watch) sends no next segment: the deleted
+ * entries name each flow's client, and probe.ts asks it for one.
  *
  * The flows are found by their tuples (conntrack(8)): original destination = VIP:port (so only
  * ballast's flows: kube-proxy's flows to the same apiserver have the ClusterIP there), reply
@@ -31,6 +32,47 @@ export interface FlushOptions {
   exec?: Executor;
 }
 
+/** The client side of a flow through the VIP: its original source address and port. */
+export interface FlowClient {
+  address: string;
+  port: number;
+}
+
+/** What {@link flushBackend} deleted. */
+export interface FlushedFlows {
+  /** entries deleted (the last run's count; see flushBackend) */
+  deleted: number;
+  /**
+   * the clients of the deleted flows whose TCP state leaves the client waiting on the flow
+   * (conntrack's ESTABLISHED, SYN_RECV, FIN_WAIT, CLOSE_WAIT, LAST_ACK; not SYN_SENT, whose client
+   * repeats its SYN anyway, nor TIME_WAIT or CLOSE), each once, in the order conntrack printed them
+   */
+  clients: FlowClient[];
+}
+
+/** conntrack's TCP states (conntrack(8) `--state`) in which the client still waits on the flow. */
+const OPEN_STATES = new Set(['ESTABLISHED', 'SYN_RECV', 'FIN_WAIT', 'CLOSE_WAIT', 'LAST_ACK']);
+
+/**
+ * The clients of the entries conntrack(8) printed, one entry a line in its default format
+ * (`tcp      6 431999 ESTABLISHED src=C dst=VIP sport=P dport=6443 [UNREPLIED] src=B …`): the
+ * original tuple's source address and port of each entry in an {@link OPEN_STATES} state, each
+ * client once. Lines of another shape are skipped.
+ */
+export function parseFlowClients(stdout: string, into: FlowClient[] = [], seen = new Set<string>()): FlowClient[] {
+  for (const m of stdout.matchAll(/^tcp +\d+ +\d+ +([A-Z_0-9]+) +src=(\S+) +dst=\S+ +sport=(\d+) /gm)) {
+    if (!OPEN_STATES.has(m[1]!)) continue;
+    const port = Number(m[3]);
+    const address = addressFamily(m[2]!) === null ? null : canonicalAddress(m[2]!);
+    if (address === null || !(port >= 1 && port <= 65535)) continue;
+    const key = `${address} ${port}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    into.push({ address, port });
+  }
+  return into;
+}
+
 /**
  * Deletes the conntrack entries of TCP flows that were sent to `vip`:`port` and DNATed to
  * `backend` (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT
@@ -44,14 +86,16 @@ export interface FlushOptions {
  * @param vip a VIP (IPv4 or IPv6), of the same family as `backend.address`.
  * @param port the VIP's TCP port, 1..65535.
  * @param backend the dead backend: its address and port.
- * @returns the number of entries the last run deleted (0 when there were none; that is not an
- *   error); runs cut short by a vanished entry deleted some more, uncounted.
+ * @returns `deleted`: the number of entries the last run deleted (0 when there were none; that is
+ *   not an error; runs cut short by a vanished entry deleted some more, uncounted); `clients`: the
+ *   clients of the flows every run deleted (conntrack prints each entry it deletes), see
+ *   {@link FlushedFlows}.
  * @throws TypeError for a malformed argument (nothing ran).
  * @throws DataplaneError (code BALLAST_E_DATAPLANE) when conntrack cannot run (not installed:
  *   `apt-get install conntrack`), fails (e.g. no CAP_NET_ADMIN), or hangs: the default executor
  *   kills a conntrack still running after COMMAND_TIMEOUT_MS (5 s, see apply.ts commandExecutor).
  */
-export async function flushBackend(vip: string, port: number, backend: Pick<Backend, 'address' | 'port'>, opts: FlushOptions = {}): Promise<number> {
+export async function flushBackend(vip: string, port: number, backend: Pick<Backend, 'address' | 'port'>, opts: FlushOptions = {}): Promise<FlushedFlows> {
   const family = addressFamily(vip);
   if (family === null) throw new TypeError(`vip: not an IP address: ${JSON.stringify(vip)}`);
   if (addressFamily(backend.address) !== family) {
@@ -61,7 +105,9 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
     ['port', port],
     ['backend.port', backend.port],
   ]);
-  return deleteEntries(
+  const clients: FlowClient[] = [];
+  const seen = new Set<string>();
+  const deleted = await deleteEntries(
     family,
     [
       '--orig-dst',
@@ -74,15 +120,17 @@ export async function flushBackend(vip: string, port: number, backend: Pick<Back
       String(backend.port),
     ],
     opts.exec ?? conntrackExecutor,
+    (stdout) => parseFlowClients(stdout, clients, seen),
   );
+  return { deleted, clients };
 }
 
 /**
  * Deletes the conntrack entries of every TCP flow sent to `vip`:`port`, whatever its backend
  * (`conntrack -D -f ipv4|ipv6 -p tcp --orig-dst VIP --orig-port-dst PORT [--state STATE]`):
  * connection sync's purge of a node that no longer holds the VIP, and of the closing flows a
- * commit brought (src/agent/phases/connection-sync.ts). Same retries, result and errors as
- * {@link flushBackend}.
+ * commit brought (src/agent/phases/connection-sync.ts). Same retries and errors as {@link flushBackend}.
+ * @returns the entries the last run deleted, as flushBackend's `deleted`.
  * @param state only the entries in this TCP state (conntrack(8) `--state`, e.g. TIME_WAIT); absent: all.
  * @throws TypeError for a malformed argument (nothing ran); DataplaneError as flushBackend.
  */
@@ -130,8 +178,11 @@ function checkPorts(ports: readonly (readonly [string, number])[]): void {
   }
 }
 
-/** `conntrack -D -f FAMILY -p tcp <match>`, repeated when an entry vanished under it; @returns the count of the last run. */
-async function deleteEntries(family: 4 | 6, match: readonly string[], exec: Executor): Promise<number> {
+/**
+ * `conntrack -D -f FAMILY -p tcp <match>`, repeated when an entry vanished under it; `printed`
+ * gets each run's stdout (the entries it deleted). @returns the count of the last run.
+ */
+async function deleteEntries(family: 4 | 6, match: readonly string[], exec: Executor, printed?: (stdout: string) => void): Promise<number> {
   const args = ['-D', '-f', family === 4 ? 'ipv4' : 'ipv6', '-p', 'tcp', ...match];
   for (let attempt = 1; ; attempt++) {
     let r;
@@ -146,6 +197,7 @@ async function deleteEntries(family: 4 | 6, match: readonly string[], exec: Exec
         { cause: err },
       );
     }
+    printed?.(r.stdout);
     // conntrack-tools 1.4.x: "conntrack v1.4.7 (conntrack-tools): N flow entries have been deleted."
     // on stderr; exit status 1 when N is 0
     const m = /(\d+) flow entr(?:y has|ies have) been deleted/.exec(r.stderr);

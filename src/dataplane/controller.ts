@@ -1,10 +1,11 @@
 /**
  * The VIP's data plane as a reconcile {@link Plane} (reconcile.ts): apply = one nftables
  * transaction of the ready set, reset = delete the conntrack entries of a dead backend's flows
- * (per VIP).
+ * (per VIP) and probe their clients.
  *
  *   ready set ──► desired ruleset (ready: DNAT targets; unready: draining) ──► nft -f (atomic)
- *   dead backend (after that apply) ──► conntrack -D per VIP ──► its clients get a RST, reconnect
+ *   dead backend (after that apply) ──► conntrack -D per VIP ──► its clients get a RST on their
+ *     next segment, and the probes (probe.ts) make each client send one at once ──► reconnect
  *
  * *Unready but alive* (its /readyz answered, with an error status: an apiserver in its graceful
  * shutdown delay) leaves the set, and its established connections drain. *Dead* (refused, reset,
@@ -14,7 +15,9 @@
 import type { HostPort } from '../net/hostport.js';
 import { formatHostPort } from '../net/hostport.js';
 import type { Verdict } from '../health/verdict.js';
+import type { FlushedFlows, FlowClient } from './conntrack.js';
 import type { Backend, DesiredDataplane } from './nftables.js';
+import type { ProbeReport } from './probe.js';
 import type { Plane, ReadySet } from './reconcile.js';
 import type { TrafficStatus } from './rebalance.js';
 import type { Log } from '../log/log.js';
@@ -51,8 +54,13 @@ export function desiredDataplane(set: Pick<ReadySet, 'ready' | 'draining'>, o: V
 /** What the nftables plane needs from the outside world (injected, so tests can fake it). */
 export interface LoadBalancerDeps {
   apply(d: DesiredDataplane): Promise<{ changed: boolean; durationMs: number }>;
-  /** Deletes conntrack entries of flows to `vip`:`port` DNATed to `backend`; resolves with how many. */
-  flush(vip: string, port: number, backend: { address: string; port: number }): Promise<number>;
+  /** Deletes conntrack entries of flows to `vip`:`port` DNATed to `backend`; resolves with how many, and their clients. */
+  flush(vip: string, port: number, backend: { address: string; port: number }): Promise<FlushedFlows>;
+  /**
+   * Probes `clients` from `vip`:`port` so that each sends a segment the node answers with a RST
+   * (probe.ts probeClients); absent: no probes (a client that only receives then waits for its own timeout).
+   */
+  probe?(vip: string, port: number, clients: readonly FlowClient[]): Promise<ProbeReport>;
   log: Pick<Log, 'info' | 'warn'>;
   /** Connection counts and the rebalancer (rebalance.ts ConnectionTracker), for /status; absent: none. */
   traffic?: () => TrafficStatus;
@@ -69,6 +77,10 @@ export interface VipPlaneStatus {
   lastApplyMs: number | null;
   /** Conntrack entries deleted for dead backends since start. */
   flushedEntries: number;
+  /** TCP probes sent since start to the clients of flows reset here (a dead backend's, the rebalancer's; two per client; probe.ts). */
+  probesSent: number;
+  /** Probes the kernel refused since start (e.g. an output rule dropped them). */
+  probesFailed: number;
   /** Times the table was found removed or changed by someone else and applied again (nftwatch.ts). */
   restores: number;
   /** When the last of those restores ended (ISO 8601); null before the first. */
@@ -89,13 +101,27 @@ export interface DataplaneStatus extends VipPlaneStatus {
 export const VIP_PLANE_MESSAGES = {
   applyFailed: 'data plane apply failed; the previous rules stay',
   resetFailed: 'cannot reset connections to a dead backend',
+  probed: 'the clients of reset flows were probed: each answers and gets a RST',
+  probeFailed: 'cannot probe the clients of reset flows: those that only receive wait for their own timeout',
 } as const;
 
 /** The nftables data plane of the VIPs of one family. */
 export class LoadBalancer implements Plane {
   readonly #deps: LoadBalancerDeps;
   #o: VipPlaneOptions;
-  readonly #st: VipPlaneStatus = { mode: 'nftables', backends: [], applies: 0, lastApplyMs: null, flushedEntries: 0, restores: 0, lastRestore: null };
+  readonly #st: VipPlaneStatus = {
+    mode: 'nftables',
+    backends: [],
+    applies: 0,
+    lastApplyMs: null,
+    flushedEntries: 0,
+    probesSent: 0,
+    probesFailed: 0,
+    restores: 0,
+    lastRestore: null,
+  };
+  /** Probes under way (they run on after reset() returns). */
+  readonly #probing = new Set<Promise<void>>();
   /** Backends (host:port) the table held when this plane started: served while their verdict is unknown. */
   #inherited: ReadonlySet<string> = new Set();
 
@@ -172,22 +198,64 @@ export class LoadBalancer implements Plane {
 
   /**
    * Deletes the conntrack entries of the backend's flows from every VIP (a failure for one VIP
-   * is logged and the others are still flushed). A backend of the other family has none.
+   * is logged and the others are still flushed), then probes the clients of the deleted flows
+   * (deps.probe). The probes run on after this returns, so that the next apply does not wait for
+   * their pace; {@link probing} waits for them. A backend of the other family has none.
    * @returns the entries deleted.
    */
   async reset(v: Verdict): Promise<number> {
     if (v.backend.family !== this.#o.family) return 0;
     const name = formatHostPort(v.backend);
     let n = 0;
+    let clients = 0;
     for (const vip of this.#o.vips) {
       try {
-        n += await this.#deps.flush(vip, this.#o.port, { address: v.backend.host, port: v.backend.port });
+        const r = await this.#deps.flush(vip, this.#o.port, { address: v.backend.host, port: v.backend.port });
+        n += r.deleted;
+        clients += r.clients.length;
+        if (r.clients.length > 0) this.probe(vip, r.clients, { backend: name, why: 'dead' });
       } catch (err) {
         this.#deps.log.warn({ backend: name, err: (err as Error).message }, VIP_PLANE_MESSAGES.resetFailed);
       }
     }
     this.#st.flushedEntries += n;
-    this.#deps.log.info({ backend: name, reason: v.message, cause: v.cause.kind, entries: n }, 'dead backend: its connections were reset');
+    this.#deps.log.info({ backend: name, reason: v.message, cause: v.cause.kind, entries: n, clients }, 'dead backend: its connections were reset');
     return n;
+  }
+
+  /** Resolves when the probes started so far are done (never rejects). */
+  async probing(): Promise<void> {
+    while (this.#probing.size > 0) await Promise.all(this.#probing);
+  }
+
+  /**
+   * Probes `clients`, whose flows to `vip` were just reset (their conntrack entries deleted), from
+   * `vip`:port (deps.probe; probe.ts), so that each answers and gets its RST at once: a dead
+   * backend's flows (reset), the rebalancer's (rebalance.ts; their answers meet the evict mark).
+   * Runs on after this returns, counted in the status and logged (`backend`, `why`) when done;
+   * {@link probing} waits for it. Never throws.
+   */
+  probe(vip: string, clients: readonly FlowClient[], context: { backend: string; why: 'dead' | 'rebalance' }): void {
+    const probe = this.#deps.probe;
+    if (!probe || clients.length === 0) return;
+    let started: Promise<ProbeReport>;
+    try {
+      started = probe(vip, this.#o.port, clients);
+    } catch (err) {
+      // a sender that throws at once is a failure like one that rejects
+      started = Promise.reject(err);
+    }
+    const p = started.then(
+      (r) => {
+        this.#st.probesSent += r.sent;
+        this.#st.probesFailed += r.failed;
+        const fields = { ...context, vip, clients: r.clients, probes: r.sent, failed: r.failed, durationMs: Math.round(r.durationMs * 10) / 10 };
+        if (r.failed > 0) this.#deps.log.warn({ ...fields, err: r.error }, VIP_PLANE_MESSAGES.probeFailed);
+        else this.#deps.log.info(fields, VIP_PLANE_MESSAGES.probed);
+      },
+      (err: unknown) => this.#deps.log.warn({ ...context, vip, clients: clients.length, err: (err as Error).message }, VIP_PLANE_MESSAGES.probeFailed),
+    );
+    const tracked = p.finally(() => this.#probing.delete(tracked));
+    this.#probing.add(tracked);
   }
 }

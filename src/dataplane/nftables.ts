@@ -25,6 +25,8 @@
  *                  saddr ∈ @vips → (daddr . dport) ∈ @local_backends → notrack;
  *                  daddr ∈ @vips, not a local address (fib), (saddr . sport) ∈ @local_backends → notrack
  *                  (prerouting) daddr ∈ @vips, dport ≠ port, not a local address → notrack
+ *   probes         output filter -300 (raw): mark PROBE_MARK, saddr ∈ @vips, tcp sport = port →
+ *                  notrack, mark cleared (the TCP probes to a dead backend's clients, probe.ts)
  *   strays         prerouting / output filter -150 (mangle, after conntrack, before the nat
  *                  chains): daddr ∈ @vips, tcp dport = port, ct state new, neither SYN nor RST,
  *                  (saddr . sport . daddr) ∈ @evict → reject with tcp reset
@@ -102,6 +104,15 @@
  *   would send the pickup straight back to the same backend and nothing would move. The backend's
  *   side gets a RST from this node on its next segment (no socket, no entry). The set is
  *   dynamic: a table replacement empties it, and {@link evictElements} renders the additions.
+ * - Probes: when a backend dies, its flows' conntrack entries are deleted and the node sends
+ *   each of their clients a bare ACK from VIP:port that lies outside the client's window
+ *   (probe.ts); the client answers with an ACK carrying its real sequence numbers, which, with no
+ *   entry left, is picked up and answered with a RST like any next segment of such a flow. The
+ *   probe itself must stay untracked: tracked, it would make an entry VIP:port → client:port
+ *   whose reply tuple is the flow's own tuple, so the client's answer would match it, miss the
+ *   nat chains and be delivered to this node (which resets it too, but leaves the entry behind to
+ *   capture that tuple and be replicated by conntrackd as an established flow). Raw (-300) runs
+ *   before conntrack; the probe is recognised by its mark, the VIP as source and the port.
  * - No healthy backend: no DNAT rule at all. The VIP then behaves as a plain local address: the
  *   connection reaches a local socket or gets a RST, never a silent drop. The chains stay.
  * - Weights (`Backend.weight`) are ignored for now: every backend gets one slot of the vmap.
@@ -161,7 +172,7 @@ export interface RenderOptions {
 }
 
 /** Format marker written in the header and the table comment; bump it when the shape changes. */
-export const RULESET_FORMAT = 'ballast-nft/2';
+export const RULESET_FORMAT = 'ballast-nft/3';
 
 /**
  * The seed of the spread's `jhash`, fixed (any constant does; this one is "bals" in ASCII) so that
@@ -169,6 +180,14 @@ export const RULESET_FORMAT = 'ballast-nft/2';
  * one each time the rule is loaded, and every apply reloads the table.
  */
 export const SPREAD_SEED = 0x62616c73;
+
+/**
+ * The packet mark (SO_MARK, socket(7)) of the TCP probes this node sends to the clients of a dead
+ * backend's flows (probe.ts): the `probes` chain leaves exactly these packets untracked and
+ * clears the mark again at once, so no later chain, ours or another tool's, sees it. 0xba keeps
+ * clear of the bits kube-proxy (0x4000, 0x8000), Cilium (0x0f00) and Calico (0xffff0000) use.
+ */
+export const PROBE_MARK = 0xba;
 
 /** Seconds an element of the `evict` set lives (the flows the rebalancer reset; see the file comment). */
 export const EVICT_TIMEOUT_S = 120;
@@ -378,6 +397,11 @@ export function renderRuleset(d: DesiredDataplane, opts: RenderOptions = {}): st
     s += `\t\tmeta l4proto tcp counter name "${b.name}" dnat to ${dnatTarget(b, family)} comment "${b.local ? 'this node' : 'remote'}"\n`;
     s += `\t}\n`;
   }
+
+  s += `\n\tchain probes {\n\t\ttype filter hook output priority raw; policy accept;\n`;
+  s += `\t\tcomment "TCP probes to a dead backend's clients: no conntrack entry, and the mark cleared for every later chain"\n`;
+  s += `\t\tmeta mark 0x${PROBE_MARK.toString(16)} ${l3} saddr @vips tcp sport ${d.port} notrack meta mark set 0x0 comment "from VIP:${d.port}"\n`;
+  s += `\t}\n`;
 
   // a filter chain: reject is not allowed in a nat chain; mangle (-150) runs after conntrack
   // (-200), so `ct state` is known, and before the nat chains (-100) pick a backend for it

@@ -21,6 +21,9 @@
  * after the delete, the lab's 300 watches lost the race for 2–3 % of the resets: those flows
  * stayed where they were while counted as reset.) A flow whose backend speaks first after the
  * delete is reset anyway: the backend's segment finds no entry and this node answers with a RST.
+ * The client of such a flow, a watch that only receives, would then wait for its own timeout:
+ * after the delete the node probes every reset flow's client (probe.ts), whose answer meets the
+ * mark and its RST at once.
  *
  * Oldest first, by conntrack's start timestamp (CTA_TIMESTAMP_START, needs
  * net.netfilter.nf_conntrack_timestamp=1 in the namespace; the agent turns it on while
@@ -228,6 +231,12 @@ export interface ConnectionTrackerDeps {
    * are not reset.
    */
   evict(family: 4 | 6, flows: readonly EvictedFlow[]): Promise<unknown>;
+  /**
+   * Probes the clients of the flows of `vip` just reset (LoadBalancer.probe, probe.ts), so that a
+   * client that only receives (a watch) answers and meets the evict mark's RST at once instead
+   * of waiting for its own timeout; runs on by itself, never throws. Absent: no probes.
+   */
+  probe?(vip: string, clients: readonly { address: string; port: number }[], backend: string): void;
   log: Pick<Log, 'info' | 'warn'>;
   /** ms since the epoch; default Date.now */
   now?: () => number;
@@ -379,13 +388,23 @@ export class ConnectionTracker {
   ): void {
     const { address, port } = splitBackend(backend);
     let deleted: number;
+    let flows: readonly EvictedFlow[];
     try {
       const r = this.#deps.read({ family: t.family, vips: t.vips, port: t.port, reset: { address, port, count, only } });
       deleted = r.reset?.deleted ?? 0;
+      flows = r.reset?.flows ?? [];
     } catch (err) {
       this.#fail(err);
       return;
     }
+    // their clients, per VIP: a watch speaks only when asked
+    const byVip = new Map<string, { address: string; port: number }[]>();
+    for (const f of flows) {
+      const list = byVip.get(f.vip) ?? [];
+      list.push({ address: f.source, port: f.sourcePort });
+      byVip.set(f.vip, list);
+    }
+    for (const [vip, clients] of byVip) this.#deps.probe?.(vip, clients, backend);
     this.#memory = recordResets(this.#memory, now, deleted, d.total);
     if (deleted === 0) return;
     this.#resets[backend] = (this.#resets[backend] ?? 0) + deleted;

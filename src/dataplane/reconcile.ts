@@ -123,6 +123,19 @@ export class Reconciler<P extends Plane = Plane> {
     return this.sync();
   }
 
+  /**
+   * Queues every backend that is dead now for a reset again, and schedules an apply (which runs
+   * those resets). For connection sync's commit on a takeover: it writes the replicated entries
+   * of every flow into the kernel, also those of a backend judged dead before it finished (the
+   * silent master's, judged while the commit ran), which a reset then has to delete again and
+   * whose clients it has to probe again, now that this node holds the VIP.
+   * @returns when that apply (and its resets) is done; never rejects.
+   */
+  resetDeadAgain(): Promise<void> {
+    for (const v of this.#source.verdicts()) if (v.state === 'dead') this.#dead.set(formatHostPort(v.backend), v);
+    return this.sync();
+  }
+
   /** Applies the current verdicts (coalesced). @returns when done; never rejects (failures are logged and counted). */
   sync(): Promise<void> {
     return this.#applies.schedule();

@@ -19,6 +19,7 @@ import { conntrackVipFlows, NftWatch } from '../native.js';
 import { commandExecutor, NftablesApplier, type Executor } from './apply.js';
 import { enableConntrackTimestamps, flushBackend, flushVip } from './conntrack.js';
 import { LoadBalancer, VIP_PLANE_MESSAGES } from './controller.js';
+import { probeClients } from './probe.js';
 import { TableWatch } from './nftwatch.js';
 import { ConnectionTracker } from './rebalance.js';
 import { Reconciler, type VerdictSource } from './reconcile.js';
@@ -79,6 +80,7 @@ export async function openVipPlane(o: {
     target: () => plane.target(),
     settings: () => rebalance,
     evict: (f, flows) => applier.evict(f, flows, { signal }),
+    probe: (vip, clients, backend) => plane.probe(vip, clients, { backend, why: 'rebalance' }),
     log,
   });
   const { rebalance: _r, ...initial } = o.settings;
@@ -91,11 +93,14 @@ export async function openVipPlane(o: {
         return r;
       },
       flush: (vip, port, backend) => flushBackend(vip, port, backend, { exec: conntrack }),
+      probe: (vip, port, clients) => probeClients(vip, port, clients),
       log,
       traffic: () => tracker.status(),
     },
     initial,
   );
+  // a dead backend's probes finish before the table (whose rule leaves them untracked) goes
+  defer("dead backends' probes", () => plane.probing());
   let timestamps = false;
   const wantTimestamps = (): void => {
     if (!rebalance.enabled || timestamps) return;

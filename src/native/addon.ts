@@ -2,7 +2,7 @@
  * The addon's shape and its loader: what build/Release/ballast.node exports ({@link Addon}, with
  * every value that crosses the boundary), declared once here and loaded by {@link native} alone.
  * The wrappers of each addon family (vrrp-socket.ts, packet-socket.ts, sock-lb.ts, nft-watch.ts,
- * sock-diag.ts, lock.ts, notify.ts, memory.ts, conntrack.ts) take the addon from here; callers
+ * sock-diag.ts, lock.ts, notify.ts, memory.ts, conntrack.ts, tcp-probe.ts) take the addon from here; callers
  * import them all through src/native.ts.
  *
  * Every failure of a system call arrives as a {@link NativeError}: `code` is the errno name
@@ -203,6 +203,44 @@ export interface ConntrackVipFlows {
   reset?: { deleted: number; youngestStartNs: number; flows: { source: string; sourcePort: number; vip: string }[] };
 }
 
+/** The TCP probes {@link sendTcpProbes} sends: from `source`:`sourcePort` (a VIP and its port) to each client. */
+export interface TcpProbeBatch {
+  family: 4 | 6;
+  /** the probes' source address (a VIP), of `family` */
+  source: string;
+  /** their source port (the VIP's port), 1..65535 */
+  sourcePort: number;
+  /** the SO_MARK of every probe (0: none), 0..2^32-1 */
+  mark: number;
+  /** the pace, packets per second, 1,000..1,000,000 */
+  packetsPerSecond: number;
+  /** the clients (a flow's original source address and port), at most 20,000 */
+  clients: readonly { address: string; port: number }[];
+}
+
+/** What {@link sendTcpProbes} did. */
+export interface TcpProbeResult {
+  /** packets the kernel took (two per client) */
+  sent: number;
+  /** packets it refused */
+  failed: number;
+  /** the first refusal (errno name, errno, syscall "sendmmsg"); absent when none failed */
+  error?: NativeError;
+}
+
+/** One probe segment as {@link tcpProbePacket} builds it (ports, seq, ack in host order). */
+export interface TcpProbeSegment {
+  family: 4 | 6;
+  source: string;
+  sourcePort: number;
+  destination: string;
+  destinationPort: number;
+  /** sequence number, 0..2^32-1 */
+  seq: number;
+  /** acknowledgment number, 0..2^32-1 */
+  ack: number;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The addon's shape (native/addon.cc, native/vrrp_socket.cc, native/packet_socket.cc,
 // native/bpf_loader.cc, native/sock_diag.cc)
@@ -276,6 +314,9 @@ export interface Addon {
   trimMalloc?(): boolean;
   releaseFilePages?(): { mappings: number; kib: number };
   conntrackVipFlows?(query: ConntrackVipQuery): ConntrackVipFlows;
+  /** native/tcp_probe.cc (absent from an addon built before it) */
+  tcpProbePacket?(segment: TcpProbeSegment): Buffer;
+  sendTcpProbes?(batch: TcpProbeBatch): Promise<TcpProbeResult>;
 }
 
 function isAddon(value: unknown): value is Addon {

@@ -199,6 +199,12 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
     help: 'Conntrack entries deleted for dead backends (their clients got a reset)',
     registers: [registry],
   });
+  const dpProbes = new Counter({
+    name: 'ballast_dataplane_reset_probes_total',
+    help: "TCP probes sent to the clients of a dead backend's flows, so that each answers and gets a RST (result: sent, or failed: refused by the kernel)",
+    labelNames: ['result'],
+    registers: [registry],
+  });
   const connections = new Gauge({
     name: 'ballast_backend_connections',
     help: 'Established connections through the VIP data plane to the backend (conntrack, counted every 5 s)',
@@ -464,6 +470,9 @@ export function createMetrics(build: { version?: string } = {}): Metrics {
         dpFailures.inc(doc.dataplane.failures);
         dpFlushed.reset();
         dpFlushed.inc(doc.dataplane.flushedEntries);
+        dpProbes.reset();
+        dpProbes.inc({ result: 'sent' }, doc.dataplane.probesSent);
+        dpProbes.inc({ result: 'failed' }, doc.dataplane.probesFailed);
         dpRestores.reset();
         dpRestores.inc({ family: String('family' in doc ? doc.family : 4) }, doc.dataplane.restores);
         if (doc.dataplane.lastApplyMs !== null) dpDuration.set(doc.dataplane.lastApplyMs / 1000);

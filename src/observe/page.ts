@@ -161,7 +161,7 @@ function planes(d: StatusDocument): string {
   const dp = d.dataplane;
   const vip =
     dp.mode === 'nftables'
-      ? `nftables: ${dp.backends.length ? dp.backends.map((b) => `<code>${e(b)}</code>`).join(' ') : '<span class="dim">no backend in the ruleset</span>'}<br><span class="dim">${e(`${dp.applies} applies, ${dp.failures} failed, last apply ${dp.lastApplyMs === null ? '—' : `${Math.round(dp.lastApplyMs * 10) / 10} ms`}, ${dp.flushedEntries} conntrack entries flushed${rebalanceText(dp.rebalance)}`)}</span>${dp.lastError ? `<br>${badge('error', 'bad')} <span class="reason">${e(dp.lastError)}</span>` : ''}`
+      ? `nftables: ${dp.backends.length ? dp.backends.map((b) => `<code>${e(b)}</code>`).join(' ') : '<span class="dim">no backend in the ruleset</span>'}<br><span class="dim">${e(`${dp.applies} applies, ${dp.failures} failed, last apply ${dp.lastApplyMs === null ? '—' : `${Math.round(dp.lastApplyMs * 10) / 10} ms`}, ${dp.flushedEntries} conntrack entries flushed, ${dp.probesSent} probes sent${rebalanceText(dp.rebalance)}`)}</span>${dp.lastError ? `<br>${badge('error', 'bad')} <span class="reason">${e(dp.lastError)}</span>` : ''}`
       : dp.mode === 'none'
         ? 'none (the VIP only; the apiserver listens on it)'
         : `off: ${e(dp.reason)}`;

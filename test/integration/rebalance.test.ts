@@ -216,7 +216,7 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
         `off (${OFF_WINDOW_MS} ms window, last sample) clients ${show(off.clients)}, agent ${show(off.metric)}, state ${offStatus.dataplane.mode === 'nftables' ? offStatus.dataplane.rebalance?.state : '-'}; ` +
         `on: within ${FACTOR} x fair after ${settled?.at ?? 'never'} ms (bound ${Math.round(boundMs)} ms = after ${AFTER_MS} + ${rounds0} rounds x ${BUSY_PERIOD_MS} + ceil(${resetsNeeded.toFixed(0)} resets / ${RESETS_PER_SECOND}/s) s + ${1.25 * WATCH_INTERVAL_MS} + ${MARGIN_MS}), ` +
         `settled clients ${settled ? show(settled.clients) : '-'}, agent ${settled ? show(settled.metric) : '-'}; final clients ${show(final.clients)}, agent ${show(final.metric)}; ` +
-        `${rounds.length} rounds, ${resetLogged} resets (metric ${resetMetric}), reconnects ${final.r.reconnects - reconnectsBefore}, failed attempts ${final.r.failedAttempts - failedAttemptsBefore}, failed reconnects ${final.r.failedReconnects}; test ms: ${JSON.stringify(marks)}`,
+        `${rounds.length} rounds, ${resetLogged} resets (metric ${resetMetric}, probes ${onStatus.dataplane.mode === 'nftables' ? onStatus.dataplane.probesSent : '-'}), reconnects ${final.r.reconnects - reconnectsBefore}, failed attempts ${final.r.failedAttempts - failedAttemptsBefore}, failed reconnects ${final.r.failedReconnects}; test ms: ${JSON.stringify(marks)}`,
     );
 
     // after the restart n3 had (almost) nothing; with the rebalancer off it stays that way
@@ -249,6 +249,8 @@ describe.skipIf(needs('root'))('watch rebalancing (root; skipped otherwise)', ()
     expect(rounds.length).toBeGreaterThan(0);
     expect(resetMetric).toBe(resetLogged);
     expect(onStatus.dataplane).toMatchObject({ mode: 'nftables', rebalance: { enabled: true, resets: expect.any(Object) } });
+    // the client of every reset flow was probed too (two each), so that one that only receives is reset at once
+    expect(onStatus.dataplane.mode === 'nftables' && onStatus.dataplane.probesSent).toBeGreaterThanOrEqual(2 * resetLogged);
     // never n3 (it was under its share), never more than resetsPerSecond in one round
     for (const l of rounds) {
       expect(l.backend).not.toBe(`${n3.ipv4}:6443`);

@@ -53,6 +53,8 @@ export const STATUS_DOC: ElectionStatusDocument = {
     lastApplyMs: 4.5,
     lastError: null,
     flushedEntries: 7,
+    probesSent: 8,
+    probesFailed: 0,
     restores: 2,
     lastRestore: '2026-11-29T19:59:00.000Z',
   },

@@ -1,11 +1,14 @@
 /**
  * The nftables plane, pure: the desired data plane for a ready set, and the LoadBalancer plane
  * driven by the reconcile with fake deps (no nft, no conntrack): the transaction comes first,
- * conntrack flushes follow per VIP and touch only dead backends that are out of the set.
+ * conntrack flushes follow per VIP and touch only dead backends that are out of the set, and the
+ * clients of the flushed flows are probed after their VIP's flush.
  */
 import { describe, expect, it } from 'vitest';
 import { desiredDataplane, LoadBalancer, VIP_PLANE_MESSAGES, type LoadBalancerDeps, type VipPlaneOptions } from '../../src/dataplane/controller.js';
+import type { FlowClient } from '../../src/dataplane/conntrack.js';
 import type { DesiredDataplane } from '../../src/dataplane/nftables.js';
+import type { ProbeReport } from '../../src/dataplane/probe.js';
 import { Reconciler } from '../../src/dataplane/reconcile.js';
 import { NftablesApplier, type Executor } from '../../src/dataplane/apply.js';
 import type { Cause } from '../../src/health/verdict.js';
@@ -26,6 +29,11 @@ function fakes() {
     flushFails: new Set<string>(),
     applies: [] as DesiredDataplane[],
     flushes: [] as { vip: string; port: number; backend: { address: string; port: number } }[],
+    /** the clients each backend's flush reports (by address) */
+    clients: new Map<string, FlowClient[]>(),
+    probes: [] as { vip: string; port: number; clients: readonly FlowClient[] }[],
+    /** the probe's outcome: a report, a rejection, or a promise a test resolves */
+    probeWith: null as null | ((clients: readonly FlowClient[]) => Promise<ProbeReport>),
     log: [] as string[],
   };
   const { log, logs } = recordingLog();
@@ -40,7 +48,13 @@ function fakes() {
       state.flushes.push({ vip, port, backend });
       state.log.push(`flush ${vip} ${backend.address}:${backend.port}`);
       if (state.flushFails.has(backend.address)) return Promise.reject(new Error('conntrack: simulated failure'));
-      return Promise.resolve(state.entries.get(backend.address) ?? 2);
+      return Promise.resolve({ deleted: state.entries.get(backend.address) ?? 2, clients: state.clients.get(backend.address) ?? [] });
+    },
+    probe: (vip, port, clients) => {
+      state.probes.push({ vip, port, clients });
+      state.log.push(`probe ${vip} ${clients.map((c) => `${c.address}:${c.port}`).join(',')}`);
+      if (state.probeWith) return state.probeWith(clients);
+      return Promise.resolve({ clients: clients.length, sent: 2 * clients.length, failed: 0, error: null, durationMs: 0.5 });
     },
     log,
   };
@@ -109,9 +123,94 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
       lastApplyMs: 1.25,
       lastError: null,
       flushedEntries: 2,
+      probesSent: 0,
+      probesFailed: 0,
       restores: 0,
       lastRestore: null,
     });
+  });
+
+  it('the clients of a dead backend’s deleted flows are probed per VIP, after the apply and the flush of that VIP', async () => {
+    const { source, r, plane, state, logs, status } = balancer([B1, B2, B3], { ...OPTS, vips: ['10.0.0.100', '10.0.0.101'] });
+    state.clients.set('10.0.0.13', [
+      { address: '10.0.0.50', port: 40000 },
+      { address: '10.0.0.51', port: 40001 },
+    ]);
+    for (const b of [B1, B2, B3]) source.judge(verdict(b, 'up'));
+    await r.sync();
+    state.log.length = 0;
+    source.judge(verdict(B3, { kind: 'timeout' }));
+    await r.sync();
+    await plane.probing();
+    expect(state.log).toStrictEqual([
+      'apply 10.0.0.11,10.0.0.12',
+      'flush 10.0.0.100 10.0.0.13:6443',
+      'probe 10.0.0.100 10.0.0.50:40000,10.0.0.51:40001',
+      'flush 10.0.0.101 10.0.0.13:6443',
+      'probe 10.0.0.101 10.0.0.50:40000,10.0.0.51:40001',
+    ]);
+    expect(state.probes[0]!.port).toBe(6443);
+    expect(status()).toMatchObject({ probesSent: 8, probesFailed: 0 });
+    expect(logs.info.filter((m) => m === VIP_PLANE_MESSAGES.probed)).toHaveLength(2);
+    // a backend whose flush found no client that waits: no probe
+    source.judge(verdict(B2, CAUSES.refused));
+    await r.sync();
+    await plane.probing();
+    expect(state.probes).toHaveLength(2);
+  });
+
+  it('the probes run on after the reset: the next apply does not wait for them, probing() does', async () => {
+    const { source, r, plane, state, status } = balancer([B1, B2, B3]);
+    state.clients.set('10.0.0.13', [{ address: '10.0.0.50', port: 40000 }]);
+    let finish!: () => void;
+    state.probeWith = (clients) =>
+      new Promise((resolve) => (finish = () => resolve({ clients: clients.length, sent: 2, failed: 0, error: null, durationMs: 800 })));
+    for (const b of [B1, B2, B3]) source.judge(verdict(b, 'up'));
+    await r.sync();
+    source.judge(verdict(B3, { kind: 'timeout' }));
+    await r.sync();
+    source.judge(verdict(B2, CAUSES.refused));
+    await r.sync();
+    expect(state.log.filter((l) => l.startsWith('apply'))).toHaveLength(3);
+    expect(status().probesSent).toBe(0);
+    let done = false;
+    const waiting = plane.probing().then(() => (done = true));
+    await Promise.resolve();
+    expect(done).toBe(false);
+    finish();
+    await waiting;
+    expect(status().probesSent).toBe(2);
+  });
+
+  it('a sender that throws at once is logged like one that rejects; the reset goes on', async () => {
+    const { source, r, plane, state, logs, status } = balancer([B1, B2]);
+    state.clients.set('10.0.0.12', [{ address: '10.0.0.50', port: 40000 }]);
+    state.probeWith = () => {
+      throw new TypeError('batch.clients[0].address must be an IPv4 address');
+    };
+    source.judge(verdict(B1, 'up'));
+    source.judge(verdict(B2, CAUSES.refused));
+    await r.sync();
+    await plane.probing();
+    expect(logs.warn).toStrictEqual([VIP_PLANE_MESSAGES.probeFailed]);
+    expect(status()).toMatchObject({ backends: [B1], flushedEntries: 2, probesSent: 0 });
+  });
+
+  it('a probe that fails, or whose packets the kernel refused, is logged and counted; nothing else changes', async () => {
+    const { source, r, plane, state, logs, status } = balancer([B1, B2, B3]);
+    state.clients.set('10.0.0.12', [{ address: '10.0.0.50', port: 40000 }]);
+    state.clients.set('10.0.0.13', [{ address: '10.0.0.51', port: 40001 }]);
+    state.probeWith = (clients) =>
+      clients[0]!.port === 40000
+        ? Promise.reject(new Error('socket(AF_INET, SOCK_RAW, IPPROTO_RAW) failed on a raw IPv4 socket: EPERM'))
+        : Promise.resolve({ clients: 1, sent: 1, failed: 1, error: 'sendmmsg failed on a raw IPv4 socket: EPERM', durationMs: 0.1 });
+    source.judge(verdict(B1, 'up'));
+    source.judge(verdict(B2, CAUSES.refused));
+    source.judge(verdict(B3, CAUSES.refused));
+    await r.sync();
+    await plane.probing();
+    expect(logs.warn).toStrictEqual([VIP_PLANE_MESSAGES.probeFailed, VIP_PLANE_MESSAGES.probeFailed]);
+    expect(status()).toMatchObject({ backends: [B1], flushedEntries: 4, probesSent: 1, probesFailed: 1, failures: 0 });
   });
 
   it('a dead backend’s flows are flushed after the apply, once per VIP, and not again', async () => {
@@ -238,7 +337,7 @@ describe('LoadBalancer (nftables plane) under the reconcile', () => {
     const applier = new NftablesApplier({ exec });
     const { log, logs } = recordingLog();
     const source = new FakeSource([B1, B2]);
-    const plane = new LoadBalancer({ apply: (d) => applier.apply(d), flush: () => Promise.resolve(0), log }, OPTS);
+    const plane = new LoadBalancer({ apply: (d) => applier.apply(d), flush: () => Promise.resolve({ deleted: 0, clients: [] }), log }, OPTS);
     const r = new Reconciler(plane, source, { log, ...VIP_PLANE_MESSAGES });
     source.set(verdict(B1, 'up'));
     source.set(verdict(B2, CAUSES.http500));

@@ -21,6 +21,7 @@ import {
   parseCounterName,
   renderRemoval,
   renderRuleset,
+  PROBE_MARK,
   RULESET_FORMAT,
   SPREAD_SEED,
   type Backend,
@@ -85,13 +86,15 @@ describe('renderRuleset: golden files', () => {
   });
 });
 
+/** The lines of `t` that match `re`, trimmed. */
+const lines = (t: string, re: RegExp): string[] =>
+  t
+    .split('\n')
+    .filter((l) => re.test(l))
+    .map((l) => l.trim());
+
 describe('renderRuleset: source NAT to the VIP (connection sync)', () => {
   const vip4 = renderRuleset({ ...fixture(4, 3), sourceNat: 'vip' });
-  const lines = (t: string, re: RegExp): string[] =>
-    t
-      .split('\n')
-      .filter((l) => re.test(l))
-      .map((l) => l.trim());
 
   it('SNATs every flow DNATed by us to the VIP it was sent to, in postrouting and input, and masquerades nothing', () => {
     expect(lines(vip4, /^\s*[^#c\s][^"]*\b(snat|masquerade)\b/)).toEqual([
@@ -105,7 +108,7 @@ describe('renderRuleset: source NAT to the VIP (connection sync)', () => {
   it('leaves the backend side untracked where the VIP is not held: both directions, only for the local apiserver (draining too)', () => {
     const withDrainingLocal = renderRuleset({ ...fixture(6, 3), draining: [{ address: 'fd41::14', port: 6443, local: true }], sourceNat: 'vip' });
     expect(lines(withDrainingLocal, /elements = \{ fd41::1[14] \./)).toEqual(['elements = { fd41::11 . 6443, fd41::14 . 6443 }']);
-    expect(lines(vip4, /notrack/)).toEqual([
+    expect(lines(vip4, /notrack/).filter((l) => !l.startsWith('meta mark'))).toEqual([
       'ip saddr @vips ip daddr . tcp dport @local_backends notrack comment "from VIP:client port"',
       'ip daddr @vips tcp dport != 6443 fib daddr type != local notrack comment "replies to a VIP not held here"',
       'ip daddr @vips fib daddr type != local ip saddr . tcp sport @local_backends notrack comment "to VIP:client port"',
@@ -116,7 +119,25 @@ describe('renderRuleset: source NAT to the VIP (connection sync)', () => {
 
   it('with masquerade off there is no source NAT in either mode', () => {
     const off = renderRuleset({ ...fixture(4, 3), sourceNat: 'vip', masqueradeRemote: false });
-    expect(lines(off, /^\s*[^#c\s][^"]*\b(snat|masquerade|notrack)\b/)).toEqual([]);
+    expect(lines(off, /^\s*[^#c\s][^"]*\b(snat|masquerade)\b/)).toEqual([]);
+    expect(lines(off, /^\s*[^#c\s][^"]*\bnotrack\b/)).toEqual([
+      `meta mark 0x${PROBE_MARK.toString(16)} ip saddr @vips tcp sport 6443 notrack meta mark set 0x0 comment "from VIP:6443"`,
+    ]);
+  });
+});
+
+describe("renderRuleset: the TCP probes to a dead backend's clients", () => {
+  it('leaves them untracked at the output hook before conntrack and clears their mark, in every mode and family', () => {
+    for (const family of [4, 6] as const) {
+      for (const sourceNat of ['node', 'vip'] as const) {
+        const text = renderRuleset({ ...fixture(family, 3), sourceNat });
+        const l3 = family === 4 ? 'ip' : 'ip6';
+        expect(text).toMatch(/chain probes \{\n\t\ttype filter hook output priority raw; policy accept;\n/);
+        expect(lines(text, /meta mark/)).toEqual([`meta mark 0xba ${l3} saddr @vips tcp sport 6443 notrack meta mark set 0x0 comment "from VIP:6443"`]);
+      }
+    }
+    // with no backend at all too: a probe follows the apply that took the last backend out
+    expect(lines(renderRuleset(fixture(4, 0)), /meta mark/)).toHaveLength(1);
   });
 });
 
@@ -525,7 +546,7 @@ describe('flushBackend (fake conntrack)', () => {
       calls.push(args);
       return { code: 0, stdout: 'tcp 6 431999 ESTABLISHED src=…\n', stderr: 'conntrack v1.4.7 (conntrack-tools): 2 flow entries have been deleted.\n' };
     };
-    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toBe(2);
+    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toStrictEqual({ deleted: 2, clients: [] });
     expect(calls[0]).toEqual([
       '-D',
       '-f',
@@ -561,7 +582,50 @@ describe('flushBackend (fake conntrack)', () => {
 
   it('returns 0 when nothing matched (conntrack exits 1 then)', async () => {
     const exec: Executor = async () => ({ code: 1, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n' });
-    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toBe(0);
+    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec })).toStrictEqual({ deleted: 0, clients: [] });
+  });
+
+  it("returns the clients of the deleted flows the client still waits on, read from conntrack's own lines, each once", async () => {
+    // conntrack -D prints each entry it deletes on stdout (conntrack-tools 1.4.7, default format)
+    const stdout = [
+      'tcp      6 431999 ESTABLISHED src=10.241.0.50 dst=10.241.0.100 sport=40000 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40000 [ASSURED] mark=0 use=1',
+      'tcp      6 59 CLOSE_WAIT src=10.241.0.51 dst=10.241.0.100 sport=40001 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40001 [ASSURED] mark=0 use=1',
+      'tcp      6 119 SYN_SENT src=10.241.0.52 dst=10.241.0.100 sport=40002 dport=6443 [UNREPLIED] src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40002 mark=0 use=1',
+      'tcp      6 117 TIME_WAIT src=10.241.0.53 dst=10.241.0.100 sport=40003 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40003 [ASSURED] mark=0 use=1',
+      'tcp      6 8 CLOSE src=10.241.0.54 dst=10.241.0.100 sport=40004 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40004 [ASSURED] mark=0 use=1',
+      'tcp      6 55 SYN_RECV src=10.241.0.55 dst=10.241.0.100 sport=40005 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40005 mark=0 use=1',
+      'tcp      6 119 FIN_WAIT src=10.241.0.56 dst=10.241.0.100 sport=40006 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40006 [ASSURED] mark=0 use=1',
+      'tcp      6 29 LAST_ACK src=10.241.0.57 dst=10.241.0.100 sport=40007 dport=6443 src=10.241.0.12 dst=10.241.0.100 sport=6443 dport=40007 [ASSURED] mark=0 zone=3 use=1',
+      'not an entry',
+      '',
+    ].join('\n');
+    const exec: Executor = async () => ({ code: 0, stdout, stderr: 'conntrack v1.4.7 (conntrack-tools): 8 flow entries have been deleted.\n' });
+    const r = await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec });
+    expect(r.deleted).toBe(8);
+    expect(r.clients.map((c) => `${c.address}:${c.port}`)).toStrictEqual([
+      '10.241.0.50:40000',
+      '10.241.0.51:40001',
+      '10.241.0.55:40005',
+      '10.241.0.56:40006',
+      '10.241.0.57:40007',
+    ]);
+    // IPv6, canonical addresses; a retried run's entries join the first run's, each client once
+    const v6 = (port: number, state = 'ESTABLISHED'): string =>
+      `tcp      6 431999 ${state} src=fd41:0::50 dst=fd41::100 sport=${port} dport=6443 src=fd41::12 dst=fd41::100 sport=6443 dport=${port} [ASSURED] mark=0 use=1\n`;
+    let n = 0;
+    const flaky: Executor = async () =>
+      ++n === 1
+        ? { code: 1, stdout: v6(40000) + v6(40001), stderr: "conntrack v1.4.7 (conntrack-tools): Operation failed: such conntrack doesn't exist\n" }
+        : { code: 0, stdout: v6(40001) + v6(40002), stderr: 'conntrack v1.4.7 (conntrack-tools): 2 flow entries have been deleted.\n' };
+    const r6 = await flushBackend('fd41::100', 6443, { address: 'fd41::12', port: 6443 }, { exec: flaky });
+    expect(r6).toStrictEqual({
+      deleted: 2,
+      clients: [
+        { address: 'fd41::50', port: 40000 },
+        { address: 'fd41::50', port: 40001 },
+        { address: 'fd41::50', port: 40002 },
+      ],
+    });
   });
 
   it('runs conntrack again when an entry vanished under it (1.4.7 stops there), at most FLUSH_ATTEMPTS times', async () => {
@@ -569,7 +633,7 @@ describe('flushBackend (fake conntrack)', () => {
     let n = 0;
     const flaky: Executor = async () =>
       ++n < 3 ? gone : { code: 0, stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 4 flow entries have been deleted.\n' };
-    expect(await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: flaky })).toBe(4);
+    expect((await flushBackend('10.241.0.100', 6443, { address: '10.241.0.12', port: 6443 }, { exec: flaky })).deleted).toBe(4);
     expect(n).toBe(3);
     let m = 0;
     const always: Executor = async () => (m++, gone);

@@ -93,6 +93,8 @@ function doc(over: { reason?: string; lastError?: string | null } = {}): StatusD
         applies: 4,
         lastApplyMs: 12.34,
         flushedEntries: 1,
+        probesSent: 2,
+        probesFailed: 0,
         restores: 0,
         lastRestore: null,
         failures: 0,

@@ -363,7 +363,7 @@ describe('ConnectionTracker', () => {
     expect(Object.values(final.rebalance.resets).reduce((a, b) => a + b, 0)).toBe(resets.reduce((s, q) => s + q.reset!.count, 0));
   });
 
-  it('on, with evict: each reset chooses its flows (dry run), marks them, and only then deletes those flows; a failing mark deletes nothing, logged once', async () => {
+  it('on, with evict: each reset chooses its flows (dry run), marks them, only then deletes those flows and probes their clients; a failing mark deletes nothing, logged once', async () => {
     const k = fakeKernel({ [A]: 150, [B]: 150 });
     const log = logs();
     let now = 0;
@@ -380,11 +380,14 @@ describe('ConnectionTracker', () => {
       if (q.reset) steps.push(`${q.reset.dryRun ? 'choose' : 'delete'} ${q.reset.count}${q.reset.only ? ` only ${q.reset.only.length}` : ''}`);
       return k.read(q);
     };
-    const t = new ConnectionTracker({ read, target: () => target, settings: () => settings, evict, log, now: () => now });
+    const probe = (vip: string, clients: readonly { address: string; port: number }[], backend: string): void =>
+      void steps.push(`probe ${vip} ${clients.map((c) => `${c.address}.${c.port}`).join(',')} of ${backend}`);
+    const t = new ConnectionTracker({ read, target: () => target, settings: () => settings, evict, probe, log, now: () => now });
     const stop = t.start();
     const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
     await tick();
     const marked = Array.from({ length: 10 }, (_, i) => `10.0.0.200.${40000 + i}.10.0.0.100`).join(',');
+    const probed = `probe 10.0.0.100 ${Array.from({ length: 10 }, (_, i) => `10.0.0.200.${40000 + i}`).join(',')} of ${A}`;
     // chosen and marked, not deleted while the mark is under way; a round meanwhile starts no second reset
     expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`]);
     now = 1000;
@@ -393,7 +396,8 @@ describe('ConnectionTracker', () => {
     expect(steps).toHaveLength(2);
     release();
     await tick();
-    expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`, 'delete 10 only 10']);
+    // and then their clients are probed (a watch answers and meets the mark's RST)
+    expect(steps).toStrictEqual(['choose 10', `evict 4 ${marked}`, 'delete 10 only 10', probed]);
     expect(t.status().rebalance.resets).toStrictEqual({ [A]: 10 });
     expect(log.lines.filter((l) => l.m === REBALANCE_MESSAGE)).toHaveLength(1);
     // a failing mark: nothing deleted, one warning however often
@@ -403,7 +407,7 @@ describe('ConnectionTracker', () => {
       t.round();
       await tick();
     }
-    expect(steps.filter((x) => x.startsWith('delete'))).toStrictEqual([]);
+    expect(steps.filter((x) => x.startsWith('delete') || x.startsWith('probe'))).toStrictEqual([]);
     expect(steps.filter((x) => x.startsWith('evict'))).toHaveLength(3);
     expect(log.lines.filter((l) => l.level === 'warn' && /cannot mark the flows to reset/.test(l.m))).toHaveLength(1);
     expect(t.status().rebalance.resets).toStrictEqual({ [A]: 10 });
@@ -440,6 +444,8 @@ describe('connections in /metrics and on the status page', () => {
       lastApplyMs: 4.5,
       lastError: null,
       flushedEntries: 7,
+      probesSent: 8,
+      probesFailed: 0,
       restores: 0,
       lastRestore: null,
       connections: { '10.0.0.11:6443': 142, '10.0.0.12:6443': 3 },

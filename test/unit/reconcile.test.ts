@@ -96,6 +96,22 @@ describe('Reconciler', () => {
     expect(plane.log.filter((l) => l.startsWith('reset'))).toHaveLength(1);
   });
 
+  it('resetDeadAgain resets every backend dead now once more, after an apply; up and unready ones not', async () => {
+    const { source, plane, r } = setup();
+    source.judge(verdict(B1, 'up'));
+    source.judge(verdict(B2, CAUSES.refused));
+    source.judge(verdict(B3, CAUSES.http500));
+    await r.sync();
+    expect(plane.log.filter((l) => l.startsWith('reset'))).toStrictEqual([`reset ${B2} refused`]);
+    plane.log.length = 0;
+    await r.resetDeadAgain();
+    expect(plane.log).toStrictEqual([`apply ready=${B1} draining=${B3} unknown=-`, `reset ${B2} refused`]);
+    // and only then: the next applies do not repeat it
+    source.judge(verdict(B3, 'up'));
+    await r.sync();
+    expect(plane.log.filter((l) => l.startsWith('reset'))).toHaveLength(1);
+  });
+
   it('an unready backend drains and is never reset; up verdicts never reset', async () => {
     const { source, plane, r } = setup();
     source.judge(verdict(B1, 'up'));

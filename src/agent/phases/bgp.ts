@@ -24,6 +24,7 @@ import type { BackendVerdict, Verdict } from '../../health/verdict.js';
 import { LoadBalancer, VIP_PLANE_MESSAGES } from '../../dataplane/controller.js';
 import { NftablesApplier } from '../../dataplane/apply.js';
 import { flushBackend } from '../../dataplane/conntrack.js';
+import { probeClients } from '../../dataplane/probe.js';
 import { Reconciler, type ReadySet, type VerdictSource } from '../../dataplane/reconcile.js';
 import { canonicalAddress } from '../../net/address.js';
 import { formatHostPort, sameHostPort, type HostPort } from '../../net/hostport.js';
@@ -270,9 +271,16 @@ export function startBgp(ctx: AgentContext, config: Config, inputs: { checker: H
     });
     const applier = new NftablesApplier();
     const lb = new LoadBalancer(
-      { apply: (d) => applier.apply(d, { signal: ctx.signal }), flush: (vip, port, backend) => flushBackend(vip, port, backend), log },
+      {
+        apply: (d) => applier.apply(d, { signal: ctx.signal }),
+        flush: (vip, port, backend) => flushBackend(vip, port, backend),
+        probe: (vip, port, clients) => probeClients(vip, port, clients),
+        log,
+      },
       { family, vips: config.vips, port: config.apiserver.port, local: nodeAddresses },
     );
+    // a dead backend's probes finish before the table (whose rule leaves them untracked) goes
+    own.defer("dead backends' probes", () => lb.probing());
     // the plane as the reconcile drives it, reporting each applied set to the decision
     const plane = {
       apply: async (set: ReadySet): Promise<readonly HostPort[]> => {

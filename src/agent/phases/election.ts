@@ -58,6 +58,8 @@ export interface ElectionInputs {
   checker: HealthChecker | null;
   /** Connection sync, when it runs: the replicated flows are committed before a takeover. */
   sync?: { commit(): Promise<void>; resync(): void } | null;
+  /** The VIP data plane's reconcile, when it runs: a takeover's commit may bring back a dead backend's flows, reset again once the VIPs are added. */
+  vipPlane?: () => { resetDeadAgain(): Promise<void> } | null;
   /** The node addresses discovery found so far (null: none yet, or no discovery): a hand-over's new group hears of them at once. */
   discovered?: () => readonly string[] | null;
 }
@@ -229,6 +231,11 @@ export function startElection(ctx: AgentContext, config: Config, inputs: Electio
         else outcome();
       }
       if ((ev.type === 'master' && !ev.preempting) || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
+      // the commit before the VIPs brought back the entries of any backend already judged dead
+      // (the silent master's may be judged while it runs): they are deleted again and their
+      // clients probed now that the VIPs are here (a probe's answer must reach this node; the
+      // announcement is next in the engine's queue, before the reset's nft and conntrack runs end)
+      if (sync && ev.type === 'log' && ev.msg === VIPS_ADDED && ev.fields?.reason === undefined) void inputs.vipPlane?.()?.resetDeadAgain();
       if (ev.type === 'transition') {
         observe(() => {
           const extra = { ...(ev.detail ? { detail: ev.detail } : {}), ...(ev.previousMaster ? { previousMaster: ev.previousMaster } : {}) };
