@@ -107,6 +107,11 @@ find "$lib/node_modules" -type f -path '*/prebuilds/linux-x64/*' \( -name '*.nod
 find "$lib/node_modules" \( -name '.eslintrc*' -o -name .eslintignore -o -name .npmignore -o -name '.git*' -o -name .editorconfig \
   -o -name .travis.yml -o -name '.nycrc*' -o -name '.prettierrc*' -o -name .prettierignore -o -name .taprc -o -name .codeclimate.yml \
   -o -name .mailmap -o -name .nvmrc -o -name .nojekyll -o -name .husky -o -name .claude \) -prune -exec rm -rf {} +
+# and what each package's root carries besides its code: tests, benchmarks, examples, docs (web
+# pages among them, which lintian reports as privacy breaches: they load remote images and scripts)
+find "$lib/node_modules" -regextype posix-extended -type d \
+  -regex '.*/node_modules/(@[^/]+/)?[^/@][^/]*/(test|tests|benchmarks?|examples?|docs?|coverage)' -prune -exec rm -rf {} +
+find "$lib/node_modules" -type f -name '*.html' -delete
 for dev in vitest @vitest vite typescript cmake-js; do
   [ ! -e "$lib/node_modules/$dev" ] || die "a development package is in the stage: node_modules/$dev"
 done
