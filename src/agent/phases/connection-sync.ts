@@ -31,9 +31,7 @@
  * connections (logged, /status `connectionSync`, the metrics): the VIP still moves. A daemon that
  * exits is started again after a back-off (1 s doubling to 30 s).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { delimiter, join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Config } from '../../config/index.js';
 import { commandExecutor, type Executor } from '../../dataplane/apply.js';
 import {
@@ -44,9 +42,10 @@ import {
   type ConnectionSyncStatus,
   type ConntrackdStats,
 } from '../../dataplane/conntrackd.js';
+import { ConntrackdDaemon } from '../../dataplane/conntrackd-daemon.js';
 import { LOCK_DIR } from '../../dataplane/ebpf.js';
 import { handOffPath, netnsId } from '../handoff.js';
-import { flushBackendSides, flushVip } from '../../dataplane/conntrack.js';
+import { VipFlows } from '../../dataplane/vip-flows.js';
 import { runPhase, type AgentContext, type Change, type PhaseHandle, type PhaseSpec, type ResolvedInterface } from '../phase.js';
 
 /** The running phase; what the election and the policy use. */
@@ -72,9 +71,6 @@ const SETTLED_GROWTH = 16;
 const RESYNC_AGAIN_MS = [500, 2000];
 /** How often the holder sends its whole table to the peers again, ms. */
 const ANNOUNCE_INTERVAL_MS = 5000;
-/** Back-off of a daemon that exited: 1 s, doubling, at most 30 s. */
-const RESTART_MIN_MS = 1000;
-const RESTART_MAX_MS = 30_000;
 
 /** The directory of this router's conntrackd files: one per network namespace, interface and VRID. */
 export function conntrackdDir(ifname: string, vrid: number, dir = LOCK_DIR): string {
@@ -121,25 +117,18 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     const closer: Executor = commandExecutor(['conntrack'], { timeoutMs: cs.commitTimeoutMs });
     // the preempt hold's bound, ms (reloadable)
     let resyncTimeoutMs = cs.resyncTimeoutMs;
-    const st: ConnectionSyncStatus = {
-      state: 'starting',
+    const st: Omit<ConnectionSyncStatus, 'state' | 'error' | 'restarts'> = {
       internalEntries: null,
       externalEntries: null,
       lastMessageAgeMs: null,
       lastCommit: null,
       preemptHold: cs.resyncTimeoutMs > 0,
-      restarts: 0,
     };
     let lastReceived = 0;
     let lastMessageAt: number | null = null;
     /** This node became Active (its commit ran) and has not become Backup since: it holds the VIP. */
     let holding = false;
     let stopping = false;
-    // the daemon is stopped on purpose for a purge (resync): its exit is no failure
-    let pausing = false;
-    let child: ChildProcess | null = null;
-    let restartTimer: NodeJS.Timeout | null = null;
-    let backoff = RESTART_MIN_MS;
     const releases: (() => void)[] = [];
     const startedAt = performance.now();
     let settled = false;
@@ -160,48 +149,39 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     // address arriving from outside) for up to vipLifetime. IPv4 only: IPv6 has no such check
     if (config.family === 4) acceptLocal(iface.ifname, log);
 
+    const daemon = new ConntrackdDaemon({
+      binary,
+      config: paths.config,
+      lock: paths.lock,
+      log,
+      // StartupResync asks the peers once, as it starts; that one request (multicast) can go
+      // before the daemon hears the group, or the answer be lost with a restart under way: asked
+      // again (conntrackd -n), so a copy missing the flows opened meanwhile is filled in before it
+      // could be committed
+      onStarted: (c) => {
+        for (const ms of RESYNC_AGAIN_MS) {
+          const t = setTimeout(() => {
+            if (daemon.current() === c) void client(['-n'], '').catch(() => undefined);
+          }, ms);
+          t.unref();
+        }
+      },
+    });
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       writeFileSync(paths.config, renderConntrackdConfig({ dir, ifname: iface.ifname, ipv4, port: syncPort(config.vrrp!.vrid) }), { mode: 0o600 });
     } catch (err) {
-      st.state = 'unavailable';
-      st.error = `cannot write ${paths.config}: ${(err as Error).message}`;
+      daemon.unavailable(`cannot write ${paths.config}: ${(err as Error).message}`);
     }
 
-    // this kernel's entries of flows to the VIPs (see the file comment); logged, never throws
-    const purge = async (): Promise<void> => {
-      let deleted = 0;
-      for (const vip of config.vips) {
-        deleted += await flushVip(vip, config.apiserver.port, { exec: conntrack }).catch((err: unknown) => {
-          log.warn({ err: (err as Error).message, vip }, 'connection sync: cannot delete the stale conntrack entries of flows to the VIP');
-          return 0;
-        });
-      }
-      deleted += await backendSides();
-      if (deleted > 0) log.info({ entries: deleted }, 'connection sync: deleted the stale conntrack entries of flows to the VIP (this node does not hold it)');
-    };
-    // the ports the apiservers listen on (this node's among them)
-    const backendPorts = [...new Set([config.apiserver.port, ...config.apiserver.backends.map((b) => b.port)])];
-    // the backend side of flows through the VIP to this node's apiserver, tracked here while
-    // nothing left it untracked: it would make the commit of the same flow fail (flushBackendSides)
-    const backendSides = async (exec: Executor = conntrack): Promise<number> => {
-      const counts = await Promise.all(
-        config.vips.map((vip) =>
-          flushBackendSides(vip, backendPorts, { exec }).catch((err: unknown) => {
-            log.warn({ err: (err as Error).message, vip }, 'connection sync: cannot delete the conntrack entries of flows from the VIP');
-            return 0;
-          }),
-        ),
-      );
-      return counts.reduce((a, b) => a + b, 0);
-    };
-
-    const forgetClosing = async (): Promise<void> => {
-      const runs = config.vips.flatMap((vip) =>
-        (['TIME_WAIT', 'CLOSE'] as const).map((state) => flushVip(vip, config.apiserver.port, { exec: closer, state }).catch(() => 0)),
-      );
-      await Promise.all(runs);
-    };
+    const flows = new VipFlows({
+      vips: config.vips,
+      port: config.apiserver.port,
+      backendPorts: [...new Set([config.apiserver.port, ...config.apiserver.backends.map((b) => b.port)])],
+      exec: conntrack,
+      urgent: closer,
+      log,
+    });
 
     /**
      * After a commit, the Backups learn what this node now holds: the entries a commit puts into
@@ -225,88 +205,23 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
       }
     };
 
-    const spawnDaemon = (): void => {
-      if (stopping || st.state === 'unavailable') return;
-      // the lock file of a daemon that is gone (conntrackd refuses to start while it exists)
-      rmSync(paths.lock, { force: true });
-      // through setpriv(1) --pdeathsig where there is one: the kernel sends the daemon SIGTERM
-      // when the agent dies, however it dies (prctl(2) PR_SET_PDEATHSIG, kept across the exec);
-      // a SIGKILLed agent otherwise left it running, orphaned, until the next start ended it
-      const setpriv = findProgram('setpriv');
-      const program = findProgram(binary);
-      const c =
-        setpriv !== null && program !== null
-          ? spawn(setpriv, ['--pdeathsig', 'TERM', '--', program, '-C', paths.config], { stdio: ['ignore', 'pipe', 'pipe'] })
-          : spawn(binary, ['-C', paths.config], { stdio: ['ignore', 'pipe', 'pipe'] });
-      child = c;
-      let tail = '';
-      const keep = (s: Buffer): void => void (tail = (tail + s.toString('utf8')).slice(-400));
-      c.stdout?.on('data', keep);
-      c.stderr?.on('data', keep);
-      c.once('error', (err: NodeJS.ErrnoException) => {
-        // ENOENT: not installed. Left at that: the VIP moves without the connections
-        st.state = 'unavailable';
-        st.error = `cannot run ${binary}: ${err.code ?? err.message} (Debian package "conntrackd")`;
-        log.error({ err: err.message, code: err.code }, 'connection sync: conntrackd cannot run; connections through the VIP will not survive a move');
-      });
-      c.once('spawn', () => {
-        st.state = 'running';
-        delete st.error;
-        log.info({ pid: c.pid, config: paths.config }, 'connection sync: conntrackd started');
-        // StartupResync asks the peers once, as it starts; that one request (multicast) can
-        // go before the daemon hears the group, or the answer be lost with a restart under
-        // way: asked again (conntrackd -n), so a copy missing the flows opened meanwhile is
-        // filled in before it could be committed
-        for (const ms of RESYNC_AGAIN_MS) {
-          const t = setTimeout(() => {
-            if (child === c && st.state === 'running') void client(['-n'], '').catch(() => undefined);
-          }, ms);
-          t.unref();
-        }
-      });
-      c.once('exit', (code, signal) => {
-        if (child === c) child = null;
-        if (stopping || pausing || st.state === 'unavailable') return;
-        st.state = 'restarting';
-        st.restarts++;
-        const lastLine = tail.trim().split('\n').at(-1) ?? '';
-        st.error = `conntrackd exited (${signal ?? `status ${String(code)}`}): ${lastLine}`;
-        log.error({ code, signal, lastLine, restartInMs: backoff }, 'connection sync: conntrackd exited; starting it again');
-        restartTimer = setTimeout(spawnDaemon, backoff);
-        restartTimer.unref();
-        backoff = Math.min(backoff * 2, RESTART_MAX_MS);
-      });
-    };
-
-    /** Stops the daemon (SIGTERM, SIGKILL after 2 s); resolves once it exited. */
-    const stopDaemon = async (): Promise<void> => {
-      if (restartTimer) clearTimeout(restartTimer);
-      const c = child;
-      if (!c || c.exitCode !== null || c.signalCode !== null) return;
-      const exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
-      c.kill('SIGTERM');
-      const timer = setTimeout(() => c.kill('SIGKILL'), 2000);
-      await exited;
-      clearTimeout(timer);
-    };
-
     // a daemon a killed earlier run left on this socket: asked to end (conntrackd -k), then ours starts
-    if (st.state !== 'unavailable') {
+    if (daemon.state !== 'unavailable') {
       const left = await client(['-k'], '', { signal: ctx.signal }).catch(() => null);
       if (left && left.code === 0) log.warn({ socket: paths.socket }, 'connection sync: ended the conntrackd an earlier run left');
       const resuming = existsSync(handOffPath({ ifname: iface.ifname, family: config.family, vrid: config.vrrp!.vrid }));
-      if (!resuming) await purge();
-      spawnDaemon();
+      if (!resuming) await flows.purge();
+      daemon.start();
     }
     own.defer('conntrackd', async () => {
       stopping = true;
-      await stopDaemon();
+      await daemon.stop();
       // its configuration, log, lock and socket: written anew by the next start
       rmSync(dir, { recursive: true, force: true });
     });
 
     const poll = async (): Promise<void> => {
-      if (st.state !== 'running') return;
+      if (daemon.state !== 'running') return;
       const r = await client(['-s'], '').catch(() => null);
       const s: ConntrackdStats | null = r && r.code === 0 ? parseConntrackdStats(r.stdout) : null;
       if (!s) return;
@@ -337,7 +252,7 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     // dump and one message per entry per interval.
     let announcing = false;
     const announceTimer = setInterval(() => {
-      if (!holding || announcing || st.state !== 'running') return;
+      if (!holding || announcing || daemon.state !== 'running') return;
       announcing = true;
       void announceCommitted(['-R', '-B']).finally(() => (announcing = false));
     }, ANNOUNCE_INTERVAL_MS);
@@ -346,9 +261,9 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     if (st.preemptHold) {
       const holdTimer = setInterval(() => {
         if (!st.preemptHold) return clearInterval(holdTimer);
-        if (performance.now() - startedAt >= resyncTimeoutMs || st.state === 'unavailable') {
+        if (performance.now() - startedAt >= resyncTimeoutMs || daemon.state === 'unavailable') {
           clearInterval(holdTimer);
-          return release(st.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${resyncTimeoutMs} ms)`);
+          return release(daemon.state === 'unavailable' ? 'conntrackd unavailable' : `no replicated state within resyncTimeout (${resyncTimeoutMs} ms)`);
         }
         tick();
       }, HOLD_POLL_MS);
@@ -361,19 +276,22 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
       holding = true;
       const t0 = performance.now();
       const at = new Date().toISOString();
-      if (st.state !== 'running') {
-        st.lastCommit = { at, durationMs: 0, ok: false, error: `conntrackd is ${st.state}` };
-        log.warn({ state: st.state }, 'connection sync: no commit (conntrackd is not running): connections through the VIP are picked up mid-stream or reset');
+      if (daemon.state !== 'running') {
+        st.lastCommit = { at, durationMs: 0, ok: false, error: `conntrackd is ${daemon.state}` };
+        log.warn(
+          { state: daemon.state },
+          'connection sync: no commit (conntrackd is not running): connections through the VIP are picked up mid-stream or reset',
+        );
         return;
       }
       // until now (the VIP is not added yet) an entry from the VIP is a stale backend side
-      await backendSides(closer);
+      await flows.backendSides();
       const r = await client(['-c'], '').catch((err: unknown) => ({ code: -1, stdout: '', stderr: (err as Error).message, killed: undefined }));
       // the closing flows it brought (TIME_WAIT, CLOSE) go again: each keeps its NAT binding, and a
       // client that reuses its port would be sent to that backend, which may have left since
       // (refused); a new connection gets a fresh pick instead. Not awaited: the VIP is added
       // meanwhile (two more processes on the takeover's path cost a loaded node 100s of ms)
-      if (r.code === 0) void forgetClosing().then(() => announceCommitted());
+      if (r.code === 0) void flows.forgetClosing().then(() => announceCommitted());
       const durationMs = Math.round((performance.now() - t0) * 10) / 10;
       const ok = r.code === 0;
       st.lastCommit = {
@@ -388,19 +306,23 @@ export function startConnectionSync(ctx: AgentContext, config: Config, inputs: C
     // one at a time: a second Backup transition while one runs waits for it
     let resyncing: Promise<void> = Promise.resolve();
     const resync = (): void => {
-      if (st.state === 'unavailable') return;
+      if (daemon.state === 'unavailable') return;
       holding = false;
       resyncing = resyncing.then(async () => {
         if (stopping) return;
-        st.state = 'restarting';
-        pausing = true;
-        await stopDaemon();
-        await purge();
-        pausing = false;
-        spawnDaemon();
+        // stopped on purpose (its exit is no failure): the purge runs while no conntrackd listens
+        await daemon.pause();
+        await flows.purge();
+        daemon.resume();
       });
     };
-    const status = (): ConnectionSyncStatus => ({ ...st, lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt) });
+    const status = (): ConnectionSyncStatus => ({
+      state: daemon.state,
+      ...st,
+      lastMessageAgeMs: lastMessageAt === null ? null : Math.round(performance.now() - lastMessageAt),
+      restarts: daemon.restarts,
+      ...(daemon.error !== undefined ? { error: daemon.error } : {}),
+    });
     return {
       reconfigure: async ({ next }: Change) => {
         resyncTimeoutMs = next.dataplane.connectionSync.resyncTimeoutMs;
@@ -445,21 +367,4 @@ export function acceptLocal(
 /** /status of a node where connection sync is off (disabled, or no election). */
 export function connectionSyncOff(): ConnectionSyncStatus {
   return { state: 'off', internalEntries: null, externalEntries: null, lastMessageAgeMs: null, lastCommit: null, preemptHold: false, restarts: 0 };
-}
-
-/**
- * The absolute path of the executable `name` on PATH (`name` itself when it holds a slash and is
- * executable), or null when there is none: spawn through a wrapper cannot report ENOENT itself.
- */
-function findProgram(name: string): string | null {
-  const candidates = name.includes('/') ? [name] : (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(delimiter).map((d) => join(d, name));
-  for (const c of candidates) {
-    try {
-      accessSync(c, fsConstants.X_OK);
-      return c;
-    } catch {
-      // not here
-    }
-  }
-  return null;
 }
