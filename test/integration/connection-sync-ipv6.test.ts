@@ -15,14 +15,12 @@
  *     /status lastCommit, its conntrack table), the client's packets go to it, and every stream
  *     is kept (no reset, events after the takeover), none left hanging.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab, LabNode } from '../../lab/lab.js';
-import { compiledScript, onJsonLines } from '../../lab/lab.js';
+import { compiledScript } from '../../lab/lab.js';
 import { startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
-import type { StreamRecord } from '../../lab/clients/watch-streams.js';
 import { SYNC_GROUP_V6, syncPort } from '../../src/dataplane/conntrackd.js';
+import { openWatchStreams } from '../../lab/streams.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bc6';
@@ -116,35 +114,14 @@ describe.skipIf(needs('root', 'conntrackd', 'conntrack', 'tcpdump'))(
         expect(wire.length, `tcpdump on n2:\n${dump.stdout}${dump.stderr}`).toBe(3);
 
         const sources = Array.from({ length: SOURCES }, (_, i) => `fd78:${SUBNET}::${51 + i}`);
-        const out = join(lab.dir, `streams-${signal}.jsonl`);
-        const client = lab.spawn(
-          lab.client.netns,
-          [
-            process.execPath,
-            compiledScript('watch-streams'),
-            '--url',
-            `https://[${vip}]:6443`,
-            '--ca',
-            lab.ca.certFile,
-            '--sources',
-            sources.join(','),
-            '--count',
-            String(STREAMS),
-            '--duration',
-            '30000',
-            '--gap-ms',
-            String(1.5 * EVENT_MS),
-            '--out',
-            out,
-          ],
-          { logFile: `streams-${signal}.log` },
-        );
-        let summary: Record<string, unknown> | null = null;
-        onJsonLines<Record<string, unknown>>(client, (o) => {
-          if (o.summary === true) summary = o;
+        const streams = await openWatchStreams(lab, {
+          url: `https://[${vip}]:6443`,
+          sources: sources,
+          count: STREAMS,
+          durationMs: 30_000,
+          gapMs: 1.5 * EVENT_MS,
+          name: `streams-${signal}`,
         });
-        const opened = await client.waitForOutput(/\{"open":(\d+),"failed":(\d+)\}/, { timeoutMs: 20_000, includeExisting: true });
-        expect(Number(opened[1])).toBe(STREAMS);
 
         // the holder's entries in the Backup's external cache, over IPv6 multicast
         const established = (list: string): number =>
@@ -173,16 +150,7 @@ describe.skipIf(needs('root', 'conntrackd', 'conntrack', 'tcpdump'))(
         // the streams' packets reach n2 since its unsolicited NA (a killed holder's node keeps its copy of the VIP a while)
         const mac = /link\/ether (\S+)/.exec((await lab.exec(n2.netns, ['ip', '-o', 'link', 'show', 'eth0'])).stdout)?.[1];
         const neighbour = (await lab.exec(lab.client.netns, ['ip', '-6', 'neigh', 'show', vip, 'dev', 'eth0'])).stdout;
-        client.kill('SIGTERM');
-        await waitFor(
-          () => summary,
-          (s) => s !== null,
-          { timeoutMs: 20_000, what: 'the streams client to report' },
-        );
-        const records = readFileSync(out, 'utf8')
-          .trim()
-          .split('\n')
-          .map((l) => JSON.parse(l) as StreamRecord);
+        const records = await streams.finish();
 
         const takeover = a2.logLines().find((l) => l.msg === 'state change' && l.to === 'master' && Date.parse(String(l.at)) >= killedAt);
         const takeoverAt = Date.parse(String(takeover?.at));

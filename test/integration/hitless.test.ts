@@ -23,16 +23,13 @@
  *     and probes their clients (src/dataplane/probe.ts);
  *   - none left hanging: a stream that is neither kept nor ended (no events, no reset) fails.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { compiledScript, onJsonLines } from '../../lab/lab.js';
 import { restoreNodes, startAgent, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
-import type { StreamRecord } from '../../lab/clients/watch-streams.js';
 import { masterDownIntervalMs, skewTimeMs } from '../../src/vrrp/state.js';
 import { confirmDeadlineMs } from '../../src/health/confirm.js';
 import { PROBE_PACKETS_PER_SECOND } from '../../src/dataplane/probe.js';
+import { openWatchStreams } from '../../lab/streams.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'bhit';
@@ -120,35 +117,14 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
 
           const sources = Array.from({ length: SOURCES }, (_, i) => (family === 6 ? `fd78:${SUBNET}::${51 + i}` : `10.78.${SUBNET}.${51 + i}`));
           const url = family === 6 ? `https://[${vip}]:6443` : `https://${vip}:6443`;
-          const out = join(lab.dir, `streams-ipv${family}-${tag}.jsonl`);
-          const client = lab.spawn(
-            lab.client.netns,
-            [
-              process.execPath,
-              compiledScript('watch-streams'),
-              '--url',
-              url,
-              '--ca',
-              lab.ca.certFile,
-              '--sources',
-              sources.join(','),
-              '--count',
-              String(STREAMS),
-              '--duration',
-              '60000',
-              '--gap-ms',
-              String(GAP_MS),
-              '--out',
-              out,
-            ],
-            { logFile: `streams-ipv${family}-${tag}.log` },
-          );
-          let summary: Record<string, unknown> | null = null;
-          onJsonLines<Record<string, unknown>>(client, (o) => {
-            if (o.summary === true) summary = o;
+          const streams = await openWatchStreams(lab, {
+            url: url,
+            sources: sources,
+            count: STREAMS,
+            durationMs: 60_000,
+            gapMs: GAP_MS,
+            name: `streams-ipv${family}-${tag}`,
           });
-          const opened = await client.waitForOutput(/\{"open":(\d+),"failed":(\d+)\}/, { timeoutMs: 20_000, includeExisting: true });
-          expect(Number(opened[1])).toBe(STREAMS);
           // the streams' established entries reach the Backup that takes over (FTFW: one message per
           // entry): counted in n2's own conntrackd's external cache (its directory names its network namespace)
           const held = async (): Promise<number> =>
@@ -187,18 +163,7 @@ describe.skipIf(needs('root', 'conntrackd'))('hitless failover: connections thro
           else await waitForHolder(lab, vip, 'n2', 8000).catch(n2Master);
           await sleep(AFTER_MS);
           const st2 = await a2.status();
-          client.kill('SIGTERM');
-          await waitFor(
-            () => summary,
-            (s) => s !== null,
-            { timeoutMs: 20_000, what: 'the streams client to report' },
-          ).catch((err: unknown) => {
-            throw new Error(`${(err as Error).message}; its output ends: ${client.output().slice(-1500)}`);
-          });
-          const records = readFileSync(out, 'utf8')
-            .trim()
-            .split('\n')
-            .map((l) => JSON.parse(l) as StreamRecord);
+          const records = await streams.finish();
 
           const takeover = a2.logLines().find((l) => l.msg === 'state change' && l.to === 'master' && Date.parse(String(l.at)) >= killedAt);
           const takeoverAt = Date.parse(String(takeover?.at));

@@ -20,15 +20,14 @@
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../lab/lab.js';
-import { compiledScript, onJsonLines, packageRoot } from '../../lab/lab.js';
+import { packageRoot } from '../../lab/lab.js';
 import { restoreNodes, startAgent, waitForHolder, type LabAgent } from '../../lab/cluster.js';
-import type { StreamRecord } from '../../lab/clients/watch-streams.js';
 import { PROBE_PACKETS_PER_SECOND } from '../../src/dataplane/probe.js';
 import { VIP_PLANE_MESSAGES } from '../../src/dataplane/controller.js';
 import { TCP_PROBE_MAX_CLIENTS } from '../../src/native.js';
+import { openWatchStreams } from '../../lab/streams.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
 const PREFIX = 'btk';
@@ -224,35 +223,14 @@ describe.skipIf(needs('root', 'conntrack', 'conntrackd', 'tcpdump'))("a dead bac
         { timeoutMs: 8000, what: 'all backends up on n1' },
       );
       const url = family === 6 ? `https://[${vip}]:6443` : `https://${vip}:6443`;
-      const out = join(lab.dir, `probe-streams-ipv${family}.jsonl`);
-      const client = lab.spawn(
-        lab.client.netns,
-        [
-          process.execPath,
-          compiledScript('watch-streams'),
-          '--url',
-          url,
-          '--ca',
-          lab.ca.certFile,
-          '--sources',
-          (family === 6 ? sources.ipv6 : sources.ipv4).join(','),
-          '--count',
-          String(STREAMS),
-          '--duration',
-          '60000',
-          '--gap-ms',
-          String(1.5 * EVENT_MS),
-          '--out',
-          out,
-        ],
-        { logFile: `probe-streams-ipv${family}.log` },
-      );
-      let summary: Record<string, unknown> | null = null;
-      onJsonLines<Record<string, unknown>>(client, (o) => {
-        if (o.summary === true) summary = o;
+      const streams = await openWatchStreams(lab, {
+        url: url,
+        sources: family === 6 ? sources.ipv6 : sources.ipv4,
+        count: STREAMS,
+        durationMs: 60_000,
+        gapMs: 1.5 * EVENT_MS,
+        name: `probe-streams-ipv${family}`,
       });
-      const opened = await client.waitForOutput(/\{"open":(\d+),"failed":(\d+)\}/, { timeoutMs: 20_000, includeExisting: true });
-      expect(Number(opened[1])).toBe(STREAMS);
       // into a file, decoded after the stop: a pipe read by this busy process could make tcpdump fall behind and drop
       const pcap = join(lab.dir, `probe-ipv${family}.pcap`);
       const dump = lab.spawn(lab.client.netns, ['tcpdump', '-i', 'eth0', '-n', '-U', '--immediate-mode', '-s', '128', '-w', pcap, 'tcp port 6443'], {
@@ -272,17 +250,9 @@ describe.skipIf(needs('root', 'conntrack', 'conntrackd', 'tcpdump'))("a dead bac
       // the live streams' next events, past the probes
       await sleep(5 * EVENT_MS);
       const st = await a.status();
-      client.kill('SIGTERM');
-      await waitFor(
-        () => summary,
-        (s) => s !== null,
-        { timeoutMs: 20_000, what: 'the streams client to report' },
-      );
+      const finished = streams.finish();
       await dump.stop('SIGINT', 3000);
-      const records = readFileSync(out, 'utf8')
-        .trim()
-        .split('\n')
-        .map((l) => JSON.parse(l) as StreamRecord);
+      const records = await finished;
 
       const resetLine = a.logLines().find((l) => l.msg === 'dead backend: its connections were reset' && l.backend === n3);
       const resetAt = Date.parse(String(resetLine?.time));
