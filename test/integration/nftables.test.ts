@@ -469,8 +469,11 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
     dead.send('still-there');
     expect(await dead.next()).toEqual({ event: 'echo', line: 'still-there' });
     // …until their conntrack entries are deleted
-    const deleted = await flushBackend(VIP4, PORT, { address: N2.v4, port: PORT }, { exec: conntrackExec });
-    expect(deleted).toBeGreaterThanOrEqual(1);
+    const flushed = await flushBackend(VIP4, PORT, { address: N2.v4, port: PORT }, { exec: conntrackExec });
+    expect(flushed.deleted).toBeGreaterThanOrEqual(1);
+    // the established client the probes would go to: one, with its port
+    expect(flushed.clients).toHaveLength(1);
+    expect(flushed.clients[0]!.port).toBeGreaterThan(0);
     const t0 = Date.now();
     dead.send('hello?');
     const ev = await dead.next(3000);
@@ -482,7 +485,7 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
       expect(await h.next()).toEqual({ event: 'echo', line: `ping-${name}` });
     }
     // nothing left to delete
-    expect(await flushBackend(VIP4, PORT, { address: N2.v4, port: PORT }, { exec: conntrackExec })).toBe(0);
+    expect(await flushBackend(VIP4, PORT, { address: N2.v4, port: PORT }, { exec: conntrackExec })).toStrictEqual({ deleted: 0, clients: [] });
     for (const h of held.values()) h.close();
   });
 
@@ -517,7 +520,7 @@ describe.skipIf(skipWhy)(`nftables data plane on the real kernel${skipWhy ? ` (S
     }
     expect(h.hello.backend).toBe('n3');
     await applier.apply(desired(6, [N1, N2]));
-    expect(await flushBackend(VIP6, PORT, { address: N3.v6, port: PORT }, { exec: conntrackExec })).toBeGreaterThanOrEqual(1);
+    expect((await flushBackend(VIP6, PORT, { address: N3.v6, port: PORT }, { exec: conntrackExec })).deleted).toBeGreaterThanOrEqual(1);
     h.send('hello?');
     expect(await h.next(3000)).toMatchObject({ event: 'error', code: 'ECONNRESET' });
     h.close();
