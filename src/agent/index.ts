@@ -386,7 +386,14 @@ export function agentPhases(deps: {
         key: 'health',
         spec: healthPhase,
         when: balances,
-        inputs: (_c, h) => ({ checker: checks(), local: h.local?.local ?? null, localLb: () => h.local?.lb, policy: () => h.priority }),
+        inputs: (_c, h) => ({
+          checker: checks(),
+          local: h.local?.local ?? null,
+          localLb: () => h.local?.lb,
+          policy: () => h.priority,
+          // with an election, the VIPs' flows are judged only while this node holds them
+          ...(h.election ? { vipsHeldSince: () => h.election?.vipsHeldSince() ?? null } : {}),
+        }),
       }),
       // discovery: owns the checker's backend set (seed, EndpointSlices, last-known file)
       phase({

@@ -188,8 +188,8 @@ export class FlowTracker {
   private readonly vips: Set<string>;
   /** followed backends by host:port */
   private readonly direct: Set<string>;
-  /** conntrack id → the backend and when its SYN was seen, for flows not yet answered. */
-  private readonly pending = new Map<string, { backend: HostPort; since: number }>();
+  /** conntrack id → the backend, when its SYN was seen and whether it came to a VIP, for flows not yet answered. */
+  private readonly pending = new Map<string, { backend: HostPort; since: number; viaVip: boolean }>();
   /** host:port → when its latest answer was seen (ms): a backend that answers is not silent. */
   private readonly lastAnswer = new Map<string, number>();
 
@@ -197,12 +197,20 @@ export class FlowTracker {
    * @param vips the VIP addresses; @param port the VIP port;
    * @param synTimeoutMs how long a SYN may go unanswered before its backend is judged dead, ms.
    * @param direct backends followed directly (the eBPF local endpoint's rewritten connects).
+   * @param vipsHeldSince since when this node holds the VIPs (ms, the clock of `now`), null while
+   *   it does not; default: always. A SYN to a VIP seen before that + synTimeoutMs is never held
+   *   against its backend: the backend answers the VIP (the flow is source-NATed to it, or
+   *   masqueraded by a holder that is this node only from then on), and that answer reaches this
+   *   node only once the VIPs are here and the backends' neighbour entries name it (its gratuitous
+   *   ARP / unsolicited NA). A new holder would otherwise judge every backend dead from the SYNs
+   *   it DNATed around its takeover, lower its priority and give the VIP away again.
    */
   constructor(
     vips: readonly string[],
     private readonly port: number,
     private readonly synTimeoutMs: number,
     direct: readonly Pick<HostPort, 'host' | 'port'>[] = [],
+    private readonly vipsHeldSince: () => number | null = () => Number.NEGATIVE_INFINITY,
   ) {
     this.vips = new Set(vips.map(canonicalAddress));
     this.direct = new Set(direct.map(formatHostPort));
@@ -215,7 +223,7 @@ export class FlowTracker {
     const toVip = e.origDport === this.port && this.vips.has(origDst) && replySrc !== origDst;
     if (!toVip && !this.direct.has(formatHostPort({ host: origDst, port: e.origDport }))) return [];
     if (e.type === 'NEW') {
-      if (e.state === 'SYN_SENT') this.pending.set(e.id, { backend: endpoint(replySrc, e.replySport), since: now });
+      if (e.state === 'SYN_SENT') this.pending.set(e.id, { backend: endpoint(replySrc, e.replySport), since: now, viaVip: toVip });
       return [];
     }
     const p = this.pending.get(e.id);
@@ -259,6 +267,10 @@ export class FlowTracker {
     for (const [id, p] of this.pending) {
       if (now - p.since < this.synTimeoutMs) continue;
       this.pending.delete(id);
+      if (p.viaVip) {
+        const held = this.vipsHeldSince();
+        if (held === null || p.since < held + this.synTimeoutMs) continue;
+      }
       const key = formatHostPort(p.backend);
       if ((this.lastAnswer.get(key) ?? -Infinity) >= p.since || judged.has(key)) continue;
       judged.add(key);

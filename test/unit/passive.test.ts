@@ -98,6 +98,35 @@ describe('FlowTracker', () => {
     expect(text(tr.tick(350))).toStrictEqual(['10.9.9.11:6443 dead unanswered unanswered SYN']);
     expect(tr.tick(1000)).toStrictEqual([]);
   });
+  it('a SYN to a VIP is held against its backend only when seen synTimeoutMs after this node took the VIPs; never while it does not hold them', () => {
+    let held: number | null = null;
+    const tr = new FlowTracker(['10.9.9.9'], 6443, 250, [], () => held);
+    const [syn] = events('v4ok');
+    // not the holder: the backend's answer goes to the VIP, which is not here
+    tr.onEvent({ ...syn!, id: 'a' }, 0);
+    expect(tr.tick(300)).toStrictEqual([]);
+    expect(tr.pendingCount).toBe(0);
+    // the VIPs added at 1000: a SYN at 1100 (the backends may still send to the previous holder) gives nothing
+    held = 1000;
+    tr.onEvent({ ...syn!, id: 'b' }, 1100);
+    expect(tr.tick(1400)).toStrictEqual([]);
+    // one at 1250 (synTimeoutMs after the VIPs) is judged as ever
+    tr.onEvent({ ...syn!, id: 'c' }, 1250);
+    expect(tr.tick(1499)).toStrictEqual([]);
+    expect(text(tr.tick(1500))).toStrictEqual(['10.9.9.11:6443 dead unanswered unanswered SYN']);
+    // the VIPs gone again: nothing
+    held = null;
+    tr.onEvent({ ...syn!, id: 'd' }, 2000);
+    expect(tr.tick(3000)).toStrictEqual([]);
+  });
+  it('the VIPs not held: a refused SYN still judges (the RST came back), and direct flows are judged as ever', () => {
+    const tr = new FlowTracker(['10.9.9.9'], 6443, 250, [{ host: '10.9.9.12', port: 6443 }], () => null);
+    const [syn, destroy] = events('v4refused');
+    tr.onEvent(syn!, 0);
+    expect(text(tr.onEvent(destroy!, 1))).toHaveLength(1);
+    tr.onEvent({ type: 'NEW', id: '11', state: 'SYN_SENT', origDst: '10.9.9.12', origDport: 6443, replySrc: '10.9.9.12', replySport: 6443 }, 10);
+    expect(text(tr.tick(300))).toStrictEqual(['10.9.9.12:6443 dead unanswered unanswered SYN']);
+  });
   it('an UPDATE without a TCP state says nothing; the flow stays pending', () => {
     const tr = t();
     const [syn, recv] = events('v4ok');

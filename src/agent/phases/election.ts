@@ -44,6 +44,13 @@ export interface ElectionPhase extends PhaseHandle, MembershipHolder {
    */
   firstOutcome: Promise<void>;
   /**
+   * Since when (performance.now(), ms) this router holds its VIPs: set when they are added on
+   * becoming Active (an owner: when it becomes Active), null while it is not Active. Before it, a
+   * backend's answer to a flow DNATed here has no way back: it goes to the VIP, which is on no
+   * node yet or still on the previous holder in the backends' neighbour tables.
+   */
+  vipsHeldSince(): number | null;
+  /**
    * host.reconfigure(patch) (from the next advert), and a new VIP set is also what the crash
    * path removes from then on.
    * @throws Error when the engine refuses the patch (nothing changed).
@@ -220,6 +227,7 @@ export function startElection(ctx: AgentContext, config: Config, inputs: Electio
         });
       }
     };
+    let vipsHeldSince: number | null = null;
     let outcome!: () => void;
     const firstOutcome = new Promise<void>((resolve) => (outcome = resolve));
     const onEvent = (ev: EngineEvent | { type: 'crash'; error: Error }): void => {
@@ -231,6 +239,9 @@ export function startElection(ctx: AgentContext, config: Config, inputs: Electio
         else outcome();
       }
       if ((ev.type === 'master' && !ev.preempting) || (ev.type === 'log' && ev.msg === VIPS_ADDED)) outcome();
+      if (ev.type === 'log' && ev.msg === VIPS_ADDED && ev.fields?.reason === undefined) vipsHeldSince ??= performance.now();
+      if (ev.type === 'transition' && ev.to === 'active' && v.owner) vipsHeldSince = performance.now();
+      if (ev.type === 'transition' && ev.from === 'active') vipsHeldSince = null;
       // the commit before the VIPs brought back the entries of any backend already judged dead
       // (the silent master's may be judged while it runs): they are deleted again and their
       // clients probed now that the VIPs are here (a probe's answer must reach this node; the
@@ -342,6 +353,7 @@ export function startElection(ctx: AgentContext, config: Config, inputs: Electio
       membershipInputs: { config, own: ownAddresses, discovered, confirmed },
       membershipQueue: Promise.resolve(),
       firstOutcome,
+      vipsHeldSince: () => vipsHeldSince,
       // from the next advert; rejects (nothing changed) when the engine refuses it
       reconfigure: async (change) => {
         const p = electionPatch(change);

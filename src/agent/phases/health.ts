@@ -26,6 +26,8 @@ export interface HealthInputs {
   localLb: () => { sync(): Promise<unknown> } | undefined;
   /** The election policy, re-evaluated at each health change. */
   policy: () => { evaluate(): void } | undefined;
+  /** Since when this node holds the VIPs (the election's; ms, performance.now()), null while it does not: passive detection judges the VIPs' flows from then on. */
+  vipsHeldSince?: () => number | null;
 }
 
 /** What passive detection follows: the VIP flows (VIPs, port), the backends' direct flows, the check timeout. */
@@ -92,7 +94,7 @@ export function startHealth(ctx: AgentContext, config: Config, inputs: HealthInp
       checker.off('damping', onDamping);
     });
     const direct = local !== null && local.mode === 'ebpf';
-    let watch = startPassiveDetection(config, checker, log, direct);
+    let watch = startPassiveDetection(config, checker, log, direct, inputs.vipsHeldSince);
     own.defer('passive detection', () => watch?.stop());
     if (local?.mode === 'ebpf' && !(config.vrrp !== null && config.dataplane.vip === 'nftables')) {
       log.info(
@@ -110,7 +112,7 @@ export function startHealth(ctx: AgentContext, config: Config, inputs: HealthInp
       if (has('apiserver.health')) checker.reconfigure(next.apiserver.health);
       if (PASSIVE.some(has)) {
         watch?.stop();
-        watch = startPassiveDetection(next, checker, log, direct);
+        watch = startPassiveDetection(next, checker, log, direct, inputs.vipsHeldSince);
       }
     };
     return { reconfigure };
@@ -123,11 +125,23 @@ export function startHealth(ctx: AgentContext, config: Config, inputs: HealthInp
  * straight to the backends (the connect() rewrite leaves no NAT to see). Needs connection
  * tracking active in this network namespace (it is wherever an nftables NAT rule or kube-proxy runs).
  */
-function startPassiveDetection(config: Config, checker: HealthChecker, log: Logger, direct: boolean): ConntrackWatch | null {
+function startPassiveDetection(
+  config: Config,
+  checker: HealthChecker,
+  log: Logger,
+  direct: boolean,
+  vipsHeldSince: (() => number | null) | undefined,
+): ConntrackWatch | null {
   const vipPath = config.vrrp !== null && config.dataplane.vip === 'nftables';
   if (!vipPath && !direct) return null;
   const api = config.apiserver;
-  const tracker = new FlowTracker(vipPath ? config.vips : [], api.port, Math.max(200, Math.min(1000, api.health.timeoutMs)), direct ? api.backends : []);
+  const tracker = new FlowTracker(
+    vipPath ? config.vips : [],
+    api.port,
+    Math.max(200, Math.min(1000, api.health.timeoutMs)),
+    direct ? api.backends : [],
+    vipsHeldSince,
+  );
   // one line per burst (lost events; a dead backend's repeated verdicts, per backend), then one per window with the count
   const limited = new RateLimitedLog(pinoSink(log));
   return watchConntrack(tracker, passiveVerdictHandler(checker, limited), {
