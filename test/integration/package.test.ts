@@ -240,7 +240,13 @@ describe.skipIf(needs('root', 'bpf'))("the Debian package: apt install, run with
     const st = await waitFor(
       statusOf,
       (s) =>
-        s !== null && s.state === 'master' && s.local.mode === 'ebpf' && s.dataplane.mode === 'nftables' && (s.dataplane as { applies?: number }).applies! > 0,
+        // vipsHeld: master, and the VIP added (after connection sync's commit)
+        s !== null &&
+        s.state === 'master' &&
+        s.vipsHeld === true &&
+        s.local.mode === 'ebpf' &&
+        s.dataplane.mode === 'nftables' &&
+        (s.dataplane as { applies?: number }).applies! > 0,
       { timeoutMs: 10_000, intervalMs: 100, what: 'the installed agent to be master with nftables and the eBPF local endpoint' },
     );
     expect((st as { vips?: string[] }).vips).toEqual([lab.vip4]);
