@@ -248,6 +248,12 @@ interface Cause {
   to: number;
   /** what a failure must look like to be explained by this cause (default: any) */
   accepts?: (r: Extract<ProbeResult, { ok: false }>) => boolean;
+  /**
+   * A master's takeover (epoch ms of the action): its window grows by the commit of the
+   * replicated connections the new master logged, which runs before it adds the VIP
+   * (docs/connection-sync.md), bounded by dataplane.connectionSync.commitTimeout.
+   */
+  takeoverAt?: number;
 }
 
 /** One step's bookkeeping: causes, checks, its window on both clocks. */
@@ -266,9 +272,17 @@ class Step {
    * An action that may cost requests, taken now: failures of `clients` that start from one
    * request timeout before now to `bound.ms` after now are explained by it.
    */
-  cause(name: string, bound: Bound, clients: ('vip' | 'local')[], accepts?: Cause['accepts']): Cause {
+  cause(name: string, bound: Bound, clients: ('vip' | 'local')[], accepts?: Cause['accepts'], takeover = false): Cause {
     const now = performance.now();
-    const c: Cause = { name, bound, clients: new Set(clients), from: now - PROBE_TIMEOUT_MS, to: now + bound.ms, ...(accepts ? { accepts } : {}) };
+    const c: Cause = {
+      name,
+      bound,
+      clients: new Set(clients),
+      from: now - PROBE_TIMEOUT_MS,
+      to: now + bound.ms,
+      ...(accepts ? { accepts } : {}),
+      ...(takeover ? { takeoverAt: Date.now() } : {}),
+    };
     this.causes.push(c);
     return c;
   }
@@ -629,6 +643,23 @@ export class Lifecycle {
     return { name: `Skew_Time(${taker.priority}) + ${MARGIN_MS} ms`, ms: skewTimeMs(taker.priority, cs) + MARGIN_MS };
   }
 
+  /**
+   * Widens a takeover's window by the commit of the replicated connections that the first new
+   * master after it logged (its durationMs), which the takeover runs before it adds the VIP.
+   */
+  #addCommit(c: Cause, until: number): void {
+    if (c.takeoverAt === undefined) return;
+    const first = this.#mastersSince(c.takeoverAt, until).sort((a, b) => a.time - b.time)[0];
+    if (!first) return;
+    const commit = this.member(first.node)
+      .agents.flatMap((a) => a.logLines())
+      .find((l) => /^connection sync: .*commit/.test(String(l.msg)) && typeof l.durationMs === 'number' && logTime(l) >= first.time && logTime(l) <= until);
+    const ms = Math.ceil(Number(commit?.durationMs ?? 0));
+    if (ms <= 0) return;
+    c.to += ms;
+    c.bound = { name: `${c.bound.name} + ${first.node}'s commit ${ms} ms`, ms: c.bound.ms + ms };
+  }
+
   #leavingBackendBound(): Bound {
     return { name: `fall × interval + interval + ${MARGIN_MS} ms`, ms: HEALTH.fall * HEALTH.intervalMs + HEALTH.intervalMs + MARGIN_MS };
   }
@@ -691,6 +722,7 @@ export class Lifecycle {
     await this.#retiredClean(s);
     const clients = [this.#vipClient, this.#localClient].filter((c): c is Client => c !== null);
     await Promise.all(clients.map((c) => c.settled(t1)));
+    for (const c of s.causes) this.#addCommit(c, epoch1);
     const figuresOf = (c: Client | null): ClientFigures | null => {
       if (!c) return null;
       const causes = s.causes
@@ -940,7 +972,7 @@ export class Lifecycle {
     let taker: Member | null = null;
     if (wasMaster) {
       taker = this.#next(m);
-      s.cause(`${m.node.name} leaves as master: ${taker.node.name} takes over`, this.#skewBound(taker), ['vip']);
+      s.cause(`${m.node.name} leaves as master: ${taker.node.name} takes over`, this.#skewBound(taker), ['vip'], undefined, true);
     }
     const code = await this.#stopAgent(m);
     s.check(`${m.node.name}'s ballast exits 0`, code === 0, String(code));
@@ -1000,7 +1032,7 @@ export class Lifecycle {
       this.#log(`  restarting ${m.node.name}${wasMaster ? ' (master)' : ''}`);
       if (wasMaster) {
         mastersRestarted++;
-        s.cause(`${m.node.name} restarts as master: ${this.#next(m).node.name} takes over`, this.#skewBound(this.#next(m)), ['vip']);
+        s.cause(`${m.node.name} restarts as master: ${this.#next(m).node.name} takes over`, this.#skewBound(this.#next(m)), ['vip'], undefined, true);
       } else if (m.role === 'worker') {
         // the local endpoint keeps serving new connections across the restart: no bound to spend
         s.cause(`${m.node.name} restarts (worker): the local endpoint keeps serving`, { name: 'no failure', ms: 0 }, []);

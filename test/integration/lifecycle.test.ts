@@ -9,7 +9,9 @@
  * the bound of a cause of that step (step 1 and 2 before the apiserver: ECONNREFUSED/ECONNRESET
  * within 1 s; an apiserver appearing: rise × interval + interval + timeout; a leaving master:
  * Skew_Time of the taker; a leaving apiserver: fall × interval + interval; a restart of a master:
- * Skew_Time; a joining node, a backup's restart, the worker's restart and a reload: no failure);
+ * Skew_Time; a master's takeover adds the commit of the replicated connections the new master
+ * logged, which it runs before it adds the VIP; a joining node, a backup's restart, the worker's
+ * restart and a reload: no failure);
  * all margins MARGIN_MS. Every check of the step holds (the VIP up within Master_Down_Interval,
  * pools and sources, peers, exit statuses, leftovers on retired nodes, one holder, VIP moves).
  * The steps depend on each other: after a failed step the later ones are not run.
