@@ -755,11 +755,21 @@ export class HealthChecker extends EventEmitter<HealthCheckerEvents> {
     return [{ backend: e.backend, event, at }];
   }
 
-  /** The hold of `e` is over (its timer): it ends, and the served sets are decided again. */
+  /**
+   * The hold of `e` is over (its timer): it ends, and the served sets are decided again. A timer
+   * may fire before Date.now reaches `until`: timers run on the monotonic clock in whole ms, and
+   * Date.now is the wall clock, whose ms begin at other instants and which NTP slews or steps
+   * (here 4 of 300 timers fired 1 ms before a Date.now deadline). Then the rest is waited out, or
+   * the backend would stay held until its next transition, which a healthy one never has.
+   */
   #release(e: Entry): void {
     e.dampTimer = undefined;
     if (e.removed || this.#stopped) return;
     const at = this.#clock.now();
+    if (e.damp.until !== null && at < e.damp.until) {
+      e.dampTimer = this.#clock.setTimeout(() => this.#release(e), e.damp.until - at);
+      return;
+    }
     const { state, event } = expireHold(e.damp, at);
     e.damp = state;
     this.#settle(false, event === null ? [] : [{ backend: e.backend, event, at }]);

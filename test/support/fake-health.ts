@@ -13,12 +13,19 @@ export class FakeClock implements Clock {
   t = T0;
   #seq = 0;
   #timers = new Map<number, { at: number; seq: number; fn: () => void }>();
+  /**
+   * @param earlyMs every timer fires this many ms before its time (at least 1 ms after it was
+   *   armed), as Node's may by Date.now (they run on the monotonic clock); 0: on time
+   */
+  constructor(readonly earlyMs = 0) {}
   now(): number {
     return this.t;
   }
   setTimeout(fn: () => void, ms: number): unknown {
     const id = ++this.#seq;
-    this.#timers.set(id, { at: this.t + Math.max(0, ms), seq: id, fn });
+    // early by earlyMs, but never sooner than 1 ms after it was armed (Node's least delay)
+    const wait = Math.max(0, ms);
+    this.#timers.set(id, { at: this.t + Math.max(Math.min(wait, 1), wait - this.earlyMs), seq: id, fn });
     return id;
   }
   clearTimeout(handle: unknown): void {

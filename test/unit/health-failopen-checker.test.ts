@@ -26,8 +26,7 @@ const HEALTH: CheckerSettings = {
   damping: DAMPING,
 };
 
-function setup(health: Partial<CheckerSettings> = {}, addresses = [B1, B2, B3]) {
-  const clock = new FakeClock();
+function setup(health: Partial<CheckerSettings> = {}, addresses = [B1, B2, B3], clock = new FakeClock()) {
   const fake = new FakeProbe(clock);
   // no jitter, every first check at half an interval: the backends are checked in step
   const checker = new HealthChecker({ health: { ...HEALTH, ...health }, backends: addresses.map(parseHostPort), probe: fake.probe, clock, random: () => 0.5 });
@@ -183,6 +182,28 @@ describe('HealthChecker: flap damping', () => {
     expect(checker.verdicts()[1]!.state).toBe('up');
     expect(checker.snapshot()[1]).toMatchObject({ healthy: true, dampedUntil: null });
     expect(damping.at(-1)!.event).toStrictEqual({ kind: 'end', heldMs: 10_000 });
+  });
+
+  it('a hold whose timer fires early still ends: the rest is waited out, not left to the next transition', async () => {
+    // every timer 5 ms early by the checker's clock, as Node's may be by Date.now (1 ms in 4 of
+    // 300 here: timers run on the monotonic clock)
+    const { clock, fake, checker, damping } = setup({ rise: 1, fall: 1 }, [B1, B2, B3], new FakeClock(5));
+    checker.start();
+    await clock.advance(1_000);
+    for (let i = 0; i < 4; i++) {
+      fake.set(B2, i % 2 === 0 ? 'fail' : 'pass');
+      await clock.advance(1_000);
+    }
+    fake.set(B2, 'pass');
+    const start = damping.find((d) => d.event.kind === 'start');
+    expect(start).toBeDefined();
+    const until = (start!.event as { until: number }).until;
+    await clock.advance(until - clock.now() - 1);
+    expect(checker.verdicts()[1]!.state).toBe('unready');
+    // the first timer fired 5 ms early and found the hold running; the rest, re-armed, ends it
+    await clock.advance(10);
+    expect(checker.verdicts()[1]!.state).toBe('up');
+    expect(damping.at(-1)!.event).toMatchObject({ kind: 'end' });
   });
 
   it('damping never empties the pool: the only backend up serves though damped', async () => {
