@@ -7,20 +7,20 @@
  *
  * - the VIP is on n1 (the highest priority) within Master_Down_Interval(150) + 250 ms + its
  *   commit of the replicated connections (logged; it runs before the VIP is added,
- *   docs/connection-sync.md) of n1's OWN election start when no other node became master first; when one did, within that plus
- *   apiserver.health.settleMs (a starting node preempts only once its first verdicts are in, and
- *   then at its Master_Down_Timer): in every run of both kinds. Nothing else on n1's election
+ *   docs/connection-sync.md) of n1's OWN election start when no other node became master
+ *   first; when one did, within that plus apiserver.health.settleMs (a starting node preempts
+ *   only once its first verdicts are in, and then at its Master_Down_Timer): in every run of
+ *   both kinds. Nothing else on n1's election
  *   thread may delay it: the Kubernetes client's import (0.4-0.6 s of CPU) ran there once n1 had
  *   heard the lower-priority master it was about to preempt, and put n1's takeover 0.9-2.0 s
  *   after its start;
  * - n1 holds the VIP at the end of every run, and no other node does;
  * - discovery does not delay the elections: the median time from the spawn to a node's election
  *   start is within 100 ms of the control's (the client's import, once moved before the election,
- *   put the elections 90-1,236 ms apart, median 395).
- *
+ *   put the elections 90-1,236 ms apart, median 395);
  * - with every node at the default priority (100) and discovery: the VIP on one node within
- *   Master_Down_Interval(100) + 250 ms + its commit of the FIRST election start, no other node ever master
- *   or holding the VIP, that node the only holder at the end: no extra move.
+ *   Master_Down_Interval(100) + 250 ms + its commit of the FIRST election start, no other node
+ *   ever master or holding the VIP, that node the only holder at the end: no extra move.
  *
  * What is reported, not asserted: runs of distinct priorities in which a lower priority became
  * master first (an extra move). On this 2-core lab three processes that start at once reach
