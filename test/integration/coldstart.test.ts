@@ -107,6 +107,12 @@ interface Run {
   extra: string[];
 }
 
+/** A run's election starts, holders at the end and extra moves, for its report line. */
+const startsAndMoves = (r: Run): string =>
+  `election starts after the spawn ${Object.entries(r.fromSpawn)
+    .map(([n, s]) => `${n} +${s}`)
+    .join(', ')} ms; holders at the end: ${r.holders.join(', ') || 'none'}${r.extra.length ? `; extra move: ${r.extra.join('; ')}` : ''}`;
+
 describe.skipIf(needs('root'))('cold start of three agents, with discovery and without (root; skipped otherwise)', () => {
   let lab: Lab;
   /** per kind, per node */
@@ -296,9 +302,7 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
           const ok = r.upOwnMs !== null && r.upOwnMs >= 0 && r.upOwnMs <= bound && r.holders.join() === 'n1';
           const line =
             `run ${run} ${kind}: VIP on n1 +${r.upOwnMs ?? 'never'} ms after its election start (bound ${bound.toFixed(1)} with its commit ${r.commitMs} ms; +${r.upMs ?? 'never'} after the first); ` +
-            `election starts after the spawn ${Object.entries(r.fromSpawn)
-              .map(([n, s]) => `${n} +${s}`)
-              .join(', ')} ms; holders at the end: ${r.holders.join(', ') || 'none'}${r.extra.length ? `; extra move: ${r.extra.join('; ')}` : ''}`;
+            startsAndMoves(r);
           console.log(`[coldstart] ${line}`);
           if (!ok) failures.push(line);
         }
@@ -330,9 +334,7 @@ describe.skipIf(needs('root'))('cold start of three agents, with discovery and w
         const ok = r.first !== null && r.upMs !== null && r.upMs >= 0 && r.upMs <= bound && r.extra.length === 0 && r.holders.join() === r.first;
         const line =
           `run ${run} equal: VIP on ${r.first ?? 'nobody'} +${r.upMs ?? 'never'} ms after the first election start (bound ${bound.toFixed(1)} with its commit ${r.commitMs} ms; +${r.upOwnMs ?? 'never'} after its own); ` +
-          `election starts after the spawn ${Object.entries(r.fromSpawn)
-            .map(([n, s]) => `${n} +${s}`)
-            .join(', ')} ms; holders at the end: ${r.holders.join(', ') || 'none'}${r.extra.length ? `; extra move: ${r.extra.join('; ')}` : ''}`;
+          startsAndMoves(r);
         console.log(`[coldstart] ${line}`);
         if (!ok) failures.push(line);
       }
