@@ -7,6 +7,9 @@
  *                             modules for `ballast run`, the check, cleanup and manifest commands)
  *                             is a chunk of its own beside it, loaded only by the command that
  *                             takes that path
+ *   dist/bundle/discovery-worker.js
+ *                             the discovery thread (src/discovery/discovery-worker.ts), with the
+ *                             parts of @kubernetes/client-node it uses (k8s-client.ts), tree-shaken
  *
  * dist/src/cli.js (tsc's, which every launcher runs: /usr/bin/ballast, the systemd unit, the
  * image's entrypoint, the lab's cliPath) sets the V8 flags and the signal handlers and imports
@@ -14,8 +17,8 @@
  * Why: V8 keeps every module's source on the heap for lazy compilation, and a minified bundle is
  * a fraction of the sources it replaces (docs/performance.md, "What was done").
  *
- * Kept out of the bundle: @kubernetes/client-node (loaded only with `discovery`, from
- * node_modules) and whatever is loaded through createRequire at run time (node:http, netlink's
+ * Kept out of commands.js: @kubernetes/client-node (only the discovery thread loads it, from its
+ * own bundle; `ballast check` and the commands never need it) and whatever is loaded through createRequire at run time (node:http, netlink's
  * parts, the addon). Identifiers are minified, function and class names too (esbuild's
  * `keepNames` would keep them at 0.8 MiB of heap; ballast's errors set their `name` themselves,
  * so messages and `code`s are unchanged, only stack frames name minified functions); zod gets
@@ -80,6 +83,9 @@ async function main(): Promise<void> {
   rmSync(outdir, { recursive: true, force: true });
   const cmds = await build({ ...common, entryPoints: { commands: 'src/commands/index.ts' }, splitting: true, chunkNames: 'chunk-[hash]' });
   if (metaOut > 0) writeFileSync(process.argv[metaOut + 1]!, JSON.stringify(cmds.metafile!));
+  // the discovery thread's entry, beside the chunk that starts it (src/discovery/thread.ts), with
+  // the parts of @kubernetes/client-node it uses (src/discovery/k8s-client.ts) in it
+  await build({ ...common, entryPoints: { 'discovery-worker': 'src/discovery/discovery-worker.ts' }, external: [] });
 }
 
 main().catch((err: unknown) => {

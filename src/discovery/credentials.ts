@@ -11,12 +11,16 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { describeReadError, readRegularFile } from '../config/files.js';
 import { kubeconfigProblem, SERVICE_ACCOUNT_TOKEN } from '../config/kubeconfig.js';
 
-/** @kubernetes/client-node, loaded on first use: importing it takes seconds on a busy node, and an agent without discovery never needs it. */
-export type ClientModule = typeof import('@kubernetes/client-node');
+/**
+ * The parts of @kubernetes/client-node discovery uses (k8s-client.ts), loaded on first use:
+ * importing them holds the importing thread 0.1 s (idle) to seconds (busy), which is why
+ * discovery runs on a thread of its own (thread.ts), and an agent without discovery never needs them.
+ */
+export type ClientModule = typeof import('./k8s-client.js');
 let client: Promise<ClientModule> | null = null;
 /** The client library (imported once, on the first call). */
 export function loadClient(): Promise<ClientModule> {
-  client ??= import('@kubernetes/client-node');
+  client ??= import('./k8s-client.js');
   return client;
 }
 

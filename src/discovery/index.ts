@@ -18,3 +18,4 @@ export {
   type DiscoveryState,
   type DiscoveryStats,
 } from './watch.js';
+export { DiscoveryThread, InvalidCredentials, type DiscoveryThreadOptions, type DiscoveryTiming } from './thread.js';

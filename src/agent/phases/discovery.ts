@@ -14,14 +14,21 @@
  * Nothing resets a backend that left the set: the checker emits no verdict for it (so no `dead`
  * queues a reset), passive detection ignores a backend the checker no longer has, and the
  * nftables apply replaces rules, not conntrack entries. The election never waits on discovery:
- * this phase starts after it and only ever patches it.
+ * this phase starts after it and only ever patches it, and discovery itself (the Kubernetes
+ * client's import, TLS, each list and watch event) runs on a thread of its own (discovery/thread.ts).
  */
-import { existsSync } from 'node:fs';
 import type { Config } from '../../config/index.js';
 import { ConfigError } from '../../errors.js';
 import type { HealthChecker } from '../../health/checker.js';
 import type { Verdict } from '../../health/verdict.js';
-import { Discovery, loadCredentials, type BackendSource, type CredentialSource, type DiscoveryStats, type SourcedBackend } from '../../discovery/index.js';
+import {
+  DiscoveryThread,
+  InvalidCredentials,
+  type BackendSource,
+  type CredentialSource,
+  type DiscoveryStats,
+  type SourcedBackend,
+} from '../../discovery/index.js';
 import { canonicalAddress } from '../../net/address.js';
 import { formatHostPort } from '../../net/hostport.js';
 import type { Logger } from '../../log/log.js';
@@ -35,8 +42,10 @@ export interface DiscoveryInputs {
   followers: () => { lb?: { sync(): Promise<unknown> }; localLb?: { sync(): Promise<unknown> }; policy?: { evaluate(): void } };
   /** The running election, if any (a reload's hand-over replaces it). */
   election: () => MembershipHolder | null;
-  /** Resolves once the election has its first outcome (null: no election): the Kubernetes client's import waits for it. */
+  /** Resolves once the election has its first outcome (null: no election): discovery's thread starts after it. */
   firstOutcome?: Promise<void> | null;
+  /** The discovery thread's entry (default: the one beside the running code; a test run from src/ names dist's). */
+  discoveryWorker?: URL;
 }
 
 /**
@@ -76,11 +85,9 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
   return runPhase(ctx, 'discovery', async (own) => {
     const { checker, election } = inputs;
     const { log } = ctx;
-    // the Kubernetes client library takes 0.4 s (idle) to seconds (busy) of this thread to
-    // import: not before the election has a first outcome, or a starting Backup's takeover (its
-    // Master_Down_Timer) is delayed by it and a cold start of a control plane goes to a lower
-    // priority first, then moves. Afterwards a held thread costs nothing: the pacer covers an
-    // Active's adverts, and a Backup reads the adverts waiting in its socket before its late timer acts
+    // discovery runs on a thread of its own, but its start (the Kubernetes client's import, the
+    // first TLS handshakes) takes a core for 0.1-0.7 s: not before the election has a first
+    // outcome, so that a control plane starting at once does not slow its own elections
     if (config.discovery !== null && inputs.firstOutcome && !ctx.signal.aborted) {
       const t0 = performance.now();
       await Promise.race([inputs.firstOutcome, new Promise<void>((r) => ctx.signal.addEventListener('abort', () => r(), { once: true }))]);
@@ -88,7 +95,7 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
     }
     let cfg = config;
     let current: SourcedBackend[] = cfg.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const }));
-    let disc: Discovery | null = null;
+    let disc: DiscoveryThread | null = null;
     let lastMembers = '';
 
     const apply = (set: SourcedBackend[]): void => {
@@ -109,15 +116,11 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
       }
     };
 
-    const startWatch = async (c: Config): Promise<Discovery | null> => {
+    const startWatch = async (c: Config): Promise<DiscoveryThread | null> => {
       const d = c.discovery;
       if (d === null) return null;
       const credentials: CredentialSource = d.inCluster ? { kind: 'inCluster' } : { kind: 'kubeconfig', path: d.kubeconfig! };
-      if (credentials.kind === 'kubeconfig' && existsSync(credentials.path)) {
-        const loaded = await loadCredentials(credentials);
-        if (loaded.kind === 'invalid') throw new ConfigError([{ path: 'discovery.kubeconfig', message: loaded.reason }]);
-      }
-      const dd = new Discovery({
+      const dd = await DiscoveryThread.open({
         credentials,
         lastKnownFile: d.lastKnownFile,
         seed: c.apiserver.backends,
@@ -128,7 +131,13 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
             .map((v) => v.backend),
         defaultPort: c.apiserver.port,
         log,
+        ...(inputs.discoveryWorker === undefined ? {} : { workerUrl: inputs.discoveryWorker }),
+      }).catch((err: unknown) => {
+        if (err instanceof InvalidCredentials) throw new ConfigError([{ path: 'discovery.kubeconfig', message: err.reason }]);
+        log.error({ err: (err as Error).message }, 'discovery: its thread cannot be started; the seed serves');
+        return null;
       });
+      if (dd === null) return null;
       dd.on('change', apply);
       apply(dd.current());
       dd.start();

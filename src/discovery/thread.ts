@@ -1,0 +1,259 @@
+/**
+ * Discovery on a thread of its own (a worker_threads Worker running discovery-worker.ts), so that
+ * nothing of it holds the election's thread: importing the Kubernetes client (0.1 s idle, up to
+ * ~0.75 s on a loaded node), the TLS handshakes with the apiservers and the JSON of every list
+ * and watch event all run there. The agent's thread keeps a copy of what the thread reports
+ * (the set, the counters) and forwards its log lines to the agent's logger.
+ *
+ *   agent's thread                              discovery thread (Discovery, watch.ts)
+ *   DiscoveryThread.open ── workerData ──────►  credentials checked, last-known read
+ *                        ◄── init | invalid ──
+ *   start / readinessChanged / setSeed ──────►  start() / readinessChanged() / setSeed()
+ *                        ◄── change, stats, log
+ *   stop ── stop ────────────────────────────►  stop()
+ *                        ◄── stopped ─────────  (then the Worker is terminated)
+ *
+ * A thread that fails (an uncaught error, an exit nobody asked for) is logged and started again
+ * after 1 s, doubling up to 30 s; the set it last reported serves meanwhile.
+ */
+import { EventEmitter } from 'node:events';
+import { Worker } from 'node:worker_threads';
+import type { Log } from '../log/log.js';
+import type { HostPort } from '../net/hostport.js';
+import type { CredentialSource } from './credentials.js';
+import type { SourcedBackend } from './merge.js';
+import type { DiscoveryStats } from './watch.js';
+
+/** Discovery's retry delays, ms, as {@link DiscoveryOptions} takes them (tests shorten them). */
+export interface DiscoveryTiming {
+  backoffMs?: number;
+  maxBackoffMs?: number;
+  pollMs?: number;
+  deniedRetryMs?: number;
+}
+
+/** What the thread is started with (its workerData). */
+export interface ThreadInit {
+  credentials: CredentialSource;
+  lastKnownFile: string;
+  seed: HostPort[];
+  defaultPort: number;
+  /** the backends ballast's checks find ready at the start */
+  ready: HostPort[];
+  timing: DiscoveryTiming;
+  /** check the kubeconfig before the first report (`invalid`): the first thread only; a restarted one waits for usable credentials like a running discovery */
+  validate: boolean;
+}
+
+/** What the agent's thread sends the discovery thread. */
+export type ToThread = { type: 'start' } | { type: 'ready'; backends: HostPort[] } | { type: 'seed'; seed: HostPort[] } | { type: 'stop' };
+
+/** What the discovery thread sends back. */
+export type FromThread =
+  | { type: 'init'; set: SourcedBackend[]; stats: DiscoveryStats }
+  | { type: 'invalid'; reason: string }
+  | { type: 'change'; set: SourcedBackend[] }
+  | { type: 'stats'; stats: DiscoveryStats }
+  | { type: 'log'; level: 'info' | 'warn' | 'error'; fields: object; msg: string }
+  | { type: 'stopped' };
+
+/** Options of {@link DiscoveryThread.open}. */
+export interface DiscoveryThreadOptions {
+  credentials: CredentialSource;
+  lastKnownFile: string;
+  seed: readonly HostPort[];
+  /** The backends ballast's checks find ready now (verdict up), in preference order; read on the agent's thread. */
+  readyBackends: () => HostPort[];
+  /** Port of a discovered address when its slice names no port. */
+  defaultPort: number;
+  log: Pick<Log, 'info' | 'warn' | 'error'>;
+  timing?: DiscoveryTiming;
+  /** The thread's entry (default: discovery-worker.js beside this module, in dist/bundle/ or dist/src/discovery/). */
+  workerUrl?: URL;
+  /** First restart delay after the thread failed, ms (default 1000); doubles up to 30000. */
+  restartMs?: number;
+}
+
+/** The kubeconfig exists and cannot be used (what loadCredentials found on the thread). */
+export class InvalidCredentials extends Error {
+  constructor(readonly reason: string) {
+    super(reason);
+    this.name = 'InvalidCredentials';
+  }
+}
+
+/** How long stop() waits for the thread's own stop before it terminates it, ms. */
+const STOP_WAIT_MS = 2000;
+const MAX_RESTART_MS = 30_000;
+
+/**
+ * Discovery run on its own thread, with the surface of {@link Discovery}: `current`, `stats`,
+ * `start`, `setSeed`, `readinessChanged`, `stop`, and the `change` event (the new set).
+ */
+export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }> {
+  readonly #o: DiscoveryThreadOptions;
+  #worker: Worker | null = null;
+  #set: SourcedBackend[] = [];
+  #stats: DiscoveryStats | null = null;
+  #seed: HostPort[];
+  #started = false;
+  #stopped = false;
+  #failures = 0;
+  #restartTimer: ReturnType<typeof setTimeout> | null = null;
+  #onStopped: (() => void) | null = null;
+
+  private constructor(o: DiscoveryThreadOptions) {
+    super();
+    this.#o = o;
+    this.#seed = [...o.seed];
+  }
+
+  /**
+   * Starts the thread and waits for its first report (the seed and last-known set).
+   * @throws InvalidCredentials when the kubeconfig exists and cannot be used; Error when the
+   *   thread cannot be started or fails before it reports.
+   */
+  static async open(o: DiscoveryThreadOptions): Promise<DiscoveryThread> {
+    const t = new DiscoveryThread(o);
+    await t.#spawn(true);
+    return t;
+  }
+
+  /** The merged set the thread last reported (a copy). */
+  current(): SourcedBackend[] {
+    return [...this.#set];
+  }
+
+  /** The counters the thread last reported (at most ~200 ms old); null before its first report. */
+  stats(): DiscoveryStats | null {
+    return this.#stats;
+  }
+
+  /** Starts the watch (credentials, then a ready backend). Idempotent. */
+  start(): void {
+    if (this.#started || this.#stopped) return;
+    this.#started = true;
+    // verdicts that came while the thread was starting reached nobody
+    this.readinessChanged();
+    this.#post({ type: 'start' });
+  }
+
+  /** A reload's new seed. */
+  setSeed(seed: readonly HostPort[]): void {
+    this.#seed = [...seed];
+    this.#post({ type: 'seed', seed: this.#seed });
+  }
+
+  /** Ballast's checks changed a verdict: the thread gets the ready backends now. */
+  readinessChanged(): void {
+    this.#post({ type: 'ready', backends: this.#o.readyBackends() });
+  }
+
+  /** Stops the watch and ends the thread; no event afterwards. Never rejects. */
+  async stop(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    if (this.#restartTimer !== null) clearTimeout(this.#restartTimer);
+    const w = this.#worker;
+    this.#worker = null;
+    if (w === null) return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, STOP_WAIT_MS);
+      this.#onStopped = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      w.once('exit', () => this.#onStopped?.());
+      w.postMessage({ type: 'stop' } satisfies ToThread);
+    });
+    this.#onStopped = null;
+    await w.terminate().catch(() => undefined);
+  }
+
+  #post(m: ToThread): void {
+    this.#worker?.postMessage(m);
+  }
+
+  /**
+   * Starts a thread; resolves at its first report. The first one rejects when it cannot be used;
+   * a restarted one that fails is started again later (never rejects).
+   */
+  #spawn(first: boolean): Promise<void> {
+    const o = this.#o;
+    const init: ThreadInit = {
+      credentials: o.credentials,
+      lastKnownFile: o.lastKnownFile,
+      seed: this.#seed,
+      defaultPort: o.defaultPort,
+      ready: o.readyBackends(),
+      timing: o.timing ?? {},
+      validate: first,
+    };
+    return new Promise<void>((resolve, reject) => {
+      let reported = false;
+      let lastError: Error | null = null;
+      const spawnedAt = performance.now();
+      const w = new Worker(o.workerUrl ?? new URL('./discovery-worker.js', import.meta.url), { name: 'discovery', workerData: init });
+      this.#worker = w;
+      w.on('message', (m: FromThread) => {
+        if (this.#worker !== w && m.type !== 'stopped' && m.type !== 'log') return;
+        switch (m.type) {
+          case 'init':
+            reported = true;
+            this.#stats = m.stats;
+            this.#replace(m.set);
+            if (this.#started) {
+              w.postMessage({ type: 'ready', backends: o.readyBackends() } satisfies ToThread);
+              w.postMessage({ type: 'start' } satisfies ToThread);
+            }
+            return resolve();
+          case 'invalid':
+            reported = true;
+            this.#worker = null;
+            void w.terminate();
+            return reject(new InvalidCredentials(m.reason));
+          case 'change':
+            return this.#replace(m.set);
+          case 'stats':
+            this.#stats = m.stats;
+            return;
+          case 'log':
+            return o.log[m.level](m.fields, m.msg);
+          case 'stopped':
+            return this.#onStopped?.();
+        }
+      });
+      w.on('error', (err) => (lastError = err));
+      w.on('exit', (code) => {
+        if (this.#worker !== w) return;
+        this.#worker = null;
+        const why = lastError?.message ?? `its thread exited (code ${code})`;
+        if (!reported && first) return reject(new Error(`discovery: ${why}`));
+        resolve();
+        // a thread that ran a while failed anew: the delays start again from the first
+        if (performance.now() - spawnedAt > MAX_RESTART_MS * 2) this.#failures = 0;
+        this.#restartLater(why);
+      });
+    });
+  }
+
+  /** The thread failed (`why`): a new one after 1 s, doubling up to 30 s, unless stopped. */
+  #restartLater(why: string): void {
+    if (this.#stopped) return;
+    const delay = Math.min((this.#o.restartMs ?? 1000) * 2 ** this.#failures, MAX_RESTART_MS);
+    this.#failures++;
+    this.#o.log.error({ err: why, restartInMs: delay }, 'discovery: its thread failed; the last set serves meanwhile');
+    this.#restartTimer = setTimeout(() => {
+      this.#restartTimer = null;
+      if (!this.#stopped) this.#spawn(false).catch((err: unknown) => this.#restartLater((err as Error).message));
+    }, delay);
+    this.#restartTimer.unref();
+  }
+
+  /** A set the thread reported: kept, and `change` when it differs from the last. */
+  #replace(set: SourcedBackend[]): void {
+    const same = JSON.stringify(set) === JSON.stringify(this.#set);
+    this.#set = set;
+    if (!same) this.emit('change', this.current());
+  }
+}
