@@ -1,10 +1,11 @@
 /**
- * `node dist/bench/memory.js [--variants FILE] [--starts N] [--warmup S] [--cpu S] [--json]`: where
+ * `node dist/bench/memory.js [--variants FILE] [--starts N] [--warmup S] [--cpu S] [--discovery] [--json]`: where
  * the agent's memory goes, and what launch settings change it. One lab (prefix brss,
  * 10.78.142.0/24, three nodes with TLS stand-in apiservers); one agent on n1 with the
  * configuration bench:resources and resources.test measure — three backends (TLS /readyz every
  * 2 s), the VIP data plane (nftables), the eBPF local endpoint, VRRPv3 adverts every 100 ms —
- * alone on its VRID, so it becomes master.
+ * alone on its VRID, so it becomes master. With `--discovery`, also a `discovery` section (the
+ * stand-ins serve the `kubernetes` EndpointSlices to a token kubeconfig).
  *
  * Every variant (a name, environment variables over the shipped environment (bench/resources.ts
  * SHIPPED_ENV, as the launchers set it) and node arguments placed before the CLI script)
@@ -113,9 +114,15 @@ interface Sample {
 
 const field = (text: string, name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(text)?.[1] ?? NaN);
 
-async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number, cpuS: number, i: number): Promise<Sample> {
+/** The stand-ins' bearer token with `--discovery`. */
+const TOKEN = 'bench-memory-token-0123456789';
+
+async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number, cpuS: number, i: number, discovery: boolean): Promise<Sample> {
   const n1 = lab.nodes[0]!;
   const configPath = join(lab.dir, `n1-${i}.yaml`);
+  const discoverySection = discovery
+    ? { discovery: { kubeconfig: await lab.writeKubeconfig(n1, { token: TOKEN }), lastKnownFile: join(lab.dir, `n1-${i}-backends.json`) } }
+    : {};
   writeFileSync(
     configPath,
     agentConfig(lab, n1, {
@@ -124,7 +131,11 @@ async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number
       balance: true,
       healthInterval: '2s',
       hostMounts: true,
-      extra: { localEndpoint: { address: '127.0.0.1:7443', cgroup }, dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false } },
+      extra: {
+        localEndpoint: { address: '127.0.0.1:7443', cgroup },
+        dataplane: { vip: 'nftables', local: 'ebpf', keepOnStop: false },
+        ...discoverySection,
+      },
     }),
   );
   const probeOut = join(lab.dir, `probe-${i}.json`);
@@ -193,7 +204,14 @@ async function measureOnce(lab: Lab, cgroup: string, v: Variant, warmupS: number
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: { variants: { type: 'string' }, starts: { type: 'string' }, warmup: { type: 'string' }, cpu: { type: 'string' }, json: { type: 'boolean' } },
+    options: {
+      variants: { type: 'string' },
+      starts: { type: 'string' },
+      warmup: { type: 'string' },
+      cpu: { type: 'string' },
+      json: { type: 'boolean' },
+      discovery: { type: 'boolean' },
+    },
     strict: true,
   });
   const starts = intArg('starts', values.starts, 5, 1, 20);
@@ -208,12 +226,13 @@ async function main(argv: string[]): Promise<number> {
     const cgroup = await lab.cgroup(lab.nodes[0]!);
     pinDir = pinDirFor(cgroup);
     pins.detach();
-    await lab.startApiservers();
+    // with --discovery: the stand-ins list themselves in the `kubernetes` EndpointSlice
+    await lab.startApiservers(values.discovery ? { store: true, token: TOKEN } : {});
     let i = 0;
     for (let k = 0; k < starts; k++) {
       for (const v of variants) {
         try {
-          const s = await measureOnce(lab, cgroup, v, warmupS, cpuS, i++);
+          const s = await measureOnce(lab, cgroup, v, warmupS, cpuS, i++, values.discovery === true);
           samples.get(v.name)!.push(s);
           progress(
             `${k + 1} ${v.name}: RSS ${round1(s.rss)} PSS ${round1(s.pss)} anon ${round1(s.anon)} file ${round1(s.file)} threads ${s.threads.length}${s.cpu === null ? '' : ` cpu ${s.cpu}`} log ${s.firstLogMs} advert ${s.firstAdvertMs}`,
