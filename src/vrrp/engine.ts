@@ -86,8 +86,8 @@ export class VrrpEngine {
   private readonly timing = new Punctuality();
   private readonly gcStats: (() => EngineGcStats) | null;
   // what this router sent, heard and holds
-  /** The engine's last send, monotonic ms. */
-  private lastSendAt = 0;
+  /** The engine's last send in this Active period, monotonic ms; null before its first (a silence is measured within one period). */
+  private lastSendAt: number | null = null;
   /** The Master_Adver_Interval and the master a Backup adopted last (logged when they change). */
   private seenIntervalCs: number | null = null;
   private seenMaster: string | null = null;
@@ -449,6 +449,8 @@ export class VrrpEngine {
         if (a.from === 'active') {
           this.activeEpoch++;
           this.pacer.pace(null);
+          // the time until the next Active period is no silence of this thread
+          this.lastSendAt = null;
         }
         // the owner adds nothing: its VIPs are its own addresses, held while Active
         if (o.owner) this.vipsHeld = a.to === 'active';
@@ -514,12 +516,12 @@ export class VrrpEngine {
     const pacing = priority > 0 && this.machine.state === 'active';
     if (!pacing) this.pacer.pace(null);
     const now = this.now();
-    const silentMs = now - this.lastSendAt;
+    const silentMs = this.lastSendAt === null ? 0 : now - this.lastSendAt;
     this.lastSendAt = now;
     const round = this.sender.sendRound(priority);
     if (!pacing) return;
     this.pacer.pace(round);
-    if (silentMs > 1.5 * this.opts.advertisementIntervalCs * 10) this.pacer.note(silentMs);
+    this.pacer.note(silentMs);
   }
 
   /**

@@ -112,22 +112,29 @@ export class AdvertPacing {
     edge.pace(round, intervalMs, holdMs);
   }
 
-  /** After a silence of this thread (ms) while Active: says what the pacer did meanwhile. */
+  /**
+   * At each send while Active, with the time since this thread's previous send in the same
+   * Active period (ms; 0 for its first): after a silence longer than 1.5 intervals, says what the
+   * pacer did meanwhile; a send error of the pacer is said at once. The counters are read at
+   * every send, so what the pacer did before (a cover of a thread a few ms late, the last one of
+   * an earlier Active period) is never put on a later silence.
+   */
   note(silentMs: number): void {
     const st = this.edge()?.pacerStats?.();
     if (!st) return;
     const seen = this.pacerSeen;
     const intervalMs = this.opts.advertisementIntervalCs * 10;
-    const fields = { silentMs: Math.round(silentMs), advertisementIntervalMs: intervalMs, pacerSent: st.sent - seen.sent };
-    if (st.holds > seen.holds)
+    const silence = silentMs > 1.5 * intervalMs;
+    const fields = (): Record<string, number> => ({ silentMs: Math.round(silentMs), advertisementIntervalMs: intervalMs, pacerSent: st.sent - seen.sent });
+    if (silence && st.holds > seen.holds)
       this.limited.log(
         'warn',
         'pacer:hold',
-        { ...fields, holdMs: pacerHoldMs(this.opts) },
+        { ...fields(), holdMs: pacerHoldMs(this.opts) },
         "the election thread was silent longer than the advert pacer's hold: the pacer stopped sending, and a Backup may have taken over",
       );
-    else if (st.covers > seen.covers)
-      this.limited.log('info', 'pacer:cover', fields, 'the election thread was silent; the advert pacer sent its adverts meanwhile');
+    else if (silence && st.covers > seen.covers)
+      this.limited.log('info', 'pacer:cover', fields(), 'the election thread was silent; the advert pacer sent its adverts meanwhile');
     if (st.sendErrors > seen.sendErrors)
       this.limited.log(
         'warn',

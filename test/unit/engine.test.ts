@@ -949,4 +949,31 @@ describe('VrrpEngine and the advert pacer (edge.pace)', () => {
     expect(e.status().counters.advertsSent).toBe(pacing.adverts.length + 24);
     await e.stop();
   });
+
+  it('a silence is one of this Active period: the time as Backup is none, and what the pacer did before is not put on it', async () => {
+    const silent = () => logs('the election thread was silent; the advert pacer sent its adverts meanwhile');
+    const e = await start();
+    await vi.advanceTimersByTimeAsync(400);
+    // a cover of a thread a few ms late, seen at the next send: no silence, nothing said
+    pacing.stats = { ...pacing.stats, covers: 1, sent: 1 };
+    await vi.advanceTimersByTimeAsync(100);
+    expect(silent()).toStrictEqual([]);
+    // preempted, Backup for 1.5 s (a higher priority's adverts), with the pacer's last cover of the period
+    pacing.stats = { ...pacing.stats, covers: 2, sent: 2 };
+    for (let i = 0; i < 15; i++) {
+      pacing.inputs.packet(advertFrom('10.0.0.11', 200));
+      await vi.advanceTimersByTimeAsync(100);
+    }
+    expect(e.status().state).toBe('backup');
+    // the higher one stops: Master_Down, Active again; its first sends are no silence
+    await vi.advanceTimersByTimeAsync(Math.ceil(masterDownIntervalMs(100, 10)) + 300);
+    expect(e.status().state).toBe('active');
+    expect(silent()).toStrictEqual([]);
+    // a real silence of this period: the pacer's adverts of that silence only
+    pacing.stats = { ...pacing.stats, covers: 3, sent: 7 };
+    vi.setSystemTime(Date.now() + 500);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(silent()).toStrictEqual([{ silentMs: expect.any(Number), advertisementIntervalMs: 100, pacerSent: 5 }]);
+    await e.stop();
+  });
 });
