@@ -13,8 +13,8 @@
  *   stop ── stop ────────────────────────────►  stop()
  *                        ◄── stopped ─────────  (then the Worker is terminated)
  *
- * A thread that fails (an uncaught error, an exit nobody asked for) is logged and started again
- * after 1 s, doubling up to 30 s; the set it last reported serves meanwhile.
+ * A thread that fails (an uncaught error, its heap limit reached, an exit nobody asked for) is
+ * logged and started again after 1 s, doubling up to 30 s; the set it last reported serves meanwhile.
  */
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
@@ -85,6 +85,12 @@ export class InvalidCredentials extends Error {
 /** How long stop() waits for the thread's own stop before it terminates it, ms. */
 const STOP_WAIT_MS = 2000;
 const MAX_RESTART_MS = 30_000;
+/**
+ * The thread's V8 old generation, MiB: its heap holds the client (12 MiB used after the import and
+ * a full GC, Node 24) and the `kubernetes` Service's slices (a few endpoints): only a leak
+ * reaches it.
+ */
+const MAX_OLD_GENERATION_MB = 96;
 
 /**
  * Discovery run on its own thread, with the surface of {@link Discovery}: `current`, `stats`,
@@ -193,7 +199,12 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
       let reported = false;
       let lastError: Error | null = null;
       const spawnedAt = performance.now();
-      const w = new Worker(o.workerUrl ?? new URL('./discovery-worker.js', import.meta.url), { name: 'discovery', workerData: init });
+      const w = new Worker(o.workerUrl ?? new URL('./discovery-worker.js', import.meta.url), {
+        name: 'discovery',
+        workerData: init,
+        // a runaway thread ends in its own out-of-memory error (then a restart), not in the node's memory
+        resourceLimits: { maxOldGenerationSizeMb: MAX_OLD_GENERATION_MB },
+      });
       this.#worker = w;
       w.on('message', (m: FromThread) => {
         if (this.#worker !== w && m.type !== 'stopped' && m.type !== 'log') return;
