@@ -28,10 +28,17 @@ let discovery: Discovery | null = null;
 let stopping = false;
 let statsTimer: ReturnType<typeof setInterval> | null = null;
 let lastStats = '';
+/** the set was sent as the API's answer (after the first list) */
+let answeredSent = false;
 
 const pushStats = (): void => {
   if (discovery === null) return;
   const stats = discovery.stats();
+  // the first answer, whether or not it changed the set: the agent's thread takes it then (thread.ts)
+  if (!answeredSent && stats.lists > 0) {
+    answeredSent = true;
+    send({ type: 'change', set: discovery.current(), answered: true });
+  }
   const key = JSON.stringify(stats);
   if (key === lastStats) return;
   lastStats = key;
@@ -77,7 +84,9 @@ async function main(): Promise<void> {
   });
   discovery = d;
   d.on('change', (set) => {
-    send({ type: 'change', set });
+    const answered = d.stats().lists > 0;
+    answeredSent ||= answered;
+    send({ type: 'change', set, answered });
     pushStats();
   });
   lastStats = JSON.stringify(d.stats());

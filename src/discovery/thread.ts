@@ -13,15 +13,18 @@
  *   stop ── stop ────────────────────────────►  stop()
  *                        ◄── stopped ─────────  (then the Worker is terminated)
  *
- * A thread that fails (an uncaught error, its heap limit reached, an exit nobody asked for) is
- * logged and started again after 1 s, doubling up to 30 s; the set it last reported serves meanwhile.
+ * A thread that fails (it cannot start, an uncaught error, its heap limit reached, an exit nobody
+ * asked for) is logged and started again after 1 s, doubling up to 30 s. The set it last reported
+ * serves meanwhile, and after: a new thread's seed and last-known set does not replace a set the
+ * API gave; its own first answer does. The counters add up across threads.
  */
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import type { Log } from '../log/log.js';
 import type { HostPort } from '../net/hostport.js';
 import type { CredentialSource } from './credentials.js';
-import type { SourcedBackend } from './merge.js';
+import { readLastKnown } from './lastknown.js';
+import { BackendSet, type SourcedBackend } from './merge.js';
 import type { DiscoveryStats } from './watch.js';
 
 /** Discovery's retry delays, ms, as {@link DiscoveryOptions} takes them (tests shorten them). */
@@ -41,7 +44,10 @@ export interface ThreadInit {
   /** the backends ballast's checks find ready at the start */
   ready: HostPort[];
   timing: DiscoveryTiming;
-  /** check the kubeconfig before the first report (`invalid`): the first thread only; a restarted one waits for usable credentials like a running discovery */
+  /**
+   * check the kubeconfig before the first report (`invalid`): the first thread only; a restarted
+   * one waits for usable credentials like a running discovery
+   */
   validate: boolean;
 }
 
@@ -52,7 +58,8 @@ export type ToThread = { type: 'start' } | { type: 'ready'; backends: HostPort[]
 export type FromThread =
   | { type: 'init'; set: SourcedBackend[]; stats: DiscoveryStats }
   | { type: 'invalid'; reason: string }
-  | { type: 'change'; set: SourcedBackend[] }
+  /** `answered`: this thread's discovery has had the API's answer (its set is the API's, not seed and last-known) */
+  | { type: 'change'; set: SourcedBackend[]; answered: boolean }
   | { type: 'stats'; stats: DiscoveryStats }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; fields: object; msg: string }
   | { type: 'stopped' };
@@ -82,8 +89,11 @@ export class InvalidCredentials extends Error {
   }
 }
 
-/** How long stop() waits for the thread's own stop before it terminates it, ms. */
-const STOP_WAIT_MS = 2000;
+/**
+ * How long stop() waits for the thread's own stop before it terminates it, ms (nothing there
+ * needs more: the last-known file is written at each change).
+ */
+const STOP_WAIT_MS = 1000;
 const MAX_RESTART_MS = 30_000;
 /**
  * The thread's V8 old generation, MiB: its heap holds the client (12 MiB used after the import and
@@ -91,6 +101,20 @@ const MAX_RESTART_MS = 30_000;
  * reaches it.
  */
 const MAX_OLD_GENERATION_MB = 96;
+
+/** Counters of a thread that reported nothing. */
+const NO_STATS: DiscoveryStats = {
+  state: 'waiting-credentials',
+  server: null,
+  emptyKept: 0,
+  lists: 0,
+  errors: 0,
+  lastChange: null,
+  lastError: null,
+  denied: null,
+  deniedSince: null,
+  refusals: { unauthorized: 0, forbidden: 0 },
+};
 
 /**
  * Discovery run on its own thread, with the surface of {@link Discovery}: `current`, `stats`,
@@ -100,7 +124,17 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
   readonly #o: DiscoveryThreadOptions;
   #worker: Worker | null = null;
   #set: SourcedBackend[] = [];
+  /** the running thread's last counters */
   #stats: DiscoveryStats | null = null;
+  /** the counters of the threads that ended (each one's end also one error), added to the running one's */
+  #ended: Pick<DiscoveryStats, 'lists' | 'errors' | 'emptyKept' | 'refusals'> = {
+    lists: 0,
+    errors: 0,
+    emptyKept: 0,
+    refusals: { unauthorized: 0, forbidden: 0 },
+  };
+  /** a thread had the API's answer: from then on only an answered set replaces the set (not a restarted thread's seed and last-known) */
+  #answered = false;
   #seed: HostPort[];
   #started = false;
   #stopped = false;
@@ -115,9 +149,10 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
   }
 
   /**
-   * Starts the thread and waits for its first report (the seed and last-known set).
-   * @throws InvalidCredentials when the kubeconfig exists and cannot be used; Error when the
-   *   thread cannot be started or fails before it reports.
+   * Starts the thread and waits for its first report (the seed and last-known set). A thread that
+   * cannot start or fails before it reports leaves the seed and last-known set (read here) and is
+   * started again like any failed thread.
+   * @throws InvalidCredentials when the kubeconfig exists and cannot be used.
    */
   static async open(o: DiscoveryThreadOptions): Promise<DiscoveryThread> {
     const t = new DiscoveryThread(o);
@@ -130,9 +165,22 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
     return [...this.#set];
   }
 
-  /** The counters the thread last reported (at most ~200 ms old); null before its first report. */
+  /**
+   * The counters the thread last reported (at most ~200 ms old), with those of the threads that
+   * ended before it (counters never go back); state `backoff` while a failed thread waits for its
+   * restart. Null before any report.
+   */
   stats(): DiscoveryStats | null {
-    return this.#stats;
+    const s = this.#stats;
+    if (s === null) return null;
+    const e = this.#ended;
+    return {
+      ...s,
+      lists: e.lists + s.lists,
+      errors: e.errors + s.errors,
+      emptyKept: e.emptyKept + s.emptyKept,
+      refusals: { unauthorized: e.refusals.unauthorized + s.refusals.unauthorized, forbidden: e.refusals.forbidden + s.refusals.forbidden },
+    };
   }
 
   /** Starts the watch (credentials, then a ready backend). Idempotent. */
@@ -181,8 +229,8 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
   }
 
   /**
-   * Starts a thread; resolves at its first report. The first one rejects when it cannot be used;
-   * a restarted one that fails is started again later (never rejects).
+   * Starts a thread; resolves at its first report, or at its failure (a restart is then due).
+   * Rejects only with InvalidCredentials, from the first thread.
    */
   #spawn(first: boolean): Promise<void> {
     const o = this.#o;
@@ -199,12 +247,38 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
       let reported = false;
       let lastError: Error | null = null;
       const spawnedAt = performance.now();
-      const w = new Worker(o.workerUrl ?? new URL('./discovery-worker.js', import.meta.url), {
-        name: 'discovery',
-        workerData: init,
-        // a runaway thread ends in its own out-of-memory error (then a restart), not in the node's memory
-        resourceLimits: { maxOldGenerationSizeMb: MAX_OLD_GENERATION_MB },
-      });
+      /** The thread ended without a stop, or never started: its counters kept, a restart due. */
+      const failed = (why: string): void => {
+        if (!reported && this.#stats === null) {
+          // nothing reported yet: the seed and last-known set, as the thread would have
+          const lk = readLastKnown(o.lastKnownFile);
+          this.#set = new BackendSet(this.#seed, lk.kind === 'ok' ? lk.backends : []).current();
+        }
+        const last = this.#stats ?? NO_STATS;
+        const e = this.#ended;
+        this.#ended = {
+          lists: e.lists + last.lists,
+          errors: e.errors + last.errors + 1,
+          emptyKept: e.emptyKept + last.emptyKept,
+          refusals: { unauthorized: e.refusals.unauthorized + last.refusals.unauthorized, forbidden: e.refusals.forbidden + last.refusals.forbidden },
+        };
+        this.#stats = { ...NO_STATS, state: 'backoff', server: last.server, lastChange: last.lastChange, lastError: `discovery thread: ${why}` };
+        resolve();
+        // a thread that ran a while failed anew: the delays start again from the first
+        if (performance.now() - spawnedAt > MAX_RESTART_MS * 2) this.#failures = 0;
+        this.#restartLater(why);
+      };
+      let w: Worker;
+      try {
+        w = new Worker(o.workerUrl ?? new URL('./discovery-worker.js', import.meta.url), {
+          name: 'discovery',
+          workerData: init,
+          // a runaway thread ends in its own out-of-memory error (then a restart), not in the node's memory
+          resourceLimits: { maxOldGenerationSizeMb: MAX_OLD_GENERATION_MB },
+        });
+      } catch (err) {
+        return failed((err as Error).message);
+      }
       this.#worker = w;
       w.on('message', (m: FromThread) => {
         if (this.#worker !== w && m.type !== 'stopped' && m.type !== 'log') return;
@@ -212,7 +286,7 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
           case 'init':
             reported = true;
             this.#stats = m.stats;
-            this.#replace(m.set);
+            this.#take(m.set, false);
             if (this.#started) {
               w.postMessage({ type: 'ready', backends: o.readyBackends() } satisfies ToThread);
               w.postMessage({ type: 'start' } satisfies ToThread);
@@ -224,7 +298,7 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
             void w.terminate();
             return reject(new InvalidCredentials(m.reason));
           case 'change':
-            return this.#replace(m.set);
+            return this.#take(m.set, m.answered);
           case 'stats':
             this.#stats = m.stats;
             return;
@@ -238,12 +312,7 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
       w.on('exit', (code) => {
         if (this.#worker !== w) return;
         this.#worker = null;
-        const why = lastError?.message ?? `its thread exited (code ${code})`;
-        if (!reported && first) return reject(new Error(`discovery: ${why}`));
-        resolve();
-        // a thread that ran a while failed anew: the delays start again from the first
-        if (performance.now() - spawnedAt > MAX_RESTART_MS * 2) this.#failures = 0;
-        this.#restartLater(why);
+        failed(lastError?.message ?? `it exited (code ${code})`);
       });
     });
   }
@@ -261,8 +330,14 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
     this.#restartTimer.unref();
   }
 
-  /** A set the thread reported: kept, and `change` when it differs from the last. */
-  #replace(set: SourcedBackend[]): void {
+  /**
+   * A set the thread reported: kept, and `change` when it differs from the last. Once a thread had
+   * the API's answer, a set that is not one (a restarted thread's seed and last-known) is not taken:
+   * the answered set serves until the new thread's own answer.
+   */
+  #take(set: SourcedBackend[], answered: boolean): void {
+    if (answered) this.#answered = true;
+    else if (this.#answered) return;
     const same = JSON.stringify(set) === JSON.stringify(this.#set);
     this.#set = set;
     if (!same) this.emit('change', this.current());

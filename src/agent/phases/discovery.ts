@@ -96,6 +96,8 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
     let cfg = config;
     let current: SourcedBackend[] = cfg.apiserver.backends.map((backend) => ({ backend, source: 'seed' as const }));
     let disc: DiscoveryThread | null = null;
+    /** undone (or the agent stopping): no thread starts, one that was starting is stopped */
+    let closed = false;
     let lastMembers = '';
 
     const apply = (set: SourcedBackend[]): void => {
@@ -118,7 +120,7 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
 
     const startWatch = async (c: Config): Promise<DiscoveryThread | null> => {
       const d = c.discovery;
-      if (d === null) return null;
+      if (d === null || closed || ctx.signal.aborted) return null;
       const credentials: CredentialSource = d.inCluster ? { kind: 'inCluster' } : { kind: 'kubeconfig', path: d.kubeconfig! };
       const dd = await DiscoveryThread.open({
         credentials,
@@ -133,11 +135,12 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
         log,
         ...(inputs.discoveryWorker === undefined ? {} : { workerUrl: inputs.discoveryWorker }),
       }).catch((err: unknown) => {
-        if (err instanceof InvalidCredentials) throw new ConfigError([{ path: 'discovery.kubeconfig', message: err.reason }]);
-        log.error({ err: (err as Error).message }, 'discovery: its thread cannot be started; the seed serves');
-        return null;
+        throw err instanceof InvalidCredentials ? new ConfigError([{ path: 'discovery.kubeconfig', message: err.reason }]) : err;
       });
-      if (dd === null) return null;
+      if (closed || ctx.signal.aborted) {
+        await dd.stop();
+        return null;
+      }
       dd.on('change', apply);
       apply(dd.current());
       dd.start();
@@ -150,6 +153,7 @@ export function startDiscovery(ctx: AgentContext, config: Config, inputs: Discov
     disc = await startWatch(cfg);
     if (disc === null) apply(current);
     own.defer('discovery watch', async () => {
+      closed = true;
       const d = disc;
       disc = null;
       await d?.stop();
