@@ -30,7 +30,7 @@ source scripts/node-env.sh
 # shellcheck source=scripts/node-runtime.sh
 source scripts/node-runtime.sh
 
-for f in dist/src/cli.js dist/bundle/commands.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
+for f in dist/src/cli.js dist/bundle/commands.js dist/bundle/discovery-worker.js build/Release/ballast.node build/Release/ballast_sock_lb.bpf.o package-lock.json; do
   [ -f "$f" ] || die "$f is missing: run bash scripts/setup.sh (or npm run package, which does) first"
 done
 for t in dpkg-deb dpkg-shlibdeps strip; do
@@ -58,7 +58,9 @@ log "compiled JavaScript (dist/src)"
 done
 # the runtime bundle that dist/src/cli.js runs (scripts/bundle.ts; setup.sh built it with dist/src)
 log "runtime bundle (dist/bundle)"
-[ -z "$(find src -name '*.ts' -newer dist/bundle/commands.js | head -1)" ] || die "dist/bundle is older than src: run npm run build:ts (or bash scripts/setup.sh)"
+for b in dist/bundle/commands.js dist/bundle/discovery-worker.js; do
+  [ -z "$(find src -name '*.ts' -newer "$b" | head -1)" ] || die "$b is older than src: run npm run build:ts (or bash scripts/setup.sh)"
+done
 mkdir -p "$lib/dist/bundle"
 cp dist/bundle/*.js "$lib/dist/bundle/"
 

@@ -158,7 +158,8 @@ describe('the discovery phase with a checker (no network)', () => {
       const checker = new HealthChecker({ health: config.apiserver.health, backends: config.apiserver.backends });
       const ctx = { log: { ...log, error: () => undefined } as unknown as Logger, signal: new AbortController().signal, fail: () => undefined };
       // the discovery thread as shipped (npm test builds it first): it reads the kubeconfig
-      const discoveryWorker = new URL('../../dist/bundle/discovery-worker.js', import.meta.url);
+      const { builtDiscoveryWorker } = await import('../support/discovery-worker.js');
+      const discoveryWorker = builtDiscoveryWorker();
       const err = await startDiscovery(ctx, config, { checker, followers: () => ({}), election: () => null, discoveryWorker }).then(
         () => null,
         (e: unknown) => e,
