@@ -18,8 +18,8 @@
  * a fraction of the sources it replaces (docs/performance.md, "What was done").
  *
  * Kept out of commands.js: @kubernetes/client-node (only the discovery thread loads it, from its
- * own bundle; `ballast check` and the commands never need it) and whatever is loaded through createRequire at run time (node:http, netlink's
- * parts, the addon). Identifiers are minified, function and class names too (esbuild's
+ * own bundle; `ballast check` and the commands never need it) and whatever is loaded through
+ * createRequire at run time (node:http, netlink's parts, the addon). Identifiers are minified, function and class names too (esbuild's
  * `keepNames` would keep them at 0.8 MiB of heap; ballast's errors set their `name` themselves,
  * so messages and `code`s are unchanged, only stack frames name minified functions); zod gets
  * English only (zodEnglishOnly). The heap these save is measured in docs/performance.md.

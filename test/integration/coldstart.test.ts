@@ -25,8 +25,9 @@
  *   Master_Down_Interval: the longest time between two of the master's adverts as the thread
  *   handled them (/status timing.receiveGapMaxMs) stays below it. With the Kubernetes client
  *   imported on that thread (before discovery had a thread of its own) the Backups' gaps were
- *   421-892 ms with discovery (over it: 8 of 10 Backups at distinct priorities, 10 of 10 at equal
- *   ones; 5 runs of each kind) and 101-155 ms without; on its own thread, 101-200 ms.
+ *   120-892 ms with discovery, median 641 (over it: 8 of 10 Backups at distinct priorities, 10 of
+ *   10 at equal ones; 5 runs of each kind), and 101-155 ms without; on its own thread, 101-200
+ *   ms, median 135.
  *
  * What is reported, not asserted: runs of distinct priorities in which a lower priority became
  * master first (an extra move). On this 2-core lab three processes that start at once reach

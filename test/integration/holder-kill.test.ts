@@ -10,7 +10,7 @@
  *   - The preemption back: in the WATCH_MS after n1 becomes Active again, the
  *     gap between its adverts on the wire (tcpdump in n3) stays within 1.5 × interval + margin
  *     and no Backup takes over.
- *   - Nothing holds n1's election thread meanwhile (issue 27 item 3): every node runs discovery,
+ *   - Nothing holds n1's election thread meanwhile: every node runs discovery,
  *     which starts after the election's first outcome — for n1, right after it preempts — and
  *     no Adver_Timer tick of n1 runs an Advertisement_Interval late (/status
  *     timing.sendLateMaxMs, since its start). With the Kubernetes client imported on that thread
