@@ -20,20 +20,14 @@
  */
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
-import type { Log } from '../log/log.js';
 import type { HostPort } from '../net/hostport.js';
 import type { CredentialSource } from './credentials.js';
 import { readLastKnown } from './lastknown.js';
 import { BackendSet, type SourcedBackend } from './merge.js';
-import type { DiscoveryStats } from './watch.js';
+import type { DiscoveryOptions, DiscoveryStats } from './watch.js';
 
 /** Discovery's retry delays, ms, as {@link DiscoveryOptions} takes them (tests shorten them). */
-export interface DiscoveryTiming {
-  backoffMs?: number;
-  maxBackoffMs?: number;
-  pollMs?: number;
-  deniedRetryMs?: number;
-}
+export type DiscoveryTiming = Pick<DiscoveryOptions, 'backoffMs' | 'maxBackoffMs' | 'pollMs' | 'deniedRetryMs'>;
 
 /** What the thread is started with (its workerData). */
 export interface ThreadInit {
@@ -64,16 +58,11 @@ export type FromThread =
   | { type: 'log'; level: 'info' | 'warn' | 'error'; fields: object; msg: string }
   | { type: 'stopped' };
 
-/** Options of {@link DiscoveryThread.open}. */
-export interface DiscoveryThreadOptions {
-  credentials: CredentialSource;
-  lastKnownFile: string;
-  seed: readonly HostPort[];
-  /** The backends ballast's checks find ready now (verdict up), in preference order; read on the agent's thread. */
-  readyBackends: () => HostPort[];
-  /** Port of a discovered address when its slice names no port. */
-  defaultPort: number;
-  log: Pick<Log, 'info' | 'warn' | 'error'>;
+/**
+ * Options of {@link DiscoveryThread.open}: {@link DiscoveryOptions}'s (`readyBackends` is called on
+ * the agent's thread, its answer sent to the thread), the retry delays apart, and the thread's own.
+ */
+export interface DiscoveryThreadOptions extends Pick<DiscoveryOptions, 'credentials' | 'lastKnownFile' | 'seed' | 'readyBackends' | 'defaultPort' | 'log'> {
   timing?: DiscoveryTiming;
   /** The thread's entry (default: discovery-worker.js beside this module, in dist/bundle/ or dist/src/discovery/). */
   workerUrl?: URL;

@@ -68,10 +68,11 @@ describe('DiscoveryThread', () => {
   const setup = (): void => {
     dir = mkdtempSync(join(tmpdir(), 'ballast-disc-thread-'));
   };
-
-  it('reports the seed and last-known set first, then the EndpointSlices and the counters, and its log lines', async () => {
-    setup();
-    writeLastKnown(join(dir, 'backends.json'), [hp('127.0.0.8:6443')]);
+  /**
+   * A stand-in apiserver on 127.0.0.1 (listed in its own EndpointSlice) and a kubeconfig that
+   * names the "VIP" 127.0.0.9, where nothing listens: the thread must dial the ready backend.
+   */
+  const apiserver = async (): Promise<void> => {
     standin = await startStandin({
       name: 'n1',
       cert: pki.cert,
@@ -84,8 +85,13 @@ describe('DiscoveryThread', () => {
       token: TOKEN,
       log: () => undefined,
     });
-    // the kubeconfig names the "VIP" (nothing listens there): the thread dials the ready backend
     writeFileSync(join(dir, 'admin.conf'), kubeconfigText(`https://127.0.0.9:${PORT}`, pki.ca, TOKEN));
+  };
+
+  it('reports the seed and last-known set first, then the EndpointSlices and the counters, and its log lines', async () => {
+    setup();
+    writeLastKnown(join(dir, 'backends.json'), [hp('127.0.0.8:6443')]);
+    await apiserver();
     thread = await DiscoveryThread.open(options());
     expect(names(thread.current())).toStrictEqual(['127.0.0.9:6443 seed', '127.0.0.8:6443 lastKnown']);
     expect(thread.stats()?.state).toBe('waiting-credentials');
@@ -154,19 +160,7 @@ describe('DiscoveryThread', () => {
     expect(performance.now() - t0).toBeLessThan(1000);
     const logged = logs.length;
     // a stand-in that would be listed now: nothing reaches a stopped thread, nothing comes back
-    standin = await startStandin({
-      name: 'n1',
-      cert: pki.cert,
-      key: pki.key,
-      port: PORT,
-      host: '127.0.0.1',
-      ready: true,
-      store: join(dir, 'store'),
-      address: '127.0.0.1',
-      token: TOKEN,
-      log: () => undefined,
-    });
-    writeFileSync(join(dir, 'admin.conf'), kubeconfigText(`https://127.0.0.9:${PORT}`, pki.ca, TOKEN));
+    await apiserver();
     thread.start();
     thread.readinessChanged();
     await new Promise((r) => setTimeout(r, 500));
