@@ -296,6 +296,22 @@ export async function waitForHolder(lab: Lab, vip: string, name: string, timeout
 }
 
 /**
+ * Waits until no agent holds its preemption for the replicated connections any more
+ * (`/status connectionSync.preemptHold` false, or no connection sync): until then a started
+ * agent takes a lower priority's adverts as its master's (docs/connection-sync.md), so a test
+ * that needs the priorities to decide must wait for this after starting its agents.
+ * @throws after `timeoutMs` (ms; default 10 s).
+ */
+export async function waitForSettled(agents: readonly LabAgent[], timeoutMs = 10_000): Promise<void> {
+  for (const a of agents)
+    await waitFor(
+      () => a.status(),
+      (s) => s.connectionSync?.preemptHold !== true,
+      { timeoutMs, what: `${a.node.name} to hold no preemption for the replicated state` },
+    );
+}
+
+/**
  * Undoes what a test did to the lab's nodes: every link up, every stand-in apiserver running
  * and ready. (Agents, VIPs and nftables tables are the test's own to clean.)
  */

@@ -10,7 +10,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Lab, compiledScript, type LabProcess } from '../../lab/lab.js';
-import { resetElectionLab, startAgents, waitForHolder, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
+import { resetElectionLab, startAgents, waitForHolder, waitForSettled, type AgentSettings, type LabAgent } from '../../lab/cluster.js';
 import { masterDownIntervalMs } from '../../src/vrrp/state.js';
 import { needs, sleep, startLab, waitFor } from '../support/index.js';
 
@@ -38,7 +38,11 @@ describe.skipIf(needs('root') ?? needs('tcpdump'))('vrrp.acceptFrom and peers th
     await lab?.teardown();
   });
 
-  /** n1 150, n2 100, n3 50, balancing over the three stand-ins; waits for n1 to hold the VIP. */
+  /**
+   * n1 150, n2 100, n3 50, balancing over the three stand-ins; waits for n1 to hold the VIP and
+   * for every agent's preemption to be its own (no hold for the replicated state: a held n1 would
+   * take n2's adverts as its master's).
+   */
   async function cluster(extra: Partial<AgentSettings> = {}): Promise<LabAgent[]> {
     const started = await startAgents(
       lab,
@@ -46,6 +50,7 @@ describe.skipIf(needs('root') ?? needs('tcpdump'))('vrrp.acceptFrom and peers th
       agents,
     );
     await waitForHolder(lab, lab.vip4, 'n1');
+    await waitForSettled(started);
     return started;
   }
 
