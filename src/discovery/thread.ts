@@ -122,6 +122,8 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
     emptyKept: 0,
     refusals: { unauthorized: 0, forbidden: 0 },
   };
+  /** the threads that failed, and the last failure */
+  #failed: NonNullable<DiscoveryStats['thread']> = { failures: 0, lastFailure: null, lastFailureAt: null };
   /** a thread had the API's answer: from then on only an answered set replaces the set (not a restarted thread's seed and last-known) */
   #answered = false;
   #seed: HostPort[];
@@ -156,8 +158,8 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
 
   /**
    * The counters the thread last reported (at most ~200 ms old), with those of the threads that
-   * ended before it (counters never go back); state `backoff` while a failed thread waits for its
-   * restart. Null before any report.
+   * ended before it (counters never go back) and the threads' failures (`thread`); state
+   * `backoff` while a failed thread waits for its restart. Null before any report.
    */
   stats(): DiscoveryStats | null {
     const s = this.#stats;
@@ -169,6 +171,7 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
       errors: e.errors + s.errors,
       emptyKept: e.emptyKept + s.emptyKept,
       refusals: { unauthorized: e.refusals.unauthorized + s.refusals.unauthorized, forbidden: e.refusals.forbidden + s.refusals.forbidden },
+      thread: { ...this.#failed },
     };
   }
 
@@ -252,6 +255,7 @@ export class DiscoveryThread extends EventEmitter<{ change: [SourcedBackend[]] }
           refusals: { unauthorized: e.refusals.unauthorized + last.refusals.unauthorized, forbidden: e.refusals.forbidden + last.refusals.forbidden },
         };
         this.#stats = { ...NO_STATS, state: 'backoff', server: last.server, lastChange: last.lastChange, lastError: `discovery thread: ${why}` };
+        this.#failed = { failures: this.#failed.failures + 1, lastFailure: why, lastFailureAt: new Date().toISOString() };
         resolve();
         // a thread that ran a while failed anew: the delays start again from the first
         if (performance.now() - spawnedAt > MAX_RESTART_MS * 2) this.#failures = 0;

@@ -135,6 +135,11 @@ export interface DiscoveryStats {
   deniedSince: string | null;
   /** Refusals since the start: 401s (`unauthorized`) and 403s (`forbidden`). Each is also one of `errors`. */
   refusals: Record<DiscoveryDenial, number>;
+  /**
+   * Discovery's own thread (thread.ts; absent where Discovery runs without one): how often it
+   * failed and was started again (each also one of `errors`), the last failure and when (ISO 8601).
+   */
+  thread?: { failures: number; lastFailure: string | null; lastFailureAt: string | null };
 }
 
 const SLICES_PATH = '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices';

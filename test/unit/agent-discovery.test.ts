@@ -91,6 +91,7 @@ describe('sources in ballast status and /metrics', () => {
         denied: 'forbidden' as const,
         deniedSince: '2026-12-06T22:00:00.000Z',
         refusals: { unauthorized: 2, forbidden: 5 },
+        thread: { failures: 1, lastFailure: 'out of memory', lastFailureAt: '2026-12-06T21:59:00.000Z' },
       },
       dataplane: { mode: 'off' as const, reason: 'test' },
       local: { mode: 'off' as const, reason: 'test' },
@@ -112,6 +113,7 @@ describe('sources in ballast status and /metrics', () => {
     expect(text).toContain('ballast_discovery_empty_kept_total 3');
     expect(text).toContain('ballast_discovery_errors_total 1');
     expect(text).toContain('ballast_discovery_lists_total 2');
+    expect(text).toContain('ballast_discovery_thread_failures_total 1');
     // a refusal has its own series, by reason
     expect(text).toContain('ballast_discovery_denied{reason="forbidden"} 1');
     expect(text).toContain('ballast_discovery_denied{reason="unauthorized"} 0');

@@ -132,6 +132,10 @@ describe('DiscoveryThread', () => {
     const st = thread.stats()!;
     expect(st.lists).toBe(1);
     expect(st.errors).toBeGreaterThanOrEqual(3);
+    // the failures have their own count, and the last one stays visible while a new thread runs
+    expect(st.thread!.failures).toBe(st.errors);
+    expect(st.thread!.lastFailure).toBe('crash on start (validate: false)');
+    expect(Date.parse(st.thread!.lastFailureAt!)).toBeGreaterThan(Date.now() - 10_000);
   });
 
   it('a thread that cannot start: the seed and last-known set serve, state backoff, and it is tried again', async () => {
@@ -139,7 +143,7 @@ describe('DiscoveryThread', () => {
     writeLastKnown(join(dir, 'backends.json'), [hp('127.0.0.8:6443')]);
     thread = await DiscoveryThread.open(options({ workerUrl: new URL('file:///nonexistent/discovery-worker.js'), restartMs: 50 }));
     expect(names(thread.current())).toStrictEqual(['127.0.0.9:6443 seed', '127.0.0.8:6443 lastKnown']);
-    expect(thread.stats()).toMatchObject({ state: 'backoff', lists: 0, errors: 1 });
+    expect(thread.stats()).toMatchObject({ state: 'backoff', lists: 0, errors: 1, thread: { failures: 1 } });
     expect(thread.stats()!.lastError).toMatch(/^discovery thread: /);
     await waitFor(() => logs.filter((m) => m.startsWith('ERROR discovery: its thread failed')).length >= 2, {
       timeoutMs: 10_000,

@@ -1,6 +1,6 @@
 /**
- * Discovery's metrics (`ballast_discovery_*`: the EndpointSlice lists, errors, refusals and the
- * empty sets ignored). docs/metrics.md.
+ * Discovery's metrics (`ballast_discovery_*`: the EndpointSlice lists, errors, refusals, the
+ * empty sets ignored and the failures of its thread). docs/metrics.md.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { StatusDocument } from '../status.js';
@@ -35,12 +35,18 @@ export function discoveryMetrics(r: Registry): (doc: StatusDocument) => void {
     labelNames: ['reason'],
     registers: [r],
   });
+  const discThreadFailures = new Counter({
+    name: 'ballast_discovery_thread_failures_total',
+    help: "Times discovery's own thread failed (an uncaught error, its heap limit, an exit) and was started again; each is also one of ballast_discovery_errors_total",
+    registers: [r],
+  });
   return (doc) => {
     const d = doc.discovery;
     if (d === undefined) return;
     mirror(discEmpty, d.emptyKept);
     mirror(discErrors, d.errors);
     mirror(discLists, d.lists);
+    mirror(discThreadFailures, d.thread?.failures ?? 0);
     discRefusals.reset();
     for (const reason of ['unauthorized', 'forbidden'] as const) {
       discDenied.set({ reason }, d.denied === reason ? 1 : 0);
