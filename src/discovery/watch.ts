@@ -407,7 +407,8 @@ export class Discovery extends EventEmitter<{ change: [SourcedBackend[]] }> {
       );
       this.#restart(delay);
     });
-    this.#o.log.info({ server: url }, 'discovery: listing and watching the kubernetes EndpointSlices');
+    // while the API refuses, a retry every deniedRetryMs says nothing new: the refusal was logged once
+    if (this.#stats.denied === null) this.#o.log.info({ server: url }, 'discovery: listing and watching the kubernetes EndpointSlices');
     void inf.start().catch(() => undefined);
   }
 

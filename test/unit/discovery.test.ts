@@ -330,6 +330,8 @@ describe('Discovery against stand-in apiservers on loopback', () => {
       true,
       st.refusals.unauthorized + st.refusals.forbidden,
     ]);
+    // no 'listing and watching' per retry while refused: the first attempt's only (before any refusal)
+    expect(lines.filter((l) => l.m === 'discovery: listing and watching the kubernetes EndpointSlices')).toHaveLength(1);
     // one line per condition (not per retry), each with its fix; then one when it answers again
     const denied = lines.filter((l) => l.level !== 'info' || l.m.includes('answers again'));
     expect(denied.map((l) => [l.level, l.m, l.o.denied ?? l.o.was])).toStrictEqual([
