@@ -5,6 +5,7 @@
  * {@link STATS_EVERY_MS}) and its log lines (`log`).
  */
 import { existsSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { HostPort } from '../net/hostport.js';
 import { loadCredentials } from './credentials.js';
@@ -13,6 +14,12 @@ import { Discovery } from './watch.js';
 
 /** How often the counters are compared with what was last sent, ms. */
 const STATS_EVERY_MS = 200;
+/**
+ * How much nicer than the agent's thread this one runs (setpriority(2): on Linux the nice value
+ * is a thread's, and `os.setPriority()` without a pid sets the calling thread's). Discovery is
+ * background work; the election's thread is the agent's heartbeat and wins the CPU from it.
+ */
+const NICER = 10;
 
 const port = parentPort;
 if (port === null) throw new Error('discovery-worker.js runs as a worker thread (src/discovery/thread.ts)');
@@ -67,6 +74,11 @@ port.on('message', (m: ToThread) => {
 });
 
 async function main(): Promise<void> {
+  try {
+    setPriority(Math.min(19, getPriority() + NICER));
+  } catch {
+    // a thread that may not change its nice value runs at the agent's
+  }
   const c = init.credentials;
   if (init.validate && c.kind === 'kubeconfig' && existsSync(c.path)) {
     const loaded = await loadCredentials(c);

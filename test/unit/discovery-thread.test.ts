@@ -4,8 +4,8 @@
  * from a stand-in apiserver's EndpointSlices, a malformed kubeconfig refused before anything
  * starts, a thread that fails started again, and a stop that ends the thread.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { getPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startStandin, type Standin } from '../../lab/apiserver-standin.js';
@@ -22,6 +22,14 @@ const CRASHING = new URL('../fixtures/workers/discovery-crash.mjs', import.meta.
 const PORT = 30_000 + (process.pid % 5000);
 const TOKEN = 'discovery-thread-token-0123';
 const hp = (s: string): HostPort => parseHostPort(s);
+/** The nice value (proc(5) stat field 19) of each of this process's threads named `comm`. */
+const threadNice = (comm: string): number[] =>
+  readdirSync('/proc/self/task')
+    .filter((t) => readFileSync(`/proc/self/task/${t}/comm`, 'utf8').trim() === comm)
+    .map((t) => {
+      const stat = readFileSync(`/proc/self/task/${t}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+    });
 const names = (l: { backend: HostPort; source: string }[]): string[] => l.map((s) => `${formatHostPort(s.backend)} ${s.source}`);
 
 describe('DiscoveryThread', () => {
@@ -104,6 +112,8 @@ describe('DiscoveryThread', () => {
     expect(thread.stats()).toMatchObject({ state: 'watching', server: `https://127.0.0.1:${PORT}`, lists: 1, errors: 0 });
     expect(logs).toContain('discovery: credentials loaded');
     expect(logs).toContain('discovery: listing and watching the kubernetes EndpointSlices');
+    // the thread is named for `top -H` and /proc, and nicer than the thread that started it (10 more)
+    expect(threadNice('discovery')).toStrictEqual([Math.min(19, getPriority() + 10)]);
   });
 
   it('a kubeconfig that exists and is malformed: InvalidCredentials with the reason, before any report', async () => {
